@@ -1,0 +1,200 @@
+//! Provider error codes → [`Cause`]: the body's structured code is read
+//! before headers and status (DESIGN principle 1).
+//!
+//! These functions know nothing of HTTP status: they say what a provider's
+//! `type` / `code` / `error_code` means, or `None` when the provider has not
+//! documented it. The classifier combines that with the status; the
+//! streaming crate uses the same mapping for in-band `error` events.
+
+use crate::vocab::{Cause, Provider};
+
+/// OpenAI codes (in `code` or `type`) that mean money has run out.
+pub const OPENAI_MONEY_CODES: &[&str] = &[
+    "insufficient_quota",
+    "credit_balance_exhausted",
+    "project_spend_limit_exceeded",
+    "organization_spend_limit_exceeded",
+    "organization_usage_limit_exceeded",
+    "billing_hard_limit_reached",
+    "billing_not_active",
+];
+
+/// Anthropic's `error.details.error_code` for the monthly spend cap.
+pub const ANTHROPIC_SPEND_CAP_CODE: &str = "enforced_spend_limit_reached";
+
+/// Structured fields of one provider error, borrowed from a parsed body or
+/// an in-band stream event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ErrorFields<'a> {
+    /// `error.type` (Anthropic, OpenAI) or the event's `type`.
+    pub error_type: Option<&'a str>,
+    /// OpenAI's `error.code`, or Anthropic's `error.details.error_code`.
+    pub code: Option<&'a str>,
+    /// The human-readable message (read for documented phrases only).
+    pub message: Option<&'a str>,
+}
+
+/// The cause a provider's structured error fields name, or `None` when the
+/// fields are absent or unknown to this version of ratewise.
+pub fn cause_of_error(provider: Provider, fields: ErrorFields<'_>) -> Option<Cause> {
+    match provider {
+        Provider::Anthropic => anthropic(fields),
+        Provider::Openai => openai(fields),
+        // The generic profile follows RFC 9110 alone: bodies prove nothing.
+        Provider::Generic => None,
+    }
+}
+
+fn anthropic(f: ErrorFields<'_>) -> Option<Cause> {
+    if f.code == Some(ANTHROPIC_SPEND_CAP_CODE) {
+        return Some(Cause::SpendCap);
+    }
+    let cause = match f.error_type? {
+        "invalid_request_error" => {
+            if f.message.is_some_and(says_self_set_limit) {
+                Cause::UserLimit
+            } else {
+                Cause::InvalidRequest
+            }
+        }
+        "authentication_error" => Cause::Authentication,
+        "permission_error" => Cause::Permission,
+        "not_found_error" => Cause::NotFound,
+        "request_too_large" => Cause::RequestTooLarge,
+        "rate_limit_error" => Cause::RateLimited,
+        "api_error" => Cause::ServerError,
+        "overloaded_error" => Cause::Overloaded,
+        "billing_error" => Cause::Billing,
+        "timeout_error" => Cause::Timeout,
+        _ => return None,
+    };
+    Some(cause)
+}
+
+fn openai(f: ErrorFields<'_>) -> Option<Cause> {
+    let is_money = |s: Option<&str>| s.is_some_and(|s| OPENAI_MONEY_CODES.contains(&s));
+    // Money first, in either field: a Retry-After never overrides a billing code.
+    if is_money(f.code) || is_money(f.error_type) {
+        return Some(Cause::SpendCap);
+    }
+    if let Some(code) = f.code {
+        return openai_code(code, f.message);
+    }
+    match f.error_type? {
+        "server_error" | "api_error" => Some(Cause::ServerError),
+        "invalid_request_error" => Some(if f.message.is_some_and(says_self_set_limit) {
+            Cause::UserLimit
+        } else {
+            Cause::InvalidRequest
+        }),
+        "authentication_error" => Some(Cause::Authentication),
+        "permission_error" | "insufficient_permissions" => Some(Cause::Permission),
+        "not_found_error" => Some(Cause::NotFound),
+        "tokens" | "requests" | "rate_limit_error" => Some(Cause::RateLimited),
+        "service_unavailable_error" => Some(Cause::Overloaded),
+        _ => None,
+    }
+}
+
+fn openai_code(code: &str, message: Option<&str>) -> Option<Cause> {
+    let cause = match code {
+        "rate_limit_exceeded" => {
+            if message.is_some_and(|m| crate::parse::message::too_large_for_limit(m).is_some()) {
+                Cause::RequestTooLarge
+            } else {
+                Cause::RateLimited
+            }
+        }
+        "slow_down" => Cause::AccelerationLimited,
+        "server_is_overloaded" | "engine_overloaded" => Cause::Overloaded,
+        "server_error" | "internal_error" => Cause::ServerError,
+        "invalid_api_key" | "invalid_authentication" | "account_deactivated" => {
+            Cause::Authentication
+        }
+        "model_not_found" | "unknown_url" => Cause::NotFound,
+        "context_length_exceeded" | "string_above_max_length" => Cause::RequestTooLarge,
+        "invalid_request_error"
+        | "invalid_value"
+        | "missing_required_parameter"
+        | "unsupported_parameter"
+        | "invalid_type" => Cause::InvalidRequest,
+        "unsupported_country_region_territory" | "model_not_allowed" => Cause::Permission,
+        "timeout" | "request_timeout" => Cause::Timeout,
+        _ => return None,
+    };
+    Some(cause)
+}
+
+/// Does a 400's message say a usage or spend limit the user set was reached?
+/// Anthropic: "You have reached your specified API usage limits."
+pub fn says_self_set_limit(message: &str) -> bool {
+    const PHRASES: &[&str] = &[
+        "specified api usage limit",
+        "your specified usage limit",
+        "spend limit you set",
+        "usage limit you set",
+        "workspace spend limit",
+    ];
+    let head: String = message.chars().take(512).collect::<String>().to_lowercase();
+    PHRASES.iter().any(|p| head.contains(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f<'a>(t: Option<&'a str>, c: Option<&'a str>, m: Option<&'a str>) -> ErrorFields<'a> {
+        ErrorFields {
+            error_type: t,
+            code: c,
+            message: m,
+        }
+    }
+
+    #[test]
+    fn anthropic_spend_cap_code_beats_rate_limit_type() {
+        let fields = f(
+            Some("rate_limit_error"),
+            Some(ANTHROPIC_SPEND_CAP_CODE),
+            None,
+        );
+        assert_eq!(
+            cause_of_error(Provider::Anthropic, fields),
+            Some(Cause::SpendCap)
+        );
+    }
+
+    #[test]
+    fn openai_money_in_either_field() {
+        for (t, c) in [
+            (Some("insufficient_quota"), None),
+            (Some("x"), Some("credit_balance_exhausted")),
+            (None, Some("organization_usage_limit_exceeded")),
+        ] {
+            assert_eq!(
+                cause_of_error(Provider::Openai, f(t, c, None)),
+                Some(Cause::SpendCap)
+            );
+        }
+    }
+
+    #[test]
+    fn openai_unknown_code_is_unknown_even_with_known_type() {
+        let fields = f(Some("rate_limit_error"), Some("brand_new"), None);
+        assert_eq!(cause_of_error(Provider::Openai, fields), None);
+    }
+
+    #[test]
+    fn self_set_limit_phrase() {
+        assert!(says_self_set_limit(
+            "You have reached your specified API usage limits. You will regain access on 2026-12-01 at 00:00 UTC."
+        ));
+        assert!(!says_self_set_limit("messages: field required"));
+    }
+
+    #[test]
+    fn generic_reads_no_body() {
+        let fields = f(Some("overloaded_error"), None, None);
+        assert_eq!(cause_of_error(Provider::Generic, fields), None);
+    }
+}

@@ -1,0 +1,385 @@
+//! Error envelopes and usage objects in JSON bodies.
+//!
+//! Anthropic: `{"type":"error","error":{"type","message","details":{"error_code"}?},"request_id"}`.
+//! OpenAI: `{"error":{"message","type","param","code"}}`. Unknown fields
+//! are ignored; anything else (empty, not JSON, truncated, too deep, no
+//! `error` object) is a typed [`Unreadable`] reason, never a panic.
+
+use crate::classify::codes::ErrorFields;
+use crate::usage::Usage;
+use serde::de::{self, Deserializer, IgnoredAny, Visitor};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::fmt;
+
+/// At most this many bytes of a body are read.
+pub const MAX_BODY_PREFIX: usize = 64 * 1024;
+
+/// Longest message kept from an error body.
+pub const MAX_MESSAGE_LEN: usize = 1024;
+
+/// Why a body gave no structured error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unreadable {
+    /// No bytes at all.
+    Empty,
+    /// Longer than [`MAX_BODY_PREFIX`]; the prefix did not parse.
+    Truncated,
+    /// Not JSON, malformed, or nested past the parser's depth limit.
+    NotJson,
+    /// Valid JSON, but no `error` object.
+    NoErrorObject,
+}
+
+impl Unreadable {
+    /// A short word for notes and records.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unreadable::Empty => "empty",
+            Unreadable::Truncated => "truncated",
+            Unreadable::NotJson => "not_json",
+            Unreadable::NoErrorObject => "no_error_object",
+        }
+    }
+}
+
+/// A provider error read from a body.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProviderError {
+    /// `error.type`.
+    pub error_type: Option<String>,
+    /// OpenAI `error.code`, or Anthropic `error.details.error_code`.
+    pub code: Option<String>,
+    /// `error.message`, cut to [`MAX_MESSAGE_LEN`] characters.
+    pub message: Option<String>,
+    /// `error.param` (OpenAI).
+    pub param: Option<String>,
+    /// The body's `request_id` (Anthropic).
+    pub request_id: Option<String>,
+}
+
+impl ProviderError {
+    /// The fields the code table reads.
+    pub fn fields(&self) -> ErrorFields<'_> {
+        ErrorFields {
+            error_type: self.error_type.as_deref(),
+            code: self.code.as_deref(),
+            message: self.message.as_deref(),
+        }
+    }
+}
+
+/// Reads an error envelope from the first [`MAX_BODY_PREFIX`] bytes.
+///
+/// ```
+/// use ratewise_core::parse::body::{parse_error_body, Unreadable};
+/// let e = parse_error_body(br#"{"error":{"message":"x","type":"tokens","code":"rate_limit_exceeded"}}"#).unwrap();
+/// assert_eq!(e.code.as_deref(), Some("rate_limit_exceeded"));
+/// assert_eq!(parse_error_body(b"<html>502</html>"), Err(Unreadable::NotJson));
+/// ```
+pub fn parse_error_body(body: &[u8]) -> Result<ProviderError, Unreadable> {
+    let (bytes, truncated) = prefix(body)?;
+    let env: Envelope<'_> = match serde_json::from_slice(bytes) {
+        Ok(env) => env,
+        Err(_) if truncated => return Err(Unreadable::Truncated),
+        Err(_) => return Err(Unreadable::NotJson),
+    };
+    let Some(err) = env.error else {
+        return Err(Unreadable::NoErrorObject);
+    };
+    let code = err
+        .code
+        .0
+        .or_else(|| err.details.and_then(|d| d.error_code.0));
+    Ok(ProviderError {
+        error_type: err.kind.0.map(own),
+        code: code.map(own),
+        message: err
+            .message
+            .0
+            .map(|m| m.chars().take(MAX_MESSAGE_LEN).collect()),
+        param: err.param.0.map(own),
+        request_id: env
+            .request_id
+            .0
+            .and_then(|id| crate::parse::request_id::clean(id.as_bytes())),
+    })
+}
+
+/// Reads the `usage` object of a JSON success body: Anthropic's fields, or
+/// OpenAI's `prompt_tokens` / `completion_tokens` (whose
+/// `prompt_tokens_details.cached_tokens` become cache reads), or the
+/// Responses API's `input_tokens` / `output_tokens`. `None` when there is
+/// no readable `usage`.
+pub fn parse_usage(body: &[u8]) -> Option<Usage> {
+    let (bytes, _) = prefix_any(body)?;
+    let holder: UsageHolder = serde_json::from_slice(bytes).ok()?;
+    holder.usage.map(RawUsage::into_usage)
+}
+
+/// Reads a bare usage object (`{"input_tokens":..}` or OpenAI's form).
+pub fn usage_from_value(value: &serde_json::Value) -> Option<Usage> {
+    RawUsage::deserialize(value).ok().map(RawUsage::into_usage)
+}
+
+fn prefix(body: &[u8]) -> Result<(&[u8], bool), Unreadable> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Unreadable::Empty);
+    }
+    Ok(prefix_any(body).unwrap_or((body, false)))
+}
+
+fn prefix_any(body: &[u8]) -> Option<(&[u8], bool)> {
+    if body.is_empty() {
+        return None;
+    }
+    if body.len() > MAX_BODY_PREFIX {
+        Some((&body[..MAX_BODY_PREFIX], true))
+    } else {
+        Some((body, false))
+    }
+}
+
+fn own(s: Cow<'_, str>) -> String {
+    s.chars().take(MAX_MESSAGE_LEN).collect()
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    error: Option<ErrorObject<'a>>,
+    #[serde(borrow, default)]
+    request_id: LooseStr<'a>,
+}
+
+#[derive(Deserialize)]
+struct ErrorObject<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: LooseStr<'a>,
+    #[serde(borrow, default)]
+    message: LooseStr<'a>,
+    #[serde(borrow, default)]
+    code: LooseStr<'a>,
+    #[serde(borrow, default)]
+    param: LooseStr<'a>,
+    #[serde(borrow, default)]
+    details: Option<Details<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Details<'a> {
+    #[serde(borrow, default)]
+    error_code: LooseStr<'a>,
+}
+
+/// A string field that tolerates `null`, numbers or objects (kept as
+/// `None`): a provider changing a field's type must not make the whole
+/// envelope unreadable.
+#[derive(Default)]
+struct LooseStr<'a>(Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for LooseStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LooseStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(LooseStr(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(LooseStr(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(LooseStr(Some(Cow::Owned(v))))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+                d.deserialize_any(V)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(LooseStr(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(LooseStr(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(LooseStr(None))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(LooseStr(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Deserialize)]
+struct UsageHolder {
+    #[serde(default)]
+    usage: Option<RawUsage>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<CachedDetails>,
+    #[serde(default)]
+    input_tokens_details: Option<CachedDetails>,
+}
+
+#[derive(Deserialize, Default)]
+struct CachedDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl RawUsage {
+    fn into_usage(self) -> Usage {
+        let responses_style = self.input_tokens_details.is_some();
+        let cached = self
+            .prompt_tokens_details
+            .or(self.input_tokens_details)
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0);
+        if let Some(prompt) = self.prompt_tokens {
+            // OpenAI Chat: cached tokens are part of prompt_tokens.
+            return Usage {
+                input_tokens: prompt.saturating_sub(cached),
+                output_tokens: self.completion_tokens.unwrap_or(0),
+                cache_creation_input_tokens: 0,
+                cache_read_input_tokens: cached,
+            };
+        }
+        // OpenAI Responses: cached tokens are part of input_tokens too.
+        let openai_style = responses_style && cached > 0;
+        let input = self.input_tokens.unwrap_or(0);
+        Usage {
+            input_tokens: if openai_style {
+                input.saturating_sub(cached)
+            } else {
+                input
+            },
+            output_tokens: self.output_tokens.unwrap_or(0),
+            cache_creation_input_tokens: self.cache_creation_input_tokens.unwrap_or(0),
+            cache_read_input_tokens: self.cache_read_input_tokens.unwrap_or(if openai_style {
+                cached
+            } else {
+                0
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_envelope_with_details() {
+        let b = br#"{"type":"error","error":{"type":"rate_limit_error","message":"m","details":{"error_code":"enforced_spend_limit_reached"}},"request_id":"req_1"}"#;
+        let e = parse_error_body(b).unwrap();
+        assert_eq!(e.error_type.as_deref(), Some("rate_limit_error"));
+        assert_eq!(e.code.as_deref(), Some("enforced_spend_limit_reached"));
+        assert_eq!(e.request_id.as_deref(), Some("req_1"));
+    }
+
+    #[test]
+    fn anthropic_null_details() {
+        let b = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded","details":null}}"#;
+        let e = parse_error_body(b).unwrap();
+        assert_eq!(e.code, None);
+    }
+
+    #[test]
+    fn openai_envelope_with_escapes_and_odd_types() {
+        let b = br#"{"error":{"message":"a \"b\"","type":"tokens","param":null,"code":429,"extra":[1,2]}}"#;
+        let e = parse_error_body(b).unwrap();
+        assert_eq!(e.message.as_deref(), Some("a \"b\""));
+        assert_eq!(e.code.as_deref(), Some("429"));
+    }
+
+    #[test]
+    fn unreadable_reasons() {
+        assert_eq!(parse_error_body(b""), Err(Unreadable::Empty));
+        assert_eq!(parse_error_body(b"  \n"), Err(Unreadable::Empty));
+        assert_eq!(
+            parse_error_body(b"Too Many Requests"),
+            Err(Unreadable::NotJson)
+        );
+        assert_eq!(
+            parse_error_body(b"{\"ok\":true}"),
+            Err(Unreadable::NoErrorObject)
+        );
+        assert_eq!(parse_error_body(b"[1]"), Err(Unreadable::NotJson));
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            parse_error_body(deep.as_bytes()),
+            Err(Unreadable::Truncated)
+        );
+        let deep_small = "[".repeat(10_000);
+        assert_eq!(
+            parse_error_body(deep_small.as_bytes()),
+            Err(Unreadable::NotJson)
+        );
+        let huge = format!("{{\"error\":{{\"message\":\"{}\"}}}}", "x".repeat(200_000));
+        assert_eq!(
+            parse_error_body(huge.as_bytes()),
+            Err(Unreadable::Truncated)
+        );
+    }
+
+    #[test]
+    fn usage_shapes() {
+        let a = br#"{"usage":{"input_tokens":12,"output_tokens":3,"cache_creation_input_tokens":5,"cache_read_input_tokens":7}}"#;
+        assert_eq!(
+            parse_usage(a),
+            Some(Usage {
+                input_tokens: 12,
+                output_tokens: 3,
+                cache_creation_input_tokens: 5,
+                cache_read_input_tokens: 7
+            })
+        );
+        let o = br#"{"usage":{"prompt_tokens":19,"completion_tokens":2,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":4}}}"#;
+        assert_eq!(
+            parse_usage(o),
+            Some(Usage {
+                input_tokens: 15,
+                output_tokens: 2,
+                cache_creation_input_tokens: 0,
+                cache_read_input_tokens: 4
+            })
+        );
+        assert_eq!(parse_usage(b"{}"), None);
+        assert_eq!(parse_usage(b"nope"), None);
+    }
+}

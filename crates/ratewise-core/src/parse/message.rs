@@ -1,0 +1,132 @@
+//! Hints OpenAI writes into error messages rather than headers.
+
+use super::duration::parse_go_duration;
+use super::Rejected;
+use std::time::Duration;
+
+/// Only this much of a message is scanned.
+const SCAN_LIMIT: usize = 2048;
+
+fn head(message: &str) -> &str {
+    if message.len() <= SCAN_LIMIT {
+        return message;
+    }
+    let mut end = SCAN_LIMIT;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
+/// "Please try again in 1.146s" / "in 84ms" / "in 6m0s": the wait, or why it
+/// was rejected; `None` when the message has no such phrase.
+///
+/// ```
+/// use ratewise_core::parse::message::try_again_in;
+/// use std::time::Duration;
+/// let m = "Rate limit reached ... Please try again in 1.146s. Visit ...";
+/// assert_eq!(try_again_in(m), Some(Ok(Duration::from_millis(1146))));
+/// ```
+pub fn try_again_in(message: &str) -> Option<Result<Duration, Rejected>> {
+    let text = head(message);
+    let lower = text.to_ascii_lowercase();
+    let at = lower.find("try again in ")? + "try again in ".len();
+    let token: String = text[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ',' && *c != ';' && *c != ')')
+        .take(40)
+        .collect();
+    let token = token.trim_end_matches('.');
+    // "in 20 seconds" style: a bare number followed by a unit word.
+    if token.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !token.is_empty() {
+        let unit_word: String = text[at + token.len()..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let unit = match unit_word.as_str() {
+            "ms" | "millisecond" | "milliseconds" => "ms",
+            "s" | "sec" | "secs" | "second" | "seconds" => "s",
+            "m" | "min" | "mins" | "minute" | "minutes" => "m",
+            _ => return Some(Err(Rejected::Garbage)),
+        };
+        return Some(parse_go_duration(&format!("{token}{unit}")));
+    }
+    Some(parse_go_duration(token))
+}
+
+/// "Request too large for gpt-4o ... Limit 30000, Requested 50000": returns
+/// `(limit, requested)` only when `requested > limit`, i.e. when waiting for
+/// the bucket to refill cannot help.
+///
+/// ```
+/// use ratewise_core::parse::message::too_large_for_limit;
+/// let m = "Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 50000.";
+/// assert_eq!(too_large_for_limit(m), Some((30000, 50000)));
+/// let ok = "Limit 200000, Used 195869, Requested 4412. Please try again in 1.146s.";
+/// assert_eq!(too_large_for_limit(ok), None);
+/// ```
+pub fn too_large_for_limit(message: &str) -> Option<(u64, u64)> {
+    let text = head(message);
+    let limit = number_after(text, "Limit ")?;
+    let requested = number_after(text, "Requested ")?;
+    (requested > limit).then_some((limit, requested))
+}
+
+fn number_after(text: &str, label: &str) -> Option<u64> {
+    let at = text.find(label)? + label.len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .take(20)
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn try_again_forms() {
+        assert_eq!(
+            try_again_in("Please try again in 84ms."),
+            Some(Ok(Duration::from_millis(84)))
+        );
+        assert_eq!(
+            try_again_in("Please try again in 6m0s."),
+            Some(Ok(Duration::from_secs(360)))
+        );
+        assert_eq!(
+            try_again_in("Please try again in 20 seconds"),
+            Some(Ok(Duration::from_secs(20)))
+        );
+        assert_eq!(
+            try_again_in("Please try again in NaNs."),
+            Some(Err(Rejected::NotFinite))
+        );
+        assert_eq!(
+            try_again_in("Please try again in a moment."),
+            Some(Err(Rejected::Garbage))
+        );
+        assert_eq!(try_again_in("no hint here"), None);
+    }
+
+    #[test]
+    fn long_messages_are_scanned_only_in_their_head() {
+        let m = format!("{}Please try again in 1s", "é".repeat(SCAN_LIMIT));
+        assert_eq!(try_again_in(&m), None);
+    }
+
+    #[test]
+    fn too_large_needs_requested_above_limit() {
+        assert_eq!(too_large_for_limit("Limit 10, Requested 10"), None);
+        assert_eq!(
+            too_large_for_limit("Limit 1,000, Requested 2,000"),
+            Some((1000, 2000))
+        );
+        assert_eq!(too_large_for_limit("Requested 5"), None);
+    }
+}

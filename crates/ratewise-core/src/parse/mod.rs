@@ -1,0 +1,140 @@
+//! Parsers for untrusted provider input: headers, error bodies, messages.
+//!
+//! Every function here is total: it never panics, does bounded work on any
+//! input, and reports a rejected value with a typed reason rather than
+//! turning it into a zero. Nothing here knows about policies or time
+//! budgets; the wall clock comes in as an argument where a server speaks in
+//! calendar time.
+
+pub mod body;
+pub mod duration;
+pub mod message;
+pub mod ratelimit;
+pub mod request_id;
+pub mod retry_after;
+
+use serde::Serialize;
+use std::fmt;
+
+/// Values longer than this are rejected unread: no header value we parse is
+/// legitimately longer.
+pub const MAX_VALUE_LEN: usize = 128;
+
+/// Hints longer than this (about 31 years) mean "longer than any deadline".
+pub const MAX_HINT_SECS: u64 = 1_000_000_000;
+
+/// Why a hint (a delay, a date, a count) was not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejected {
+    /// Empty or only whitespace.
+    Empty,
+    /// Longer than [`MAX_VALUE_LEN`].
+    TooLong,
+    /// Not UTF-8 / not visible ASCII.
+    NotText,
+    /// `NaN` or an infinity.
+    NotFinite,
+    /// A negative number of seconds.
+    Negative,
+    /// Neither a number nor a date in an accepted form.
+    Garbage,
+}
+
+impl Rejected {
+    /// A short word for notes and records.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Rejected::Empty => "empty",
+            Rejected::TooLong => "too_long",
+            Rejected::NotText => "not_text",
+            Rejected::NotFinite => "not_finite",
+            Rejected::Negative => "negative",
+            Rejected::Garbage => "garbage",
+        }
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A header value as trimmed visible ASCII, or why not.
+pub(crate) fn header_text(raw: &[u8]) -> Result<&str, Rejected> {
+    if raw.len() > MAX_VALUE_LEN {
+        return Err(Rejected::TooLong);
+    }
+    let s = std::str::from_utf8(raw).map_err(|_| Rejected::NotText)?;
+    let s = s.trim_matches(|c: char| c == ' ' || c == '\t');
+    if s.is_empty() {
+        return Err(Rejected::Empty);
+    }
+    if !s.bytes().all(|b| (0x20..0x7f).contains(&b) || b == b'\t') {
+        return Err(Rejected::NotText);
+    }
+    Ok(s)
+}
+
+/// Parses a non-negative decimal like `8`, `2.5` or `.5` (digits and at most
+/// one dot, no sign, no exponent) into units scaled by `unit_nanos`
+/// nanoseconds. Values past [`MAX_HINT_SECS`] saturate to "forever".
+pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::Duration, Rejected> {
+    let lower = s.to_ascii_lowercase();
+    let unsigned = lower.trim_start_matches(['+', '-']);
+    if matches!(unsigned, "nan" | "inf" | "infinity") {
+        return Err(Rejected::NotFinite);
+    }
+    let (negative, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut int: u128 = 0;
+    let mut frac_nanos: u128 = 0;
+    let mut frac_scale: u128 = 1;
+    let mut seen_dot = false;
+    let mut seen_digit = false;
+    for b in digits.bytes() {
+        match b {
+            b'0'..=b'9' => {
+                seen_digit = true;
+                let d = u128::from(b - b'0');
+                if seen_dot {
+                    if frac_scale < 1_000_000_000 {
+                        frac_scale *= 10;
+                        frac_nanos = frac_nanos * 10 + d;
+                    }
+                } else {
+                    int = int.saturating_mul(10).saturating_add(d);
+                }
+            }
+            b'.' if !seen_dot => seen_dot = true,
+            _ => return Err(Rejected::Garbage),
+        }
+    }
+    if !seen_digit {
+        return Err(Rejected::Garbage);
+    }
+    if negative && (int != 0 || frac_nanos != 0) {
+        return Err(Rejected::Negative);
+    }
+    let total = int
+        .saturating_mul(unit_nanos)
+        .saturating_add(frac_nanos.saturating_mul(unit_nanos) / frac_scale);
+    Ok(nanos_to_duration(total))
+}
+
+/// Converts nanoseconds to a duration, saturating past [`MAX_HINT_SECS`] to
+/// [`FOREVER`].
+pub(crate) fn nanos_to_duration(nanos: u128) -> std::time::Duration {
+    let secs = nanos / 1_000_000_000;
+    if secs > u128::from(MAX_HINT_SECS) {
+        return FOREVER;
+    }
+    std::time::Duration::new(secs as u64, (nanos % 1_000_000_000) as u32)
+}
+
+/// A valid wait too large to represent: longer than any deadline.
+pub const FOREVER: std::time::Duration = std::time::Duration::from_secs(MAX_HINT_SECS + 1);

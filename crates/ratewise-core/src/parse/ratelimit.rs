@@ -1,0 +1,320 @@
+//! Rate-limit header families: what the server says of each bucket.
+//!
+//! Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`
+//! and `anthropic-priority-{input,output}-tokens-{limit,remaining,reset}`;
+//! `-reset` is an RFC 3339 instant. OpenAI:
+//! `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`; `-reset` is a
+//! Go-style duration. A reset means "bucket full again", not "earliest
+//! retry". Token `remaining` values may be rounded to thousands.
+
+use super::duration::parse_go_duration;
+use super::{header_text, Rejected};
+use crate::vocab::{Dimension, Provider};
+use http::HeaderMap;
+use std::time::{Duration, SystemTime};
+
+/// When a bucket is full again, as the server said it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reset {
+    /// An instant (Anthropic, RFC 3339).
+    At(SystemTime),
+    /// A duration from when the response was produced (OpenAI).
+    After(Duration),
+}
+
+impl Reset {
+    /// How long from `wall_now` until the reset; zero when already past.
+    pub fn wait_from(self, wall_now: SystemTime) -> Duration {
+        match self {
+            Reset::At(t) => t.duration_since(wall_now).unwrap_or(Duration::ZERO),
+            Reset::After(d) => d,
+        }
+    }
+}
+
+/// One bucket's published state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Window {
+    /// The bucket's capacity per minute.
+    pub limit: Option<u64>,
+    /// What is left now.
+    pub remaining: Option<u64>,
+    /// When it is full again.
+    pub reset: Option<Reset>,
+}
+
+impl Window {
+    /// True when no field was published.
+    pub fn is_empty(&self) -> bool {
+        self.limit.is_none() && self.remaining.is_none() && self.reset.is_none()
+    }
+}
+
+/// Everything the rate-limit headers of one response said.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RateLimitSnapshot {
+    /// Requests per minute.
+    pub requests: Window,
+    /// Input tokens per minute (Anthropic).
+    pub input_tokens: Window,
+    /// Output tokens per minute (Anthropic).
+    pub output_tokens: Window,
+    /// Combined tokens per minute (OpenAI; Anthropic's most restrictive).
+    pub tokens: Window,
+    /// Anthropic Priority Tier input tokens.
+    pub priority_input_tokens: Window,
+    /// Anthropic Priority Tier output tokens.
+    pub priority_output_tokens: Window,
+    /// Headers present whose value was rejected, and why.
+    pub rejected: Vec<(&'static str, Rejected)>,
+}
+
+impl RateLimitSnapshot {
+    /// Reads both families from `headers`. Which family applies is decided
+    /// by the header names present, so `provider` only orders the look-ups.
+    pub fn from_headers(headers: &HeaderMap, _provider: Provider) -> Self {
+        let mut snap = RateLimitSnapshot::default();
+        for (name, value) in headers {
+            let name = name.as_str();
+            if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
+                snap.read_anthropic(rest, name, value.as_bytes(), false);
+            } else if let Some(rest) = name.strip_prefix("anthropic-priority-") {
+                snap.read_anthropic(rest, name, value.as_bytes(), true);
+            } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                snap.read_openai(rest, name, value.as_bytes());
+            }
+        }
+        snap
+    }
+
+    /// The window of one dimension.
+    pub fn window(&self, dimension: Dimension) -> &Window {
+        match dimension {
+            Dimension::Requests => &self.requests,
+            Dimension::InputTokens => &self.input_tokens,
+            Dimension::OutputTokens => &self.output_tokens,
+            Dimension::Tokens => &self.tokens,
+        }
+    }
+
+    /// True when no rate-limit header was read.
+    pub fn is_empty(&self) -> bool {
+        [
+            &self.requests,
+            &self.input_tokens,
+            &self.output_tokens,
+            &self.tokens,
+            &self.priority_input_tokens,
+            &self.priority_output_tokens,
+        ]
+        .iter()
+        .all(|w| w.is_empty())
+            && self.rejected.is_empty()
+    }
+
+    /// The dimensions whose published `remaining` is zero: the ones that
+    /// were exhausted when the server answered.
+    pub fn exhausted(&self) -> impl Iterator<Item = Dimension> + '_ {
+        Dimension::ALL
+            .iter()
+            .copied()
+            .filter(|d| self.window(*d).remaining == Some(0))
+    }
+
+    fn slot(&mut self, dim: &str, priority: bool) -> Option<&mut Window> {
+        Some(match (dim, priority) {
+            ("requests", false) => &mut self.requests,
+            ("tokens", false) => &mut self.tokens,
+            ("input-tokens", false) => &mut self.input_tokens,
+            ("output-tokens", false) => &mut self.output_tokens,
+            ("input-tokens", true) => &mut self.priority_input_tokens,
+            ("output-tokens", true) => &mut self.priority_output_tokens,
+            _ => return None,
+        })
+    }
+
+    fn read_anthropic(&mut self, rest: &str, name: &str, raw: &[u8], priority: bool) {
+        let Some((dim, field)) = rest.rsplit_once('-') else {
+            return;
+        };
+        let static_name = static_name(name);
+        let parsed = match field {
+            "limit" | "remaining" => parse_count(raw).map(Field::Count),
+            "reset" => parse_instant(raw).map(|t| Field::Reset(Reset::At(t))),
+            _ => return,
+        };
+        self.store(dim, field, priority, static_name, parsed);
+    }
+
+    fn read_openai(&mut self, rest: &str, name: &str, raw: &[u8]) {
+        let Some((field, dim)) = rest.split_once('-') else {
+            return;
+        };
+        let static_name = static_name(name);
+        let parsed = match field {
+            "limit" | "remaining" => parse_count(raw).map(Field::Count),
+            "reset" => header_text(raw)
+                .and_then(parse_go_duration)
+                .map(|d| Field::Reset(Reset::After(d))),
+            _ => return,
+        };
+        self.store(dim, field, false, static_name, parsed);
+    }
+
+    fn store(
+        &mut self,
+        dim: &str,
+        field: &str,
+        priority: bool,
+        name: &'static str,
+        parsed: Result<Field, Rejected>,
+    ) {
+        let Some(window) = self.slot(dim, priority) else {
+            return;
+        };
+        match (field, parsed) {
+            ("limit", Ok(Field::Count(n))) => window.limit = Some(n),
+            ("remaining", Ok(Field::Count(n))) => window.remaining = Some(n),
+            ("reset", Ok(Field::Reset(r))) => window.reset = Some(r),
+            (_, Err(reason)) => {
+                if self.rejected.len() < 32 {
+                    self.rejected.push((name, reason));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+enum Field {
+    Count(u64),
+    Reset(Reset),
+}
+
+/// A non-negative integer count (`50`, `30000`).
+pub fn parse_count(raw: &[u8]) -> Result<u64, Rejected> {
+    let s = header_text(raw)?;
+    if s.starts_with('-') {
+        return Err(Rejected::Negative);
+    }
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Rejected::Garbage);
+    }
+    s.parse::<u64>().or(Ok(u64::MAX))
+}
+
+/// An RFC 3339 instant such as `2026-11-29T12:00:04Z`.
+pub fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
+    let s = header_text(raw)?;
+    crate::time::parse_rfc3339(s).ok_or(Rejected::Garbage)
+}
+
+/// Header names are interned so rejected-value notes need no allocation.
+fn static_name(name: &str) -> &'static str {
+    const NAMES: &[&str] = &[
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-reset",
+        "anthropic-ratelimit-output-tokens-limit",
+        "anthropic-ratelimit-output-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-reset",
+        "anthropic-priority-input-tokens-limit",
+        "anthropic-priority-input-tokens-remaining",
+        "anthropic-priority-input-tokens-reset",
+        "anthropic-priority-output-tokens-limit",
+        "anthropic-priority-output-tokens-remaining",
+        "anthropic-priority-output-tokens-reset",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-reset-tokens",
+    ];
+    NAMES
+        .iter()
+        .find(|n| **n == name)
+        .copied()
+        .unwrap_or("ratelimit-header")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn anthropic_family() {
+        let h = headers(&[
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "31"),
+            ("anthropic-ratelimit-input-tokens-remaining", "0"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-11-29T12:00:08Z",
+            ),
+            ("anthropic-priority-output-tokens-limit", "1000"),
+        ]);
+        let s = RateLimitSnapshot::from_headers(&h, Provider::Anthropic);
+        assert_eq!(s.requests.limit, Some(50));
+        assert_eq!(s.requests.remaining, Some(31));
+        assert_eq!(s.input_tokens.remaining, Some(0));
+        let now = crate::time::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
+        assert_eq!(
+            s.input_tokens.reset.unwrap().wait_from(now),
+            Duration::from_secs(8)
+        );
+        assert_eq!(s.priority_output_tokens.limit, Some(1000));
+        assert_eq!(
+            s.exhausted().collect::<Vec<_>>(),
+            vec![Dimension::InputTokens]
+        );
+    }
+
+    #[test]
+    fn openai_family() {
+        let h = headers(&[
+            ("x-ratelimit-limit-tokens", "200000"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "1.146s"),
+            ("x-ratelimit-reset-requests", "6m0s"),
+        ]);
+        let s = RateLimitSnapshot::from_headers(&h, Provider::Openai);
+        assert_eq!(s.tokens.limit, Some(200000));
+        assert_eq!(
+            s.tokens.reset,
+            Some(Reset::After(Duration::from_millis(1146)))
+        );
+        assert_eq!(
+            s.requests.reset,
+            Some(Reset::After(Duration::from_secs(360)))
+        );
+    }
+
+    #[test]
+    fn bad_values_are_recorded_not_used() {
+        let h = headers(&[
+            ("x-ratelimit-remaining-tokens", "-3"),
+            ("anthropic-ratelimit-requests-reset", "tomorrow"),
+        ]);
+        let s = RateLimitSnapshot::from_headers(&h, Provider::Openai);
+        assert_eq!(s.tokens.remaining, None);
+        assert_eq!(s.rejected.len(), 2);
+    }
+}
