@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod admit;
 pub mod classify;
 pub mod decision;
 pub mod parse;
