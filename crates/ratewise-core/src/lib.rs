@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod classify;
+pub mod decide;
 pub mod decision;
 pub mod parse;
 pub mod time;
