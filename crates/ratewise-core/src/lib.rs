@@ -11,10 +11,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod case;
 pub mod classify;
 pub mod decide;
 pub mod decision;
+pub mod explain;
 pub mod parse;
+pub mod record;
 pub mod time;
 pub mod usage;
 pub mod vocab;

@@ -196,9 +196,13 @@ pub fn classify_response(
         }
     };
 
-    // A billing phrase beats the code it came with (a 400 that means money).
+    // A billing phrase beats an "invalid request" code (a 400 that means money).
     let body_cause = parsed.as_ref().and_then(|e| {
-        money::cause_from_message(e).or_else(|| cause_of_error(provider, e.fields()))
+        let coded = cause_of_error(provider, e.fields());
+        match coded {
+            None | Some(Cause::InvalidRequest) => money::cause_from_message(e).or(coded),
+            known => known,
+        }
     });
     let cause = status::decide_cause(
         provider,

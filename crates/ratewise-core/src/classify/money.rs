@@ -9,7 +9,7 @@ use std::time::SystemTime;
 pub(super) fn cause_from_message(error: &ProviderError) -> Option<Cause> {
     let message = error.message.as_deref()?;
     let lower: String = message.chars().take(512).collect::<String>().to_lowercase();
-    const BILLING: &[&str] = &["credit balance is too low", "credit balance is exhausted"];
+    const BILLING: &[&str] = &["credit balance is too low"];
     BILLING
         .iter()
         .any(|p| lower.contains(p))
