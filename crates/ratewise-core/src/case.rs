@@ -4,7 +4,9 @@
 //! Used by the fixture tests, `ratewise explain --case`, and the fuzz seed
 //! corpora.
 
-use crate::classify::{classify_response, classify_transport, detect_provider, ResponseView, TransportFailure};
+use crate::classify::{
+    classify_response, classify_transport, detect_provider, ResponseView, TransportFailure,
+};
 use crate::decide::{decide, JobState, Policy, RandomSource};
 use crate::explain::Explanation;
 use crate::time::{Instant, Now};
@@ -132,9 +134,14 @@ impl fmt::Display for CaseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CaseError::Format(e) => write!(f, "not a case file: {e}"),
-            CaseError::Provider(p) => write!(f, "unknown provider {p:?} (anthropic, openai, generic, auto)"),
+            CaseError::Provider(p) => write!(
+                f,
+                "unknown provider {p:?} (anthropic, openai, generic, auto)"
+            ),
             CaseError::Now(n) => write!(f, "`now` is not an RFC 3339 instant: {n:?}"),
-            CaseError::Shape => f.write_str("a case needs exactly one of `response` and `transport`"),
+            CaseError::Shape => {
+                f.write_str("a case needs exactly one of `response` and `transport`")
+            }
             CaseError::Http(e) => write!(f, "invalid HTTP in the case: {e}"),
         }
     }
@@ -178,8 +185,10 @@ impl Case {
         let status = StatusCode::from_u16(r.status).map_err(|e| CaseError::Http(e.to_string()))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &r.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| CaseError::Http(e.to_string()))?;
-            let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|e| CaseError::Http(e.to_string()))?;
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| CaseError::Http(e.to_string()))?;
+            let value = HeaderValue::from_bytes(value.as_bytes())
+                .map_err(|e| CaseError::Http(e.to_string()))?;
             headers.append(name, value);
         }
         Ok(Some(OwnedResponse {
@@ -191,7 +200,8 @@ impl Case {
 
     /// Evaluates the case under the default policy with the given overrides.
     pub fn evaluate(&self, rng: &mut impl RandomSource) -> Result<Explanation, CaseError> {
-        let wall = crate::time::parse_rfc3339(&self.now).ok_or_else(|| CaseError::Now(self.now.clone()))?;
+        let wall = crate::time::parse_rfc3339(&self.now)
+            .ok_or_else(|| CaseError::Now(self.now.clone()))?;
         // The job arrived `elapsed_ms` ago; put the monotonic origin there.
         let now = Now::new(Instant::from_millis(self.job.elapsed_ms), wall);
         let job = JobState::new(
@@ -223,7 +233,8 @@ impl Case {
         if self.provider == "auto" {
             return Ok(response.map_or(Provider::Generic, |r| detect_provider(&r.headers, &r.body)));
         }
-        Provider::from_word(&self.provider).ok_or_else(|| CaseError::Provider(self.provider.clone()))
+        Provider::from_word(&self.provider)
+            .ok_or_else(|| CaseError::Provider(self.provider.clone()))
     }
 }
 
@@ -237,35 +248,65 @@ impl Expect {
             }
         };
         if let Some(c) = self.cause {
-            want(got.cause == c, format!("cause {} != expected {c}", got.cause));
+            want(
+                got.cause == c,
+                format!("cause {} != expected {c}", got.cause),
+            );
         }
         if let Some(cs) = &self.cause_in {
-            want(cs.contains(&got.cause), format!("cause {} not in {cs:?}", got.cause));
+            want(
+                cs.contains(&got.cause),
+                format!("cause {} not in {cs:?}", got.cause),
+            );
         }
         if let Some(s) = self.scope {
-            want(got.scope == s, format!("scope {} != expected {s}", got.scope));
+            want(
+                got.scope == s,
+                format!("scope {} != expected {s}", got.scope),
+            );
         }
         if let Some(a) = self.action {
-            want(got.action == a, format!("action {} != expected {a}", got.action));
+            want(
+                got.action == a,
+                format!("action {} != expected {a}", got.action),
+            );
         }
         if let Some(a_in) = &self.action_in {
-            want(a_in.contains(&got.action), format!("action {} not in {a_in:?}", got.action));
+            want(
+                a_in.contains(&got.action),
+                format!("action {} not in {a_in:?}", got.action),
+            );
         }
         if let Some(r) = self.reason {
-            want(got.reason == Some(r), format!("reason {:?} != expected {r}", got.reason));
+            want(
+                got.reason == Some(r),
+                format!("reason {:?} != expected {r}", got.reason),
+            );
         }
         if let Some(d) = self.dimension {
-            want(got.dimension == Some(d), format!("dimension {:?} != expected {d}", got.dimension));
+            want(
+                got.dimension == Some(d),
+                format!("dimension {:?} != expected {d}", got.dimension),
+            );
         }
         if let Some(id) = &self.request_id {
-            want(got.request_id.as_ref() == Some(id), format!("request_id {:?} != expected {id}", got.request_id));
+            want(
+                got.request_id.as_ref() == Some(id),
+                format!("request_id {:?} != expected {id}", got.request_id),
+            );
         }
         if let Some(u) = &self.until {
-            want(got.until.as_ref() == Some(u), format!("until {:?} != expected {u}", got.until));
+            want(
+                got.until.as_ref() == Some(u),
+                format!("until {:?} != expected {u}", got.until),
+            );
         }
         if self.delay_ms_min.is_some() || self.delay_ms_max.is_some() {
             match got.delay_ms {
-                None => want(got.action != ActionKind::Retry, "retry without a delay".to_owned()),
+                None => want(
+                    got.action != ActionKind::Retry,
+                    "retry without a delay".to_owned(),
+                ),
                 Some(ms) => {
                     if let Some(min) = self.delay_ms_min {
                         want(ms >= min, format!("delay {ms} ms < min {min}"));

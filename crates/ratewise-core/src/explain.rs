@@ -38,6 +38,8 @@ pub struct Explanation {
     pub error_type: Option<String>,
     /// `error.code`.
     pub error_code: Option<String>,
+    /// `error.message` (bounded).
+    pub message: Option<String>,
     /// Why: the classifier's notes, then the decision's.
     pub notes: Vec<String>,
 }
@@ -61,6 +63,7 @@ impl Explanation {
             status: c.status,
             error_type: c.evidence.error_type.clone(),
             error_code: c.evidence.error_code.clone(),
+            message: c.evidence.message.clone(),
             notes: c
                 .evidence
                 .notes
@@ -77,11 +80,23 @@ impl fmt::Display for Explanation {
         let opt = |o: Option<String>| o.unwrap_or_else(|| "-".to_owned());
         writeln!(f, "provider    {}", self.provider)?;
         writeln!(f, "status      {}", opt(self.status.map(|s| s.to_string())))?;
-        writeln!(f, "error       {} / {}", opt(self.error_type.clone()), opt(self.error_code.clone()))?;
+        writeln!(
+            f,
+            "error       {} / {}",
+            opt(self.error_type.clone()),
+            opt(self.error_code.clone())
+        )?;
+        if let Some(m) = &self.message {
+            writeln!(f, "message     {m}")?;
+        }
         writeln!(f, "request id  {}", opt(self.request_id.clone()))?;
         writeln!(f, "cause       {}", self.cause)?;
         writeln!(f, "scope       {}", self.scope)?;
-        writeln!(f, "dimension   {}", opt(self.dimension.map(|d| d.to_string())))?;
+        writeln!(
+            f,
+            "dimension   {}",
+            opt(self.dimension.map(|d| d.to_string()))
+        )?;
         let detail = match (self.delay_ms, &self.until, self.reason) {
             (Some(ms), _, _) => format!(" in {ms} ms"),
             (_, Some(u), _) => format!(" until {u}"),

@@ -7,7 +7,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cases");
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/cases");
+const SHARED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/fixtures/cases"
+);
 
 fn json_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
@@ -39,7 +42,11 @@ fn check_all(dir: &Path) -> usize {
             }
         }
     }
-    assert!(failures.is_empty(), "failing cases:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "failing cases:\n{}",
+        failures.join("\n")
+    );
     files.len()
 }
 
@@ -60,7 +67,10 @@ fn every_case_in_shared_passes_when_present() {
 fn project_copy_matches_shared() {
     let shared = Path::new(SHARED);
     if !shared.is_dir() {
-        eprintln!("{} not present: nothing to compare (a user's checkout)", shared.display());
+        eprintln!(
+            "{} not present: nothing to compare (a user's checkout)",
+            shared.display()
+        );
         return;
     }
     let ours = json_files(Path::new(OWN));
