@@ -84,7 +84,7 @@ impl AttemptRecord {
         let hint = c.hints.wait;
         AttemptRecord {
             time_utc: crate::time::format_rfc3339(wall),
-            job_id: job_id.map(|j| j.chars().take(128).collect()),
+            job_id: job_id.map(|j| crate::parse::clip(j, 128).to_owned()),
             attempt,
             status: c.status,
             transport: c.transport.map(|t| t.as_str()),

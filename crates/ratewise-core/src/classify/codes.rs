@@ -135,8 +135,10 @@ pub fn says_self_set_limit(message: &str) -> bool {
         "usage limit you set",
         "workspace spend limit",
     ];
-    let head: String = message.chars().take(512).collect::<String>().to_lowercase();
-    PHRASES.iter().any(|p| head.contains(p))
+    let head = crate::parse::clip(message, 512);
+    PHRASES
+        .iter()
+        .any(|p| crate::parse::contains_ignore_ascii_case(head, p))
 }
 
 #[cfg(test)]

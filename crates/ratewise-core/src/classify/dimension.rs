@@ -26,8 +26,8 @@ pub(super) fn limited_dimension(
 }
 
 fn from_message(provider: Provider, message: &str) -> Option<Dimension> {
-    let lower: String = message.chars().take(512).collect::<String>().to_lowercase();
-    let has = |p: &str| lower.contains(p);
+    let head = crate::parse::clip(message, 512);
+    let has = |p: &str| crate::parse::contains_ignore_ascii_case(head, p);
     match provider {
         Provider::Anthropic => {
             if has("output tokens") {

@@ -8,11 +8,8 @@ use std::time::SystemTime;
 /// "Your credit balance is too low" with a 400 `invalid_request_error`).
 pub(super) fn cause_from_message(error: &ProviderError) -> Option<Cause> {
     let message = error.message.as_deref()?;
-    let lower: String = message.chars().take(512).collect::<String>().to_lowercase();
-    const BILLING: &[&str] = &["credit balance is too low"];
-    BILLING
-        .iter()
-        .any(|p| lower.contains(p))
+    let head = crate::parse::clip(message, 512);
+    crate::parse::contains_ignore_ascii_case(head, "credit balance is too low")
         .then_some(Cause::Billing)
 }
 
