@@ -296,18 +296,15 @@ impl SseDecoder {
                 self.data.push_str(&value);
                 self.data.push('\n');
             }
-            b"id" => {
-                if !value.contains(&0) {
-                    self.last_event_id.clear();
-                    self.last_event_id.push_str(&String::from_utf8_lossy(value));
-                }
+            // An id containing NUL is ignored (WHATWG).
+            b"id" if !value.contains(&0) => {
+                self.last_event_id.clear();
+                self.last_event_id.push_str(&String::from_utf8_lossy(value));
             }
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    // Digits only, so UTF-8; an overflowing value is ignored.
-                    if let Ok(ms) = std::str::from_utf8(value).unwrap_or("x").parse() {
-                        self.retry = Some(ms);
-                    }
+            // Only ASCII digits; an overflowing value is ignored too.
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                if let Some(ms) = parse_digits(value) {
+                    self.retry = Some(ms);
                 }
             }
             _ => {} // unknown fields are ignored
@@ -331,6 +328,12 @@ impl SseDecoder {
             id: self.last_event_id.clone(),
         });
     }
+}
+
+fn parse_digits(digits: &[u8]) -> Option<u64> {
+    digits.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 #[cfg(test)]

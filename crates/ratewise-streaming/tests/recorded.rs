@@ -17,8 +17,7 @@ fn whole_stream_matches_expectation() {
 #[test]
 fn every_split_point_gives_the_same_events_and_outcome() {
     for rec in recorded() {
-        let (whole, whole_outcome, _) =
-            run(rec.provider, CommitPoint::FirstByte, [&rec.bytes[..]]);
+        let (whole, whole_outcome, _) = run(rec.provider, CommitPoint::FirstByte, [&rec.bytes[..]]);
         for split in 0..=rec.bytes.len() {
             let (a, b) = rec.bytes.split_at(split);
             let (events, outcome, _) = run(rec.provider, CommitPoint::FirstByte, [a, b]);
@@ -33,8 +32,7 @@ fn every_split_point_gives_the_same_events_and_outcome() {
 fn one_byte_at_a_time() {
     for rec in recorded() {
         let (whole, _, _) = run(rec.provider, CommitPoint::FirstByte, [&rec.bytes[..]]);
-        let (events, outcome, _) =
-            run(rec.provider, CommitPoint::FirstByte, rec.bytes.chunks(1));
+        let (events, outcome, _) = run(rec.provider, CommitPoint::FirstByte, rec.bytes.chunks(1));
         assert_eq!(events, whole, "{}", rec.name);
         check(&rec, &events, &outcome, "byte by byte");
     }

@@ -43,7 +43,10 @@ pub fn recorded() -> Vec<Recorded> {
     on_disk.sort();
     let mut named: Vec<String> = expected.keys().cloned().collect();
     named.sort();
-    assert_eq!(on_disk, named, "every .sse file has an expectation and vice versa");
+    assert_eq!(
+        on_disk, named,
+        "every .sse file has an expectation and vice versa"
+    );
     named
         .into_iter()
         .map(|name| {
@@ -72,7 +75,9 @@ pub fn run<'a>(
     let mut tracker = StreamTracker::new(provider, config);
     let mut events = Vec::new();
     for chunk in chunks {
-        tracker.push(chunk, &mut events).expect("recorded streams decode");
+        tracker
+            .push(chunk, &mut events)
+            .expect("recorded streams decode");
     }
     let outcome = tracker.outcome(true);
     (events, outcome, tracker)
@@ -93,7 +98,11 @@ pub fn text(events: &[StreamEvent]) -> String {
 pub fn check(rec: &Recorded, events: &[StreamEvent], outcome: &StreamOutcome, how: &str) {
     let ctx = format!("{} ({how})", rec.name);
     let e = &rec.expect;
-    assert_eq!(outcome.as_str(), e["outcome"].as_str().unwrap(), "{ctx}: {outcome:?}");
+    assert_eq!(
+        outcome.as_str(),
+        e["outcome"].as_str().unwrap(),
+        "{ctx}: {outcome:?}"
+    );
     if let Some(cause) = e.get("cause") {
         assert_eq!(
             outcome.cause().map(|c| c.as_str()),
@@ -102,7 +111,11 @@ pub fn check(rec: &Recorded, events: &[StreamEvent], outcome: &StreamOutcome, ho
         );
     }
     if let Some(committed) = e.get("committed") {
-        assert_eq!(Some(outcome.committed()), committed.as_bool(), "{ctx}: committed");
+        assert_eq!(
+            Some(outcome.committed()),
+            committed.as_bool(),
+            "{ctx}: committed"
+        );
     }
     if let Some(delivered) = e.get("content_delivered") {
         assert_eq!(
