@@ -49,5 +49,5 @@ pub use body::{ByteStreamBody, SseStream, StreamError};
 pub use commit::{CommitPoint, CommitState};
 pub use interpret::{InBandError, Interpreter, StreamEvent};
 pub use outcome::{InterruptReason, StreamOutcome};
-pub use sse::{SseDecoder, SseError, SseEvent, SseLimits};
+pub use sse::{is_event_stream, SseDecoder, SseError, SseEvent, SseLimits};
 pub use tracker::{StreamTracker, TrackerConfig};

@@ -28,7 +28,6 @@
 //! assert_eq!(events[0].data, "{\"a\":1}");
 //! ```
 
-use std::borrow::Cow;
 use std::fmt;
 
 /// Size bounds on what the decoder buffers for one line and one event.
@@ -318,16 +317,34 @@ impl SseDecoder {
             return;
         }
         self.data.pop(); // the trailing '\n' added after the last data line
-        let event = match std::mem::take(&mut self.event_type) {
-            t if t.is_empty() => Cow::Borrowed("message"),
-            t => Cow::Owned(t),
-        };
+        let mut event = std::mem::take(&mut self.event_type);
+        if event.is_empty() {
+            event.push_str("message");
+        }
         out.push(SseEvent {
-            event: event.into_owned(),
+            event,
             data: std::mem::take(&mut self.data),
             id: self.last_event_id.clone(),
         });
     }
+}
+
+/// Whether a `Content-Type` value names `text/event-stream` (any case, any
+/// parameters): the responses a metered body should read as a stream.
+///
+/// ```
+/// use ratewise_streaming::sse::is_event_stream;
+/// assert!(is_event_stream(b"text/event-stream; charset=utf-8"));
+/// assert!(is_event_stream(b" Text/Event-Stream"));
+/// assert!(!is_event_stream(b"application/json"));
+/// ```
+pub fn is_event_stream(content_type: &[u8]) -> bool {
+    let essence = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    essence.eq_ignore_ascii_case(b"text/event-stream")
 }
 
 fn parse_digits(digits: &[u8]) -> Option<u64> {

@@ -21,17 +21,34 @@
 //! The hot path allocates only the events themselves: SSE events are
 //! decoded into a reused buffer and each is interpreted once.
 //!
+//! A metered body under [`CommitPoint::FirstContent`], in outline (the
+//! hold-back buffer needs its own bound; past it, release and commit):
+//!
 //! ```
 //! use ratewise_core::Provider;
-//! use ratewise_streaming::{CommitPoint, StreamOutcome, StreamTracker, TrackerConfig};
+//! use ratewise_streaming::{CommitPoint, StreamTracker, TrackerConfig};
 //!
 //! let config = TrackerConfig { commit_point: CommitPoint::FirstContent, ..Default::default() };
-//! let mut t = StreamTracker::new(Provider::Openai, config);
-//! t.observe(b"event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n").unwrap();
-//! assert!(t.is_terminal() && !t.committed());
-//! let outcome = t.outcome(true);
-//! assert_eq!(outcome.cause(), Some(ratewise_core::Cause::ServerError));
-//! assert!(outcome.replayable()); // nothing was released to the caller
+//! let mut tracker = StreamTracker::new(Provider::Anthropic, config);
+//! let mut held: Vec<&[u8]> = Vec::new();
+//! let mut released: Vec<&[u8]> = Vec::new();
+//! let frames: [&[u8]; 2] = [
+//!     b"event: ping\ndata: {\"type\":\"ping\"}\n\n",
+//!     b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n",
+//! ];
+//! for frame in frames {
+//!     let _ = tracker.observe(frame); // a decode error shows in the outcome
+//!     held.push(frame);
+//!     if tracker.committed() {
+//!         released.append(&mut held); // forward everything held, in order
+//!     }
+//!     if tracker.is_terminal() {
+//!         break;
+//!     }
+//! }
+//! let outcome = tracker.outcome(true);
+//! assert!(released.is_empty());
+//! assert!(outcome.replayable()); // drop `held`, retry per the cause (overloaded)
 //! ```
 
 use ratewise_core::{Provider, Usage};
