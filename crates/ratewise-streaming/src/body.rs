@@ -111,6 +111,64 @@ impl<B> SseStream<B> {
     pub fn tracker(&self) -> &StreamTracker {
         &self.tracker
     }
+
+    /// The outcome, consuming the stream; `None` if it has not ended.
+    pub fn into_outcome(self) -> Option<StreamOutcome> {
+        self.outcome
+    }
+
+    /// The same stream with the outcome as its last item.
+    pub fn with_outcome(self) -> WithOutcome<B> {
+        WithOutcome {
+            inner: self,
+            done: false,
+        }
+    }
+}
+
+/// An item of [`WithOutcome`].
+#[derive(Debug)]
+pub enum StreamItem {
+    /// A typed event.
+    Event(StreamEvent),
+    /// The body failed or broke the decoder's limits; [`StreamItem::End`]
+    /// follows.
+    Failed(StreamError),
+    /// How the stream ended: always the last item.
+    End(StreamOutcome),
+}
+
+pin_project! {
+    /// An [`SseStream`] whose last item is its [`StreamOutcome`].
+    pub struct WithOutcome<B> {
+        #[pin]
+        inner: SseStream<B>,
+        done: bool,
+    }
+}
+
+impl<B> Stream for WithOutcome<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Item = StreamItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
+        let mut this = self.project();
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        match ready!(this.inner.as_mut().poll_next(cx)) {
+            Some(Ok(event)) => Poll::Ready(Some(StreamItem::Event(event))),
+            Some(Err(err)) => Poll::Ready(Some(StreamItem::Failed(err))),
+            None => {
+                *this.done = true;
+                let outcome = this.inner.outcome().cloned();
+                Poll::Ready(outcome.map(StreamItem::End))
+            }
+        }
+    }
 }
 
 impl<S> SseStream<ByteStreamBody<S>> {

@@ -45,7 +45,7 @@ pub mod outcome;
 pub mod sse;
 pub mod tracker;
 
-pub use body::{ByteStreamBody, SseStream, StreamError};
+pub use body::{ByteStreamBody, SseStream, StreamError, StreamItem, WithOutcome};
 pub use commit::{CommitPoint, CommitState};
 pub use interpret::{InBandError, Interpreter, StreamEvent};
 pub use outcome::{InterruptReason, StreamOutcome};

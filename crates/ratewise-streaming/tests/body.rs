@@ -217,3 +217,27 @@ async fn byte_stream_source() {
     let (events, _) = drain(&mut stream).await;
     common::check(&rec, &events, stream.outcome().unwrap(), "byte stream");
 }
+
+#[tokio::test]
+async fn with_outcome_ends_in_the_outcome() {
+    use ratewise_streaming::StreamItem;
+    let rec = recorded("openai-chat-error-mid-stream.sse");
+    let mut items: Frames = frames(&[&rec.bytes]);
+    items.push(Err(std::io::Error::other("closed")));
+    let body = StreamBody::new(futures::stream::iter(items));
+    let items: Vec<StreamItem> = SseStream::new(body, Provider::Openai, TrackerConfig::default())
+        .with_outcome()
+        .collect()
+        .await;
+    let n = items.len();
+    assert!(matches!(
+        items[n - 2],
+        StreamItem::Failed(StreamError::Body(_))
+    ));
+    let StreamItem::End(outcome) = &items[n - 1] else {
+        panic!("{items:?}")
+    };
+    // The in-band error came first: the later transport error changes nothing.
+    assert_eq!(outcome.cause(), Some(Cause::ServerError));
+    assert!(outcome.committed());
+}
