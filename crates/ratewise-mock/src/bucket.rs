@@ -57,6 +57,9 @@ impl Bucket {
     /// a full bucket); zero when it already is.
     pub fn wait_for(&mut self, amount: u64, now: Instant) -> Duration {
         self.refill(now);
+        if self.limit == 0 && amount > 0 {
+            return MAX_WAIT;
+        }
         let need = (amount.min(self.limit) as f64) - self.level;
         self.wait_secs(need)
     }
