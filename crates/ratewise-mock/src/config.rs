@@ -9,7 +9,9 @@
 //!     "faults": [{"fault": "overloaded", "when": {"nth": [1]}}]
 //! }"#).unwrap();
 //! assert_eq!(cfg.anthropic_limits.requests_per_minute, Some(5));
-//! assert_eq!(cfg.anthropic_limits.input_tokens_per_minute, Some(30_000));
+//! // a limits object replaces the defaults: what it omits is unlimited
+//! assert_eq!(cfg.anthropic_limits.input_tokens_per_minute, None);
+//! assert_eq!(cfg.openai_limits.tokens_per_minute, Some(200_000));
 //! ```
 
 use crate::faults::FaultRule;
@@ -86,7 +88,9 @@ impl Default for MockConfig {
     }
 }
 
-/// Per-minute limits of one (key, model class). `None` = unlimited.
+/// Per-minute limits of one (key, model class). `None` = unlimited. A
+/// limits object in a config replaces the defaults as a whole: fields it
+/// omits are unlimited.
 ///
 /// Anthropic publishes requests, input tokens and output tokens; OpenAI
 /// publishes requests and combined tokens (`tokens_per_minute`, charged
