@@ -59,7 +59,8 @@ impl TimeScale {
 
     /// Real time that `provider` lasts.
     pub fn to_real(self, provider: Duration) -> Duration {
-        Duration::try_from_secs_f64(provider.as_secs_f64() / self.speedup()).unwrap_or(Duration::MAX)
+        Duration::try_from_secs_f64(provider.as_secs_f64() / self.speedup())
+            .unwrap_or(Duration::MAX)
     }
 }
 
@@ -123,8 +124,14 @@ mod tests {
     #[test]
     fn scale_round_trips() {
         let s = TimeScale::new(1.0);
-        assert_eq!(s.to_provider(Duration::from_secs(1)), Duration::from_secs(60));
-        assert_eq!(s.to_real(Duration::from_secs(30)), Duration::from_millis(500));
+        assert_eq!(
+            s.to_provider(Duration::from_secs(1)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            s.to_real(Duration::from_secs(30)),
+            Duration::from_millis(500)
+        );
         assert_eq!(TimeScale::new(f64::NAN), TimeScale::REAL);
         assert_eq!(TimeScale::new(-1.0), TimeScale::REAL);
     }

@@ -176,7 +176,13 @@ impl FaultPlan {
 
     /// The fault for request number `nth` (1-based) to `provider` for
     /// `model`, arriving at provider time `now`, if any rule fires.
-    pub fn pick(&mut self, nth: u64, provider: Provider, model: &str, now: Instant) -> Option<Fault> {
+    pub fn pick(
+        &mut self,
+        nth: u64,
+        provider: Provider,
+        model: &str,
+        now: Instant,
+    ) -> Option<Fault> {
         for i in 0..self.rules.len() {
             let (rule, fired) = &self.rules[i];
             if rule.provider.is_some_and(|p| p != provider)
@@ -243,18 +249,27 @@ mod tests {
         );
         let t = Instant::ZERO;
         assert_eq!(plan.pick(1, Provider::Anthropic, "m", t), None);
-        assert_eq!(plan.pick(2, Provider::Anthropic, "m", t), Some(Fault::Overloaded));
+        assert_eq!(
+            plan.pick(2, Provider::Anthropic, "m", t),
+            Some(Fault::Overloaded)
+        );
         assert_eq!(plan.pick(3, Provider::Anthropic, "m", t), None);
         assert_eq!(plan.pick(4, Provider::Openai, "m", t), Some(Fault::Reset));
     }
 
     #[test]
     fn probability_is_seeded_and_roughly_right() {
-        let rules = vec![FaultRule::new(Fault::Overloaded, Trigger::Probability(0.25))];
+        let rules = vec![FaultRule::new(
+            Fault::Overloaded,
+            Trigger::Probability(0.25),
+        )];
         let run = |seed| {
             let mut p = FaultPlan::new(rules.clone(), seed);
             (1..=4000)
-                .filter(|n| p.pick(*n, Provider::Anthropic, "m", Instant::ZERO).is_some())
+                .filter(|n| {
+                    p.pick(*n, Provider::Anthropic, "m", Instant::ZERO)
+                        .is_some()
+                })
                 .count()
         };
         assert_eq!(run(9), run(9));
@@ -271,9 +286,15 @@ mod tests {
             },
         )];
         let mut p = FaultPlan::new(rules, 0);
-        assert!(p.pick(1, Provider::Anthropic, "m", Instant::from_millis(9_999)).is_none());
-        assert!(p.pick(2, Provider::Anthropic, "m", Instant::from_millis(10_000)).is_some());
-        assert!(p.pick(3, Provider::Anthropic, "m", Instant::from_millis(20_000)).is_none());
+        assert!(p
+            .pick(1, Provider::Anthropic, "m", Instant::from_millis(9_999))
+            .is_none());
+        assert!(p
+            .pick(2, Provider::Anthropic, "m", Instant::from_millis(10_000))
+            .is_some());
+        assert!(p
+            .pick(3, Provider::Anthropic, "m", Instant::from_millis(20_000))
+            .is_none());
     }
 
     #[test]
@@ -282,11 +303,25 @@ mod tests {
             r#"{"fault": {"status": {"status": 502, "html": true}}, "when": {"probability": 0.1}, "provider": "openai"}"#,
         )
         .unwrap();
-        assert_eq!(r.fault, Fault::Status { status: 502, html: true });
+        assert_eq!(
+            r.fault,
+            Fault::Status {
+                status: 502,
+                html: true
+            }
+        );
         let r: FaultRule = serde_json::from_str(r#"{"fault": "reset", "when": "always"}"#).unwrap();
         assert_eq!(r.when, Trigger::Always);
-        let r: FaultRule =
-            serde_json::from_str(r#"{"fault": {"retry_after": {"format": "garbage"}}, "when": {"nth": [1]}}"#).unwrap();
-        assert_eq!(r.fault, Fault::RetryAfter { format: RetryAfterFormat::Garbage, secs: 1 });
+        let r: FaultRule = serde_json::from_str(
+            r#"{"fault": {"retry_after": {"format": "garbage"}}, "when": {"nth": [1]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.fault,
+            Fault::RetryAfter {
+                format: RetryAfterFormat::Garbage,
+                secs: 1
+            }
+        );
     }
 }

@@ -271,7 +271,9 @@ impl ProviderModel {
     }
 
     fn spend_capped(&self) -> bool {
-        self.spend_cfg.cap_usd.is_some_and(|cap| self.spend_usd >= cap)
+        self.spend_cfg
+            .cap_usd
+            .is_some_and(|cap| self.spend_usd >= cap)
     }
 
     /// Decides the answer to one request at provider time `now`, charging
@@ -464,7 +466,14 @@ mod tests {
     }
 
     fn meta(input: u64, max: u64, out: u64) -> RequestMeta {
-        RequestMeta::new(Provider::Anthropic, "k", "claude-sonnet-4-5-20250929", input, max, out)
+        RequestMeta::new(
+            Provider::Anthropic,
+            "k",
+            "claude-sonnet-4-5-20250929",
+            input,
+            max,
+            out,
+        )
     }
 
     #[test]
@@ -476,7 +485,10 @@ mod tests {
             tokens_per_minute: None,
         }));
         let t0 = Instant::ZERO;
-        assert!(matches!(m.handle(&meta(500, 10, 5), t0).outcome, Outcome::Success(_)));
+        assert!(matches!(
+            m.handle(&meta(500, 10, 5), t0).outcome,
+            Outcome::Success(_)
+        ));
         match m.handle(&meta(300, 10, 5), t0).outcome {
             Outcome::RateLimited {
                 dimension,
@@ -502,16 +514,24 @@ mod tests {
         }));
         let t0 = Instant::ZERO;
         let a = m.handle(&meta(1, 800, 100), t0);
-        let Outcome::Success(g) = a.outcome else { panic!() };
+        let Outcome::Success(g) = a.outcome else {
+            panic!()
+        };
         assert_eq!(a.windows[0].remaining, 200);
         // while the first runs, a second max_tokens=800 does not fit
         assert!(matches!(
             m.handle(&meta(1, 800, 100), t0).outcome,
-            Outcome::RateLimited { dimension: Dimension::OutputTokens, .. }
+            Outcome::RateLimited {
+                dimension: Dimension::OutputTokens,
+                ..
+            }
         ));
         m.settle(&g, 100, t0);
         assert_eq!(m.windows(&g.bucket, t0)[0].remaining, 900);
-        assert!(matches!(m.handle(&meta(1, 800, 100), t0).outcome, Outcome::Success(_)));
+        assert!(matches!(
+            m.handle(&meta(1, 800, 100), t0).outcome,
+            Outcome::Success(_)
+        ));
     }
 
     #[test]
@@ -520,15 +540,24 @@ mod tests {
             requests_per_minute: Some(1),
             ..Limits::default()
         }));
-        assert_eq!(m.model_class("claude-sonnet-4-5-20250929"), "claude-sonnet-4-5");
+        assert_eq!(
+            m.model_class("claude-sonnet-4-5-20250929"),
+            "claude-sonnet-4-5"
+        );
         let t0 = Instant::ZERO;
         let mut a = meta(1, 1, 1);
         a.model = "claude-sonnet-4-5".into();
         assert!(matches!(m.handle(&a, t0).outcome, Outcome::Success(_)));
-        assert!(matches!(m.handle(&meta(1, 1, 1), t0).outcome, Outcome::RateLimited { .. }));
+        assert!(matches!(
+            m.handle(&meta(1, 1, 1), t0).outcome,
+            Outcome::RateLimited { .. }
+        ));
         let mut other_key = meta(1, 1, 1);
         other_key.key = "k2".into();
-        assert!(matches!(m.handle(&other_key, t0).outcome, Outcome::Success(_)));
+        assert!(matches!(
+            m.handle(&other_key, t0).outcome,
+            Outcome::Success(_)
+        ));
     }
 
     #[test]
@@ -541,22 +570,39 @@ mod tests {
         });
         let mut m = ProviderModel::new(&c);
         let t = |ms| Instant::from_millis(ms);
-        assert!(matches!(m.handle(&meta(1, 1, 1), t(0)).outcome, Outcome::Success(_)));
-        assert!(matches!(m.handle(&meta(1, 1, 1), t(100)).outcome, Outcome::Success(_)));
+        assert!(matches!(
+            m.handle(&meta(1, 1, 1), t(0)).outcome,
+            Outcome::Success(_)
+        ));
+        assert!(matches!(
+            m.handle(&meta(1, 1, 1), t(100)).outcome,
+            Outcome::Success(_)
+        ));
         assert_eq!(
             m.handle(&meta(1, 1, 1), t(2_500)).outcome,
-            Outcome::SlowDown { retry_after: Duration::from_secs(8) }
+            Outcome::SlowDown {
+                retry_after: Duration::from_secs(8)
+            }
         );
         // after the window, steady traffic is fine
         for i in 0..5 {
-            assert!(matches!(m.handle(&meta(1, 1, 1), t(11_000 + i * 1000)).outcome, Outcome::Success(_)));
+            assert!(matches!(
+                m.handle(&meta(1, 1, 1), t(11_000 + i * 1000)).outcome,
+                Outcome::Success(_)
+            ));
         }
         // idle again, then a burst
         let base = 100_000;
         for i in 0..2 {
-            assert!(matches!(m.handle(&meta(1, 1, 1), t(base + i)).outcome, Outcome::Success(_)));
+            assert!(matches!(
+                m.handle(&meta(1, 1, 1), t(base + i)).outcome,
+                Outcome::Success(_)
+            ));
         }
-        assert!(matches!(m.handle(&meta(1, 1, 1), t(base + 5)).outcome, Outcome::SlowDown { .. }));
+        assert!(matches!(
+            m.handle(&meta(1, 1, 1), t(base + 5)).outcome,
+            Outcome::SlowDown { .. }
+        ));
     }
 
     #[test]
@@ -566,9 +612,14 @@ mod tests {
         c.faults = vec![FaultRule::always(Fault::Overloaded)];
         let mut m = ProviderModel::new(&c);
         let t0 = Instant::ZERO;
-        assert_eq!(m.handle(&meta(1, 1, 1), t0).outcome, Outcome::Fault(Fault::Overloaded));
+        assert_eq!(
+            m.handle(&meta(1, 1, 1), t0).outcome,
+            Outcome::Fault(Fault::Overloaded)
+        );
         m.set_faults(vec![]);
-        let Outcome::Success(g) = m.handle(&meta(10, 10, 10), t0).outcome else { panic!() };
+        let Outcome::Success(g) = m.handle(&meta(10, 10, 10), t0).outcome else {
+            panic!()
+        };
         m.settle(&g, 10, t0); // 10*3 + 10*15 = 180 µUSD
         assert!(m.spend_usd() > 0.000_1);
         assert_eq!(m.handle(&meta(1, 1, 1), t0).outcome, Outcome::SpendCap);
