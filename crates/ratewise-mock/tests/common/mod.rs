@@ -50,11 +50,23 @@ pub fn openai_body(text: &str, max_tokens: u64, stream: bool) -> Value {
     v
 }
 
-pub async fn post(server: &MockServer, path: &str, key: &str, body: &Value, extra: &[(&str, &str)]) -> Reply {
+pub async fn post(
+    server: &MockServer,
+    path: &str,
+    key: &str,
+    body: &Value,
+    extra: &[(&str, &str)],
+) -> Reply {
     post_raw(server, path, key, serde_json::to_vec(body).unwrap(), extra).await
 }
 
-pub async fn post_raw(server: &MockServer, path: &str, key: &str, body: Vec<u8>, extra: &[(&str, &str)]) -> Reply {
+pub async fn post_raw(
+    server: &MockServer,
+    path: &str,
+    key: &str,
+    body: Vec<u8>,
+    extra: &[(&str, &str)],
+) -> Reply {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut b = Request::post(format!("{}{path}", server.base_url()))
         .header("content-type", "application/json");
@@ -68,11 +80,18 @@ pub async fn post_raw(server: &MockServer, path: &str, key: &str, body: Vec<u8>,
     for (n, v) in extra {
         b = b.header(*n, *v);
     }
-    let resp = client.request(b.body(Full::new(Bytes::from(body))).unwrap()).await.expect("response");
+    let resp = client
+        .request(b.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .expect("response");
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let body = resp.into_body().collect().await.expect("body").to_bytes();
-    Reply { status, headers, body }
+    Reply {
+        status,
+        headers,
+        body,
+    }
 }
 
 pub async fn anthropic(server: &MockServer, body: &Value) -> Reply {
