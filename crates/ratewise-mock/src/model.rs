@@ -296,11 +296,11 @@ impl ProviderModel {
         }
         match self.faults.pick(self.seen, meta.provider, &meta.model, now) {
             Some(Fault::Stall { ms }) => answer.stall = Some(Duration::from_millis(ms)),
-            Some(f @ (Fault::StreamCut { .. } | Fault::StreamError { .. })) => {
-                if meta.stream {
-                    answer.stream_fault = Some(f);
-                }
+            Some(f @ (Fault::StreamCut { .. } | Fault::StreamError { .. })) if meta.stream => {
+                answer.stream_fault = Some(f);
             }
+            // A stream fault leaves a non-streaming request alone.
+            Some(Fault::StreamCut { .. } | Fault::StreamError { .. }) => {}
             Some(f) => {
                 answer.outcome = Outcome::Fault(f);
                 return answer;
