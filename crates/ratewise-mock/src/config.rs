@@ -141,7 +141,8 @@ pub struct ModelClassRule {
 
 /// Acceleration limit: a key that was idle for `idle_secs` may send at most
 /// `max_requests` in the `window_secs` after it resumes; more get 429
-/// `slow_down` (OpenAI) / `rate_limit_error` "sharp increase" (Anthropic),
+/// `slow_down` (OpenAI) / `rate_limit_error` with `details.error_code =
+/// "ramp_limit_exceeded"` (Anthropic),
 /// even under the nominal limits. Provider seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

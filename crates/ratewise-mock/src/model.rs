@@ -229,6 +229,12 @@ impl ProviderModel {
         self.spend_cfg.cap_usd = cap_usd;
     }
 
+    /// Sets or removes the acceleration limit (ramp state starts over).
+    pub fn set_acceleration(&mut self, acceleration: Option<AccelerationConfig>) {
+        self.acceleration = acceleration;
+        self.ramps.clear();
+    }
+
     /// Replaces the fault rules.
     pub fn set_faults(&mut self, rules: Vec<FaultRule>) {
         self.faults.set_rules(rules);

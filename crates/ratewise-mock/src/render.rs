@@ -359,7 +359,9 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
             retry_true(&mut headers);
             headers.extend(rl);
             let body = if anthropic {
-                error_body(ctx, "rate_limit_error", None,
+                // Anthropic's acceleration ("ramp") limit: the official SDK
+                // maps this code to `RampLimitExceededError`.
+                error_body(ctx, "rate_limit_error", Some("ramp_limit_exceeded"),
                     "Your organization's request rate increased too sharply. Please reduce the rate at which you send requests and ramp up gradually.")
             } else {
                 error_body(

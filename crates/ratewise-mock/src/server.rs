@@ -8,13 +8,14 @@
 //! * `PUT /mock/faults` — replace the fault rules (JSON array of [`FaultRule`]).
 //! * `PUT /mock/billing` — `true` / `false`: answer 402 to everything.
 //! * `PUT /mock/spend-cap` — a number (USD) or `null`.
+//! * `PUT /mock/acceleration` — an [`AccelerationConfig`] or `null`.
 //!
 //! The key is `x-api-key` (Anthropic) or `Authorization: Bearer …` (either
 //! is accepted on both routes); a request without one gets 401.
 
 use crate::body::MockBody;
 use crate::clock::{Clock, TimeScale};
-use crate::config::MockConfig;
+use crate::config::{AccelerationConfig, MockConfig};
 use crate::faults::{Fault, FaultRule};
 use crate::io::ResettableStream;
 use crate::model::{Answer, Outcome, ProviderModel, RequestMeta};
@@ -154,6 +155,11 @@ impl MockServer {
         lock(&self.state.model).set_spend_cap(cap_usd);
     }
 
+    /// Sets or removes the acceleration limit.
+    pub fn set_acceleration(&self, acceleration: Option<AccelerationConfig>) {
+        lock(&self.state.model).set_acceleration(acceleration);
+    }
+
     /// Total spend so far, USD.
     pub fn spend_usd(&self) -> f64 {
         lock(&self.state.model).spend_usd()
@@ -264,6 +270,15 @@ async fn control(state: &State, method: &Method, path: &str, req: Request<Incomi
             }
             Err(e) => plain(400, &e.to_string()),
         },
+        (&Method::PUT, "/mock/acceleration") => {
+            match serde_json::from_slice::<Option<AccelerationConfig>>(&body) {
+                Ok(acc) => {
+                    model.set_acceleration(acc);
+                    plain(204, "")
+                }
+                Err(e) => plain(400, &e.to_string()),
+            }
+        }
         (&Method::PUT, "/mock/spend-cap") => match serde_json::from_slice::<Option<f64>>(&body) {
             Ok(cap) => {
                 model.set_spend_cap(cap);
