@@ -42,14 +42,20 @@ use tokio::task::{JoinHandle, JoinSet};
 /// Default `max_tokens` of an OpenAI request that sets none.
 pub const OPENAI_DEFAULT_MAX_TOKENS: u64 = 4096;
 
-/// A running mock provider. Dropping it without [`MockServer::shutdown`]
-/// leaves the server running until the runtime ends.
+/// A running mock provider. Dropping it stops it too (without waiting);
+/// [`MockServer::shutdown`] also waits until every connection is closed.
 #[derive(Debug)]
 pub struct MockServer {
     addr: SocketAddr,
     state: Arc<State>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
 }
 
 #[derive(Debug)]
@@ -110,7 +116,7 @@ impl MockServer {
             addr,
             state,
             stop,
-            task,
+            task: Some(task),
         })
     }
 
@@ -176,9 +182,11 @@ impl MockServer {
     }
 
     /// Stops accepting and drops every open connection.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 
