@@ -36,6 +36,7 @@ mod io;
 pub mod model;
 pub mod record;
 pub mod render;
+pub mod request;
 pub mod server;
 pub mod tokens;
 
