@@ -217,6 +217,20 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stop: watch::
 
 type Resp = Response<MockBody>;
 
+/// Corrects a JSON success's output charge to its actual output when
+/// dropped: after the generation latency, or when the client went away.
+struct SettleOnDrop {
+    state: Arc<State>,
+    grant: crate::model::Grant,
+}
+
+impl Drop for SettleOnDrop {
+    fn drop(&mut self) {
+        let now = self.state.clock.now();
+        lock(&self.state.model).settle(&self.grant, self.grant.output_tokens, now);
+    }
+}
+
 async fn handle(
     state: Arc<State>,
     reset: Arc<AtomicBool>,
@@ -448,13 +462,18 @@ async fn api(
             Ok(build(200, &headers, MockBody::Stream(rx)))
         }
         Outcome::Success(grant) => {
+            // Settles when generation ends, even if the client hangs up first.
+            let settle = SettleOnDrop {
+                state: state.clone(),
+                grant: grant.clone(),
+            };
             if !per_token.is_zero() {
                 tokio::time::sleep(
                     per_token.saturating_mul(grant.output_tokens.min(u32::MAX as u64) as u32),
                 )
                 .await;
             }
-            lock(&state.model).settle(grant, grant.output_tokens, state.clock.now());
+            drop(settle);
             Ok(respond(render::render_answer(&ctx, &answer)))
         }
         _ => Ok(respond(render::render_answer(&ctx, &answer))),
