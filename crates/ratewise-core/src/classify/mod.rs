@@ -1,4 +1,323 @@
 //! Classification: one response (or transport failure) → cause, scope,
-//! dimension, hints and evidence. Knows nothing of time budgets.
+//! dimension, hints and evidence.
+//!
+//! The body's structured code is read first, headers second, status last
+//! (DESIGN principle 1). Nothing here knows about policies or time budgets:
+//! [`crate::decide`] turns a [`Classification`] into an action.
+//!
+//! ```
+//! use ratewise_core::classify::{classify_response, ResponseView};
+//! use ratewise_core::{Cause, Dimension, Provider, Scope};
+//! use http::{HeaderMap, StatusCode};
+//!
+//! let mut headers = HeaderMap::new();
+//! headers.insert("retry-after", "8".parse().unwrap());
+//! headers.insert("anthropic-ratelimit-input-tokens-remaining", "0".parse().unwrap());
+//! let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+//! let view = ResponseView { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers, body };
+//! let c = classify_response(Provider::Anthropic, &view, std::time::SystemTime::UNIX_EPOCH);
+//! assert_eq!(c.cause, Cause::RateLimited);
+//! assert_eq!(c.scope, Scope::Bucket);
+//! assert_eq!(c.dimension, Some(Dimension::InputTokens));
+//! assert_eq!(c.hints.wait.unwrap().wait.as_secs(), 8);
+//! ```
 
 pub mod codes;
+mod detect;
+mod dimension;
+mod money;
+mod status;
+mod transport;
+
+pub use detect::detect_provider;
+pub use transport::TransportFailure;
+
+use crate::parse::body::{parse_error_body, ProviderError, Unreadable};
+use crate::parse::ratelimit::RateLimitSnapshot;
+use crate::parse::request_id::request_id_from_headers;
+use crate::parse::retry_after::{HintSource, RetryHeaders};
+use crate::parse::{message, Rejected};
+use crate::vocab::{Cause, Dimension, Provider, Scope};
+use codes::cause_of_error;
+use http::{HeaderMap, StatusCode};
+use std::time::{Duration, SystemTime};
+
+/// One HTTP response as the classifier reads it: borrowed, never owned.
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseView<'a> {
+    /// The status code.
+    pub status: StatusCode,
+    /// All response headers.
+    pub headers: &'a HeaderMap,
+    /// The body, or the bounded prefix of it the caller buffered.
+    pub body: &'a [u8],
+}
+
+/// A valid wait hint and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hint {
+    /// Which header or phrase said it.
+    pub source: HintSource,
+    /// The minimum wait the server asked for.
+    pub wait: Duration,
+}
+
+/// Everything the response said about waiting.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Hints {
+    /// The most trusted valid wait hint: `retry-after-ms`, `Retry-After`,
+    /// the message's "try again in", the limited dimension's reset header.
+    pub wait: Option<Hint>,
+    /// `x-should-retry`, when present and valid.
+    pub should_retry: Option<bool>,
+    /// Hints present but rejected, with the reason (never turned into zero).
+    pub rejected: Vec<(HintSource, Rejected)>,
+    /// The rate-limit headers.
+    pub ratelimit: RateLimitSnapshot,
+    /// When a stop lifts by itself (the monthly spend cap, a dated limit).
+    pub resume_at: Option<SystemTime>,
+}
+
+/// How the body was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyReading {
+    /// Not read: a success, a transport failure, or the generic profile.
+    NotRead,
+    /// A structured provider error was read.
+    Structured,
+    /// The body could not be read as a provider error.
+    Unreadable(Unreadable),
+}
+
+/// What was seen, for records and explanations (no secrets: nothing from
+/// the request, no body beyond the provider's error fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence {
+    /// The provider's request id (headers first, then the body).
+    pub request_id: Option<String>,
+    /// `error.type`.
+    pub error_type: Option<String>,
+    /// `error.code` / `error.details.error_code`.
+    pub error_code: Option<String>,
+    /// `error.message` (bounded); shown by `explain`, not kept in records.
+    pub message: Option<String>,
+    /// How the body was read.
+    pub body: BodyReading,
+    /// Why the classifier chose this cause, in short sentences.
+    pub notes: Vec<String>,
+}
+
+/// The classifier's verdict on one response or transport failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classification {
+    /// The profile whose rules were applied.
+    pub provider: Provider,
+    /// The HTTP status, when there was a response.
+    pub status: Option<u16>,
+    /// The transport failure, when there was no response.
+    pub transport: Option<TransportFailure>,
+    /// What happened.
+    pub cause: Cause,
+    /// Who is affected.
+    pub scope: Scope,
+    /// Which ceiling was hit, when known.
+    pub dimension: Option<Dimension>,
+    /// What the response said about waiting.
+    pub hints: Hints,
+    /// What was seen.
+    pub evidence: Evidence,
+}
+
+impl Classification {
+    /// The default scope of a cause (DESIGN's decision table).
+    pub const fn default_scope(cause: Cause) -> Scope {
+        match cause {
+            Cause::RateLimited => Scope::Bucket,
+            Cause::AccelerationLimited
+            | Cause::SpendCap
+            | Cause::Billing
+            | Cause::UserLimit
+            | Cause::Authentication
+            | Cause::Permission => Scope::Key,
+            Cause::Overloaded => Scope::Provider,
+            _ => Scope::Request,
+        }
+    }
+}
+
+/// Classifies one HTTP response under a provider profile. `wall_now` reads
+/// HTTP-date and RFC 3339 hints.
+pub fn classify_response(
+    provider: Provider,
+    response: &ResponseView<'_>,
+    wall_now: SystemTime,
+) -> Classification {
+    let status = response.status;
+    let headers = response.headers;
+    let retry = RetryHeaders::from_headers(headers, wall_now);
+    let mut hints = Hints {
+        should_retry: retry.should_retry.and_then(Result::ok),
+        rejected: retry.rejected(),
+        ratelimit: RateLimitSnapshot::from_headers(headers, provider),
+        ..Hints::default()
+    };
+    let mut notes = Vec::new();
+    if matches!(retry.should_retry, Some(Err(_))) {
+        notes.push("x-should-retry: unreadable value ignored".to_owned());
+    }
+
+    // Success needs no body reading.
+    if status.is_success() {
+        return Classification {
+            provider,
+            status: Some(status.as_u16()),
+            transport: None,
+            cause: Cause::Success,
+            scope: Scope::Request,
+            dimension: None,
+            hints,
+            evidence: Evidence {
+                request_id: request_id_from_headers(headers),
+                error_type: None,
+                error_code: None,
+                message: None,
+                body: BodyReading::NotRead,
+                notes,
+            },
+        };
+    }
+
+    let (parsed, body_reading) = if provider == Provider::Generic {
+        (None, BodyReading::NotRead)
+    } else {
+        match parse_error_body(response.body) {
+            Ok(e) => (Some(e), BodyReading::Structured),
+            Err(u) => (None, BodyReading::Unreadable(u)),
+        }
+    };
+
+    // A billing phrase beats an "invalid request" code (a 400 that means money).
+    let body_cause = parsed.as_ref().and_then(|e| {
+        let coded = cause_of_error(provider, e.fields());
+        match coded {
+            None | Some(Cause::InvalidRequest) => money::cause_from_message(e).or(coded),
+            known => known,
+        }
+    });
+    let cause = status::decide_cause(
+        provider,
+        status,
+        body_cause,
+        body_reading,
+        &retry,
+        &mut notes,
+    );
+
+    let message = parsed.as_ref().and_then(|e| e.message.as_deref());
+    let dimension = match cause {
+        Cause::RateLimited | Cause::RequestTooLarge => {
+            dimension::limited_dimension(provider, parsed.as_ref(), &hints.ratelimit)
+        }
+        _ => None,
+    };
+    hints.wait = wait_hint(
+        &retry,
+        message,
+        dimension,
+        &hints.ratelimit,
+        wall_now,
+        &mut hints.rejected,
+    );
+    if cause.is_money() || cause == Cause::Authentication {
+        hints.resume_at = money::resume_at(provider, cause, parsed.as_ref(), wall_now);
+    }
+    if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
+        if cause == Cause::RequestTooLarge {
+            notes.push(format!(
+                "requested {requested} > limit {limit}: waiting cannot help"
+            ));
+        }
+    }
+
+    let request_id = request_id_from_headers(headers)
+        .or_else(|| parsed.as_ref().and_then(|e| e.request_id.clone()));
+    let (error_type, error_code, message) = match parsed {
+        Some(ProviderError {
+            error_type,
+            code,
+            message,
+            ..
+        }) => (error_type, code, message),
+        None => (None, None, None),
+    };
+    Classification {
+        provider,
+        status: Some(status.as_u16()),
+        transport: None,
+        cause,
+        scope: Classification::default_scope(cause),
+        dimension,
+        hints,
+        evidence: Evidence {
+            request_id,
+            error_type,
+            error_code,
+            message,
+            body: body_reading,
+            notes,
+        },
+    }
+}
+
+/// Classifies a transport failure: before the request left (safe to retry)
+/// or after it was sent (outcome unknown).
+pub fn classify_transport(provider: Provider, failure: TransportFailure) -> Classification {
+    let cause = failure.cause();
+    Classification {
+        provider,
+        status: None,
+        transport: Some(failure),
+        cause,
+        scope: Classification::default_scope(cause),
+        dimension: None,
+        hints: Hints::default(),
+        evidence: Evidence {
+            request_id: None,
+            error_type: None,
+            error_code: None,
+            message: None,
+            body: BodyReading::NotRead,
+            notes: vec![failure.explain().to_owned()],
+        },
+    }
+}
+
+/// The most trusted valid wait hint, in DESIGN's order: `retry-after-ms`,
+/// `Retry-After`, the message, the limited dimension's reset header.
+fn wait_hint(
+    retry: &RetryHeaders,
+    message: Option<&str>,
+    dimension: Option<Dimension>,
+    ratelimit: &RateLimitSnapshot,
+    wall_now: SystemTime,
+    rejected: &mut Vec<(HintSource, Rejected)>,
+) -> Option<Hint> {
+    if let Some((source, wait)) = retry.best() {
+        return Some(Hint { source, wait });
+    }
+    match message.and_then(message::try_again_in) {
+        Some(Ok(wait)) => {
+            return Some(Hint {
+                source: HintSource::Message,
+                wait,
+            })
+        }
+        Some(Err(reason)) => rejected.push((HintSource::Message, reason)),
+        None => {}
+    }
+    let reset = ratelimit.window(dimension?).reset?;
+    Some(Hint {
+        source: HintSource::ResetHeader,
+        wait: reset.wait_from(wall_now),
+    })
+}

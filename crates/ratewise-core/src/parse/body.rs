@@ -95,10 +95,7 @@ pub fn parse_error_body(body: &[u8]) -> Result<ProviderError, Unreadable> {
     Ok(ProviderError {
         error_type: err.kind.0.map(own),
         code: code.map(own),
-        message: err
-            .message
-            .0
-            .map(|m| m.chars().take(MAX_MESSAGE_LEN).collect()),
+        message: err.message.0.map(own),
         param: err.param.0.map(own),
         request_id: env
             .request_id
@@ -142,7 +139,10 @@ fn prefix_any(body: &[u8]) -> Option<(&[u8], bool)> {
 }
 
 fn own(s: Cow<'_, str>) -> String {
-    s.chars().take(MAX_MESSAGE_LEN).collect()
+    match s {
+        Cow::Owned(o) if o.len() <= MAX_MESSAGE_LEN => o,
+        other => crate::parse::clip(&other, MAX_MESSAGE_LEN).to_owned(),
+    }
 }
 
 #[derive(Deserialize)]

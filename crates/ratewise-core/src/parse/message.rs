@@ -8,14 +8,7 @@ use std::time::Duration;
 const SCAN_LIMIT: usize = 2048;
 
 fn head(message: &str) -> &str {
-    if message.len() <= SCAN_LIMIT {
-        return message;
-    }
-    let mut end = SCAN_LIMIT;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    &message[..end]
+    super::clip(message, SCAN_LIMIT)
 }
 
 /// "Please try again in 1.146s" / "in 84ms" / "in 6m0s": the wait, or why it
@@ -29,8 +22,7 @@ fn head(message: &str) -> &str {
 /// ```
 pub fn try_again_in(message: &str) -> Option<Result<Duration, Rejected>> {
     let text = head(message);
-    let lower = text.to_ascii_lowercase();
-    let at = lower.find("try again in ")? + "try again in ".len();
+    let at = super::find_ignore_ascii_case(text, "try again in ")? + "try again in ".len();
     let token: String = text[at..]
         .chars()
         .take_while(|c| !c.is_whitespace() && *c != ',' && *c != ';' && *c != ')')

@@ -63,18 +63,29 @@ impl fmt::Display for Rejected {
 
 /// A header value as trimmed visible ASCII, or why not.
 pub(crate) fn header_text(raw: &[u8]) -> Result<&str, Rejected> {
+    let trimmed = trim_ows(raw)?;
+    // Visible ASCII only, checked on bytes; the UTF-8 check then cannot fail.
+    if !trimmed
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) || b == b'\t')
+    {
+        return Err(Rejected::NotText);
+    }
+    std::str::from_utf8(trimmed).map_err(|_| Rejected::NotText)
+}
+
+/// `raw` without optional whitespace around it (RFC 9110 OWS), bounded.
+pub(crate) fn trim_ows(raw: &[u8]) -> Result<&[u8], Rejected> {
     if raw.len() > MAX_VALUE_LEN {
         return Err(Rejected::TooLong);
     }
-    let s = std::str::from_utf8(raw).map_err(|_| Rejected::NotText)?;
-    let s = s.trim_matches(|c: char| c == ' ' || c == '\t');
-    if s.is_empty() {
-        return Err(Rejected::Empty);
-    }
-    if !s.bytes().all(|b| (0x20..0x7f).contains(&b) || b == b'\t') {
-        return Err(Rejected::NotText);
-    }
-    Ok(s)
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = raw.iter().position(|b| !is_ows(b)).ok_or(Rejected::Empty)?;
+    let end = raw
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |e| e + 1);
+    Ok(&raw[start..end])
 }
 
 /// Parses a non-negative decimal like `8`, `2.5` or `.5` (digits and at most
@@ -117,7 +128,8 @@ pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::D
     if !seen_digit {
         return Err(Rejected::Garbage);
     }
-    if negative && (int != 0 || frac_nanos != 0) {
+    // A sign has no place in delta-seconds; "-0" is as wrong as "-5".
+    if negative {
         return Err(Rejected::Negative);
     }
     let total = int
@@ -138,3 +150,34 @@ pub(crate) fn nanos_to_duration(nanos: u128) -> std::time::Duration {
 
 /// A valid wait too large to represent: longer than any deadline.
 pub const FOREVER: std::time::Duration = std::time::Duration::from_secs(MAX_HINT_SECS + 1);
+
+/// `s` cut to at most `max_bytes`, on a character boundary. No allocation.
+pub fn clip(s: &str, max_bytes: usize) -> &str {
+    if s.len() <= max_bytes {
+        return s;
+    }
+    let mut end = max_bytes;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Byte offset of the first ASCII-case-insensitive match of `needle`
+/// (which must be ASCII) in `haystack`. No allocation.
+pub fn find_ignore_ascii_case(haystack: &str, needle: &str) -> Option<usize> {
+    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    if n.is_empty() {
+        return Some(0);
+    }
+    let last_start = h.len().checked_sub(n.len())?;
+    let (lo, up) = (n[0].to_ascii_lowercase(), n[0].to_ascii_uppercase());
+    // Jump between candidate first bytes with memchr instead of testing every offset.
+    memchr::memchr2_iter(lo, up, &h[..last_start + 1])
+        .find(|&i| h[i..i + n.len()].eq_ignore_ascii_case(n))
+}
+
+/// Does `haystack` contain `needle`, ignoring ASCII case?
+pub fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
+    find_ignore_ascii_case(haystack, needle).is_some()
+}

@@ -66,7 +66,7 @@ pub struct RateLimitSnapshot {
     /// Anthropic Priority Tier output tokens.
     pub priority_output_tokens: Window,
     /// Headers present whose value was rejected, and why.
-    pub rejected: Vec<(&'static str, Rejected)>,
+    pub rejected: Vec<(String, Rejected)>,
 }
 
 impl RateLimitSnapshot {
@@ -137,20 +137,18 @@ impl RateLimitSnapshot {
         let Some((dim, field)) = rest.rsplit_once('-') else {
             return;
         };
-        let static_name = static_name(name);
         let parsed = match field {
             "limit" | "remaining" => parse_count(raw).map(Field::Count),
             "reset" => parse_instant(raw).map(|t| Field::Reset(Reset::At(t))),
             _ => return,
         };
-        self.store(dim, field, priority, static_name, parsed);
+        self.store(dim, field, priority, name, parsed);
     }
 
     fn read_openai(&mut self, rest: &str, name: &str, raw: &[u8]) {
         let Some((field, dim)) = rest.split_once('-') else {
             return;
         };
-        let static_name = static_name(name);
         let parsed = match field {
             "limit" | "remaining" => parse_count(raw).map(Field::Count),
             "reset" => header_text(raw)
@@ -158,7 +156,7 @@ impl RateLimitSnapshot {
                 .map(|d| Field::Reset(Reset::After(d))),
             _ => return,
         };
-        self.store(dim, field, false, static_name, parsed);
+        self.store(dim, field, false, name, parsed);
     }
 
     fn store(
@@ -166,7 +164,7 @@ impl RateLimitSnapshot {
         dim: &str,
         field: &str,
         priority: bool,
-        name: &'static str,
+        name: &str,
         parsed: Result<Field, Rejected>,
     ) {
         let Some(window) = self.slot(dim, priority) else {
@@ -176,10 +174,9 @@ impl RateLimitSnapshot {
             ("limit", Ok(Field::Count(n))) => window.limit = Some(n),
             ("remaining", Ok(Field::Count(n))) => window.remaining = Some(n),
             ("reset", Ok(Field::Reset(r))) => window.reset = Some(r),
-            (_, Err(reason)) => {
-                if self.rejected.len() < 32 {
-                    self.rejected.push((name, reason));
-                }
+            // Bounded: a response cannot grow the list past 32 entries.
+            (_, Err(reason)) if self.rejected.len() < 32 => {
+                self.rejected.push((name.to_owned(), reason));
             }
             _ => {}
         }
@@ -192,56 +189,30 @@ enum Field {
 }
 
 /// A non-negative integer count (`50`, `30000`).
+/// Counts too large for `u64` saturate (a limit nobody will reach).
 pub fn parse_count(raw: &[u8]) -> Result<u64, Rejected> {
-    let s = header_text(raw)?;
-    if s.starts_with('-') {
+    let digits = super::trim_ows(raw)?;
+    if digits.first() == Some(&b'-') {
         return Err(Rejected::Negative);
     }
-    if !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Rejected::Garbage);
+    let mut n: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return Err(if b.is_ascii() {
+                Rejected::Garbage
+            } else {
+                Rejected::NotText
+            });
+        }
+        n = n.saturating_mul(10).saturating_add(u64::from(b - b'0'));
     }
-    s.parse::<u64>().or(Ok(u64::MAX))
+    Ok(n)
 }
 
 /// An RFC 3339 instant such as `2026-11-29T12:00:04Z`.
 pub fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
     let s = header_text(raw)?;
     crate::time::parse_rfc3339(s).ok_or(Rejected::Garbage)
-}
-
-/// Header names are interned so rejected-value notes need no allocation.
-fn static_name(name: &str) -> &'static str {
-    const NAMES: &[&str] = &[
-        "anthropic-ratelimit-requests-limit",
-        "anthropic-ratelimit-requests-remaining",
-        "anthropic-ratelimit-requests-reset",
-        "anthropic-ratelimit-tokens-limit",
-        "anthropic-ratelimit-tokens-remaining",
-        "anthropic-ratelimit-tokens-reset",
-        "anthropic-ratelimit-input-tokens-limit",
-        "anthropic-ratelimit-input-tokens-remaining",
-        "anthropic-ratelimit-input-tokens-reset",
-        "anthropic-ratelimit-output-tokens-limit",
-        "anthropic-ratelimit-output-tokens-remaining",
-        "anthropic-ratelimit-output-tokens-reset",
-        "anthropic-priority-input-tokens-limit",
-        "anthropic-priority-input-tokens-remaining",
-        "anthropic-priority-input-tokens-reset",
-        "anthropic-priority-output-tokens-limit",
-        "anthropic-priority-output-tokens-remaining",
-        "anthropic-priority-output-tokens-reset",
-        "x-ratelimit-limit-requests",
-        "x-ratelimit-limit-tokens",
-        "x-ratelimit-remaining-requests",
-        "x-ratelimit-remaining-tokens",
-        "x-ratelimit-reset-requests",
-        "x-ratelimit-reset-tokens",
-    ];
-    NAMES
-        .iter()
-        .find(|n| **n == name)
-        .copied()
-        .unwrap_or("ratelimit-header")
 }
 
 #[cfg(test)]

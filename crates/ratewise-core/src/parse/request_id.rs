@@ -5,11 +5,16 @@ use http::HeaderMap;
 /// Longest request id kept; anything longer is cut (ids are short).
 pub const MAX_REQUEST_ID_LEN: usize = 128;
 
+/// Anthropic's request id header.
+pub const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("request-id");
+/// OpenAI's request id header.
+pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+
 /// `request-id` (Anthropic) or `x-request-id` (OpenAI), as visible ASCII.
 pub fn request_id_from_headers(headers: &HeaderMap) -> Option<String> {
-    ["request-id", "x-request-id"]
+    [REQUEST_ID, X_REQUEST_ID]
         .iter()
-        .filter_map(|name| headers.get(*name))
+        .filter_map(|name| headers.get(name))
         .find_map(|v| clean(v.as_bytes()))
 }
 
@@ -19,7 +24,7 @@ pub(crate) fn clean(raw: &[u8]) -> Option<String> {
     if s.is_empty() || !s.bytes().all(|b| (0x21..0x7f).contains(&b)) {
         return None;
     }
-    Some(s.chars().take(MAX_REQUEST_ID_LEN).collect())
+    Some(crate::parse::clip(s, MAX_REQUEST_ID_LEN).to_owned())
 }
 
 #[cfg(test)]

@@ -48,6 +48,11 @@ pub fn parse_should_retry(raw: &[u8]) -> Result<bool, Rejected> {
     }
 }
 
+/// `retry-after-ms`, the SDKs' millisecond variant of `Retry-After`.
+pub const RETRY_AFTER_MS: http::HeaderName = http::HeaderName::from_static("retry-after-ms");
+/// `x-should-retry`, the provider's own retry verdict.
+pub const X_SHOULD_RETRY: http::HeaderName = http::HeaderName::from_static("x-should-retry");
+
 /// Where a wait hint came from, in the order of trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -90,13 +95,13 @@ impl RetryHeaders {
     pub fn from_headers(headers: &HeaderMap, wall_now: SystemTime) -> Self {
         RetryHeaders {
             retry_after_ms: headers
-                .get("retry-after-ms")
+                .get(RETRY_AFTER_MS)
                 .map(|v| parse_retry_after_ms(v.as_bytes())),
             retry_after: headers
                 .get(http::header::RETRY_AFTER)
                 .map(|v| parse_retry_after(v.as_bytes(), wall_now)),
             should_retry: headers
-                .get("x-should-retry")
+                .get(X_SHOULD_RETRY)
                 .map(|v| parse_should_retry(v.as_bytes())),
         }
     }

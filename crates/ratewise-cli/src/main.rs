@@ -1,0 +1,43 @@
+//! `ratewise`: explain what a provider response means, and what to do next.
+#![forbid(unsafe_code)]
+
+mod explain;
+mod http_text;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Read LLM API responses whole and act on them.
+#[derive(Debug, Parser)]
+#[command(name = "ratewise", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Classify one response (as `curl -si` prints it) and show the decision.
+    Explain(explain::ExplainArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match &cli.command {
+        Command::Explain(args) => explain::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("ratewise: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The status envelope, read after the body's code (DESIGN principle 1).
+
+use crate::classify::BodyReading;
+use crate::parse::retry_after::RetryHeaders;
+use crate::vocab::{Cause, Provider};
+use http::StatusCode;
+
+/// Combines the body's cause (if the provider's code was known) with the
+/// status. On providers that send codes, a 429 or 400 without a known code
+/// is `unknown`: nothing proves it is not money.
+pub(super) fn decide_cause(
+    provider: Provider,
+    status: StatusCode,
+    body_cause: Option<Cause>,
+    body: BodyReading,
+    retry: &RetryHeaders,
+    notes: &mut Vec<String>,
+) -> Cause {
+    let code = status.as_u16();
+    if let Some(cause) = body_cause {
+        notes.push(format!("body error code says {cause}"));
+        return cause;
+    }
+    if provider == Provider::Generic {
+        return generic(code, retry, notes);
+    }
+    match body {
+        BodyReading::Unreadable(u) => notes.push(format!("body unreadable ({})", u.as_str())),
+        BodyReading::Structured => notes.push("body error code not recognised".to_owned()),
+        BodyReading::NotRead => {}
+    }
+    if matches!(code, 400 | 429) {
+        notes.push(format!(
+            "a {code} means different things by its code, and the code is missing or unknown"
+        ));
+        return Cause::Unknown;
+    }
+    let cause = by_status(code, provider);
+    notes.push(format!("status {code} decides: {cause}"));
+    cause
+}
+
+/// Statuses that mean one thing whatever the body says.
+fn by_status(code: u16, provider: Provider) -> Cause {
+    match code {
+        402 => Cause::Billing,
+        401 => Cause::Authentication,
+        403 => Cause::Permission,
+        404 => Cause::NotFound,
+        408 => Cause::Timeout,
+        409 => Cause::Conflict,
+        413 => Cause::RequestTooLarge,
+        422 => Cause::InvalidRequest,
+        500 | 502 | 503 | 504 => Cause::ServerError,
+        529 if provider == Provider::Anthropic => Cause::Overloaded,
+        _ => Cause::Unknown,
+    }
+}
+
+/// RFC 9110 alone: a 429 or 503 with a valid `Retry-After` is a limit or an
+/// overload to wait out.
+fn generic(code: u16, retry: &RetryHeaders, notes: &mut Vec<String>) -> Cause {
+    let hinted = retry.best().is_some();
+    let cause = match (code, hinted) {
+        (429, _) => Cause::RateLimited,
+        (503, true) => Cause::Overloaded,
+        (400, _) => Cause::InvalidRequest,
+        _ => by_status(code, Provider::Generic),
+    };
+    notes.push(format!("generic profile: status {code} decides: {cause}"));
+    cause
+}

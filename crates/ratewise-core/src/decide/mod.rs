@@ -1,0 +1,185 @@
+//! Decision: a [`Classification`], the [`Policy`], the job's state, `now`
+//! and a random source → a [`Decision`]. Never parses; never reads a clock.
+//!
+//! The order of questions follows the DESIGN: money and broken requests
+//! first (no header overrides them), then the server's own "don't retry",
+//! then the job's attempts, then its deadline, then how long to wait.
+
+mod backoff;
+mod policy;
+mod rng;
+
+pub use backoff::{backoff_delay, hinted_delay, MIN_DELAY};
+pub use policy::{Backoff, HintJitter, JobState, Policy, UnknownOutcome};
+pub use rng::RandomSource;
+
+use crate::classify::Classification;
+use crate::decision::{Action, Decision};
+use crate::parse::FOREVER;
+use crate::time::Now;
+use crate::vocab::{Cause, GiveUpReason};
+use std::time::Duration;
+
+/// Decides what to do after one response or transport failure.
+///
+/// ```
+/// use ratewise_core::classify::{classify_transport, TransportFailure};
+/// use ratewise_core::decide::{decide, JobState, Policy};
+/// use ratewise_core::{ActionKind, Instant, Now, Provider};
+/// use std::time::SystemTime;
+///
+/// let c = classify_transport(Provider::Anthropic, TransportFailure::ResetAfterSend);
+/// let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
+/// let job = JobState::new(1, Instant::ZERO, None);
+/// let d = decide(&Policy::default(), &job, &c, now, &mut fastrand::Rng::with_seed(1));
+/// assert_eq!(d.action.kind(), ActionKind::HoldUnknown);
+/// ```
+pub fn decide(
+    policy: &Policy,
+    job: &JobState,
+    c: &Classification,
+    now: Now,
+    rng: &mut impl RandomSource,
+) -> Decision {
+    let mut notes = Vec::new();
+    for (source, reason) in &c.hints.rejected {
+        notes.push(format!("{} rejected ({reason}): not used", source.as_str()));
+    }
+    let action = match terminal_action(policy, c, &mut notes) {
+        Some(action) => action,
+        None => retry_action(policy, job, c, now, rng, &mut notes),
+    };
+    Decision { action, notes }
+}
+
+/// Actions that no hint, attempt count or deadline can change.
+fn terminal_action(policy: &Policy, c: &Classification, notes: &mut Vec<String>) -> Option<Action> {
+    let action = match c.cause {
+        Cause::Success => Action::Done,
+        Cause::SpendCap | Cause::Billing | Cause::UserLimit | Cause::Authentication => {
+            if c.hints.wait.is_some() {
+                notes.push("money/credentials stop the queue: wait hint ignored".to_owned());
+            }
+            notes.push(match c.hints.resume_at {
+                Some(t) => format!("stopped until {}", crate::time::format_rfc3339(t)),
+                None => "stopped until a human resumes".to_owned(),
+            });
+            Action::StopQueue {
+                until: c.hints.resume_at,
+            }
+        }
+        Cause::InvalidRequest | Cause::RequestTooLarge | Cause::NotFound | Cause::Permission => {
+            notes.push("the request or configuration must change".to_owned());
+            Action::Fail
+        }
+        Cause::Unknown => {
+            notes.push("unknown shape: inspect, no blind retry".to_owned());
+            Action::Inspect
+        }
+        Cause::MidStream => {
+            notes.push("committed stream: never replayed automatically".to_owned());
+            Action::Inspect
+        }
+        Cause::OutcomeUnknown if policy.unknown_outcome == UnknownOutcome::Hold => {
+            notes.push("sent, no answer: worst-case cost stays reserved".to_owned());
+            Action::HoldUnknown
+        }
+        _ => return None,
+    };
+    Some(action)
+}
+
+/// Retryable causes: attempts, server's say, deadline, then the wait.
+fn retry_action(
+    policy: &Policy,
+    job: &JobState,
+    c: &Classification,
+    now: Now,
+    rng: &mut impl RandomSource,
+    notes: &mut Vec<String>,
+) -> Action {
+    if c.hints.should_retry == Some(false) {
+        notes.push("x-should-retry: false".to_owned());
+        return Action::GiveUp {
+            reason: GiveUpReason::ServerDeclined,
+        };
+    }
+    if job.attempts >= policy.max_attempts {
+        notes.push(format!(
+            "{} of {} attempts spent",
+            job.attempts, policy.max_attempts
+        ));
+        return Action::GiveUp {
+            reason: GiveUpReason::Attempts,
+        };
+    }
+    // Room left before the deadline for waiting, after the attempt itself.
+    let room = job.deadline_at().map(|at| {
+        at.saturating_duration_since(now.instant)
+            .saturating_sub(policy.expected_attempt_time)
+    });
+
+    let delay = match c.hints.wait {
+        Some(hint) => {
+            notes.push(format!("{}: {}", hint.source.as_str(), human(hint.wait)));
+            if hint.wait >= FOREVER || room.is_some_and(|r| hint.wait > r) {
+                notes.push("the server's wait is longer than the job's deadline allows".to_owned());
+                return Action::GiveUp {
+                    reason: GiveUpReason::Deadline,
+                };
+            }
+            let max_jitter = room.map_or(Duration::MAX, |r| r - hint.wait);
+            let (delay, added) = hinted_delay(hint.wait, &policy.hint_jitter, max_jitter, rng);
+            notes.push(format!("jitter +{} ms", added.as_millis()));
+            delay
+        }
+        None => {
+            let throttling = c.cause.is_throttling();
+            let (delay, window) = backoff_delay(&policy.backoff, throttling, job.attempts, rng);
+            notes.push(format!(
+                "no hint: {} backoff after attempt {} (window {})",
+                if throttling {
+                    "throttling"
+                } else {
+                    "full-jitter"
+                },
+                job.attempts,
+                human(window)
+            ));
+            if room.is_some_and(|r| delay > r) {
+                notes.push("the backoff is longer than the job's deadline allows".to_owned());
+                return Action::GiveUp {
+                    reason: GiveUpReason::Deadline,
+                };
+            }
+            delay
+        }
+    };
+
+    if delay > policy.max_inline_wait {
+        let later = now.after(delay);
+        notes.push(format!(
+            "wait {} exceeds the inline limit {}: hand the job back",
+            human(delay),
+            human(policy.max_inline_wait)
+        ));
+        return Action::Defer {
+            until: later.wall,
+            not_before: later.instant,
+        };
+    }
+    Action::Retry { delay }
+}
+
+/// `8 s`, `1.146 s`, `84 ms`.
+fn human(d: Duration) -> String {
+    if d >= FOREVER {
+        "longer than any deadline".to_owned()
+    } else if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.3} s", d.as_secs_f64())
+    }
+}

@@ -1,0 +1,143 @@
+//! The knobs of the default policy, and the job state a decision reads.
+
+use crate::time::Instant;
+use std::time::Duration;
+
+/// Exponential backoff used when the server gave no hint.
+///
+/// Throttling causes (`rate_limited`, `acceleration_limited`) start from a
+/// larger base than transient ones and never wait less than that base:
+/// a bucket refills over seconds, and hammering it early only earns more
+/// 429s. Transient failures (5xx, overload, connect) use **full jitter**
+/// — a uniform wait in `[1 ms, min(cap, base·2^(n−1))]` — the scheme that
+/// needed the fewest calls and least total work in AWS's published
+/// simulation of contending clients ("Exponential Backoff And Jitter",
+/// 2015): spreading retries over the whole window is what breaks up
+/// synchronised waves. Throttling waits `base_t + U(0, min(cap, base_t·2^(n−1)))`:
+/// full jitter above a floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// First window for transient failures.
+    pub transient_base: Duration,
+    /// First window (and floor) for throttling.
+    pub throttle_base: Duration,
+    /// Largest window.
+    pub cap: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            transient_base: Duration::from_millis(500),
+            throttle_base: Duration::from_secs(1),
+            cap: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Jitter added on top of a server's wait hint: uniform in
+/// `[0, fixed + fraction·hint]`. Only ever added: the hint is a minimum.
+/// With the defaults (1 s + 25 %) an 8 s `Retry-After` becomes 8–11 s, so
+/// workers released by the same 429 spread out instead of stampeding.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HintJitter {
+    /// Fixed part of the jitter window.
+    pub fixed: Duration,
+    /// Part of the window proportional to the hint (0.25 = 25 %).
+    pub fraction: f64,
+}
+
+impl Default for HintJitter {
+    fn default() -> Self {
+        HintJitter {
+            fixed: Duration::from_secs(1),
+            fraction: 0.25,
+        }
+    }
+}
+
+impl HintJitter {
+    /// The widest jitter for a hint.
+    pub fn window(&self, hint: Duration) -> Duration {
+        let fraction = if self.fraction.is_finite() && self.fraction > 0.0 {
+            self.fraction.min(10.0)
+        } else {
+            0.0
+        };
+        let proportional =
+            Duration::try_from_secs_f64(hint.as_secs_f64() * fraction).unwrap_or(Duration::ZERO);
+        self.fixed.saturating_add(proportional)
+    }
+}
+
+/// What to do with a request that was sent and got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownOutcome {
+    /// Hold it: worst-case cost stays reserved, no automatic retry (default).
+    #[default]
+    Hold,
+    /// Retry it like a transient failure: for idempotent requests, or when
+    /// a duplicate generation is cheaper than a lost one.
+    Retry,
+}
+
+/// The policy a decision follows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Sends per job, the first included.
+    pub max_attempts: u32,
+    /// Longest wait held inline; longer waits that fit the deadline defer.
+    pub max_inline_wait: Duration,
+    /// Backoff without a hint.
+    pub backoff: Backoff,
+    /// Jitter above a hint.
+    pub hint_jitter: HintJitter,
+    /// Time one attempt is expected to take; a retry whose earliest send
+    /// plus this is past the deadline gives up.
+    pub expected_attempt_time: Duration,
+    /// Sent-but-unanswered policy.
+    pub unknown_outcome: UnknownOutcome,
+    /// Default deadline of a job from its arrival (`None`: no deadline).
+    pub default_deadline: Option<Duration>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            max_attempts: 3,
+            max_inline_wait: Duration::from_secs(60),
+            backoff: Backoff::default(),
+            hint_jitter: HintJitter::default(),
+            expected_attempt_time: Duration::ZERO,
+            unknown_outcome: UnknownOutcome::Hold,
+            default_deadline: None,
+        }
+    }
+}
+
+/// The job a response belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobState {
+    /// Sends made so far, including the one answered now.
+    pub attempts: u32,
+    /// When the job arrived: the deadline counts from here.
+    pub arrived: Instant,
+    /// Total budget from arrival; `None` = none.
+    pub deadline: Option<Duration>,
+}
+
+impl JobState {
+    /// A job that arrived at `arrived` and was sent `attempts` times.
+    pub const fn new(attempts: u32, arrived: Instant, deadline: Option<Duration>) -> Self {
+        JobState {
+            attempts,
+            arrived,
+            deadline,
+        }
+    }
+
+    /// The instant past which an answer is useless.
+    pub fn deadline_at(&self) -> Option<Instant> {
+        self.deadline.map(|d| self.arrived + d)
+    }
+}
