@@ -91,7 +91,10 @@ fn a_hinted_429_pauses_the_bucket_and_syncs_headers() {
     }
     // Another class on the same key is not paused.
     let haiku = c.target("k", "claude-haiku-4-5");
-    assert!(c.admit(&AdmitRequest::new(haiku), now_at(1_000)).go().is_some());
+    assert!(c
+        .admit(&AdmitRequest::new(haiku), now_at(1_000))
+        .go()
+        .is_some());
 }
 
 #[test]
