@@ -46,7 +46,18 @@ pub struct Bucket {
     /// Refill per nanosecond, in scaled units.
     rate: i128,
     level: i128,
-    updated: Instant,
+    /// Nanoseconds since the origin of the last refill (u64: 584 years).
+    updated: u64,
+}
+
+/// An instant as nanoseconds since the origin, saturating (one multiply:
+/// cheaper than `Duration` arithmetic on the hot path).
+#[inline]
+fn ns(t: Instant) -> u64 {
+    let d = t.since_origin();
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 impl Bucket {
@@ -66,7 +77,7 @@ impl Bucket {
             cap_scaled: 0,
             rate: 0,
             level: 0,
-            updated: now,
+            updated: ns(now),
         };
         b.recompute();
         b.level = b.cap_scaled;
@@ -106,10 +117,10 @@ impl Bucket {
     /// ignored (the caller's clock is monotonic by contract).
     #[inline]
     pub fn refill(&mut self, now: Instant) {
+        let now = ns(now);
         if now > self.updated {
             // ≤ 2⁶⁴ ns × rate ≤ 2⁴⁰·1000 < 2¹²⁰: no overflow.
-            let elapsed = u64::try_from((now - self.updated).as_nanos()).unwrap_or(u64::MAX);
-            let add = i128::from(elapsed) * self.rate;
+            let add = i128::from(now - self.updated) * self.rate;
             self.level = self.level.saturating_add(add).min(self.cap_scaled);
             self.updated = now;
         }
@@ -128,13 +139,16 @@ impl Bucket {
     #[inline]
     pub fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
         let need = scaled(amount).min(self.cap_scaled);
-        if self.level >= need && now >= self.updated {
+        if self.level >= need && ns(now) >= self.updated {
             None
         } else {
             // Refill starts at `updated`, which a pause may put in the future.
             let missing = need.saturating_sub(self.level).max(0) as u128;
-            let ns = missing.div_ceil(self.rate as u128);
-            Some(now.max(self.updated) + duration_from_nanos(ns))
+            let wait_ns = missing.div_ceil(self.rate as u128);
+            let from = ns(now).max(self.updated);
+            Some(Instant::from_origin(duration_from_nanos(
+                u128::from(from) + wait_ns,
+            )))
         }
     }
 
@@ -189,8 +203,8 @@ impl Bucket {
     pub fn drain_until(&mut self, until: Instant, now: Instant) {
         self.refill(now);
         self.level = self.level.min(0);
-        if until > self.updated {
-            self.updated = until;
+        if ns(until) > self.updated {
+            self.updated = ns(until);
         }
     }
 

@@ -698,7 +698,7 @@ impl Controller {
 
     /// The conservation counters.
     pub fn ledger(&self) -> Ledger {
-        self.slab.ledger
+        self.slab.ledger()
     }
 
     /// Whether a reservation is still outstanding.

@@ -37,12 +37,6 @@ impl Amounts {
         self.input = self.input.saturating_add(o.input);
         self.output = self.output.saturating_add(o.output);
     }
-
-    fn sub(&mut self, o: &Amounts) {
-        self.requests = self.requests.saturating_sub(o.requests);
-        self.input = self.input.saturating_sub(o.input);
-        self.output = self.output.saturating_sub(o.output);
-    }
 }
 
 /// Identifies a reservation: a slot and its generation, so a stale handle
@@ -151,6 +145,7 @@ pub(crate) enum Exit {
 }
 
 impl Slab {
+    #[inline]
     pub fn insert(
         &mut self,
         scope: super::ScopeId,
@@ -159,7 +154,6 @@ impl Slab {
         now: Instant,
     ) -> ReservationId {
         self.ledger.reserved.add(&amounts);
-        self.ledger.outstanding.add(&amounts);
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -200,10 +194,6 @@ impl Slab {
         e.live = false;
         e.generation = e.generation.wrapping_add(1);
         let out = e.clone();
-        self.ledger.outstanding.sub(&out.amounts);
-        if out.held {
-            self.ledger.held.sub(&out.amounts);
-        }
         match how {
             Exit::Settled => self.ledger.settled.add(&out.amounts),
             Exit::Released => self.ledger.released.add(&out.amounts),
@@ -216,12 +206,24 @@ impl Slab {
         let Some(e) = self.live(id) else {
             return false;
         };
-        if !e.held {
-            e.held = true;
-            let a = e.amounts;
-            self.ledger.held.add(&a);
-        }
+        e.held = true;
         true
+    }
+
+    /// The ledger, with `outstanding` and `held` summed from the live
+    /// entries themselves (not from counters), so that `conserved()`
+    /// cross-checks two independent sources.
+    pub fn ledger(&self) -> Ledger {
+        let mut l = self.ledger;
+        l.outstanding = Amounts::default();
+        l.held = Amounts::default();
+        for e in self.entries.iter().filter(|e| e.live) {
+            l.outstanding.add(&e.amounts);
+            if e.held {
+                l.held.add(&e.amounts);
+            }
+        }
+        l
     }
 
     pub fn is_live(&mut self, id: ReservationId) -> bool {
