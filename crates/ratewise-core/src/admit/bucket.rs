@@ -182,8 +182,13 @@ impl Bucket {
 
     /// Returns `amount` units (a release, or a reservation larger than the
     /// actual usage); the level never exceeds the capacity.
-    pub fn put_back(&mut self, amount: u64, now: Instant) {
-        self.refill(now);
+    ///
+    /// No refill is needed first: clamping at the capacity commutes with
+    /// later non-negative additions (`min(c, min(c, l + p) + r) ==
+    /// min(c, l + p + r)` for `r ≥ 0`), so a put-back may be applied before
+    /// the refill it precedes in time. That keeps `settle` cheap.
+    #[inline]
+    pub fn put_back(&mut self, amount: u64, _now: Instant) {
         self.level = self
             .level
             .saturating_add(scaled(amount))

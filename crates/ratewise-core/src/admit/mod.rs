@@ -52,7 +52,7 @@ pub mod spend;
 pub mod stop;
 
 pub use controller::{
-    Admission, AdmitRequest, Config, Controller, ScopeSnapshot, Target, WaitReason,
+    Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};

@@ -60,7 +60,7 @@ pub struct Reservation {
     pub(crate) scope: super::ScopeId,
     pub(crate) amounts: Amounts,
     pub(crate) cost: u64,
-    pub(crate) price: Option<super::spend::Price>,
+    pub(crate) price: Option<super::controller::PriceId>,
     pub(crate) admitted_at: Instant,
 }
 
@@ -129,6 +129,14 @@ pub(crate) struct Entry {
     pub admitted_at: Instant,
 }
 
+/// What a removed entry held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Removed {
+    pub scope: super::ScopeId,
+    pub amounts: Amounts,
+    pub cost: u64,
+}
+
 /// Outstanding reservations in a slab: O(1) insert and remove, no hashing.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Slab {
@@ -189,11 +197,16 @@ impl Slab {
     }
 
     /// Removes a live entry; `None` when the handle is stale.
-    pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Entry> {
+    #[inline]
+    pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
         let e = self.live(id)?;
         e.live = false;
         e.generation = e.generation.wrapping_add(1);
-        let out = e.clone();
+        let out = Removed {
+            scope: e.scope,
+            amounts: e.amounts,
+            cost: e.cost,
+        };
         match how {
             Exit::Settled => self.ledger.settled.add(&out.amounts),
             Exit::Released => self.ledger.released.add(&out.amounts),
