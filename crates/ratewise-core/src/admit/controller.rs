@@ -637,6 +637,10 @@ impl Controller {
     ///   ([`stop`](Self::stop));
     /// * a `retry` when the retry budget is spent becomes
     ///   `give_up(retry_budget)`.
+    ///
+    /// Reconciling the reservation stays with the caller, who holds it:
+    /// `settle` on `done` (and on any response with usage), `release` when
+    /// nothing was sent, `hold_unknown` on `hold_unknown`.
     pub fn observe(
         &mut self,
         scope: ScopeId,
