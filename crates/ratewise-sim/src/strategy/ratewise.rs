@@ -1,0 +1,272 @@
+//! `ratewise`: the default policy, run on the real core.
+//!
+//! Every answer the simulated provider renders (status, headers, body) goes
+//! through `classify_response` (or `classify_transport` for a reset), then
+//! `decide` with `Policy::default()`, then into the admission
+//! [`Controller`]: usage settles the reservation, rate-limit headers sync
+//! the buckets, a hinted 429 pauses the bucket, an acceleration 429 cuts
+//! the ramp, money stops the key, an unknown outcome stays held. Sends go
+//! out only when `Controller::admit` says `Go`.
+//!
+//! The controller is configured as a user configures it for their tier:
+//! the scenario's limits; everything else is `Config::default()`.
+//!
+//! Jobs wait for admission oldest first (earliest deadline first, since
+//! every job has the same deadline budget).
+
+use super::rng_for;
+use crate::engine::{Client, Sim, Terminal};
+use crate::provider::{Answered, Delivery, SimProvider};
+use crate::scenario::Scenario;
+use http::StatusCode;
+use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Reservation, Target};
+use ratewise_core::classify::{
+    classify_response, classify_transport, Classification, ResponseView, TransportFailure,
+};
+use ratewise_core::decide::{decide, JobState, Policy};
+use ratewise_core::parse::body::parse_usage;
+use ratewise_core::{Action, Cause, Instant, Now, Provider, Usage};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, SystemTime};
+
+/// A stop that lifts later than this is treated as "until a human
+/// resumes": the jobs are kept (stopped) and the run ends for them.
+pub const LONG_STOP: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Default)]
+struct JobSt {
+    retry: bool,
+    res: Option<Reservation>,
+}
+
+/// The strategy's state.
+#[derive(Debug)]
+pub struct Ratewise {
+    provider: Provider,
+    controller: Controller,
+    target: Target,
+    policy: Policy,
+    rng: fastrand::Rng,
+    deadline: Option<Duration>,
+    jobs: Vec<JobSt>,
+    ready: BinaryHeap<Reverse<(Instant, u32)>>,
+    stopped: bool,
+}
+
+/// The controller configuration the `ratewise` strategy uses for a
+/// scenario: the scenario's limits (what a user configures for their
+/// tier), everything else default.
+pub fn controller_config(scenario: &Scenario) -> Config {
+    Config {
+        limits: scenario.limits.to_core(),
+        seed: scenario.seed,
+        burst: ratewise_core::admit::Burst(Duration::from_millis(
+            std::env::var("SIM_BURST_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000),
+        )),
+        ramp: ratewise_core::admit::RampConfig {
+            start: std::env::var("SIM_RAMP_START").ok().and_then(|v| v.parse().ok()).unwrap_or(100),
+            grow: std::env::var("SIM_RAMP_GROW").ok().and_then(|v| v.parse().ok()).unwrap_or(1500),
+            ..Default::default()
+        },
+        ..Config::default()
+    }
+}
+
+fn now_of(t: Instant) -> Now {
+    Now::new(t, SimProvider::wall(t))
+}
+
+impl Ratewise {
+    /// A client for `scenario`.
+    pub fn new(scenario: &Scenario) -> Self {
+        let mut controller = Controller::new(controller_config(scenario));
+        let target = controller.target(crate::provider::KEY, scenario.model_name());
+        Ratewise {
+            provider: scenario.provider,
+            controller,
+            target,
+            policy: Policy::default(),
+            rng: rng_for(scenario, 0x7a7e),
+            deadline: scenario.deadline_ms.map(Duration::from_millis),
+            jobs: (0..scenario.jobs.count).map(|_| JobSt::default()).collect(),
+            ready: BinaryHeap::new(),
+            stopped: false,
+        }
+    }
+
+    /// Admits the oldest waiting jobs while the controller says `Go`.
+    fn dispatch(&mut self, sim: &mut Sim) {
+        let now = now_of(sim.now());
+        while let Some(&Reverse((arrival, id))) = self.ready.peek() {
+            if self.stopped {
+                self.ready.pop();
+                sim.finish(id, Terminal::Stopped);
+                continue;
+            }
+            let job = *sim.job(id);
+            let req = AdmitRequest {
+                target: self.target,
+                input_estimate: Some(job.input_tokens),
+                body_bytes: 0,
+                max_tokens: Some(job.max_tokens),
+                is_retry: self.jobs[id as usize].retry,
+                deadline: self.deadline.map(|d| {
+                    arrival + d.saturating_sub(self.policy.expected_attempt_time)
+                }),
+            };
+            match self.controller.admit(&req, now) {
+                Admission::Go(res) => {
+                    if std::env::var("SIM_DEBUG").is_ok() {
+                        eprintln!("t={:.3} job={id} GO", now.instant.since_origin().as_secs_f64());
+                    }
+                    self.ready.pop();
+                    self.jobs[id as usize].res = Some(res);
+                    sim.send(id);
+                }
+                Admission::Wait { until, reason } => {
+                    if std::env::var("SIM_DEBUG").is_ok() {
+                        let snap = self.controller.snapshot(self.target.scope, now);
+                        eprintln!("t={:.3} job={id} wait {:?} until {:.3} snap={:?}", now.instant.since_origin().as_secs_f64(), reason, until.since_origin().as_secs_f64(), snap.map(|s| (s.levels, s.ramp_permille)));
+                    }
+                    sim.wake(until);
+                    return;
+                }
+                Admission::Stopped { until, .. } => {
+                    let lifts = until.map(|u| now.instant_at(u));
+                    match lifts {
+                        Some(at) if at <= now.instant + LONG_STOP => {
+                            sim.wake(at);
+                            return;
+                        }
+                        _ => {
+                            // Kept for a human: every waiting job is stopped.
+                            self.stopped = true;
+                        }
+                    }
+                }
+                Admission::Refused { .. } => {
+                    self.ready.pop();
+                    sim.finish(id, Terminal::GivenUp);
+                }
+            }
+        }
+    }
+
+    fn enqueue(&mut self, id: u32, sim: &mut Sim) {
+        let arrival = sim.job(id).arrival;
+        self.ready.push(Reverse((arrival, id)));
+        self.dispatch(sim);
+    }
+}
+
+/// Applies a classified answer to the controller — what `observe` does in
+/// the core: settle or release the reservation, sync headers, pause on a
+/// hint, cut the ramp on acceleration, stop the key on money, hold an
+/// unknown outcome.
+pub fn apply(
+    controller: &mut Controller,
+    res: Reservation,
+    c: &Classification,
+    usage: Option<Usage>,
+    provider: Provider,
+    now: Now,
+) {
+    let scope = res.scope();
+    if !c.hints.ratelimit.is_empty() && std::env::var("SIM_NOSYNC").is_err() {
+        controller.sync_headers(scope, &c.hints.ratelimit, provider, now);
+    }
+    match c.cause {
+        Cause::Success => {
+            let usage = usage.unwrap_or(Usage {
+                input_tokens: res.amounts().input,
+                output_tokens: res.amounts().output,
+                ..Usage::default()
+            });
+            controller.settle(res, &usage, now);
+        }
+        Cause::OutcomeUnknown => controller.hold_unknown(&res, now),
+        cause => {
+            controller.release(res, now);
+            match cause {
+                Cause::RateLimited => {
+                    if let Some(h) = c.hints.wait {
+                        controller.pause(scope, now.instant + h.wait, c.dimension, now);
+                    }
+                }
+                Cause::AccelerationLimited => {
+                    controller.slow_down(scope, now);
+                    if let Some(h) = c.hints.wait {
+                        controller.pause(scope, now.instant + h.wait, None, now);
+                    }
+                }
+                Cause::SpendCap | Cause::Billing | Cause::UserLimit | Cause::Authentication => {
+                    controller.stop(scope, cause, c.hints.resume_at, now);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Client for Ratewise {
+    fn on_start(&mut self, job: u32, sim: &mut Sim) {
+        self.enqueue(job, sim);
+    }
+
+    fn on_answer(&mut self, id: u32, a: &Answered, sim: &mut Sim) {
+        let now = now_of(sim.now());
+        let wall: SystemTime = now.wall;
+        let (c, usage) = match &a.delivery {
+            Delivery::Response {
+                status,
+                headers,
+                body,
+            } => {
+                let view = ResponseView {
+                    status: *status,
+                    headers,
+                    body,
+                };
+                let usage = (*status == StatusCode::OK)
+                    .then(|| parse_usage(body))
+                    .flatten();
+                (classify_response(self.provider, &view, wall), usage)
+            }
+            Delivery::Reset => (
+                classify_transport(self.provider, TransportFailure::ResetAfterSend),
+                None,
+            ),
+        };
+        let job = *sim.job(id);
+        let state = JobState::new(sim.attempts(id), job.arrival, self.deadline);
+        let decision = decide(&self.policy, &state, &c, now, &mut self.rng);
+        if let Some(res) = self.jobs[id as usize].res.take() {
+            apply(&mut self.controller, res, &c, usage, self.provider, now);
+        }
+        match decision.action {
+            Action::Done => sim.finish(id, Terminal::Done),
+            Action::Retry { delay } => {
+                self.jobs[id as usize].retry = true;
+                sim.timer(id, now.instant + delay);
+            }
+            Action::Defer { not_before, .. } => {
+                self.jobs[id as usize].retry = true;
+                sim.timer(id, not_before);
+            }
+            Action::StopQueue { .. } => sim.finish(id, Terminal::Stopped),
+            Action::Fail | Action::Inspect => sim.finish(id, Terminal::Failed),
+            Action::GiveUp { .. } => sim.finish(id, Terminal::GivenUp),
+            Action::HoldUnknown => sim.finish(id, Terminal::HeldUnknown),
+        }
+        self.dispatch(sim);
+    }
+
+    fn on_timer(&mut self, job: u32, sim: &mut Sim) {
+        self.enqueue(job, sim);
+    }
+
+    fn on_wake(&mut self, sim: &mut Sim) {
+        self.dispatch(sim);
+    }
+}
