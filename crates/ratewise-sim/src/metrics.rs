@@ -303,9 +303,6 @@ impl Recorder {
         };
         let allowance = self.binding_limit as f64 / 60.0 * self.waiting_secs + self.credit as f64;
         let first = self.first_arrival.unwrap_or(Instant::ZERO);
-        if std::env::var("SIM_DEBUG_GOODPUT").is_ok() {
-            eprintln!("{strategy}: admitted={} waiting_secs={:.1} credit={} limit={}", self.admitted, self.waiting_secs, self.credit, self.binding_limit);
-        }
         Report {
             strategy: strategy.to_owned(),
             scenario: self.scenario.clone(),

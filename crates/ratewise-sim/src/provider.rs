@@ -87,6 +87,7 @@ pub struct SimProvider {
     seed: u64,
     offset: Duration,
     base: Duration,
+    error: Duration,
     per_token_ms: f64,
     bucket: BucketKey,
 }
@@ -129,6 +130,7 @@ impl SimProvider {
             seed: scenario.seed,
             offset,
             base: Duration::from_millis(scenario.latency.base_ms),
+            error: Duration::from_millis(scenario.latency.error_ms),
             per_token_ms: scenario.latency.per_output_token_ms,
             bucket,
         }
@@ -162,12 +164,12 @@ impl SimProvider {
                     + Duration::try_from_secs_f64(g.output_tokens as f64 * self.per_token_ms / 1e3)
                         .unwrap_or(Duration::ZERO),
             ),
-            Outcome::RateLimited { .. } => (Verdict::RateLimited, None, self.base),
-            Outcome::SlowDown { .. } => (Verdict::SlowDown, None, self.base),
-            Outcome::SpendCap | Outcome::Billing => (Verdict::Money, None, self.base),
-            Outcome::Fault(Fault::Overloaded) => (Verdict::Overloaded, None, self.base),
-            Outcome::Fault(Fault::Reset) => (Verdict::Reset, None, self.base),
-            _ => (Verdict::Other, None, self.base),
+            Outcome::RateLimited { .. } => (Verdict::RateLimited, None, self.error),
+            Outcome::SlowDown { .. } => (Verdict::SlowDown, None, self.error),
+            Outcome::SpendCap | Outcome::Billing => (Verdict::Money, None, self.error),
+            Outcome::Fault(Fault::Overloaded) => (Verdict::Overloaded, None, self.error),
+            Outcome::Fault(Fault::Reset) => (Verdict::Reset, None, self.error),
+            _ => (Verdict::Other, None, self.error),
         };
         let delivery = if verdict == Verdict::Reset {
             Delivery::Reset

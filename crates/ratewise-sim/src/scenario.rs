@@ -35,7 +35,7 @@
 //! | `faults.acceleration` | the provider's acceleration limit (after 60 s idle, 5 requests in the next 10 s) | `false` |
 //! | `warm` | the key was busy just before the run (the acceleration window is already over); `false` = a cold start after idle | `true` |
 //! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
-//! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4}`: time from send to answer (errors: `base_ms`) | as shown |
+//! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4, "error_ms": 100}`: a success answers after `base_ms + output × per_output_token_ms`, an error or reset after `error_ms` | as shown |
 //! | `workers` | concurrent jobs an application runs (every strategy) | `32` |
 //!
 //! Time is provider time: a minute of the scenario is a minute of the
@@ -217,9 +217,13 @@ pub struct FaultsSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LatencySpec {
-    /// Every answer (errors take only this).
+    /// Before the first byte of a success.
     #[serde(default = "base_ms")]
     pub base_ms: u64,
+    /// An error answer (429, 529, 402, ...) or a reset: providers refuse
+    /// quickly, before any generation.
+    #[serde(default = "error_ms")]
+    pub error_ms: u64,
     /// Per output token of a success.
     #[serde(default = "per_token_ms")]
     pub per_output_token_ms: f64,
@@ -227,6 +231,9 @@ pub struct LatencySpec {
 
 fn base_ms() -> u64 {
     300
+}
+fn error_ms() -> u64 {
+    100
 }
 fn per_token_ms() -> f64 {
     4.0
@@ -236,6 +243,7 @@ impl Default for LatencySpec {
     fn default() -> Self {
         LatencySpec {
             base_ms: base_ms(),
+            error_ms: error_ms(),
             per_output_token_ms: per_token_ms(),
         }
     }
@@ -353,6 +361,7 @@ impl Scenario {
             return bad("workers must be 1..=10000");
         }
         if self.latency.base_ms > 600_000
+            || self.latency.error_ms > 600_000
             || !(self.latency.per_output_token_ms.is_finite()
                 && (0.0..=1000.0).contains(&self.latency.per_output_token_ms))
         {
