@@ -11,7 +11,15 @@ fn main() {
         println!("## {name} ({:?})", t.elapsed());
         print!("{}", ratewise_sim::table::table(&reports));
         for r in &reports {
-            println!("{} binding={} accel429={} resets={} late={} spend={}", r.strategy, r.binding_dimension, r.sends_429_acceleration, r.sends_reset, r.jobs_late, r.spend_tokens);
+            println!(
+                "{} binding={} accel429={} resets={} late={} spend={}",
+                r.strategy,
+                r.binding_dimension,
+                r.sends_429_acceleration,
+                r.sends_reset,
+                r.jobs_late,
+                r.spend_tokens
+            );
         }
     }
 }

@@ -229,4 +229,3 @@ impl SimProvider {
 
 /// The key label every simulated request uses.
 pub const KEY: &str = "sim-key";
-

@@ -261,7 +261,9 @@ pub enum ScenarioError {
 impl std::fmt::Display for ScenarioError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ScenarioError::Json(e) => write!(f, "scenario is not valid JSON of the expected shape: {e}"),
+            ScenarioError::Json(e) => {
+                write!(f, "scenario is not valid JSON of the expected shape: {e}")
+            }
             ScenarioError::Invalid(m) => write!(f, "invalid scenario: {m}"),
         }
     }
@@ -335,10 +337,15 @@ impl Scenario {
         }
         for (name, p) in [
             ("faults.overload_rate", self.faults.overload_rate),
-            ("faults.reset_after_send_rate", self.faults.reset_after_send_rate),
+            (
+                "faults.reset_after_send_rate",
+                self.faults.reset_after_send_rate,
+            ),
         ] {
             if !(p.is_finite() && (0.0..0.9).contains(&p)) {
-                return Err(ScenarioError::Invalid(format!("{name} must be in [0, 0.9)")));
+                return Err(ScenarioError::Invalid(format!(
+                    "{name} must be in [0, 0.9)"
+                )));
             }
         }
         if self.fault_rate() >= 0.9 {
@@ -367,10 +374,17 @@ impl Scenario {
         {
             return bad("latency must be base_ms <= 600000, per_output_token_ms in [0, 1000]");
         }
-        if self.deadline_ms.is_some_and(|d| d == 0 || d > 30 * 86_400_000) {
+        if self
+            .deadline_ms
+            .is_some_and(|d| d == 0 || d > 30 * 86_400_000)
+        {
             return bad("deadline_ms must be 1..=30 days");
         }
-        if self.model.as_ref().is_some_and(|m| m.is_empty() || m.len() > 128) {
+        if self
+            .model
+            .as_ref()
+            .is_some_and(|m| m.is_empty() || m.len() > 128)
+        {
             return bad("model must be 1..=128 bytes");
         }
         if self.name.len() > 128 || self.description.len() > 4096 {
@@ -416,10 +430,7 @@ impl Scenario {
         cfg.acceleration = self.faults.acceleration.then(AccelerationConfig::default);
         cfg.spend.input_usd_per_mtok = 1.0;
         cfg.spend.output_usd_per_mtok = 1.0;
-        cfg.spend.cap_usd = self
-            .faults
-            .spend_cap_after_tokens
-            .map(|t| t as f64 / 1e6);
+        cfg.spend.cap_usd = self.faults.spend_cap_after_tokens.map(|t| t as f64 / 1e6);
         let mut rules = Vec::new();
         // One die per send: overload first, then reset, so that each has
         // exactly its stated per-send probability.

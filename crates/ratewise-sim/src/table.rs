@@ -7,8 +7,22 @@ use std::fmt::Write;
 /// README can show it verbatim).
 pub fn table(reports: &[Report]) -> String {
     let head = [
-        "strategy", "done", "failed", "given up", "held", "stopped", "lost", "sends", "429s",
-        "after stop", "sends/done", "min", "goodput", "makespan s", "p50 s", "p99 s",
+        "strategy",
+        "done",
+        "failed",
+        "given up",
+        "held",
+        "stopped",
+        "lost",
+        "sends",
+        "429s",
+        "after stop",
+        "sends/done",
+        "min",
+        "goodput",
+        "makespan s",
+        "p50 s",
+        "p99 s",
     ];
     let rows: Vec<Vec<String>> = reports
         .iter()

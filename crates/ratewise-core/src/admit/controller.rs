@@ -546,7 +546,13 @@ impl Controller {
     /// Pauses a scope for every job until `until` (a 429's hint), and
     /// empties the limited dimension's bucket (all buckets when unknown) so
     /// that the backlog is released at the refill rate, not in a burst.
-    pub fn pause(&mut self, scope: ScopeId, until: Instant, dimension: Option<Dimension>, now: Now) {
+    pub fn pause(
+        &mut self,
+        scope: ScopeId,
+        until: Instant,
+        dimension: Option<Dimension>,
+        now: Now,
+    ) {
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;

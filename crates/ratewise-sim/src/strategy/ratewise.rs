@@ -117,9 +117,9 @@ impl Ratewise {
                 body_bytes: 0,
                 max_tokens: Some(job.max_tokens),
                 is_retry: self.jobs[id as usize].retry,
-                deadline: self.deadline.map(|d| {
-                    arrival + d.saturating_sub(self.policy.expected_attempt_time)
-                }),
+                deadline: self
+                    .deadline
+                    .map(|d| arrival + d.saturating_sub(self.policy.expected_attempt_time)),
             };
             match self.controller.admit(&req, now) {
                 Admission::Go(res) => {
