@@ -24,6 +24,16 @@ use std::time::Duration;
 pub const NS_PER_MIN: u128 = 60_000_000_000;
 /// Scaled units per unit (token or request): ns/min × 1000 (per-mille rate).
 pub const SCALE: i128 = (NS_PER_MIN * 1000) as i128;
+/// Largest limit per minute a bucket accepts (10¹²): with it, every product
+/// in the arithmetic fits an `i128` without overflow checks, so the hot path
+/// needs no 128-bit multiplication with overflow (a slow library call).
+pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+
+/// `amount` in scaled units: at most 2⁶⁴ × 2⁴⁶, far inside `i128`.
+#[inline]
+fn scaled(amount: u64) -> i128 {
+    i128::from(amount) * SCALE
+}
 
 /// One continuously refilled bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +60,7 @@ impl Bucket {
     /// (clamped to 1..=1000): the ramp-up factor.
     pub fn with_permille(limit: u64, capacity: u64, permille: u32, now: Instant) -> Self {
         let mut b = Bucket {
-            limit: limit.max(1),
+            limit: limit.clamp(1, MAX_LIMIT),
             capacity: capacity.max(1),
             permille: permille.clamp(1, 1000),
             cap_scaled: 0,
@@ -97,8 +107,9 @@ impl Bucket {
     #[inline]
     pub fn refill(&mut self, now: Instant) {
         if now > self.updated {
-            let elapsed = (now - self.updated).as_nanos() as i128;
-            let add = elapsed.saturating_mul(self.rate);
+            // ≤ 2⁶⁴ ns × rate ≤ 2⁴⁰·1000 < 2¹²⁰: no overflow.
+            let elapsed = u64::try_from((now - self.updated).as_nanos()).unwrap_or(u64::MAX);
+            let add = i128::from(elapsed) * self.rate;
             self.level = self.level.saturating_add(add).min(self.cap_scaled);
             self.updated = now;
         }
@@ -116,23 +127,21 @@ impl Bucket {
     /// once the bucket is full.
     #[inline]
     pub fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
-        let need = (u128::from(amount) as i128)
-            .saturating_mul(SCALE)
-            .min(self.cap_scaled);
-        if self.level >= need {
+        let need = scaled(amount).min(self.cap_scaled);
+        if self.level >= need && now >= self.updated {
             None
         } else {
-            let missing = (need - self.level) as u128;
+            // Refill starts at `updated`, which a pause may put in the future.
+            let missing = need.saturating_sub(self.level).max(0) as u128;
             let ns = missing.div_ceil(self.rate as u128);
-            Some(now + duration_from_nanos(ns))
+            Some(now.max(self.updated) + duration_from_nanos(ns))
         }
     }
 
     /// Removes `amount` regardless of the level (may leave a debt).
     #[inline]
     pub fn take(&mut self, amount: u64) {
-        let scaled = (u128::from(amount) as i128).saturating_mul(SCALE);
-        self.level = self.level.saturating_sub(scaled);
+        self.level = self.level.saturating_sub(scaled(amount));
     }
 
     /// Takes `amount` when it fits, else says when it will.
@@ -161,8 +170,10 @@ impl Bucket {
     /// actual usage); the level never exceeds the capacity.
     pub fn put_back(&mut self, amount: u64, now: Instant) {
         self.refill(now);
-        let scaled = (u128::from(amount) as i128).saturating_mul(SCALE);
-        self.level = self.level.saturating_add(scaled).min(self.cap_scaled);
+        self.level = self
+            .level
+            .saturating_add(scaled(amount))
+            .min(self.cap_scaled);
     }
 
     /// Charges `amount` more units (actual usage above the reservation).
@@ -171,10 +182,16 @@ impl Bucket {
         self.take(amount);
     }
 
-    /// Empties the bucket (keeps any debt): the server said it is exhausted.
-    pub fn drain(&mut self, now: Instant) {
+    /// Empties the bucket (keeps any debt) and holds its refill until
+    /// `until`: the server said it is exhausted and when to come back, so
+    /// the backlog is released at the refill rate from then on, not as a
+    /// burst of what would have refilled during the pause.
+    pub fn drain_until(&mut self, until: Instant, now: Instant) {
         self.refill(now);
         self.level = self.level.min(0);
+        if until > self.updated {
+            self.updated = until;
+        }
     }
 
     /// Header sync: the server says `remaining` units are left. When that is
@@ -184,8 +201,8 @@ impl Bucket {
     /// the level was lowered.
     pub fn sync_remaining(&mut self, remaining: u64, dead_band: u64, now: Instant) -> bool {
         self.refill(now);
-        let rem = (u128::from(remaining) as i128).saturating_mul(SCALE);
-        let band = (u128::from(dead_band) as i128).saturating_mul(SCALE);
+        let rem = scaled(remaining);
+        let band = scaled(dead_band);
         if self.level > rem.saturating_add(band) {
             self.level = rem;
             true
@@ -198,7 +215,7 @@ impl Bucket {
     /// keeping the level (clamped to the new capacity).
     pub fn set_limit(&mut self, limit: u64, capacity: u64, now: Instant) {
         self.refill(now);
-        self.limit = limit.max(1);
+        self.limit = limit.clamp(1, MAX_LIMIT);
         self.capacity = capacity.max(1);
         self.recompute();
     }

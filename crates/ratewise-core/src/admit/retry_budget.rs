@@ -40,6 +40,8 @@ pub struct RetryBudget {
     cfg: RetryBudgetConfig,
     slot_ns: u128,
     current: u128,
+    /// Start of the slot after `current`: the fast path skips the division.
+    next_slot_at: Instant,
     firsts: [u64; SLOTS],
     retries: [u64; SLOTS],
     sum_firsts: u64,
@@ -53,6 +55,7 @@ impl RetryBudget {
             cfg,
             slot_ns: (cfg.window.as_nanos() / SLOTS as u128).max(1),
             current: 0,
+            next_slot_at: Instant::ZERO,
             firsts: [0; SLOTS],
             retries: [0; SLOTS],
             sum_firsts: 0,
@@ -72,7 +75,13 @@ impl RetryBudget {
 
     #[inline]
     fn advance(&mut self, now: Instant) {
+        if now < self.next_slot_at {
+            return;
+        }
         let slot = self.slot_of(now);
+        self.next_slot_at = Instant::from_origin(super::bucket::duration_from_nanos(
+            (slot + 1).saturating_mul(self.slot_ns),
+        ));
         if slot <= self.current {
             return;
         }
