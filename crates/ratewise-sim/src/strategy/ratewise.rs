@@ -3,10 +3,12 @@
 //! Every answer the simulated provider renders (status, headers, body) goes
 //! through `classify_response` (or `classify_transport` for a reset), then
 //! `decide` with `Policy::default()`, then into the admission
-//! [`Controller`]: usage settles the reservation, rate-limit headers sync
-//! the buckets, a hinted 429 pauses the bucket, an acceleration 429 cuts
-//! the ramp, money stops the key, an unknown outcome stays held. Sends go
-//! out only when `Controller::admit` says `Go`.
+//! [`Controller`] as the tower layer does: usage settles the reservation
+//! (an error releases it, an unknown outcome holds it), and
+//! `Controller::observe` syncs the buckets to the rate-limit headers,
+//! pauses the bucket on a hinted 429, cuts the ramp on an acceleration
+//! 429, stops the key on money and applies the retry budget. Sends go out
+//! only when `Controller::admit` says `Go`.
 //!
 //! The controller is configured as a user configures it for their tier:
 //! the scenario's limits; everything else is `Config::default()`.
@@ -159,22 +161,17 @@ impl Ratewise {
     }
 }
 
-/// Applies a classified answer to the controller — what `observe` does in
-/// the core: settle or release the reservation, sync headers, pause on a
-/// hint, cut the ramp on acceleration, stop the key on money, hold an
-/// unknown outcome.
-pub fn apply(
+/// Settles, releases or holds the reservation of one answered send, as
+/// the tower layer does: a success settles with its usage, an error
+/// response releases (the provider charged nothing), a send with no answer
+/// is held as unknown with its worst case.
+fn account(
     controller: &mut Controller,
     res: Reservation,
     c: &Classification,
     usage: Option<Usage>,
-    provider: Provider,
     now: Now,
 ) {
-    let scope = res.scope();
-    if !c.hints.ratelimit.is_empty() {
-        controller.sync_headers(scope, &c.hints.ratelimit, provider, now);
-    }
     match c.cause {
         Cause::Success => {
             let usage = usage.unwrap_or(Usage {
@@ -185,26 +182,7 @@ pub fn apply(
             controller.settle(res, &usage, now);
         }
         Cause::OutcomeUnknown => controller.hold_unknown(&res, now),
-        cause => {
-            controller.release(res, now);
-            match cause {
-                Cause::RateLimited => {
-                    if let Some(h) = c.hints.wait {
-                        controller.pause(scope, now.instant + h.wait, c.dimension, now);
-                    }
-                }
-                Cause::AccelerationLimited => {
-                    controller.slow_down(scope, now);
-                    if let Some(h) = c.hints.wait {
-                        controller.pause(scope, now.instant + h.wait, None, now);
-                    }
-                }
-                Cause::SpendCap | Cause::Billing | Cause::UserLimit | Cause::Authentication => {
-                    controller.stop(scope, cause, c.hints.resume_at, now);
-                }
-                _ => {}
-            }
-        }
+        _ => controller.release(res, now),
     }
 }
 
@@ -239,10 +217,14 @@ impl Client for Ratewise {
         };
         let job = *sim.job(id);
         let state = JobState::new(sim.attempts(id), job.arrival, self.deadline);
-        let decision = decide(&self.policy, &state, &c, now, &mut self.rng);
         if let Some(res) = self.jobs[id as usize].res.take() {
-            apply(&mut self.controller, res, &c, usage, self.provider, now);
+            account(&mut self.controller, res, &c, usage, now);
         }
+        let decision = decide(&self.policy, &state, &c, now, &mut self.rng);
+        // Header sync, pauses, ramp cuts, stops, and the retry budget.
+        let decision = self
+            .controller
+            .observe(self.target.scope, &c, decision, now);
         match decision.action {
             Action::Done => sim.finish(id, Terminal::Done),
             Action::Retry { delay } => {
