@@ -81,6 +81,19 @@ pub fn controller_config(scenario: &Scenario) -> Config {
     }
 }
 
+/// `Policy::default()` with the expected attempt time a user sets for
+/// their model: the slowest answer of the scenario (`base_ms` plus
+/// `max_tokens` at `per_output_token_ms`), so that a job is not admitted
+/// when its answer would come after its deadline.
+pub fn policy(scenario: &Scenario) -> Policy {
+    let worst_ms = scenario.latency.base_ms as f64
+        + scenario.jobs.max_tokens as f64 * scenario.latency.per_output_token_ms;
+    Policy {
+        expected_attempt_time: Duration::from_secs_f64(worst_ms.min(86_400_000.0) / 1e3),
+        ..Policy::default()
+    }
+}
+
 fn now_of(t: Instant) -> Now {
     Now::new(t, SimProvider::wall(t))
 }
@@ -94,7 +107,7 @@ impl Ratewise {
             provider: scenario.provider,
             controller,
             target,
-            policy: Policy::default(),
+            policy: policy(scenario),
             rng: rng_for(scenario, 0x7a7e),
             deadline: scenario.deadline_ms.map(Duration::from_millis),
             jobs: (0..scenario.jobs.count).map(|_| JobSt::default()).collect(),
