@@ -69,7 +69,7 @@ pub fn table(reports: &[Report]) -> String {
     out.push('|');
     for (i, w) in width.iter().enumerate() {
         out.push_str(if i == 0 { ":" } else { "" });
-        out.push_str(&"-".repeat(if i == 0 { *w + 1 } else { *w + 1 }));
+        out.push_str(&"-".repeat(*w + 1));
         out.push_str(if i == 0 { "|" } else { ":|" });
     }
     out.push('\n');
