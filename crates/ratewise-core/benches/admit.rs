@@ -9,7 +9,8 @@
 //! ratewise is sans-IO, so the benchmark reads `std::time::Instant` and
 //! passes it in), so the comparison includes the same clock cost. Limits are
 //! high enough that every operation is admitted: this measures the
-//! bookkeeping, not waiting.
+//! bookkeeping, not waiting. A second pair runs both at a fixed instant
+//! (governor's `FakeRelativeClock`) to compare the arithmetic alone.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
@@ -97,6 +98,25 @@ fn bench(c: &mut Criterion) {
     let gov = governor_limiter();
     g.bench_function("governor check, 1 bucket", |b| {
         b.iter(|| black_box(gov.check().is_ok()))
+    });
+
+    // The arithmetic alone: a fixed instant on both sides, no clock read.
+    let (mut ctl, target) = controller();
+    let req = request(target);
+    let fixed = Now::new(Instant::from_millis(1), SystemTime::UNIX_EPOCH);
+    g.bench_function("ratewise admit+settle, 3 buckets, fixed now", |b| {
+        b.iter(|| {
+            if let Some(r) = ctl.admit(black_box(&req), fixed).go() {
+                ctl.settle(r, black_box(&USAGE), fixed);
+            }
+        })
+    });
+    let fake = RateLimiter::direct_with_clock(
+        Quota::per_second(NonZeroU32::MAX),
+        governor::clock::FakeRelativeClock::default(),
+    );
+    g.bench_function("governor check, 1 bucket, fixed now", |b| {
+        b.iter(|| black_box(fake.check().is_ok()))
     });
 
     // Two threads sharing one limiter: each thread does `iters` operations;

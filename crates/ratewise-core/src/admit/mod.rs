@@ -60,7 +60,7 @@ pub use model_class::ModelClasses;
 pub use ramp::RampConfig;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId};
 pub use retry_budget::RetryBudgetConfig;
-pub use shared::{AdmissionState, Shared};
+pub use shared::{AdmissionState, Guard, Shared};
 pub use spend::{Price, PriceTable, SpendConfig};
 pub use stop::Stop;
 
