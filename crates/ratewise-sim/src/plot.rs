@@ -64,10 +64,13 @@ pub fn svg(scenario: &str, reports: &[Report]) -> String {
     let bin_ms = end_ms.div_ceil(bins as u64).max(1000);
     let bins = (end_ms / bin_ms + 1) as usize;
     let all: Vec<_> = reports.iter().map(|r| series(r, bins, bin_ms)).collect();
-    let y_max = all
+    // Scaled to the admitted rate (a 429 storm can be 50× larger and would
+    // flatten it); 429 lines above the scale are clipped at the top.
+    let y_max = (all
         .iter()
-        .flat_map(|(a, b)| a.iter().chain(b.iter()))
+        .flat_map(|(a, _)| a.iter())
         .fold(1.0f64, |m, v| m.max(*v))
+        * 2.0)
         .ceil();
     let h = TOP + reports.len() as f64 * (PANEL_H + GAP) + 20.0;
     let mut out = String::new();
@@ -78,7 +81,7 @@ pub fn svg(scenario: &str, reports: &[Report]) -> String {
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         out,
-        r#"<text x="{LEFT}" y="20" font-size="14">{}: admitted (green) and 429s (red) per minute; x = {:.0} min</text>"#,
+        r#"<text x="{LEFT}" y="20" font-size="14">{}: admitted (green) and 429s (red, clipped) per minute; x = {:.0} min</text>"#,
         esc(scenario),
         end_ms as f64 / 60_000.0
     );
