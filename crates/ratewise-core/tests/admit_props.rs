@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 use ratewise_core::admit::bucket::capacity_for;
 use ratewise_core::admit::retry_budget::SLOTS;
+use ratewise_core::admit::Burst;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Config, Controller, Limits, Price, PriceTable, Reservation,
     RetryBudgetConfig, SpendConfig,
@@ -64,9 +65,10 @@ fn check_window_bound(
     events: &Events,
     unit: fn(&(Instant, i64, i64)) -> i64,
     limit: u64,
+    burst: Duration,
     slack: i64,
 ) {
-    let cap = capacity_for(limit, Duration::from_secs(1)) as i64;
+    let cap = capacity_for(limit, burst) as i64;
     for i in 0..events.len() {
         let mut net = 0i64;
         for e in &events[i..] {
@@ -176,8 +178,9 @@ proptest! {
         if std::env::var_os("ADMIT_PROPS_STATS").is_some() {
             eprintln!("admitted {} events {} stopped {:?} held {}", l.reserved.requests, events.len(), stopped, held.len());
         }
-        check_window_bound(&events, |e| e.1, RPM, 0);
-        check_window_bound(&events, |e| e.2, ITPM, largest_input.saturating_sub(1) as i64);
+        let burst = Burst::default();
+        check_window_bound(&events, |e| e.1, RPM, burst.requests, 0);
+        check_window_bound(&events, |e| e.2, ITPM, burst.tokens, largest_input.saturating_sub(1) as i64);
     }
 
     /// Retries admitted never exceed `min_retries + ratio · first attempts`

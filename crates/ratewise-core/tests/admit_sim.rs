@@ -31,6 +31,16 @@ fn rpm(n: u64) -> Config {
             requests: Some(n),
             ..Limits::NONE
         },
+        ..base()
+    }
+}
+
+/// The default configuration with a one-second burst on every bucket: the
+/// arithmetic of these simulations is stated for that burst (the default's
+/// larger token burst is covered by its own test below).
+fn base() -> Config {
+    Config {
+        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(1)),
         ..Config::default()
     }
 }
@@ -154,7 +164,7 @@ fn ten_times_backlog_drains_without_burst() {
             output_tokens: Some(120_000),
             ..Limits::NONE
         },
-        ..Config::default()
+        ..base()
     });
     let target = c.target("k", "claude-haiku-4-5");
     let usage = Usage {
@@ -308,7 +318,7 @@ fn settle_counts_cache_writes_not_cache_reads_and_charges_overruns() {
             start: 1000,
             ..RampConfig::default()
         },
-        ..Config::default()
+        ..base()
     });
     let target = c.target("k", "claude-sonnet-4");
     let t = now_at(ms(0));
@@ -347,8 +357,8 @@ fn header_sync_lowers_to_the_server_view_without_oscillating() {
             start: 1000,
             ..RampConfig::default()
         },
-        burst: ratewise_core::admit::Burst(Duration::from_secs(60)),
-        ..Config::default()
+        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(60)),
+        ..base()
     });
     let target = c.target("k", "claude-sonnet-4");
     let t = now_at(ms(0));
@@ -389,7 +399,7 @@ fn retry_budget_refuses_retries_beyond_the_ratio() {
             ratio_permille: 100,
             min_retries: 0,
         },
-        ..Config::default()
+        ..base()
     });
     let target = c.target("k", "m");
     let t = now_at(ms(0));
@@ -431,7 +441,7 @@ fn spend_budget_never_exceeds_and_stops_until_the_window_resets() {
             ..SpendConfig::default()
         }),
         prices,
-        ..Config::default()
+        ..base()
     });
     let target = c.target("k", "claude-sonnet-4-5");
     let mut req = AdmitRequest::new(target);
@@ -482,7 +492,7 @@ fn unknown_outcomes_keep_their_worst_case_and_abandoned_ones_expire() {
             start: 1000,
             ..RampConfig::default()
         },
-        ..Config::default()
+        ..base()
     });
     let target = c.target("k", "m");
     let t = now_at(ms(0));
@@ -509,7 +519,7 @@ fn unknown_outcomes_keep_their_worst_case_and_abandoned_ones_expire() {
 #[test]
 fn shared_state_works_across_threads() {
     use ratewise_core::admit::{AdmissionState, Shared};
-    let shared = std::sync::Arc::new(Shared::new(Controller::new(Config::default())));
+    let shared = std::sync::Arc::new(Shared::new(Controller::new(base())));
     let target = shared.target("k", "m");
     let handles: Vec<_> = (0..2)
         .map(|i| {
@@ -567,4 +577,16 @@ fn idle_restarts_the_ramp_and_waiting_records_no_attempt() {
     let r = c.admit(&AdmitRequest::new(target), later).go().unwrap();
     c.release(r, later);
     assert_eq!(c.snapshot(target.scope, later).unwrap().ramp_permille, 100);
+}
+
+#[test]
+fn default_burst_holds_seconds_of_requests_and_a_large_request_of_tokens() {
+    use ratewise_core::admit::bucket::capacity_for;
+    use ratewise_core::admit::Burst;
+    let burst = Burst::default();
+    // 60 RPM: five requests at most at once, never a minute's worth.
+    assert_eq!(capacity_for(60, burst.requests), 5);
+    // 30 000 ITPM: a 4 000-token prompt fits without waiting for a full minute.
+    assert!(capacity_for(30_000, burst.tokens) >= 4_000);
+    assert!(capacity_for(30_000, burst.tokens) < 30_000);
 }

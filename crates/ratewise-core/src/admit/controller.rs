@@ -837,11 +837,11 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, t: Instant) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
                 if b.limit() != l {
-                    b.set_limit(l, capacity_for(l, burst.0), t);
+                    b.set_limit(l, capacity_for(l, burst.of(d)), t);
                 }
             }
             (Some(l), slot) => {
-                *slot = Some(Bucket::with_permille(l, capacity_for(l, burst.0), p, t));
+                *slot = Some(Bucket::with_permille(l, capacity_for(l, burst.of(d)), p, t));
             }
         }
     }

@@ -21,9 +21,7 @@ use crate::engine::{Client, Sim, Terminal};
 use crate::provider::{Answered, Delivery, SimProvider};
 use crate::scenario::Scenario;
 use http::StatusCode;
-use ratewise_core::admit::{
-    Admission, AdmitRequest, Burst, Config, Controller, Reservation, Target,
-};
+use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Reservation, Target};
 use ratewise_core::classify::{
     classify_response, classify_transport, Classification, ResponseView, TransportFailure,
 };
@@ -58,25 +56,13 @@ pub struct Ratewise {
     stopped: bool,
 }
 
-/// How much refill the strategy's buckets hold: 20 s (the core's default
-/// is 1 s). With 1 s, a request whose `max_tokens` or input exceeds one
-/// second of refill (1024 output tokens at 8 000/min is 7.7 s) must wait
-/// for a full bucket and leaves a debt, so such requests go one at a time
-/// and a mixed workload loses 5–10 % of the binding limit; with 10 s the
-/// bucket often sits full while the one request it fits is in flight.
-/// 20 s holds a few typical requests and stays well below the minute a
-/// provider's bucket holds: 60 s releases enough at a cold start (even at
-/// the ramp's 10 %) to trip the acceleration limit.
-pub const BURST: Duration = Duration::from_secs(20);
-
 /// The controller configuration the `ratewise` strategy uses for a
 /// scenario: the scenario's limits (what a user configures for their
-/// tier) and a [`BURST`] of 10 s; everything else is `Config::default()`.
+/// tier); everything else, the burst included, is `Config::default()`.
 pub fn controller_config(scenario: &Scenario) -> Config {
     Config {
         limits: scenario.limits.to_core(),
         seed: scenario.seed,
-        burst: Burst(BURST),
         ..Config::default()
     }
 }
