@@ -231,8 +231,8 @@ pub fn classify_response(
     if cause.is_money() || cause == Cause::Authentication {
         hints.resume_at = money::resume_at(provider, cause, parsed.as_ref(), wall_now);
     }
-    if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
-        if cause == Cause::RequestTooLarge {
+    if cause == Cause::RequestTooLarge {
+        if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
             notes.push(format!(
                 "requested {requested} > limit {limit}: waiting cannot help"
             ));
