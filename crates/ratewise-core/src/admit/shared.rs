@@ -1,0 +1,78 @@
+//! The shared-state seam: exactly the operations of admission, on `&self`.
+//!
+//! [`Controller`] is plain `&mut self` state. Whatever shares it between
+//! workers implements [`AdmissionState`]: [`Shared`] here wraps it in a
+//! `std::sync::Mutex` (a lock is not IO, so this stays sans-IO: no clock,
+//! no sleep, no thread of its own); a Redis-backed store implements the same
+//! trait with atomic scripts so several processes get the same decisions.
+
+use super::controller::{Admission, AdmitRequest, Controller, ScopeSnapshot, Target};
+use super::ScopeId;
+use crate::time::Now;
+use crate::usage::Usage;
+use std::sync::{Mutex, MutexGuard};
+
+/// Admission state shared between workers: the operations of
+/// [`Controller`], nothing more.
+pub trait AdmissionState {
+    /// Resolves (key, model) to a scope and price.
+    fn target(&self, key: &str, model: &str) -> Target;
+    /// Asks to send one request now.
+    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission;
+    /// Corrects a reservation to actual usage.
+    fn settle(&self, res: super::Reservation, usage: &Usage, now: Now);
+    /// Gives a reservation back unused.
+    fn release(&self, res: super::Reservation, now: Now);
+    /// Keeps a reservation's worst case until its outcome is known.
+    fn hold_unknown(&self, res: &super::Reservation, now: Now);
+    /// Settles (`Some`) or releases (`None`) an unknown outcome.
+    fn resolve_unknown(&self, res: super::Reservation, usage: Option<&Usage>, now: Now);
+    /// Lifts a key's stop.
+    fn resume(&self, key: &str, now: Now);
+    /// What one scope looks like now.
+    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot>;
+}
+
+/// A [`Controller`] behind a mutex: the in-memory, in-process store.
+#[derive(Debug)]
+pub struct Shared(Mutex<Controller>);
+
+impl Shared {
+    /// Shares a controller.
+    pub fn new(c: Controller) -> Self {
+        Shared(Mutex::new(c))
+    }
+
+    /// The controller, for operations outside the seam. A poisoned lock is
+    /// recovered: every controller operation leaves it consistent.
+    pub fn lock(&self) -> MutexGuard<'_, Controller> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl AdmissionState for Shared {
+    fn target(&self, key: &str, model: &str) -> Target {
+        self.lock().target(key, model)
+    }
+    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
+        self.lock().admit(req, now)
+    }
+    fn settle(&self, res: super::Reservation, usage: &Usage, now: Now) {
+        self.lock().settle(res, usage, now)
+    }
+    fn release(&self, res: super::Reservation, now: Now) {
+        self.lock().release(res, now)
+    }
+    fn hold_unknown(&self, res: &super::Reservation, now: Now) {
+        self.lock().hold_unknown(res, now)
+    }
+    fn resolve_unknown(&self, res: super::Reservation, usage: Option<&Usage>, now: Now) {
+        self.lock().resolve_unknown(res, usage, now)
+    }
+    fn resume(&self, key: &str, now: Now) {
+        self.lock().resume(key, now)
+    }
+    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
+        self.lock().snapshot(scope, now)
+    }
+}
