@@ -1,0 +1,48 @@
+//! # ratewise-mock
+//!
+//! A fault-injecting mock LLM provider that answers like the real APIs:
+//! Anthropic `POST /v1/messages` and OpenAI `POST /v1/chat/completions`,
+//! JSON and SSE, with the providers' headers, error bodies, rate limits,
+//! acceleration limit, spend cap, billing errors and injected faults.
+//! No test ever needs a real provider.
+//!
+//! * [`model`] — the pure provider model ([`ProviderModel::handle`] with an
+//!   explicit `now`), reusable by a discrete-event simulator.
+//! * [`render`] — pure rendering of answers into provider-shaped bytes.
+//! * [`server`] — the hyper server: [`MockServer::start`] on an ephemeral
+//!   loopback port, [`RequestRecord`]s of every request, runtime controls.
+//! * [`clock`] — the time scale (a provider minute may last a real second).
+//! * [`tokens`] — deterministic input estimates and output lengths.
+//!
+//! ```
+//! use ratewise_mock::{MockConfig, MockServer};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let config = MockConfig { seconds_per_minute: 1.0, ..MockConfig::default() };
+//! let server = MockServer::start(config).await.unwrap();
+//! // point a client at server.base_url() (OpenAI: base_url() + "/v1") ...
+//! assert!(server.records().is_empty());
+//! server.shutdown().await;
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod body;
+pub mod bucket;
+pub mod clock;
+pub mod config;
+pub mod faults;
+mod io;
+pub mod model;
+pub mod record;
+pub mod render;
+pub mod server;
+pub mod tokens;
+
+pub use clock::TimeScale;
+pub use config::{AccelerationConfig, LatencyConfig, Limits, MockConfig, OutputRange, SpendConfig};
+pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
+pub use model::{Answer, Outcome, ProviderModel, RequestMeta};
+pub use record::{sends_per_job, RequestRecord, ATTEMPT_HEADER, JOB_HEADER};
+pub use server::MockServer;
+pub use tokens::INPUT_TOKENS_HEADER;

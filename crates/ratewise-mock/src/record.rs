@@ -1,0 +1,64 @@
+//! What the mock remembers about every API request it received: enough to
+//! assert on sends per job and on what was answered, and nothing secret
+//! (no key, no body).
+
+use crate::faults::Fault;
+use ratewise_core::{Cause, Dimension, Provider};
+use serde::Serialize;
+
+/// Request header carrying the caller's job id (set by the tower layer).
+pub const JOB_HEADER: &str = "x-ratewise-job";
+/// Request header carrying the attempt number, 1-based (set by the tower layer).
+pub const ATTEMPT_HEADER: &str = "x-ratewise-attempt";
+
+/// One API request and what the mock answered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestRecord {
+    /// 1-based arrival order among all API requests (valid or not).
+    pub seq: u64,
+    /// Real milliseconds since the server started.
+    pub at_ms: u64,
+    /// Provider-time milliseconds since the server started.
+    pub provider_ms: u64,
+    /// Which API was called.
+    pub provider: Provider,
+    /// The key's label (from the config) or a short non-reversible
+    /// fingerprint (`k:` + 8 hex digits); never the key.
+    pub key: String,
+    /// The requested model (empty when unreadable; at most 256 bytes).
+    pub model: String,
+    /// Job id from [`JOB_HEADER`], if sent.
+    pub job: Option<String>,
+    /// Attempt from [`ATTEMPT_HEADER`], if sent.
+    pub attempt: Option<u32>,
+    /// Streaming requested.
+    pub stream: bool,
+    /// Input tokens counted.
+    pub input_tokens: u64,
+    /// The request's `max_tokens`.
+    pub max_tokens: u64,
+    /// Output tokens a success produces (planned; a cut stream delivers fewer).
+    pub output_tokens: u64,
+    /// HTTP status answered; `None` when the connection was reset.
+    pub status: Option<u16>,
+    /// What was answered, in ratewise's vocabulary (`outcome_unknown` for a
+    /// reset, `mid_stream` for a cut or broken stream).
+    pub cause: Cause,
+    /// The limited dimension of a rate-limit answer.
+    pub dimension: Option<Dimension>,
+    /// The injected fault, if any.
+    pub fault: Option<Fault>,
+    /// Request id sent back (none for resets).
+    pub request_id: Option<String>,
+}
+
+/// Counts of records by job: how many sends each job made.
+pub fn sends_per_job(records: &[RequestRecord]) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for r in records {
+        if let Some(j) = &r.job {
+            *m.entry(j.clone()).or_insert(0) += 1;
+        }
+    }
+    m
+}
