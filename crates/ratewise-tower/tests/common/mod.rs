@@ -1,0 +1,157 @@
+//! Shared helpers of the end-to-end tests: a mock provider on loopback, a
+//! hyper-util client under the layer, and request builders.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ratewise_core::admit::{self, Controller, RampConfig, Shared};
+use ratewise_core::decide::{Backoff, HintJitter, Policy};
+use ratewise_core::{ActionKind, Provider};
+use ratewise_mock::{MockConfig, MockServer};
+use ratewise_tower::{
+    Attempts, Config, Error, JobId, MeteredBody, Metered, RetryLayer, RetryService, TokioClock,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::{Service, ServiceExt};
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub type Svc = RetryService<HttpClient>;
+
+pub fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>()
+}
+
+/// A policy with short backoffs so the tests stay fast.
+pub fn fast_policy() -> Policy {
+    Policy {
+        max_attempts: 3,
+        backoff: Backoff {
+            transient_base: Duration::from_millis(40),
+            throttle_base: Duration::from_millis(80),
+            cap: Duration::from_millis(400),
+        },
+        hint_jitter: HintJitter {
+            fixed: Duration::from_millis(50),
+            fraction: 0.1,
+        },
+        default_deadline: Some(Duration::from_secs(30)),
+        ..Policy::default()
+    }
+}
+
+/// An admission controller without the cold-start ramp (the mock's limits
+/// are learned from its headers; the ramp would pace the tests).
+pub fn state() -> Arc<Shared> {
+    Arc::new(Shared::new(Controller::new(admit::Config {
+        ramp: RampConfig {
+            start: 1000,
+            ..RampConfig::default()
+        },
+        ..admit::Config::default()
+    })))
+}
+
+pub fn layer_with(config: Config) -> RetryLayer {
+    RetryLayer::from_parts(config, state(), Arc::new(TokioClock::new()))
+}
+
+pub fn layer() -> RetryLayer {
+    layer_with(Config {
+        policy: fast_policy(),
+        provider: Some(Provider::Anthropic),
+        ..Config::default()
+    })
+}
+
+pub async fn mock(config: MockConfig) -> MockServer {
+    MockServer::start(config).await.expect("mock starts")
+}
+
+pub fn anthropic_body(max_tokens: u64, stream: bool) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": max_tokens,
+            "stream": stream,
+            "messages": [{"role": "user", "content": "SECRET-PROMPT-TEXT say hello"}]
+        }))
+        .unwrap(),
+    )
+}
+
+pub fn request(server: &MockServer, job: &str, stream: bool) -> Request<Full<Bytes>> {
+    let mut req = Request::post(format!("{}/v1/messages", server.base_url()))
+        .header("content-type", "application/json")
+        .header("x-api-key", "sk-ant-SECRET-KEY")
+        .header("cookie", "session=SECRET-COOKIE")
+        .body(Full::new(anthropic_body(64, stream)))
+        .unwrap();
+    req.extensions_mut().insert(JobId::new(job));
+    req
+}
+
+/// How a job ended, as the tests compare it.
+#[derive(Debug)]
+pub struct Ended {
+    pub action: ActionKind,
+    pub attempts: usize,
+    pub error: Option<Error>,
+    pub metered: Option<Metered>,
+    pub body: Bytes,
+}
+
+/// Sends one job and reads a success body to its end.
+pub async fn run(svc: &mut Svc, req: Request<Full<Bytes>>) -> Ended {
+    let result = svc.ready().await.expect("ready").call(req).await;
+    finish(result).await
+}
+
+pub async fn finish(
+    result: Result<Response<MeteredBody<hyper::body::Incoming>>, Error>,
+) -> Ended {
+    match result {
+        Ok(resp) => {
+            let attempts = resp.extensions().get::<Attempts>().expect("attempts").0.len();
+            let mut body = resp.into_body();
+            let mut bytes = Vec::new();
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => {
+                        if let Some(d) = f.data_ref() {
+                            bytes.extend_from_slice(d);
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            Ended {
+                action: ActionKind::Done,
+                attempts,
+                error: None,
+                metered: body.metered().cloned(),
+                body: Bytes::from(bytes),
+            }
+        }
+        Err(e) => Ended {
+            action: e.action().expect("a decided error"),
+            attempts: e.attempts().len(),
+            metered: None,
+            body: e.body().cloned().unwrap_or_default(),
+            error: Some(e),
+        },
+    }
+}
+
+/// Sends per job as the mock recorded them.
+pub fn sends(server: &MockServer, job: &str) -> usize {
+    server
+        .records()
+        .iter()
+        .filter(|r| r.job.as_deref() == Some(job))
+        .count()
+}
