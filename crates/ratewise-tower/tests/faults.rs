@@ -42,7 +42,7 @@ async fn every_fault_ends_in_its_outcome_with_no_hidden_sends() {
         Case { name: "stream error mid-way", rules: vec![FaultRule::always(Fault::StreamError { after_events: 4 })], stream: true, action: ActionKind::Done, attempts: 1, last_cause: None },
         Case { name: "stream overloaded as the first frame (first byte commits)", rules: nth(Fault::StreamError { after_events: 0 }, &[1]), stream: true, action: ActionKind::Done, attempts: 1, last_cause: None },
     ];
-    let server = mock(MockConfig::default()).await;
+    let server = mock(roomy()).await;
     for (i, case) in cases.into_iter().enumerate() {
         server.set_faults(
             case.rules
@@ -85,7 +85,7 @@ async fn every_fault_ends_in_its_outcome_with_no_hidden_sends() {
 async fn error_carries_the_final_response() {
     let server = mock(MockConfig {
         faults: vec![FaultRule::always(Fault::Overloaded)],
-        ..MockConfig::default()
+        ..roomy()
     })
     .await;
     let mut svc = layer().layer(client());
@@ -105,7 +105,7 @@ async fn error_carries_the_final_response() {
 async fn stalled_answer_behind_a_timeout_is_held_unknown() {
     let server = mock(MockConfig {
         faults: vec![FaultRule::always(Fault::Stall { ms: 3_000 })],
-        ..MockConfig::default()
+        ..roomy()
     })
     .await;
     let inner = tower::ServiceBuilder::new()
@@ -159,7 +159,7 @@ async fn connect_refused_is_retried_then_given_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_large_body_fails_before_sending() {
-    let server = mock(MockConfig::default()).await;
+    let server = mock(roomy()).await;
     let mut svc = layer_with(ratewise_tower::Config {
         max_request_body: 16,
         ..ratewise_tower::Config::default()

@@ -33,7 +33,7 @@ fn outstanding_requests(state: &Shared) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_stream_settles_actual_usage() {
-    let server = mock(MockConfig::default()).await;
+    let server = mock(roomy()).await;
     let st = state();
     let mut svc = layer_on(st.clone(), CommitPoint::FirstByte).layer(client());
     let ended = run(&mut svc, request(&server, "s1", true)).await;
@@ -58,7 +58,7 @@ async fn a_clean_stream_settles_actual_usage() {
 async fn overload_after_content_is_mid_stream_committed_and_sent_once() {
     let server = mock(MockConfig {
         faults: vec![FaultRule::always(Fault::StreamError { after_events: 4 })],
-        ..MockConfig::default()
+        ..roomy()
     })
     .await;
     let st = state();
@@ -87,7 +87,7 @@ async fn overload_after_content_is_mid_stream_committed_and_sent_once() {
 async fn an_error_before_content_is_retried_under_first_content() {
     let server = mock(MockConfig {
         faults: vec![FaultRule::nth(Fault::StreamError { after_events: 0 }, [1])],
-        ..MockConfig::default()
+        ..roomy()
     })
     .await;
     let st = state();
@@ -111,7 +111,7 @@ async fn an_error_before_content_is_retried_under_first_content() {
 async fn the_same_error_under_first_byte_is_not_retried() {
     let server = mock(MockConfig {
         faults: vec![FaultRule::nth(Fault::StreamError { after_events: 0 }, [1])],
-        ..MockConfig::default()
+        ..roomy()
     })
     .await;
     let mut svc = layer_on(state(), CommitPoint::FirstByte).layer(client());
@@ -128,7 +128,7 @@ async fn the_same_error_under_first_byte_is_not_retried() {
 async fn a_cut_stream_is_interrupted_with_the_usage_so_far() {
     let server = mock(MockConfig {
         faults: vec![FaultRule::always(Fault::StreamCut { after_events: 4 })],
-        ..MockConfig::default()
+        ..roomy()
     })
     .await;
     let st = state();
@@ -154,7 +154,7 @@ async fn a_cut_stream_is_interrupted_with_the_usage_so_far() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_dropped_by_the_caller_settles_its_reservation() {
-    let server = mock(MockConfig::default()).await;
+    let server = mock(roomy()).await;
     let st = state();
     let mut svc = layer_on(st.clone(), CommitPoint::FirstByte).layer(client());
     let resp = svc

@@ -72,6 +72,21 @@ pub async fn mock(config: MockConfig) -> MockServer {
     MockServer::start(config).await.expect("mock starts")
 }
 
+/// A mock whose rate limits are far above what a test sends (the layer
+/// learns limits from headers and would otherwise pace the test).
+pub fn roomy() -> MockConfig {
+    let limits = ratewise_mock::Limits {
+        requests_per_minute: Some(100_000),
+        input_tokens_per_minute: Some(100_000_000),
+        output_tokens_per_minute: Some(100_000_000),
+        tokens_per_minute: None,
+    };
+    MockConfig {
+        anthropic_limits: limits,
+        ..MockConfig::default()
+    }
+}
+
 pub fn anthropic_body(max_tokens: u64, stream: bool) -> Bytes {
     Bytes::from(
         serde_json::to_vec(&serde_json::json!({
@@ -85,7 +100,11 @@ pub fn anthropic_body(max_tokens: u64, stream: bool) -> Bytes {
 }
 
 pub fn request(server: &MockServer, job: &str, stream: bool) -> Request<Full<Bytes>> {
-    let mut req = Request::post(format!("{}/v1/messages", server.base_url()))
+    request_to(&server.base_url(), job, stream)
+}
+
+pub fn request_to(base_url: &str, job: &str, stream: bool) -> Request<Full<Bytes>> {
+    let mut req = Request::post(format!("{base_url}/v1/messages"))
         .header("content-type", "application/json")
         .header("x-api-key", "sk-ant-SECRET-KEY")
         .header("cookie", "session=SECRET-COOKIE")
