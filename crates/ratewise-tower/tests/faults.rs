@@ -66,6 +66,7 @@ async fn every_fault_ends_in_its_outcome_with_no_hidden_sends() {
         assert_eq!(ended.action, case.action, "{}: {:?}", case.name, ended.error);
         assert_eq!(ended.attempts, case.attempts, "{}: layer attempts", case.name);
         assert_eq!(sends(&server, &job), case.attempts, "{}: mock sends", case.name);
+        assert_delays_respected(&server, &job, &ended.records);
         if let Some(cause) = case.last_cause {
             let e = ended.error.as_ref().unwrap();
             assert_eq!(e.classification().unwrap().cause, cause, "{}", case.name);

@@ -248,17 +248,16 @@ where
                     state.release(reservation, now);
                     None
                 };
-                match finish(&inner, &job, target, sent, answer, d, now, &mut records, held) {
-                    Some(err) => return Err(err),
-                    None => continue,
-                }
+                let delay = finish(&inner, &job, target, sent, answer, d, now, &mut records, held)?;
+                clock.sleep_until(now.instant + delay).await;
+                continue;
             }
         };
 
         let d = decide(policy, &JobState::new(sent, job.arrived, job.deadline), &answer.classification, now, &mut rng);
-        if let Some(err) = finish(&inner, &job, target, sent, answer, d, now, &mut records, None) {
-            return Err(err);
-        }
+        let delay = finish(&inner, &job, target, sent, answer, d, now, &mut records, None)?;
+        // Never before the decided delay; admission may add its own wait.
+        clock.sleep_until(now.instant + delay).await;
     }
 }
 
@@ -288,7 +287,7 @@ fn provider_of(configured: Option<Provider>, headers: &http::HeaderMap, body: &[
 }
 
 /// Records the attempt, applies the answer to the shared state, and
-/// either sleeps for a retry (`None`: go round again) or ends the job.
+/// returns the retry delay, or the error that ends the job.
 #[allow(clippy::too_many_arguments)]
 fn finish(
     inner: &Inner,
@@ -300,14 +299,14 @@ fn finish(
     now: Now,
     records: &mut Vec<AttemptRecord>,
     held: Option<Reservation>,
-) -> Option<Error> {
+) -> Result<std::time::Duration, Error> {
     let c = &answer.classification;
     inner.state.observe(target, c, &d, now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, &d);
     trace_attempt(&record);
     records.push(record);
-    if let Action::Retry { .. } = d.action {
-        return None;
+    if let Action::Retry { delay } = d.action {
+        return Ok(delay);
     }
     let mut err = Error::decided(job.id.clone(), d)
         .with_attempts(std::mem::take(records));
@@ -320,7 +319,7 @@ fn finish(
     if let Some(res) = held {
         err = err.with_reservation(res);
     }
-    Some(err.with_classification(answer.classification))
+    Err(err.with_classification(answer.classification))
 }
 
 fn trace_attempt(r: &AttemptRecord) {

@@ -119,6 +119,7 @@ pub fn request_to(base_url: &str, job: &str, stream: bool) -> Request<Full<Bytes
 pub struct Ended {
     pub action: ActionKind,
     pub attempts: usize,
+    pub records: Vec<ratewise_core::record::AttemptRecord>,
     pub error: Option<Error>,
     pub metered: Option<Metered>,
     pub body: Bytes,
@@ -135,7 +136,8 @@ pub async fn finish(
 ) -> Ended {
     match result {
         Ok(resp) => {
-            let attempts = resp.extensions().get::<Attempts>().expect("attempts").0.len();
+            let records = resp.extensions().get::<Attempts>().expect("attempts").0.clone();
+            let attempts = records.len();
             let mut body = resp.into_body();
             let mut bytes = Vec::new();
             while let Some(frame) = body.frame().await {
@@ -151,6 +153,7 @@ pub async fn finish(
             Ended {
                 action: ActionKind::Done,
                 attempts,
+                records,
                 error: None,
                 metered: body.metered().cloned(),
                 body: Bytes::from(bytes),
@@ -159,6 +162,7 @@ pub async fn finish(
         Err(e) => Ended {
             action: e.action().expect("a decided error"),
             attempts: e.attempts().len(),
+            records: e.attempts().to_vec(),
             metered: None,
             body: e.body().cloned().unwrap_or_default(),
             error: Some(e),
@@ -173,4 +177,25 @@ pub fn sends(server: &MockServer, job: &str) -> usize {
         .iter()
         .filter(|r| r.job.as_deref() == Some(job))
         .count()
+}
+
+/// Asserts that no send of `job` came before the delay its previous
+/// attempt decided (mock arrival times, real milliseconds).
+pub fn assert_delays_respected(server: &MockServer, job: &str, records: &[ratewise_core::record::AttemptRecord]) {
+    let sent: Vec<u64> = server
+        .records()
+        .iter()
+        .filter(|r| r.job.as_deref() == Some(job))
+        .map(|r| r.at_ms)
+        .collect();
+    for (k, pair) in sent.windows(2).enumerate() {
+        let delay = records[k].delay_ms.expect("a retried attempt has a delay");
+        assert!(
+            pair[1] - pair[0] + 1 >= delay,
+            "{job}: attempt {} sent {} ms after attempt {}, decided delay {delay} ms",
+            k + 2,
+            pair[1] - pair[0],
+            k + 1
+        );
+    }
 }
