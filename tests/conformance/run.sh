@@ -17,16 +17,18 @@ PYTHON="${PYTHON:-python3}"
 
 command -v "$PYTHON" >/dev/null || { echo "FAIL: $PYTHON not found" >&2; exit 1; }
 
-if ! "$PYTHON" - <<'PY'
-import sys, urllib.request
+INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}"
+if ! INDEX_URL="$INDEX_URL" "$PYTHON" - <<'PY'
+import os, sys, urllib.request
 try:
-    urllib.request.urlopen("https://pypi.org/simple/anthropic/", timeout=15).read(1)
+    url = os.environ["INDEX_URL"].rstrip("/") + "/anthropic/"
+    urllib.request.urlopen(url, timeout=15).read(1)
 except Exception as e:
     print(f"PyPI unreachable: {e}", file=sys.stderr)
     sys.exit(1)
 PY
 then
-    echo "SKIPPED: PyPI (https://pypi.org) is unreachable"
+    echo "SKIPPED: PyPI ($INDEX_URL) is unreachable"
     exit 0
 fi
 

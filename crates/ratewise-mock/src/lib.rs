@@ -14,6 +14,25 @@
 //! * [`clock`] — the time scale (a provider minute may last a real second).
 //! * [`tokens`] — deterministic input estimates and output lengths.
 //!
+//! Conventions, in short:
+//!
+//! * **Keys** come from `x-api-key` or `Authorization: Bearer`; records
+//!   keep a configured label or an 8-hex-digit fingerprint, never the key.
+//!   [`JOB_HEADER`] / [`ATTEMPT_HEADER`] are recorded so tests can count
+//!   sends per job ([`sends_per_job`]).
+//! * **Tokens**: input = `ceil(bytes / 4)` of the text under `system` and
+//!   `messages`, or [`INPUT_TOKENS_HEADER`]; output = a seeded hash of the
+//!   body in [`MockConfig::output_tokens`], capped by `max_tokens`
+//!   ([`tokens::output_tokens_for`] predicts it).
+//! * **Time**: [`MockConfig::seconds_per_minute`] shrinks a provider minute;
+//!   the bucket maths stays per minute in provider time, and everything told
+//!   to clients (`retry-after`, reset headers, "try again in") is in *real*
+//!   time: `retry-after` as decimal seconds rounded up to the millisecond.
+//! * **Runtime control**: [`MockServer::set_faults`],
+//!   [`MockServer::set_billing_error`], [`MockServer::set_spend_cap`],
+//!   [`MockServer::set_acceleration`], or the same over HTTP under `/mock/`
+//!   (see [`server`]) for the binary.
+//!
 //! ```
 //! use ratewise_mock::{MockConfig, MockServer};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -36,6 +55,7 @@ mod io;
 pub mod model;
 pub mod record;
 pub mod render;
+pub mod request;
 pub mod server;
 pub mod tokens;
 

@@ -635,6 +635,19 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_bounded() {
+        let mut c = cfg(Limits::default());
+        c.max_keys = 2;
+        let mut m = ProviderModel::new(&c);
+        for (k, ok) in [("a", true), ("b", true), ("a", true), ("c", false)] {
+            let mut r = meta(1, 1, 1);
+            r.key = k.into();
+            let out = m.handle(&r, Instant::ZERO).outcome;
+            assert_eq!(matches!(out, Outcome::Success(_)), ok, "{k}: {out:?}");
+        }
+    }
+
+    #[test]
     fn stream_faults_only_touch_streams() {
         let mut c = cfg(Limits::default());
         c.faults = vec![FaultRule::always(Fault::StreamCut { after_events: 2 })];

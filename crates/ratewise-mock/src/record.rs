@@ -3,6 +3,8 @@
 //! (no key, no body).
 
 use crate::faults::Fault;
+use crate::model::{Answer, Outcome};
+use crate::render::RenderCtx;
 use ratewise_core::{Cause, Dimension, Provider};
 use serde::Serialize;
 
@@ -61,4 +63,63 @@ pub fn sends_per_job(records: &[RequestRecord]) -> std::collections::BTreeMap<St
         }
     }
     m
+}
+
+/// Fills in what the answer was, in ratewise's vocabulary.
+pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
+    rec.request_id = Some(ctx.request_id.clone());
+    let (status, cause, dimension): (Option<u16>, Cause, Option<Dimension>) = match &answer.outcome
+    {
+        Outcome::Success(_) => match answer.stream_fault {
+            Some(_) => (Some(200), Cause::MidStream, None),
+            None => (Some(200), Cause::Success, None),
+        },
+        Outcome::RateLimited { dimension, .. } => (Some(429), Cause::RateLimited, Some(*dimension)),
+        Outcome::SlowDown { .. } => (Some(429), Cause::AccelerationLimited, None),
+        Outcome::SpendCap => (Some(429), Cause::SpendCap, None),
+        Outcome::Billing => (Some(402), Cause::Billing, None),
+        Outcome::TooManyKeys => (Some(401), Cause::Authentication, None),
+        Outcome::Fault(f) => {
+            rec.fault = Some(f.clone());
+            match f {
+                Fault::Reset => {
+                    rec.request_id = None;
+                    (None, Cause::OutcomeUnknown, None)
+                }
+                Fault::Overloaded => (
+                    Some(if ctx.provider == Provider::Openai {
+                        503
+                    } else {
+                        529
+                    }),
+                    Cause::Overloaded,
+                    None,
+                ),
+                Fault::Status { status, .. } => (
+                    Some(*status),
+                    match status {
+                        408 | 504 => Cause::Timeout,
+                        529 => Cause::Overloaded,
+                        s if *s >= 500 => Cause::ServerError,
+                        _ => Cause::Unknown,
+                    },
+                    None,
+                ),
+                Fault::RetryAfter { .. } => {
+                    (Some(429), Cause::RateLimited, Some(Dimension::Requests))
+                }
+                _ => (Some(200), Cause::Success, None),
+            }
+        }
+    };
+    if let Some(f) = &answer.stream_fault {
+        rec.fault = Some(f.clone());
+    } else if let Some(ms) = answer.stall {
+        rec.fault = Some(Fault::Stall {
+            ms: ms.as_millis() as u64,
+        });
+    }
+    rec.status = status;
+    rec.cause = cause;
+    rec.dimension = dimension;
 }

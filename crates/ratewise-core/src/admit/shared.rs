@@ -8,6 +8,8 @@
 
 use super::controller::{Admission, AdmitRequest, Controller, ScopeSnapshot, Target};
 use super::ScopeId;
+use crate::classify::Classification;
+use crate::decision::Decision;
 use crate::time::Now;
 use crate::usage::Usage;
 use std::sync::{Mutex, MutexGuard};
@@ -27,6 +29,9 @@ pub trait AdmissionState {
     fn hold_unknown(&self, res: &super::Reservation, now: Now);
     /// Settles (`Some`) or releases (`None`) an unknown outcome.
     fn resolve_unknown(&self, res: super::Reservation, usage: Option<&Usage>, now: Now);
+    /// Applies a response's classification and decision to the shared
+    /// state; returns the decision, amended by queue-wide bounds.
+    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision;
     /// Lifts a key's stop.
     fn resume(&self, key: &str, now: Now);
     /// What one scope looks like now.
@@ -68,6 +73,9 @@ impl AdmissionState for Shared {
     }
     fn resolve_unknown(&self, res: super::Reservation, usage: Option<&Usage>, now: Now) {
         self.lock().resolve_unknown(res, usage, now)
+    }
+    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
+        self.lock().observe(scope, c, d, now)
     }
     fn resume(&self, key: &str, now: Now) {
         self.lock().resume(key, now)

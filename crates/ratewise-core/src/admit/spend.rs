@@ -203,14 +203,30 @@ impl SpendBudget {
             {
                 return SpendCheck::Spent { until };
             }
-            if Self::over(self.cfg.max_tokens, t.settled_tokens, t.outstanding_tokens, tokens)
-                || Self::over(self.cfg.max_micros, t.settled_micros, t.outstanding_micros, micros)
-            {
+            if Self::over(
+                self.cfg.max_tokens,
+                t.settled_tokens,
+                t.outstanding_tokens,
+                tokens,
+            ) || Self::over(
+                self.cfg.max_micros,
+                t.settled_micros,
+                t.outstanding_micros,
+                micros,
+            ) {
                 return SpendCheck::InFlight;
             }
-        } else if Self::over(self.cfg.max_tokens, t.settled_tokens, t.outstanding_tokens, 1)
-            || Self::over(self.cfg.max_micros, t.settled_micros, t.outstanding_micros, 1)
-        {
+        } else if Self::over(
+            self.cfg.max_tokens,
+            t.settled_tokens,
+            t.outstanding_tokens,
+            1,
+        ) || Self::over(
+            self.cfg.max_micros,
+            t.settled_micros,
+            t.outstanding_micros,
+            1,
+        ) {
             return SpendCheck::InFlight;
         }
         SpendCheck::Fits
@@ -302,6 +318,9 @@ mod tests {
             }
         );
         assert_eq!(b.check(40, 0, t), SpendCheck::Fits);
-        assert_eq!(b.check(60, 0, Instant::from_millis(60_000)), SpendCheck::Fits);
+        assert_eq!(
+            b.check(60, 0, Instant::from_millis(60_000)),
+            SpendCheck::Fits
+        );
     }
 }
