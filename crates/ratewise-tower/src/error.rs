@@ -103,7 +103,12 @@ impl Error {
         self
     }
 
-    pub(crate) fn with_response(mut self, status: StatusCode, headers: HeaderMap, body: Bytes) -> Self {
+    pub(crate) fn with_response(
+        mut self,
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Self {
         self.inner.response = Some(FinalResponse {
             status,
             headers,
@@ -270,7 +275,10 @@ impl fmt::Display for Error {
         let job = &self.inner.job_id;
         match self.inner.kind {
             Kind::BodyTooLarge { limit } => {
-                return write!(f, "job {job}: request body larger than {limit} bytes: not sent")
+                return write!(
+                    f,
+                    "job {job}: request body larger than {limit} bytes: not sent"
+                )
             }
             Kind::RequestBody => {
                 return write!(f, "job {job}: reading the request body failed: not sent")

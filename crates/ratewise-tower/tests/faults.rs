@@ -26,21 +26,174 @@ fn nth(fault: Fault, n: &[u64]) -> Vec<FaultRule> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_ends_in_its_outcome_with_no_hidden_sends() {
     let cases = vec![
-        Case { name: "clean", rules: vec![], stream: false, action: ActionKind::Done, attempts: 1, last_cause: None },
-        Case { name: "overloaded once", rules: nth(Fault::Overloaded, &[1]), stream: false, action: ActionKind::Done, attempts: 2, last_cause: None },
-        Case { name: "overloaded always", rules: vec![FaultRule::always(Fault::Overloaded)], stream: false, action: ActionKind::GiveUp, attempts: 3, last_cause: Some(Cause::Overloaded) },
-        Case { name: "502 html once", rules: nth(Fault::Status { status: 502, html: true }, &[1]), stream: false, action: ActionKind::Done, attempts: 2, last_cause: None },
-        Case { name: "500 twice", rules: nth(Fault::Status { status: 500, html: false }, &[1, 2]), stream: false, action: ActionKind::Done, attempts: 3, last_cause: None },
-        Case { name: "404", rules: nth(Fault::Status { status: 404, html: false }, &[1]), stream: false, action: ActionKind::Fail, attempts: 1, last_cause: Some(Cause::NotFound) },
-        Case { name: "403", rules: nth(Fault::Status { status: 403, html: false }, &[1]), stream: false, action: ActionKind::Fail, attempts: 1, last_cause: Some(Cause::Permission) },
-        Case { name: "reset", rules: nth(Fault::Reset, &[1]), stream: false, action: ActionKind::HoldUnknown, attempts: 1, last_cause: Some(Cause::OutcomeUnknown) },
-        Case { name: "retry-after seconds", rules: nth(Fault::RetryAfter { format: RetryAfterFormat::Seconds, secs: 1 }, &[1]), stream: false, action: ActionKind::Done, attempts: 2, last_cause: None },
-        Case { name: "retry-after http-date", rules: nth(Fault::RetryAfter { format: RetryAfterFormat::HttpDate, secs: 1 }, &[1]), stream: false, action: ActionKind::Done, attempts: 2, last_cause: None },
-        Case { name: "retry-after garbage", rules: nth(Fault::RetryAfter { format: RetryAfterFormat::Garbage, secs: 1 }, &[1]), stream: false, action: ActionKind::Done, attempts: 2, last_cause: None },
-        Case { name: "retry-after negative", rules: nth(Fault::RetryAfter { format: RetryAfterFormat::Negative, secs: 1 }, &[1]), stream: false, action: ActionKind::Done, attempts: 2, last_cause: None },
-        Case { name: "stream cut", rules: vec![FaultRule::always(Fault::StreamCut { after_events: 3 })], stream: true, action: ActionKind::Done, attempts: 1, last_cause: None },
-        Case { name: "stream error mid-way", rules: vec![FaultRule::always(Fault::StreamError { after_events: 4 })], stream: true, action: ActionKind::Done, attempts: 1, last_cause: None },
-        Case { name: "stream overloaded as the first frame (first byte commits)", rules: nth(Fault::StreamError { after_events: 0 }, &[1]), stream: true, action: ActionKind::Done, attempts: 1, last_cause: None },
+        Case {
+            name: "clean",
+            rules: vec![],
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 1,
+            last_cause: None,
+        },
+        Case {
+            name: "overloaded once",
+            rules: nth(Fault::Overloaded, &[1]),
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 2,
+            last_cause: None,
+        },
+        Case {
+            name: "overloaded always",
+            rules: vec![FaultRule::always(Fault::Overloaded)],
+            stream: false,
+            action: ActionKind::GiveUp,
+            attempts: 3,
+            last_cause: Some(Cause::Overloaded),
+        },
+        Case {
+            name: "502 html once",
+            rules: nth(
+                Fault::Status {
+                    status: 502,
+                    html: true,
+                },
+                &[1],
+            ),
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 2,
+            last_cause: None,
+        },
+        Case {
+            name: "500 twice",
+            rules: nth(
+                Fault::Status {
+                    status: 500,
+                    html: false,
+                },
+                &[1, 2],
+            ),
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 3,
+            last_cause: None,
+        },
+        Case {
+            name: "404",
+            rules: nth(
+                Fault::Status {
+                    status: 404,
+                    html: false,
+                },
+                &[1],
+            ),
+            stream: false,
+            action: ActionKind::Fail,
+            attempts: 1,
+            last_cause: Some(Cause::NotFound),
+        },
+        Case {
+            name: "403",
+            rules: nth(
+                Fault::Status {
+                    status: 403,
+                    html: false,
+                },
+                &[1],
+            ),
+            stream: false,
+            action: ActionKind::Fail,
+            attempts: 1,
+            last_cause: Some(Cause::Permission),
+        },
+        Case {
+            name: "reset",
+            rules: nth(Fault::Reset, &[1]),
+            stream: false,
+            action: ActionKind::HoldUnknown,
+            attempts: 1,
+            last_cause: Some(Cause::OutcomeUnknown),
+        },
+        Case {
+            name: "retry-after seconds",
+            rules: nth(
+                Fault::RetryAfter {
+                    format: RetryAfterFormat::Seconds,
+                    secs: 1,
+                },
+                &[1],
+            ),
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 2,
+            last_cause: None,
+        },
+        Case {
+            name: "retry-after http-date",
+            rules: nth(
+                Fault::RetryAfter {
+                    format: RetryAfterFormat::HttpDate,
+                    secs: 1,
+                },
+                &[1],
+            ),
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 2,
+            last_cause: None,
+        },
+        Case {
+            name: "retry-after garbage",
+            rules: nth(
+                Fault::RetryAfter {
+                    format: RetryAfterFormat::Garbage,
+                    secs: 1,
+                },
+                &[1],
+            ),
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 2,
+            last_cause: None,
+        },
+        Case {
+            name: "retry-after negative",
+            rules: nth(
+                Fault::RetryAfter {
+                    format: RetryAfterFormat::Negative,
+                    secs: 1,
+                },
+                &[1],
+            ),
+            stream: false,
+            action: ActionKind::Done,
+            attempts: 2,
+            last_cause: None,
+        },
+        Case {
+            name: "stream cut",
+            rules: vec![FaultRule::always(Fault::StreamCut { after_events: 3 })],
+            stream: true,
+            action: ActionKind::Done,
+            attempts: 1,
+            last_cause: None,
+        },
+        Case {
+            name: "stream error mid-way",
+            rules: vec![FaultRule::always(Fault::StreamError { after_events: 4 })],
+            stream: true,
+            action: ActionKind::Done,
+            attempts: 1,
+            last_cause: None,
+        },
+        Case {
+            name: "stream overloaded as the first frame (first byte commits)",
+            rules: nth(Fault::StreamError { after_events: 0 }, &[1]),
+            stream: true,
+            action: ActionKind::Done,
+            attempts: 1,
+            last_cause: None,
+        },
     ];
     let server = mock(roomy()).await;
     for (i, case) in cases.into_iter().enumerate() {
@@ -63,9 +216,22 @@ async fn every_fault_ends_in_its_outcome_with_no_hidden_sends() {
         let mut svc = layer().layer(client());
         let job = format!("case-{i}");
         let ended = run(&mut svc, request(&server, &job, case.stream)).await;
-        assert_eq!(ended.action, case.action, "{}: {:?}", case.name, ended.error);
-        assert_eq!(ended.attempts, case.attempts, "{}: layer attempts", case.name);
-        assert_eq!(sends(&server, &job), case.attempts, "{}: mock sends", case.name);
+        assert_eq!(
+            ended.action, case.action,
+            "{}: {:?}",
+            case.name, ended.error
+        );
+        assert_eq!(
+            ended.attempts, case.attempts,
+            "{}: layer attempts",
+            case.name
+        );
+        assert_eq!(
+            sends(&server, &job),
+            case.attempts,
+            "{}: mock sends",
+            case.name
+        );
         assert_delays_respected(&server, &job, &ended.records);
         if let Some(cause) = case.last_cause {
             let e = ended.error.as_ref().unwrap();
@@ -73,10 +239,23 @@ async fn every_fault_ends_in_its_outcome_with_no_hidden_sends() {
             assert_eq!(e.attempts().last().unwrap().cause, cause, "{}", case.name);
         }
         if case.action == ActionKind::GiveUp {
-            assert_eq!(ended.error.as_ref().unwrap().give_up_reason(), Some(GiveUpReason::Attempts));
+            assert_eq!(
+                ended.error.as_ref().unwrap().give_up_reason(),
+                Some(GiveUpReason::Attempts)
+            );
         }
         if case.action == ActionKind::Done && !case.stream {
-            assert!(matches!(ended.metered, Some(Metered::Body { usage: Some(_), complete: true })), "{}", case.name);
+            assert!(
+                matches!(
+                    ended.metered,
+                    Some(Metered::Body {
+                        usage: Some(_),
+                        complete: true
+                    })
+                ),
+                "{}",
+                case.name
+            );
         }
     }
     server.shutdown().await;
@@ -95,7 +274,9 @@ async fn error_carries_the_final_response() {
     assert!(e.is_give_up());
     assert_eq!(e.status().map(|s| s.as_u16()), Some(529));
     assert!(e.headers().unwrap().contains_key("request-id"));
-    assert!(std::str::from_utf8(e.body().unwrap()).unwrap().contains("overloaded_error"));
+    assert!(std::str::from_utf8(e.body().unwrap())
+        .unwrap()
+        .contains("overloaded_error"));
     assert_eq!(e.attempts().len(), 3);
     assert_eq!(e.attempts()[0].action, ActionKind::Retry);
     assert!(e.to_string().contains("give_up"));

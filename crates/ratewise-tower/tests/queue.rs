@@ -80,7 +80,10 @@ async fn retry_after_holds_back_every_clone() {
     let a = tokio::spawn(async move { run(&mut first, request_to(&u, "a", false)).await });
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while server.records().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "first send never arrived");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "first send never arrived"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // ... give the layer a moment to read it, then other clones send.

@@ -78,7 +78,11 @@ async fn overload_after_content_is_mid_stream_committed_and_sent_once() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(sends(&server, "s2"), 1, "a committed stream is never replayed");
+    assert_eq!(
+        sends(&server, "s2"),
+        1,
+        "a committed stream is never replayed"
+    );
     assert_eq!(outstanding_requests(&st), 0);
     server.shutdown().await;
 }
@@ -101,7 +105,10 @@ async fn an_error_before_content_is_retried_under_first_content() {
         StreamOutcome::Completed { usage: Some(_) }
     ));
     let text = String::from_utf8_lossy(&ended.body);
-    assert!(!text.contains("overloaded_error"), "the caller never saw the error");
+    assert!(
+        !text.contains("overloaded_error"),
+        "the caller never saw the error"
+    );
     assert!(text.contains("message_start") && text.contains("message_stop"));
     assert_eq!(outstanding_requests(&st), 0);
     server.shutdown().await;
@@ -119,7 +126,10 @@ async fn the_same_error_under_first_byte_is_not_retried() {
     assert_eq!(sends(&server, "s4"), 1);
     assert!(matches!(
         ended.metered.unwrap().stream().unwrap(),
-        StreamOutcome::MidStream { committed: true, .. }
+        StreamOutcome::MidStream {
+            committed: true,
+            ..
+        }
     ));
     server.shutdown().await;
 }
@@ -166,7 +176,11 @@ async fn a_stream_dropped_by_the_caller_settles_its_reservation() {
         .unwrap();
     let mut body = resp.into_body();
     let _first = body.frame().await;
-    assert_eq!(outstanding_requests(&st), 1, "in flight while the body lives");
+    assert_eq!(
+        outstanding_requests(&st),
+        1,
+        "in flight while the body lives"
+    );
     drop(body);
     let ledger = st.lock().ledger();
     assert_eq!(ledger.outstanding.requests, 0);

@@ -42,7 +42,13 @@ async fn trace_has_evidence_and_no_secrets() {
     let server = mock(MockConfig {
         faults: vec![
             FaultRule::nth(Fault::Overloaded, [1]),
-            FaultRule::nth(Fault::Status { status: 400, html: false }, [3]),
+            FaultRule::nth(
+                Fault::Status {
+                    status: 400,
+                    html: false,
+                },
+                [3],
+            ),
             FaultRule::nth(Fault::StreamError { after_events: 3 }, [4]),
             FaultRule::nth(Fault::Reset, [5]),
         ],
@@ -56,10 +62,33 @@ async fn trace_has_evidence_and_no_secrets() {
     server.shutdown().await;
 
     let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
-    for evidence in ["job_id", "attempt", "status=529", "cause=\"overloaded\"", "action=\"retry\"", "delay_ms", "request_id", "mid_stream", "hold_unknown"] {
+    for evidence in [
+        "job_id",
+        "attempt",
+        "status=529",
+        "cause=\"overloaded\"",
+        "action=\"retry\"",
+        "delay_ms",
+        "request_id",
+        "mid_stream",
+        "hold_unknown",
+    ] {
         assert!(text.contains(evidence), "missing {evidence} in:\n{text}");
     }
-    for secret in ["SECRET", "sk-ant", "x-api-key", "authorization", "cookie", "messages", "say hello"] {
-        assert!(!text.to_ascii_lowercase().contains(&secret.to_ascii_lowercase()), "{secret} leaked:\n{text}");
+    for secret in [
+        "SECRET",
+        "sk-ant",
+        "x-api-key",
+        "authorization",
+        "cookie",
+        "messages",
+        "say hello",
+    ] {
+        assert!(
+            !text
+                .to_ascii_lowercase()
+                .contains(&secret.to_ascii_lowercase()),
+            "{secret} leaked:\n{text}"
+        );
     }
 }

@@ -70,7 +70,11 @@ pub(crate) struct MeterCtx {
 }
 
 pub(crate) enum MeterKind {
-    Json { buf: BytesMut, limit: usize, overflow: bool },
+    Json {
+        buf: BytesMut,
+        limit: usize,
+        overflow: bool,
+    },
     Stream(Box<StreamTracker>),
 }
 
@@ -193,9 +197,15 @@ fn report_stream(ctx: &Report, outcome: &StreamOutcome, now: ratewise_core::Now)
             committed,
             ..
         } => {
-            let c = in_band_classification(ctx.provider, *cause, error.error_type.clone(), error.code.clone());
-            let d = Decision::new(Action::Inspect).with_note("committed stream: never replayed automatically");
-            ctx.state.observe(ctx.target, &c, &d, now);
+            let c = in_band_classification(
+                ctx.provider,
+                *cause,
+                error.error_type.clone(),
+                error.code.clone(),
+            );
+            let d = Decision::new(Action::Inspect)
+                .with_note("committed stream: never replayed automatically");
+            let _ = ctx.state.observe(ctx.target.scope, &c, d, now);
             tracing::warn!(job_id = %ctx.job_id, attempt = ctx.attempt, outcome = "mid_stream",
                 cause = cause.as_str(), committed, output_tokens = usage.map(|u| u.output_tokens),
                 "stream failed");

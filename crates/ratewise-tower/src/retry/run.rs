@@ -15,7 +15,9 @@ use ratewise_core::classify::{
 use ratewise_core::decide::{decide, JobState};
 use ratewise_core::record::AttemptRecord;
 use ratewise_core::{Action, Cause, Decision, Instant, Now, Provider, Usage};
-use ratewise_streaming::{is_event_stream, CommitPoint, StreamOutcome, StreamTracker, TrackerConfig};
+use ratewise_streaming::{
+    is_event_stream, CommitPoint, StreamOutcome, StreamTracker, TrackerConfig,
+};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tower::ServiceExt;
@@ -28,9 +30,9 @@ use crate::body::replay::BufferError;
 use crate::body::{MeteredBody, ReplayBody};
 use crate::config::{ATTEMPT_HEADER, JOB_HEADER};
 use crate::error::{BoxError, Error};
-use crate::Attempts;
 use crate::job::Job;
 use crate::transport::transport_failure;
+use crate::Attempts;
 
 pub(crate) fn not_ready(_inner: &Arc<Inner>, e: BoxError) -> Error {
     Error::not_ready(e)
@@ -69,7 +71,9 @@ where
         &bytes,
     );
     let span = tracing::info_span!("ratewise_job", job_id = %job.id, model = %job.model);
-    attempts(inner, svc, parts, bytes, job).instrument(span).await
+    attempts(inner, svc, parts, bytes, job)
+        .instrument(span)
+        .await
 }
 
 fn job_id_of(inner: &Inner, ext: &http::Extensions) -> String {
@@ -188,7 +192,18 @@ where
 
         let answer = match result {
             Ok(resp) if resp.status().is_success() => {
-                match success(&inner, &job, target, reservation, sent, resp, now, &mut records).await {
+                match success(
+                    &inner,
+                    &job,
+                    target,
+                    reservation,
+                    sent,
+                    resp,
+                    now,
+                    &mut records,
+                )
+                .await
+                {
                     Ok(resp) => return Ok(resp),
                     Err((answer, res)) => {
                         // An error before the stream's commit point: the
@@ -235,7 +250,13 @@ where
                     usage: None,
                 };
                 let now = clock.now();
-                let d = decide(policy, &JobState::new(sent, job.arrived, job.deadline), &answer.classification, now, &mut rng);
+                let d = decide(
+                    policy,
+                    &JobState::new(sent, job.arrived, job.deadline),
+                    &answer.classification,
+                    now,
+                    &mut rng,
+                );
                 let held = if d.action == Action::HoldUnknown {
                     state.hold_unknown(&reservation, now);
                     Some(reservation)
@@ -248,14 +269,40 @@ where
                     state.release(reservation, now);
                     None
                 };
-                let delay = finish(&inner, &job, target, sent, answer, d, now, &mut records, held)?;
+                let delay = finish(
+                    &inner,
+                    &job,
+                    target,
+                    sent,
+                    answer,
+                    d,
+                    now,
+                    &mut records,
+                    held,
+                )?;
                 clock.sleep_until(now.instant + delay).await;
                 continue;
             }
         };
 
-        let d = decide(policy, &JobState::new(sent, job.arrived, job.deadline), &answer.classification, now, &mut rng);
-        let delay = finish(&inner, &job, target, sent, answer, d, now, &mut records, None)?;
+        let d = decide(
+            policy,
+            &JobState::new(sent, job.arrived, job.deadline),
+            &answer.classification,
+            now,
+            &mut rng,
+        );
+        let delay = finish(
+            &inner,
+            &job,
+            target,
+            sent,
+            answer,
+            d,
+            now,
+            &mut records,
+            None,
+        )?;
         // Never before the decided delay; admission may add its own wait.
         clock.sleep_until(now.instant + delay).await;
     }
@@ -270,12 +317,7 @@ fn estimate(res: &Reservation) -> Usage {
     }
 }
 
-fn settle_or_release(
-    state: &dyn crate::State,
-    res: Reservation,
-    usage: Option<Usage>,
-    now: Now,
-) {
+fn settle_or_release(state: &dyn crate::State, res: Reservation, usage: Option<Usage>, now: Now) {
     match usage {
         Some(u) => state.settle(res, &u, now),
         None => state.release(res, now),
@@ -301,15 +343,15 @@ fn finish(
     held: Option<Reservation>,
 ) -> Result<std::time::Duration, Error> {
     let c = &answer.classification;
-    inner.state.observe(target, c, &d, now);
+    // The shared state may amend the decision (the retry budget).
+    let d = inner.state.observe(target.scope, c, d, now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, &d);
     trace_attempt(&record);
     records.push(record);
     if let Action::Retry { delay } = d.action {
         return Ok(delay);
     }
-    let mut err = Error::decided(job.id.clone(), d)
-        .with_attempts(std::mem::take(records));
+    let mut err = Error::decided(job.id.clone(), d).with_attempts(std::mem::take(records));
     if let Some((status, headers, body)) = answer.response {
         err = err.with_response(status, headers, body);
     }
@@ -353,7 +395,13 @@ fn trace_attempt(r: &AttemptRecord) {
 }
 
 fn trace_end(job_id: &str, sent: u32, d: &Decision, why: &str) {
-    tracing::warn!(job_id, attempts = sent, action = d.action.kind().as_str(), why, "job ended before a send");
+    tracing::warn!(
+        job_id,
+        attempts = sent,
+        action = d.action.kind().as_str(),
+        why,
+        "job ended before a send"
+    );
 }
 
 /// A 2xx answer: record it, sync headers, and hand the body over metered.
@@ -399,8 +447,9 @@ where
         attempt,
     };
     if !stream {
-        let d = Decision::new(Action::Done);
-        inner.state.observe(target, &c, &d, now);
+        let d = inner
+            .state
+            .observe(target.scope, &c, Decision::new(Action::Done), now);
         let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
         trace_attempt(&record);
         records.push(record);
@@ -410,17 +459,18 @@ where
             overflow: false,
         };
         let mut resp = resp.map(|b| MeteredBody::new(b, ctx, kind, VecDeque::new(), None));
-        resp.extensions_mut().insert(Attempts(std::mem::take(records)));
+        resp.extensions_mut()
+            .insert(Attempts(std::mem::take(records)));
         return Ok(resp);
     }
 
-    let tracker = StreamTracker::new(
+    let tracker = Box::new(StreamTracker::new(
         provider,
         TrackerConfig {
             commit_point: cfg.commit_point,
             ..TrackerConfig::default()
         },
-    );
+    ));
     let (rparts, body) = resp.into_parts();
     let (body, tracker, held, ended) = if cfg.commit_point == CommitPoint::FirstContent {
         match hold_until_commit(body, tracker, cfg.max_held_bytes).await {
@@ -455,23 +505,25 @@ where
     } else {
         (body, tracker, VecDeque::new(), None)
     };
-    let d = Decision::new(Action::Done);
-    inner.state.observe(target, &c, &d, now);
+    let d = inner
+        .state
+        .observe(target.scope, &c, Decision::new(Action::Done), now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
     trace_attempt(&record);
     records.push(record);
     let mut resp = Response::from_parts(
         rparts,
-        MeteredBody::new(body, ctx, MeterKind::Stream(Box::new(tracker)), held, ended),
+        MeteredBody::new(body, ctx, MeterKind::Stream(tracker), held, ended),
     );
-    resp.extensions_mut().insert(Attempts(std::mem::take(records)));
+    resp.extensions_mut()
+        .insert(Attempts(std::mem::take(records)));
     Ok(resp)
 }
 
 enum Held<R> {
     Commit {
         body: R,
-        tracker: StreamTracker,
+        tracker: Box<StreamTracker>,
         held: VecDeque<Frame<Bytes>>,
         /// `Some(cleanly)` when the body already ended.
         ended: Option<bool>,
@@ -484,7 +536,11 @@ enum Held<R> {
 /// Reads a stream until it commits (first content, or the bound on held
 /// bytes), or until an error arrives before any content (replayable).
 /// A stream that ends before committing is handed over as it is.
-async fn hold_until_commit<R>(mut body: R, mut tracker: StreamTracker, max_held: usize) -> Held<R>
+async fn hold_until_commit<R>(
+    mut body: R,
+    mut tracker: Box<StreamTracker>,
+    max_held: usize,
+) -> Held<R>
 where
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {

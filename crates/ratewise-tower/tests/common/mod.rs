@@ -13,7 +13,7 @@ use ratewise_core::decide::{Backoff, HintJitter, Policy};
 use ratewise_core::{ActionKind, Provider};
 use ratewise_mock::{MockConfig, MockServer};
 use ratewise_tower::{
-    Attempts, Config, Error, JobId, MeteredBody, Metered, RetryLayer, RetryService, TokioClock,
+    Attempts, Config, Error, JobId, Metered, MeteredBody, RetryLayer, RetryService, TokioClock,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,12 +131,15 @@ pub async fn run(svc: &mut Svc, req: Request<Full<Bytes>>) -> Ended {
     finish(result).await
 }
 
-pub async fn finish(
-    result: Result<Response<MeteredBody<hyper::body::Incoming>>, Error>,
-) -> Ended {
+pub async fn finish(result: Result<Response<MeteredBody<hyper::body::Incoming>>, Error>) -> Ended {
     match result {
         Ok(resp) => {
-            let records = resp.extensions().get::<Attempts>().expect("attempts").0.clone();
+            let records = resp
+                .extensions()
+                .get::<Attempts>()
+                .expect("attempts")
+                .0
+                .clone();
             let attempts = records.len();
             let mut body = resp.into_body();
             let mut bytes = Vec::new();
@@ -181,7 +184,11 @@ pub fn sends(server: &MockServer, job: &str) -> usize {
 
 /// Asserts that no send of `job` came before the delay its previous
 /// attempt decided (mock arrival times, real milliseconds).
-pub fn assert_delays_respected(server: &MockServer, job: &str, records: &[ratewise_core::record::AttemptRecord]) {
+pub fn assert_delays_respected(
+    server: &MockServer,
+    job: &str,
+    records: &[ratewise_core::record::AttemptRecord],
+) {
     let sent: Vec<u64> = server
         .records()
         .iter()
