@@ -4,7 +4,6 @@
 use crate::extensions::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
 use http::Extensions;
 use ratewise_core::Instant;
-use serde_json::Value;
 use std::time::Duration;
 
 /// What the layer learned about a job before its first send.
@@ -27,6 +26,20 @@ pub(crate) struct BodyFields {
     pub max_tokens: Option<u64>,
 }
 
+/// The fields read from a request body, borrowed where possible; every
+/// other field is skipped without building a tree.
+#[derive(serde::Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow, default)]
+    model: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+}
+
 /// Reads `model` and `max_tokens` (Anthropic), `max_completion_tokens` or
 /// `max_tokens` (OpenAI Chat), `max_output_tokens` (OpenAI Responses) from
 /// a JSON body. Anything else, or not JSON: nothing.
@@ -35,17 +48,18 @@ pub(crate) fn body_fields(body: &[u8]) -> BodyFields {
     if first != Some(&b'{') {
         return BodyFields::default();
     }
-    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(body) else {
+    let Ok(wire) = serde_json::from_slice::<Wire<'_>>(body) else {
         return BodyFields::default();
     };
-    let model = map
-        .get("model")
-        .and_then(Value::as_str)
-        .map(|m| ratewise_core::parse::clip(m, 128).to_owned());
-    let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
-        .iter()
-        .find_map(|k| map.get(*k).and_then(Value::as_u64));
-    BodyFields { model, max_tokens }
+    BodyFields {
+        model: wire
+            .model
+            .map(|m| ratewise_core::parse::clip(&m, 128).to_owned()),
+        max_tokens: wire
+            .max_tokens
+            .or(wire.max_completion_tokens)
+            .or(wire.max_output_tokens),
+    }
 }
 
 impl Job {
