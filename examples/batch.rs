@@ -25,19 +25,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         faults: vec![
             FaultRule::nth(Fault::Overloaded, [2, 3, 9]),
             FaultRule::nth(Fault::Reset, [5]),
-            FaultRule::nth(Fault::RetryAfter { format: RetryAfterFormat::Seconds, secs: 1 }, [7]),
-            FaultRule::nth(Fault::Status { status: 404, html: false }, [12]),
+            FaultRule::nth(
+                Fault::RetryAfter {
+                    format: RetryAfterFormat::Seconds,
+                    secs: 1,
+                },
+                [7],
+            ),
+            FaultRule::nth(
+                Fault::Status {
+                    status: 404,
+                    html: false,
+                },
+                [12],
+            ),
         ],
         ..MockConfig::default()
     };
     mock.anthropic_limits.requests_per_minute = Some(10_000);
+    mock.anthropic_limits.input_tokens_per_minute = Some(10_000_000);
+    mock.anthropic_limits.output_tokens_per_minute = Some(10_000_000);
     let server = MockServer::start(mock).await?;
 
     // The inner client makes exactly one attempt per call; the layer owns retries.
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let layer = RetryLayer::with_config(Config {
         policy: Policy {
-            backoff: Backoff { transient_base: Duration::from_millis(100), ..Backoff::default() },
+            backoff: Backoff {
+                transient_base: Duration::from_millis(100),
+                ..Backoff::default()
+            },
             default_deadline: Some(Duration::from_secs(30)),
             ..Policy::default()
         },
@@ -84,9 +101,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     "{id}  {:<12} {:>2}  {:>6}  {:<14} {}",
                     e.action().map_or("error", |a| a.as_str()),
                     e.attempts().len(),
-                    e.status().map_or("-".to_owned(), |s| s.as_u16().to_string()),
+                    e.status()
+                        .map_or("-".to_owned(), |s| s.as_u16().to_string()),
                     e.classification().map_or("-", |c| c.cause.as_str()),
-                    e.give_up_reason().map_or(String::new(), |r| format!("reason={r}"))
+                    e.give_up_reason()
+                        .map_or(String::new(), |r| format!("reason={r}"))
                 ),
             };
             row

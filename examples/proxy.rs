@@ -79,8 +79,10 @@ fn error_response(e: &Error) -> Response {
                 "type": format!("ratewise_{action}"), "message": e.to_string()}});
             let mut r = Response::new(Body::from(body.to_string()));
             *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            r.headers_mut()
-                .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
             r
         }
     };
@@ -111,6 +113,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 ..MockConfig::default()
             };
             cfg.anthropic_limits.requests_per_minute = Some(10_000);
+            cfg.anthropic_limits.input_tokens_per_minute = Some(10_000_000);
+            cfg.anthropic_limits.output_tokens_per_minute = Some(10_000_000);
             let server = MockServer::start(cfg).await?;
             let url = server.base_url();
             _mock = Some(server);
@@ -120,10 +124,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     let client = Client::builder(TokioExecutor::new()).build_http();
     let layer = RetryLayer::with_config(Config {
-        policy: Policy { default_deadline: Some(Duration::from_secs(120)), ..Policy::default() },
+        policy: Policy {
+            default_deadline: Some(Duration::from_secs(120)),
+            ..Policy::default()
+        },
         ..Config::default()
     });
-    let gateway = Gateway { upstream, service: layer.layer(client) };
+    let gateway = Gateway {
+        upstream,
+        service: layer.layer(client),
+    };
     let app = Router::new().fallback(forward).with_state(gateway);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -143,7 +153,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let text = resp.into_body().collect().await?.to_bytes();
     println!("demo call: {status} {}", String::from_utf8_lossy(&text));
     if let Some(m) = &_mock {
-        println!("sends upstream: {} (one overloaded, one retried by the gateway)", m.records().len());
+        println!(
+            "sends upstream: {} (one overloaded, one retried by the gateway)",
+            m.records().len()
+        );
     }
     if serve {
         server.await??;

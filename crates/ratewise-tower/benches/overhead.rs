@@ -123,7 +123,10 @@ fn main() {
         println!("layer overhead on loopback ({rounds} rounds x {n} sequential requests, medians)");
         println!("  bare client      {b:8.2} µs/request");
         println!("  with RetryLayer  {l:8.2} µs/request");
-        println!("  added            {:8.2} µs/request (target < 5 µs)", l - b);
+        println!(
+            "  added            {:8.2} µs/request (target < 5 µs)",
+            l - b
+        );
         println!("  ratio            {:8.3}", l / b);
     });
 }
