@@ -38,7 +38,9 @@ impl Clock for ManualClock {
     }
 }
 
-type Script = Arc<Mutex<VecDeque<(u16, Vec<(&'static str, &'static str)>, &'static str)>>>;
+/// One scripted answer: status, headers, body.
+type Answer = (u16, Vec<(&'static str, &'static str)>, &'static str);
+type Script = Arc<Mutex<VecDeque<Answer>>>;
 
 /// An inner service that answers from a script and records the virtual
 /// time of every send.
@@ -82,7 +84,7 @@ impl Service<Request<Full<Bytes>>> for Scripted {
 fn setup(
     policy: Policy,
     limits: Limits,
-    script: Vec<(u16, Vec<(&'static str, &'static str)>, &'static str)>,
+    script: Vec<Answer>,
 ) -> (RetryLayer, Scripted, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::default());
     let state = Arc::new(Shared::new(Controller::new(admit::Config {
