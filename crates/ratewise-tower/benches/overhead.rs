@@ -136,6 +136,9 @@ fn main() {
             l - b
         );
         println!("  ratio            {:8.3}", l / b);
-        println!("  (best rounds: bare {bmin:.2} µs, layered {lmin:.2} µs, added {:.2} µs)", lmin - bmin);
+        println!(
+            "  (best rounds: bare {bmin:.2} µs, layered {lmin:.2} µs, added {:.2} µs)",
+            lmin - bmin
+        );
     });
 }

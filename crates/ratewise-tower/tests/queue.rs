@@ -71,23 +71,30 @@ async fn retry_after_holds_back_every_clone() {
         ..roomy()
     })
     .await;
-    let base = layer().layer(client());
+    let layer = layer();
+    let base = layer.layer(client());
     let url = server.base_url();
 
     // The first job meets the 429 (retry-after: 2) ...
     let mut first = base.clone();
     let u = url.clone();
     let a = tokio::spawn(async move { run(&mut first, request_to(&u, "a", false)).await });
+    // ... and once the layer has read it (the shared bucket is paused),
+    // other clones send.
+    let state = layer.state().clone();
+    let scope = state.target("default", "claude-sonnet-4-5").scope;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while server.records().is_empty() {
+    while state
+        .snapshot(scope, layer.now())
+        .and_then(|s| s.paused_until)
+        .is_none()
+    {
         assert!(
             std::time::Instant::now() < deadline,
-            "first send never arrived"
+            "the 429 was never read"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // ... give the layer a moment to read it, then other clones send.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut others = Vec::new();
     for i in 0..4 {
         let mut svc = base.clone();
