@@ -42,6 +42,7 @@ pub(crate) async fn run<S, B, R>(
     inner: Arc<Inner>,
     svc: S,
     req: Request<B>,
+    arrived: Instant,
 ) -> Result<Response<MeteredBody<R>>, Error>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
@@ -50,7 +51,6 @@ where
     B: ReplayBody,
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
-    let arrived = inner.clock.now().instant;
     let (parts, body) = req.into_parts();
     let bytes = match body.buffer(inner.config.max_request_body).await {
         Ok(b) => b,

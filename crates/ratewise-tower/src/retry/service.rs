@@ -16,6 +16,11 @@ use crate::error::{BoxError, Error};
 ///
 /// `poll_ready` is the inner service's: the first attempt uses the service
 /// that was polled ready; retries wait for a clone to become ready.
+///
+/// Bounds: the inner service is `Clone + Send + 'static` (a client handle,
+/// as hyper-util's is); request bodies implement [`ReplayBody`]; response
+/// bodies yield [`Bytes`] and are `Unpin` (hyper's `Incoming`, boxed
+/// bodies), so a stream can be read up to its commit point.
 #[derive(Clone, Debug)]
 pub struct RetryService<S> {
     inner: S,
@@ -73,6 +78,9 @@ where
         // The service polled ready goes to this call; a fresh clone stays.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(Box::pin(super::run::run(self.layer.shared(), ready, req)))
+        let shared = self.layer.shared();
+        // The job's deadline counts from here, not from the first poll.
+        let arrived = shared.clock.now().instant;
+        ResponseFuture::new(Box::pin(super::run::run(shared, ready, req, arrived)))
     }
 }
