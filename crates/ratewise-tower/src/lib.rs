@@ -57,6 +57,12 @@
 //! bodies are metered by the streaming tracker and never replayed once
 //! committed.
 //!
+//! ## Journal
+//!
+//! [`RetryLayer::with_journal`] writes every attempt down before it is
+//! sent and again when it is decided ([`Journal`]): after a crash, a start
+//! without an end is an unknown outcome, never "not sent".
+//!
 //! ## Turn off retries below the layer
 //!
 //! Attempts of nested layers multiply. The inner client must make exactly
@@ -88,6 +94,7 @@ pub mod config;
 pub mod error;
 pub mod extensions;
 mod job;
+pub mod journal;
 pub mod retry;
 pub mod state;
 pub mod transport;
@@ -99,6 +106,7 @@ pub use clock::{Clock, Sleep};
 pub use config::{Config, ATTEMPT_HEADER, JOB_HEADER};
 pub use error::{BoxError, Error};
 pub use extensions::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
+pub use journal::Journal;
 pub use retry::{ResponseFuture, RetryLayer, RetryService};
 pub use state::State;
 pub use transport::transport_failure;

@@ -360,3 +360,53 @@ async fn too_large_body_fails_before_sending() {
     assert!(server.records().is_empty());
     server.shutdown().await;
 }
+
+#[derive(Default)]
+struct Log(std::sync::Mutex<Vec<String>>);
+
+impl ratewise_tower::Journal for Log {
+    fn attempt_started(&self, job_id: &str, attempt: u32, _at: std::time::SystemTime) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("start {job_id} {attempt}"));
+    }
+    fn attempt_ended(&self, r: &ratewise_core::record::AttemptRecord) {
+        let job = r.job_id.as_deref().unwrap_or("");
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("end {job} {} {}", r.attempt, r.action));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_sees_every_attempt_start_before_its_end() {
+    let server = mock(MockConfig {
+        faults: vec![
+            FaultRule::nth(Fault::Overloaded, [1]),
+            FaultRule::nth(Fault::Reset, [3]),
+        ],
+        ..roomy()
+    })
+    .await;
+    let log = std::sync::Arc::new(Log::default());
+    let mut svc = layer().with_journal(log.clone()).layer(client());
+    let _ = run(&mut svc, request(&server, "j1", false)).await;
+    let _ = run(&mut svc, request(&server, "j2", false)).await;
+    let log = log.0.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "start j1 1",
+            "end j1 1 retry",
+            "start j1 2",
+            "end j1 2 done",
+            "start j2 1",
+            "end j2 1 hold_unknown",
+        ]
+    );
+    let starts = log.iter().filter(|l| l.starts_with("start")).count();
+    assert_eq!(starts, server.records().len(), "one start per send");
+    server.shutdown().await;
+}

@@ -11,6 +11,7 @@ use tower_layer::Layer;
 use super::RetryService;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::journal::Journal;
 use crate::state::State;
 
 /// What every clone of the layer and its services shares.
@@ -18,6 +19,7 @@ pub(crate) struct Inner {
     pub config: Config,
     pub state: Arc<dyn State>,
     pub clock: Arc<dyn Clock>,
+    pub journal: Option<Arc<dyn Journal>>,
     rng: Mutex<fastrand::Rng>,
     jobs: AtomicU64,
 }
@@ -79,26 +81,55 @@ impl RetryLayer {
     /// state (in memory: `ratewise_core::admit::Shared`; across processes:
     /// a Redis store) and the clock.
     pub fn from_parts(config: Config, state: Arc<dyn State>, clock: Arc<dyn Clock>) -> Self {
+        Self::build(config, state, clock, None)
+    }
+
+    fn build(
+        config: Config,
+        state: Arc<dyn State>,
+        clock: Arc<dyn Clock>,
+        journal: Option<Arc<dyn Journal>>,
+    ) -> Self {
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
         RetryLayer {
             inner: Arc::new(Inner {
                 config,
                 state,
                 clock,
+                journal,
                 rng,
                 jobs: AtomicU64::new(0),
             }),
         }
     }
 
+    fn rebuild(
+        &self,
+        state: Arc<dyn State>,
+        clock: Arc<dyn Clock>,
+        journal: Option<Arc<dyn Journal>>,
+    ) -> Self {
+        Self::build(self.inner.config.clone(), state, clock, journal)
+    }
+
     /// The same layer with another shared state.
     pub fn with_state(self, state: Arc<dyn State>) -> Self {
-        Self::from_parts(self.inner.config.clone(), state, self.inner.clock.clone())
+        self.rebuild(state, self.inner.clock.clone(), self.inner.journal.clone())
     }
 
     /// The same layer with another clock.
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        Self::from_parts(self.inner.config.clone(), self.inner.state.clone(), clock)
+        self.rebuild(self.inner.state.clone(), clock, self.inner.journal.clone())
+    }
+
+    /// The same layer writing every attempt to `journal` (see
+    /// [`Journal`]).
+    pub fn with_journal(self, journal: Arc<dyn Journal>) -> Self {
+        self.rebuild(
+            self.inner.state.clone(),
+            self.inner.clock.clone(),
+            Some(journal),
+        )
     }
 
     /// The configuration.

@@ -169,6 +169,9 @@ where
         };
 
         sent += 1;
+        if let Some(journal) = &inner.journal {
+            journal.attempt_started(&job.id, sent, clock.now().wall);
+        }
         let mut request = Request::from_parts(parts.clone(), B::replay(bytes.clone()));
         if cfg.job_headers {
             let h = request.headers_mut();
@@ -347,6 +350,7 @@ fn finish(
     let d = inner.state.observe(target.scope, c, d, now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, &d);
     trace_attempt(&record);
+    journal_end(inner, &record);
     records.push(record);
     if let Action::Retry { delay } = d.action {
         return Ok(delay);
@@ -362,6 +366,12 @@ fn finish(
         err = err.with_reservation(res);
     }
     Err(err.with_classification(answer.classification))
+}
+
+fn journal_end(inner: &Inner, record: &AttemptRecord) {
+    if let Some(journal) = &inner.journal {
+        journal.attempt_ended(record);
+    }
 }
 
 fn trace_attempt(r: &AttemptRecord) {
@@ -452,6 +462,7 @@ where
             .observe(target.scope, &c, Decision::new(Action::Done), now);
         let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
         trace_attempt(&record);
+        journal_end(inner, &record);
         records.push(record);
         let kind = MeterKind::Json {
             buf: bytes::BytesMut::new(),
@@ -510,6 +521,7 @@ where
         .observe(target.scope, &c, Decision::new(Action::Done), now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
     trace_attempt(&record);
+    journal_end(inner, &record);
     records.push(record);
     let mut resp = Response::from_parts(
         rparts,
