@@ -9,7 +9,6 @@
 use ratewise_core::{Instant, Now};
 use std::future::Future;
 use std::pin::Pin;
-use std::time::SystemTime;
 
 /// A boxed sleep: the one future a clock hands out.
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -56,7 +55,7 @@ impl Clock for TokioClock {
     fn now(&self) -> Now {
         Now::new(
             Instant::from_origin(self.origin.elapsed()),
-            SystemTime::now(),
+            std::time::SystemTime::now(),
         )
     }
 

@@ -1,7 +1,6 @@
 //! [`RetryLayer`]: wraps any HTTP client service in a [`RetryService`].
 
-use ratewise_core::admit::{Controller, Reservation, Shared};
-use ratewise_core::decide::Policy;
+use ratewise_core::admit::Reservation;
 use ratewise_core::{Now, Usage};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +60,7 @@ impl RetryLayer {
     /// in-memory controller without configured limits (it learns them
     /// from rate-limit headers) and the tokio clock.
     #[cfg(feature = "tokio")]
-    pub fn new(policy: Policy) -> Self {
+    pub fn new(policy: ratewise_core::decide::Policy) -> Self {
         Self::with_config(Config {
             policy,
             ..Config::default()
@@ -71,6 +70,7 @@ impl RetryLayer {
     /// A layer with `config`, an in-memory controller and the tokio clock.
     #[cfg(feature = "tokio")]
     pub fn with_config(config: Config) -> Self {
+        use ratewise_core::admit::{Controller, Shared};
         let state = Arc::new(Shared::new(Controller::new(
             ratewise_core::admit::Config::default(),
         )));
