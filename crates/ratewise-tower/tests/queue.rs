@@ -124,3 +124,99 @@ async fn retry_after_holds_back_every_clone() {
     }
     server.shutdown().await;
 }
+
+/// A worker over a mixed run: faults that end jobs in every way, a 429
+/// whose wait defers, and a spend cap that stops the queue. Deferred and
+/// stopped jobs are kept and sent again; every job ends in exactly one
+/// final outcome, the mock saw exactly the attempts the layer recorded,
+/// and nothing was sent between the cap and `resume()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_job_is_lost_across_every_outcome() {
+    use ratewise_tower::Config;
+    use std::collections::VecDeque;
+
+    let mut cfg = roomy();
+    cfg.faults = vec![
+        FaultRule::nth(
+            Fault::Status {
+                status: 404,
+                html: false,
+            },
+            [2],
+        ),
+        FaultRule::nth(Fault::Reset, [4]),
+        FaultRule::nth(Fault::Overloaded, [6, 7, 8]),
+        FaultRule::nth(
+            Fault::RetryAfter {
+                format: RetryAfterFormat::Seconds,
+                secs: 1,
+            },
+            [10],
+        ),
+    ];
+    cfg.spend.cap_usd = Some(0.0015);
+    let server = mock(cfg).await;
+    let mut policy = fast_policy();
+    policy.max_inline_wait = Duration::from_millis(300);
+    let layer = layer_with(Config {
+        policy,
+        provider: Some(ratewise_core::Provider::Anthropic),
+        ..Config::default()
+    });
+    let mut svc = layer.layer(client());
+
+    let mut queue: VecDeque<(String, std::time::Instant)> = (0..24)
+        .map(|i| (format!("w{i:02}"), std::time::Instant::now()))
+        .collect();
+    let mut parked = Vec::new();
+    let mut finals: BTreeMap<String, ActionKind> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut layer_attempts = 0usize;
+    let mut resumed = false;
+    while let Some((job, not_before)) = queue.pop_front() {
+        tokio::time::sleep_until(not_before.into()).await;
+        let ended = run(&mut svc, request(&server, &job, false)).await;
+        layer_attempts += ended.attempts;
+        seen.insert(ended.action);
+        match ended.action {
+            ActionKind::Defer => {
+                let e = ended.error.unwrap();
+                let wait = e
+                    .until()
+                    .and_then(|u| u.duration_since(std::time::SystemTime::now()).ok())
+                    .unwrap_or_default();
+                queue.push_back((job, std::time::Instant::now() + wait));
+            }
+            ActionKind::StopQueue => parked.push(job),
+            a => assert!(finals.insert(job, a).is_none(), "one final outcome per job"),
+        }
+        if queue.is_empty() && !parked.is_empty() {
+            assert!(!resumed, "stopped once");
+            // Nothing was sent after the cap answer.
+            let records = server.records();
+            let cap = records
+                .iter()
+                .position(|r| r.cause == Cause::SpendCap)
+                .unwrap();
+            assert_eq!(records.len(), cap + 1, "zero sends after the spend cap");
+            server.set_spend_cap(None);
+            layer.resume("default");
+            resumed = true;
+            queue.extend(parked.drain(..).map(|j| (j, std::time::Instant::now())));
+        }
+    }
+    assert!(resumed, "the cap was hit");
+    assert_eq!(finals.len(), 24, "every job ended");
+    for kind in [
+        ActionKind::Done,
+        ActionKind::Fail,
+        ActionKind::HoldUnknown,
+        ActionKind::GiveUp,
+        ActionKind::Defer,
+        ActionKind::StopQueue,
+    ] {
+        assert!(seen.contains(&kind), "{kind} never happened: {seen:?}");
+    }
+    assert_eq!(server.records().len(), layer_attempts, "no hidden sends");
+    server.shutdown().await;
+}
