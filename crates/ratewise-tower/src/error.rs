@@ -138,8 +138,9 @@ impl Error {
         self.inner.decision.as_ref()
     }
 
-    /// The classification of the last response or transport failure;
-    /// `None` when the call ended before a send (stopped, refused).
+    /// The classification of the last response or transport failure
+    /// (also when a retried job then ended at admission); `None` when the
+    /// call ended before any send (stopped, refused, deferred).
     pub fn classification(&self) -> Option<&Classification> {
         self.inner.classification.as_ref()
     }

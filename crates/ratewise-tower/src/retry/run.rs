@@ -114,6 +114,9 @@ where
     let mut records: Vec<AttemptRecord> = Vec::new();
     let mut sent = 0u32;
     let mut first_send = true;
+    // The last answer that was retried: the evidence of a job that then
+    // ends at admission (stopped, refused, deferred).
+    let mut last: Option<Answer> = None;
     // Admission must come early enough for the attempt itself to fit.
     let admit_deadline = job.deadline_at().map(|d| {
         Instant::from_origin(
@@ -147,7 +150,7 @@ where
                         })
                         .with_note(format!("admission wait {wait:?} exceeds the inline limit"));
                         trace_end(&job.id, sent, &d, "admission");
-                        return Err(Error::decided(job.id, d).with_attempts(records));
+                        return Err(ended_at_admission(job.id, d, records, last.take()));
                     }
                     tracing::debug!(job_id = %job.id, wait_ms = wait.as_millis() as u64,
                         reason = ?reason, "admission wait");
@@ -157,13 +160,13 @@ where
                     let d = Decision::new(Action::StopQueue { until })
                         .with_note(format!("sending is stopped ({cause}): nothing sent"));
                     trace_end(&job.id, sent, &d, cause.as_str());
-                    return Err(Error::decided(job.id, d).with_attempts(records));
+                    return Err(ended_at_admission(job.id, d, records, last.take()));
                 }
                 Admission::Refused { reason } => {
                     let d = Decision::new(Action::GiveUp { reason })
                         .with_note("admission refused: waiting cannot help");
                     trace_end(&job.id, sent, &d, reason.as_str());
-                    return Err(Error::decided(job.id, d).with_attempts(records));
+                    return Err(ended_at_admission(job.id, d, records, last.take()));
                 }
             }
         };
@@ -272,7 +275,7 @@ where
                     state.release(reservation, now);
                     None
                 };
-                let delay = finish(
+                let (delay, answer) = finish(
                     &inner,
                     &job,
                     target,
@@ -283,6 +286,7 @@ where
                     &mut records,
                     held,
                 )?;
+                last = Some(answer);
                 clock.sleep_until(now.instant + delay).await;
                 continue;
             }
@@ -295,7 +299,7 @@ where
             now,
             &mut rng,
         );
-        let delay = finish(
+        let (delay, answer) = finish(
             &inner,
             &job,
             target,
@@ -306,9 +310,30 @@ where
             &mut records,
             None,
         )?;
+        last = Some(answer);
         // Never before the decided delay; admission may add its own wait.
         clock.sleep_until(now.instant + delay).await;
     }
+}
+
+/// A job that ends at admission, with the evidence of its last answer.
+fn ended_at_admission(
+    job_id: String,
+    d: Decision,
+    records: Vec<AttemptRecord>,
+    last: Option<Answer>,
+) -> Error {
+    let mut err = Error::decided(job_id, d).with_attempts(records);
+    if let Some(answer) = last {
+        if let Some((status, headers, body)) = answer.response {
+            err = err.with_response(status, headers, body);
+        }
+        if let Some(source) = answer.source {
+            err = err.with_source(source);
+        }
+        err = err.with_classification(answer.classification);
+    }
+    err
 }
 
 fn estimate(res: &Reservation) -> Usage {
@@ -344,7 +369,7 @@ fn finish(
     now: Now,
     records: &mut Vec<AttemptRecord>,
     held: Option<Reservation>,
-) -> Result<std::time::Duration, Error> {
+) -> Result<(std::time::Duration, Answer), Error> {
     let c = &answer.classification;
     // The shared state may amend the decision (the retry budget).
     let d = inner.state.observe(target.scope, c, d, now);
@@ -353,7 +378,7 @@ fn finish(
     journal_end(inner, &record);
     records.push(record);
     if let Action::Retry { delay } = d.action {
-        return Ok(delay);
+        return Ok((delay, answer));
     }
     let mut err = Error::decided(job.id.clone(), d).with_attempts(std::mem::take(records));
     if let Some((status, headers, body)) = answer.response {
