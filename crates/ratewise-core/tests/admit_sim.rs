@@ -531,3 +531,40 @@ fn shared_state_works_across_threads() {
     assert!(l.conserved());
     assert_eq!(l.settled.requests, 2000);
 }
+
+#[test]
+fn idle_restarts_the_ramp_and_waiting_records_no_attempt() {
+    let mut c = Controller::new(rpm(600));
+    let target = c.target("k", "m");
+    // Ramp to full with calm completions, one per second.
+    for i in 0..10 {
+        let n = now_at(ms(i * 1_000));
+        let r = c.admit(&AdmitRequest::new(target), n).go().unwrap();
+        c.settle(r, &Usage::default(), n);
+    }
+    assert_eq!(
+        c.snapshot(target.scope, now_at(ms(9_000)))
+            .unwrap()
+            .ramp_permille,
+        1000
+    );
+    // Many waits burn nothing: the retry budget counts sends only.
+    let (mut waits, mut sends) = (0, 10);
+    for _ in 0..50 {
+        match c.admit(&AdmitRequest::new(target), now_at(ms(9_000))) {
+            Admission::Wait { .. } => waits += 1,
+            Admission::Go(r) => {
+                sends += 1;
+                c.settle(r, &Usage::default(), now_at(ms(9_000)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(waits > 30);
+    assert_eq!(c.retry_counts(now_at(ms(9_000))), (sends, 0));
+    // Idle for more than a minute: back to 10 %.
+    let later = now_at(ms(9_000 + 61_000));
+    let r = c.admit(&AdmitRequest::new(target), later).go().unwrap();
+    c.release(r, later);
+    assert_eq!(c.snapshot(target.scope, later).unwrap().ramp_permille, 100);
+}

@@ -24,6 +24,16 @@ use std::time::Duration;
 pub const NS_PER_MIN: u128 = 60_000_000_000;
 /// Scaled units per unit (token or request): ns/min × 1000 (per-mille rate).
 pub const SCALE: i128 = (NS_PER_MIN * 1000) as i128;
+/// Largest limit per minute a bucket accepts (10¹²): with it, every product
+/// in the arithmetic fits an `i128` without overflow checks, so the hot path
+/// needs no 128-bit multiplication with overflow (a slow library call).
+pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+
+/// `amount` in scaled units: at most 2⁶⁴ × 2⁴⁶, far inside `i128`.
+#[inline]
+fn scaled(amount: u64) -> i128 {
+    i128::from(amount) * SCALE
+}
 
 /// One continuously refilled bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +46,18 @@ pub struct Bucket {
     /// Refill per nanosecond, in scaled units.
     rate: i128,
     level: i128,
-    updated: Instant,
+    /// Nanoseconds since the origin of the last refill (u64: 584 years).
+    updated: u64,
+}
+
+/// An instant as nanoseconds since the origin, saturating (one multiply:
+/// cheaper than `Duration` arithmetic on the hot path).
+#[inline]
+fn ns(t: Instant) -> u64 {
+    let d = t.since_origin();
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 impl Bucket {
@@ -50,13 +71,13 @@ impl Bucket {
     /// (clamped to 1..=1000): the ramp-up factor.
     pub fn with_permille(limit: u64, capacity: u64, permille: u32, now: Instant) -> Self {
         let mut b = Bucket {
-            limit: limit.max(1),
+            limit: limit.clamp(1, MAX_LIMIT),
             capacity: capacity.max(1),
             permille: permille.clamp(1, 1000),
             cap_scaled: 0,
             rate: 0,
             level: 0,
-            updated: now,
+            updated: ns(now),
         };
         b.recompute();
         b.level = b.cap_scaled;
@@ -96,9 +117,10 @@ impl Bucket {
     /// ignored (the caller's clock is monotonic by contract).
     #[inline]
     pub fn refill(&mut self, now: Instant) {
+        let now = ns(now);
         if now > self.updated {
-            let elapsed = (now - self.updated).as_nanos() as i128;
-            let add = elapsed.saturating_mul(self.rate);
+            // ≤ 2⁶⁴ ns × rate ≤ 2⁴⁰·1000 < 2¹²⁰: no overflow.
+            let add = i128::from(now - self.updated) * self.rate;
             self.level = self.level.saturating_add(add).min(self.cap_scaled);
             self.updated = now;
         }
@@ -116,24 +138,24 @@ impl Bucket {
     /// once the bucket is full.
     #[inline]
     pub fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
-        let need = (u128::from(amount) as i128)
-            .saturating_mul(SCALE)
-            .min(self.cap_scaled);
-        if self.level >= need && now >= self.updated {
+        let need = scaled(amount).min(self.cap_scaled);
+        if self.level >= need && ns(now) >= self.updated {
             None
         } else {
             // Refill starts at `updated`, which a pause may put in the future.
             let missing = need.saturating_sub(self.level).max(0) as u128;
-            let ns = missing.div_ceil(self.rate as u128);
-            Some(now.max(self.updated) + duration_from_nanos(ns))
+            let wait_ns = missing.div_ceil(self.rate as u128);
+            let from = ns(now).max(self.updated);
+            Some(Instant::from_origin(duration_from_nanos(
+                u128::from(from) + wait_ns,
+            )))
         }
     }
 
     /// Removes `amount` regardless of the level (may leave a debt).
     #[inline]
     pub fn take(&mut self, amount: u64) {
-        let scaled = (u128::from(amount) as i128).saturating_mul(SCALE);
-        self.level = self.level.saturating_sub(scaled);
+        self.level = self.level.saturating_sub(scaled(amount));
     }
 
     /// Takes `amount` when it fits, else says when it will.
@@ -160,10 +182,17 @@ impl Bucket {
 
     /// Returns `amount` units (a release, or a reservation larger than the
     /// actual usage); the level never exceeds the capacity.
-    pub fn put_back(&mut self, amount: u64, now: Instant) {
-        self.refill(now);
-        let scaled = (u128::from(amount) as i128).saturating_mul(SCALE);
-        self.level = self.level.saturating_add(scaled).min(self.cap_scaled);
+    ///
+    /// No refill is needed first: clamping at the capacity commutes with
+    /// later non-negative additions (`min(c, min(c, l + p) + r) ==
+    /// min(c, l + p + r)` for `r ≥ 0`), so a put-back may be applied before
+    /// the refill it precedes in time. That keeps `settle` cheap.
+    #[inline]
+    pub fn put_back(&mut self, amount: u64, _now: Instant) {
+        self.level = self
+            .level
+            .saturating_add(scaled(amount))
+            .min(self.cap_scaled);
     }
 
     /// Charges `amount` more units (actual usage above the reservation).
@@ -179,8 +208,8 @@ impl Bucket {
     pub fn drain_until(&mut self, until: Instant, now: Instant) {
         self.refill(now);
         self.level = self.level.min(0);
-        if until > self.updated {
-            self.updated = until;
+        if ns(until) > self.updated {
+            self.updated = ns(until);
         }
     }
 
@@ -191,8 +220,8 @@ impl Bucket {
     /// the level was lowered.
     pub fn sync_remaining(&mut self, remaining: u64, dead_band: u64, now: Instant) -> bool {
         self.refill(now);
-        let rem = (u128::from(remaining) as i128).saturating_mul(SCALE);
-        let band = (u128::from(dead_band) as i128).saturating_mul(SCALE);
+        let rem = scaled(remaining);
+        let band = scaled(dead_band);
         if self.level > rem.saturating_add(band) {
             self.level = rem;
             true
@@ -205,7 +234,7 @@ impl Bucket {
     /// keeping the level (clamped to the new capacity).
     pub fn set_limit(&mut self, limit: u64, capacity: u64, now: Instant) {
         self.refill(now);
-        self.limit = limit.max(1);
+        self.limit = limit.clamp(1, MAX_LIMIT);
         self.capacity = capacity.max(1);
         self.recompute();
     }

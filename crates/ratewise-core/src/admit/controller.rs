@@ -82,8 +82,12 @@ pub struct Target {
     /// The (key, class) scope.
     pub scope: ScopeId,
     /// The model's price, when the table has one.
-    pub price: Option<Price>,
+    pub price: Option<PriceId>,
 }
+
+/// A price interned by its controller (keeps reservations small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PriceId(u32);
 
 /// One request asking to be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,6 +222,7 @@ pub struct Controller {
     slab: Slab,
     retry: RetryBudget,
     spend: Option<SpendBudget>,
+    prices: Vec<Price>,
     rng: fastrand::Rng,
 }
 
@@ -233,6 +238,7 @@ impl Controller {
             scopes: Vec::new(),
             scope_index: HashMap::new(),
             slab: Slab::default(),
+            prices: Vec::new(),
             cfg,
         }
     }
@@ -249,8 +255,27 @@ impl Controller {
         let scope = self.scope_of(key, &class);
         Target {
             scope,
-            price: self.cfg.prices.price_of(model),
+            price: self
+                .cfg
+                .prices
+                .price_of(model)
+                .map(|p| self.intern_price(p)),
         }
+    }
+
+    fn intern_price(&mut self, p: Price) -> PriceId {
+        match self.prices.iter().position(|q| *q == p) {
+            Some(i) => PriceId(i as u32),
+            None => {
+                self.prices.push(p);
+                PriceId((self.prices.len() - 1) as u32)
+            }
+        }
+    }
+
+    /// The price behind an id from [`target`](Self::target).
+    pub fn price(&self, id: PriceId) -> Option<Price> {
+        self.prices.get(id.0 as usize).copied()
     }
 
     /// The scope of (key, class), created on first use.
@@ -376,6 +401,7 @@ impl Controller {
         let cost = req
             .target
             .price
+            .and_then(|p| self.prices.get(p.0 as usize))
             .map(|p| p.worst_case(&amounts))
             .unwrap_or(0);
         if let Some(sp) = &mut self.spend {
@@ -445,7 +471,11 @@ impl Controller {
             if live {
                 sp.unreserve(res.amounts.tokens(), res.cost, t);
             }
-            let cost = res.price.map(|p| p.cost(usage)).unwrap_or(0);
+            let cost = res
+                .price
+                .and_then(|p| self.prices.get(p.0 as usize))
+                .map(|p| p.cost(usage))
+                .unwrap_or(0);
             sp.settle(usage.total_tokens(), cost, t);
         }
         if s.ramp.calm(&self.cfg.ramp, t) {
@@ -607,6 +637,10 @@ impl Controller {
     ///   ([`stop`](Self::stop));
     /// * a `retry` when the retry budget is spent becomes
     ///   `give_up(retry_budget)`.
+    ///
+    /// Reconciling the reservation stays with the caller, who holds it:
+    /// `settle` on `done` (and on any response with usage), `release` when
+    /// nothing was sent, `hold_unknown` on `hold_unknown`.
     pub fn observe(
         &mut self,
         scope: ScopeId,
@@ -698,7 +732,7 @@ impl Controller {
 
     /// The conservation counters.
     pub fn ledger(&self) -> Ledger {
-        self.slab.ledger
+        self.slab.ledger()
     }
 
     /// Whether a reservation is still outstanding.

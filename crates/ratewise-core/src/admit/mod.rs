@@ -52,7 +52,7 @@ pub mod spend;
 pub mod stop;
 
 pub use controller::{
-    Admission, AdmitRequest, Config, Controller, ScopeSnapshot, Target, WaitReason,
+    Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
@@ -60,7 +60,7 @@ pub use model_class::ModelClasses;
 pub use ramp::RampConfig;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId};
 pub use retry_budget::RetryBudgetConfig;
-pub use shared::{AdmissionState, Shared};
+pub use shared::{AdmissionState, Guard, Shared};
 pub use spend::{Price, PriceTable, SpendConfig};
 pub use stop::Stop;
 

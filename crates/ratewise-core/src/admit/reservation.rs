@@ -37,12 +37,6 @@ impl Amounts {
         self.input = self.input.saturating_add(o.input);
         self.output = self.output.saturating_add(o.output);
     }
-
-    fn sub(&mut self, o: &Amounts) {
-        self.requests = self.requests.saturating_sub(o.requests);
-        self.input = self.input.saturating_sub(o.input);
-        self.output = self.output.saturating_sub(o.output);
-    }
 }
 
 /// Identifies a reservation: a slot and its generation, so a stale handle
@@ -66,7 +60,7 @@ pub struct Reservation {
     pub(crate) scope: super::ScopeId,
     pub(crate) amounts: Amounts,
     pub(crate) cost: u64,
-    pub(crate) price: Option<super::spend::Price>,
+    pub(crate) price: Option<super::controller::PriceId>,
     pub(crate) admitted_at: Instant,
 }
 
@@ -135,6 +129,14 @@ pub(crate) struct Entry {
     pub admitted_at: Instant,
 }
 
+/// What a removed entry held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Removed {
+    pub scope: super::ScopeId,
+    pub amounts: Amounts,
+    pub cost: u64,
+}
+
 /// Outstanding reservations in a slab: O(1) insert and remove, no hashing.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Slab {
@@ -151,6 +153,7 @@ pub(crate) enum Exit {
 }
 
 impl Slab {
+    #[inline]
     pub fn insert(
         &mut self,
         scope: super::ScopeId,
@@ -159,7 +162,6 @@ impl Slab {
         now: Instant,
     ) -> ReservationId {
         self.ledger.reserved.add(&amounts);
-        self.ledger.outstanding.add(&amounts);
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -195,15 +197,16 @@ impl Slab {
     }
 
     /// Removes a live entry; `None` when the handle is stale.
-    pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Entry> {
+    #[inline]
+    pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
         let e = self.live(id)?;
         e.live = false;
         e.generation = e.generation.wrapping_add(1);
-        let out = e.clone();
-        self.ledger.outstanding.sub(&out.amounts);
-        if out.held {
-            self.ledger.held.sub(&out.amounts);
-        }
+        let out = Removed {
+            scope: e.scope,
+            amounts: e.amounts,
+            cost: e.cost,
+        };
         match how {
             Exit::Settled => self.ledger.settled.add(&out.amounts),
             Exit::Released => self.ledger.released.add(&out.amounts),
@@ -216,12 +219,24 @@ impl Slab {
         let Some(e) = self.live(id) else {
             return false;
         };
-        if !e.held {
-            e.held = true;
-            let a = e.amounts;
-            self.ledger.held.add(&a);
-        }
+        e.held = true;
         true
+    }
+
+    /// The ledger, with `outstanding` and `held` summed from the live
+    /// entries themselves (not from counters), so that `conserved()`
+    /// cross-checks two independent sources.
+    pub fn ledger(&self) -> Ledger {
+        let mut l = self.ledger;
+        l.outstanding = Amounts::default();
+        l.held = Amounts::default();
+        for e in self.entries.iter().filter(|e| e.live) {
+            l.outstanding.add(&e.amounts);
+            if e.held {
+                l.held.add(&e.amounts);
+            }
+        }
+        l
     }
 
     pub fn is_live(&mut self, id: ReservationId) -> bool {

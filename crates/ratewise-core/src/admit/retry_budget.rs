@@ -40,6 +40,10 @@ pub struct RetryBudget {
     cfg: RetryBudgetConfig,
     slot_ns: u128,
     current: u128,
+    /// `current % SLOTS`.
+    current_index: usize,
+    /// Start of the slot after `current`: the fast path skips the division.
+    next_slot_at: Instant,
     firsts: [u64; SLOTS],
     retries: [u64; SLOTS],
     sum_firsts: u64,
@@ -53,6 +57,8 @@ impl RetryBudget {
             cfg,
             slot_ns: (cfg.window.as_nanos() / SLOTS as u128).max(1),
             current: 0,
+            current_index: 0,
+            next_slot_at: Instant::ZERO,
             firsts: [0; SLOTS],
             retries: [0; SLOTS],
             sum_firsts: 0,
@@ -72,7 +78,13 @@ impl RetryBudget {
 
     #[inline]
     fn advance(&mut self, now: Instant) {
+        if now < self.next_slot_at {
+            return;
+        }
         let slot = self.slot_of(now);
+        self.next_slot_at = Instant::from_origin(super::bucket::duration_from_nanos(
+            (slot + 1).saturating_mul(self.slot_ns),
+        ));
         if slot <= self.current {
             return;
         }
@@ -85,6 +97,7 @@ impl RetryBudget {
             self.retries[i] = 0;
         }
         self.current = slot;
+        self.current_index = (slot % SLOTS as u128) as usize;
     }
 
     /// (first attempts, retries) in the window ending at `now`.
@@ -105,7 +118,7 @@ impl RetryBudget {
     #[inline]
     pub fn record_first(&mut self, now: Instant) {
         self.advance(now);
-        let i = (self.current % SLOTS as u128) as usize;
+        let i = self.current_index;
         self.firsts[i] += 1;
         self.sum_firsts += 1;
     }
@@ -113,7 +126,7 @@ impl RetryBudget {
     /// Records a retry.
     pub fn record_retry(&mut self, now: Instant) {
         self.advance(now);
-        let i = (self.current % SLOTS as u128) as usize;
+        let i = self.current_index;
         self.retries[i] += 1;
         self.sum_retries += 1;
     }

@@ -84,3 +84,79 @@ impl AdmissionState for Shared {
         self.lock().snapshot(scope, now)
     }
 }
+
+/// A reservation that releases itself when dropped: for callers whose
+/// request future may be cancelled. Settle, hold or release it explicitly
+/// on every path you can; a drop is the "abandoned" path.
+///
+/// Sans-IO has no clock in `Drop`, so a dropped guard releases at the
+/// instant of its last explicit `now` (the admission's); a release only
+/// puts capacity back, so an earlier instant is harmless.
+///
+/// ```
+/// use ratewise_core::admit::{AdmissionState, AdmitRequest, Config, Controller, Guard, Shared};
+/// use ratewise_core::{Instant, Now};
+/// use std::time::SystemTime;
+///
+/// let shared = Shared::new(Controller::new(Config::default()));
+/// let target = shared.target("k", "claude-haiku-4-5");
+/// let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
+/// {
+///     let res = shared.admit(&AdmitRequest::new(target), now).go().unwrap();
+///     let _guard = Guard::new(&shared, res, now);
+///     // ... the request future is dropped here ...
+/// }
+/// assert_eq!(shared.lock().ledger().released.requests, 1);
+/// ```
+#[derive(Debug)]
+pub struct Guard<'a, S: AdmissionState + ?Sized> {
+    state: &'a S,
+    res: Option<super::Reservation>,
+    now: Now,
+}
+
+impl<'a, S: AdmissionState + ?Sized> Guard<'a, S> {
+    /// Guards a reservation admitted at `now`.
+    pub fn new(state: &'a S, res: super::Reservation, now: Now) -> Self {
+        Guard {
+            state,
+            res: Some(res),
+            now,
+        }
+    }
+
+    /// The guarded reservation.
+    pub fn reservation(&self) -> Option<&super::Reservation> {
+        self.res.as_ref()
+    }
+
+    /// Settles with actual usage.
+    pub fn settle(mut self, usage: &Usage, now: Now) {
+        if let Some(r) = self.res.take() {
+            self.state.settle(r, usage, now);
+        }
+    }
+
+    /// Releases unused.
+    pub fn release(mut self, now: Now) {
+        if let Some(r) = self.res.take() {
+            self.state.release(r, now);
+        }
+    }
+
+    /// Marks the outcome unknown and hands the reservation back, unguarded:
+    /// an unknown outcome must not be released by a drop.
+    pub fn hold_unknown(mut self, now: Now) -> Option<super::Reservation> {
+        let r = self.res.take()?;
+        self.state.hold_unknown(&r, now);
+        Some(r)
+    }
+}
+
+impl<S: AdmissionState + ?Sized> Drop for Guard<'_, S> {
+    fn drop(&mut self) {
+        if let Some(r) = self.res.take() {
+            self.state.release(r, self.now);
+        }
+    }
+}
