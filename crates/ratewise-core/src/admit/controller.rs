@@ -163,6 +163,7 @@ pub enum Admission {
 
 impl Admission {
     /// The reservation of a `Go`.
+    #[inline]
     pub fn go(self) -> Option<Reservation> {
         match self {
             Admission::Go(r) => Some(r),
