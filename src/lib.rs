@@ -1,10 +1,23 @@
 //! # ratewise
 //!
-//! The facade crate: re-exports the member crates by feature.
+//! Read every LLM API response whole and act on it: pace, retry, defer,
+//! stop. This facade re-exports the member crates by feature:
 //!
-//! - [`core`] (always): the sans-IO parse → classify → decide pipeline and
-//!   admission control.
+//! - [`core`] (always): the sans-IO parse → classify → decide pipeline.
+//! - [`streaming`] (feature `streaming`, on by default): SSE decoding,
+//!   provider stream interpreters, the commit point and stream outcomes.
+//!
+//! ```
+//! use ratewise::core::classify::{classify_transport, TransportFailure};
+//! use ratewise::core::{Cause, Provider};
+//!
+//! let c = classify_transport(Provider::Openai, TransportFailure::ResetAfterSend);
+//! assert_eq!(c.cause, Cause::OutcomeUnknown); // sent, no answer: never silently retried
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub use ratewise_core as core;
+
+#[cfg(feature = "streaming")]
+pub use ratewise_streaming as streaming;

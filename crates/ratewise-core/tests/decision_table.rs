@@ -667,3 +667,40 @@ fn attempts_exhausted_give_up() {
         }
     );
 }
+
+#[test]
+fn anthropic_refining_codes() {
+    let body = |code: &str| {
+        format!(
+            r#"{{"type":"error","error":{{"type":"rate_limit_error","message":"m","details":{{"error_code":"{code}"}}}}}}"#
+        )
+    };
+    let v = run(
+        Provider::Anthropic,
+        429,
+        &[("retry-after", "3")],
+        &body("ramp_limit_exceeded"),
+    );
+    assert_row(
+        &v,
+        Cause::AccelerationLimited,
+        Scope::Key,
+        ActionKind::Retry,
+    );
+    assert!(v.action.delay().unwrap() >= Duration::from_secs(3));
+    let v = run(
+        Provider::Anthropic,
+        429,
+        &[("retry-after", "3")],
+        &body("contract_spend_limit_reached"),
+    );
+    assert_row(&v, Cause::SpendCap, Scope::Key, ActionKind::StopQueue);
+    // A refining code nobody documented yet on a 429: maybe money, so inspect.
+    let v = run(
+        Provider::Anthropic,
+        429,
+        &[("retry-after", "3")],
+        &body("brand_new_limit"),
+    );
+    assert_row(&v, Cause::Unknown, Scope::Request, ActionKind::Inspect);
+}

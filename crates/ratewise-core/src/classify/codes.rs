@@ -22,6 +22,20 @@ pub const OPENAI_MONEY_CODES: &[&str] = &[
 /// Anthropic's `error.details.error_code` for the monthly spend cap.
 pub const ANTHROPIC_SPEND_CAP_CODE: &str = "enforced_spend_limit_reached";
 
+/// Anthropic `error.details.error_code`s that mean money, as the official
+/// SDK (anthropic-python 2.14, `_error_classes.py`) maps them: the monthly
+/// cap and a contract's cap (429), a linked organisation's cap or billing
+/// (402).
+pub const ANTHROPIC_MONEY_CODES: &[(&str, Cause)] = &[
+    (ANTHROPIC_SPEND_CAP_CODE, Cause::SpendCap),
+    ("contract_spend_limit_reached", Cause::SpendCap),
+    ("linked_organization_spend_limit_reached", Cause::Billing),
+    ("linked_organization_billing_unavailable", Cause::Billing),
+];
+
+/// Anthropic's acceleration ("ramp") limit: the rate rose too fast.
+pub const ANTHROPIC_RAMP_CODE: &str = "ramp_limit_exceeded";
+
 /// Structured fields of one provider error, borrowed from a parsed body or
 /// an in-band stream event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,8 +60,17 @@ pub fn cause_of_error(provider: Provider, fields: ErrorFields<'_>) -> Option<Cau
 }
 
 fn anthropic(f: ErrorFields<'_>) -> Option<Cause> {
-    if f.code == Some(ANTHROPIC_SPEND_CAP_CODE) {
-        return Some(Cause::SpendCap);
+    if let Some(code) = f.code {
+        if let Some((_, cause)) = ANTHROPIC_MONEY_CODES.iter().find(|(c, _)| *c == code) {
+            return Some(*cause);
+        }
+        if code == ANTHROPIC_RAMP_CODE {
+            return Some(Cause::AccelerationLimited);
+        }
+        // A 429 whose refining code we do not know may be money: no guess.
+        if f.error_type == Some("rate_limit_error") {
+            return None;
+        }
     }
     let cause = match f.error_type? {
         "invalid_request_error" => {
@@ -163,6 +186,34 @@ mod tests {
         assert_eq!(
             cause_of_error(Provider::Anthropic, fields),
             Some(Cause::SpendCap)
+        );
+    }
+
+    #[test]
+    fn anthropic_details_codes_refine_the_type() {
+        let rl = Some("rate_limit_error");
+        let a = |code| cause_of_error(Provider::Anthropic, f(rl, Some(code), None));
+        assert_eq!(a("contract_spend_limit_reached"), Some(Cause::SpendCap));
+        assert_eq!(a("ramp_limit_exceeded"), Some(Cause::AccelerationLimited));
+        assert_eq!(a("some_future_code"), None);
+        let billing = f(
+            Some("billing_error"),
+            Some("linked_organization_spend_limit_reached"),
+            None,
+        );
+        assert_eq!(
+            cause_of_error(Provider::Anthropic, billing),
+            Some(Cause::Billing)
+        );
+        // Outside 429s the type still decides when the code is new.
+        let invalid = f(
+            Some("invalid_request_error"),
+            Some("tool_name_conflict"),
+            None,
+        );
+        assert_eq!(
+            cause_of_error(Provider::Anthropic, invalid),
+            Some(Cause::InvalidRequest)
         );
     }
 

@@ -63,18 +63,29 @@ impl fmt::Display for Rejected {
 
 /// A header value as trimmed visible ASCII, or why not.
 pub(crate) fn header_text(raw: &[u8]) -> Result<&str, Rejected> {
+    let trimmed = trim_ows(raw)?;
+    // Visible ASCII only, checked on bytes; the UTF-8 check then cannot fail.
+    if !trimmed
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) || b == b'\t')
+    {
+        return Err(Rejected::NotText);
+    }
+    std::str::from_utf8(trimmed).map_err(|_| Rejected::NotText)
+}
+
+/// `raw` without optional whitespace around it (RFC 9110 OWS), bounded.
+pub(crate) fn trim_ows(raw: &[u8]) -> Result<&[u8], Rejected> {
     if raw.len() > MAX_VALUE_LEN {
         return Err(Rejected::TooLong);
     }
-    let s = std::str::from_utf8(raw).map_err(|_| Rejected::NotText)?;
-    let s = s.trim_matches(|c: char| c == ' ' || c == '\t');
-    if s.is_empty() {
-        return Err(Rejected::Empty);
-    }
-    if !s.bytes().all(|b| (0x20..0x7f).contains(&b) || b == b'\t') {
-        return Err(Rejected::NotText);
-    }
-    Ok(s)
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = raw.iter().position(|b| !is_ows(b)).ok_or(Rejected::Empty)?;
+    let end = raw
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |e| e + 1);
+    Ok(&raw[start..end])
 }
 
 /// Parses a non-negative decimal like `8`, `2.5` or `.5` (digits and at most

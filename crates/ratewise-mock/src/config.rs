@@ -1,0 +1,222 @@
+//! The mock's configuration: every field has a default, so `{}` is a valid
+//! config file and tests set only what they care about.
+//!
+//! ```
+//! let cfg: ratewise_mock::MockConfig = serde_json::from_str(r#"{
+//!     "seconds_per_minute": 1.0,
+//!     "anthropic_limits": {"requests_per_minute": 5},
+//!     "spend": {"cap_usd": 0.01},
+//!     "faults": [{"fault": "overloaded", "when": {"nth": [1]}}]
+//! }"#).unwrap();
+//! assert_eq!(cfg.anthropic_limits.requests_per_minute, Some(5));
+//! // a limits object replaces the defaults: what it omits is unlimited
+//! assert_eq!(cfg.anthropic_limits.input_tokens_per_minute, None);
+//! assert_eq!(cfg.openai_limits.tokens_per_minute, Some(200_000));
+//! ```
+
+use crate::faults::FaultRule;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Everything the mock can be told. See the field docs for defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MockConfig {
+    /// Seed for output lengths, request ids and fault dice (default 0).
+    pub seed: u64,
+    /// Real seconds one provider minute lasts (default 60 = real time;
+    /// `1.0` makes a minute pass in a second). Alias: `time_scale`.
+    #[serde(alias = "time_scale")]
+    pub seconds_per_minute: f64,
+    /// Limits for `/v1/messages` (default 50 RPM, 30 000 ITPM, 8 000 OTPM).
+    pub anthropic_limits: Limits,
+    /// Limits for `/v1/chat/completions` (default 500 RPM, 200 000 TPM).
+    pub openai_limits: Limits,
+    /// Per model class limits that replace the provider's defaults.
+    pub class_limits: BTreeMap<String, Limits>,
+    /// Model → class mapping by prefix; first match wins. A model matching
+    /// none is its own class with any `-YYYYMMDD` suffix removed.
+    pub model_classes: Vec<ModelClassRule>,
+    /// Acceleration limit (off by default).
+    pub acceleration: Option<AccelerationConfig>,
+    /// Prices and the spend cap (no cap by default).
+    pub spend: SpendConfig,
+    /// Answer every request with 402 `billing_error` (default false;
+    /// switchable at runtime).
+    pub billing_error: bool,
+    /// Range of output lengths (default 5..=50 tokens), capped by `max_tokens`.
+    pub output_tokens: OutputRange,
+    /// Output tokens per SSE content delta (default 4).
+    pub tokens_per_delta: u64,
+    /// Latency (default none).
+    pub latency: LatencyConfig,
+    /// Faults to inject, checked in order (default none).
+    pub faults: Vec<FaultRule>,
+    /// Labels recorded instead of a key's fingerprint: key → label.
+    pub key_labels: BTreeMap<String, String>,
+    /// Largest request body read, bytes (default 4 MiB); larger gets 413.
+    pub max_body_bytes: usize,
+    /// Most records kept (default 100 000); later requests are counted but
+    /// not recorded.
+    pub max_records: usize,
+    /// Most distinct (key, model class) bucket sets (default 10 000); a new
+    /// key past it is answered 401.
+    pub max_keys: usize,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            seed: 0,
+            seconds_per_minute: 60.0,
+            anthropic_limits: Limits::anthropic_default(),
+            openai_limits: Limits::openai_default(),
+            class_limits: BTreeMap::new(),
+            model_classes: Vec::new(),
+            acceleration: None,
+            spend: SpendConfig::default(),
+            billing_error: false,
+            output_tokens: OutputRange::default(),
+            tokens_per_delta: 4,
+            latency: LatencyConfig::default(),
+            faults: Vec::new(),
+            key_labels: BTreeMap::new(),
+            max_body_bytes: 4 << 20,
+            max_records: 100_000,
+            max_keys: 10_000,
+        }
+    }
+}
+
+/// Per-minute limits of one (key, model class). `None` = unlimited. A
+/// limits object in a config replaces the defaults as a whole: fields it
+/// omits are unlimited.
+///
+/// Anthropic publishes requests, input tokens and output tokens; OpenAI
+/// publishes requests and combined tokens (`tokens_per_minute`, charged
+/// input + `max_tokens` at the start). Any combination may be set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Requests per minute.
+    pub requests_per_minute: Option<u64>,
+    /// Input tokens per minute (`input_tokens + cache_creation_input_tokens`).
+    pub input_tokens_per_minute: Option<u64>,
+    /// Output tokens per minute (charged from `max_tokens`, corrected at the end).
+    pub output_tokens_per_minute: Option<u64>,
+    /// Combined tokens per minute (input + output).
+    pub tokens_per_minute: Option<u64>,
+}
+
+impl Limits {
+    /// Anthropic tier-1-like defaults.
+    pub fn anthropic_default() -> Self {
+        Limits {
+            requests_per_minute: Some(50),
+            input_tokens_per_minute: Some(30_000),
+            output_tokens_per_minute: Some(8_000),
+            tokens_per_minute: None,
+        }
+    }
+
+    /// OpenAI-like defaults.
+    pub fn openai_default() -> Self {
+        Limits {
+            requests_per_minute: Some(500),
+            input_tokens_per_minute: None,
+            output_tokens_per_minute: None,
+            tokens_per_minute: Some(200_000),
+        }
+    }
+}
+
+/// Maps models starting with `prefix` to the bucket class `class`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelClassRule {
+    /// Model name prefix.
+    pub prefix: String,
+    /// Class name (the bucket's name).
+    pub class: String,
+}
+
+/// Acceleration limit: a key that was idle for `idle_secs` may send at most
+/// `max_requests` in the `window_secs` after it resumes; more get 429
+/// `slow_down` (OpenAI) / `rate_limit_error` with `details.error_code =
+/// "ramp_limit_exceeded"` (Anthropic),
+/// even under the nominal limits. Provider seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccelerationConfig {
+    /// Idle time after which a key's ramp starts over (default 60).
+    pub idle_secs: f64,
+    /// Length of the ramp window (default 10).
+    pub window_secs: f64,
+    /// Requests allowed in the window (default 5).
+    pub max_requests: u64,
+}
+
+impl Default for AccelerationConfig {
+    fn default() -> Self {
+        AccelerationConfig {
+            idle_secs: 60.0,
+            window_secs: 10.0,
+            max_requests: 5,
+        }
+    }
+}
+
+/// Prices and the organisation-wide spend cap.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpendConfig {
+    /// After this total (USD, all keys) every request gets the spend-cap
+    /// answer. `None` = no cap.
+    pub cap_usd: Option<f64>,
+    /// USD per million input tokens (default 3).
+    pub input_usd_per_mtok: f64,
+    /// USD per million output tokens (default 15).
+    pub output_usd_per_mtok: f64,
+}
+
+impl Default for SpendConfig {
+    fn default() -> Self {
+        SpendConfig {
+            cap_usd: None,
+            input_usd_per_mtok: 3.0,
+            output_usd_per_mtok: 15.0,
+        }
+    }
+}
+
+/// Inclusive range of output lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputRange {
+    /// Fewest output tokens.
+    pub min: u64,
+    /// Most output tokens (before the `max_tokens` cap).
+    pub max: u64,
+}
+
+impl Default for OutputRange {
+    fn default() -> Self {
+        OutputRange { min: 5, max: 50 }
+    }
+}
+
+/// Response latency, real milliseconds (not scaled).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct LatencyConfig {
+    /// Before the first byte of every answer.
+    pub first_byte_ms: u64,
+    /// Per output token of a success (JSON: before the body; streams: between deltas).
+    pub per_output_token_ms: f64,
+}
+
+impl MockConfig {
+    /// Reads a JSON config.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}

@@ -1,0 +1,68 @@
+//! # ratewise-mock
+//!
+//! A fault-injecting mock LLM provider that answers like the real APIs:
+//! Anthropic `POST /v1/messages` and OpenAI `POST /v1/chat/completions`,
+//! JSON and SSE, with the providers' headers, error bodies, rate limits,
+//! acceleration limit, spend cap, billing errors and injected faults.
+//! No test ever needs a real provider.
+//!
+//! * [`model`] — the pure provider model ([`ProviderModel::handle`] with an
+//!   explicit `now`), reusable by a discrete-event simulator.
+//! * [`render`] — pure rendering of answers into provider-shaped bytes.
+//! * [`server`] — the hyper server: [`MockServer::start`] on an ephemeral
+//!   loopback port, [`RequestRecord`]s of every request, runtime controls.
+//! * [`clock`] — the time scale (a provider minute may last a real second).
+//! * [`tokens`] — deterministic input estimates and output lengths.
+//!
+//! Conventions, in short:
+//!
+//! * **Keys** come from `x-api-key` or `Authorization: Bearer`; records
+//!   keep a configured label or an 8-hex-digit fingerprint, never the key.
+//!   [`JOB_HEADER`] / [`ATTEMPT_HEADER`] are recorded so tests can count
+//!   sends per job ([`sends_per_job`]).
+//! * **Tokens**: input = `ceil(bytes / 4)` of the text under `system` and
+//!   `messages`, or [`INPUT_TOKENS_HEADER`]; output = a seeded hash of the
+//!   body in [`MockConfig::output_tokens`], capped by `max_tokens`
+//!   ([`tokens::output_tokens_for`] predicts it).
+//! * **Time**: [`MockConfig::seconds_per_minute`] shrinks a provider minute;
+//!   the bucket maths stays per minute in provider time, and everything told
+//!   to clients (`retry-after`, reset headers, "try again in") is in *real*
+//!   time: `retry-after` as decimal seconds rounded up to the millisecond.
+//! * **Runtime control**: [`MockServer::set_faults`],
+//!   [`MockServer::set_billing_error`], [`MockServer::set_spend_cap`],
+//!   [`MockServer::set_acceleration`], or the same over HTTP under `/mock/`
+//!   (see [`server`]) for the binary.
+//!
+//! ```
+//! use ratewise_mock::{MockConfig, MockServer};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let config = MockConfig { seconds_per_minute: 1.0, ..MockConfig::default() };
+//! let server = MockServer::start(config).await.unwrap();
+//! // point a client at server.base_url() (OpenAI: base_url() + "/v1") ...
+//! assert!(server.records().is_empty());
+//! server.shutdown().await;
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod body;
+pub mod bucket;
+pub mod clock;
+pub mod config;
+pub mod faults;
+mod io;
+pub mod model;
+pub mod record;
+pub mod render;
+pub mod request;
+pub mod server;
+pub mod tokens;
+
+pub use clock::TimeScale;
+pub use config::{AccelerationConfig, LatencyConfig, Limits, MockConfig, OutputRange, SpendConfig};
+pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
+pub use model::{Answer, Outcome, ProviderModel, RequestMeta};
+pub use record::{sends_per_job, RequestRecord, ATTEMPT_HEADER, JOB_HEADER};
+pub use server::MockServer;
+pub use tokens::INPUT_TOKENS_HEADER;

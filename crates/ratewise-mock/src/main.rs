@@ -1,0 +1,42 @@
+//! `ratewise-mock --config FILE [--addr 127.0.0.1:0]`: runs the mock
+//! provider and prints its bound address (`127.0.0.1:PORT`) as the first
+//! line on stdout, then serves until killed.
+
+use clap::Parser;
+use ratewise_mock::{MockConfig, MockServer};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A fault-injecting mock LLM provider (Anthropic Messages, OpenAI Chat).
+#[derive(Debug, Parser)]
+#[command(name = "ratewise-mock", version)]
+struct Args {
+    /// JSON config file (every field optional); defaults when absent.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    addr: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            MockConfig::from_json(&text)
+                .map_err(|e| format!("bad config {}: {e}", path.display()))?
+        }
+        None => MockConfig::default(),
+    };
+    let server = MockServer::bind(config, args.addr).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", server.addr())?;
+    out.flush()?;
+    drop(out);
+    std::future::pending::<()>().await;
+    Ok(())
+}

@@ -1,0 +1,481 @@
+//! The hyper server around the provider model.
+//!
+//! Routes:
+//! * `POST /v1/messages` — Anthropic Messages (JSON or `"stream": true`).
+//! * `POST /v1/chat/completions` — OpenAI Chat Completions (JSON or SSE,
+//!   `stream_options.include_usage` adds the final usage chunk).
+//! * `GET /mock/records` — the records as JSON; `DELETE` clears them.
+//! * `PUT /mock/faults` — replace the fault rules (JSON array of [`FaultRule`]).
+//! * `PUT /mock/billing` — `true` / `false`: answer 402 to everything.
+//! * `PUT /mock/spend-cap` — a number (USD) or `null`.
+//! * `PUT /mock/acceleration` — an [`AccelerationConfig`] or `null`.
+//!
+//! The key is `x-api-key` (Anthropic) or `Authorization: Bearer …` (either
+//! is accepted on both routes); a request without one gets 401.
+
+mod control;
+
+use crate::body::MockBody;
+use crate::clock::{Clock, TimeScale};
+use crate::config::{AccelerationConfig, MockConfig};
+use crate::faults::{Fault, FaultRule};
+use crate::io::ResettableStream;
+use crate::model::{Outcome, ProviderModel, RequestMeta};
+use crate::record::{RequestRecord, ATTEMPT_HEADER, JOB_HEADER};
+use crate::render::{self, RenderCtx, Rendered};
+use crate::request::{self, header_str};
+use crate::tokens;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use ratewise_core::{Cause, Provider};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// A running mock provider. Dropping it stops it too (without waiting);
+/// [`MockServer::shutdown`] also waits until every connection is closed.
+#[derive(Debug)]
+pub struct MockServer {
+    addr: SocketAddr,
+    state: Arc<State>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    config: MockConfig,
+    clock: Clock,
+    model: Mutex<ProviderModel>,
+    records: Mutex<Vec<RequestRecord>>,
+    seq: AtomicU64,
+    unrecorded: AtomicU64,
+}
+
+/// Returned by the service to make hyper drop the connection unanswered.
+#[derive(Debug)]
+struct ResetConnection;
+
+impl std::fmt::Display for ResetConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection reset by fault injection")
+    }
+}
+
+impl std::error::Error for ResetConnection {}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MockServer {
+    /// Starts a mock on an ephemeral port of 127.0.0.1.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let server = ratewise_mock::MockServer::start(Default::default()).await.unwrap();
+    /// assert!(server.base_url().starts_with("http://127.0.0.1:"));
+    /// server.shutdown().await;
+    /// # }
+    /// ```
+    pub async fn start(config: MockConfig) -> std::io::Result<MockServer> {
+        Self::bind(config, SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Starts a mock on `addr`.
+    pub async fn bind(config: MockConfig, addr: SocketAddr) -> std::io::Result<MockServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            clock: Clock::start(TimeScale::new(config.seconds_per_minute)),
+            model: Mutex::new(ProviderModel::new(&config)),
+            records: Mutex::new(Vec::new()),
+            seq: AtomicU64::new(0),
+            unrecorded: AtomicU64::new(0),
+            config,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, state.clone(), stop_rx));
+        Ok(MockServer {
+            addr,
+            state,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT` (the Anthropic SDK's `base_url`; OpenAI's is
+    /// this plus `/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every API request received so far, in arrival order.
+    pub fn records(&self) -> Vec<RequestRecord> {
+        lock(&self.state.records).clone()
+    }
+
+    /// Forgets the records so far.
+    pub fn clear_records(&self) {
+        lock(&self.state.records).clear();
+    }
+
+    /// Requests received but not recorded because `max_records` was reached.
+    pub fn unrecorded(&self) -> u64 {
+        self.state.unrecorded.load(Ordering::Relaxed)
+    }
+
+    /// Replaces the fault rules from now on.
+    pub fn set_faults(&self, rules: Vec<FaultRule>) {
+        lock(&self.state.model).set_faults(rules);
+    }
+
+    /// Answers every request with 402 `billing_error` (or stops).
+    pub fn set_billing_error(&self, on: bool) {
+        lock(&self.state.model).set_billing_error(on);
+    }
+
+    /// Sets or removes the spend cap (USD).
+    pub fn set_spend_cap(&self, cap_usd: Option<f64>) {
+        lock(&self.state.model).set_spend_cap(cap_usd);
+    }
+
+    /// Sets or removes the acceleration limit.
+    pub fn set_acceleration(&self, acceleration: Option<AccelerationConfig>) {
+        lock(&self.state.model).set_acceleration(acceleration);
+    }
+
+    /// Total spend so far, USD.
+    pub fn spend_usd(&self) -> f64 {
+        lock(&self.state.model).spend_usd()
+    }
+
+    /// Runs `f` on the provider model (under its lock; keep it short).
+    pub fn with_model<R>(&self, f: impl FnOnce(&mut ProviderModel) -> R) -> R {
+        f(&mut lock(&self.state.model))
+    }
+
+    /// The time scale in use.
+    pub fn time_scale(&self) -> TimeScale {
+        self.state.clock.scale()
+    }
+
+    /// Stops accepting and drops every open connection.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stop: watch::Receiver<bool>) {
+    // Dropping the set when the loop ends aborts every connection task.
+    let mut conns = JoinSet::new();
+    loop {
+        while conns.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => break,
+        };
+        let Ok((tcp, _peer)) = accepted else {
+            // Out of file descriptors and the like: back off briefly.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let (io, reset) = ResettableStream::new(tcp);
+        let state = state.clone();
+        conns.spawn(async move {
+            let svc = service_fn(move |req| handle(state.clone(), reset.clone(), req));
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(io), svc)
+                .await;
+        });
+    }
+}
+
+type Resp = Response<MockBody>;
+
+/// Corrects a JSON success's output charge to its actual output when
+/// dropped: after the generation latency, or when the client went away.
+struct SettleOnDrop {
+    state: Arc<State>,
+    grant: crate::model::Grant,
+}
+
+impl Drop for SettleOnDrop {
+    fn drop(&mut self) {
+        let now = self.state.clock.now();
+        lock(&self.state.model).settle(&self.grant, self.grant.output_tokens, now);
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    reset: Arc<AtomicBool>,
+    req: Request<Incoming>,
+) -> Result<Resp, ResetConnection> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::POST, "/v1/messages") => api(state, reset, Provider::Anthropic, req).await,
+        (&Method::POST, "/v1/chat/completions") => api(state, reset, Provider::Openai, req).await,
+        (_, p) if p.starts_with("/mock/") => Ok(control::control(&state, &method, p, req).await),
+        (_, p) => {
+            let provider = if p.contains("/chat/") {
+                Provider::Openai
+            } else {
+                Provider::Anthropic
+            };
+            let n = state.seq.fetch_add(1, Ordering::Relaxed) + 1;
+            let ctx = RenderCtx::new(provider, "", state.config.seed, n, SystemTime::now());
+            Ok(respond(render::render_status_error(
+                &ctx,
+                404,
+                &format!("Not found: {method} {p}"),
+            )))
+        }
+    }
+}
+
+fn respond(r: Rendered) -> Resp {
+    build(r.status, &r.headers, MockBody::full(r.body))
+}
+
+fn build(status: u16, headers: &[(&'static str, String)], body: MockBody) -> Resp {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in headers {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            resp.headers_mut().append(HeaderName::from_static(name), v);
+        }
+    }
+    resp
+}
+
+/// A partly filled record for one request.
+fn base_record(state: &State, seq: u64, provider: Provider, h: &HeaderMap) -> RequestRecord {
+    RequestRecord {
+        seq,
+        at_ms: state.clock.real_elapsed().as_millis() as u64,
+        provider_ms: state.clock.now().since_origin().as_millis() as u64,
+        provider,
+        key: String::new(),
+        model: String::new(),
+        job: header_str(h, JOB_HEADER).map(|j| request::truncate(j, 128)),
+        attempt: header_str(h, ATTEMPT_HEADER).and_then(|a| a.parse().ok()),
+        stream: false,
+        input_tokens: 0,
+        max_tokens: 0,
+        output_tokens: 0,
+        status: None,
+        cause: Cause::Unknown,
+        dimension: None,
+        fault: None,
+        request_id: None,
+    }
+}
+
+fn push_record(state: &State, rec: RequestRecord) {
+    let mut recs = lock(&state.records);
+    if recs.len() < state.config.max_records {
+        recs.push(rec);
+    } else {
+        state.unrecorded.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Rejects a request before the model sees it, and records that.
+fn reject(
+    state: &State,
+    mut rec: RequestRecord,
+    ctx: &RenderCtx,
+    status: u16,
+    cause: Cause,
+    msg: &str,
+) -> Resp {
+    rec.status = Some(status);
+    rec.cause = cause;
+    rec.request_id = Some(ctx.request_id.clone());
+    push_record(state, rec);
+    respond(render::render_status_error(ctx, status, msg))
+}
+
+async fn api(
+    state: Arc<State>,
+    reset: Arc<AtomicBool>,
+    provider: Provider,
+    req: Request<Incoming>,
+) -> Result<Resp, ResetConnection> {
+    let seq = state.seq.fetch_add(1, Ordering::Relaxed) + 1;
+    let (parts, body) = req.into_parts();
+    let h = &parts.headers;
+    let mut rec = base_record(&state, seq, provider, h);
+    let mut ctx = RenderCtx::new(provider, "", state.config.seed, seq, SystemTime::now());
+    ctx.scale = state.clock.scale();
+    ctx.tokens_per_delta = state.config.tokens_per_delta;
+
+    // Read the whole request first: even a reset comes after the request.
+    let body = match Limited::new(body, state.config.max_body_bytes)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                return Ok(reject(
+                    &state,
+                    rec,
+                    &ctx,
+                    413,
+                    Cause::RequestTooLarge,
+                    "Request exceeds the maximum allowed number of bytes.",
+                ));
+            }
+            return Err(ResetConnection);
+        }
+    };
+    let Some(key) = request::api_key(h) else {
+        return Ok(reject(
+            &state,
+            rec,
+            &ctx,
+            401,
+            Cause::Authentication,
+            "x-api-key header is required",
+        ));
+    };
+    rec.key = state
+        .config
+        .key_labels
+        .get(key)
+        .cloned()
+        .unwrap_or_else(|| request::key_fingerprint(key));
+    let parsed = match request::parse_request(provider, &body, h) {
+        Ok(p) => p,
+        Err(msg) => return Ok(reject(&state, rec, &ctx, 400, Cause::InvalidRequest, &msg)),
+    };
+    let range = state.config.output_tokens;
+    let output_tokens = tokens::output_tokens_for(
+        state.config.seed,
+        &body,
+        range.min,
+        range.max,
+        parsed.max_tokens,
+    );
+    ctx.model = parsed.model.clone();
+    ctx.include_usage = parsed.include_usage;
+    rec.model = parsed.model.clone();
+    rec.stream = parsed.stream;
+    rec.input_tokens = parsed.input_tokens;
+    rec.max_tokens = parsed.max_tokens;
+    rec.output_tokens = output_tokens;
+    let meta = RequestMeta {
+        provider,
+        key: rec.key.clone(),
+        model: parsed.model,
+        input_tokens: parsed.input_tokens,
+        max_tokens: parsed.max_tokens,
+        output_tokens,
+        stream: parsed.stream,
+    };
+    let answer = lock(&state.model).handle(&meta, state.clock.now());
+
+    // Record before answering: a test may read records as soon as it has a response.
+    crate::record::describe(&mut rec, &answer, &ctx);
+    push_record(&state, rec);
+
+    if let Some(stall) = answer.stall {
+        tokio::time::sleep(stall).await;
+    }
+    let latency = state.config.latency;
+    if latency.first_byte_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(latency.first_byte_ms)).await;
+    }
+    let per_token = Duration::try_from_secs_f64(latency.per_output_token_ms.max(0.0) / 1000.0)
+        .unwrap_or(Duration::ZERO);
+    match &answer.outcome {
+        Outcome::Fault(Fault::Reset) => {
+            reset.store(true, Ordering::Release);
+            Err(ResetConnection)
+        }
+        Outcome::Success(grant) if meta.stream => {
+            let frames = render::stream_frames(
+                &ctx,
+                grant.input_tokens,
+                grant.output_tokens,
+                grant.reserved_output,
+            );
+            let (frames, tail) = match answer.stream_fault {
+                Some(Fault::StreamCut { after_events }) => {
+                    (frames[..after_events.min(frames.len())].to_vec(), None)
+                }
+                Some(Fault::StreamError { after_events }) => (
+                    frames[..after_events.min(frames.len())].to_vec(),
+                    Some(render::stream_error_frame(&ctx)),
+                ),
+                _ => (frames, None),
+            };
+            let headers = render::stream_headers(&ctx, &answer.windows);
+            let (tx, rx) = mpsc::channel::<Bytes>(16);
+            let grant = grant.clone();
+            let st = state.clone();
+            tokio::spawn(async move {
+                let mut delivered = 0;
+                for f in frames {
+                    if f.output_tokens > 0 && !per_token.is_zero() {
+                        tokio::time::sleep(per_token.saturating_mul(f.output_tokens as u32)).await;
+                    }
+                    if tx.send(Bytes::from(f.bytes)).await.is_err() {
+                        break;
+                    }
+                    delivered += f.output_tokens;
+                }
+                if let Some(t) = tail {
+                    let _ = tx.send(Bytes::from(t)).await;
+                }
+                lock(&st.model).settle(&grant, delivered, st.clock.now());
+            });
+            Ok(build(200, &headers, MockBody::Stream(rx)))
+        }
+        Outcome::Success(grant) => {
+            // Settles when generation ends, even if the client hangs up first.
+            let settle = SettleOnDrop {
+                state: state.clone(),
+                grant: grant.clone(),
+            };
+            if !per_token.is_zero() {
+                tokio::time::sleep(
+                    per_token.saturating_mul(grant.output_tokens.min(u32::MAX as u64) as u32),
+                )
+                .await;
+            }
+            drop(settle);
+            Ok(respond(render::render_answer(&ctx, &answer)))
+        }
+        _ => Ok(respond(render::render_answer(&ctx, &answer))),
+    }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Conformance of ratewise-mock against the official anthropic and openai
+# Python SDKs (installed from PyPI into a virtual environment).
+#
+#   tests/conformance/run.sh
+#
+# Exits 0 when every check passes, 1 on any failure. Prints
+# "SKIPPED: <reason>" and exits 0 only when PyPI cannot be reached.
+# RATEWISE_CONFORMANCE_VENV overrides the venv location
+# (default: target/conformance-venv; reused when present).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$ROOT/tests/conformance"
+VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
+PYTHON="${PYTHON:-python3}"
+
+command -v "$PYTHON" >/dev/null || { echo "FAIL: $PYTHON not found" >&2; exit 1; }
+
+INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}"
+if ! INDEX_URL="$INDEX_URL" "$PYTHON" - <<'PY'
+import os, sys, urllib.request
+try:
+    url = os.environ["INDEX_URL"].rstrip("/") + "/anthropic/"
+    urllib.request.urlopen(url, timeout=15).read(1)
+except Exception as e:
+    print(f"PyPI unreachable: {e}", file=sys.stderr)
+    sys.exit(1)
+PY
+then
+    echo "SKIPPED: PyPI ($INDEX_URL) is unreachable"
+    exit 0
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade anthropic openai
+
+(cd "$ROOT" && cargo build --quiet -p ratewise-mock)
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/ratewise-mock"
+
+OUT="$(mktemp)"
+"$BIN" --config "$HERE/mock.json" --addr 127.0.0.1:0 >"$OUT" 2>&1 &
+MOCK_PID=$!
+trap 'kill "$MOCK_PID" 2>/dev/null || true; rm -f "$OUT"' EXIT
+
+ADDR=""
+for _ in $(seq 1 100); do
+    ADDR="$(head -n1 "$OUT" 2>/dev/null || true)"
+    [ -n "$ADDR" ] && break
+    kill -0 "$MOCK_PID" 2>/dev/null || { echo "FAIL: ratewise-mock exited:" >&2; cat "$OUT" >&2; exit 1; }
+    sleep 0.1
+done
+[ -n "$ADDR" ] || { echo "FAIL: ratewise-mock printed no address" >&2; exit 1; }
+
+"$VENV/bin/python" "$HERE/check.py" "http://$ADDR"
