@@ -3,6 +3,7 @@
 
 mod explain;
 mod http_text;
+mod simulate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -19,6 +20,9 @@ struct Cli {
 enum Command {
     /// Classify one response (as `curl -si` prints it) and show the decision.
     Explain(explain::ExplainArgs),
+    /// Simulate a workload against a rate-limited provider with ratewise and
+    /// common retry strategies side by side (virtual time, reproducible).
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +36,7 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args),
+        Command::Simulate(args) => simulate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

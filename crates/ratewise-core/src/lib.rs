@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod admit;
 pub mod case;
 pub mod classify;
 pub mod decide;

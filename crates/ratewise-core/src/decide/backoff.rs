@@ -18,7 +18,8 @@ pub fn hinted_delay(
     let window = jitter.window(hint).min(max_jitter);
     let added =
         Duration::from_millis(rng.up_to(window.as_millis().min(u128::from(u64::MAX)) as u64));
-    (hint.saturating_add(added), added)
+    // Even `retry-after: 0` waits a moment: a retry is never instantaneous.
+    (hint.saturating_add(added).max(MIN_DELAY), added)
 }
 
 /// Backoff for the `attempt`-th send that failed (1-based) without a hint.

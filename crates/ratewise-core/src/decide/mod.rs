@@ -131,6 +131,12 @@ fn retry_action(
             let max_jitter = room.map_or(Duration::MAX, |r| r - hint.wait);
             let (delay, added) = hinted_delay(hint.wait, &policy.hint_jitter, max_jitter, rng);
             notes.push(format!("jitter +{} ms", added.as_millis()));
+            if room.is_some_and(|r| delay > r) {
+                notes.push("no room left before the deadline".to_owned());
+                return Action::GiveUp {
+                    reason: GiveUpReason::Deadline,
+                };
+            }
             delay
         }
         None => {

@@ -1,0 +1,96 @@
+//! `ratewise simulate` end to end through the binary (virtual time).
+
+use std::process::Command;
+
+fn ratewise(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewise"))
+        .args(args)
+        .output()
+        .expect("run ratewise");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn small_scenario(dir: &std::path::Path) -> String {
+    let path = dir.join("small.json");
+    std::fs::write(
+        &path,
+        r#"{"name": "small", "seed": 3,
+            "limits": {"requests_per_min": 50, "input_tokens_per_min": 30000, "output_tokens_per_min": 8000},
+            "jobs": {"count": 60, "arrival": "burst", "input_tokens": [200, 2000], "max_tokens": 1024, "output_tokens": [50, 400]},
+            "faults": {"overload_rate": 0.02, "reset_after_send_rate": 0.0, "spend_cap_after_tokens": null, "acceleration": true}}"#,
+    )
+    .unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ratewise-sim-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn json_lines_one_per_strategy_and_reproducible() {
+    let dir = tempdir("json");
+    let file = small_scenario(&dir);
+    let (code, out, err) = ratewise(&["simulate", "--scenario", &file, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|v| v["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ratewise", "sdk-naive", "backoff-only", "rpm-only"]);
+    assert_eq!(lines[0]["jobs_lost"], 0);
+    let (_, again, _) = ratewise(&["simulate", "--scenario", &file, "--json"]);
+    assert_eq!(out, again);
+}
+
+#[test]
+fn one_strategy_table_and_plot() {
+    let dir = tempdir("plot");
+    let file = small_scenario(&dir);
+    let svg = dir.join("out.svg");
+    let (code, out, err) = ratewise(&[
+        "simulate",
+        "--scenario",
+        &file,
+        "--strategy",
+        "ratewise",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("| ratewise"), "{out}");
+    assert!(!out.contains("sdk-naive"));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("<polyline"));
+}
+
+#[test]
+fn refuses_bad_input_without_panicking() {
+    let dir = tempdir("bad");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"limits": {}, "jobs": 3}"#).unwrap();
+    let (code, _, err) = ratewise(&["simulate", "--scenario", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("scenario"), "{err}");
+    let (code, _, err) = ratewise(&["simulate", "--strategy", "yolo"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown strategy"), "{err}");
+}
+
+#[test]
+fn default_scenario_meets_the_targets() {
+    let (code, out, err) = ratewise(&["simulate", "--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("burst-mixed"));
+    assert!(err.contains("targets: all met"), "{err}");
+}

@@ -1,0 +1,848 @@
+//! The [`Controller`]: buckets, ramp, pauses, stops and budgets for many
+//! (key, model class) scopes, composed behind one `&mut self` API.
+
+use super::bucket::{capacity_for, Bucket};
+use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
+use super::limits::{index, Burst, Limits, DIMENSIONS};
+use super::model_class::ModelClasses;
+use super::ramp::{Ramp, RampConfig};
+use super::reservation::{Amounts, Exit, Ledger, Reservation, Slab};
+use super::retry_budget::{RetryBudget, RetryBudgetConfig};
+use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
+use super::stop::Stop;
+use super::ScopeId;
+use crate::classify::Classification;
+use crate::decision::{Action, Decision};
+use crate::parse::ratelimit::RateLimitSnapshot;
+use crate::time::{Instant, Now};
+use crate::usage::Usage;
+use crate::vocab::{Cause, Dimension, GiveUpReason, Provider, Scope as CScope};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Everything the controller is configured with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Limits of every class without its own entry (default: none).
+    pub limits: Limits,
+    /// Limits per model class (overrides `limits`).
+    pub class_limits: Vec<(String, Limits)>,
+    /// How much of a minute's refill a bucket may hold.
+    pub burst: Burst,
+    /// Model name → bucket class.
+    pub classes: ModelClasses,
+    /// Ramp-up.
+    pub ramp: RampConfig,
+    /// Queue-wide retry budget.
+    pub retry_budget: RetryBudgetConfig,
+    /// Queue-wide spend budget (none by default).
+    pub spend: Option<SpendConfig>,
+    /// Prices for the money budget.
+    pub prices: PriceTable,
+    /// Output tokens to reserve.
+    pub output: Arc<dyn OutputEstimator>,
+    /// A reservation neither settled, released nor held for this long is
+    /// released by [`Controller::expire`] (default 10 min).
+    pub lease: Duration,
+    /// Up to this much is added to a pause for each waiting job, so
+    /// released jobs do not stampede (default 500 ms).
+    pub pause_jitter: Duration,
+    /// Token `remaining` values within this many tokens of the local level
+    /// are ignored: providers round them to thousands (default 1000).
+    pub token_dead_band: u64,
+    /// Seed of the jitter source.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limits: Limits::NONE,
+            class_limits: Vec::new(),
+            burst: Burst::default(),
+            classes: ModelClasses::default(),
+            ramp: RampConfig::default(),
+            retry_budget: RetryBudgetConfig::default(),
+            spend: None,
+            prices: PriceTable::default(),
+            output: Arc::new(MaxTokens::default()),
+            lease: Duration::from_secs(600),
+            pause_jitter: Duration::from_millis(500),
+            token_dead_band: 1000,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// A resolved (key, model): the scope and the model's price, looked up once
+/// per job rather than per admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The (key, class) scope.
+    pub scope: ScopeId,
+    /// The model's price, when the table has one.
+    pub price: Option<PriceId>,
+}
+
+/// A price interned by its controller (keeps reservations small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PriceId(u32);
+
+/// One request asking to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmitRequest {
+    /// Where it goes.
+    pub target: Target,
+    /// An explicit input estimate (e.g. a `count_tokens` result).
+    pub input_estimate: Option<u64>,
+    /// Size of the request body, for the byte heuristic when no estimate.
+    pub body_bytes: u64,
+    /// The request's `max_tokens`.
+    pub max_tokens: Option<u64>,
+    /// A retry (counts against the retry budget) or a first attempt.
+    pub is_retry: bool,
+    /// The latest instant the request may be admitted; a wait past it is
+    /// refused at once with `give_up(deadline)`. Callers subtract the
+    /// expected attempt time from the job's deadline.
+    pub deadline: Option<Instant>,
+}
+
+impl AdmitRequest {
+    /// A first attempt with no estimate, no `max_tokens`, no deadline.
+    pub fn new(target: Target) -> Self {
+        AdmitRequest {
+            target,
+            input_estimate: None,
+            body_bytes: 0,
+            max_tokens: None,
+            is_retry: false,
+            deadline: None,
+        }
+    }
+}
+
+/// Why a request must wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReason {
+    /// A bucket of this dimension has no room yet.
+    Bucket(Dimension),
+    /// The scope is paused by a 429's hint.
+    Paused,
+    /// The spend budget is committed to in-flight requests.
+    SpendInFlight,
+}
+
+/// The answer to [`Controller::admit`].
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Admission {
+    /// Send now; settle or release the reservation afterwards.
+    Go(Reservation),
+    /// Ask again at `until`. Waiting burns no attempt.
+    Wait {
+        /// When to ask again.
+        until: Instant,
+        /// Why.
+        reason: WaitReason,
+    },
+    /// The scope is stopped: keep the job, send nothing.
+    Stopped {
+        /// What stopped it.
+        cause: Cause,
+        /// When it lifts by itself, or `None` until [`Controller::resume`].
+        until: Option<SystemTime>,
+    },
+    /// Not admitted and waiting cannot help: `give_up(reason)` —
+    /// `deadline` (admission would come too late) or `retry_budget`.
+    Refused {
+        /// Which bound.
+        reason: GiveUpReason,
+    },
+}
+
+impl Admission {
+    /// The reservation of a `Go`.
+    #[inline]
+    pub fn go(self) -> Option<Reservation> {
+        match self {
+            Admission::Go(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// What one scope looks like now (for the CLI, tests and metrics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeSnapshot {
+    /// The key's name.
+    pub key: String,
+    /// The model class.
+    pub class: String,
+    /// Effective limits (configured ∧ learned).
+    pub limits: Limits,
+    /// Whole units in each bucket (requests, input, output, combined).
+    pub levels: [Option<i64>; 4],
+    /// Ramp factor, per-mille.
+    pub ramp_permille: u32,
+    /// Pause end.
+    pub paused_until: Option<Instant>,
+    /// The key's stop.
+    pub stopped: Option<Stop>,
+}
+
+#[derive(Debug, Clone)]
+struct KeyState {
+    name: String,
+    stop: Option<Stop>,
+    scopes: Vec<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct ScopeState {
+    key: u32,
+    class: String,
+    configured: Limits,
+    learned: Limits,
+    buckets: [Option<Bucket>; 4],
+    ramp: Ramp,
+    paused_until: Option<Instant>,
+    last_call: Option<Instant>,
+}
+
+/// Admission control for many (key, model class) scopes. Plain `&mut self`
+/// and explicit time: wrap it in a lock (see
+/// [`Shared`](super::shared::Shared)) to share it between threads.
+#[derive(Debug)]
+pub struct Controller {
+    cfg: Config,
+    keys: Vec<KeyState>,
+    key_index: HashMap<String, u32>,
+    scopes: Vec<ScopeState>,
+    scope_index: HashMap<(u32, String), u32>,
+    slab: Slab,
+    retry: RetryBudget,
+    spend: Option<SpendBudget>,
+    prices: Vec<Price>,
+    rng: fastrand::Rng,
+}
+
+impl Controller {
+    /// A controller with no scopes yet.
+    pub fn new(cfg: Config) -> Self {
+        Controller {
+            retry: RetryBudget::new(cfg.retry_budget),
+            spend: cfg.spend.map(SpendBudget::new),
+            rng: fastrand::Rng::with_seed(cfg.seed),
+            keys: Vec::new(),
+            key_index: HashMap::new(),
+            scopes: Vec::new(),
+            scope_index: HashMap::new(),
+            slab: Slab::default(),
+            prices: Vec::new(),
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Resolves (key, model) to its scope and price, creating the scope on
+    /// first use. Keys are any caller-chosen name (never the secret itself).
+    pub fn target(&mut self, key: &str, model: &str) -> Target {
+        let class = self.cfg.classes.class_of(model).to_owned();
+        let scope = self.scope_of(key, &class);
+        Target {
+            scope,
+            price: self
+                .cfg
+                .prices
+                .price_of(model)
+                .map(|p| self.intern_price(p)),
+        }
+    }
+
+    fn intern_price(&mut self, p: Price) -> PriceId {
+        match self.prices.iter().position(|q| *q == p) {
+            Some(i) => PriceId(i as u32),
+            None => {
+                self.prices.push(p);
+                PriceId((self.prices.len() - 1) as u32)
+            }
+        }
+    }
+
+    /// The price behind an id from [`target`](Self::target).
+    pub fn price(&self, id: PriceId) -> Option<Price> {
+        self.prices.get(id.0 as usize).copied()
+    }
+
+    /// The scope of (key, class), created on first use.
+    pub fn scope_of(&mut self, key: &str, class: &str) -> ScopeId {
+        let k = match self.key_index.get(key) {
+            Some(k) => *k,
+            None => {
+                let k = self.keys.len() as u32;
+                self.keys.push(KeyState {
+                    name: key.to_owned(),
+                    stop: None,
+                    scopes: Vec::new(),
+                });
+                self.key_index.insert(key.to_owned(), k);
+                k
+            }
+        };
+        if let Some(s) = self.scope_index.get(&(k, class.to_owned())) {
+            return ScopeId(*s);
+        }
+        let configured = self
+            .cfg
+            .class_limits
+            .iter()
+            .find(|(c, _)| c == class)
+            .map(|(_, l)| *l)
+            .unwrap_or(self.cfg.limits);
+        let ramp = Ramp::new(&self.cfg.ramp);
+        let mut st = ScopeState {
+            key: k,
+            class: class.to_owned(),
+            configured,
+            learned: Limits::NONE,
+            buckets: [None, None, None, None],
+            ramp,
+            paused_until: None,
+            last_call: None,
+        };
+        rebuild_buckets(&mut st, self.cfg.burst, Instant::ZERO);
+        let id = self.scopes.len() as u32;
+        self.scopes.push(st);
+        self.keys[k as usize].scopes.push(id);
+        self.scope_index.insert((k, class.to_owned()), id);
+        ScopeId(id)
+    }
+
+    /// Replaces the configured limits of one scope (e.g. per key).
+    pub fn set_limits(&mut self, scope: ScopeId, limits: Limits, now: Now) {
+        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+            s.configured = limits;
+            rebuild_buckets(s, self.cfg.burst, now.instant);
+        }
+    }
+
+    /// Asks to send one request now.
+    ///
+    /// Order: stop → retry budget → pause → buckets → spend budget. A wait
+    /// that would end past the request's deadline is `Refused(deadline)`.
+    pub fn admit(&mut self, req: &AdmitRequest, now: Now) -> Admission {
+        let t = now.instant;
+        let Some(s) = self.scopes.get_mut(req.target.scope.0 as usize) else {
+            return Admission::Refused {
+                reason: GiveUpReason::Deadline,
+            };
+        };
+        let key = &mut self.keys[s.key as usize];
+        if let Some(stop) = key.stop {
+            if stop.expired(t) {
+                key.stop = None;
+                let ids = key.scopes.clone();
+                for id in ids {
+                    restart_ramp(&mut self.scopes[id as usize], &self.cfg.ramp, t);
+                }
+            } else {
+                return Admission::Stopped {
+                    cause: stop.cause,
+                    until: stop.until,
+                };
+            }
+        }
+        let s = &mut self.scopes[req.target.scope.0 as usize];
+        if req.is_retry && !self.retry.can_retry(t) {
+            return Admission::Refused {
+                reason: GiveUpReason::RetryBudget,
+            };
+        }
+        let idle = s
+            .last_call
+            .is_some_and(|c| t.saturating_duration_since(c) > self.cfg.ramp.idle_after);
+        s.last_call = Some(t);
+        if let Some(p) = s.paused_until {
+            if t < p {
+                let jitter = jitter(&mut self.rng, self.cfg.pause_jitter);
+                return wait_or_refuse(p + jitter, WaitReason::Paused, req.deadline);
+            }
+            s.paused_until = None;
+        }
+        if idle {
+            restart_ramp(s, &self.cfg.ramp, t);
+        }
+        let input = req
+            .input_estimate
+            .unwrap_or_else(|| input_from_bytes(req.body_bytes));
+        let amounts = Amounts {
+            requests: 1,
+            input,
+            output: self.cfg.output.output_estimate(req.max_tokens, input),
+        };
+        let mut wait: Option<(Instant, usize)> = None;
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                b.refill(t);
+                if let Some(w) = b.wait_for(amounts.by_index(i), t) {
+                    if wait.is_none_or(|(x, _)| w > x) {
+                        wait = Some((w, i));
+                    }
+                }
+            }
+        }
+        if let Some((until, i)) = wait {
+            return wait_or_refuse(until, WaitReason::Bucket(DIMENSIONS[i]), req.deadline);
+        }
+        let cost = req
+            .target
+            .price
+            .and_then(|p| self.prices.get(p.0 as usize))
+            .map(|p| p.worst_case(&amounts))
+            .unwrap_or(0);
+        if let Some(sp) = &mut self.spend {
+            match sp.check(amounts.tokens(), cost, t) {
+                SpendCheck::Fits => sp.reserve(amounts.tokens(), cost, t),
+                SpendCheck::InFlight => {
+                    let until = t + sp.config().recheck;
+                    return wait_or_refuse(until, WaitReason::SpendInFlight, req.deadline);
+                }
+                SpendCheck::Spent { until } => {
+                    return Admission::Stopped {
+                        cause: Cause::UserLimit,
+                        until: Some(now.wall_at(until)),
+                    }
+                }
+            }
+        }
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                b.take(amounts.by_index(i));
+            }
+        }
+        if req.is_retry {
+            self.retry.record_retry(t);
+        } else {
+            self.retry.record_first(t);
+        }
+        let id = self.slab.insert(req.target.scope, amounts, cost, t);
+        Admission::Go(Reservation {
+            id,
+            scope: req.target.scope,
+            amounts,
+            cost,
+            price: req.target.price,
+            admitted_at: t,
+        })
+    }
+
+    /// Corrects a reservation to the actual usage of its response: input
+    /// counts `input_tokens + cache_creation_input_tokens` (not cache
+    /// reads), output counts `output_tokens`; the spend window gets the
+    /// billed total. A settle is the calm signal that grows the ramp.
+    pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
+        let t = now.instant;
+        let actual = Amounts {
+            requests: 1,
+            input: usage.rate_limited_input(),
+            output: usage.output_tokens,
+        };
+        let live = self.slab.remove(res.id, Exit::Settled).is_some();
+        let Some(s) = self.scopes.get_mut(res.scope.0 as usize) else {
+            return;
+        };
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                let reserved = if live { res.amounts.by_index(i) } else { 0 };
+                let act = actual.by_index(i);
+                if act < reserved {
+                    b.put_back(reserved - act, t);
+                } else if act > reserved {
+                    b.charge(act - reserved, t);
+                }
+            }
+        }
+        self.slab.charge(&actual);
+        if let Some(sp) = &mut self.spend {
+            if live {
+                sp.unreserve(res.amounts.tokens(), res.cost, t);
+            }
+            let cost = res
+                .price
+                .and_then(|p| self.prices.get(p.0 as usize))
+                .map(|p| p.cost(usage))
+                .unwrap_or(0);
+            sp.settle(usage.total_tokens(), cost, t);
+        }
+        if s.ramp.calm(&self.cfg.ramp, t) {
+            apply_ramp(s, t);
+        }
+    }
+
+    /// Releases a reservation that was never sent (or whose send provably
+    /// did not reach the provider): everything it held goes back.
+    pub fn release(&mut self, res: Reservation, now: Now) {
+        if self.slab.remove(res.id, Exit::Released).is_some() {
+            self.give_back(res.scope, &res.amounts, res.cost, now.instant);
+        }
+    }
+
+    fn give_back(&mut self, scope: ScopeId, amounts: &Amounts, cost: u64, t: Instant) {
+        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+            for (i, b) in s.buckets.iter_mut().enumerate() {
+                if let Some(b) = b {
+                    b.put_back(amounts.by_index(i), t);
+                }
+            }
+        }
+        if let Some(sp) = &mut self.spend {
+            sp.unreserve(amounts.tokens(), cost, t);
+        }
+    }
+
+    /// Marks a reservation's outcome as unknown: it keeps its worst-case
+    /// cost (buckets and spend) and is exempt from lease expiry until
+    /// [`resolve_unknown`](Self::resolve_unknown).
+    pub fn hold_unknown(&mut self, res: &Reservation, _now: Now) {
+        self.slab.hold(res.id);
+    }
+
+    /// Resolves an unknown outcome: with usage it is settled, without (the
+    /// provider confirmed nothing was generated) it is released.
+    pub fn resolve_unknown(&mut self, res: Reservation, usage: Option<&Usage>, now: Now) {
+        match usage {
+            Some(u) => self.settle(res, u, now),
+            None => self.release(res, now),
+        }
+    }
+
+    /// Releases every reservation older than the lease that is not held as
+    /// unknown (abandoned: its owner went away). Returns how many.
+    pub fn expire(&mut self, now: Now) -> usize {
+        let t = now.instant;
+        let Some(cutoff) = t.since_origin().checked_sub(self.cfg.lease) else {
+            return 0;
+        };
+        let ids = self.slab.expired(Instant::from_origin(cutoff));
+        let n = ids.len();
+        for id in ids {
+            if let Some(e) = self.slab.remove(id, Exit::Released) {
+                self.give_back(e.scope, &e.amounts, e.cost, t);
+            }
+        }
+        n
+    }
+
+    /// Header sync: learns `*-limit` values and lowers local buckets to the
+    /// server's `*-remaining` where the server's view is lower (beyond the
+    /// dead-band for token counts).
+    pub fn sync_headers(
+        &mut self,
+        scope: ScopeId,
+        snap: &RateLimitSnapshot,
+        provider: Provider,
+        now: Now,
+    ) {
+        let t = now.instant;
+        let burst = self.cfg.burst;
+        let band = self.cfg.token_dead_band;
+        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
+            return;
+        };
+        let learned = Limits::from_snapshot(snap, provider);
+        let mut merged = s.learned;
+        for d in DIMENSIONS {
+            if let Some(v) = learned.get(d) {
+                merged.set(d, Some(v));
+            }
+        }
+        if merged != s.learned {
+            s.learned = merged;
+            rebuild_buckets(s, burst, t);
+        }
+        for d in DIMENSIONS {
+            if d == Dimension::Tokens && provider == Provider::Anthropic {
+                continue;
+            }
+            if let (Some(rem), Some(b)) = (snap.window(d).remaining, &mut s.buckets[index(d)]) {
+                let dead_band = if d == Dimension::Requests { 0 } else { band };
+                b.sync_remaining(rem, dead_band, t);
+            }
+        }
+    }
+
+    /// Pauses a scope for every job until `until` (a 429's hint), and
+    /// empties the limited dimension's bucket (all buckets when unknown) so
+    /// that the backlog is released at the refill rate, not in a burst.
+    pub fn pause(
+        &mut self,
+        scope: ScopeId,
+        until: Instant,
+        dimension: Option<Dimension>,
+        now: Now,
+    ) {
+        let t = now.instant;
+        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
+            return;
+        };
+        s.paused_until = Some(s.paused_until.map_or(until, |p| p.max(until)));
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                if dimension.is_none_or(|d| index(d) == i) {
+                    b.drain_until(until, t);
+                }
+            }
+        }
+    }
+
+    /// An acceleration 429: cuts the scope's ramp factor.
+    pub fn slow_down(&mut self, scope: ScopeId, now: Now) {
+        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+            s.ramp.slow_down(&self.cfg.ramp, now.instant);
+            apply_ramp(s, now.instant);
+        }
+    }
+
+    /// Stops the scope's key (every class on it).
+    pub fn stop(&mut self, scope: ScopeId, cause: Cause, until: Option<SystemTime>, now: Now) {
+        let Some(s) = self.scopes.get(scope.0 as usize) else {
+            return;
+        };
+        let stop = Stop {
+            cause,
+            until,
+            until_instant: until.map(|u| now.instant_at(u)),
+        };
+        let key = &mut self.keys[s.key as usize];
+        match &mut key.stop {
+            Some(existing) => existing.merge(stop),
+            None => key.stop = Some(stop),
+        }
+    }
+
+    /// Applies what one response said to the shared state, and returns the
+    /// decision, amended where a queue-wide bound overrides it:
+    ///
+    /// * rate-limit headers sync the buckets ([`sync_headers`](Self::sync_headers));
+    /// * a `rate_limited` response with a wait hint pauses the bucket (the
+    ///   key's buckets when the scope is `key`) for every job until the hint
+    ///   passes ([`pause`](Self::pause));
+    /// * an `acceleration_limited` response cuts the ramp of the key's
+    ///   scopes ([`slow_down`](Self::slow_down)), and pauses them on a hint;
+    /// * a `stop_queue` decision stops the key with its `until`
+    ///   ([`stop`](Self::stop));
+    /// * a `retry` when the retry budget is spent becomes
+    ///   `give_up(retry_budget)`.
+    ///
+    /// Reconciling the reservation stays with the caller, who holds it:
+    /// `settle` on `done` (and on any response with usage), `release` when
+    /// nothing was sent, `hold_unknown` on `hold_unknown`.
+    pub fn observe(
+        &mut self,
+        scope: ScopeId,
+        c: &Classification,
+        mut d: Decision,
+        now: Now,
+    ) -> Decision {
+        if !c.hints.ratelimit.is_empty() {
+            self.sync_headers(scope, &c.hints.ratelimit, c.provider, now);
+        }
+        let affected = match c.scope {
+            CScope::Key | CScope::Provider => self.scopes_on_key(scope),
+            CScope::Bucket | CScope::Request => vec![scope],
+        };
+        let hint_end = c.hints.wait.map(|h| now.instant + h.wait);
+        match c.cause {
+            Cause::RateLimited => {
+                if let Some(until) = hint_end {
+                    for s in &affected {
+                        self.pause(*s, until, c.dimension, now);
+                    }
+                    d.notes.push(format!(
+                        "admission: bucket paused for every job for {} ms",
+                        (until - now.instant).as_millis()
+                    ));
+                }
+            }
+            Cause::AccelerationLimited => {
+                for s in self.scopes_on_key(scope) {
+                    self.slow_down(s, now);
+                    if let Some(until) = hint_end {
+                        self.pause(s, until, None, now);
+                    }
+                }
+                if let Some(s) = self.scopes.get(scope.0 as usize) {
+                    d.notes.push(format!(
+                        "admission: rate cut to {}%",
+                        s.ramp.permille() / 10
+                    ));
+                }
+            }
+            _ => {}
+        }
+        match d.action {
+            Action::StopQueue { until } => {
+                self.stop(scope, c.cause, until, now);
+                d.notes.push("admission: key stopped".to_owned());
+            }
+            Action::Retry { .. } if !self.retry.can_retry(now.instant) => {
+                let (firsts, retries) = self.retry.counts(now.instant);
+                d.action = Action::GiveUp {
+                    reason: GiveUpReason::RetryBudget,
+                };
+                d.notes.push(format!(
+                    "retry budget spent: {retries} retries for {firsts} first attempts in the window"
+                ));
+            }
+            _ => {}
+        }
+        d
+    }
+
+    /// Lifts a key's stop (a human resumed): its scopes restart the ramp.
+    pub fn resume(&mut self, key: &str, now: Now) {
+        let Some(k) = self.key_index.get(key).copied() else {
+            return;
+        };
+        let ks = &mut self.keys[k as usize];
+        ks.stop = None;
+        for id in ks.scopes.clone() {
+            restart_ramp(&mut self.scopes[id as usize], &self.cfg.ramp, now.instant);
+        }
+    }
+
+    /// Whether the retry budget allows one more retry now.
+    pub fn retry_allowed(&mut self, now: Now) -> bool {
+        self.retry.can_retry(now.instant)
+    }
+
+    /// (first attempts, retries) in the retry budget's window.
+    pub fn retry_counts(&mut self, now: Now) -> (u64, u64) {
+        self.retry.counts(now.instant)
+    }
+
+    /// The spend window's totals, when a spend budget is configured.
+    pub fn spend_totals(&mut self, now: Now) -> Option<SpendTotals> {
+        self.spend.as_mut().map(|s| s.totals(now.instant))
+    }
+
+    /// The conservation counters.
+    pub fn ledger(&self) -> Ledger {
+        self.slab.ledger()
+    }
+
+    /// Whether a reservation is still outstanding.
+    pub fn is_outstanding(&mut self, res: &Reservation) -> bool {
+        self.slab.is_live(res.id)
+    }
+
+    /// The scope's key (stop state lives per key).
+    pub fn key_of(&self, scope: ScopeId) -> Option<&str> {
+        let s = self.scopes.get(scope.0 as usize)?;
+        Some(self.keys[s.key as usize].name.as_str())
+    }
+
+    /// Every scope on the same key as `scope` (including it).
+    pub fn scopes_on_key(&self, scope: ScopeId) -> Vec<ScopeId> {
+        match self.scopes.get(scope.0 as usize) {
+            Some(s) => self.keys[s.key as usize]
+                .scopes
+                .iter()
+                .map(|i| ScopeId(*i))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The next instant at which state changes by itself: a pause ends, a
+    /// stop lifts, or a lease expires. Bucket waits are returned by
+    /// [`admit`](Self::admit) itself. A fake-clock driver steps to the
+    /// earliest of these and of the waits it was given.
+    pub fn next_wakeup(&self, now: Now) -> Option<Instant> {
+        let t = now.instant;
+        let pauses = self.scopes.iter().filter_map(|s| s.paused_until);
+        let stops = self
+            .keys
+            .iter()
+            .filter_map(|k| k.stop.and_then(|s| s.until_instant));
+        let lease = self.slab.oldest().map(|a| a + self.cfg.lease);
+        pauses.chain(stops).chain(lease).filter(|x| *x > t).min()
+    }
+
+    /// What a scope looks like now.
+    pub fn snapshot(&mut self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
+        let s = self.scopes.get_mut(scope.0 as usize)?;
+        let mut levels = [None; 4];
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            levels[i] = b.as_mut().map(|b| b.level(now.instant));
+        }
+        let key = &self.keys[s.key as usize];
+        Some(ScopeSnapshot {
+            key: key.name.clone(),
+            class: s.class.clone(),
+            limits: Limits::combine(&s.configured, &s.learned),
+            levels,
+            ramp_permille: s.ramp.permille(),
+            paused_until: s.paused_until.filter(|p| *p > now.instant),
+            stopped: key.stop.filter(|st| !st.expired(now.instant)),
+        })
+    }
+}
+
+fn wait_or_refuse(until: Instant, reason: WaitReason, deadline: Option<Instant>) -> Admission {
+    if deadline.is_some_and(|d| until > d) {
+        Admission::Refused {
+            reason: GiveUpReason::Deadline,
+        }
+    } else {
+        Admission::Wait { until, reason }
+    }
+}
+
+fn jitter(rng: &mut fastrand::Rng, max: Duration) -> Duration {
+    let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    if max_ns == 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_nanos(rng.u64(0..=max_ns))
+    }
+}
+
+fn apply_ramp(s: &mut ScopeState, t: Instant) {
+    let p = s.ramp.permille();
+    for b in s.buckets.iter_mut().flatten() {
+        b.set_permille(p, t);
+    }
+}
+
+fn restart_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
+    s.ramp.restart(cfg, t);
+    apply_ramp(s, t);
+}
+
+/// Makes the buckets match the effective limits: new dimensions get a full
+/// bucket (at the ramp factor), changed ones keep their level, dropped ones
+/// go.
+fn rebuild_buckets(s: &mut ScopeState, burst: Burst, t: Instant) {
+    let eff = Limits::combine(&s.configured, &s.learned);
+    let p = s.ramp.permille();
+    for d in DIMENSIONS {
+        let i = index(d);
+        match (eff.get(d), &mut s.buckets[i]) {
+            (None, slot) => *slot = None,
+            (Some(l), Some(b)) => {
+                if b.limit() != l {
+                    b.set_limit(l, capacity_for(l, burst.of(d)), t);
+                }
+            }
+            (Some(l), slot) => {
+                *slot = Some(Bucket::with_permille(l, capacity_for(l, burst.of(d)), p, t));
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Reservations: what one admitted request holds, and the ledger that
+//! proves every unit reserved is either settled, released or still
+//! outstanding.
+
+use crate::time::Instant;
+
+/// Units held by one reservation, per dimension. The combined-tokens bucket
+/// takes `input + output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Amounts {
+    /// Requests (1 per reservation).
+    pub requests: u64,
+    /// Input tokens (rate-limited input: uncached + cache writes).
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+}
+
+impl Amounts {
+    /// Input plus output.
+    pub const fn tokens(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+
+    /// The amount of bucket `i` (requests, input, output, combined).
+    pub const fn by_index(&self, i: usize) -> u64 {
+        match i {
+            0 => self.requests,
+            1 => self.input,
+            2 => self.output,
+            _ => self.tokens(),
+        }
+    }
+
+    fn add(&mut self, o: &Amounts) {
+        self.requests = self.requests.saturating_add(o.requests);
+        self.input = self.input.saturating_add(o.input);
+        self.output = self.output.saturating_add(o.output);
+    }
+}
+
+/// Identifies a reservation: a slot and its generation, so a stale handle
+/// (already settled, released or expired) is recognised and ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReservationId {
+    /// Slot in the ledger.
+    pub slot: u32,
+    /// Generation of the slot.
+    pub generation: u32,
+}
+
+/// An admitted request's claim on its buckets and budgets. It is not
+/// `Clone`: it is consumed exactly once by `settle`, `release` or
+/// `resolve_unknown`. A reservation nobody settles is released when its
+/// lease runs out, unless it was put on hold as `outcome_unknown`.
+#[must_use = "settle or release a reservation, or it holds capacity until its lease expires"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub(crate) id: ReservationId,
+    pub(crate) scope: super::ScopeId,
+    pub(crate) amounts: Amounts,
+    pub(crate) cost: u64,
+    pub(crate) price: Option<super::controller::PriceId>,
+    pub(crate) admitted_at: Instant,
+}
+
+impl Reservation {
+    /// The ledger id.
+    pub fn id(&self) -> ReservationId {
+        self.id
+    }
+    /// The scope (key, class) whose buckets it holds.
+    pub fn scope(&self) -> super::ScopeId {
+        self.scope
+    }
+    /// The reserved units.
+    pub fn amounts(&self) -> Amounts {
+        self.amounts
+    }
+    /// The worst-case cost reserved in the spend budget, in micro-units of
+    /// currency (0 when unpriced).
+    pub fn cost_micros(&self) -> u64 {
+        self.cost
+    }
+    /// When it was admitted.
+    pub fn admitted_at(&self) -> Instant {
+        self.admitted_at
+    }
+}
+
+/// Conservation counters: `reserved == settled + released + outstanding`
+/// at all times, per dimension (`held` is the part of `outstanding` whose
+/// outcome is unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ledger {
+    /// Everything ever reserved.
+    pub reserved: Amounts,
+    /// Reserved amounts of settled reservations (the estimates, not usage).
+    pub settled: Amounts,
+    /// Reserved amounts released unused (abandoned, lease expired, resolved
+    /// as not sent).
+    pub released: Amounts,
+    /// Reserved and not yet settled or released.
+    pub outstanding: Amounts,
+    /// Part of `outstanding` held as `outcome_unknown`.
+    pub held: Amounts,
+    /// Actual usage charged by settles (input = rate-limited input).
+    pub charged: Amounts,
+}
+
+impl Ledger {
+    /// True when `reserved == settled + released + outstanding`.
+    pub fn conserved(&self) -> bool {
+        let mut sum = self.settled;
+        sum.add(&self.released);
+        sum.add(&self.outstanding);
+        sum == self.reserved
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub generation: u32,
+    pub scope: super::ScopeId,
+    pub live: bool,
+    pub held: bool,
+    pub amounts: Amounts,
+    pub cost: u64,
+    pub admitted_at: Instant,
+}
+
+/// What a removed entry held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Removed {
+    pub scope: super::ScopeId,
+    pub amounts: Amounts,
+    pub cost: u64,
+}
+
+/// Outstanding reservations in a slab: O(1) insert and remove, no hashing.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Slab {
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+    pub ledger: Ledger,
+}
+
+/// How a reservation leaves the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Settled,
+    Released,
+}
+
+impl Slab {
+    #[inline]
+    pub fn insert(
+        &mut self,
+        scope: super::ScopeId,
+        amounts: Amounts,
+        cost: u64,
+        now: Instant,
+    ) -> ReservationId {
+        self.ledger.reserved.add(&amounts);
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.entries.push(Entry {
+                    generation: 0,
+                    scope,
+                    live: false,
+                    held: false,
+                    amounts: Amounts::default(),
+                    cost: 0,
+                    admitted_at: now,
+                });
+                (self.entries.len() - 1) as u32
+            }
+        };
+        let e = &mut self.entries[slot as usize];
+        e.live = true;
+        e.scope = scope;
+        e.held = false;
+        e.amounts = amounts;
+        e.cost = cost;
+        e.admitted_at = now;
+        ReservationId {
+            slot,
+            generation: e.generation,
+        }
+    }
+
+    fn live(&mut self, id: ReservationId) -> Option<&mut Entry> {
+        self.entries
+            .get_mut(id.slot as usize)
+            .filter(|e| e.live && e.generation == id.generation)
+    }
+
+    /// Removes a live entry; `None` when the handle is stale.
+    #[inline]
+    pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
+        let e = self.live(id)?;
+        e.live = false;
+        e.generation = e.generation.wrapping_add(1);
+        let out = Removed {
+            scope: e.scope,
+            amounts: e.amounts,
+            cost: e.cost,
+        };
+        match how {
+            Exit::Settled => self.ledger.settled.add(&out.amounts),
+            Exit::Released => self.ledger.released.add(&out.amounts),
+        }
+        self.free.push(id.slot);
+        Some(out)
+    }
+
+    pub fn hold(&mut self, id: ReservationId) -> bool {
+        let Some(e) = self.live(id) else {
+            return false;
+        };
+        e.held = true;
+        true
+    }
+
+    /// The ledger, with `outstanding` and `held` summed from the live
+    /// entries themselves (not from counters), so that `conserved()`
+    /// cross-checks two independent sources.
+    pub fn ledger(&self) -> Ledger {
+        let mut l = self.ledger;
+        l.outstanding = Amounts::default();
+        l.held = Amounts::default();
+        for e in self.entries.iter().filter(|e| e.live) {
+            l.outstanding.add(&e.amounts);
+            if e.held {
+                l.held.add(&e.amounts);
+            }
+        }
+        l
+    }
+
+    pub fn is_live(&mut self, id: ReservationId) -> bool {
+        self.live(id).is_some()
+    }
+
+    pub fn charge(&mut self, actual: &Amounts) {
+        self.ledger.charged.add(actual);
+    }
+
+    /// Ids of live, not held entries admitted at or before `cutoff`.
+    pub fn expired(&self, cutoff: Instant) -> Vec<ReservationId> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.live && !e.held && e.admitted_at <= cutoff)
+            .map(|(i, e)| ReservationId {
+                slot: i as u32,
+                generation: e.generation,
+            })
+            .collect()
+    }
+
+    /// The earliest admission time among live, not held entries.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.entries
+            .iter()
+            .filter(|e| e.live && !e.held)
+            .map(|e| e.admitted_at)
+            .min()
+    }
+}

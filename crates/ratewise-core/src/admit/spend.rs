@@ -1,0 +1,326 @@
+//! Queue-wide spend budget: tokens and, with a user-supplied price table,
+//! money, over fixed windows.
+//!
+//! Money is counted in integer *micro-units* of the user's currency
+//! (1 000 000 = one dollar, say); prices are per million tokens in the same
+//! micro-units, so `$3 / MTok` is `3_000_000`. Costs round up.
+//!
+//! Committed spend = settled usage + the worst case of every outstanding
+//! reservation. In never-exceed mode a request is admitted only if its own
+//! worst case still fits under the budget on top of that, so the settled
+//! spend can never pass the budget as long as actual usage stays within the
+//! worst case. In soft mode a request is admitted while the committed spend
+//! is below the budget.
+
+use super::reservation::Amounts;
+use crate::time::Instant;
+use crate::usage::Usage;
+use std::time::Duration;
+
+/// Prices per million tokens, in micro-units of currency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Price {
+    /// Uncached input.
+    pub input: u64,
+    /// Output.
+    pub output: u64,
+    /// Cache writes (input written to the prompt cache).
+    pub cache_write: u64,
+    /// Cache reads.
+    pub cache_read: u64,
+}
+
+impl Price {
+    /// The cost of actual usage, rounded up.
+    pub fn cost(&self, u: &Usage) -> u64 {
+        let micro_mtok = u128::from(u.input_tokens) * u128::from(self.input)
+            + u128::from(u.output_tokens) * u128::from(self.output)
+            + u128::from(u.cache_creation_input_tokens) * u128::from(self.cache_write)
+            + u128::from(u.cache_read_input_tokens) * u128::from(self.cache_read);
+        micro_mtok.div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// The worst-case cost of a reservation: every input token priced at
+    /// the dearest input kind, every reserved output token at the output
+    /// price. Any usage with `input + cache writes + cache reads ≤ input`
+    /// and `output ≤ output` costs no more.
+    pub fn worst_case(&self, a: &Amounts) -> u64 {
+        let dearest = self.input.max(self.cache_write).max(self.cache_read);
+        let micro_mtok = u128::from(a.input) * u128::from(dearest)
+            + u128::from(a.output) * u128::from(self.output);
+        micro_mtok.div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
+    }
+}
+
+/// Model name prefix → price; the longest prefix wins, else the fallback.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PriceTable {
+    entries: Vec<(String, Price)>,
+    /// Price of models no entry matches; `None` leaves them unpriced (they
+    /// count in the token budget only).
+    pub fallback: Option<Price>,
+}
+
+impl PriceTable {
+    /// Adds or replaces the price of a model prefix.
+    pub fn set(&mut self, prefix: impl Into<String>, price: Price) {
+        let prefix = prefix.into();
+        match self.entries.iter_mut().find(|(p, _)| *p == prefix) {
+            Some(e) => e.1 = price,
+            None => self.entries.push((prefix, price)),
+        }
+    }
+
+    /// The price of a model.
+    pub fn price_of(&self, model: &str) -> Option<Price> {
+        self.entries
+            .iter()
+            .filter(|(p, _)| model.starts_with(p.as_str()))
+            .max_by_key(|(p, _)| p.len())
+            .map(|(_, pr)| *pr)
+            .or(self.fallback)
+    }
+}
+
+/// Spend budget parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpendConfig {
+    /// Length of a budget window; windows start at the caller's origin
+    /// (`Instant::ZERO`) and follow each other.
+    pub window: Duration,
+    /// Tokens per window (all input incl. cache reads, plus output).
+    pub max_tokens: Option<u64>,
+    /// Money per window, in micro-units.
+    pub max_micros: Option<u64>,
+    /// Admit only if the worst case fits (default true).
+    pub never_exceed: bool,
+    /// How long a request that would fit once in-flight reservations settle
+    /// is told to wait before asking again (default 1 s).
+    pub recheck: Duration,
+}
+
+impl Default for SpendConfig {
+    fn default() -> Self {
+        SpendConfig {
+            window: Duration::from_secs(24 * 3600),
+            max_tokens: None,
+            max_micros: None,
+            never_exceed: true,
+            recheck: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Spend totals of the current window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SpendTotals {
+    /// Settled tokens this window.
+    pub settled_tokens: u64,
+    /// Settled money this window.
+    pub settled_micros: u64,
+    /// Worst case of outstanding reservations, tokens.
+    pub outstanding_tokens: u64,
+    /// Worst case of outstanding reservations, money.
+    pub outstanding_micros: u64,
+}
+
+/// The outcome of a spend check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpendCheck {
+    /// It fits.
+    Fits,
+    /// It would fit once in-flight reservations settle: ask again later.
+    InFlight,
+    /// It cannot fit before the window ends.
+    Spent {
+        /// When the window resets.
+        until: Instant,
+    },
+}
+
+/// The spend budget state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendBudget {
+    cfg: SpendConfig,
+    window_index: u128,
+    totals: SpendTotals,
+}
+
+impl SpendBudget {
+    /// An empty budget.
+    pub fn new(cfg: SpendConfig) -> Self {
+        SpendBudget {
+            cfg,
+            window_index: 0,
+            totals: SpendTotals::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SpendConfig {
+        &self.cfg
+    }
+
+    fn window_ns(&self) -> u128 {
+        self.cfg.window.as_nanos().max(1)
+    }
+
+    fn roll(&mut self, now: Instant) {
+        let w = now.since_origin().as_nanos() / self.window_ns();
+        if w > self.window_index {
+            self.window_index = w;
+            self.totals.settled_tokens = 0;
+            self.totals.settled_micros = 0;
+        }
+    }
+
+    /// When the current window ends.
+    pub fn window_end(&self, now: Instant) -> Instant {
+        let w = now.since_origin().as_nanos() / self.window_ns();
+        let end = (w + 1) * self.window_ns();
+        Instant::from_origin(super::bucket::duration_from_nanos(end))
+    }
+
+    /// The totals of the window containing `now`.
+    pub fn totals(&mut self, now: Instant) -> SpendTotals {
+        self.roll(now);
+        self.totals
+    }
+
+    /// Whether a reservation of `tokens` / `micros` worst case fits.
+    pub fn check(&mut self, tokens: u64, micros: u64, now: Instant) -> SpendCheck {
+        self.roll(now);
+        let t = &self.totals;
+        let spent = Self::over(self.cfg.max_tokens, t.settled_tokens, 0, 0)
+            || Self::over(self.cfg.max_micros, t.settled_micros, 0, 0);
+        let until = self.window_end(now);
+        if spent {
+            return SpendCheck::Spent { until };
+        }
+        if self.cfg.never_exceed {
+            if Self::over(self.cfg.max_tokens, t.settled_tokens, 0, tokens)
+                || Self::over(self.cfg.max_micros, t.settled_micros, 0, micros)
+            {
+                return SpendCheck::Spent { until };
+            }
+            if Self::over(
+                self.cfg.max_tokens,
+                t.settled_tokens,
+                t.outstanding_tokens,
+                tokens,
+            ) || Self::over(
+                self.cfg.max_micros,
+                t.settled_micros,
+                t.outstanding_micros,
+                micros,
+            ) {
+                return SpendCheck::InFlight;
+            }
+        } else if Self::over(
+            self.cfg.max_tokens,
+            t.settled_tokens,
+            t.outstanding_tokens,
+            1,
+        ) || Self::over(
+            self.cfg.max_micros,
+            t.settled_micros,
+            t.outstanding_micros,
+            1,
+        ) {
+            return SpendCheck::InFlight;
+        }
+        SpendCheck::Fits
+    }
+
+    /// `settled + outstanding + extra > max` (in never-exceed terms: does
+    /// not fit); a spent budget is `settled >= max`, checked with extra 0 as
+    /// `settled > max - 0`… so `max == settled` counts as spent.
+    fn over(max: Option<u64>, settled: u64, outstanding: u64, extra: u64) -> bool {
+        match max {
+            None => false,
+            Some(m) => {
+                let used = u128::from(settled) + u128::from(outstanding);
+                if extra == 0 {
+                    used >= u128::from(m)
+                } else {
+                    used + u128::from(extra) > u128::from(m)
+                }
+            }
+        }
+    }
+
+    /// Reserves a worst case.
+    pub fn reserve(&mut self, tokens: u64, micros: u64, now: Instant) {
+        self.roll(now);
+        self.totals.outstanding_tokens = self.totals.outstanding_tokens.saturating_add(tokens);
+        self.totals.outstanding_micros = self.totals.outstanding_micros.saturating_add(micros);
+    }
+
+    /// Drops a worst case (settled or released).
+    pub fn unreserve(&mut self, tokens: u64, micros: u64, now: Instant) {
+        self.roll(now);
+        self.totals.outstanding_tokens = self.totals.outstanding_tokens.saturating_sub(tokens);
+        self.totals.outstanding_micros = self.totals.outstanding_micros.saturating_sub(micros);
+    }
+
+    /// Adds actual usage to the window.
+    pub fn settle(&mut self, tokens: u64, micros: u64, now: Instant) {
+        self.roll(now);
+        self.totals.settled_tokens = self.totals.settled_tokens.saturating_add(tokens);
+        self.totals.settled_micros = self.totals.settled_micros.saturating_add(micros);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prices_round_up_and_worst_case_bounds_actual() {
+        let p = Price {
+            input: 3_000_000,
+            output: 15_000_000,
+            cache_write: 3_750_000,
+            cache_read: 300_000,
+        };
+        let u = Usage {
+            input_tokens: 100,
+            output_tokens: 10,
+            cache_creation_input_tokens: 50,
+            cache_read_input_tokens: 50,
+        };
+        assert_eq!(p.cost(&u), 300 + 150 + 188 + 15);
+        let worst = p.worst_case(&Amounts {
+            requests: 1,
+            input: 200,
+            output: 10,
+        });
+        assert!(worst >= p.cost(&u));
+    }
+
+    #[test]
+    fn never_exceed_stops_when_worst_case_does_not_fit() {
+        let mut b = SpendBudget::new(SpendConfig {
+            window: Duration::from_secs(60),
+            max_tokens: Some(100),
+            ..SpendConfig::default()
+        });
+        let t = Instant::ZERO;
+        assert_eq!(b.check(60, 0, t), SpendCheck::Fits);
+        b.reserve(60, 0, t);
+        assert_eq!(b.check(60, 0, t), SpendCheck::InFlight);
+        b.unreserve(60, 0, t);
+        b.settle(60, 0, t);
+        assert_eq!(
+            b.check(60, 0, t),
+            SpendCheck::Spent {
+                until: Instant::from_millis(60_000)
+            }
+        );
+        assert_eq!(b.check(40, 0, t), SpendCheck::Fits);
+        assert_eq!(
+            b.check(60, 0, Instant::from_millis(60_000)),
+            SpendCheck::Fits
+        );
+    }
+}

@@ -1,0 +1,50 @@
+//! # ratewise-sim
+//!
+//! A deterministic discrete-event simulation of an application sending a
+//! workload to a rate-limited LLM provider, with four client strategies
+//! side by side: `ratewise` (the default policy), `sdk-naive`,
+//! `backoff-only` and `rpm-only`. It is the engine of `ratewise simulate`.
+//!
+//! * The provider is the mock's pure [`ProviderModel`](ratewise_mock::model::ProviderModel)
+//!   (continuous buckets, output charged from `max_tokens` then corrected,
+//!   acceleration limit, spend cap, injected faults), and every answer is
+//!   rendered by the mock's renderer into the status, headers and body the
+//!   mock server sends. So the simulated provider follows the mock's rules,
+//!   and clients read real responses.
+//! * The `ratewise` strategy reads them with the real
+//!   `classify_response` → `decide` → admission `Controller` path.
+//! * Time is virtual: an hour of traffic takes milliseconds, and a run is a
+//!   pure function of the scenario (its seed included).
+//!
+//! ```
+//! use ratewise_sim::{simulate, Scenario, Strategy};
+//! let mut scenario = Scenario::default_scenario();
+//! scenario.jobs.count = 30; // keep the doc test quick
+//! let report = simulate(&scenario, Strategy::Ratewise, &mut |_done, _total| {});
+//! assert_eq!(report.jobs_lost, 0);
+//! assert_eq!(report.jobs_total, 30);
+//! println!("{}", serde_json::to_string(&report).unwrap());
+//! ```
+//!
+//! Modules: [`scenario`] (files and their fields), [`workload`] (the jobs),
+//! [`provider`] (the simulated provider), [`engine`] (the event loop),
+//! [`strategy`] (the clients), [`metrics`] (definitions of every figure),
+//! [`table`] and [`plot`] (output), [`targets`] (the claims a shipped
+//! scenario must meet).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod engine;
+pub mod metrics;
+pub mod plot;
+pub mod provider;
+pub mod scenario;
+pub mod strategy;
+pub mod table;
+pub mod targets;
+pub mod workload;
+
+pub use engine::Terminal;
+pub use metrics::Report;
+pub use scenario::{Scenario, ScenarioError, DEFAULT_SCENARIO, SHIPPED};
+pub use strategy::{simulate, Strategy};

@@ -1,0 +1,347 @@
+//! What a run measured, and the exact definitions of every figure.
+//!
+//! * **jobs_\***: every job ends exactly once — `done`, `failed` (not
+//!   retryable, or `inspect`), `given_up` (attempts, deadline or a budget
+//!   spent), `held_unknown` (sent, no answer, not retried), `stopped` (kept
+//!   unsent: the queue stopped for money). `jobs_lost` counts jobs with no
+//!   end at all when the run finished (must be 0).
+//! * **sends**: requests that reached the provider, first attempts and
+//!   retries alike. `sends_429`: those answered 429 (rate limits,
+//!   acceleration, and a spend cap answered 429). `sends_after_stop`: sends
+//!   made after the client had received a money answer (spend cap or
+//!   billing) — it knew, and sent anyway.
+//! * **sends_per_done_job** = `sends / jobs_done`. With every send failing
+//!   independently with probability `fault_rate` (overloads are retried,
+//!   resets are held and not retried), no client can do better than
+//!   `1 / (1 − fault_rate)` in expectation: each send succeeds with
+//!   probability `1 − fault_rate`, whatever the retry policy.
+//!   `min_sends_per_done_job` states it.
+//! * **binding dimension**: the limited dimension with the highest demand
+//!   over limit, demand being the whole workload's requests, input tokens,
+//!   actual output tokens (or input + output for `tokens`).
+//! * **goodput_ratio**: units of the binding dimension the provider
+//!   admitted for successful sends, divided by the most it could have
+//!   admitted while work was waiting: `limit × waiting minutes` plus the
+//!   bucket's level at the start of each waiting interval (a provider's
+//!   bucket starts full, so the first minute can admit up to twice the
+//!   rate). "Waiting" = at least one job has arrived and has not ended
+//!   (queued, paced, backing off or in flight). 1.0 means the client used
+//!   every unit the provider offered while it had work.
+//! * **makespan_s**: first arrival to the last job's end.
+//! * **latency**: a done job's answer time minus its arrival, p50 and p99
+//!   (nearest rank).
+//! * **spend_tokens**: input + output tokens of every success (what was
+//!   billed).
+
+use crate::engine::Terminal;
+use crate::provider::{Answered, Verdict};
+use crate::scenario::Scenario;
+use crate::workload::Job;
+use ratewise_core::{Dimension, Instant};
+use serde::Serialize;
+
+/// One send, for plots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendSample {
+    /// Send time, ms since the run started.
+    pub t_ms: u64,
+    /// What the provider answered.
+    pub verdict: Verdict,
+}
+
+/// The figures of one strategy on one scenario.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Strategy name.
+    pub strategy: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Jobs in the workload.
+    pub jobs_total: u64,
+    /// Answered successfully.
+    pub jobs_done: u64,
+    /// Not retryable (or inspect).
+    pub jobs_failed: u64,
+    /// Retryable, bounds spent.
+    pub jobs_given_up: u64,
+    /// Sent, no answer, held.
+    pub jobs_held_unknown: u64,
+    /// Kept unsent: queue stopped.
+    pub jobs_stopped: u64,
+    /// No end at all (must be 0).
+    pub jobs_lost: u64,
+    /// Done, but after the job's deadline.
+    pub jobs_late: u64,
+    /// Requests sent.
+    pub sends: u64,
+    /// Sends answered 429.
+    pub sends_429: u64,
+    /// Sends answered 429 by the acceleration limit.
+    pub sends_429_acceleration: u64,
+    /// Sends whose connection reset after sending.
+    pub sends_reset: u64,
+    /// Sends made after the client received a money answer.
+    pub sends_after_stop: u64,
+    /// `sends / jobs_done` (0 when nothing was done).
+    pub sends_per_done_job: f64,
+    /// Injected per-send fault probability (overloads + resets).
+    pub fault_rate: f64,
+    /// `1 / (1 − fault_rate)`.
+    pub min_sends_per_done_job: f64,
+    /// The binding dimension.
+    pub binding_dimension: Dimension,
+    /// Admitted binding units over the provider's allowance while waiting.
+    pub goodput_ratio: f64,
+    /// First arrival to last end, seconds.
+    pub makespan_s: f64,
+    /// Median latency of done jobs, seconds.
+    pub p50_latency_s: f64,
+    /// 99th percentile latency of done jobs, seconds.
+    pub p99_latency_s: f64,
+    /// Billed tokens.
+    pub spend_tokens: u64,
+    /// Every send, for plots (not serialised).
+    #[serde(skip)]
+    pub timeline: Vec<SendSample>,
+}
+
+/// Collects a run's measurements.
+#[derive(Debug)]
+pub struct Recorder {
+    scenario: String,
+    jobs_total: u64,
+    fault_rate: f64,
+    min_spdj: f64,
+    binding: Dimension,
+    binding_limit: u64,
+    deadline_ms: Option<u64>,
+    ends: [u64; 5],
+    sends: u64,
+    sends_429: u64,
+    sends_accel: u64,
+    sends_reset: u64,
+    sends_after_stop: u64,
+    money_seen: bool,
+    admitted: u64,
+    spend_tokens: u64,
+    latencies: Vec<f64>,
+    late: u64,
+    open_since: Option<Instant>,
+    waiting_secs: f64,
+    credit: u64,
+    first_arrival: Option<Instant>,
+    last_end: Instant,
+    timeline: Vec<SendSample>,
+}
+
+/// The binding dimension of a workload and its limit.
+pub fn binding_dimension(scenario: &Scenario, jobs: &[Job]) -> (Dimension, u64) {
+    let mut best = (Dimension::Requests, u64::MAX, -1.0f64);
+    for d in [
+        Dimension::Requests,
+        Dimension::InputTokens,
+        Dimension::OutputTokens,
+        Dimension::Tokens,
+    ] {
+        let Some(limit) = scenario.limits.get(d) else {
+            continue;
+        };
+        let demand: u64 = jobs.iter().map(|j| units(d, j)).sum();
+        let ratio = demand as f64 / limit as f64;
+        if ratio > best.2 {
+            best = (d, limit, ratio);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// What one successful job charges to a dimension, after the output
+/// correction.
+pub fn units(d: Dimension, j: &Job) -> u64 {
+    match d {
+        Dimension::Requests => 1,
+        Dimension::InputTokens => j.input_tokens,
+        Dimension::OutputTokens => j.output_tokens,
+        Dimension::Tokens => j.input_tokens + j.output_tokens,
+    }
+}
+
+fn slot(t: Terminal) -> usize {
+    match t {
+        Terminal::Done => 0,
+        Terminal::Failed => 1,
+        Terminal::GivenUp => 2,
+        Terminal::HeldUnknown => 3,
+        Terminal::Stopped => 4,
+    }
+}
+
+impl Recorder {
+    /// A recorder for `jobs` of `scenario`.
+    pub fn new(scenario: &Scenario, jobs: &[Job]) -> Self {
+        let (binding, binding_limit) = binding_dimension(scenario, jobs);
+        Recorder {
+            scenario: scenario.name.clone(),
+            jobs_total: jobs.len() as u64,
+            fault_rate: scenario.fault_rate(),
+            min_spdj: scenario.min_sends_per_done_job(),
+            binding,
+            binding_limit,
+            deadline_ms: scenario.deadline_ms,
+            ends: [0; 5],
+            sends: 0,
+            sends_429: 0,
+            sends_accel: 0,
+            sends_reset: 0,
+            sends_after_stop: 0,
+            money_seen: false,
+            admitted: 0,
+            spend_tokens: 0,
+            latencies: Vec::with_capacity(jobs.len()),
+            late: 0,
+            open_since: None,
+            waiting_secs: 0.0,
+            credit: 0,
+            first_arrival: jobs.iter().map(|j| j.arrival).min(),
+            last_end: Instant::ZERO,
+            timeline: Vec::new(),
+        }
+    }
+
+    /// The binding dimension.
+    pub fn binding(&self) -> Dimension {
+        self.binding
+    }
+
+    /// Its per-minute limit.
+    pub fn binding_limit(&self) -> u64 {
+        self.binding_limit
+    }
+
+    /// A send and the provider's verdict.
+    pub fn on_send(&mut self, job: &Job, a: &Answered, now: Instant) {
+        self.sends += 1;
+        if self.money_seen {
+            self.sends_after_stop += 1;
+        }
+        if a.delivery.status() == Some(429) {
+            self.sends_429 += 1;
+        }
+        match a.verdict {
+            Verdict::SlowDown => self.sends_accel += 1,
+            Verdict::Reset => self.sends_reset += 1,
+            Verdict::Success => {
+                self.admitted += units(self.binding, job);
+                self.spend_tokens += job.input_tokens + job.output_tokens;
+            }
+            _ => {}
+        }
+        // Bounded by the sends a run can make; a plot needs every one.
+        self.timeline.push(SendSample {
+            t_ms: u64::try_from(now.since_origin().as_millis()).unwrap_or(u64::MAX),
+            verdict: a.verdict,
+        });
+    }
+
+    /// A money answer reached the client.
+    pub fn on_money_answer(&mut self) {
+        self.money_seen = true;
+    }
+
+    /// A job ended.
+    pub fn on_end(&mut self, job: &Job, how: Terminal, now: Instant) {
+        self.ends[slot(how)] += 1;
+        self.last_end = self.last_end.max(now);
+        if how == Terminal::Done {
+            let lat = now.saturating_duration_since(job.arrival);
+            self.latencies.push(lat.as_secs_f64());
+            if self
+                .deadline_ms
+                .is_some_and(|d| lat.as_millis() > u128::from(d))
+            {
+                self.late += 1;
+            }
+        }
+    }
+
+    /// True when no job is outstanding.
+    pub fn is_idle(&self) -> bool {
+        self.open_since.is_none()
+    }
+
+    /// After each event: how many jobs are outstanding, and the binding
+    /// bucket's level before the event (the credit of an interval that
+    /// starts now).
+    pub fn on_outstanding(&mut self, outstanding: u64, level: u64, now: Instant) {
+        match (outstanding > 0, self.open_since) {
+            (true, None) => {
+                self.open_since = Some(now);
+                self.credit += level;
+            }
+            (false, Some(since)) => {
+                self.waiting_secs += now.saturating_duration_since(since).as_secs_f64();
+                self.open_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The report.
+    pub fn finish(mut self, strategy: &str, now: Instant) -> Report {
+        if let Some(since) = self.open_since.take() {
+            self.waiting_secs += now.saturating_duration_since(since).as_secs_f64();
+        }
+        let ended: u64 = self.ends.iter().sum();
+        let done = self.ends[0];
+        self.latencies.sort_by(f64::total_cmp);
+        let pct = |p: f64| -> f64 {
+            if self.latencies.is_empty() {
+                return 0.0;
+            }
+            let rank = ((p * self.latencies.len() as f64).ceil() as usize).max(1);
+            self.latencies[rank.min(self.latencies.len()) - 1]
+        };
+        let allowance = self.binding_limit as f64 / 60.0 * self.waiting_secs + self.credit as f64;
+        let first = self.first_arrival.unwrap_or(Instant::ZERO);
+        Report {
+            strategy: strategy.to_owned(),
+            scenario: self.scenario.clone(),
+            jobs_total: self.jobs_total,
+            jobs_done: done,
+            jobs_failed: self.ends[1],
+            jobs_given_up: self.ends[2],
+            jobs_held_unknown: self.ends[3],
+            jobs_stopped: self.ends[4],
+            jobs_lost: self.jobs_total - ended,
+            jobs_late: self.late,
+            sends: self.sends,
+            sends_429: self.sends_429,
+            sends_429_acceleration: self.sends_accel,
+            sends_reset: self.sends_reset,
+            sends_after_stop: self.sends_after_stop,
+            sends_per_done_job: round4(if done == 0 {
+                0.0
+            } else {
+                self.sends as f64 / done as f64
+            }),
+            fault_rate: round4(self.fault_rate),
+            min_sends_per_done_job: round4(self.min_spdj),
+            binding_dimension: self.binding,
+            goodput_ratio: round4(if allowance > 0.0 {
+                self.admitted as f64 / allowance
+            } else {
+                0.0
+            }),
+            makespan_s: round4(self.last_end.saturating_duration_since(first).as_secs_f64()),
+            p50_latency_s: round4(pct(0.50)),
+            p99_latency_s: round4(pct(0.99)),
+            spend_tokens: self.spend_tokens,
+            timeline: std::mem::take(&mut self.timeline),
+        }
+    }
+}
+
+/// Rounds to 4 decimals: JSON stays short and byte-identical across runs.
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}

@@ -1,0 +1,231 @@
+//! The simulated provider: the mock's pure [`ProviderModel`] answering in
+//! virtual time, each answer rendered into the exact status, headers and
+//! body the mock server would send, so clients read real responses.
+
+use crate::scenario::Scenario;
+use crate::workload::Job;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use ratewise_core::{Dimension, Instant, Provider};
+use ratewise_mock::model::{BucketKey, Grant, Outcome, ProviderModel, RequestMeta};
+use ratewise_mock::render::{render_answer, RenderCtx};
+use ratewise_mock::Fault;
+use std::time::{Duration, SystemTime};
+
+/// The wall clock at the run's t = 0 (2026-12-01T00:00:00Z minus a day:
+/// a fixed date keeps runs reproducible, including reset headers).
+pub const WALL_ORIGIN_SECS: u64 = 1_796_342_400;
+
+/// Provider time added to the run's clock when the key starts warm: a
+/// warm-up request went out at provider time 0 and the acceleration window
+/// (10 s) is over when the run begins.
+pub const WARM_OFFSET: Duration = Duration::from_secs(11);
+
+/// What reached the client.
+#[derive(Debug, Clone)]
+pub enum Delivery {
+    /// An HTTP response.
+    Response {
+        /// Status.
+        status: StatusCode,
+        /// Headers.
+        headers: HeaderMap,
+        /// Body.
+        body: Vec<u8>,
+    },
+    /// The connection reset after the request was sent: no status.
+    Reset,
+}
+
+impl Delivery {
+    /// The status, when there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Delivery::Response { status, .. } => Some(status.as_u16()),
+            Delivery::Reset => None,
+        }
+    }
+}
+
+/// What the provider did with one send, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// 2xx: charged.
+    Success,
+    /// 429 on a per-minute limit.
+    RateLimited,
+    /// 429 acceleration limit.
+    SlowDown,
+    /// Spend cap or billing: money.
+    Money,
+    /// An injected overload.
+    Overloaded,
+    /// An injected reset.
+    Reset,
+    /// Anything else.
+    Other,
+}
+
+/// One send's answer, with what the provider charged.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    /// What reaches the client.
+    pub delivery: Delivery,
+    /// How the provider saw it.
+    pub verdict: Verdict,
+    /// The charge to correct when the answer completes (successes).
+    pub grant: Option<Grant>,
+    /// Time from send to answer.
+    pub latency: Duration,
+}
+
+/// The provider of one run.
+#[derive(Debug)]
+pub struct SimProvider {
+    model: ProviderModel,
+    provider: Provider,
+    model_name: String,
+    seed: u64,
+    offset: Duration,
+    base: Duration,
+    error: Duration,
+    per_token_ms: f64,
+    bucket: BucketKey,
+}
+
+impl SimProvider {
+    /// The provider of `scenario`, warmed up when the scenario starts warm.
+    pub fn new(scenario: &Scenario) -> Self {
+        let cfg = scenario.mock_config();
+        let rules = cfg.faults.clone();
+        let mut no_faults = cfg.clone();
+        no_faults.faults = Vec::new();
+        let mut model = ProviderModel::new(&no_faults);
+        let mut offset = Duration::ZERO;
+        let model_name = scenario.model_name().to_owned();
+        if scenario.warm {
+            // The key was in use just before the run: a request on another
+            // model class at provider time 0 (acceleration state is per
+            // key, buckets per class), and the run starts once the
+            // acceleration window is over.
+            let meta = RequestMeta::new(scenario.provider, KEY, "ratewise-sim-warmup", 1, 1, 1);
+            if let Outcome::Success(g) = model.handle(&meta, Instant::ZERO).outcome {
+                model.settle(&g, 0, Instant::ZERO);
+            }
+            offset = WARM_OFFSET;
+        }
+        if let Some(cap) = scenario.faults.spend_cap_after_tokens {
+            // The cap counts the run's own tokens only.
+            model.set_spend_cap(Some(model.spend_usd() + cap as f64 / 1e6));
+        }
+        model.set_faults(rules);
+        let bucket = BucketKey {
+            provider: scenario.provider,
+            key: KEY.to_owned(),
+            class: model.model_class(&model_name),
+        };
+        SimProvider {
+            model,
+            provider: scenario.provider,
+            model_name,
+            seed: scenario.seed,
+            offset,
+            base: Duration::from_millis(scenario.latency.base_ms),
+            error: Duration::from_millis(scenario.latency.error_ms),
+            per_token_ms: scenario.latency.per_output_token_ms,
+            bucket,
+        }
+    }
+
+    fn ptime(&self, t: Instant) -> Instant {
+        t + self.offset
+    }
+
+    /// The wall clock at run time `t`.
+    pub fn wall(t: Instant) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(WALL_ORIGIN_SECS) + t.since_origin()
+    }
+
+    /// Handles one send of `job` at run time `now`.
+    pub fn send(&mut self, job: &Job, now: Instant) -> Answered {
+        let meta = RequestMeta::new(
+            self.provider,
+            KEY,
+            self.model_name.clone(),
+            job.input_tokens,
+            job.max_tokens,
+            job.output_tokens,
+        );
+        let answer = self.model.handle(&meta, self.ptime(now));
+        let (verdict, grant, latency) = match &answer.outcome {
+            Outcome::Success(g) => (
+                Verdict::Success,
+                Some(g.clone()),
+                self.base
+                    + Duration::try_from_secs_f64(g.output_tokens as f64 * self.per_token_ms / 1e3)
+                        .unwrap_or(Duration::ZERO),
+            ),
+            Outcome::RateLimited { .. } => (Verdict::RateLimited, None, self.error),
+            Outcome::SlowDown { .. } => (Verdict::SlowDown, None, self.error),
+            Outcome::SpendCap | Outcome::Billing => (Verdict::Money, None, self.error),
+            Outcome::Fault(Fault::Overloaded) => (Verdict::Overloaded, None, self.error),
+            Outcome::Fault(Fault::Reset) => (Verdict::Reset, None, self.error),
+            _ => (Verdict::Other, None, self.error),
+        };
+        let delivery = if verdict == Verdict::Reset {
+            Delivery::Reset
+        } else {
+            let ctx = RenderCtx::new(
+                self.provider,
+                &self.model_name,
+                self.seed,
+                answer.nth,
+                Self::wall(now),
+            );
+            let r = render_answer(&ctx, &answer);
+            let mut headers = HeaderMap::with_capacity(r.headers.len());
+            for (name, value) in &r.headers {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    headers.append(n, v);
+                }
+            }
+            Delivery::Response {
+                status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                headers,
+                body: r.body,
+            }
+        };
+        Answered {
+            delivery,
+            verdict,
+            grant,
+            latency,
+        }
+    }
+
+    /// The answer of a success completes at `now`: its output charge is
+    /// corrected to the actual output and its cost added to the spend.
+    pub fn complete(&mut self, grant: &Grant, now: Instant) {
+        let at = self.ptime(now);
+        self.model.settle(grant, grant.output_tokens, at);
+    }
+
+    /// Whole units left in the run's bucket of `dimension` at `now` (the
+    /// limit when the bucket was never used).
+    pub fn level(&mut self, dimension: Dimension, limit: u64, now: Instant) -> u64 {
+        let at = self.ptime(now);
+        let windows = self.model.windows(&self.bucket, at);
+        if windows.is_empty() {
+            return limit;
+        }
+        windows
+            .iter()
+            .find(|w| w.dimension == dimension)
+            .map_or(limit, |w| w.remaining)
+    }
+}
+
+/// The key label every simulated request uses.
+pub const KEY: &str = "sim-key";

@@ -1,0 +1,495 @@
+//! Scenario files: the provider's limits, the workload and the faults.
+//!
+//! A scenario is JSON. Every field but `limits` and `jobs` has a default;
+//! unknown fields are rejected so a typo never silently changes a run.
+//!
+//! ```
+//! let s = ratewise_sim::Scenario::from_json(r#"{
+//!     "provider": "anthropic",
+//!     "seed": 7,
+//!     "limits": {"requests_per_min": 50, "input_tokens_per_min": 30000, "output_tokens_per_min": 8000},
+//!     "jobs": {"count": 500, "arrival": "burst", "input_tokens": [200, 4000], "max_tokens": 1024, "output_tokens": [50, 600]},
+//!     "faults": {"overload_rate": 0.02, "reset_after_send_rate": 0.005, "spend_cap_after_tokens": null, "acceleration": true},
+//!     "deadline_ms": 600000
+//! }"#).unwrap();
+//! assert_eq!(s.jobs.count, 500);
+//! assert!((s.fault_rate() - 0.025).abs() < 1e-12);
+//! ```
+//!
+//! | field | meaning | default |
+//! |---|---|---|
+//! | `name` | label in tables and JSON | `"scenario"` |
+//! | `description` | one line for humans | `""` |
+//! | `provider` | `anthropic` or `openai`: response shapes and header families | `anthropic` |
+//! | `model` | model name sent (its class names the bucket) | per provider |
+//! | `seed` | seeds the workload, the faults, and every strategy's jitter | `0` |
+//! | `limits` | per-minute limits: `requests_per_min`, `input_tokens_per_min`, `output_tokens_per_min`, `tokens_per_min` (any subset) | required |
+//! | `jobs.count` | number of jobs | required |
+//! | `jobs.arrival` | `"burst"` (all at t = 0) or `{"per_sec": N}` (evenly spaced) | `"burst"` |
+//! | `jobs.input_tokens` | uniform `[min, max]` input tokens per job | required |
+//! | `jobs.max_tokens` | the request's `max_tokens` | required |
+//! | `jobs.output_tokens` | uniform `[min, max]` actual output (capped by `max_tokens`) | required |
+//! | `faults.overload_rate` | per-send probability of 529 `overloaded_error` (OpenAI: 503) | `0` |
+//! | `faults.reset_after_send_rate` | per-send probability that the connection resets after the request was sent | `0` |
+//! | `faults.spend_cap_after_tokens` | the provider's spend cap, in billed tokens (input + output); `null` = none | `null` |
+//! | `faults.acceleration` | the provider's acceleration limit (after 60 s idle, 5 requests in the next 10 s) | `false` |
+//! | `warm` | the key was busy just before the run (the acceleration window is already over); `false` = a cold start after idle | `true` |
+//! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
+//! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4, "error_ms": 100}`: a success answers after `base_ms + output × per_output_token_ms`, an error or reset after `error_ms` | as shown |
+//! | `workers` | concurrent jobs an application runs (every strategy) | `32` |
+//!
+//! Time is provider time: a minute of the scenario is a minute of the
+//! limits. The simulation runs it in virtual time; `--real` runs it on a
+//! scaled clock.
+
+use ratewise_core::admit::Limits as CoreLimits;
+use ratewise_core::{Dimension, Provider};
+use ratewise_mock::{AccelerationConfig, FaultRule, Limits as MockLimits, MockConfig, Trigger};
+use serde::{Deserialize, Serialize};
+
+/// The largest job count a scenario may ask for (bounds memory and time).
+pub const MAX_JOBS: u64 = 1_000_000;
+
+/// One scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Label.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// One line for humans.
+    #[serde(default)]
+    pub description: String,
+    /// Which API shape the provider answers with.
+    #[serde(default = "default_provider")]
+    pub provider: Provider,
+    /// Model sent in every request.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Seed of everything random.
+    #[serde(default)]
+    pub seed: u64,
+    /// The provider's per-minute limits.
+    pub limits: ScenarioLimits,
+    /// The workload.
+    pub jobs: JobsSpec,
+    /// Faults the provider injects.
+    #[serde(default)]
+    pub faults: FaultsSpec,
+    /// The key was busy just before the run.
+    #[serde(default = "yes")]
+    pub warm: bool,
+    /// Each job's deadline from its arrival, milliseconds.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
+    /// Response latency.
+    #[serde(default)]
+    pub latency: LatencySpec,
+    /// Concurrent jobs of the application.
+    #[serde(default = "default_workers")]
+    pub workers: u32,
+}
+
+fn default_name() -> String {
+    "scenario".to_owned()
+}
+fn default_provider() -> Provider {
+    Provider::Anthropic
+}
+fn yes() -> bool {
+    true
+}
+fn default_workers() -> u32 {
+    32
+}
+
+/// Per-minute limits (`null` or absent = unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioLimits {
+    /// Requests per minute.
+    #[serde(default)]
+    pub requests_per_min: Option<u64>,
+    /// Input tokens per minute.
+    #[serde(default)]
+    pub input_tokens_per_min: Option<u64>,
+    /// Output tokens per minute.
+    #[serde(default)]
+    pub output_tokens_per_min: Option<u64>,
+    /// Combined tokens per minute (OpenAI's TPM).
+    #[serde(default)]
+    pub tokens_per_min: Option<u64>,
+}
+
+impl ScenarioLimits {
+    /// The limit of one dimension.
+    pub fn get(&self, d: Dimension) -> Option<u64> {
+        match d {
+            Dimension::Requests => self.requests_per_min,
+            Dimension::InputTokens => self.input_tokens_per_min,
+            Dimension::OutputTokens => self.output_tokens_per_min,
+            Dimension::Tokens => self.tokens_per_min,
+        }
+    }
+
+    /// As the mock's limits.
+    pub fn to_mock(self) -> MockLimits {
+        MockLimits {
+            requests_per_minute: self.requests_per_min,
+            input_tokens_per_minute: self.input_tokens_per_min,
+            output_tokens_per_minute: self.output_tokens_per_min,
+            tokens_per_minute: self.tokens_per_min,
+        }
+    }
+
+    /// As ratewise's admission limits (what a user configures for a tier).
+    pub fn to_core(self) -> CoreLimits {
+        CoreLimits {
+            requests: self.requests_per_min,
+            input_tokens: self.input_tokens_per_min,
+            output_tokens: self.output_tokens_per_min,
+            tokens: self.tokens_per_min,
+        }
+    }
+}
+
+/// How jobs arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Arrival {
+    /// `"burst"`: every job at t = 0.
+    Named(ArrivalName),
+    /// `{"per_sec": N}`: evenly spaced, N per second.
+    Rate {
+        /// Jobs per second.
+        per_sec: f64,
+    },
+}
+
+/// Named arrival patterns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArrivalName {
+    /// Every job at t = 0.
+    Burst,
+}
+
+/// The workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsSpec {
+    /// Number of jobs.
+    pub count: u64,
+    /// Arrival pattern.
+    #[serde(default = "burst")]
+    pub arrival: Arrival,
+    /// Uniform `[min, max]` input tokens.
+    pub input_tokens: [u64; 2],
+    /// The request's `max_tokens`.
+    pub max_tokens: u64,
+    /// Uniform `[min, max]` actual output tokens (capped by `max_tokens`).
+    pub output_tokens: [u64; 2],
+}
+
+fn burst() -> Arrival {
+    Arrival::Named(ArrivalName::Burst)
+}
+
+/// Injected faults.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsSpec {
+    /// Per-send probability of an overload answer.
+    #[serde(default)]
+    pub overload_rate: f64,
+    /// Per-send probability of a reset after the request was sent.
+    #[serde(default)]
+    pub reset_after_send_rate: f64,
+    /// The provider's spend cap in billed tokens.
+    #[serde(default)]
+    pub spend_cap_after_tokens: Option<u64>,
+    /// The provider's acceleration limit.
+    #[serde(default)]
+    pub acceleration: bool,
+}
+
+/// Time from send to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencySpec {
+    /// Before the first byte of a success.
+    #[serde(default = "base_ms")]
+    pub base_ms: u64,
+    /// An error answer (429, 529, 402, ...) or a reset: providers refuse
+    /// quickly, before any generation.
+    #[serde(default = "error_ms")]
+    pub error_ms: u64,
+    /// Per output token of a success.
+    #[serde(default = "per_token_ms")]
+    pub per_output_token_ms: f64,
+}
+
+fn base_ms() -> u64 {
+    300
+}
+fn error_ms() -> u64 {
+    100
+}
+fn per_token_ms() -> f64 {
+    4.0
+}
+
+impl Default for LatencySpec {
+    fn default() -> Self {
+        LatencySpec {
+            base_ms: base_ms(),
+            error_ms: error_ms(),
+            per_output_token_ms: per_token_ms(),
+        }
+    }
+}
+
+/// Why a scenario was refused.
+#[derive(Debug)]
+pub enum ScenarioError {
+    /// Not JSON of the right shape.
+    Json(serde_json::Error),
+    /// A value out of range.
+    Invalid(String),
+}
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScenarioError::Json(e) => {
+                write!(f, "scenario is not valid JSON of the expected shape: {e}")
+            }
+            ScenarioError::Invalid(m) => write!(f, "invalid scenario: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// The scenario `ratewise simulate` runs without `--scenario`: a burst of
+/// mixed-size jobs (`scenarios/burst-mixed.json`).
+pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/burst-mixed.json");
+
+/// Every scenario shipped in `scenarios/`, by file name.
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "burst-mixed.json",
+        include_str!("../../../scenarios/burst-mixed.json"),
+    ),
+    (
+        "generous-max-tokens.json",
+        include_str!("../../../scenarios/generous-max-tokens.json"),
+    ),
+    (
+        "overload-storm.json",
+        include_str!("../../../scenarios/overload-storm.json"),
+    ),
+    (
+        "spend-cap.json",
+        include_str!("../../../scenarios/spend-cap.json"),
+    ),
+    (
+        "cold-start.json",
+        include_str!("../../../scenarios/cold-start.json"),
+    ),
+];
+
+impl Scenario {
+    /// Parses and validates a scenario.
+    pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
+        let s: Scenario = serde_json::from_str(text).map_err(ScenarioError::Json)?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// The embedded default scenario.
+    pub fn default_scenario() -> Scenario {
+        Scenario::from_json(DEFAULT_SCENARIO).expect("the embedded scenario is valid")
+    }
+
+    /// Checks ranges: untrusted files never panic the simulator or make it
+    /// allocate without a bound.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let bad = |m: &str| Err(ScenarioError::Invalid(m.to_owned()));
+        if self.jobs.count == 0 || self.jobs.count > MAX_JOBS {
+            return bad("jobs.count must be 1..=1000000");
+        }
+        let [a, b] = self.jobs.input_tokens;
+        if a > b || b > 10_000_000 {
+            return bad("jobs.input_tokens must be [min, max] with min <= max <= 10000000");
+        }
+        let [a, b] = self.jobs.output_tokens;
+        if a > b || b > 10_000_000 {
+            return bad("jobs.output_tokens must be [min, max] with min <= max <= 10000000");
+        }
+        if self.jobs.max_tokens == 0 || self.jobs.max_tokens > 10_000_000 {
+            return bad("jobs.max_tokens must be 1..=10000000");
+        }
+        if let Arrival::Rate { per_sec } = self.jobs.arrival {
+            if !(per_sec.is_finite() && per_sec > 0.0 && per_sec <= 100_000.0) {
+                return bad("jobs.arrival.per_sec must be in (0, 100000]");
+            }
+        }
+        for (name, p) in [
+            ("faults.overload_rate", self.faults.overload_rate),
+            (
+                "faults.reset_after_send_rate",
+                self.faults.reset_after_send_rate,
+            ),
+        ] {
+            if !(p.is_finite() && (0.0..0.9).contains(&p)) {
+                return Err(ScenarioError::Invalid(format!(
+                    "{name} must be in [0, 0.9)"
+                )));
+            }
+        }
+        if self.fault_rate() >= 0.9 {
+            return bad("overload_rate + reset_after_send_rate must be below 0.9");
+        }
+        let l = &self.limits;
+        let all = [
+            l.requests_per_min,
+            l.input_tokens_per_min,
+            l.output_tokens_per_min,
+            l.tokens_per_min,
+        ];
+        if all.iter().all(Option::is_none) {
+            return bad("limits must set at least one per-minute limit");
+        }
+        if all.iter().flatten().any(|v| *v == 0 || *v > 1_000_000_000) {
+            return bad("limits must be 1..=1000000000 per minute");
+        }
+        if self.workers == 0 || self.workers > 10_000 {
+            return bad("workers must be 1..=10000");
+        }
+        if self.latency.base_ms > 600_000
+            || self.latency.error_ms > 600_000
+            || !(self.latency.per_output_token_ms.is_finite()
+                && (0.0..=1000.0).contains(&self.latency.per_output_token_ms))
+        {
+            return bad("latency must be base_ms <= 600000, per_output_token_ms in [0, 1000]");
+        }
+        if self
+            .deadline_ms
+            .is_some_and(|d| d == 0 || d > 30 * 86_400_000)
+        {
+            return bad("deadline_ms must be 1..=30 days");
+        }
+        if self
+            .model
+            .as_ref()
+            .is_some_and(|m| m.is_empty() || m.len() > 128)
+        {
+            return bad("model must be 1..=128 bytes");
+        }
+        if self.name.len() > 128 || self.description.len() > 4096 {
+            return bad("name (128) or description (4096) too long");
+        }
+        Ok(())
+    }
+
+    /// The injected per-send fault probability: overloads plus resets.
+    pub fn fault_rate(&self) -> f64 {
+        self.faults.overload_rate + self.faults.reset_after_send_rate
+    }
+
+    /// The fewest sends per done job any client can make: every send fails
+    /// independently with [`fault_rate`](Self::fault_rate), an overload is
+    /// retried and a reset is held (not retried), so sends / done jobs is
+    /// `1 / (1 − fault_rate)` whatever the retry policy.
+    pub fn min_sends_per_done_job(&self) -> f64 {
+        1.0 / (1.0 - self.fault_rate())
+    }
+
+    /// The model requests name.
+    pub fn model_name(&self) -> &str {
+        match (&self.model, self.provider) {
+            (Some(m), _) => m,
+            (None, Provider::Openai) => "gpt-4o-mini",
+            (None, _) => "claude-sonnet-4-5-20250929",
+        }
+    }
+
+    /// The mock configuration that makes the provider follow this scenario
+    /// (prices of one micro-dollar per token make the spend cap a token
+    /// count).
+    pub fn mock_config(&self) -> MockConfig {
+        let mut cfg = MockConfig {
+            seed: self.seed,
+            ..MockConfig::default()
+        };
+        match self.provider {
+            Provider::Openai => cfg.openai_limits = self.limits.to_mock(),
+            _ => cfg.anthropic_limits = self.limits.to_mock(),
+        }
+        cfg.acceleration = self.faults.acceleration.then(AccelerationConfig::default);
+        cfg.spend.input_usd_per_mtok = 1.0;
+        cfg.spend.output_usd_per_mtok = 1.0;
+        cfg.spend.cap_usd = self.faults.spend_cap_after_tokens.map(|t| t as f64 / 1e6);
+        let mut rules = Vec::new();
+        // One die per send: overload first, then reset, so that each has
+        // exactly its stated per-send probability.
+        let o = self.faults.overload_rate;
+        let r = self.faults.reset_after_send_rate;
+        if o > 0.0 {
+            rules.push(FaultRule::new(
+                ratewise_mock::Fault::Overloaded,
+                Trigger::Probability(o),
+            ));
+        }
+        if r > 0.0 {
+            // Conditional on no overload: P(reset) = r / (1 − o).
+            rules.push(FaultRule::new(
+                ratewise_mock::Fault::Reset,
+                Trigger::Probability(r / (1.0 - o)),
+            ));
+        }
+        cfg.faults = rules;
+        cfg.latency = ratewise_mock::LatencyConfig {
+            first_byte_ms: self.latency.base_ms,
+            per_output_token_ms: self.latency.per_output_token_ms,
+        };
+        cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_scenarios_parse() {
+        for (name, text) in SHIPPED {
+            let s = Scenario::from_json(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!s.description.is_empty(), "{name}");
+        }
+        assert_eq!(Scenario::default_scenario().name, "burst-mixed");
+    }
+
+    #[test]
+    fn rejects_out_of_range_values() {
+        let base = |patch: &str| {
+            format!(
+                r#"{{"limits": {{"requests_per_min": 50}}, "jobs": {{"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}{patch}}}"#
+            )
+        };
+        assert!(Scenario::from_json(&base("")).is_ok());
+        for patch in [
+            r#", "faults": {"overload_rate": 1.5}"#,
+            r#", "faults": {"overload_rate": -0.1}"#,
+            r#", "workers": 0"#,
+            r#", "typo": 1"#,
+            r#", "deadline_ms": 0"#,
+        ] {
+            assert!(Scenario::from_json(&base(patch)).is_err(), "{patch}");
+        }
+        assert!(Scenario::from_json(r#"{"limits": {}, "jobs": {"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}"#).is_err());
+        assert!(Scenario::from_json(r#"{"limits": {"requests_per_min": 5}, "jobs": {"count": 0, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}"#).is_err());
+        assert!(Scenario::from_json(r#"{"limits": {"requests_per_min": 5}, "jobs": {"count": 5, "arrival": {"per_sec": -1}, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}"#).is_err());
+    }
+}

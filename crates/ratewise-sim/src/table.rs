@@ -1,0 +1,80 @@
+//! The human table: one row per strategy.
+
+use crate::metrics::Report;
+use std::fmt::Write;
+
+/// Renders reports as an aligned text table (a Markdown table, so the
+/// README can show it verbatim).
+pub fn table(reports: &[Report]) -> String {
+    let head = [
+        "strategy",
+        "done",
+        "failed",
+        "given up",
+        "held",
+        "stopped",
+        "lost",
+        "sends",
+        "429s",
+        "after stop",
+        "sends/done",
+        "min",
+        "goodput",
+        "makespan s",
+        "p50 s",
+        "p99 s",
+    ];
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            vec![
+                r.strategy.clone(),
+                r.jobs_done.to_string(),
+                r.jobs_failed.to_string(),
+                r.jobs_given_up.to_string(),
+                r.jobs_held_unknown.to_string(),
+                r.jobs_stopped.to_string(),
+                r.jobs_lost.to_string(),
+                r.sends.to_string(),
+                r.sends_429.to_string(),
+                r.sends_after_stop.to_string(),
+                format!("{:.3}", r.sends_per_done_job),
+                format!("{:.3}", r.min_sends_per_done_job),
+                format!("{:.3}", r.goodput_ratio),
+                format!("{:.1}", r.makespan_s),
+                format!("{:.1}", r.p50_latency_s),
+                format!("{:.1}", r.p99_latency_s),
+            ]
+        })
+        .collect();
+    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, c) in width.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[String]| {
+        out.push('|');
+        for (i, (c, w)) in cells.iter().zip(&width).enumerate() {
+            if i == 0 {
+                let _ = write!(out, " {c:<w$} |");
+            } else {
+                let _ = write!(out, " {c:>w$} |");
+            }
+        }
+        out.push('\n');
+    };
+    line(&mut out, &head.map(str::to_owned));
+    out.push('|');
+    for (i, w) in width.iter().enumerate() {
+        out.push_str(if i == 0 { ":" } else { "" });
+        out.push_str(&"-".repeat(*w + 1));
+        out.push_str(if i == 0 { "|" } else { ":|" });
+    }
+    out.push('\n');
+    for row in &rows {
+        line(&mut out, row);
+    }
+    out
+}

