@@ -11,9 +11,9 @@
 //!   `Retry` or `Defer`, whatever `Retry-After` says;
 //! - only retryable causes (or an unknown outcome under a retry policy)
 //!   are retried or deferred, and never once `attempts >= max_attempts`;
-//! - a retry waits at least the valid hint (`hints.wait`), never more than
-//!   the inline limit, and is never zero unless the server's own valid
-//!   hint was zero; a deferral is past the inline limit and past the hint;
+//! - a retry waits at least the valid hint (`hints.wait`) and at least
+//!   `MIN_DELAY` (never zero, even after `retry-after: 0`), never more than
+//!   the inline limit; a deferral is past the inline limit and the hint;
 //! - a retry or deferral leaves room for the attempt before the deadline;
 //! - a 2xx is `Done`; the decision is reproducible from the same seed;
 //! - evidence is bounded (message, request id, rejected lists, notes).
@@ -139,27 +139,15 @@ pub fn split(data: &[u8]) -> Option<(DecideControl, &[u8])> {
 }
 
 /// Known core bugs the fuzz target steps around, so a campaign keeps
-/// looking for new ones. Each has an `#[ignore]`d failing test in
-/// `tests/known_bugs.rs` that runs [`run_strict`] on its input.
-///
-/// - A valid hint of exactly zero (`Retry-After: 0`) when the deadline has
-///   already passed (or leaves less than `expected_attempt_time`) is
-///   decided `Retry { delay: 0 }` instead of `GiveUp(deadline)`:
-///   `decide::retry_action` only gives up when `hint > room`, and a zero
-///   hint is never greater than a zero room.
-pub const KNOWN_BUGS: &[&str] = &["zero-retry-after-past-deadline"];
+/// looking for new ones; each would have an `#[ignore]`d failing test in
+/// `tests/known_bugs.rs`. None at present: the one found
+/// (`zero-retry-after-past-deadline`: `Retry-After: 0` past the deadline
+/// was `Retry { delay: 0 }`) was fixed in ratewise-core by ff4e17c and is
+/// now an ordinary regression input.
+pub const KNOWN_BUGS: &[&str] = &[];
 
 /// Runs the target on one input.
 pub fn run(data: &[u8]) {
-    run_with(data, false);
-}
-
-/// Runs the target with every property enforced, known bugs included.
-pub fn run_strict(data: &[u8]) {
-    run_with(data, true);
-}
-
-fn run_with(data: &[u8], strict: bool) {
     let Some((control, text)) = split(data) else {
         return;
     };
@@ -187,7 +175,7 @@ fn run_with(data: &[u8], strict: bool) {
     let d = decide(&policy, &job, &c, now, &mut rng);
 
     check_evidence(&c);
-    check_decision(&policy, &job, now, &c, &d, strict);
+    check_decision(&policy, &job, now, &c, &d);
     if transport.is_none() && response.status.is_success() {
         assert_eq!(d.action, Action::Done);
     }
@@ -226,14 +214,7 @@ fn check_evidence(c: &Classification) {
     }
 }
 
-fn check_decision(
-    policy: &Policy,
-    job: &JobState,
-    now: Now,
-    c: &Classification,
-    d: &Decision,
-    strict: bool,
-) {
+fn check_decision(policy: &Policy, job: &JobState, now: Now, c: &Classification, d: &Decision) {
     let cause = c.cause;
     let sends_again = matches!(d.action, Action::Retry { .. } | Action::Defer { .. });
     if cause.is_money() || cause == Cause::Authentication {
@@ -273,18 +254,14 @@ fn check_decision(
                 delay <= policy.max_inline_wait,
                 "{delay:?} over the inline limit"
             );
-            match hint {
-                Some(h) => {
-                    assert!(delay >= h, "retry {delay:?} shorter than the hint {h:?}");
-                    assert!(!delay.is_zero() || h.is_zero(), "zero delay invented");
-                }
-                None => assert!(delay >= MIN_DELAY, "backoff {delay:?} below the minimum"),
+            if let Some(h) = hint {
+                assert!(delay >= h, "retry {delay:?} shorter than the hint {h:?}");
             }
+            // Never zero, not even after `retry-after: 0`.
+            assert!(delay >= MIN_DELAY, "retry {delay:?} below the minimum");
             let send_at = now.instant.since_origin().saturating_add(delay);
-            // KNOWN_BUGS[0]: a zero hint past the deadline is retried at once.
-            let known_bug = !strict && delay.is_zero() && hint == Some(Duration::ZERO);
             assert!(
-                fits(send_at) || known_bug,
+                fits(send_at),
                 "retry at {send_at:?} misses the deadline {latest_send:?}"
             );
         }
