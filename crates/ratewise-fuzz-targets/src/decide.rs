@@ -206,10 +206,11 @@ fn check_evidence(c: &Classification) {
     assert!(c.hints.ratelimit.rejected.len() <= 32);
     assert!(e.notes.len() <= 16, "{:?}", e.notes);
     for note in &e.notes {
+        let text = note.to_string();
         assert!(
-            note.len() <= 2 * MAX_MESSAGE_LEN,
+            text.len() <= 2 * MAX_MESSAGE_LEN,
             "{} byte note",
-            note.len()
+            text.len()
         );
     }
 }
