@@ -127,14 +127,120 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     if s.len() > 64 {
         return None;
     }
+    if let Some(t) = utc_seconds_fast_path(s.as_bytes()) {
+        return Some(t);
+    }
     time::OffsetDateTime::parse(s, &Rfc3339)
         .ok()
         .map(SystemTime::from)
+}
+
+/// The one form Anthropic sends on every response,
+/// `YYYY-MM-DDTHH:MM:SSZ`, read without the general parser (three of them
+/// per response made it a fifth of classification). Anything else —
+/// fractions, offsets, leap seconds, odd digits — returns `None` and goes
+/// to `time`'s RFC 3339 parser, which a property test uses as the oracle.
+fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
+    if b.len() != 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+        || b[19] != b'Z'
+    {
+        return None;
+    }
+    let num = |at: usize, len: usize| -> Option<i64> {
+        b[at..at + len].iter().try_fold(0i64, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
+        })
+    };
+    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > month_days[(month - 1) as usize]
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    // Days since 1970-01-01 (H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
+    let secs = u64::try_from(secs).ok()?; // before 1970: the general parser
+    SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
 }
 
 fn unix_secs(t: SystemTime) -> i128 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => i128::from(d.as_secs()),
         Err(e) => -i128::from(e.duration().as_secs()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn by_time_crate(s: &str) -> Option<SystemTime> {
+        use time::format_description::well_known::Rfc3339;
+        time::OffsetDateTime::parse(s, &Rfc3339)
+            .ok()
+            .map(SystemTime::from)
+    }
+
+    proptest! {
+        /// The fast path agrees with the `time` crate wherever it answers.
+        #[test]
+        fn fast_path_agrees_with_the_time_crate(
+            y in 1900i64..2200, mo in 0i64..14, d in 0i64..33, h in 0i64..25, mi in 0i64..61, se in 0i64..61
+        ) {
+            let s = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z");
+            let fast = utc_seconds_fast_path(s.as_bytes());
+            if fast.is_some() {
+                prop_assert_eq!(fast, by_time_crate(&s), "{}", s);
+            }
+            prop_assert_eq!(parse_rfc3339(&s), by_time_crate(&s), "{}", s);
+        }
+    }
+
+    #[test]
+    fn other_forms_still_parse() {
+        for s in [
+            "2026-11-29T13:00:04+01:00",
+            "2026-11-29T12:00:04.5Z",
+            "2026-11-29t12:00:04z",
+        ] {
+            assert_eq!(parse_rfc3339(s), by_time_crate(s), "{s}");
+        }
+        assert_eq!(
+            format_rfc3339(parse_rfc3339("2028-02-29T23:59:59Z").unwrap()),
+            "2028-02-29T23:59:59Z"
+        );
+        assert_eq!(parse_rfc3339("2027-02-29T00:00:00Z"), None);
     }
 }
