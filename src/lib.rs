@@ -6,6 +6,10 @@
 //! - [`core`] (always): the sans-IO parse → classify → decide pipeline.
 //! - [`streaming`] (feature `streaming`, on by default): SSE decoding,
 //!   provider stream interpreters, the commit point and stream outcomes.
+//! - [`tower`] (feature `tower`): `RetryLayer` / `RetryService`, the one
+//!   retry owner for any tower HTTP client service. The runnable examples
+//!   (`cargo run --example batch --features tower`, `proxy`, `worker`)
+//!   use it against the in-process mock provider.
 //!
 //! ```
 //! use ratewise::core::classify::{classify_transport, TransportFailure};
@@ -21,3 +25,6 @@ pub use ratewise_core as core;
 
 #[cfg(feature = "streaming")]
 pub use ratewise_streaming as streaming;
+
+#[cfg(feature = "tower")]
+pub use ratewise_tower as tower;

@@ -1,0 +1,81 @@
+//! [`Config`]: everything the layer is told, with defaults a user of an
+//! LLM API expects.
+
+use ratewise_core::decide::Policy;
+use ratewise_core::parse::body::MAX_BODY_PREFIX;
+use ratewise_core::Provider;
+use ratewise_streaming::CommitPoint;
+
+/// The layer's configuration. Build it from [`Config::default`] and
+/// override fields:
+///
+/// ```
+/// use ratewise_core::decide::Policy;
+/// use ratewise_core::Provider;
+/// use ratewise_tower::Config;
+/// use std::time::Duration;
+///
+/// let config = Config {
+///     policy: Policy { max_attempts: 4, default_deadline: Some(Duration::from_secs(120)), ..Policy::default() },
+///     provider: Some(Provider::Anthropic),
+///     ..Config::default()
+/// };
+/// # let _ = config;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The decision policy: attempts, backoff, jitter, inline wait,
+    /// default deadline, unknown-outcome handling.
+    pub policy: Policy,
+    /// The provider profile used to read answers; `None` detects it from
+    /// each response's headers and body (default).
+    pub provider: Option<Provider>,
+    /// The key label of requests without a [`KeyLabel`](crate::KeyLabel)
+    /// extension (default `"default"`).
+    pub key_label: String,
+    /// Largest request body buffered for replay (default 32 MiB). A larger
+    /// body fails the call before anything is sent.
+    pub max_request_body: usize,
+    /// Most bytes of an error answer read for classification (default
+    /// 64 KiB, the core's `MAX_BODY_PREFIX`).
+    pub max_error_body: usize,
+    /// Most bytes of a JSON success body kept to read its `usage`
+    /// (default 4 MiB); past it the reservation settles at its estimate.
+    pub max_metered_body: usize,
+    /// Send `x-ratewise-job` and `x-ratewise-attempt` with every attempt
+    /// (default on). They carry only the job id and the attempt number.
+    pub job_headers: bool,
+    /// When a streamed response commits (default: the first byte).
+    /// [`CommitPoint::FirstContent`] holds frames back until the first
+    /// content event, so an error before any content is retried
+    /// transparently.
+    pub commit_point: CommitPoint,
+    /// Most bytes held back before the first content event; past it the
+    /// stream commits (default 64 KiB).
+    pub max_held_bytes: usize,
+    /// Seed of the jitter source (default fixed, so runs repeat).
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            policy: Policy::default(),
+            provider: None,
+            key_label: "default".to_owned(),
+            max_request_body: 32 << 20,
+            max_error_body: MAX_BODY_PREFIX,
+            max_metered_body: 4 << 20,
+            job_headers: true,
+            commit_point: CommitPoint::FirstByte,
+            max_held_bytes: 64 << 10,
+            seed: 0x7261_7465,
+        }
+    }
+}
+
+/// The header carrying the job id on each send (when
+/// [`Config::job_headers`] is on).
+pub const JOB_HEADER: http::HeaderName = http::HeaderName::from_static("x-ratewise-job");
+/// The header carrying the 1-based attempt number on each send.
+pub const ATTEMPT_HEADER: http::HeaderName = http::HeaderName::from_static("x-ratewise-attempt");

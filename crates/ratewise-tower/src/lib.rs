@@ -1,0 +1,118 @@
+//! # ratewise-tower
+//!
+//! [`RetryLayer`]: the one retry owner for any HTTP client that is a
+//! `tower::Service<http::Request<B>, Response = http::Response<R>>`
+//! (hyper-util's client, an axum proxy's upstream, a `reqwest`-like
+//! wrapper).
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use ratewise_core::decide::Policy;
+//! use ratewise_tower::RetryLayer;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+//! let mut service = ServiceBuilder::new()
+//!     .layer(RetryLayer::new(Policy::default()))
+//!     .service(client);
+//! let request = http::Request::post("http://127.0.0.1:8080/v1/messages")
+//!     .header("content-type", "application/json")
+//!     .body(Full::new(Bytes::from_static(br#"{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[]}"#)))?;
+//! match service.ready().await?.call(request).await {
+//!     Ok(response) => { /* the body is metered: usage settles when it ends */ let _ = response; }
+//!     Err(e) if e.is_defer() || e.is_stop_queue() => { /* keep the job, send it later */ }
+//!     Err(e) => eprintln!("{e}"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## What one call does
+//!
+//! One call is one *job*: it gets an id ([`JobId`] or `job-N`), an arrival
+//! time and a deadline ([`Deadline`] or the policy's default). Its body is
+//! buffered once (bounded: a larger body is [`Error::is_body_too_large`]
+//! before anything is sent). Then, until the job ends:
+//!
+//! 1. **Admission** through the shared state: wait for room (spending
+//!    deadline, not attempts), or end at once when the key is stopped
+//!    (`stop_queue`, nothing sent) or the wait cannot fit
+//!    (`give_up(deadline)` / `defer`).
+//! 2. **One send** of the inner service. Nothing below the layer retries.
+//! 3. **Read the answer whole**: an error answer's body is read up to a
+//!    bound, classified (body code first, headers, status), decided; a
+//!    transport failure is told apart: never sent (connect, DNS) or sent
+//!    with no answer (reset, timeout) — see [`transport_failure`].
+//! 4. **Act**: `retry` sleeps the decided delay and goes back to 1;
+//!    `defer`, `stop_queue`, `fail`, `inspect`, `give_up` and
+//!    `hold_unknown` end the call with an [`Error`] carrying the decision,
+//!    the classification, every attempt's record and the final response.
+//!
+//! A success returns `http::Response<`[`MeteredBody`]`<R>>` with an
+//! [`Attempts`] extension: the body passes through untouched and settles
+//! the reservation from its `usage` when it ends; `text/event-stream`
+//! bodies are metered by the streaming tracker and never replayed once
+//! committed.
+//!
+//! ## Journal
+//!
+//! [`RetryLayer::with_journal`] writes every attempt down before it is
+//! sent and again when it is decided ([`Journal`]): after a crash, a start
+//! without an end is an unknown outcome, never "not sent".
+//!
+//! ## Turn off retries below the layer
+//!
+//! Attempts of nested layers multiply. The inner client must make exactly
+//! one attempt: hyper-util's legacy client does not retry requests (it
+//! only retries on a pooled connection that was closed before the request
+//! was written; `Client::builder(..).retry_canceled_requests(false)` turns
+//! that off too). SDKs behind the proxy example: Anthropic's and OpenAI's
+//! take `max_retries=0`; `reqwest` does not retry. Do not stack
+//! `tower::retry` under or over this layer.
+//!
+//! ## Headers it adds
+//!
+//! With [`Config::job_headers`] (on by default) each send carries
+//! `x-ratewise-job: <job id>` and `x-ratewise-attempt: <n>`. Nothing else
+//! is added; no request header or body is ever logged.
+//!
+//! ## Tracing
+//!
+//! A span `ratewise_job` per call (`job_id`, `model`), an event per
+//! attempt with the allow-listed evidence (`job_id`, `attempt`, `status`,
+//! `transport`, `cause`, `action`, `delay_ms`, `reason`, `error_type`,
+//! `request_id`, `hint_ms`), and an event when a stream ends.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod body;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod extensions;
+mod job;
+pub mod journal;
+pub mod retry;
+pub mod state;
+pub mod transport;
+
+pub use body::{Metered, MeteredBody, ReplayBody};
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
+pub use clock::{Clock, Sleep};
+pub use config::{Config, ATTEMPT_HEADER, JOB_HEADER};
+pub use error::{BoxError, Error};
+pub use extensions::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
+pub use journal::Journal;
+pub use retry::{ResponseFuture, RetryLayer, RetryService};
+pub use state::State;
+pub use transport::transport_failure;
+
+/// The evidence records of a successful call's attempts, in order, as a
+/// response extension: `response.extensions().get::<Attempts>()`. Its
+/// length is the number of sends the call made.
+#[derive(Debug, Clone, Default)]
+pub struct Attempts(pub Vec<ratewise_core::record::AttemptRecord>);

@@ -1,0 +1,182 @@
+//! [`RetryLayer`]: wraps any HTTP client service in a [`RetryService`].
+
+use ratewise_core::admit::Reservation;
+use ratewise_core::{Now, Usage};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tower_layer::Layer;
+
+use super::RetryService;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::journal::Journal;
+use crate::state::State;
+
+/// What every clone of the layer and its services shares.
+pub(crate) struct Inner {
+    pub config: Config,
+    pub state: Arc<dyn State>,
+    pub clock: Arc<dyn Clock>,
+    pub journal: Option<Arc<dyn Journal>>,
+    rng: Mutex<fastrand::Rng>,
+    jobs: AtomicU64,
+}
+
+impl Inner {
+    /// A seed for one call's jitter: calls draw in turn from the layer's
+    /// seeded source, so a run with one worker repeats exactly.
+    pub fn call_seed(&self) -> u64 {
+        self.rng.lock().unwrap_or_else(|e| e.into_inner()).u64(..)
+    }
+
+    /// `job-1`, `job-2`, ... for calls without a `JobId`.
+    pub fn next_job_id(&self) -> String {
+        format!("job-{}", self.jobs.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+/// The one retry owner for an HTTP client service: admission before every
+/// send, every answer read whole and decided, retries after the decided
+/// wait, everything else a typed [`Error`](crate::Error).
+///
+/// Clones share one admission state (pauses, stops, buckets, budgets).
+///
+/// ```
+/// use ratewise_core::decide::Policy;
+/// use ratewise_tower::RetryLayer;
+///
+/// let layer = RetryLayer::new(Policy::default());
+/// // tower::ServiceBuilder::new().layer(layer).service(hyper_util_client)
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct RetryLayer {
+    inner: Arc<Inner>,
+}
+
+impl RetryLayer {
+    /// A layer with `policy` and every other setting at its default: an
+    /// in-memory controller without configured limits (it learns them
+    /// from rate-limit headers) and the tokio clock.
+    #[cfg(feature = "tokio")]
+    pub fn new(policy: ratewise_core::decide::Policy) -> Self {
+        Self::with_config(Config {
+            policy,
+            ..Config::default()
+        })
+    }
+
+    /// A layer with `config`, an in-memory controller and the tokio clock.
+    #[cfg(feature = "tokio")]
+    pub fn with_config(config: Config) -> Self {
+        use ratewise_core::admit::{Controller, Shared};
+        let state = Arc::new(Shared::new(Controller::new(
+            ratewise_core::admit::Config::default(),
+        )));
+        Self::from_parts(config, state, Arc::new(crate::clock::TokioClock::new()))
+    }
+
+    /// A layer from all its parts: the configuration, the shared admission
+    /// state (in memory: `ratewise_core::admit::Shared`; across processes:
+    /// a Redis store) and the clock.
+    pub fn from_parts(config: Config, state: Arc<dyn State>, clock: Arc<dyn Clock>) -> Self {
+        Self::build(config, state, clock, None)
+    }
+
+    fn build(
+        config: Config,
+        state: Arc<dyn State>,
+        clock: Arc<dyn Clock>,
+        journal: Option<Arc<dyn Journal>>,
+    ) -> Self {
+        let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
+        RetryLayer {
+            inner: Arc::new(Inner {
+                config,
+                state,
+                clock,
+                journal,
+                rng,
+                jobs: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn rebuild(
+        &self,
+        state: Arc<dyn State>,
+        clock: Arc<dyn Clock>,
+        journal: Option<Arc<dyn Journal>>,
+    ) -> Self {
+        Self::build(self.inner.config.clone(), state, clock, journal)
+    }
+
+    /// The same layer with another shared state.
+    pub fn with_state(self, state: Arc<dyn State>) -> Self {
+        self.rebuild(state, self.inner.clock.clone(), self.inner.journal.clone())
+    }
+
+    /// The same layer with another clock.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        self.rebuild(self.inner.state.clone(), clock, self.inner.journal.clone())
+    }
+
+    /// The same layer writing every attempt to `journal` (see
+    /// [`Journal`]).
+    pub fn with_journal(self, journal: Arc<dyn Journal>) -> Self {
+        self.rebuild(
+            self.inner.state.clone(),
+            self.inner.clock.clone(),
+            Some(journal),
+        )
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The shared admission state.
+    pub fn state(&self) -> &Arc<dyn State> {
+        &self.inner.state
+    }
+
+    /// The present on the layer's clock.
+    pub fn now(&self) -> Now {
+        self.inner.clock.now()
+    }
+
+    /// Lifts the stop of a key (a human resumed after a spend cap).
+    pub fn resume(&self, key: &str) {
+        self.inner.state.resume(key, self.inner.clock.now());
+    }
+
+    /// Resolves a `hold_unknown` job's reservation: `Some(usage)` when the
+    /// provider confirmed it ran, `None` when it confirmed it did not.
+    pub fn resolve_unknown(&self, reservation: Reservation, usage: Option<&Usage>) {
+        self.inner
+            .state
+            .resolve_unknown(reservation, usage, self.inner.clock.now());
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Inner> {
+        self.inner.clone()
+    }
+}
+
+impl fmt::Debug for RetryLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryLayer")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for RetryLayer {
+    type Service = RetryService<S>;
+
+    fn layer(&self, inner: S) -> RetryService<S> {
+        RetryService::new(inner, self.clone())
+    }
+}

@@ -1,0 +1,218 @@
+//! Reservation bookkeeping per outcome, through a spy on the shared-state
+//! seam: success settles (when the body ends), an error answer releases,
+//! a request that never left releases, an unknown outcome is held until
+//! resolved. The controller's ledger stays conserved.
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use ratewise_core::admit::{
+    self, Admission, AdmissionState, AdmitRequest, Controller, Reservation, ScopeId, ScopeSnapshot,
+    Shared, Target,
+};
+use ratewise_core::classify::Classification;
+use ratewise_core::decide::{Backoff, Policy};
+use ratewise_core::{Decision, Now, Provider, Usage};
+use ratewise_tower::{Config, RetryLayer, TokioClock};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+#[derive(Debug, Default)]
+struct Counts {
+    settle: AtomicU32,
+    release: AtomicU32,
+    hold: AtomicU32,
+    resolve: AtomicU32,
+}
+
+/// The in-memory state, counting what the layer asks of it.
+#[derive(Debug)]
+struct Spy {
+    inner: Shared,
+    counts: Counts,
+}
+
+impl AdmissionState for Spy {
+    fn target(&self, key: &str, model: &str) -> Target {
+        self.inner.target(key, model)
+    }
+    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
+        self.inner.admit(req, now)
+    }
+    fn settle(&self, res: Reservation, usage: &Usage, now: Now) {
+        self.counts.settle.fetch_add(1, Ordering::SeqCst);
+        self.inner.settle(res, usage, now)
+    }
+    fn release(&self, res: Reservation, now: Now) {
+        self.counts.release.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(res, now)
+    }
+    fn hold_unknown(&self, res: &Reservation, now: Now) {
+        self.counts.hold.fetch_add(1, Ordering::SeqCst);
+        self.inner.hold_unknown(res, now)
+    }
+    fn resolve_unknown(&self, res: Reservation, usage: Option<&Usage>, now: Now) {
+        self.counts.resolve.fetch_add(1, Ordering::SeqCst);
+        self.inner.resolve_unknown(res, usage, now)
+    }
+    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
+        self.inner.observe(scope, c, d, now)
+    }
+    fn resume(&self, key: &str, now: Now) {
+        self.inner.resume(key, now)
+    }
+    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
+        self.inner.snapshot(scope, now)
+    }
+}
+
+enum Step {
+    Status(u16, &'static str),
+    Io(std::io::ErrorKind),
+}
+
+/// The scripted inner service's bounds, named once.
+trait Inner:
+    Clone
+    + Service<
+        Request<Full<Bytes>>,
+        Response = Response<Full<Bytes>>,
+        Error = std::io::Error,
+        Future: Send,
+    > + Send
+    + 'static
+{
+}
+
+impl<T> Inner for T where
+    T: Clone
+        + Service<
+            Request<Full<Bytes>>,
+            Response = Response<Full<Bytes>>,
+            Error = std::io::Error,
+            Future: Send,
+        > + Send
+        + 'static
+{
+}
+
+fn setup(steps: Vec<Step>) -> (RetryLayer, Arc<Spy>, impl Inner) {
+    let spy = Arc::new(Spy {
+        inner: Shared::new(Controller::new(admit::Config::default())),
+        counts: Counts::default(),
+    });
+    let layer = RetryLayer::from_parts(
+        Config {
+            policy: Policy {
+                backoff: Backoff {
+                    transient_base: Duration::from_millis(5),
+                    throttle_base: Duration::from_millis(5),
+                    cap: Duration::from_millis(20),
+                },
+                ..Policy::default()
+            },
+            provider: Some(Provider::Anthropic),
+            ..Config::default()
+        },
+        spy.clone(),
+        Arc::new(TokioClock::new()),
+    );
+    let steps = Arc::new(Mutex::new(VecDeque::from(steps)));
+    let svc = service_fn(move |_req: Request<Full<Bytes>>| {
+        let step = steps.lock().unwrap().pop_front();
+        async move {
+            match step {
+                Some(Step::Io(kind)) => Err(std::io::Error::from(kind)),
+                Some(Step::Status(s, body)) => Ok(Response::builder()
+                    .status(s)
+                    .body(Full::new(Bytes::from_static(body.as_bytes())))
+                    .unwrap()),
+                None => Ok(Response::new(Full::new(Bytes::from_static(
+                    br#"{"usage":{"input_tokens":3,"output_tokens":4}}"#,
+                )))),
+            }
+        }
+    });
+    (layer, spy, svc)
+}
+
+fn req() -> Request<Full<Bytes>> {
+    Request::post("http://provider.invalid/v1/messages")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"m","max_tokens":100}"#,
+        )))
+        .unwrap()
+}
+
+const SERVER_ERROR: &str = r#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#;
+
+fn counts(spy: &Spy) -> [u32; 4] {
+    let c = &spy.counts;
+    [
+        c.settle.load(Ordering::SeqCst),
+        c.release.load(Ordering::SeqCst),
+        c.hold.load(Ordering::SeqCst),
+        c.resolve.load(Ordering::SeqCst),
+    ]
+}
+
+#[tokio::test]
+async fn success_settles_when_the_body_ends_and_errors_release() {
+    let (layer, spy, inner) = setup(vec![
+        Step::Status(500, SERVER_ERROR),
+        Step::Io(std::io::ErrorKind::ConnectionRefused),
+    ]);
+    let mut svc = layer.layer(inner);
+    let resp = svc.ready().await.unwrap().call(req()).await.unwrap();
+    assert_eq!(
+        counts(&spy),
+        [0, 2, 0, 0],
+        "a 500 and a refused connect released"
+    );
+    let body = resp.into_body();
+    assert_eq!(counts(&spy)[0], 0, "not settled before the body ends");
+    let _ = body.collect().await.unwrap();
+    assert_eq!(counts(&spy), [1, 2, 0, 0]);
+    let ledger = spy.inner.lock().ledger();
+    assert!(ledger.conserved());
+    assert_eq!(ledger.outstanding.requests, 0);
+    assert_eq!(ledger.charged.output, 4, "settled to the body's usage");
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_is_held_until_resolved() {
+    let (layer, spy, inner) = setup(vec![Step::Io(std::io::ErrorKind::ConnectionReset)]);
+    let mut svc = layer.layer(inner);
+    let mut e = svc.ready().await.unwrap().call(req()).await.unwrap_err();
+    assert!(e.is_hold_unknown());
+    assert_eq!(counts(&spy), [0, 0, 1, 0]);
+    assert_eq!(
+        spy.inner.lock().ledger().held.requests,
+        1,
+        "worst case stays reserved"
+    );
+    let res = e.take_held_reservation().expect("the held reservation");
+    layer.resolve_unknown(res, None);
+    assert_eq!(counts(&spy), [0, 0, 1, 1]);
+    let ledger = spy.inner.lock().ledger();
+    assert!(ledger.conserved());
+    assert_eq!(ledger.outstanding.requests, 0);
+}
+
+#[tokio::test]
+async fn a_body_dropped_unread_settles_at_the_estimate() {
+    let (layer, spy, inner) = setup(vec![]);
+    let mut svc = layer.layer(inner);
+    let resp = svc.ready().await.unwrap().call(req()).await.unwrap();
+    drop(resp);
+    assert_eq!(counts(&spy), [1, 0, 0, 0]);
+    let ledger = spy.inner.lock().ledger();
+    assert_eq!(ledger.outstanding.requests, 0);
+    assert_eq!(
+        ledger.charged.output, 100,
+        "max_tokens: the provider may have billed it"
+    );
+}
