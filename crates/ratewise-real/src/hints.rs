@@ -18,16 +18,23 @@
 //! | `anthropic-ratelimit-*-reset` (RFC 3339 instants) | mapped onto the provider wall clock, rounded up to the millisecond |
 //! | `x-ratelimit-reset-*` (Go durations) | × speedup, rounded up to the millisecond |
 //!
+//! | "regain access on 2026-12-01 at 00:00 UTC" in an error body (the spend cap's date) | mapped onto the provider wall clock, rounded up to the minute |
+//!
 //! Every conversion rounds up, and relative hints are measured from when
 //! the answer is read (after the mock stated them), so the converted wait
 //! is never shorter than the provider's. Values that do not parse are left
 //! untouched (the core rejects them as it would from a real provider).
-//! OpenAI's "Please try again in 1.146s" in an error *body* is not
+//! OpenAI's "Please try again in 1.146s" in an error body is not
 //! rewritten: the mock always sends `retry-after` with it, and the core
-//! trusts `retry-after` first.
+//! trusts `retry-after` first. Only error bodies (non-2xx, at most
+//! [`MAX_ERROR_BODY`] bytes) are read here; successes and streams pass
+//! through untouched.
 
 use crate::clock::ScaledClock;
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Body;
 use ratewise_core::parse::duration::{format_go_duration, parse_go_duration};
 use ratewise_core::time::{format_rfc3339, parse_rfc3339};
 use std::future::Future;
@@ -70,15 +77,24 @@ pub struct ProviderTime<S> {
 
 type BoxFut<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
+/// Largest error body read to rewrite a stated date (the mock's are a few
+/// hundred bytes).
+pub const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// A body passed through, or an error body rewritten.
+pub type HintBody<R> = Either<R, Full<Bytes>>;
+
 impl<S, B, R> tower::Service<Request<B>> for ProviderTime<S>
 where
     S: tower::Service<Request<B>, Response = Response<R>>,
     S::Future: Send + 'static,
-    R: 'static,
+    S::Error: Send + 'static,
+    R: Body<Data = Bytes> + Send + Unpin + 'static,
+    R::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    type Response = Response<R>;
+    type Response = Response<HintBody<R>>;
     type Error = S::Error;
-    type Future = BoxFut<Response<R>, S::Error>;
+    type Future = BoxFut<Response<HintBody<R>>, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -90,9 +106,57 @@ where
         Box::pin(async move {
             let mut resp = fut.await?;
             to_provider_time(resp.headers_mut(), &clock);
-            Ok(resp)
+            if resp.status().is_success() {
+                return Ok(resp.map(Either::Left));
+            }
+            let (parts, body) = resp.into_parts();
+            let bytes = Limited::new(body, MAX_ERROR_BODY)
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let bytes = rewrite_stated_date(&bytes, &clock).map_or(bytes, Bytes::from);
+            Ok(Response::from_parts(parts, Either::Right(Full::new(bytes))))
         })
     }
+}
+
+const REGAIN: &str = "regain access on ";
+
+/// "regain access on YYYY-MM-DD[ at HH:MM] UTC" in `body`, with the date
+/// mapped onto `clock`'s provider wall clock (rounded up to the minute);
+/// `None` when there is no such statement.
+///
+/// ```
+/// use ratewise_real::{hints::rewrite_stated_date, ScaledClock};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let clock = ScaledClock::new(ratewise_mock::TimeScale::new(1.0));
+/// let body = br#"{"message":"You will regain access on 2099-12-01 at 00:00 UTC."}"#;
+/// let out = String::from_utf8(rewrite_stated_date(body, &clock).unwrap()).unwrap();
+/// assert!(out.contains("regain access on "));
+/// assert!(!out.contains("2099-12-01 at 00:00"));
+/// assert_eq!(rewrite_stated_date(b"{}", &clock), None);
+/// # }
+/// ```
+pub fn rewrite_stated_date(body: &[u8], clock: &ScaledClock) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let start = text.find(REGAIN)? + REGAIN.len();
+    let rest = text.get(start..)?;
+    let date = rest.get(..10)?;
+    let (time, used) = match rest.get(10..).and_then(|r| r.strip_prefix(" at ")) {
+        Some(r) => (r.get(..5)?, 10 + 4 + 5),
+        None => ("00:00", 10),
+    };
+    let real = parse_rfc3339(&format!("{date}T{time}:00Z"))?;
+    let provider = clock.provider_wall(real) + Duration::from_secs(59);
+    let stamp = format_rfc3339(provider);
+    // "YYYY-MM-DDTHH:MM..." → "YYYY-MM-DD at HH:MM"
+    let new = format!("{} at {}", stamp.get(..10)?, stamp.get(11..16)?);
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(&text[..start]);
+    out.push_str(&new);
+    out.push_str(&rest[used..]);
+    Some(out.into_bytes())
 }
 
 /// Rewrites every real-time hint in `headers` into `clock`'s provider

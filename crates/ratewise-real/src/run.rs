@@ -461,7 +461,9 @@ async fn one_job<S>(
 where
     S: Service<
             http::Request<Full<Bytes>>,
-            Response = http::Response<ratewise_tower::MeteredBody<hyper::body::Incoming>>,
+            Response = http::Response<
+                ratewise_tower::MeteredBody<crate::hints::HintBody<hyper::body::Incoming>>,
+            >,
             Error = ratewise_tower::Error,
         > + Send,
     S::Future: Send,
@@ -508,6 +510,9 @@ where
             return Terminal::Failed;
         };
         let now = clock.now();
+        if std::env::var_os("RW_DEBUG").is_some() {
+            eprintln!("job {} call {call}: {:?} until={:?} cause={:?} now={:?}", job.id, decision.action, e.until(), e.classification().map(|c| c.cause), now);
+        }
         match decision.action {
             Action::Defer { not_before, .. } => {
                 clock.sleep_until(not_before).await;

@@ -64,3 +64,13 @@ fn spend_cap_agrees_and_stops_everything() {
         assert_eq!(r.sends_after_stop, 0);
     }
 }
+
+#[test]
+#[ignore]
+fn debug_spend() {
+    let mut s = shipped("spend-cap.json");
+    s.jobs.count = 30;
+    s.faults.spend_cap_after_tokens = Some(30_000);
+    let real = run_real(&s, &RealOptions { seconds_per_minute: 1.5, max_real: Duration::from_secs(20) }, &mut |_, _| {}).unwrap();
+    eprintln!("{:?}", real.report);
+}
