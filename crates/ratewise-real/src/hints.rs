@@ -204,9 +204,8 @@ pub fn to_provider_time(headers: &mut HeaderMap, clock: &ScaledClock) {
                     p.as_nanos().div_ceil(1_000_000).to_string()
                 })
         } else if n.starts_with("anthropic-ratelimit-") && n.ends_with("-reset") {
-            parse_rfc3339(v).map(|t| {
-                format_rfc3339(clock.provider_wall(t) + Duration::from_nanos(999_999))
-            })
+            parse_rfc3339(v)
+                .map(|t| format_rfc3339(clock.provider_wall(t) + Duration::from_nanos(999_999)))
         } else if n.starts_with("x-ratelimit-reset-") {
             parse_go_duration(v)
                 .ok()

@@ -201,8 +201,7 @@ fn request_body(scenario: &Scenario, job: &Job) -> Bytes {
     let mut best = (u64::MAX, make(0));
     for nonce in 0..MAX_NONCE_TRIES {
         let body = make(nonce);
-        let out =
-            ratewise_mock::tokens::output_tokens_for(seed, &body, lo, hi, job.max_tokens);
+        let out = ratewise_mock::tokens::output_tokens_for(seed, &body, lo, hi, job.max_tokens);
         let miss = out.abs_diff(job.output_tokens);
         if miss < best.0 {
             best = (miss, body);
@@ -248,7 +247,12 @@ fn job_call_id(job: u32, call: u32) -> String {
 }
 
 fn job_of(job_call: &str) -> Option<u32> {
-    job_call.strip_prefix("job-")?.split('.').next()?.parse().ok()
+    job_call
+        .strip_prefix("job-")?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The async run (see [`run_real`]); must run on a multi-thread tokio
@@ -399,7 +403,8 @@ pub async fn run(
                 let end_tx = end_tx.clone();
                 let provider = scenario.provider;
                 tasks.spawn(async move {
-                    let how = one_job(svc, provider, &url, body, &job, deadline, &shared.clock).await;
+                    let how =
+                        one_job(svc, provider, &url, body, &job, deadline, &shared.clock).await;
                     {
                         let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
                         log.outstanding = log.outstanding.saturating_sub(1);
@@ -510,19 +515,14 @@ where
             return Terminal::Failed;
         };
         let now = clock.now();
-        if std::env::var_os("RW_DEBUG").is_some() {
-            eprintln!("job {} call {call}: {:?} until={:?} cause={:?} now={:?}", job.id, decision.action, e.until(), e.classification().map(|c| c.cause), now);
-        }
         match decision.action {
             Action::Defer { not_before, .. } => {
                 clock.sleep_until(not_before).await;
             }
-            Action::StopQueue { until } => {
-                match until.map(|u| now.instant_at(u)) {
-                    Some(at) if at <= now.instant + LONG_STOP => clock.sleep_until(at).await,
-                    _ => return Terminal::Stopped,
-                }
-            }
+            Action::StopQueue { until } => match until.map(|u| now.instant_at(u)) {
+                Some(at) if at <= now.instant + LONG_STOP => clock.sleep_until(at).await,
+                _ => return Terminal::Stopped,
+            },
             Action::Done => return Terminal::Done,
             Action::Fail | Action::Inspect => return Terminal::Failed,
             Action::GiveUp { .. } | Action::Retry { .. } => return Terminal::GivenUp,

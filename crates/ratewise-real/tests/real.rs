@@ -37,7 +37,10 @@ fn both(scenario: &Scenario) -> (ratewise_sim::Report, ratewise_real::RealRun) {
         real.real_elapsed,
         agree::table(&checks)
     );
-    assert_eq!(real.unmatched_sends, 0, "every send of the layer reached the mock");
+    assert_eq!(
+        real.unmatched_sends, 0,
+        "every send of the layer reached the mock"
+    );
     assert_eq!(real.report.jobs_total, scenario.jobs.count);
     assert!(agree::agrees(&checks), "{}", agree::table(&checks));
     (virt, real)
@@ -63,14 +66,4 @@ fn spend_cap_agrees_and_stops_everything() {
         assert!(r.jobs_stopped > 0, "the cap stopped the queue");
         assert_eq!(r.sends_after_stop, 0);
     }
-}
-
-#[test]
-#[ignore]
-fn debug_spend() {
-    let mut s = shipped("spend-cap.json");
-    s.jobs.count = 30;
-    s.faults.spend_cap_after_tokens = Some(30_000);
-    let real = run_real(&s, &RealOptions { seconds_per_minute: 1.5, max_real: Duration::from_secs(20) }, &mut |_, _| {}).unwrap();
-    eprintln!("{:?}", real.report);
 }
