@@ -137,12 +137,12 @@ struct Log {
     outstanding: u64,
 }
 
-struct Shared2 {
+struct RunLog {
     log: Mutex<Log>,
     clock: ScaledClock,
 }
 
-impl Shared2 {
+impl RunLog {
     fn push(&self, ev: Ev) {
         let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.clock.instant();
@@ -152,7 +152,7 @@ impl Shared2 {
 
 /// The journal: every send before it goes out, and money answers when
 /// the client has read them.
-struct EventJournal(Arc<Shared2>);
+struct EventJournal(Arc<RunLog>);
 
 impl Journal for EventJournal {
     fn attempt_started(&self, job_id: &str, attempt: u32, _at: std::time::SystemTime) {
@@ -284,7 +284,8 @@ pub async fn run(
         per_output_token_ms: real_ms(scenario.latency.per_output_token_ms),
     };
     cfg.key_labels.insert(API_KEY.to_owned(), KEY.to_owned());
-    cfg.max_records = cfg.max_records.max(4 * scenario.jobs.count as usize + 1000);
+    // Every send is matched with its record: room for the retries too.
+    cfg.max_records = (4 * scenario.jobs.count as usize + 1000).clamp(cfg.max_records, 1_000_000);
     let server = Arc::new(MockServer::start(cfg).await.map_err(RealError::Io)?);
     // Taken after the mock started: provider times computed from it are
     // never ahead of the mock's own clock.
@@ -317,7 +318,7 @@ pub async fn run(
     // The client: RetryLayer (the simulation's configuration) on the
     // scaled clock, hints brought into provider time, hyper-util below.
     let clock = ScaledClock::new(scale);
-    let shared = Arc::new(Shared2 {
+    let shared = Arc::new(RunLog {
         log: Mutex::new(Log::default()),
         clock,
     });
@@ -372,7 +373,7 @@ pub async fn run(
                 tokio::time::sleep_until(clock.real_at(job.arrival)).await;
                 {
                     let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
-                    let level = (log.outstanding == 0).then(|| level_of());
+                    let level = (log.outstanding == 0).then(&level_of);
                     log.outstanding += 1;
                     let now = shared.clock.instant();
                     log.events.push((now, Ev::Arrive { level }));
@@ -551,8 +552,7 @@ fn replay(
         }
     }
     let mut rec = Recorder::new(scenario, all);
-    let (binding, limit) = (rec.binding(), rec.binding_limit());
-    let _ = binding;
+    let limit = rec.binding_limit();
     let (mut arrived, mut ended) = (0u64, 0u64);
     let mut matched = 0u64;
     let mut last = Instant::ZERO;
@@ -588,5 +588,5 @@ fn replay(
         rec.on_outstanding(arrived - ended.min(arrived), level, at);
     }
     unmatched += (by_send.len() as u64).saturating_sub(matched);
-    (rec.finish(STRATEGY, last.max(end.min(last))), unmatched)
+    (rec.finish(STRATEGY, end.max(last)), unmatched)
 }
