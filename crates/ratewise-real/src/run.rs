@@ -388,6 +388,11 @@ pub async fn run(
     // Workers: first come first served, one slot per job until it ends.
     let (end_tx, mut end_rx) = mpsc::unbounded_channel::<()>();
     let slots = Arc::new(Semaphore::new(scenario.workers as usize));
+    // Set once a job is stopped for good: jobs handed back (deferred) and
+    // waiting in the application's queue are woken to learn it, as the
+    // simulation's queue stops every waiting job at once.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
     let dispatcher = {
         let scenario = scenario.clone();
         let shared = shared.clone();
@@ -403,9 +408,22 @@ pub async fn run(
                 let shared = shared.clone();
                 let end_tx = end_tx.clone();
                 let provider = scenario.provider;
+                let stop = Stop {
+                    tx: stop_tx.clone(),
+                    rx: stop_rx.clone(),
+                };
                 tasks.spawn(async move {
-                    let how =
-                        one_job(svc, provider, &url, body, &job, deadline, &shared.clock).await;
+                    let how = one_job(
+                        svc,
+                        provider,
+                        &url,
+                        body,
+                        &job,
+                        deadline,
+                        &shared.clock,
+                        stop,
+                    )
+                    .await;
                     {
                         let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
                         log.outstanding = log.outstanding.saturating_sub(1);
@@ -453,8 +471,15 @@ pub async fn run(
     })
 }
 
+/// The queue-wide "stopped for good" signal.
+struct Stop {
+    tx: Arc<tokio::sync::watch::Sender<bool>>,
+    rx: tokio::sync::watch::Receiver<bool>,
+}
+
 /// One job: calls the layer until the job ends, as the simulation's
 /// client does with the decisions (a hand-back waits and calls again).
+#[allow(clippy::too_many_arguments)]
 async fn one_job<S>(
     mut svc: S,
     provider: Provider,
@@ -463,6 +488,7 @@ async fn one_job<S>(
     job: &Job,
     deadline: Option<Duration>,
     clock: &ScaledClock,
+    mut stop: Stop,
 ) -> Terminal
 where
     S: Service<
@@ -518,11 +544,19 @@ where
         let now = clock.now();
         match decision.action {
             Action::Defer { not_before, .. } => {
-                clock.sleep_until(not_before).await;
+                // Called again at `not_before`, or at once when the queue
+                // stops (the layer then answers stop_queue, sending nothing).
+                tokio::select! {
+                    _ = clock.sleep_until(not_before) => {}
+                    _ = stop.rx.wait_for(|s| *s) => {}
+                }
             }
             Action::StopQueue { until } => match until.map(|u| now.instant_at(u)) {
                 Some(at) if at <= now.instant + LONG_STOP => clock.sleep_until(at).await,
-                _ => return Terminal::Stopped,
+                _ => {
+                    stop.tx.send_replace(true);
+                    return Terminal::Stopped;
+                }
             },
             Action::Done => return Terminal::Done,
             Action::Fail | Action::Inspect => return Terminal::Failed,
