@@ -67,3 +67,27 @@ fn spend_cap_agrees_and_stops_everything() {
         assert_eq!(r.sends_after_stop, 0);
     }
 }
+
+/// Known divergence, kept as evidence until the layer changes: with a
+/// generous `max_tokens` (4096 reserved, 20–200 produced) the provider's
+/// output bucket is freed early by each settle. The simulated client
+/// re-checks admission after every answer; `RetryLayer`'s admission waits
+/// sleep until the time the controller computed from the refill rate and
+/// are not woken by a settle, so the real run admits about half as fast
+/// (goodput ≈ 0.45 vs 0.87 on 600 jobs). With `max_tokens` near the real
+/// output (256) both agree (0.90 vs 0.90). Run with `--ignored`.
+#[test]
+#[ignore = "known divergence: RetryLayer's admission waits are not woken when a settle returns capacity"]
+fn generous_max_tokens_agrees() {
+    let mut s = shipped("generous-max-tokens.json");
+    s.jobs.count = 300;
+    both(&s);
+}
+
+#[test]
+fn tight_max_tokens_agrees() {
+    let mut s = shipped("generous-max-tokens.json");
+    s.jobs.count = 150;
+    s.jobs.max_tokens = 256;
+    both(&s);
+}
