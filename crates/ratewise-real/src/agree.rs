@@ -5,11 +5,15 @@
 //! | figure | agreement required |
 //! |---|---|
 //! | `jobs_lost` | 0 in both |
-//! | `jobs_done` | within ±2% of the jobs (at least ±2 jobs) |
+//! | `jobs_done` | within ±2% of the jobs (at least ±5 jobs) |
 //! | `sends_per_done_job` | within ±0.05 |
 //! | share of sends answered 429 | both ≤ 1%, or within ±0.01 of each other |
 //! | `goodput_ratio` | within ±0.07 |
 //! | `sends_after_stop` | 0 in both |
+//!
+//! The floor of ±5 jobs is for small runs: when a spend cap ends a run,
+//! which of the jobs in flight got in under the cap depends on timing
+//! (measured: 68 vs 69–71 on a 100-job spend-cap run).
 //!
 //! Not compared (shown for information): `makespan_s` and the latency
 //! percentiles. They are sums of many waits, each of which the real run
@@ -76,7 +80,7 @@ pub fn share_429(r: &Report) -> f64 {
 
 /// Largest `jobs_done` difference allowed for a workload of `jobs`.
 pub fn done_tolerance(jobs: u64) -> f64 {
-    (0.02 * jobs as f64).max(2.0)
+    (0.02 * jobs as f64).max(5.0)
 }
 
 /// Compares the headline figures (see the [module](self) docs).
@@ -110,7 +114,7 @@ pub fn compare(virt: &Report, real: &Report) -> Vec<Check> {
             "jobs_done",
             virt.jobs_done as f64,
             real.jobs_done as f64,
-            format!("within ±{done_tol:.0} (2% of jobs, ≥ 2)"),
+            format!("within ±{done_tol:.0} (2% of jobs, ≥ 5)"),
             Some((virt.jobs_done as f64 - real.jobs_done as f64).abs() <= done_tol),
         ),
         c(

@@ -29,6 +29,13 @@
 //!   starts its attempts from 1 (the simulation keeps counting);
 //! * timer granularity (about a millisecond of real time) and scheduling
 //!   add noise in provider time, so figures are close, not equal.
+//! * the simulated client re-checks admission after every answer, so
+//!   capacity a settle returns early (a generous `max_tokens` reserved,
+//!   a short answer produced) is used at once; the layer's admission
+//!   waits sleep until the time the controller computed and are not woken
+//!   by a settle. Where the output reservation binds this makes the real
+//!   run slower (see the `generous_max_tokens_agrees` test, ignored): the
+//!   simulation is not trusted there until the layer wakes its waiters.
 //!
 //! [`controller_config`]: ratewise_sim::strategy::ratewise::controller_config
 //! [`policy`]: ratewise_sim::strategy::ratewise::policy

@@ -58,9 +58,9 @@ fn burst_mixed_agrees() {
 #[test]
 fn spend_cap_agrees_and_stops_everything() {
     let mut s = shipped("spend-cap.json");
-    s.jobs.count = 100;
+    s.jobs.count = 150;
     // The cap is hit about two thirds of the way through.
-    s.faults.spend_cap_after_tokens = Some(100_000);
+    s.faults.spend_cap_after_tokens = Some(150_000);
     let (virt, real) = both(&s);
     for r in [&virt, &real.report] {
         assert!(r.jobs_stopped > 0, "the cap stopped the queue");
