@@ -227,7 +227,13 @@ fn run_real(
         }
     }
     if args.check {
+        // The targets hold for the simulation and for the real run.
         let mut missed = ratewise_sim::targets::check(scenario, &reports[..1]);
+        let mut real_as_ratewise = reports[1].clone();
+        real_as_ratewise.strategy = Strategy::Ratewise.name().to_owned();
+        for m in ratewise_sim::targets::check(scenario, &[real_as_ratewise]) {
+            missed.push(format!("real run: {m}"));
+        }
         if !agrees {
             missed.push("the simulated and real runs disagree".to_owned());
         }
