@@ -75,7 +75,7 @@ pub const STRATEGY: &str = "ratewise-real";
 const API_KEY: &str = "rw-real-run-key";
 
 /// Most nonces tried to make the mock produce a job's output length.
-const MAX_NONCE_TRIES: u64 = 200_000;
+const MAX_NONCE_TRIES: u64 = 50_000;
 
 /// How a real run is paced and bounded.
 #[derive(Debug, Clone, Copy, PartialEq)]
