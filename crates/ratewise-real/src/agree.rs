@@ -5,15 +5,18 @@
 //! | figure | agreement required |
 //! |---|---|
 //! | `jobs_lost` | 0 in both |
-//! | `jobs_done` | within ±2% of the jobs (at least ±5 jobs) |
+//! | `jobs_done` | within ±2% of the jobs (at least ±5 jobs; ±5 more when the queue stopped) |
 //! | `sends_per_done_job` | within ±0.05 |
 //! | share of sends answered 429 | both ≤ 1%, or within ±0.01 of each other |
 //! | `goodput_ratio` | within ±0.07 |
 //! | `sends_after_stop` | 0 in both |
 //!
-//! The floor of ±5 jobs is for small runs: when a spend cap ends a run,
-//! which of the jobs in flight got in under the cap depends on timing
-//! (measured: 68 vs 69–71 on a 100-job spend-cap run).
+//! The floor of ±5 jobs is for small runs, where a few resets or
+//! overloads landing on other sends move `jobs_done`. When a spend cap
+//! stops the queue, which of the jobs in flight got in under the cap
+//! depends on timing, so 5 more are allowed (measured on a 150-job
+//! spend-cap run: virtual 104, real 105–108, the real run keeping a few
+//! more sends in flight).
 //!
 //! Not compared (shown for information): `makespan_s` and the latency
 //! percentiles. They are sums of many waits, each of which the real run
@@ -78,9 +81,10 @@ pub fn share_429(r: &Report) -> f64 {
     }
 }
 
-/// Largest `jobs_done` difference allowed for a workload of `jobs`.
-pub fn done_tolerance(jobs: u64) -> f64 {
-    (0.02 * jobs as f64).max(5.0)
+/// Largest `jobs_done` difference allowed for a workload of `jobs`
+/// (`stopped`: a stop ended the run).
+pub fn done_tolerance(jobs: u64, stopped: bool) -> f64 {
+    (0.02 * jobs as f64).max(5.0) + if stopped { 5.0 } else { 0.0 }
 }
 
 /// Compares the headline figures (see the [module](self) docs).
@@ -100,7 +104,8 @@ pub fn compare(virt: &Report, real: &Report) -> Vec<Check> {
         tolerance,
         ok,
     };
-    let done_tol = done_tolerance(virt.jobs_total);
+    let stopped = virt.jobs_stopped > 0 || real.jobs_stopped > 0;
+    let done_tol = done_tolerance(virt.jobs_total, stopped);
     let (s_v, s_r) = (share_429(virt), share_429(real));
     vec![
         c(
@@ -114,7 +119,11 @@ pub fn compare(virt: &Report, real: &Report) -> Vec<Check> {
             "jobs_done",
             virt.jobs_done as f64,
             real.jobs_done as f64,
-            format!("within ±{done_tol:.0} (2% of jobs, ≥ 5)"),
+            if stopped {
+                format!("within ±{done_tol:.0} (2%, ≥ 5; +5 stopped)")
+            } else {
+                format!("within ±{done_tol:.0} (2% of jobs, ≥ 5)")
+            },
             Some((virt.jobs_done as f64 - real.jobs_done as f64).abs() <= done_tol),
         ),
         c(
