@@ -39,7 +39,9 @@
 
 pub mod agree;
 pub mod clock;
+mod events;
 pub mod hints;
+mod job;
 pub mod run;
 
 pub use clock::ScaledClock;

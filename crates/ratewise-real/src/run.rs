@@ -44,38 +44,30 @@
 //! [`Recorder`]: ratewise_sim::metrics::Recorder
 
 use crate::clock::ScaledClock;
+use crate::events::{replay, Ev, EventJournal, Log, RunLog};
 use crate::hints::ProviderTimeLayer;
+use crate::job::{one_job, request_body, Stop, API_KEY};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use ratewise_core::admit::{Controller, Shared};
-use ratewise_core::record::AttemptRecord;
-use ratewise_core::{Action, Cause, Instant, Provider};
+use ratewise_core::{Instant, Provider};
 use ratewise_mock::model::{BucketKey, Outcome, RequestMeta};
-use ratewise_mock::{MockServer, OutputRange, RequestRecord, TimeScale};
-use ratewise_sim::engine::Terminal;
-use ratewise_sim::metrics::{Recorder, Report};
-use ratewise_sim::provider::{Answered, Delivery, Verdict, KEY, WARM_OFFSET};
-use ratewise_sim::strategy::ratewise::{controller_config, policy, LONG_STOP};
+use ratewise_mock::{MockServer, OutputRange, TimeScale};
+use ratewise_sim::metrics::Report;
+use ratewise_sim::provider::{KEY, WARM_OFFSET};
+use ratewise_sim::strategy::ratewise::{controller_config, policy};
 use ratewise_sim::workload::{jobs, Job};
 use ratewise_sim::Scenario;
-use ratewise_tower::{Clock, Config, Deadline, JobId, Journal, RetryLayer, TokenEstimate};
-use std::collections::HashMap;
+use ratewise_tower::{Config, RetryLayer};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 /// The strategy name real runs report.
 pub const STRATEGY: &str = "ratewise-real";
-
-/// The key the client sends; the mock records it under the simulation's
-/// key label.
-const API_KEY: &str = "rw-real-run-key";
-
-/// Most nonces tried to make the mock produce a job's output length.
-const MAX_NONCE_TRIES: u64 = 50_000;
 
 /// How a real run is paced and bounded.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -129,53 +121,6 @@ pub struct RealRun {
     pub unmatched_sends: u64,
 }
 
-#[derive(Debug)]
-enum Ev {
-    Arrive { level: Option<u64> },
-    Send { job_call: String, attempt: u32 },
-    Money,
-    End { job: u32, how: Terminal },
-}
-
-/// Events in the order they happened, each with its provider time.
-#[derive(Debug, Default)]
-struct Log {
-    events: Vec<(Instant, Ev)>,
-    outstanding: u64,
-}
-
-struct RunLog {
-    log: Mutex<Log>,
-    clock: ScaledClock,
-}
-
-impl RunLog {
-    fn push(&self, ev: Ev) {
-        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        let now = self.clock.instant();
-        log.events.push((now, ev));
-    }
-}
-
-/// The journal: every send before it goes out, and money answers when
-/// the client has read them.
-struct EventJournal(Arc<RunLog>);
-
-impl Journal for EventJournal {
-    fn attempt_started(&self, job_id: &str, attempt: u32, _at: std::time::SystemTime) {
-        self.0.push(Ev::Send {
-            job_call: job_id.to_owned(),
-            attempt,
-        });
-    }
-
-    fn attempt_ended(&self, record: &AttemptRecord) {
-        if matches!(record.cause, Cause::SpendCap | Cause::Billing) {
-            self.0.push(Ev::Money);
-        }
-    }
-}
-
 /// Runs `scenario` end to end on a new two-thread tokio runtime;
 /// `progress(ended, total)` is called on this thread as jobs end.
 pub fn run_real(
@@ -189,77 +134,6 @@ pub fn run_real(
         .build()
         .map_err(RealError::Io)?;
     rt.block_on(run(scenario, options, progress))
-}
-
-/// The request a job sends: its body (with the nonce that makes the mock
-/// produce the job's output length) and the path.
-fn request_body(scenario: &Scenario, job: &Job) -> Bytes {
-    let [lo, hi] = scenario.jobs.output_tokens;
-    let seed = scenario.seed;
-    let make = |nonce: u64| -> Vec<u8> {
-        let v = serde_json::json!({
-            "model": scenario.model_name(),
-            "max_tokens": job.max_tokens,
-            "messages": [{"role": "user", "content": format!("job {}", job.id)}],
-            "metadata": {"user_id": format!("rw-{}-{nonce}", job.id)},
-        });
-        serde_json::to_vec(&v).unwrap_or_default()
-    };
-    let mut best = (u64::MAX, make(0));
-    for nonce in 0..MAX_NONCE_TRIES {
-        let body = make(nonce);
-        let out = ratewise_mock::tokens::output_tokens_for(seed, &body, lo, hi, job.max_tokens);
-        let miss = out.abs_diff(job.output_tokens);
-        if miss < best.0 {
-            best = (miss, body);
-            if miss == 0 {
-                break;
-            }
-        }
-    }
-    Bytes::from(best.1)
-}
-
-fn verdict_of(r: &RequestRecord) -> Verdict {
-    match r.cause {
-        Cause::Success => Verdict::Success,
-        Cause::RateLimited => Verdict::RateLimited,
-        Cause::AccelerationLimited => Verdict::SlowDown,
-        Cause::SpendCap | Cause::Billing => Verdict::Money,
-        Cause::Overloaded => Verdict::Overloaded,
-        Cause::OutcomeUnknown => Verdict::Reset,
-        _ => Verdict::Other,
-    }
-}
-
-fn answered_of(r: &RequestRecord) -> Answered {
-    let delivery = match r.status.and_then(|s| http::StatusCode::from_u16(s).ok()) {
-        Some(status) => Delivery::Response {
-            status,
-            headers: http::HeaderMap::new(),
-            body: Vec::new(),
-        },
-        None => Delivery::Reset,
-    };
-    Answered {
-        delivery,
-        verdict: verdict_of(r),
-        grant: None,
-        latency: Duration::ZERO,
-    }
-}
-
-fn job_call_id(job: u32, call: u32) -> String {
-    format!("job-{job}.{call}")
-}
-
-fn job_of(job_call: &str) -> Option<u32> {
-    job_call
-        .strip_prefix("job-")?
-        .split('.')
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// The async run (see [`run_real`]); must run on a multi-thread tokio
@@ -476,158 +350,4 @@ pub async fn run(
         real_elapsed: started.elapsed(),
         unmatched_sends: unmatched + unrecorded,
     })
-}
-
-/// The queue-wide "stopped for good" signal.
-struct Stop {
-    tx: Arc<tokio::sync::watch::Sender<bool>>,
-    rx: tokio::sync::watch::Receiver<bool>,
-}
-
-/// One job: calls the layer until the job ends, as the simulation's
-/// client does with the decisions (a hand-back waits and calls again).
-#[allow(clippy::too_many_arguments)]
-async fn one_job<S>(
-    mut svc: S,
-    provider: Provider,
-    url: &str,
-    body: Bytes,
-    job: &Job,
-    deadline: Option<Duration>,
-    clock: &ScaledClock,
-    mut stop: Stop,
-) -> Terminal
-where
-    S: Service<
-            http::Request<Full<Bytes>>,
-            Response = http::Response<
-                ratewise_tower::MeteredBody<crate::hints::HintBody<hyper::body::Incoming>>,
-            >,
-            Error = ratewise_tower::Error,
-        > + Send,
-    S::Future: Send,
-{
-    let mut call = 0u32;
-    loop {
-        call += 1;
-        let mut req = http::Request::post(url).header("content-type", "application/json");
-        req = match provider {
-            Provider::Openai => req.header("authorization", format!("Bearer {API_KEY}")),
-            _ => req
-                .header("x-api-key", API_KEY)
-                .header("anthropic-version", "2023-06-01"),
-        };
-        let Ok(mut req) = req
-            .header(ratewise_mock::INPUT_TOKENS_HEADER, job.input_tokens)
-            .body(Full::new(body.clone()))
-        else {
-            return Terminal::Failed;
-        };
-        let ext = req.extensions_mut();
-        ext.insert(JobId::new(job_call_id(job.id, call)));
-        ext.insert(TokenEstimate {
-            input_tokens: job.input_tokens,
-        });
-        if let Some(d) = deadline {
-            // The budget counts from the job's arrival, not from this call.
-            let spent = clock.instant().saturating_duration_since(job.arrival);
-            ext.insert(Deadline(d.saturating_sub(spent)));
-        }
-        let result = match svc.ready().await {
-            Ok(s) => s.call(req).await,
-            Err(e) => Err(e),
-        };
-        let e = match result {
-            Ok(resp) => {
-                // Reading the body to its end settles the reservation.
-                let _ = resp.into_body().collect().await;
-                return Terminal::Done;
-            }
-            Err(e) => e,
-        };
-        let Some(decision) = e.decision() else {
-            return Terminal::Failed;
-        };
-        let now = clock.now();
-        match decision.action {
-            Action::Defer { not_before, .. } => {
-                // Called again at `not_before`, or at once when the queue
-                // stops (the layer then answers stop_queue, sending nothing).
-                tokio::select! {
-                    _ = clock.sleep_until(not_before) => {}
-                    _ = stop.rx.wait_for(|s| *s) => {}
-                }
-            }
-            Action::StopQueue { until } => match until.map(|u| now.instant_at(u)) {
-                Some(at) if at <= now.instant + LONG_STOP => clock.sleep_until(at).await,
-                _ => {
-                    stop.tx.send_replace(true);
-                    return Terminal::Stopped;
-                }
-            },
-            Action::Done => return Terminal::Done,
-            Action::Fail | Action::Inspect => return Terminal::Failed,
-            Action::GiveUp { .. } | Action::Retry { .. } => return Terminal::GivenUp,
-            Action::HoldUnknown => return Terminal::HeldUnknown,
-        }
-    }
-}
-
-/// Feeds the events, in the order they happened, to the simulation's
-/// [`Recorder`]; returns the report and the count of unmatched sends.
-fn replay(
-    scenario: &Scenario,
-    all: &[Job],
-    events: Vec<(Instant, Ev)>,
-    records: &[RequestRecord],
-    end: Instant,
-) -> (Report, u64) {
-    let mut by_send: HashMap<(&str, u32), &RequestRecord> = HashMap::with_capacity(records.len());
-    let mut unmatched = 0u64;
-    for r in records {
-        match (&r.job, r.attempt) {
-            (Some(j), Some(a)) => {
-                by_send.insert((j.as_str(), a), r);
-            }
-            _ => unmatched += 1,
-        }
-    }
-    let mut rec = Recorder::new(scenario, all);
-    let limit = rec.binding_limit();
-    let (mut arrived, mut ended) = (0u64, 0u64);
-    let mut matched = 0u64;
-    let mut last = Instant::ZERO;
-    for (at, ev) in &events {
-        let at = *at;
-        last = last.max(at);
-        let mut level = 0;
-        match ev {
-            Ev::Arrive { level: l, .. } => {
-                if rec.is_idle() {
-                    level = l.unwrap_or(limit);
-                }
-                arrived += 1;
-            }
-            Ev::Send { job_call, attempt } => {
-                let job = job_of(job_call).and_then(|j| all.get(j as usize));
-                match (job, by_send.get(&(job_call.as_str(), *attempt))) {
-                    (Some(job), Some(r)) => {
-                        matched += 1;
-                        rec.on_send(job, &answered_of(r), at);
-                    }
-                    _ => unmatched += 1,
-                }
-            }
-            Ev::Money => rec.on_money_answer(),
-            Ev::End { job, how } => {
-                if let Some(j) = all.get(*job as usize) {
-                    rec.on_end(j, *how, at);
-                    ended += 1;
-                }
-            }
-        }
-        rec.on_outstanding(arrived - ended.min(arrived), level, at);
-    }
-    unmatched += (by_send.len() as u64).saturating_sub(matched);
-    (rec.finish(STRATEGY, end.max(last)), unmatched)
 }
