@@ -89,6 +89,36 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    // Where the time goes, for the Anthropic 429.
+    let mut parts = c.benchmark_group("parts (anthropic 429)");
+    parts
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    parts.bench_function("rate-limit headers", |b| {
+        b.iter(|| {
+            ratewise_core::parse::ratelimit::RateLimitSnapshot::from_headers(
+                black_box(&anthropic_headers),
+                Provider::Anthropic,
+            )
+        })
+    });
+    parts.bench_function("error body", |b| {
+        b.iter(|| ratewise_core::parse::body::parse_error_body(black_box(&anthropic_body[..])))
+    });
+    let view = ResponseView {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        headers: &anthropic_headers,
+        body: &anthropic_body[..],
+    };
+    let classified = classify_response(Provider::Anthropic, &view, wall);
+    parts.bench_function("classify", |b| {
+        b.iter(|| classify_response(Provider::Anthropic, black_box(&view), wall))
+    });
+    parts.bench_function("decide", |b| {
+        b.iter(|| decide(&policy, &job, black_box(&classified), now, &mut rng))
+    });
+    parts.finish();
 }
 
 criterion_group!(benches, bench);

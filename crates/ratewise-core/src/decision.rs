@@ -88,8 +88,8 @@ impl Action {
 pub struct Decision {
     /// What to do next.
     pub action: Action,
-    /// Why, in short sentences (`"retry-after: 8 s"`, `"jitter +412 ms"`).
-    pub notes: Vec<String>,
+    /// Why (`"retry-after: 8 s"`, `"jitter +412 ms"`), formatted on display.
+    pub notes: Vec<crate::note::Note>,
 }
 
 impl Decision {
@@ -102,7 +102,7 @@ impl Decision {
     }
 
     /// Adds a note and returns the decision.
-    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+    pub fn with_note(mut self, note: impl Into<crate::note::Note>) -> Self {
         self.notes.push(note.into());
         self
     }

@@ -69,7 +69,7 @@ impl Explanation {
                 .notes
                 .iter()
                 .chain(d.notes.iter())
-                .cloned()
+                .map(ToString::to_string)
                 .collect(),
         }
     }

@@ -46,6 +46,7 @@ pub mod classify;
 pub mod decide;
 pub mod decision;
 pub mod explain;
+pub mod note;
 pub mod parse;
 pub mod record;
 pub mod time;
@@ -53,6 +54,7 @@ pub mod usage;
 pub mod vocab;
 
 pub use decision::{Action, Decision};
+pub use note::Note;
 pub use time::{Instant, Now};
 pub use usage::Usage;
 pub use vocab::{ActionKind, Cause, Dimension, GiveUpReason, Provider, Scope};

@@ -663,10 +663,13 @@ impl Controller {
                     for s in &affected {
                         self.pause(*s, until, c.dimension, now);
                     }
-                    d.notes.push(format!(
-                        "admission: bucket paused for every job for {} ms",
-                        (until - now.instant).as_millis()
-                    ));
+                    d.notes.push(
+                        format!(
+                            "admission: bucket paused for every job for {} ms",
+                            (until - now.instant).as_millis()
+                        )
+                        .into(),
+                    );
                 }
             }
             Cause::AccelerationLimited => {
@@ -677,10 +680,8 @@ impl Controller {
                     }
                 }
                 if let Some(s) = self.scopes.get(scope.0 as usize) {
-                    d.notes.push(format!(
-                        "admission: rate cut to {}%",
-                        s.ramp.permille() / 10
-                    ));
+                    d.notes
+                        .push(format!("admission: rate cut to {}%", s.ramp.permille() / 10).into());
                 }
             }
             _ => {}
@@ -688,7 +689,7 @@ impl Controller {
         match d.action {
             Action::StopQueue { until } => {
                 self.stop(scope, c.cause, until, now);
-                d.notes.push("admission: key stopped".to_owned());
+                d.notes.push("admission: key stopped".into());
             }
             Action::Retry { .. } if !self.retry.can_retry(now.instant) => {
                 let (firsts, retries) = self.retry.counts(now.instant);
@@ -697,7 +698,7 @@ impl Controller {
                 };
                 d.notes.push(format!(
                     "retry budget spent: {retries} retries for {firsts} first attempts in the window"
-                ));
+                ).into());
             }
             _ => {}
         }

@@ -103,8 +103,8 @@ pub struct Evidence {
     pub message: Option<String>,
     /// How the body was read.
     pub body: BodyReading,
-    /// Why the classifier chose this cause, in short sentences.
-    pub notes: Vec<String>,
+    /// Why the classifier chose this cause.
+    pub notes: Vec<crate::note::Note>,
 }
 
 /// The classifier's verdict on one response or transport failure.
@@ -163,7 +163,7 @@ pub fn classify_response(
     };
     let mut notes = Vec::new();
     if matches!(retry.should_retry, Some(Err(_))) {
-        notes.push("x-should-retry: unreadable value ignored".to_owned());
+        notes.push("x-should-retry: unreadable value ignored".into());
     }
 
     // Success needs no body reading.
@@ -231,11 +231,10 @@ pub fn classify_response(
     if cause.is_money() || cause == Cause::Authentication {
         hints.resume_at = money::resume_at(provider, cause, parsed.as_ref(), wall_now);
     }
-    if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
-        if cause == Cause::RequestTooLarge {
-            notes.push(format!(
-                "requested {requested} > limit {limit}: waiting cannot help"
-            ));
+    if cause == Cause::RequestTooLarge {
+        if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
+            notes
+                .push(format!("requested {requested} > limit {limit}: waiting cannot help").into());
         }
     }
 
@@ -287,7 +286,7 @@ pub fn classify_transport(provider: Provider, failure: TransportFailure) -> Clas
             error_code: None,
             message: None,
             body: BodyReading::NotRead,
-            notes: vec![failure.explain().to_owned()],
+            notes: vec![failure.explain().into()],
         },
     }
 }

@@ -1,6 +1,7 @@
 //! The status envelope, read after the body's code (DESIGN principle 1).
 
 use crate::classify::BodyReading;
+use crate::note::Note;
 use crate::parse::retry_after::RetryHeaders;
 use crate::vocab::{Cause, Provider};
 use http::StatusCode;
@@ -14,29 +15,31 @@ pub(super) fn decide_cause(
     body_cause: Option<Cause>,
     body: BodyReading,
     retry: &RetryHeaders,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Cause {
     let code = status.as_u16();
     if let Some(cause) = body_cause {
-        notes.push(format!("body error code says {cause}"));
+        notes.push(Note::BodyCode(cause));
         return cause;
     }
     if provider == Provider::Generic {
         return generic(code, retry, notes);
     }
     match body {
-        BodyReading::Unreadable(u) => notes.push(format!("body unreadable ({})", u.as_str())),
-        BodyReading::Structured => notes.push("body error code not recognised".to_owned()),
+        BodyReading::Unreadable(u) => notes.push(Note::BodyUnreadable(u)),
+        BodyReading::Structured => notes.push("body error code not recognised".into()),
         BodyReading::NotRead => {}
     }
     if matches!(code, 400 | 429) {
-        notes.push(format!(
-            "a {code} means different things by its code, and the code is missing or unknown"
-        ));
+        notes.push(Note::CodeNeeded(code));
         return Cause::Unknown;
     }
     let cause = by_status(code, provider);
-    notes.push(format!("status {code} decides: {cause}"));
+    notes.push(Note::StatusDecides {
+        status: code,
+        cause,
+        generic: false,
+    });
     cause
 }
 
@@ -59,7 +62,7 @@ fn by_status(code: u16, provider: Provider) -> Cause {
 
 /// RFC 9110 alone: a 429 or 503 with a valid `Retry-After` is a limit or an
 /// overload to wait out.
-fn generic(code: u16, retry: &RetryHeaders, notes: &mut Vec<String>) -> Cause {
+fn generic(code: u16, retry: &RetryHeaders, notes: &mut Vec<Note>) -> Cause {
     let hinted = retry.best().is_some();
     let cause = match (code, hinted) {
         (429, _) => Cause::RateLimited,
@@ -67,6 +70,10 @@ fn generic(code: u16, retry: &RetryHeaders, notes: &mut Vec<String>) -> Cause {
         (400, _) => Cause::InvalidRequest,
         _ => by_status(code, Provider::Generic),
     };
-    notes.push(format!("generic profile: status {code} decides: {cause}"));
+    notes.push(Note::StatusDecides {
+        status: code,
+        cause,
+        generic: true,
+    });
     cause
 }

@@ -15,6 +15,7 @@ pub use rng::RandomSource;
 
 use crate::classify::Classification;
 use crate::decision::{Action, Decision};
+use crate::note::Note;
 use crate::parse::FOREVER;
 use crate::time::Now;
 use crate::vocab::{Cause, GiveUpReason};
@@ -43,7 +44,10 @@ pub fn decide(
 ) -> Decision {
     let mut notes = Vec::new();
     for (source, reason) in &c.hints.rejected {
-        notes.push(format!("{} rejected ({reason}): not used", source.as_str()));
+        notes.push(Note::RejectedHint {
+            source: *source,
+            reason: *reason,
+        });
     }
     let action = match terminal_action(policy, c, &mut notes) {
         Some(action) => action,
@@ -53,35 +57,32 @@ pub fn decide(
 }
 
 /// Actions that no hint, attempt count or deadline can change.
-fn terminal_action(policy: &Policy, c: &Classification, notes: &mut Vec<String>) -> Option<Action> {
+fn terminal_action(policy: &Policy, c: &Classification, notes: &mut Vec<Note>) -> Option<Action> {
     let action = match c.cause {
         Cause::Success => Action::Done,
         Cause::SpendCap | Cause::Billing | Cause::UserLimit | Cause::Authentication => {
             if c.hints.wait.is_some() {
-                notes.push("money/credentials stop the queue: wait hint ignored".to_owned());
+                notes.push("money/credentials stop the queue: wait hint ignored".into());
             }
-            notes.push(match c.hints.resume_at {
-                Some(t) => format!("stopped until {}", crate::time::format_rfc3339(t)),
-                None => "stopped until a human resumes".to_owned(),
-            });
+            notes.push(Note::StoppedUntil(c.hints.resume_at));
             Action::StopQueue {
                 until: c.hints.resume_at,
             }
         }
         Cause::InvalidRequest | Cause::RequestTooLarge | Cause::NotFound | Cause::Permission => {
-            notes.push("the request or configuration must change".to_owned());
+            notes.push("the request or configuration must change".into());
             Action::Fail
         }
         Cause::Unknown => {
-            notes.push("unknown shape: inspect, no blind retry".to_owned());
+            notes.push("unknown shape: inspect, no blind retry".into());
             Action::Inspect
         }
         Cause::MidStream => {
-            notes.push("committed stream: never replayed automatically".to_owned());
+            notes.push("committed stream: never replayed automatically".into());
             Action::Inspect
         }
         Cause::OutcomeUnknown if policy.unknown_outcome == UnknownOutcome::Hold => {
-            notes.push("sent, no answer: worst-case cost stays reserved".to_owned());
+            notes.push("sent, no answer: worst-case cost stays reserved".into());
             Action::HoldUnknown
         }
         _ => return None,
@@ -96,19 +97,19 @@ fn retry_action(
     c: &Classification,
     now: Now,
     rng: &mut impl RandomSource,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Action {
     if c.hints.should_retry == Some(false) {
-        notes.push("x-should-retry: false".to_owned());
+        notes.push("x-should-retry: false".into());
         return Action::GiveUp {
             reason: GiveUpReason::ServerDeclined,
         };
     }
     if job.attempts >= policy.max_attempts {
-        notes.push(format!(
-            "{} of {} attempts spent",
-            job.attempts, policy.max_attempts
-        ));
+        notes.push(Note::AttemptsSpent {
+            attempts: job.attempts,
+            max: policy.max_attempts,
+        });
         return Action::GiveUp {
             reason: GiveUpReason::Attempts,
         };
@@ -121,18 +122,21 @@ fn retry_action(
 
     let delay = match c.hints.wait {
         Some(hint) => {
-            notes.push(format!("{}: {}", hint.source.as_str(), human(hint.wait)));
+            notes.push(Note::Hint {
+                source: hint.source,
+                wait: hint.wait,
+            });
             if hint.wait >= FOREVER || room.is_some_and(|r| hint.wait > r) {
-                notes.push("the server's wait is longer than the job's deadline allows".to_owned());
+                notes.push("the server's wait is longer than the job's deadline allows".into());
                 return Action::GiveUp {
                     reason: GiveUpReason::Deadline,
                 };
             }
             let max_jitter = room.map_or(Duration::MAX, |r| r - hint.wait);
             let (delay, added) = hinted_delay(hint.wait, &policy.hint_jitter, max_jitter, rng);
-            notes.push(format!("jitter +{} ms", added.as_millis()));
+            notes.push(Note::Jitter(added));
             if room.is_some_and(|r| delay > r) {
-                notes.push("no room left before the deadline".to_owned());
+                notes.push("no room left before the deadline".into());
                 return Action::GiveUp {
                     reason: GiveUpReason::Deadline,
                 };
@@ -142,18 +146,13 @@ fn retry_action(
         None => {
             let throttling = c.cause.is_throttling();
             let (delay, window) = backoff_delay(&policy.backoff, throttling, job.attempts, rng);
-            notes.push(format!(
-                "no hint: {} backoff after attempt {} (window {})",
-                if throttling {
-                    "throttling"
-                } else {
-                    "full-jitter"
-                },
-                job.attempts,
-                human(window)
-            ));
+            notes.push(Note::Backoff {
+                throttling,
+                attempt: job.attempts,
+                window,
+            });
             if room.is_some_and(|r| delay > r) {
-                notes.push("the backoff is longer than the job's deadline allows".to_owned());
+                notes.push("the backoff is longer than the job's deadline allows".into());
                 return Action::GiveUp {
                     reason: GiveUpReason::Deadline,
                 };
@@ -164,28 +163,14 @@ fn retry_action(
 
     if delay > policy.max_inline_wait {
         let later = now.after(delay);
-        notes.push(format!(
-            "wait {} exceeds the inline limit {}: hand the job back",
-            human(delay),
-            human(policy.max_inline_wait)
-        ));
+        notes.push(Note::Deferred {
+            wait: delay,
+            limit: policy.max_inline_wait,
+        });
         return Action::Defer {
             until: later.wall,
             not_before: later.instant,
         };
     }
     Action::Retry { delay }
-}
-
-/// `8 s`, `1.146 s`, `84 ms`.
-fn human(d: Duration) -> String {
-    if d >= FOREVER {
-        "longer than any deadline".to_owned()
-    } else if d < Duration::from_secs(1) {
-        format!("{} ms", d.as_millis())
-    } else if d.subsec_millis() == 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{:.3} s", d.as_secs_f64())
-    }
 }

@@ -24,8 +24,8 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, Rejected> {
         return Err(Rejected::Negative);
     }
     let s = s.strip_prefix('+').unwrap_or(s);
-    let lower = s.to_ascii_lowercase();
-    if lower.starts_with("nan") || lower.starts_with("inf") {
+    let head = s.get(..3).unwrap_or("");
+    if head.eq_ignore_ascii_case("nan") || head.eq_ignore_ascii_case("inf") {
         return Err(Rejected::NotFinite);
     }
     let mut rest = s;

@@ -66,15 +66,24 @@ pub fn too_large_for_limit(message: &str) -> Option<(u64, u64)> {
     (requested > limit).then_some((limit, requested))
 }
 
+/// The number after `label` ("Limit 30,000" → 30000); thousands commas
+/// allowed, at most 19 digits.
 fn number_after(text: &str, label: &str) -> Option<u64> {
-    let at = text.find(label)? + label.len();
-    let digits: String = text[at..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == ',')
-        .filter(char::is_ascii_digit)
-        .take(20)
-        .collect();
-    digits.parse().ok()
+    let at = memchr::memmem::find(text.as_bytes(), label.as_bytes())? + label.len();
+    let mut n: u64 = 0;
+    let mut digits = 0;
+    for &b in &text.as_bytes()[at..] {
+        match b {
+            b'0'..=b'9' if digits < 19 => {
+                n = n * 10 + u64::from(b - b'0');
+                digits += 1;
+            }
+            b'0'..=b'9' => return None,
+            b',' => {}
+            _ => break,
+        }
+    }
+    (digits > 0).then_some(n)
 }
 
 #[cfg(test)]

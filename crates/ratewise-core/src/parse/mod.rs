@@ -92,9 +92,11 @@ pub(crate) fn trim_ows(raw: &[u8]) -> Result<&[u8], Rejected> {
 /// one dot, no sign, no exponent) into units scaled by `unit_nanos`
 /// nanoseconds. Values past [`MAX_HINT_SECS`] saturate to "forever".
 pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::Duration, Rejected> {
-    let lower = s.to_ascii_lowercase();
-    let unsigned = lower.trim_start_matches(['+', '-']);
-    if matches!(unsigned, "nan" | "inf" | "infinity") {
+    let unsigned = s.trim_start_matches(['+', '-']);
+    if ["nan", "inf", "infinity"]
+        .iter()
+        .any(|w| unsigned.eq_ignore_ascii_case(w))
+    {
         return Err(Rejected::NotFinite);
     }
     let (negative, digits) = match s.as_bytes().first() {

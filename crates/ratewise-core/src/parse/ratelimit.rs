@@ -134,7 +134,11 @@ impl RateLimitSnapshot {
     }
 
     fn read_anthropic(&mut self, rest: &str, name: &str, raw: &[u8], priority: bool) {
-        let Some((dim, field)) = rest.rsplit_once('-') else {
+        // `<dim>-<field>`: match the three field suffixes directly.
+        let Some((dim, field)) = ["limit", "remaining", "reset"].iter().find_map(|field| {
+            let dim = rest.strip_suffix(field)?.strip_suffix('-')?;
+            Some((dim, *field))
+        }) else {
             return;
         };
         let parsed = match field {

@@ -238,7 +238,7 @@ pub(crate) fn in_band_classification(
             error_code: code,
             message: None,
             body: BodyReading::Structured,
-            notes: vec!["error event inside the stream".to_owned()],
+            notes: vec!["error event inside the stream".into()],
         },
     }
 }

@@ -527,7 +527,7 @@ where
                 ic.evidence.request_id = c.evidence.request_id.clone();
                 ic.evidence
                     .notes
-                    .push("before the commit point: nothing reached the caller".to_owned());
+                    .push("before the commit point: nothing reached the caller".into());
                 let usage = outcome.usage();
                 let answer = Answer {
                     classification: ic,
