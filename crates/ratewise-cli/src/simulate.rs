@@ -1,6 +1,8 @@
 //! `ratewise simulate`: run a scenario with every client strategy side by
 //! side, in virtual time (default) and print a table, JSON lines, or an
-//! SVG plot.
+//! SVG plot. `--real` runs the `ratewise` strategy end to end as well (the
+//! mock over loopback, the tower layer in front of a hyper-util client, on
+//! a scaled clock) and prints both runs side by side with their agreement.
 
 use clap::Args;
 use ratewise_sim::{simulate, Report, Scenario, Strategy};
@@ -28,6 +30,10 @@ pub struct SimulateArgs {
     /// of a hyper-util client, on a scaled clock.
     #[arg(long)]
     real: bool,
+    /// With --real: real seconds one provider minute lasts (smaller is
+    /// faster and noisier).
+    #[arg(long, default_value_t = 0.5, value_name = "SECS")]
+    seconds_per_minute: f64,
     /// Check the ratewise targets (goodput, 429 share, sends per done job,
     /// no sends after a stop, no lost job, beats the others) and fail if
     /// one is missed.
@@ -63,13 +69,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
     let scenario = load(args)?;
     let strategies = strategies(&args.strategy)?;
     if args.real {
-        return Err(
-            "--real is not available in this build: it needs the tower layer (ratewise-tower's \
-             RetryLayer) in front of a hyper-util client against the mock on a scaled clock; the \
-             virtual-time simulation (without --real) uses the same provider model and the same \
-             classify/decide/admission path"
-                .to_owned(),
-        );
+        return run_real(args, &scenario, &strategies);
     }
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let mut reports = Vec::with_capacity(strategies.len());
@@ -117,6 +117,130 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
     }
     if args.check {
         check(&scenario, &reports)?;
+    }
+    Ok(())
+}
+
+/// `--real`: the `ratewise` strategy in virtual time and end to end, side
+/// by side, with the agreement of their headline figures.
+fn run_real(
+    args: &SimulateArgs,
+    scenario: &Scenario,
+    strategies: &[Strategy],
+) -> Result<(), String> {
+    if !strategies.contains(&Strategy::Ratewise) {
+        return Err(
+            "--real runs the ratewise strategy only (the others are simulated only): use \
+             --strategy ratewise or all"
+                .to_owned(),
+        );
+    }
+    let show_progress = !args.json && std::io::stderr().is_terminal();
+    let virt = simulate(scenario, Strategy::Ratewise, &mut |_, _| {});
+    let options = ratewise_real::RealOptions {
+        seconds_per_minute: args.seconds_per_minute,
+        ..ratewise_real::RealOptions::default()
+    };
+    if !args.json {
+        eprintln!(
+            "running {} jobs end to end: mock on 127.0.0.1, RetryLayer over hyper-util, 1 provider minute = {} real s",
+            scenario.jobs.count, options.seconds_per_minute
+        );
+    }
+    let bar = show_progress.then(|| progress_bar(ratewise_real::STRATEGY, scenario.jobs.count));
+    let mut tick = |done: u64, _total: u64| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    };
+    let real = ratewise_real::run_real(scenario, &options, &mut tick).map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let checks = ratewise_real::agree::compare(&virt, &real.report);
+    let agrees = ratewise_real::agree::agrees(&checks);
+    let reports = [virt, real.report.clone()];
+    let mut out = std::io::stdout().lock();
+    let w = |e: std::io::Error| e.to_string();
+    if args.json {
+        for r in &reports {
+            let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
+            writeln!(out, "{line}").map_err(w)?;
+        }
+        let figures: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "figure": c.figure, "virtual": c.virtual_value, "real": c.real_value,
+                    "tolerance": c.tolerance, "ok": c.ok,
+                })
+            })
+            .collect();
+        let summary = serde_json::json!({
+            "agreement": figures,
+            "agrees": agrees,
+            "real_elapsed_s": real.real_elapsed.as_secs_f64(),
+            "seconds_per_minute": options.seconds_per_minute,
+            "unmatched_sends": real.unmatched_sends,
+        });
+        writeln!(out, "{summary}").map_err(w)?;
+    } else {
+        writeln!(
+            out,
+            "scenario {}: {} jobs; {}\n",
+            scenario.name, scenario.jobs.count, scenario.description
+        )
+        .map_err(w)?;
+        write!(out, "{}", ratewise_sim::table::table(&reports)).map_err(w)?;
+        writeln!(
+            out,
+            "\nratewise: virtual time vs end to end (1 provider minute = {} real s, took {:.1} s real)\n",
+            options.seconds_per_minute,
+            real.real_elapsed.as_secs_f64()
+        )
+        .map_err(w)?;
+        write!(out, "{}", ratewise_real::agree::table(&checks)).map_err(w)?;
+        writeln!(
+            out,
+            "\n{}; only the ratewise strategy has a real mode (run without --real to compare the others)",
+            if agrees {
+                "the simulation agrees with the real run within the stated tolerances"
+            } else {
+                "the simulation DISAGREES with the real run"
+            }
+        )
+        .map_err(w)?;
+        if real.unmatched_sends > 0 {
+            writeln!(
+                out,
+                "warning: {} sends not matched between the layer and the mock",
+                real.unmatched_sends
+            )
+            .map_err(w)?;
+        }
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, ratewise_sim::plot::svg(&scenario.name, &reports))
+            .map_err(|e| format!("{path}: {e}"))?;
+        if !args.json {
+            eprintln!("plot written to {path}");
+        }
+    }
+    if args.check {
+        // The targets hold for the simulation and for the real run.
+        let mut missed = ratewise_sim::targets::check(scenario, &reports[..1]);
+        let mut real_as_ratewise = reports[1].clone();
+        real_as_ratewise.strategy = Strategy::Ratewise.name().to_owned();
+        for m in ratewise_sim::targets::check(scenario, &[real_as_ratewise]) {
+            missed.push(format!("real run: {m}"));
+        }
+        if !agrees {
+            missed.push("the simulated and real runs disagree".to_owned());
+        }
+        if !missed.is_empty() {
+            return Err(format!("targets missed: {}", missed.join("; ")));
+        }
+        eprintln!("targets: all met; the runs agree");
     }
     Ok(())
 }

