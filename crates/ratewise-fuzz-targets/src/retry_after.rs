@@ -6,8 +6,8 @@
 //!   `Retry-After`) or decimal milliseconds (for `retry-after-ms`) and
 //!   parsing that again gives the same [`Duration`], to the nanosecond,
 //!   except that anything past [`MAX_HINT_SECS`] reads back as [`FOREVER`]
-//!   (decimal values saturate there; an HTTP-date centuries ahead is
-//!   returned unclamped, and means "longer than any deadline" all the same);
+//!   (decimal values and HTTP-dates centuries ahead both saturate there:
+//!   "longer than any deadline");
 //! - surrounding spaces and tabs never change the result;
 //! - a later wall clock never lengthens the wait (HTTP-dates only shrink,
 //!   delta-seconds do not move);

@@ -24,7 +24,12 @@ pub fn parse_retry_after(raw: &[u8], wall_now: SystemTime) -> Result<Duration, R
     match decimal_duration(s, 1_000_000_000) {
         Ok(d) => Ok(d),
         Err(Rejected::Garbage) => match httpdate::parse_http_date(s) {
-            Ok(at) => Ok(at.duration_since(wall_now).unwrap_or(Duration::ZERO)),
+            // Centuries ahead saturate like absurd numbers: "longer than any deadline".
+            Ok(at) => Ok(super::nanos_to_duration(
+                at.duration_since(wall_now)
+                    .unwrap_or(Duration::ZERO)
+                    .as_nanos(),
+            )),
             Err(_) => Err(Rejected::Garbage),
         },
         Err(other) => Err(other),
@@ -196,6 +201,14 @@ mod tests {
     fn absurd_is_forever_not_zero() {
         assert_eq!(
             parse_retry_after(b"99999999999999999999999", now()),
+            Ok(crate::parse::FOREVER)
+        );
+    }
+
+    #[test]
+    fn far_future_dates_are_forever_too() {
+        assert_eq!(
+            parse_retry_after(b"Thu, 01 Jan 2826 00:00:00 GMT", now()),
             Ok(crate::parse::FOREVER)
         );
     }
