@@ -68,16 +68,12 @@ fn spend_cap_agrees_and_stops_everything() {
     }
 }
 
-/// Known divergence, kept as evidence until the layer changes: with a
-/// generous `max_tokens` (4096 reserved, 20–200 produced) the provider's
-/// output bucket is freed early by each settle. The simulated client
-/// re-checks admission after every answer; `RetryLayer`'s admission waits
-/// sleep until the time the controller computed from the refill rate and
-/// are not woken by a settle, so the real run admits about half as fast
-/// (goodput ≈ 0.45 vs 0.87 on 600 jobs). With `max_tokens` near the real
-/// output (256) both agree (0.90 vs 0.90). Run with `--ignored`.
+/// A generous `max_tokens` (4096 reserved, 20–200 produced): each settle
+/// frees the output bucket early. The simulated client re-checks admission
+/// after every answer; the layer's admission waits are woken by a settle
+/// (`ratewise_tower`'s waking state), so both admit at the same pace. Before
+/// that wake existed the real run admitted about half as fast.
 #[test]
-#[ignore = "known divergence: RetryLayer's admission waits are not woken when a settle returns capacity"]
 fn generous_max_tokens_agrees() {
     let mut s = shipped("generous-max-tokens.json");
     s.jobs.count = 300;

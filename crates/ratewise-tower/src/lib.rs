@@ -98,6 +98,7 @@ pub mod journal;
 pub mod retry;
 pub mod state;
 pub mod transport;
+mod wake;
 
 pub use body::{Metered, MeteredBody, ReplayBody};
 #[cfg(feature = "tokio")]

@@ -19,6 +19,8 @@ pub(crate) struct Inner {
     pub state: Arc<dyn State>,
     pub clock: Arc<dyn Clock>,
     pub journal: Option<Arc<dyn Journal>>,
+    /// Signalled when capacity comes back (see `crate::wake`).
+    pub capacity: Arc<event_listener::Event>,
     rng: Mutex<fastrand::Rng>,
     jobs: AtomicU64,
 }
@@ -91,10 +93,13 @@ impl RetryLayer {
         journal: Option<Arc<dyn Journal>>,
     ) -> Self {
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
+        let capacity = Arc::new(event_listener::Event::new());
+        let state: Arc<dyn State> = Arc::new(crate::wake::Waking::new(state, capacity.clone()));
         RetryLayer {
             inner: Arc::new(Inner {
                 config,
                 state,
+                capacity,
                 clock,
                 journal,
                 rng,

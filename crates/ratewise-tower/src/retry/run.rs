@@ -129,6 +129,8 @@ where
         // Admission: first attempts and retries alike. Waiting spends
         // deadline, never an attempt.
         let reservation = loop {
+            // Listen before asking, so a settle in between is not missed.
+            let capacity_back = crate::wake::listen(&inner.capacity);
             let now = clock.now();
             let req = AdmitRequest {
                 target,
@@ -154,7 +156,9 @@ where
                     }
                     tracing::debug!(job_id = %job.id, wait_ms = wait.as_millis() as u64,
                         reason = ?reason, "admission wait");
-                    clock.sleep_until(until).await;
+                    // Ask again at the computed instant, or as soon as a
+                    // settle, release or resume returns capacity.
+                    futures::future::select(clock.sleep_until(until), capacity_back).await;
                 }
                 Admission::Stopped { cause, until } => {
                     let d = Decision::new(Action::StopQueue { until })
