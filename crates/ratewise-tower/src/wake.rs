@@ -38,8 +38,7 @@ impl Waking {
     }
 }
 
-/// A listener to create *before* asking for admission, so a settle between
-/// the answer and the sleep is not missed.
+/// A listener for the next time capacity comes back.
 pub(crate) fn listen(capacity: &Event) -> EventListener {
     capacity.listen()
 }

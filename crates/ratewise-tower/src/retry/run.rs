@@ -129,8 +129,6 @@ where
         // Admission: first attempts and retries alike. Waiting spends
         // deadline, never an attempt.
         let reservation = loop {
-            // Listen before asking, so a settle in between is not missed.
-            let capacity_back = crate::wake::listen(&inner.capacity);
             let now = clock.now();
             let req = AdmitRequest {
                 target,
@@ -157,7 +155,11 @@ where
                     tracing::debug!(job_id = %job.id, wait_ms = wait.as_millis() as u64,
                         reason = ?reason, "admission wait");
                     // Ask again at the computed instant, or as soon as a
-                    // settle, release or resume returns capacity.
+                    // settle, release or resume returns capacity. Listening
+                    // only here keeps the admitted path free of it; a settle
+                    // landing between the answer and the listener costs at
+                    // most this one wait.
+                    let capacity_back = crate::wake::listen(&inner.capacity);
                     futures::future::select(clock.sleep_until(until), capacity_back).await;
                 }
                 Admission::Stopped { cause, until } => {
