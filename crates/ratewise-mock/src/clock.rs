@@ -107,7 +107,7 @@ impl Clock {
 /// assert_eq!(format_retry_after(Duration::from_millis(250)), "0.25");
 /// ```
 pub fn format_retry_after(real: Duration) -> String {
-    let ms = real.as_nanos().div_ceil(1_000_000);
+    let ms = ceil_ms(real).as_millis();
     let (secs, frac) = (ms / 1000, ms % 1000);
     if frac == 0 {
         secs.to_string()
@@ -115,6 +115,12 @@ pub fn format_retry_after(real: Duration) -> String {
         let f = format!("{frac:03}");
         format!("{secs}.{}", f.trim_end_matches('0'))
     }
+}
+
+/// `d` rounded up to whole milliseconds: every wait the mock states is
+/// rounded up, so a client that honours it never comes back early.
+pub fn ceil_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

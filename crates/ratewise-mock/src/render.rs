@@ -11,7 +11,7 @@ mod sse;
 
 pub use sse::{delivered_tokens, stream_error_frame, stream_frames, stream_headers, SseFrame};
 
-use crate::clock::{format_retry_after, TimeScale};
+use crate::clock::{ceil_ms, format_retry_after, TimeScale};
 use crate::faults::{Fault, RetryAfterFormat};
 use crate::model::{Answer, Outcome, WindowView};
 use crate::tokens::fnv1a;
@@ -186,10 +186,6 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
         }
     }
     h
-}
-
-fn ceil_ms(d: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX))
 }
 
 fn go_duration_ms(d: Duration) -> String {

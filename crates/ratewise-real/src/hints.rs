@@ -37,6 +37,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Body;
 use ratewise_core::parse::duration::{format_go_duration, parse_go_duration};
 use ratewise_core::time::{format_rfc3339, parse_rfc3339};
+use ratewise_mock::clock::ceil_ms;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -222,8 +223,4 @@ pub fn to_provider_time(headers: &mut HeaderMap, clock: &ScaledClock) {
             headers.insert(name, v);
         }
     }
-}
-
-fn ceil_ms(d: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX))
 }
