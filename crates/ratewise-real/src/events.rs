@@ -27,6 +27,9 @@ pub(crate) enum Ev {
     Arrive { level: Option<u64> },
     /// The layer is about to send attempt `attempt` of call `job_call`.
     Send { job_call: String, attempt: u32 },
+    /// The layer decided an attempt's answer (or transport failure): the
+    /// request is no longer in flight.
+    Answered,
     /// The client read a money answer (spend cap, billing).
     Money,
     /// A job ended.
@@ -66,6 +69,7 @@ impl Journal for EventJournal {
     }
 
     fn attempt_ended(&self, record: &AttemptRecord) {
+        self.0.push(Ev::Answered);
         if matches!(record.cause, Cause::SpendCap | Cause::Billing) {
             self.0.push(Ev::Money);
         }
@@ -131,7 +135,7 @@ pub(crate) fn replay(
     }
     let mut rec = Recorder::new(scenario, all);
     let limit = rec.binding_limit();
-    let (mut arrived, mut ended) = (0u64, 0u64);
+    let (mut arrived, mut ended, mut in_flight) = (0u64, 0u64, 0u64);
     let mut matched = 0u64;
     let mut last = Instant::ZERO;
     for (at, ev) in &events {
@@ -146,6 +150,7 @@ pub(crate) fn replay(
                 arrived += 1;
             }
             Ev::Send { job_call, attempt } => {
+                in_flight += 1;
                 let job = job_of(job_call).and_then(|j| all.get(j as usize));
                 match (job, by_send.get(&(job_call.as_str(), *attempt))) {
                     (Some(job), Some(r)) => {
@@ -155,6 +160,7 @@ pub(crate) fn replay(
                     _ => unmatched += 1,
                 }
             }
+            Ev::Answered => in_flight = in_flight.saturating_sub(1),
             Ev::Money => rec.on_money_answer(),
             Ev::End { job, how } => {
                 if let Some(j) = all.get(*job as usize) {
@@ -163,7 +169,10 @@ pub(crate) fn replay(
                 }
             }
         }
-        rec.on_outstanding(arrived - ended.min(arrived), level, at);
+        // Waiting: arrived, not ended, not in flight (as the simulation
+        // counts it).
+        let waiting = arrived.saturating_sub(ended).saturating_sub(in_flight);
+        rec.on_waiting(waiting, level, at);
     }
     unmatched += (by_send.len() as u64).saturating_sub(matched);
     (rec.finish(STRATEGY, end.max(last)), unmatched)

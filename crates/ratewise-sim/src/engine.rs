@@ -262,8 +262,7 @@ pub fn run(
             sim.active += 1;
             client.on_start(id, &mut sim);
         }
-        let outstanding = sim.arrived - sim.ended;
-        sim.rec.on_outstanding(outstanding, level, sim.now);
+        sim.rec.on_waiting(sim.open, level, sim.now);
         if sim.ended != last_ended {
             last_ended = sim.ended;
             progress(sim.ended, n as u64);

@@ -20,13 +20,19 @@
 //!   over limit, demand being the whole workload's requests, input tokens,
 //!   actual output tokens (or input + output for `tokens`).
 //! * **goodput_ratio**: units of the binding dimension the provider
-//!   admitted for successful sends, divided by the most it could have
-//!   admitted while work was waiting: `limit × waiting minutes` plus the
-//!   bucket's level at the start of each waiting interval (a provider's
-//!   bucket starts full, so the first minute can admit up to twice the
-//!   rate). "Waiting" = at least one job has arrived and has not ended
-//!   (queued, paced, backing off or in flight). 1.0 means the client used
-//!   every unit the provider offered while it had work.
+//!   admitted for successful sends, divided by the most any client could
+//!   have got while work was waiting: what a greedy client (one that takes
+//!   every unit the moment the bucket has it) gets, namely the bucket's
+//!   level when work first waits (a provider's bucket starts full, so the
+//!   first minute can admit up to twice the rate), plus `limit × waiting
+//!   minutes`, plus for each later waiting interval the refill of the gap
+//!   before it (at most one minute's worth). "Waiting" = at least one job
+//!   has arrived, has not ended and is not in flight (queued, paced or
+//!   backing off): while every outstanding job is being answered there is
+//!   nothing a client could send, so the drain at the end of a run and the
+//!   lulls of a client that keeps up are not held against it. 1.0 means
+//!   the client used every unit the provider offered while it had work to
+//!   send.
 //! * **makespan_s**: first arrival to the last job's end.
 //! * **latency**: a done job's answer time minus its arrival, p50 and p99
 //!   (nearest rank).
@@ -128,7 +134,9 @@ pub struct Recorder {
     late: u64,
     open_since: Option<Instant>,
     waiting_secs: f64,
-    credit: u64,
+    credit: f64,
+    closed_at: Option<Instant>,
+    sent_since_check: bool,
     first_arrival: Option<Instant>,
     last_end: Instant,
     timeline: Vec<SendSample>,
@@ -201,7 +209,9 @@ impl Recorder {
             late: 0,
             open_since: None,
             waiting_secs: 0.0,
-            credit: 0,
+            credit: 0.0,
+            closed_at: None,
+            sent_since_check: false,
             first_arrival: jobs.iter().map(|j| j.arrival).min(),
             last_end: Instant::ZERO,
             timeline: Vec::new(),
@@ -221,6 +231,7 @@ impl Recorder {
     /// A send and the provider's verdict.
     pub fn on_send(&mut self, job: &Job, a: &Answered, now: Instant) {
         self.sends += 1;
+        self.sent_since_check = true;
         if self.money_seen {
             self.sends_after_stop += 1;
         }
@@ -264,25 +275,56 @@ impl Recorder {
         }
     }
 
-    /// True when no job is outstanding.
+    /// True when no job is waiting.
     pub fn is_idle(&self) -> bool {
         self.open_since.is_none()
     }
 
-    /// After each event: how many jobs are outstanding, and the binding
-    /// bucket's level before the event (the credit of an interval that
-    /// starts now).
-    pub fn on_outstanding(&mut self, outstanding: u64, level: u64, now: Instant) {
-        match (outstanding > 0, self.open_since) {
+    /// After each event: how many jobs are waiting (arrived, not ended,
+    /// not in flight), and the binding bucket's level before the event.
+    ///
+    /// The allowance is what the greedy client — the one that takes every
+    /// unit the moment it is available while work waits — would have got,
+    /// and no client gets more (taking earlier never loses units to a
+    /// bucket's cap): the real bucket level when the first waiting interval
+    /// opens, the refill while work waits, and for each later interval the
+    /// refill of the gap before it, capped at one minute's worth (the greedy
+    /// client left the bucket empty when the previous interval closed).
+    /// Crediting the real level at every opening would count a slow
+    /// client's leftovers again and again.
+    pub fn on_waiting(&mut self, waiting: u64, level: u64, now: Instant) {
+        // A send is work that was waiting at that instant, even when the
+        // job went out in the same event that made it ready.
+        let sent = std::mem::take(&mut self.sent_since_check);
+        match (waiting > 0, self.open_since) {
             (true, None) => {
+                self.credit += self.opening_credit(level, now);
                 self.open_since = Some(now);
-                self.credit += level;
+            }
+            (false, None) if sent => {
+                self.credit += self.opening_credit(level, now);
+                self.closed_at = Some(now);
             }
             (false, Some(since)) => {
                 self.waiting_secs += now.saturating_duration_since(since).as_secs_f64();
                 self.open_since = None;
+                self.closed_at = Some(now);
             }
             _ => {}
+        }
+    }
+
+    /// What the greedy client finds in the bucket when work starts waiting
+    /// at `now`: the real level the first time, afterwards the refill since
+    /// work last stopped waiting (at most one minute's worth).
+    fn opening_credit(&self, level: u64, now: Instant) -> f64 {
+        let limit = self.binding_limit as f64;
+        match self.closed_at {
+            None => level as f64,
+            Some(closed) => {
+                let gap = now.saturating_duration_since(closed).as_secs_f64();
+                (limit / 60.0 * gap).min(limit)
+            }
         }
     }
 
@@ -301,7 +343,7 @@ impl Recorder {
             let rank = ((p * self.latencies.len() as f64).ceil() as usize).max(1);
             self.latencies[rank.min(self.latencies.len()) - 1]
         };
-        let allowance = self.binding_limit as f64 / 60.0 * self.waiting_secs + self.credit as f64;
+        let allowance = self.binding_limit as f64 / 60.0 * self.waiting_secs + self.credit;
         let first = self.first_arrival.unwrap_or(Instant::ZERO);
         Report {
             strategy: strategy.to_owned(),
@@ -344,4 +386,88 @@ impl Recorder {
 /// Rounds to 4 decimals: JSON stays short and byte-identical across runs.
 fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Delivery;
+    use std::time::Duration;
+
+    fn ok() -> Answered {
+        Answered {
+            delivery: Delivery::Response {
+                status: http::StatusCode::OK,
+                headers: http::HeaderMap::new(),
+                body: Vec::new(),
+            },
+            verdict: Verdict::Success,
+            grant: None,
+            latency: Duration::ZERO,
+        }
+    }
+
+    /// A requests-bound recorder (60 per minute: one unit per second).
+    fn recorder() -> (Recorder, Job) {
+        let mut s = Scenario::default_scenario();
+        s.limits.requests_per_min = Some(60);
+        s.limits.input_tokens_per_min = None;
+        s.limits.output_tokens_per_min = None;
+        s.limits.tokens_per_min = None;
+        let job = Job {
+            id: 0,
+            arrival: Instant::ZERO,
+            input_tokens: 10,
+            max_tokens: 10,
+            output_tokens: 10,
+        };
+        let r = Recorder::new(&s, &[job]);
+        assert_eq!((r.binding(), r.binding_limit()), (Dimension::Requests, 60));
+        (r, job)
+    }
+
+    fn at(s: u64) -> Instant {
+        Instant::from_millis(s * 1000)
+    }
+
+    #[test]
+    fn leftovers_of_a_slow_client_are_credited_once() {
+        let (mut r, job) = recorder();
+        // Work waits for 10 s with a full bucket (60), twice, 100 s apart;
+        // the client sends one request each time.
+        r.on_waiting(1, 60, at(0));
+        r.on_send(&job, &ok(), at(10));
+        r.on_waiting(0, 0, at(10));
+        r.on_waiting(1, 60, at(110));
+        r.on_send(&job, &ok(), at(120));
+        r.on_waiting(0, 0, at(120));
+        let rep = r.finish("t", at(120));
+        // Greedy: 60 + 10 the first time; min(60, 100) + 10 the second.
+        assert_eq!(rep.goodput_ratio, round4(2.0 / 140.0));
+    }
+
+    #[test]
+    fn a_send_in_the_event_that_made_it_ready_is_waiting_work() {
+        let (mut r, job) = recorder();
+        r.on_waiting(1, 60, at(0));
+        r.on_send(&job, &ok(), at(0));
+        r.on_waiting(0, 0, at(0));
+        // Answered and re-sent within one event 30 s later: no interval
+        // opens, yet the 30 s of refill before it were on offer.
+        r.on_send(&job, &ok(), at(30));
+        r.on_waiting(0, 0, at(30));
+        let rep = r.finish("t", at(30));
+        assert_eq!(rep.goodput_ratio, round4(2.0 / 90.0));
+    }
+
+    #[test]
+    fn in_flight_only_time_is_not_waiting() {
+        let (mut r, job) = recorder();
+        r.on_waiting(1, 0, at(0));
+        r.on_send(&job, &ok(), at(1));
+        // In flight from 1 s to 600 s: nothing to send, nothing owed.
+        r.on_waiting(0, 0, at(1));
+        let rep = r.finish("t", at(600));
+        assert_eq!(rep.goodput_ratio, 1.0);
+    }
 }

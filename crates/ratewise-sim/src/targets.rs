@@ -20,14 +20,17 @@ pub const MAX_429_SHARE: f64 = 0.01;
 /// Sends per done job over the unavoidable minimum.
 pub const MAX_SENDS_FACTOR: f64 = 1.02;
 /// How much lower ratewise's goodput may be than another strategy's while
-/// still "not losing" on goodput. A strategy that sends the whole backlog
-/// at once takes the provider's full bucket (a minute of the limit) in the
-/// first second; ratewise's ramp-up (10 % of the rate, growing ×1.5 per
-/// calm second) deliberately does not, and it reserves `max_tokens` before
-/// a send that may fail. Together that costs 2–4 % of the allowance on the
-/// shipped scenarios (45–60 min long); the retry storms that win those
-/// percent give up most of their jobs.
-pub const GOODPUT_TOLERANCE: f64 = 0.05;
+/// still "not losing" on goodput. A provider's bucket starts full: a
+/// strategy that sends its whole backlog at once takes a minute of the
+/// limit in the first second, and that credit is part of every strategy's
+/// allowance. ratewise deliberately does not release a backlog in one
+/// burst (its buckets hold 5 s of requests and 20 s of tokens, and a cold
+/// key ramps from 10 %), so it leaves 40–55 s of that credit unused: 1–2 %
+/// of the allowance on the shipped 45–60 minute scenarios, the whole
+/// measured gap. The strategies ahead by those percent give up most of
+/// their jobs after 20–30 sends each. This tolerance is reported, not
+/// hidden: `ratewise simulate --check` prints every comparison.
+pub const GOODPUT_TOLERANCE: f64 = 0.02;
 
 /// Every claim `ratewise` (the first report named `ratewise`) misses on
 /// this run; empty when all hold.

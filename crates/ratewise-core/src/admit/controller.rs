@@ -376,6 +376,8 @@ impl Controller {
         }
         if idle {
             restart_ramp(s, &self.cfg.ramp, t);
+        } else if s.ramp.calm(&self.cfg.ramp, t) {
+            apply_ramp(s, t);
         }
         let input = req
             .input_estimate

@@ -4,12 +4,22 @@
 //! The factor is kept in per-mille and applied to every bucket of a scope
 //! (rate and capacity alike, so a cold or cut bucket cannot release a
 //! burst). It restarts at `start` after idle, after a stop is lifted and
-//! when a scope is first used; it grows multiplicatively by `grow` on each
-//! calm completion (a settle), at most once per `step`; an acceleration
-//! 429 (`slow_down`) cuts it multiplicatively by `cut`, never below `start`.
-//! Multiplicative increase rather than additive: from 10 % a scope is back
-//! at full rate after about six calm steps, yet each step at most 1.5× the
-//! previous rate, which is what an acceleration limit tolerates.
+//! when a scope is first used (unless [`RampConfig::warm_start`]); it grows
+//! multiplicatively by `grow` for each `step` of time that passes without an
+//! acceleration 429; an acceleration 429 (`slow_down`) cuts it
+//! multiplicatively by `cut`, never below `start`, and growth resumes from
+//! the cut.
+//!
+//! Growth follows the clock, not completed answers. Answers arrive at the
+//! rate the ramp allows, so one growth step per answer keeps a slow start
+//! slow: at 10 % of a 30 000 input-tokens-per-minute bucket, 2 000-token
+//! jobs complete one every 40 s, and the ramp took minutes (3 % of a
+//! 55-minute backlog in the `burst-mixed` scenario). An acceleration limit
+//! answers at once, so a calm second is evidence enough. Multiplicative
+//! increase: from 10 % a scope is at full rate after six calm seconds, and
+//! no second's rate is more than 1.5× the previous one; the simulated
+//! acceleration limit (5 requests in the 10 s after an idle minute) sees no
+//! 429 on the `cold-start` scenario.
 
 use crate::time::Instant;
 use std::time::Duration;
@@ -19,7 +29,8 @@ use std::time::Duration;
 pub struct RampConfig {
     /// Starting fraction of the rate (default 100 = 10 %). 1000 disables the ramp.
     pub start: u32,
-    /// Growth per calm step (default 1500 = ×1.5).
+    /// Growth per calm step of time (default 1500 = ×1.5 per second: from
+    /// 10 % to full in six seconds without an acceleration 429).
     pub grow: u32,
     /// Cut on an acceleration 429 (default 500 = ×0.5).
     pub cut: u32,
@@ -28,6 +39,12 @@ pub struct RampConfig {
     /// A scope with no admission for longer than this restarts the ramp
     /// (default 60 s).
     pub idle_after: Duration,
+    /// Start a scope's first use at full rate instead of `start` (default
+    /// `false`). For a key known to be busy — a worker joining a running
+    /// fleet, a restart in the middle of steady traffic — the provider sees
+    /// no sharp increase, so ramping again only wastes capacity. Idle,
+    /// lifted stops and acceleration 429s still ramp.
+    pub warm_start: bool,
 }
 
 impl Default for RampConfig {
@@ -38,6 +55,7 @@ impl Default for RampConfig {
             cut: 500,
             step: Duration::from_secs(1),
             idle_after: Duration::from_secs(60),
+            warm_start: false,
         }
     }
 }
@@ -50,10 +68,15 @@ pub struct Ramp {
 }
 
 impl Ramp {
-    /// A ramp at the start fraction.
+    /// A ramp for a scope's first use: at the start fraction, or at full
+    /// rate with [`RampConfig::warm_start`].
     pub fn new(cfg: &RampConfig) -> Self {
         Ramp {
-            permille: cfg.start.clamp(1, 1000),
+            permille: if cfg.warm_start {
+                1000
+            } else {
+                cfg.start.clamp(1, 1000)
+            },
             last_step: None,
         }
     }
@@ -69,20 +92,41 @@ impl Ramp {
         self.last_step = Some(now);
     }
 
-    /// A calm completion: grow, at most once per `step`. Returns whether the
-    /// factor changed.
+    /// Time passed without an acceleration 429: grow by `grow` for each
+    /// whole `step` since the last change (a cut or a restart counts as a
+    /// change). Returns whether the factor changed.
+    ///
+    /// Growth follows the clock rather than completed answers: answers
+    /// arrive at the rate the ramp allows, so growing once per answer keeps
+    /// a slow start slow (at 10 % of 50 RPM with 2 000-token jobs, one
+    /// answer every 40 s). An acceleration limit answers quickly, so a
+    /// step of calm time is the evidence.
     pub fn calm(&mut self, cfg: &RampConfig, now: Instant) -> bool {
         if self.permille >= 1000 {
             return false;
         }
-        if let Some(t) = self.last_step {
-            if now.saturating_duration_since(t) < cfg.step {
-                return false;
+        let Some(t) = self.last_step else {
+            self.last_step = Some(now);
+            return false;
+        };
+        let step = cfg.step.as_nanos().max(1);
+        let elapsed = now.saturating_duration_since(t).as_nanos();
+        let steps = elapsed / step;
+        if steps == 0 {
+            return false;
+        }
+        let grow = u64::from(cfg.grow.max(1001));
+        let mut p = u64::from(self.permille);
+        for _ in 0..steps.min(64) {
+            p = (p * grow).div_ceil(1000).max(p + 1);
+            if p >= 1000 {
+                break;
             }
         }
-        let next = (u64::from(self.permille) * u64::from(cfg.grow.max(1000))).div_ceil(1000);
-        self.permille = (next.min(1000) as u32).max(self.permille + 1).min(1000);
-        self.last_step = Some(now);
+        self.permille = p.min(1000) as u32;
+        // Keep the remainder of a partial step.
+        let used = u64::try_from(steps.saturating_mul(step)).unwrap_or(u64::MAX);
+        self.last_step = Some(t + std::time::Duration::from_nanos(used));
         true
     }
 
@@ -99,9 +143,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grows_to_full_and_cuts_to_floor() {
+    fn grows_one_step_per_calm_second_to_full_and_cuts_to_floor() {
         let cfg = RampConfig::default();
         let mut r = Ramp::new(&cfg);
+        // The first call starts the clock.
+        assert!(!r.calm(&cfg, Instant::ZERO));
         let mut t = Instant::ZERO;
         let mut steps = 0;
         while r.permille() < 1000 {
@@ -120,11 +166,53 @@ mod tests {
     }
 
     #[test]
-    fn at_most_one_step_per_interval() {
+    fn no_growth_within_a_step_and_the_remainder_is_kept() {
         let cfg = RampConfig::default();
         let mut r = Ramp::new(&cfg);
-        assert!(r.calm(&cfg, Instant::from_millis(10)));
-        assert!(!r.calm(&cfg, Instant::from_millis(500)));
-        assert!(r.calm(&cfg, Instant::from_millis(1010)));
+        r.restart(&cfg, Instant::ZERO);
+        assert!(!r.calm(&cfg, Instant::from_millis(999)));
+        assert_eq!(r.permille(), 100);
+        assert!(r.calm(&cfg, Instant::from_millis(1500)));
+        assert_eq!(r.permille(), 150);
+        // 1.5 s + 0.5 s = the second whole step since the restart.
+        assert!(r.calm(&cfg, Instant::from_millis(2000)));
+        assert_eq!(r.permille(), 225);
+    }
+
+    #[test]
+    fn a_long_calm_catches_up_all_its_steps_at_once() {
+        let cfg = RampConfig::default();
+        let mut r = Ramp::new(&cfg);
+        r.restart(&cfg, Instant::ZERO);
+        assert!(r.calm(&cfg, Instant::from_millis(3000)));
+        // 100 -> 150 -> 225 -> 338 (rounded up).
+        assert_eq!(r.permille(), 338);
+        assert!(r.calm(&cfg, Instant::from_millis(3_600_000)));
+        assert_eq!(r.permille(), 1000);
+    }
+
+    #[test]
+    fn a_cut_restarts_the_step_clock() {
+        let cfg = RampConfig::default();
+        let mut r = Ramp::new(&cfg);
+        r.restart(&cfg, Instant::ZERO);
+        assert!(r.calm(&cfg, Instant::from_millis(4000)));
+        let before = r.permille();
+        r.slow_down(&cfg, Instant::from_millis(4500));
+        assert_eq!(r.permille(), (before / 2).max(100));
+        assert!(!r.calm(&cfg, Instant::from_millis(5400)));
+        assert!(r.calm(&cfg, Instant::from_millis(5500)));
+    }
+
+    #[test]
+    fn warm_start_begins_at_full_rate_but_idle_still_ramps() {
+        let cfg = RampConfig {
+            warm_start: true,
+            ..RampConfig::default()
+        };
+        let mut r = Ramp::new(&cfg);
+        assert_eq!(r.permille(), 1000);
+        r.restart(&cfg, Instant::from_millis(100_000));
+        assert_eq!(r.permille(), 100);
     }
 }

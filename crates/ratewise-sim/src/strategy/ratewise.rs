@@ -11,7 +11,8 @@
 //! only when `Controller::admit` says `Go`.
 //!
 //! The controller is configured as a user configures it for their tier:
-//! the scenario's limits; everything else is `Config::default()`.
+//! the scenario's limits, a warm start when the scenario's key is warm;
+//! everything else is `Config::default()`.
 //!
 //! Jobs wait for admission oldest first (earliest deadline first, since
 //! every job has the same deadline budget).
@@ -21,7 +22,9 @@ use crate::engine::{Client, Sim, Terminal};
 use crate::provider::{Answered, Delivery, SimProvider};
 use crate::scenario::Scenario;
 use http::StatusCode;
-use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Reservation, Target};
+use ratewise_core::admit::{
+    Admission, AdmitRequest, Config, Controller, RampConfig, Reservation, Target,
+};
 use ratewise_core::classify::{
     classify_response, classify_transport, Classification, ResponseView, TransportFailure,
 };
@@ -58,11 +61,18 @@ pub struct Ratewise {
 
 /// The controller configuration the `ratewise` strategy uses for a
 /// scenario: the scenario's limits (what a user configures for their
-/// tier); everything else, the burst included, is `Config::default()`.
+/// tier) and, on a warm scenario, [`RampConfig::warm_start`] (the user
+/// knows the key is busy: the run continues steady traffic, so there is
+/// nothing to ramp from); everything else, the burst included, is
+/// `Config::default()`.
 pub fn controller_config(scenario: &Scenario) -> Config {
     Config {
         limits: scenario.limits.to_core(),
         seed: scenario.seed,
+        ramp: RampConfig {
+            warm_start: scenario.warm,
+            ..RampConfig::default()
+        },
         ..Config::default()
     }
 }
