@@ -202,6 +202,8 @@ where
         };
         let now = clock.now();
 
+        // Set by a transport failure: its reservation and what happened.
+        let mut transport: Option<(Reservation, TransportFailure)> = None;
         let answer = match result {
             Ok(resp) if resp.status().is_success() => {
                 match success(
@@ -253,48 +255,17 @@ where
                 } else {
                     TransportFailure::ConnectRefused
                 };
-                let c = classify_transport(cfg.provider.unwrap_or(Provider::Generic), failure);
-                // Reservation handling waits for the decision (held or not).
-                let answer = Answer {
-                    classification: c,
+                // Whether the reservation is held depends on the decision.
+                transport = Some((reservation, failure));
+                Answer {
+                    classification: classify_transport(
+                        cfg.provider.unwrap_or(Provider::Generic),
+                        failure,
+                    ),
                     response: None,
                     source: Some(e),
                     usage: None,
-                };
-                let now = clock.now();
-                let d = decide(
-                    policy,
-                    &JobState::new(sent, job.arrived, job.deadline),
-                    &answer.classification,
-                    now,
-                    &mut rng,
-                );
-                let held = if d.action == Action::HoldUnknown {
-                    state.hold_unknown(&reservation, now);
-                    Some(reservation)
-                } else if failure.maybe_sent() {
-                    // Retried by policy: the first send may have run.
-                    let worst = estimate(&reservation);
-                    settle_or_release(state.as_ref(), reservation, Some(worst), now);
-                    None
-                } else {
-                    state.release(reservation, now);
-                    None
-                };
-                let (delay, answer) = finish(
-                    &inner,
-                    &job,
-                    target,
-                    sent,
-                    answer,
-                    d,
-                    now,
-                    &mut records,
-                    held,
-                )?;
-                last = Some(answer);
-                clock.sleep_until(now.instant + delay).await;
-                continue;
+                }
             }
         };
 
@@ -305,6 +276,8 @@ where
             now,
             &mut rng,
         );
+        let held = transport
+            .and_then(|(res, failure)| after_transport(state.as_ref(), res, failure, &d, now));
         let (delay, answer) = finish(
             &inner,
             &job,
@@ -314,11 +287,35 @@ where
             d,
             now,
             &mut records,
-            None,
+            held,
         )?;
         last = Some(answer);
         // Never before the decided delay; admission may add its own wait.
         clock.sleep_until(now.instant + delay).await;
+    }
+}
+
+/// The reservation of an attempt that failed in transport, once its
+/// decision is known: held while the outcome is unknown (returned, to go
+/// with the error); charged at its estimate when the policy retries a send
+/// that may have run; released when the request provably never left.
+fn after_transport(
+    state: &dyn crate::State,
+    res: Reservation,
+    failure: TransportFailure,
+    d: &Decision,
+    now: Now,
+) -> Option<Reservation> {
+    if d.action == Action::HoldUnknown {
+        state.hold_unknown(&res, now);
+        Some(res)
+    } else if failure.maybe_sent() {
+        let worst = estimate(&res);
+        state.settle(res, &worst, now);
+        None
+    } else {
+        state.release(res, now);
+        None
     }
 }
 
