@@ -8,7 +8,7 @@
 //! | `jobs_done` | within ±2% of the jobs (at least ±5 jobs; ±5 more when the queue stopped) |
 //! | `sends_per_done_job` | within ±0.05 |
 //! | share of sends answered 429 | both ≤ 1%, or within ±0.01 of each other |
-//! | `goodput_ratio` | within ±0.07 |
+//! | `goodput_ratio` | within ±0.04 |
 //! | `sends_after_stop` | 0 in both |
 //!
 //! The floor of ±5 jobs is for small runs, where a few resets or
@@ -144,8 +144,8 @@ pub fn compare(virt: &Report, real: &Report) -> Vec<Check> {
             "goodput_ratio",
             virt.goodput_ratio,
             real.goodput_ratio,
-            "within ±0.07".into(),
-            Some((virt.goodput_ratio - real.goodput_ratio).abs() <= 0.07 + 1e-9),
+            "within ±0.04".into(),
+            Some((virt.goodput_ratio - real.goodput_ratio).abs() <= 0.04 + 1e-9),
         ),
         c(
             "sends_after_stop",
