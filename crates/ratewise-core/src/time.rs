@@ -140,7 +140,7 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
 /// per response made it a fifth of classification). Anything else —
 /// fractions, offsets, leap seconds, odd digits — returns `None` and goes
 /// to `time`'s RFC 3339 parser, which a property test uses as the oracle.
-fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
+pub(crate) fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
     if b.len() != 20
         || b[4] != b'-'
         || b[7] != b'-'

@@ -1,24 +1,24 @@
 //! Which ceiling a rate limit hit: the message's words first (they name
 //! the limit that was enforced), then the header whose `remaining` is zero.
 
-use crate::parse::body::ProviderError;
+use crate::classify::codes::ErrorFields;
 use crate::parse::ratelimit::RateLimitSnapshot;
 use crate::vocab::{Dimension, Provider};
 
 pub(super) fn limited_dimension(
     provider: Provider,
-    error: Option<&ProviderError>,
+    error: Option<ErrorFields<'_>>,
     ratelimit: &RateLimitSnapshot,
 ) -> Option<Dimension> {
     if let Some(e) = error {
         if provider == Provider::Openai {
-            match e.error_type.as_deref() {
+            match e.error_type {
                 Some("tokens") => return Some(Dimension::Tokens),
                 Some("requests") => return Some(Dimension::Requests),
                 _ => {}
             }
         }
-        if let Some(d) = e.message.as_deref().and_then(|m| from_message(provider, m)) {
+        if let Some(d) = e.message.and_then(|m| from_message(provider, m)) {
             return Some(d);
         }
     }

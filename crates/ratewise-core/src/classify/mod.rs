@@ -25,6 +25,7 @@
 pub mod codes;
 mod detect;
 mod dimension;
+mod headers;
 mod money;
 mod status;
 mod transport;
@@ -32,9 +33,8 @@ mod transport;
 pub use detect::detect_provider;
 pub use transport::TransportFailure;
 
-use crate::parse::body::{parse_error_body, ProviderError, Unreadable};
+use crate::parse::body::{parse_error_ref, Unreadable};
 use crate::parse::ratelimit::RateLimitSnapshot;
-use crate::parse::request_id::request_id_from_headers;
 use crate::parse::retry_after::{HintSource, RetryHeaders};
 use crate::parse::{message, Rejected};
 use crate::vocab::{Cause, Dimension, Provider, Scope};
@@ -153,12 +153,16 @@ pub fn classify_response(
     wall_now: SystemTime,
 ) -> Classification {
     let status = response.status;
-    let headers = response.headers;
-    let retry = RetryHeaders::from_headers(headers, wall_now);
+    let headers::HeaderScan {
+        retry,
+        ratelimit,
+        ids,
+    } = headers::HeaderScan::new(response.headers, wall_now);
+    let retry = &retry;
     let mut hints = Hints {
         should_retry: retry.should_retry.and_then(Result::ok),
         rejected: retry.rejected(),
-        ratelimit: RateLimitSnapshot::from_headers(headers, provider),
+        ratelimit,
         ..Hints::default()
     };
     let mut notes = Vec::new();
@@ -177,7 +181,7 @@ pub fn classify_response(
             dimension: None,
             hints,
             evidence: Evidence {
-                request_id: request_id_from_headers(headers),
+                request_id: ids.request_id(),
                 error_type: None,
                 error_code: None,
                 message: None,
@@ -187,20 +191,23 @@ pub fn classify_response(
         };
     }
 
+    // Borrowed from the body: only what the classification keeps is copied.
     let (parsed, body_reading) = if provider == Provider::Generic {
         (None, BodyReading::NotRead)
     } else {
-        match parse_error_body(response.body) {
+        match parse_error_ref(response.body) {
             Ok(e) => (Some(e), BodyReading::Structured),
             Err(u) => (None, BodyReading::Unreadable(u)),
         }
     };
+    let fields = parsed.as_ref().map(|e| e.fields());
+    let message = fields.and_then(|f| f.message);
 
     // A billing phrase beats an "invalid request" code (a 400 that means money).
-    let body_cause = parsed.as_ref().and_then(|e| {
-        let coded = cause_of_error(provider, e.fields());
+    let body_cause = fields.and_then(|f| {
+        let coded = cause_of_error(provider, f);
         match coded {
-            None | Some(Cause::InvalidRequest) => money::cause_from_message(e).or(coded),
+            None | Some(Cause::InvalidRequest) => money::cause_from_message(message).or(coded),
             known => known,
         }
     });
@@ -209,19 +216,18 @@ pub fn classify_response(
         status,
         body_cause,
         body_reading,
-        &retry,
+        retry,
         &mut notes,
     );
 
-    let message = parsed.as_ref().and_then(|e| e.message.as_deref());
     let dimension = match cause {
         Cause::RateLimited | Cause::RequestTooLarge => {
-            dimension::limited_dimension(provider, parsed.as_ref(), &hints.ratelimit)
+            dimension::limited_dimension(provider, fields, &hints.ratelimit)
         }
         _ => None,
     };
     hints.wait = wait_hint(
-        &retry,
+        retry,
         message,
         dimension,
         &hints.ratelimit,
@@ -229,7 +235,7 @@ pub fn classify_response(
         &mut hints.rejected,
     );
     if cause.is_money() || cause == Cause::Authentication {
-        hints.resume_at = money::resume_at(provider, cause, parsed.as_ref(), wall_now);
+        hints.resume_at = money::resume_at(provider, cause, message, wall_now);
     }
     if cause == Cause::RequestTooLarge {
         if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
@@ -238,17 +244,9 @@ pub fn classify_response(
         }
     }
 
-    let request_id = request_id_from_headers(headers)
-        .or_else(|| parsed.as_ref().and_then(|e| e.request_id.clone()));
-    let (error_type, error_code, message) = match parsed {
-        Some(ProviderError {
-            error_type,
-            code,
-            message,
-            ..
-        }) => (error_type, code, message),
-        None => (None, None, None),
-    };
+    let request_id = ids
+        .request_id()
+        .or_else(|| parsed.as_ref().and_then(|e| e.request_id()));
     Classification {
         provider,
         status: Some(status.as_u16()),
@@ -259,9 +257,9 @@ pub fn classify_response(
         hints,
         evidence: Evidence {
             request_id,
-            error_type,
-            error_code,
-            message,
+            error_type: fields.and_then(|f| f.error_type).map(str::to_owned),
+            error_code: fields.and_then(|f| f.code).map(str::to_owned),
+            message: message.map(str::to_owned),
             body: body_reading,
             notes,
         },

@@ -79,6 +79,73 @@ impl ProviderError {
 /// assert_eq!(parse_error_body(b"<html>502</html>"), Err(Unreadable::NotJson));
 /// ```
 pub fn parse_error_body(body: &[u8]) -> Result<ProviderError, Unreadable> {
+    parse_error_ref(body).map(|e| e.to_owned_error())
+}
+
+/// A provider error borrowed from the body: the classifier reads the fields
+/// in place and copies only those a classification keeps. Every accessor
+/// clips as [`ProviderError`]'s fields are clipped, so both read the same.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorRef<'a> {
+    error_type: Option<Cow<'a, str>>,
+    code: Option<Cow<'a, str>>,
+    message: Option<Cow<'a, str>>,
+    param: Option<Cow<'a, str>>,
+    request_id: Option<Cow<'a, str>>,
+}
+
+fn clipped<'s>(field: &'s Option<Cow<'_, str>>) -> Option<&'s str> {
+    field
+        .as_deref()
+        .map(|s| crate::parse::clip(s, MAX_MESSAGE_LEN))
+}
+
+impl ErrorRef<'_> {
+    /// `error.type`, as [`ProviderError::error_type`].
+    pub(crate) fn error_type(&self) -> Option<&str> {
+        clipped(&self.error_type)
+    }
+
+    /// `error.code` or `error.details.error_code`, as [`ProviderError::code`].
+    pub(crate) fn code(&self) -> Option<&str> {
+        clipped(&self.code)
+    }
+
+    /// `error.message`, as [`ProviderError::message`].
+    pub(crate) fn message(&self) -> Option<&str> {
+        clipped(&self.message)
+    }
+
+    /// The body's request id, as [`ProviderError::request_id`] (allocates).
+    pub(crate) fn request_id(&self) -> Option<String> {
+        self.request_id
+            .as_deref()
+            .and_then(|id| crate::parse::request_id::clean(id.as_bytes()))
+    }
+
+    /// The fields the code table reads.
+    pub(crate) fn fields(&self) -> ErrorFields<'_> {
+        ErrorFields {
+            error_type: self.error_type(),
+            code: self.code(),
+            message: self.message(),
+        }
+    }
+
+    fn to_owned_error(&self) -> ProviderError {
+        ProviderError {
+            error_type: self.error_type().map(str::to_owned),
+            code: self.code().map(str::to_owned),
+            message: self.message().map(str::to_owned),
+            param: clipped(&self.param).map(str::to_owned),
+            request_id: self.request_id(),
+        }
+    }
+}
+
+/// [`parse_error_body`] without copying: the fields borrow from `body`
+/// (unless JSON escapes had to be decoded).
+pub(crate) fn parse_error_ref(body: &[u8]) -> Result<ErrorRef<'_>, Unreadable> {
     let (bytes, truncated) = prefix(body)?;
     let env: Envelope<'_> = match serde_json::from_slice(bytes) {
         Ok(env) => env,
@@ -92,15 +159,12 @@ pub fn parse_error_body(body: &[u8]) -> Result<ProviderError, Unreadable> {
         .code
         .0
         .or_else(|| err.details.and_then(|d| d.error_code.0));
-    Ok(ProviderError {
-        error_type: err.kind.0.map(own),
-        code: code.map(own),
-        message: err.message.0.map(own),
-        param: err.param.0.map(own),
-        request_id: env
-            .request_id
-            .0
-            .and_then(|id| crate::parse::request_id::clean(id.as_bytes())),
+    Ok(ErrorRef {
+        error_type: err.kind.0,
+        code,
+        message: err.message.0,
+        param: err.param.0,
+        request_id: env.request_id.0,
     })
 }
 
@@ -135,13 +199,6 @@ fn prefix_any(body: &[u8]) -> Option<(&[u8], bool)> {
         Some((&body[..MAX_BODY_PREFIX], true))
     } else {
         Some((body, false))
-    }
-}
-
-fn own(s: Cow<'_, str>) -> String {
-    match s {
-        Cow::Owned(o) if o.len() <= MAX_MESSAGE_LEN => o,
-        other => crate::parse::clip(&other, MAX_MESSAGE_LEN).to_owned(),
     }
 }
 

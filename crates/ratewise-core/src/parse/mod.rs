@@ -74,6 +74,23 @@ pub(crate) fn header_text(raw: &[u8]) -> Result<&str, Rejected> {
     std::str::from_utf8(trimmed).map_err(|_| Rejected::NotText)
 }
 
+/// [`header_text`] of a header value, without re-validating UTF-8:
+/// `HeaderValue::to_str` checks the same visible-ASCII set, so the result
+/// and every rejection reason are the same.
+pub(crate) fn value_text(value: &http::HeaderValue) -> Result<&str, Rejected> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Rejected::TooLong);
+    }
+    // An all-OWS value is visible ASCII, so `Empty` still wins over `NotText`
+    // exactly as in `header_text` (a non-text byte is never OWS).
+    let text = value.to_str().map_err(|_| Rejected::NotText)?;
+    let trimmed = text.trim_matches([' ', '\t']);
+    if trimmed.is_empty() {
+        return Err(Rejected::Empty);
+    }
+    Ok(trimmed)
+}
+
 /// `raw` without optional whitespace around it (RFC 9110 OWS), bounded.
 pub(crate) fn trim_ows(raw: &[u8]) -> Result<&[u8], Rejected> {
     if raw.len() > MAX_VALUE_LEN {

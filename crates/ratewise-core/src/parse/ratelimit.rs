@@ -7,10 +7,9 @@
 //! Go-style duration. A reset means "bucket full again", not "earliest
 //! retry". Token `remaining` values may be rounded to thousands.
 
-use super::duration::parse_go_duration;
-use super::{header_text, Rejected};
+use super::{header_text, trim_ows, value_text, Rejected};
 use crate::vocab::{Dimension, Provider};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use std::time::{Duration, SystemTime};
 
 /// When a bucket is full again, as the server said it.
@@ -75,16 +74,62 @@ impl RateLimitSnapshot {
     pub fn from_headers(headers: &HeaderMap, _provider: Provider) -> Self {
         let mut snap = RateLimitSnapshot::default();
         for (name, value) in headers {
-            let name = name.as_str();
-            if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
-                snap.read_anthropic(rest, name, value.as_bytes(), false);
-            } else if let Some(rest) = name.strip_prefix("anthropic-priority-") {
-                snap.read_anthropic(rest, name, value.as_bytes(), true);
-            } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
-                snap.read_openai(rest, name, value.as_bytes());
-            }
+            snap.read_header(name.as_str(), value);
         }
         snap
+    }
+
+    /// Reads one header when its name belongs to a rate-limit family (true),
+    /// so one pass over a response's headers can feed several readers.
+    /// Repeated headers: the last valid value wins, every bad one is noted.
+    pub(crate) fn read_header(&mut self, name: &str, value: &HeaderValue) -> bool {
+        let (family, rest) = if let Some(rest) = name.strip_prefix("anthropic-") {
+            if let Some(rest) = rest.strip_prefix("ratelimit-") {
+                (Family::Anthropic, rest)
+            } else if let Some(rest) = rest.strip_prefix("priority-") {
+                (Family::Priority, rest)
+            } else {
+                return false;
+            }
+        } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+            (Family::Openai, rest)
+        } else {
+            return false;
+        };
+        // Anthropic: `<dim>-<field>`; OpenAI: `<field>-<dim>`. Fields have no '-'.
+        let split = match family {
+            Family::Openai => rest.split_once('-').map(|(field, dim)| (dim, field)),
+            Family::Anthropic | Family::Priority => rest.rsplit_once('-'),
+        };
+        let Some((dim, field)) = split else {
+            return true;
+        };
+        let field = match field {
+            "limit" => FieldKind::Limit,
+            "remaining" => FieldKind::Remaining,
+            "reset" => FieldKind::Reset,
+            _ => return true,
+        };
+        // Unknown dimensions are ignored unread, their bad values unnoted.
+        let Some(window) = self.slot(dim, family == Family::Priority) else {
+            return true;
+        };
+        let raw = value.as_bytes();
+        let stored = match field {
+            FieldKind::Limit => parse_count(raw).map(|n| window.limit = Some(n)),
+            FieldKind::Remaining => parse_count(raw).map(|n| window.remaining = Some(n)),
+            FieldKind::Reset if family == Family::Openai => value_text(value)
+                .and_then(super::duration::go_duration_of_text)
+                .map(|d| window.reset = Some(Reset::After(d))),
+            FieldKind::Reset => parse_instant(raw).map(|t| window.reset = Some(Reset::At(t))),
+        };
+        // Bounded: a response cannot grow the list past 32 entries.
+        if let Err(reason) = stored {
+            if self.rejected.len() < 32 {
+                self.rejected.push((name.to_owned(), reason));
+            }
+        }
+        true
     }
 
     /// The window of one dimension.
@@ -132,64 +177,23 @@ impl RateLimitSnapshot {
             _ => return None,
         })
     }
-
-    fn read_anthropic(&mut self, rest: &str, name: &str, raw: &[u8], priority: bool) {
-        // `<dim>-<field>`: match the three field suffixes directly.
-        let Some((dim, field)) = ["limit", "remaining", "reset"].iter().find_map(|field| {
-            let dim = rest.strip_suffix(field)?.strip_suffix('-')?;
-            Some((dim, *field))
-        }) else {
-            return;
-        };
-        let parsed = match field {
-            "limit" | "remaining" => parse_count(raw).map(Field::Count),
-            "reset" => parse_instant(raw).map(|t| Field::Reset(Reset::At(t))),
-            _ => return,
-        };
-        self.store(dim, field, priority, name, parsed);
-    }
-
-    fn read_openai(&mut self, rest: &str, name: &str, raw: &[u8]) {
-        let Some((field, dim)) = rest.split_once('-') else {
-            return;
-        };
-        let parsed = match field {
-            "limit" | "remaining" => parse_count(raw).map(Field::Count),
-            "reset" => header_text(raw)
-                .and_then(parse_go_duration)
-                .map(|d| Field::Reset(Reset::After(d))),
-            _ => return,
-        };
-        self.store(dim, field, false, name, parsed);
-    }
-
-    fn store(
-        &mut self,
-        dim: &str,
-        field: &str,
-        priority: bool,
-        name: &str,
-        parsed: Result<Field, Rejected>,
-    ) {
-        let Some(window) = self.slot(dim, priority) else {
-            return;
-        };
-        match (field, parsed) {
-            ("limit", Ok(Field::Count(n))) => window.limit = Some(n),
-            ("remaining", Ok(Field::Count(n))) => window.remaining = Some(n),
-            ("reset", Ok(Field::Reset(r))) => window.reset = Some(r),
-            // Bounded: a response cannot grow the list past 32 entries.
-            (_, Err(reason)) if self.rejected.len() < 32 => {
-                self.rejected.push((name.to_owned(), reason));
-            }
-            _ => {}
-        }
-    }
 }
 
-enum Field {
-    Count(u64),
-    Reset(Reset),
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// `anthropic-ratelimit-*`.
+    Anthropic,
+    /// `anthropic-priority-*`.
+    Priority,
+    /// `x-ratelimit-*`.
+    Openai,
+}
+
+#[derive(Clone, Copy)]
+enum FieldKind {
+    Limit,
+    Remaining,
+    Reset,
 }
 
 /// A non-negative integer count (`50`, `30000`).
@@ -215,6 +219,11 @@ pub fn parse_count(raw: &[u8]) -> Result<u64, Rejected> {
 
 /// An RFC 3339 instant such as `2026-11-29T12:00:04Z`.
 pub fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
+    // The form Anthropic sends is read straight from the bytes; whatever it
+    // accepts is visible ASCII, so the checks below would have passed.
+    if let Some(t) = crate::time::utc_seconds_fast_path(trim_ows(raw)?) {
+        return Ok(t);
+    }
     let s = header_text(raw)?;
     crate::time::parse_rfc3339(s).ok_or(Rejected::Garbage)
 }
