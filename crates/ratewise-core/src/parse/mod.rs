@@ -8,6 +8,7 @@
 
 pub mod body;
 pub mod duration;
+mod envelope;
 pub mod message;
 pub mod ratelimit;
 pub mod request_id;
