@@ -141,8 +141,8 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
 /// fractions, offsets, leap seconds, odd digits — returns `None` and goes
 /// to `time`'s RFC 3339 parser, which a property test uses as the oracle.
 pub(crate) fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
-    if b.len() != 20
-        || b[4] != b'-'
+    let b: &[u8; 20] = b.try_into().ok()?;
+    if b[4] != b'-'
         || b[7] != b'-'
         || b[10] != b'T'
         || b[13] != b':'
@@ -151,13 +151,16 @@ pub(crate) fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
     {
         return None;
     }
-    let num = |at: usize, len: usize| -> Option<i64> {
-        b[at..at + len].iter().try_fold(0i64, |n, &c| {
-            c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
-        })
-    };
-    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
-    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    // Every digit position at once: a byte below '0' wraps to a large value.
+    let digit = |at: usize| i64::from(b[at].wrapping_sub(b'0'));
+    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
+    if DIGITS.iter().any(|&at| digit(at) > 9) {
+        return None;
+    }
+    let two = |at: usize| digit(at) * 10 + digit(at + 1);
+    let year = two(0) * 100 + two(2);
+    let (month, day) = (two(5), two(8));
+    let (hour, minute, second) = (two(11), two(14), two(17));
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let month_days = [
         31,
@@ -242,5 +245,14 @@ mod tests {
             "2028-02-29T23:59:59Z"
         );
         assert_eq!(parse_rfc3339("2027-02-29T00:00:00Z"), None);
+        // Bytes just outside '0'..='9' are not digits to the fast path.
+        for s in [
+            "2026-11-2:T12:00:00Z",
+            "2026-1/-29T12:00:00Z",
+            "+026-11-29T12:00:00Z",
+        ] {
+            assert_eq!(utc_seconds_fast_path(s.as_bytes()), None, "{s}");
+            assert_eq!(parse_rfc3339(s), by_time_crate(s), "{s}");
+        }
     }
 }

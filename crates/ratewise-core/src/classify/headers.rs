@@ -69,3 +69,44 @@ impl RequestIds<'_> {
             .find_map(clean_value)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::request_id::request_id_from_headers;
+    use crate::vocab::Provider;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    proptest! {
+        /// One pass gives what the look-ups by name give.
+        #[test]
+        fn one_pass_agrees_with_the_readers(
+            pairs in prop::collection::vec((
+                prop::sample::select(vec![
+                    "retry-after", "retry-after-ms", "x-should-retry", "request-id",
+                    "x-request-id", "anthropic-ratelimit-requests-remaining",
+                    "x-ratelimit-reset-tokens", "retry-afte", "x-request-ids", "content-type",
+                ]),
+                prop::sample::select(vec![
+                    &b"8"[..], b" 2.5 ", b"1500", b"true", b"FALSE", b"yes", b"", b" ", b"-1",
+                    b"NaN", b"req_011CVrl1", b"a b", b"\xff", b"Sun, 29 Nov 2026 12:00:30 GMT",
+                    b"1.146s", b"0",
+                ]),
+            ), 0..16)
+        ) {
+            let mut h = HeaderMap::new();
+            for (k, v) in &pairs {
+                h.append(*k, HeaderValue::from_bytes(v).unwrap());
+            }
+            let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_953_600);
+            let scan = HeaderScan::new(&h, wall);
+            prop_assert_eq!(scan.retry, RetryHeaders::from_headers(&h, wall));
+            prop_assert_eq!(
+                scan.ratelimit,
+                RateLimitSnapshot::from_headers(&h, Provider::Anthropic)
+            );
+            prop_assert_eq!(scan.ids.request_id(), request_id_from_headers(&h));
+        }
+    }
+}

@@ -154,13 +154,14 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        let len = self.bytes()[start..]
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-        let end = start + len;
-        if self.bytes()[end] != b'"' {
+        let rest = &self.bytes()[start..];
+        let len = memchr::memchr2(b'"', b'\\', rest)?;
+        // A branch-free fold the compiler vectorises: any control character?
+        let control = rest[..len].iter().fold(false, |seen, &b| seen | (b < 0x20));
+        if control || rest[len] != b'"' {
             return None;
         }
+        let end = start + len;
         self.at = end + 1;
         // Both ends sit next to an ASCII quote: character boundaries.
         self.text.get(start..end)

@@ -96,19 +96,19 @@ impl RateLimitSnapshot {
         } else {
             return false;
         };
-        // Anthropic: `<dim>-<field>`; OpenAI: `<field>-<dim>`. Fields have no '-'.
+        // Anthropic: `<dim>-<field>`; OpenAI: `<field>-<dim>`.
         let split = match family {
-            Family::Openai => rest.split_once('-').map(|(field, dim)| (dim, field)),
-            Family::Anthropic | Family::Priority => rest.rsplit_once('-'),
+            Family::Openai => FieldKind::ALL.into_iter().find_map(|field| {
+                let dim = rest.strip_prefix(field.name())?.strip_prefix('-')?;
+                Some((dim, field))
+            }),
+            Family::Anthropic | Family::Priority => FieldKind::ALL.into_iter().find_map(|field| {
+                let dim = rest.strip_suffix(field.name())?.strip_suffix('-')?;
+                Some((dim, field))
+            }),
         };
         let Some((dim, field)) = split else {
             return true;
-        };
-        let field = match field {
-            "limit" => FieldKind::Limit,
-            "remaining" => FieldKind::Remaining,
-            "reset" => FieldKind::Reset,
-            _ => return true,
         };
         // Unknown dimensions are ignored unread, their bad values unnoted.
         let Some(window) = self.slot(dim, family == Family::Priority) else {
@@ -196,6 +196,18 @@ enum FieldKind {
     Reset,
 }
 
+impl FieldKind {
+    const ALL: [FieldKind; 3] = [FieldKind::Limit, FieldKind::Remaining, FieldKind::Reset];
+
+    const fn name(self) -> &'static str {
+        match self {
+            FieldKind::Limit => "limit",
+            FieldKind::Remaining => "remaining",
+            FieldKind::Reset => "reset",
+        }
+    }
+}
+
 /// A non-negative integer count (`50`, `30000`).
 /// Counts too large for `u64` saturate (a limit nobody will reach).
 pub fn parse_count(raw: &[u8]) -> Result<u64, Rejected> {
@@ -231,6 +243,197 @@ pub fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The reader this module had before the one-pass `read_header`,
+    /// kept as the oracle the property test compares against.
+    mod oracle {
+        use super::super::{parse_count, Rejected, Reset, Window};
+        use crate::parse::duration::parse_go_duration;
+        use crate::parse::header_text;
+        use http::HeaderMap;
+        use std::time::SystemTime;
+
+        #[derive(Debug, Default, PartialEq, Eq)]
+        pub(super) struct Snap {
+            pub requests: Window,
+            pub input_tokens: Window,
+            pub output_tokens: Window,
+            pub tokens: Window,
+            pub priority_input_tokens: Window,
+            pub priority_output_tokens: Window,
+            pub rejected: Vec<(String, Rejected)>,
+        }
+
+        fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
+            let s = header_text(raw)?;
+            crate::time::parse_rfc3339(s).ok_or(Rejected::Garbage)
+        }
+
+        pub(super) fn from_headers(headers: &HeaderMap) -> Snap {
+            let mut snap = Snap::default();
+            for (name, value) in headers {
+                let name = name.as_str();
+                if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
+                    snap.read_anthropic(rest, name, value.as_bytes(), false);
+                } else if let Some(rest) = name.strip_prefix("anthropic-priority-") {
+                    snap.read_anthropic(rest, name, value.as_bytes(), true);
+                } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                    snap.read_openai(rest, name, value.as_bytes());
+                }
+            }
+            snap
+        }
+
+        impl Snap {
+            fn slot(&mut self, dim: &str, priority: bool) -> Option<&mut Window> {
+                Some(match (dim, priority) {
+                    ("requests", false) => &mut self.requests,
+                    ("tokens", false) => &mut self.tokens,
+                    ("input-tokens", false) => &mut self.input_tokens,
+                    ("output-tokens", false) => &mut self.output_tokens,
+                    ("input-tokens", true) => &mut self.priority_input_tokens,
+                    ("output-tokens", true) => &mut self.priority_output_tokens,
+                    _ => return None,
+                })
+            }
+
+            fn read_anthropic(&mut self, rest: &str, name: &str, raw: &[u8], priority: bool) {
+                // `<dim>-<field>`: match the three field suffixes directly.
+                let Some((dim, field)) = ["limit", "remaining", "reset"].iter().find_map(|field| {
+                    let dim = rest.strip_suffix(field)?.strip_suffix('-')?;
+                    Some((dim, *field))
+                }) else {
+                    return;
+                };
+                let parsed = match field {
+                    "limit" | "remaining" => parse_count(raw).map(Field::Count),
+                    "reset" => parse_instant(raw).map(|t| Field::Reset(Reset::At(t))),
+                    _ => return,
+                };
+                self.store(dim, field, priority, name, parsed);
+            }
+
+            fn read_openai(&mut self, rest: &str, name: &str, raw: &[u8]) {
+                let Some((field, dim)) = rest.split_once('-') else {
+                    return;
+                };
+                let parsed = match field {
+                    "limit" | "remaining" => parse_count(raw).map(Field::Count),
+                    "reset" => header_text(raw)
+                        .and_then(parse_go_duration)
+                        .map(|d| Field::Reset(Reset::After(d))),
+                    _ => return,
+                };
+                self.store(dim, field, false, name, parsed);
+            }
+
+            fn store(
+                &mut self,
+                dim: &str,
+                field: &str,
+                priority: bool,
+                name: &str,
+                parsed: Result<Field, Rejected>,
+            ) {
+                let Some(window) = self.slot(dim, priority) else {
+                    return;
+                };
+                match (field, parsed) {
+                    ("limit", Ok(Field::Count(n))) => window.limit = Some(n),
+                    ("remaining", Ok(Field::Count(n))) => window.remaining = Some(n),
+                    ("reset", Ok(Field::Reset(r))) => window.reset = Some(r),
+                    // Bounded: a response cannot grow the list past 32 entries.
+                    (_, Err(reason)) if self.rejected.len() < 32 => {
+                        self.rejected.push((name.to_owned(), reason));
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        enum Field {
+            Count(u64),
+            Reset(Reset),
+        }
+    }
+
+    fn header_name() -> impl Strategy<Value = String> {
+        let family = prop::sample::select(vec![
+            "anthropic-ratelimit-",
+            "anthropic-priority-",
+            "x-ratelimit-",
+            "anthropic-",
+            "x-",
+        ]);
+        let part = prop::sample::select(vec![
+            "requests",
+            "tokens",
+            "input-tokens",
+            "output-tokens",
+            "limit",
+            "remaining",
+            "reset",
+            "limits",
+            "foo",
+            "",
+            "-",
+        ]);
+        (
+            family,
+            part.clone(),
+            prop::sample::select(vec!["-", "", "--"]),
+            part,
+        )
+            .prop_map(|(f, a, dash, b)| format!("{f}{a}{dash}{b}"))
+    }
+
+    fn header_value() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "50",
+            " 31 ",
+            "0",
+            "-3",
+            "99999999999999999999999",
+            "x",
+            "",
+            "\t",
+            "2026-11-29T12:00:04Z",
+            "2026-11-29T13:00:04.5+01:00",
+            "2027-02-29T00:00:00Z",
+            "1.146s",
+            "6m0s",
+            "NaN",
+            "0",
+            "ümlaut",
+        ])
+    }
+
+    proptest! {
+        /// The one-pass reader gives what the former reader gave.
+        #[test]
+        fn read_header_agrees_with_the_former_reader(
+            pairs in prop::collection::vec((header_name(), header_value()), 0..40)
+        ) {
+            let mut h = HeaderMap::new();
+            for (k, v) in &pairs {
+                let Ok(name) = http::HeaderName::from_bytes(k.as_bytes()) else { continue };
+                h.append(name, HeaderValue::from_bytes(v.as_bytes()).unwrap());
+            }
+            let new = RateLimitSnapshot::from_headers(&h, Provider::Anthropic);
+            let old = oracle::from_headers(&h);
+            let new = oracle::Snap {
+                requests: new.requests,
+                input_tokens: new.input_tokens,
+                output_tokens: new.output_tokens,
+                tokens: new.tokens,
+                priority_input_tokens: new.priority_input_tokens,
+                priority_output_tokens: new.priority_output_tokens,
+                rejected: new.rejected,
+            };
+            prop_assert_eq!(new, old);
+        }
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
