@@ -151,34 +151,26 @@ pub(crate) fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
     {
         return None;
     }
-    // Every digit position at once: a byte below '0' wraps to a large value.
-    let digit = |at: usize| i64::from(b[at].wrapping_sub(b'0'));
-    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
-    if DIGITS.iter().any(|&at| digit(at) > 9) {
+    let digits = [
+        b[0], b[1], b[2], b[3], b[5], b[6], b[8], b[9], b[11], b[12], b[14], b[15], b[17], b[18],
+    ];
+    if !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let two = |at: usize| digit(at) * 10 + digit(at + 1);
+    let two = |at: usize| i64::from(b[at] - b'0') * 10 + i64::from(b[at + 1] - b'0');
     let year = two(0) * 100 + two(2);
     let (month, day) = (two(5), two(8));
     let (hour, minute, second) = (two(11), two(14), two(17));
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
     if !(1..=12).contains(&month)
         || day < 1
-        || day > month_days[(month - 1) as usize]
+        || day > month_days
         || hour > 23
         || minute > 59
         || second > 59

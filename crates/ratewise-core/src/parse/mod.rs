@@ -111,9 +111,11 @@ pub(crate) fn trim_ows(raw: &[u8]) -> Result<&[u8], Rejected> {
 /// nanoseconds. Values past [`MAX_HINT_SECS`] saturate to "forever".
 pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::Duration, Rejected> {
     let unsigned = s.trim_start_matches(['+', '-']);
-    if ["nan", "inf", "infinity"]
-        .iter()
-        .any(|w| unsigned.eq_ignore_ascii_case(w))
+    // The words start with n or i: numbers skip the comparisons.
+    if matches!(unsigned.as_bytes().first(), Some(b'n' | b'N' | b'i' | b'I'))
+        && ["nan", "inf", "infinity"]
+            .iter()
+            .any(|w| unsigned.eq_ignore_ascii_case(w))
     {
         return Err(Rejected::NotFinite);
     }
@@ -152,15 +154,28 @@ pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::D
     if negative {
         return Err(Rejected::Negative);
     }
-    let total = int
-        .saturating_mul(unit_nanos)
-        .saturating_add(frac_nanos.saturating_mul(unit_nanos) / frac_scale);
+    // Both factors are below 2^64, so the product cannot overflow; the
+    // division is done in 64 bits when it fits (128-bit division is a call).
+    let frac = frac_nanos * unit_nanos;
+    let frac = match (u64::try_from(frac), u64::try_from(frac_scale)) {
+        (Ok(n), Ok(d)) => u128::from(n / d),
+        _ => frac / frac_scale,
+    };
+    let total = int.saturating_mul(unit_nanos).saturating_add(frac);
     Ok(nanos_to_duration(total))
 }
 
 /// Converts nanoseconds to a duration, saturating past [`MAX_HINT_SECS`] to
 /// [`FOREVER`].
 pub(crate) fn nanos_to_duration(nanos: u128) -> std::time::Duration {
+    // Below the saturation point the value fits in 64 bits (1e18 < 2^64):
+    // 64-bit division, no call.
+    const SATURATES_AT: u64 = (MAX_HINT_SECS + 1) * 1_000_000_000;
+    if let Ok(small) = u64::try_from(nanos) {
+        if small < SATURATES_AT {
+            return std::time::Duration::from_nanos(small);
+        }
+    }
     let secs = nanos / 1_000_000_000;
     if secs > u128::from(MAX_HINT_SECS) {
         return FOREVER;
@@ -200,4 +215,57 @@ pub fn find_ignore_ascii_case(haystack: &str, needle: &str) -> Option<usize> {
 /// Does `haystack` contain `needle`, ignoring ASCII case?
 pub fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
     find_ignore_ascii_case(haystack, needle).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    /// The former all-128-bit conversion, as the oracle.
+    fn nanos_to_duration_128(nanos: u128) -> Duration {
+        let secs = nanos / 1_000_000_000;
+        if secs > u128::from(MAX_HINT_SECS) {
+            return FOREVER;
+        }
+        Duration::new(secs as u64, (nanos % 1_000_000_000) as u32)
+    }
+
+    proptest! {
+        #[test]
+        fn nanos_to_duration_is_the_128_bit_one(
+            nanos in prop_oneof![
+                any::<u128>(),
+                any::<u64>().prop_map(u128::from),
+                (0u128..4).prop_map(|d| u128::from(MAX_HINT_SECS + 1) * 1_000_000_000 + d - 2),
+            ]
+        ) {
+            prop_assert_eq!(nanos_to_duration(nanos), nanos_to_duration_128(nanos));
+        }
+
+        /// Decimal parsing against the exact arithmetic on the digits.
+        #[test]
+        fn decimal_duration_is_exact(
+            int in 0u64..100_000_000_000,
+            frac in "[0-9]{0,12}",
+            unit in prop::sample::select(vec![1u128, 1_000, 1_000_000, 1_000_000_000, 60_000_000_000, 3_600_000_000_000]),
+        ) {
+            let s = if frac.is_empty() { int.to_string() } else { format!("{int}.{frac}") };
+            let kept = &frac[..frac.len().min(9)];
+            let scale = 10u128.pow(kept.len() as u32);
+            let frac_nanos: u128 = kept.parse().unwrap_or(0);
+            let nanos = u128::from(int) * unit + frac_nanos * unit / scale;
+            prop_assert_eq!(decimal_duration(&s, unit), Ok(nanos_to_duration_128(nanos)), "{}", s);
+        }
+    }
+
+    #[test]
+    fn words_are_not_finite() {
+        for s in ["nan", "NaN", "-inf", "+Infinity", "INF"] {
+            assert_eq!(decimal_duration(s, 1), Err(Rejected::NotFinite), "{s}");
+        }
+        assert_eq!(decimal_duration("nanx", 1), Err(Rejected::Garbage));
+        assert_eq!(decimal_duration("-5", 1), Err(Rejected::Negative));
+    }
 }
