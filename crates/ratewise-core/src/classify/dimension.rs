@@ -61,9 +61,16 @@ fn anthropic_tokens(head: &str) -> Option<Dimension> {
             .is_some_and(|start| bytes[start..at].eq_ignore_ascii_case(word.as_bytes()))
     };
     let mut input = false;
-    let mut from = 0;
-    while let Some(found) = crate::parse::find_ignore_ascii_case(&head[from..], "tokens") {
-        let at = from + found;
+    // Messages are short: a plain loop beats restarting a SIMD search at
+    // every 't'. `| 0x20` folds 'T' onto 't' (and nothing else onto it).
+    for at in 0..bytes.len() {
+        if bytes[at] | 0x20 != b't' {
+            continue;
+        }
+        let word = bytes.get(at..at + "tokens".len());
+        if !word.is_some_and(|w| w.eq_ignore_ascii_case(b"tokens")) {
+            continue;
+        }
         if before(at, "output ") {
             return Some(Dimension::OutputTokens);
         }
@@ -71,7 +78,6 @@ fn anthropic_tokens(head: &str) -> Option<Dimension> {
             || ["input ", "request ", "prompt "]
                 .iter()
                 .any(|w| before(at, w));
-        from = at + 1;
     }
     input.then_some(Dimension::InputTokens)
 }

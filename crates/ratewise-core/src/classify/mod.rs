@@ -191,6 +191,12 @@ pub fn classify_response(
         };
     }
 
+    // At least one note follows (the cause's reason): room for the usual few
+    // at once rather than growing from nothing.
+    if notes.is_empty() {
+        notes = Vec::with_capacity(4);
+    }
+
     // Borrowed from the body: only what the classification keeps is copied.
     let (parsed, body_reading) = if provider == Provider::Generic {
         (None, BodyReading::NotRead)

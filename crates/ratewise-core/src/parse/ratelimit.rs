@@ -79,40 +79,22 @@ impl RateLimitSnapshot {
         snap
     }
 
-    /// Reads one header when its name belongs to a rate-limit family (true),
+    /// Reads one header when its name is a rate-limit header (true),
     /// so one pass over a response's headers can feed several readers.
     /// Repeated headers: the last valid value wins, every bad one is noted.
     pub(crate) fn read_header(&mut self, name: &str, value: &HeaderValue) -> bool {
-        let (family, rest) = if let Some(rest) = name.strip_prefix("anthropic-") {
-            if let Some(rest) = rest.strip_prefix("ratelimit-") {
-                (Family::Anthropic, rest)
-            } else if let Some(rest) = rest.strip_prefix("priority-") {
-                (Family::Priority, rest)
-            } else {
-                return false;
-            }
-        } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
-            (Family::Openai, rest)
-        } else {
+        // The thirty names of the two families, matched whole: cheaper than
+        // splitting names into prefix, dimension and field.
+        let Some((family, slot, field)) = known_header(name) else {
             return false;
         };
-        // Anthropic: `<dim>-<field>`; OpenAI: `<field>-<dim>`.
-        let split = match family {
-            Family::Openai => FieldKind::ALL.into_iter().find_map(|field| {
-                let dim = rest.strip_prefix(field.name())?.strip_prefix('-')?;
-                Some((dim, field))
-            }),
-            Family::Anthropic | Family::Priority => FieldKind::ALL.into_iter().find_map(|field| {
-                let dim = rest.strip_suffix(field.name())?.strip_suffix('-')?;
-                Some((dim, field))
-            }),
-        };
-        let Some((dim, field)) = split else {
-            return true;
-        };
-        // Unknown dimensions are ignored unread, their bad values unnoted.
-        let Some(window) = self.slot(dim, family == Family::Priority) else {
-            return true;
+        let window = match slot {
+            Slot::Requests => &mut self.requests,
+            Slot::Tokens => &mut self.tokens,
+            Slot::InputTokens => &mut self.input_tokens,
+            Slot::OutputTokens => &mut self.output_tokens,
+            Slot::PriorityInputTokens => &mut self.priority_input_tokens,
+            Slot::PriorityOutputTokens => &mut self.priority_output_tokens,
         };
         let raw = value.as_bytes();
         let stored = match field {
@@ -165,28 +147,24 @@ impl RateLimitSnapshot {
             .copied()
             .filter(|d| self.window(*d).remaining == Some(0))
     }
-
-    fn slot(&mut self, dim: &str, priority: bool) -> Option<&mut Window> {
-        Some(match (dim, priority) {
-            ("requests", false) => &mut self.requests,
-            ("tokens", false) => &mut self.tokens,
-            ("input-tokens", false) => &mut self.input_tokens,
-            ("output-tokens", false) => &mut self.output_tokens,
-            ("input-tokens", true) => &mut self.priority_input_tokens,
-            ("output-tokens", true) => &mut self.priority_output_tokens,
-            _ => return None,
-        })
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Family {
-    /// `anthropic-ratelimit-*`.
+    /// `anthropic-ratelimit-*` and `anthropic-priority-*`: RFC 3339 resets.
     Anthropic,
-    /// `anthropic-priority-*`.
-    Priority,
-    /// `x-ratelimit-*`.
+    /// `x-ratelimit-*`: Go-duration resets.
     Openai,
+}
+
+#[derive(Clone, Copy)]
+enum Slot {
+    Requests,
+    Tokens,
+    InputTokens,
+    OutputTokens,
+    PriorityInputTokens,
+    PriorityOutputTokens,
 }
 
 #[derive(Clone, Copy)]
@@ -196,15 +174,58 @@ enum FieldKind {
     Reset,
 }
 
-impl FieldKind {
-    const ALL: [FieldKind; 3] = [FieldKind::Limit, FieldKind::Remaining, FieldKind::Reset];
+/// Which window and field a rate-limit header name fills, if it is one of
+/// the documented names. Anthropic: `<dim>-<field>`; priority tier: input
+/// and output tokens only; OpenAI: `<field>-<dim>`. Every comparison is
+/// against a fixed-size byte string, which compiles to a few word loads
+/// rather than `memcmp` calls.
+fn known_header(name: &str) -> Option<(Family, Slot, FieldKind)> {
+    let name = name.as_bytes();
+    if let Some(rest) = name.strip_prefix(b"anthropic-") {
+        let (priority, rest) = if let Some(rest) = rest.strip_prefix(b"ratelimit-") {
+            (false, rest)
+        } else {
+            (true, rest.strip_prefix(b"priority-")?)
+        };
+        let (dim, field) = if let Some(dim) = rest.strip_suffix(b"-limit") {
+            (dim, FieldKind::Limit)
+        } else if let Some(dim) = rest.strip_suffix(b"-remaining") {
+            (dim, FieldKind::Remaining)
+        } else {
+            (rest.strip_suffix(b"-reset")?, FieldKind::Reset)
+        };
+        let slot = slot_of(dim)?;
+        let slot = match (priority, slot) {
+            (false, slot) => slot,
+            (true, Slot::InputTokens) => Slot::PriorityInputTokens,
+            (true, Slot::OutputTokens) => Slot::PriorityOutputTokens,
+            (true, _) => return None,
+        };
+        Some((Family::Anthropic, slot, field))
+    } else {
+        let rest = name.strip_prefix(b"x-ratelimit-")?;
+        let (field, dim) = if let Some(dim) = rest.strip_prefix(b"limit-") {
+            (FieldKind::Limit, dim)
+        } else if let Some(dim) = rest.strip_prefix(b"remaining-") {
+            (FieldKind::Remaining, dim)
+        } else {
+            (FieldKind::Reset, rest.strip_prefix(b"reset-")?)
+        };
+        Some((Family::Openai, slot_of(dim)?, field))
+    }
+}
 
-    const fn name(self) -> &'static str {
-        match self {
-            FieldKind::Limit => "limit",
-            FieldKind::Remaining => "remaining",
-            FieldKind::Reset => "reset",
-        }
+fn slot_of(dim: &[u8]) -> Option<Slot> {
+    if dim == b"requests" {
+        Some(Slot::Requests)
+    } else if dim == b"tokens" {
+        Some(Slot::Tokens)
+    } else if dim == b"input-tokens" {
+        Some(Slot::InputTokens)
+    } else if dim == b"output-tokens" {
+        Some(Slot::OutputTokens)
+    } else {
+        None
     }
 }
 
@@ -379,13 +400,29 @@ mod tests {
             "",
             "-",
         ]);
-        (
+        let composed = (
             family,
             part.clone(),
             prop::sample::select(vec!["-", "", "--"]),
             part,
         )
-            .prop_map(|(f, a, dash, b)| format!("{f}{a}{dash}{b}"))
+            .prop_map(|(f, a, dash, b)| format!("{f}{a}{dash}{b}"));
+        // Every documented name, and near misses, often enough to matter.
+        let mut exact = Vec::new();
+        for dim in [
+            "requests",
+            "tokens",
+            "input-tokens",
+            "output-tokens",
+            "priority",
+        ] {
+            for field in ["limit", "remaining", "reset", "resets"] {
+                exact.push(format!("anthropic-ratelimit-{dim}-{field}"));
+                exact.push(format!("anthropic-priority-{dim}-{field}"));
+                exact.push(format!("x-ratelimit-{field}-{dim}"));
+            }
+        }
+        prop_oneof![composed, prop::sample::select(exact)]
     }
 
     fn header_value() -> impl Strategy<Value = &'static str> {
