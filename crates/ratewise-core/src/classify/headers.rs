@@ -19,7 +19,6 @@ use std::time::SystemTime;
 /// What the classifier reads from the headers.
 pub(super) struct HeaderScan<'h> {
     pub(super) retry: RetryHeaders,
-    pub(super) ratelimit: RateLimitSnapshot,
     pub(super) ids: RequestIds<'h>,
 }
 
@@ -33,17 +32,22 @@ pub(super) struct RequestIds<'h> {
 }
 
 impl<'h> HeaderScan<'h> {
-    pub(super) fn new(headers: &'h HeaderMap, wall_now: SystemTime) -> Self {
+    /// Reads the headers; the rate-limit ones into `ratelimit` (a fresh
+    /// snapshot, written in place because it is large).
+    pub(super) fn new(
+        headers: &'h HeaderMap,
+        wall_now: SystemTime,
+        ratelimit: &mut RateLimitSnapshot,
+    ) -> Self {
         let mut scan = HeaderScan {
             retry: RetryHeaders::default(),
-            ratelimit: RateLimitSnapshot::default(),
             ids: RequestIds::default(),
         };
         for (name, value) in headers {
             let name = name.as_str();
             // Names are lower case; the first byte rules out most names at once.
             match name.as_bytes().first() {
-                Some(b'a' | b'x') if scan.ratelimit.read_header(name, value) => {}
+                Some(b'a' | b'x') if ratelimit.read_header(name, value) => {}
                 Some(b'r' | b'x') if scan.retry.read_header(name, value, wall_now) => {}
                 Some(b'r') if name == "request-id" => {
                     scan.ids.request_id.get_or_insert(value);
@@ -100,10 +104,11 @@ mod tests {
                 h.append(*k, HeaderValue::from_bytes(v).unwrap());
             }
             let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_953_600);
-            let scan = HeaderScan::new(&h, wall);
+            let mut ratelimit = RateLimitSnapshot::default();
+            let scan = HeaderScan::new(&h, wall, &mut ratelimit);
             prop_assert_eq!(scan.retry, RetryHeaders::from_headers(&h, wall));
             prop_assert_eq!(
-                scan.ratelimit,
+                ratelimit,
                 RateLimitSnapshot::from_headers(&h, Provider::Anthropic)
             );
             prop_assert_eq!(scan.ids.request_id(), request_id_from_headers(&h));

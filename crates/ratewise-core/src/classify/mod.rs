@@ -153,48 +153,47 @@ pub fn classify_response(
     wall_now: SystemTime,
 ) -> Classification {
     let status = response.status;
-    let headers::HeaderScan {
-        retry,
-        ratelimit,
-        ids,
-    } = headers::HeaderScan::new(response.headers, wall_now);
-    let retry = &retry;
-    let mut hints = Hints {
-        should_retry: retry.should_retry.and_then(Result::ok),
-        rejected: retry.rejected(),
-        ratelimit,
-        ..Hints::default()
+    // Built in place and filled in: the classification is large (the
+    // rate-limit snapshot alone is six windows), so its parts are written
+    // where they end up rather than assembled and moved.
+    let mut c = Classification {
+        provider,
+        status: Some(status.as_u16()),
+        transport: None,
+        cause: Cause::Success,
+        scope: Scope::Request,
+        dimension: None,
+        hints: Hints::default(),
+        evidence: Evidence {
+            request_id: None,
+            error_type: None,
+            error_code: None,
+            message: None,
+            body: BodyReading::NotRead,
+            notes: Vec::new(),
+        },
     };
-    let mut notes = Vec::new();
+    let headers::HeaderScan { retry, ids } =
+        headers::HeaderScan::new(response.headers, wall_now, &mut c.hints.ratelimit);
+    let retry = &retry;
+    c.hints.should_retry = retry.should_retry.and_then(Result::ok);
+    c.hints.rejected = retry.rejected();
     if matches!(retry.should_retry, Some(Err(_))) {
-        notes.push("x-should-retry: unreadable value ignored".into());
+        c.evidence
+            .notes
+            .push("x-should-retry: unreadable value ignored".into());
     }
 
     // Success needs no body reading.
     if status.is_success() {
-        return Classification {
-            provider,
-            status: Some(status.as_u16()),
-            transport: None,
-            cause: Cause::Success,
-            scope: Scope::Request,
-            dimension: None,
-            hints,
-            evidence: Evidence {
-                request_id: ids.request_id(),
-                error_type: None,
-                error_code: None,
-                message: None,
-                body: BodyReading::NotRead,
-                notes,
-            },
-        };
+        c.evidence.request_id = ids.request_id();
+        return c;
     }
 
     // At least one note follows (the cause's reason): room for the usual few
     // at once rather than growing from nothing.
-    if notes.is_empty() {
-        notes = Vec::with_capacity(4);
+    if c.evidence.notes.is_empty() {
+        c.evidence.notes = Vec::with_capacity(4);
     }
 
     // Borrowed from the body: only what the classification keeps is copied.
@@ -223,53 +222,45 @@ pub fn classify_response(
         body_cause,
         body_reading,
         retry,
-        &mut notes,
+        &mut c.evidence.notes,
     );
 
     let dimension = match cause {
         Cause::RateLimited | Cause::RequestTooLarge => {
-            dimension::limited_dimension(provider, fields, &hints.ratelimit)
+            dimension::limited_dimension(provider, fields, &c.hints.ratelimit)
         }
         _ => None,
     };
-    hints.wait = wait_hint(
+    c.hints.wait = wait_hint(
         retry,
         message,
         dimension,
-        &hints.ratelimit,
+        &c.hints.ratelimit,
         wall_now,
-        &mut hints.rejected,
+        &mut c.hints.rejected,
     );
     if cause.is_money() || cause == Cause::Authentication {
-        hints.resume_at = money::resume_at(provider, cause, message, wall_now);
+        c.hints.resume_at = money::resume_at(provider, cause, message, wall_now);
     }
     if cause == Cause::RequestTooLarge {
         if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
-            notes
+            c.evidence
+                .notes
                 .push(format!("requested {requested} > limit {limit}: waiting cannot help").into());
         }
     }
 
-    let request_id = ids
+    c.cause = cause;
+    c.scope = Classification::default_scope(cause);
+    c.dimension = dimension;
+    c.evidence.request_id = ids
         .request_id()
         .or_else(|| parsed.as_ref().and_then(|e| e.request_id()));
-    Classification {
-        provider,
-        status: Some(status.as_u16()),
-        transport: None,
-        cause,
-        scope: Classification::default_scope(cause),
-        dimension,
-        hints,
-        evidence: Evidence {
-            request_id,
-            error_type: fields.and_then(|f| f.error_type).map(str::to_owned),
-            error_code: fields.and_then(|f| f.code).map(str::to_owned),
-            message: message.map(str::to_owned),
-            body: body_reading,
-            notes,
-        },
-    }
+    c.evidence.error_type = fields.and_then(|f| f.error_type).map(str::to_owned);
+    c.evidence.error_code = fields.and_then(|f| f.code).map(str::to_owned);
+    c.evidence.message = message.map(str::to_owned);
+    c.evidence.body = body_reading;
+    c
 }
 
 /// Classifies a transport failure: before the request left (safe to retry)
