@@ -116,9 +116,11 @@ fn details_object<'a>(cur: &mut Cursor<'a>) -> Option<Option<&'a str>> {
     Some(error_code.flatten())
 }
 
-/// The first quote, backslash or control character in `bytes`, eight bytes at a
-/// time: strings are short and this runs once per string, so a word-wide
-/// test beats both a byte loop and a SIMD search's set-up.
+/// The first quote, backslash or control character in `bytes`. Keys and
+/// codes are short: eight bytes at a time with word arithmetic, no set-up.
+/// Past [`WORDS_FIRST`] bytes (a message) a SIMD search for the quote or
+/// backslash takes over, and the span before it is checked for control
+/// characters with a loop the compiler vectorises.
 fn first_special(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGH: u64 = ONES * 0x80;
@@ -127,7 +129,11 @@ fn first_special(bytes: &[u8]) -> Option<usize> {
     // it), which is the only one read.
     let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH;
     let mut at = 0;
-    while let Some(chunk) = bytes.get(at..at + 8) {
+    while at < WORDS_FIRST {
+        let Some(chunk) = bytes.get(at..at + 8) else {
+            let tail = bytes.get(at..)?;
+            return tail.iter().position(|&b| is_special(b)).map(|i| at + i);
+        };
         let mut word = [0; 8];
         word.copy_from_slice(chunk);
         let word = u64::from_le_bytes(word);
@@ -139,10 +145,20 @@ fn first_special(bytes: &[u8]) -> Option<usize> {
         }
         at += 8;
     }
-    let tail = bytes.get(at..)?;
-    tail.iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .map(|i| at + i)
+    let rest = bytes.get(at..)?;
+    let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+    let span = &rest[..end];
+    if span.iter().fold(false, |seen, &b| seen | (b < 0x20)) {
+        return span.iter().position(|&b| b < 0x20).map(|i| at + i);
+    }
+    (end < rest.len()).then_some(at + end)
+}
+
+/// Bytes read word by word before [`first_special`] switches to SIMD.
+const WORDS_FIRST: usize = 32;
+
+fn is_special(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
 }
 
 struct Cursor<'a> {
@@ -249,10 +265,19 @@ mod tests {
             bytes in prop::collection::vec(
                 prop::sample::select(vec![b'a', b'"', b'\\', 0, 0x1f, 0x20, 0x21, 0x7f, 0x80, 0xa0, 0xff, 0x5b, 0x5d, 0x23]),
                 0..40,
+            ),
+            long in prop::collection::vec(
+                prop_oneof![
+                    30 => Just(b'a'),
+                    1 => prop::sample::select(vec![b'"', b'\\', 0, 0x1f, 0x20, 0x7f, 0xff]),
+                ],
+                0..200,
             )
         ) {
-            let naive = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            prop_assert_eq!(first_special(&bytes), naive);
+            for bytes in [&bytes, &long] {
+                let naive = bytes.iter().position(|&b| is_special(b));
+                prop_assert_eq!(first_special(bytes), naive);
+            }
         }
     }
 }

@@ -110,7 +110,8 @@ pub(crate) fn trim_ows(raw: &[u8]) -> Result<&[u8], Rejected> {
 /// one dot, no sign, no exponent) into units scaled by `unit_nanos`
 /// nanoseconds. Values past [`MAX_HINT_SECS`] saturate to "forever".
 pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::Duration, Rejected> {
-    let unsigned = s.trim_start_matches(['+', '-']);
+    let signs = s.bytes().take_while(|b| matches!(b, b'+' | b'-')).count();
+    let unsigned = &s[signs..];
     // The words start with n or i: numbers skip the comparisons.
     if matches!(unsigned.as_bytes().first(), Some(b'n' | b'N' | b'i' | b'I'))
         && ["nan", "inf", "infinity"]
@@ -124,23 +125,28 @@ pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::D
         Some(b'+') => (false, &s[1..]),
         _ => (false, s),
     };
-    let mut int: u128 = 0;
-    let mut frac_nanos: u128 = 0;
-    let mut frac_scale: u128 = 1;
+    // 64-bit arithmetic (128-bit multiplication with overflow checks is a
+    // call); an integer part past `u64` is "forever" whatever the unit.
+    let mut int: u64 = 0;
+    let mut huge = false;
+    let mut frac_nanos: u64 = 0;
+    let mut frac_scale: u64 = 1;
     let mut seen_dot = false;
     let mut seen_digit = false;
     for b in digits.bytes() {
         match b {
             b'0'..=b'9' => {
                 seen_digit = true;
-                let d = u128::from(b - b'0');
+                let d = u64::from(b - b'0');
                 if seen_dot {
                     if frac_scale < 1_000_000_000 {
                         frac_scale *= 10;
                         frac_nanos = frac_nanos * 10 + d;
                     }
+                } else if let Some(n) = int.checked_mul(10).and_then(|n| n.checked_add(d)) {
+                    int = n;
                 } else {
-                    int = int.saturating_mul(10).saturating_add(d);
+                    huge = true;
                 }
             }
             b'.' if !seen_dot => seen_dot = true,
@@ -154,14 +160,17 @@ pub(crate) fn decimal_duration(s: &str, unit_nanos: u128) -> Result<std::time::D
     if negative {
         return Err(Rejected::Negative);
     }
-    // Both factors are below 2^64, so the product cannot overflow; the
+    if huge && unit_nanos > 0 {
+        return Ok(FOREVER); // at least 2^64 ns: past MAX_HINT_SECS
+    }
+    // Both factors are below 2^64, so the products cannot overflow; the
     // division is done in 64 bits when it fits (128-bit division is a call).
-    let frac = frac_nanos * unit_nanos;
-    let frac = match (u64::try_from(frac), u64::try_from(frac_scale)) {
-        (Ok(n), Ok(d)) => u128::from(n / d),
-        _ => frac / frac_scale,
+    let frac = u128::from(frac_nanos) * unit_nanos;
+    let frac = match u64::try_from(frac) {
+        Ok(n) => u128::from(n / frac_scale),
+        Err(_) => frac / u128::from(frac_scale),
     };
-    let total = int.saturating_mul(unit_nanos).saturating_add(frac);
+    let total = (u128::from(int) * unit_nanos).saturating_add(frac);
     Ok(nanos_to_duration(total))
 }
 
@@ -232,7 +241,73 @@ mod tests {
         Duration::new(secs as u64, (nanos % 1_000_000_000) as u32)
     }
 
+    /// The former all-128-bit decimal reader, as the oracle.
+    fn decimal_duration_128(s: &str, unit_nanos: u128) -> Result<std::time::Duration, Rejected> {
+        let unsigned = s.trim_start_matches(['+', '-']);
+        // The words start with n or i: numbers skip the comparisons.
+        if matches!(unsigned.as_bytes().first(), Some(b'n' | b'N' | b'i' | b'I'))
+            && ["nan", "inf", "infinity"]
+                .iter()
+                .any(|w| unsigned.eq_ignore_ascii_case(w))
+        {
+            return Err(Rejected::NotFinite);
+        }
+        let (negative, digits) = match s.as_bytes().first() {
+            Some(b'-') => (true, &s[1..]),
+            Some(b'+') => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let mut int: u128 = 0;
+        let mut frac_nanos: u128 = 0;
+        let mut frac_scale: u128 = 1;
+        let mut seen_dot = false;
+        let mut seen_digit = false;
+        for b in digits.bytes() {
+            match b {
+                b'0'..=b'9' => {
+                    seen_digit = true;
+                    let d = u128::from(b - b'0');
+                    if seen_dot {
+                        if frac_scale < 1_000_000_000 {
+                            frac_scale *= 10;
+                            frac_nanos = frac_nanos * 10 + d;
+                        }
+                    } else {
+                        int = int.saturating_mul(10).saturating_add(d);
+                    }
+                }
+                b'.' if !seen_dot => seen_dot = true,
+                _ => return Err(Rejected::Garbage),
+            }
+        }
+        if !seen_digit {
+            return Err(Rejected::Garbage);
+        }
+        // A sign has no place in delta-seconds; "-0" is as wrong as "-5".
+        if negative {
+            return Err(Rejected::Negative);
+        }
+        // Both factors are below 2^64, so the product cannot overflow; the
+        // division is done in 64 bits when it fits (128-bit division is a call).
+        let frac = frac_nanos * unit_nanos;
+        let frac = match (u64::try_from(frac), u64::try_from(frac_scale)) {
+            (Ok(n), Ok(d)) => u128::from(n / d),
+            _ => frac / frac_scale,
+        };
+        let total = int.saturating_mul(unit_nanos).saturating_add(frac);
+        Ok(nanos_to_duration_128(total))
+    }
+
     proptest! {
+        /// Any string over the characters that matter reads as before.
+        #[test]
+        fn decimal_duration_is_the_128_bit_one(
+            s in "[0-9.+-]{0,30}|[0-9]{15,45}(\\.[0-9]{0,12})?|[+-]?(nan|inf|infinity|NaN|Inf|nanx)",
+            unit in prop::sample::select(vec![0u128, 1, 1_000, 1_000_000, 1_000_000_000, 60_000_000_000, 3_600_000_000_000]),
+        ) {
+            prop_assert_eq!(decimal_duration(&s, unit), decimal_duration_128(&s, unit), "{}", s);
+        }
+
         #[test]
         fn nanos_to_duration_is_the_128_bit_one(
             nanos in prop_oneof![
