@@ -94,7 +94,7 @@ mod tests {
                 ]),
                 prop::sample::select(vec![
                     &b"8"[..], b" 2.5 ", b"1500", b"true", b"FALSE", b"yes", b"", b" ", b"-1",
-                    b"NaN", b"req_011CVrl1", b"a b", b"\xff", b"Sun, 29 Nov 2026 12:00:30 GMT",
+                    b"NaN", b"req_011CVrl1", b"\treq_1 ", b"a b", b"\xff", b"Sun, 29 Nov 2026 12:00:30 GMT",
                     b"1.146s", b"0",
                 ]),
             ), 0..16)

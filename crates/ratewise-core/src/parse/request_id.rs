@@ -22,7 +22,8 @@ pub fn request_id_from_headers(headers: &HeaderMap) -> Option<String> {
 /// already ASCII, so UTF-8 need not be checked again.
 pub(crate) fn clean_value(value: &http::HeaderValue) -> Option<String> {
     match value.to_str() {
-        Ok(s) => clean_text(s),
+        // Visible ASCII: the only whitespace `trim` could remove is ' ' and tab.
+        Ok(s) => keep(s.trim_matches([' ', '\t'])),
         Err(_) => clean(value.as_bytes()),
     }
 }
@@ -33,7 +34,10 @@ pub(crate) fn clean(raw: &[u8]) -> Option<String> {
 }
 
 fn clean_text(s: &str) -> Option<String> {
-    let s = s.trim();
+    keep(s.trim())
+}
+
+fn keep(s: &str) -> Option<String> {
     if s.is_empty() || !s.bytes().all(|b| (0x21..0x7f).contains(&b)) {
         return None;
     }
