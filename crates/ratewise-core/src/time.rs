@@ -157,8 +157,11 @@ pub(crate) fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
     if !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let two = |at: usize| i64::from(b[at] - b'0') * 10 + i64::from(b[at + 1] - b'0');
+    let two = |at: usize| u64::from(b[at] - b'0') * 10 + u64::from(b[at + 1] - b'0');
     let year = two(0) * 100 + two(2);
+    if year < 1970 {
+        return None; // before the epoch: the general parser
+    }
     let (month, day) = (two(5), two(8));
     let (hour, minute, second) = (two(11), two(14), two(17));
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
@@ -177,15 +180,15 @@ pub(crate) fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
     {
         return None;
     }
-    // Days since 1970-01-01 (H. Hinnant's days_from_civil).
+    // Days since 1970-01-01 (H. Hinnant's days_from_civil), all
+    // non-negative from 1970 on, so unsigned arithmetic.
     let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
+    let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
-    let secs = u64::try_from(secs).ok()?; // before 1970: the general parser
     SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
 }
 

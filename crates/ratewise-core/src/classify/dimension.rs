@@ -61,12 +61,7 @@ fn anthropic_tokens(head: &str) -> Option<Dimension> {
             .is_some_and(|start| bytes[start..at].eq_ignore_ascii_case(word.as_bytes()))
     };
     let mut input = false;
-    // Messages are short: a plain loop beats restarting a SIMD search at
-    // every 't'. `| 0x20` folds 'T' onto 't' (and nothing else onto it).
-    for at in 0..bytes.len() {
-        if bytes[at] | 0x20 != b't' {
-            continue;
-        }
+    for at in t_positions(bytes) {
         let word = bytes.get(at..at + "tokens".len());
         if !word.is_some_and(|w| w.eq_ignore_ascii_case(b"tokens")) {
             continue;
@@ -80,6 +75,33 @@ fn anthropic_tokens(head: &str) -> Option<Dimension> {
                 .any(|w| before(at, w));
     }
     input.then_some(Dimension::InputTokens)
+}
+
+/// Every position of 't' or 'T' in `bytes`, in order, found eight bytes
+/// at a time: messages are short, and a SIMD search restarted at each of
+/// their many t's costs more than it saves.
+fn t_positions(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const LOW7: u64 = ONES * 0x7f;
+    let chunks = bytes.chunks(8);
+    chunks.enumerate().flat_map(|(index, chunk)| {
+        let mut word = [0; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        // `| 0x20` folds 'T' onto 't' and nothing else onto it; the padding
+        // zeros of a short last chunk become spaces, never 't'.
+        let x = (u64::from_le_bytes(word) | (ONES * 0x20)) ^ (ONES * u64::from(b't'));
+        // Exact zero-byte test (no borrow between bytes): high bit of each
+        // byte of `x` that is zero, i.e. of each 't'.
+        let mut hits = !(((x & LOW7) + LOW7) | x | LOW7);
+        std::iter::from_fn(move || {
+            if hits == 0 {
+                return None;
+            }
+            let at = index * 8 + (hits.trailing_zeros() / 8) as usize;
+            hits &= hits - 1;
+            Some(at)
+        })
+    })
 }
 
 #[cfg(test)]
@@ -109,6 +131,14 @@ mod tests {
         ) {
             let m = words.concat();
             prop_assert_eq!(anthropic_tokens(&m), by_phrases(&m), "{}", m);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn t_positions_are_the_byte_loop(bytes in prop::collection::vec(any::<u8>(), 0..40)) {
+            let naive: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] | 0x20 == b't').collect();
+            prop_assert_eq!(t_positions(&bytes).collect::<Vec<_>>(), naive);
         }
     }
 
