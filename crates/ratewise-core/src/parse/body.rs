@@ -4,6 +4,10 @@
 //! OpenAI: `{"error":{"message","type","param","code"}}`. Unknown fields
 //! are ignored; anything else (empty, not JSON, truncated, too deep, no
 //! `error` object) is a typed [`Unreadable`] reason, never a panic.
+//!
+//! The envelopes providers usually send (plain strings, `null`s, nested
+//! objects) are read by a fast path without copying; serde_json reads
+//! everything else, and a property test checks the two agree.
 
 use crate::classify::codes::ErrorFields;
 use crate::usage::Usage;
