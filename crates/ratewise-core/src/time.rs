@@ -140,9 +140,9 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
 /// per response made it a fifth of classification). Anything else —
 /// fractions, offsets, leap seconds, odd digits — returns `None` and goes
 /// to `time`'s RFC 3339 parser, which a property test uses as the oracle.
-fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
-    if b.len() != 20
-        || b[4] != b'-'
+pub(crate) fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
+    let b: &[u8; 20] = b.try_into().ok()?;
+    if b[4] != b'-'
         || b[7] != b'-'
         || b[10] != b'T'
         || b[13] != b':'
@@ -151,46 +151,44 @@ fn utc_seconds_fast_path(b: &[u8]) -> Option<SystemTime> {
     {
         return None;
     }
-    let num = |at: usize, len: usize| -> Option<i64> {
-        b[at..at + len].iter().try_fold(0i64, |n, &c| {
-            c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
-        })
-    };
-    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
-    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
+    let digits = [
+        b[0], b[1], b[2], b[3], b[5], b[6], b[8], b[9], b[11], b[12], b[14], b[15], b[17], b[18],
     ];
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let two = |at: usize| u64::from(b[at] - b'0') * 10 + u64::from(b[at + 1] - b'0');
+    let year = two(0) * 100 + two(2);
+    if year < 1970 {
+        return None; // before the epoch: the general parser
+    }
+    let (month, day) = (two(5), two(8));
+    let (hour, minute, second) = (two(11), two(14), two(17));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
     if !(1..=12).contains(&month)
         || day < 1
-        || day > month_days[(month - 1) as usize]
+        || day > month_days
         || hour > 23
         || minute > 59
         || second > 59
     {
         return None;
     }
-    // Days since 1970-01-01 (H. Hinnant's days_from_civil).
+    // Days since 1970-01-01 (H. Hinnant's days_from_civil), all
+    // non-negative from 1970 on, so unsigned arithmetic.
     let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
+    let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
-    let secs = u64::try_from(secs).ok()?; // before 1970: the general parser
     SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
 }
 
@@ -242,5 +240,14 @@ mod tests {
             "2028-02-29T23:59:59Z"
         );
         assert_eq!(parse_rfc3339("2027-02-29T00:00:00Z"), None);
+        // Bytes just outside '0'..='9' are not digits to the fast path.
+        for s in [
+            "2026-11-2:T12:00:00Z",
+            "2026-1/-29T12:00:00Z",
+            "+026-11-29T12:00:00Z",
+        ] {
+            assert_eq!(utc_seconds_fast_path(s.as_bytes()), None, "{s}");
+            assert_eq!(parse_rfc3339(s), by_time_crate(s), "{s}");
+        }
     }
 }

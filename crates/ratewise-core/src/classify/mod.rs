@@ -25,6 +25,7 @@
 pub mod codes;
 mod detect;
 mod dimension;
+mod headers;
 mod money;
 mod status;
 mod transport;
@@ -32,9 +33,8 @@ mod transport;
 pub use detect::detect_provider;
 pub use transport::TransportFailure;
 
-use crate::parse::body::{parse_error_body, ProviderError, Unreadable};
+use crate::parse::body::{parse_error_ref, Unreadable};
 use crate::parse::ratelimit::RateLimitSnapshot;
-use crate::parse::request_id::request_id_from_headers;
 use crate::parse::retry_after::{HintSource, RetryHeaders};
 use crate::parse::{message, Rejected};
 use crate::vocab::{Cause, Dimension, Provider, Scope};
@@ -153,54 +153,66 @@ pub fn classify_response(
     wall_now: SystemTime,
 ) -> Classification {
     let status = response.status;
-    let headers = response.headers;
-    let retry = RetryHeaders::from_headers(headers, wall_now);
-    let mut hints = Hints {
-        should_retry: retry.should_retry.and_then(Result::ok),
-        rejected: retry.rejected(),
-        ratelimit: RateLimitSnapshot::from_headers(headers, provider),
-        ..Hints::default()
+    // Built in place and filled in: the classification is large (the
+    // rate-limit snapshot alone is six windows), so its parts are written
+    // where they end up rather than assembled and moved.
+    let mut c = Classification {
+        provider,
+        status: Some(status.as_u16()),
+        transport: None,
+        cause: Cause::Success,
+        scope: Scope::Request,
+        dimension: None,
+        hints: Hints::default(),
+        evidence: Evidence {
+            request_id: None,
+            error_type: None,
+            error_code: None,
+            message: None,
+            body: BodyReading::NotRead,
+            notes: Vec::new(),
+        },
     };
-    let mut notes = Vec::new();
+    let headers::HeaderScan { retry, ids } =
+        headers::HeaderScan::new(response.headers, wall_now, &mut c.hints.ratelimit);
+    let retry = &retry;
+    c.hints.should_retry = retry.should_retry.and_then(Result::ok);
+    c.hints.rejected = retry.rejected();
     if matches!(retry.should_retry, Some(Err(_))) {
-        notes.push("x-should-retry: unreadable value ignored".into());
+        c.evidence
+            .notes
+            .push("x-should-retry: unreadable value ignored".into());
     }
 
     // Success needs no body reading.
     if status.is_success() {
-        return Classification {
-            provider,
-            status: Some(status.as_u16()),
-            transport: None,
-            cause: Cause::Success,
-            scope: Scope::Request,
-            dimension: None,
-            hints,
-            evidence: Evidence {
-                request_id: request_id_from_headers(headers),
-                error_type: None,
-                error_code: None,
-                message: None,
-                body: BodyReading::NotRead,
-                notes,
-            },
-        };
+        c.evidence.request_id = ids.request_id();
+        return c;
     }
 
+    // At least one note follows (the cause's reason): room for the usual few
+    // at once rather than growing from nothing.
+    if c.evidence.notes.is_empty() {
+        c.evidence.notes = Vec::with_capacity(4);
+    }
+
+    // Borrowed from the body: only what the classification keeps is copied.
     let (parsed, body_reading) = if provider == Provider::Generic {
         (None, BodyReading::NotRead)
     } else {
-        match parse_error_body(response.body) {
+        match parse_error_ref(response.body) {
             Ok(e) => (Some(e), BodyReading::Structured),
             Err(u) => (None, BodyReading::Unreadable(u)),
         }
     };
+    let fields = parsed.as_ref().map(|e| e.fields());
+    let message = fields.and_then(|f| f.message);
 
     // A billing phrase beats an "invalid request" code (a 400 that means money).
-    let body_cause = parsed.as_ref().and_then(|e| {
-        let coded = cause_of_error(provider, e.fields());
+    let body_cause = fields.and_then(|f| {
+        let coded = cause_of_error(provider, f);
         match coded {
-            None | Some(Cause::InvalidRequest) => money::cause_from_message(e).or(coded),
+            None | Some(Cause::InvalidRequest) => money::cause_from_message(message).or(coded),
             known => known,
         }
     });
@@ -209,63 +221,46 @@ pub fn classify_response(
         status,
         body_cause,
         body_reading,
-        &retry,
-        &mut notes,
+        retry,
+        &mut c.evidence.notes,
     );
 
-    let message = parsed.as_ref().and_then(|e| e.message.as_deref());
     let dimension = match cause {
         Cause::RateLimited | Cause::RequestTooLarge => {
-            dimension::limited_dimension(provider, parsed.as_ref(), &hints.ratelimit)
+            dimension::limited_dimension(provider, fields, &c.hints.ratelimit)
         }
         _ => None,
     };
-    hints.wait = wait_hint(
-        &retry,
+    c.hints.wait = wait_hint(
+        retry,
         message,
         dimension,
-        &hints.ratelimit,
+        &c.hints.ratelimit,
         wall_now,
-        &mut hints.rejected,
+        &mut c.hints.rejected,
     );
     if cause.is_money() || cause == Cause::Authentication {
-        hints.resume_at = money::resume_at(provider, cause, parsed.as_ref(), wall_now);
+        c.hints.resume_at = money::resume_at(provider, cause, message, wall_now);
     }
     if cause == Cause::RequestTooLarge {
         if let Some((limit, requested)) = message.and_then(message::too_large_for_limit) {
-            notes
+            c.evidence
+                .notes
                 .push(format!("requested {requested} > limit {limit}: waiting cannot help").into());
         }
     }
 
-    let request_id = request_id_from_headers(headers)
-        .or_else(|| parsed.as_ref().and_then(|e| e.request_id.clone()));
-    let (error_type, error_code, message) = match parsed {
-        Some(ProviderError {
-            error_type,
-            code,
-            message,
-            ..
-        }) => (error_type, code, message),
-        None => (None, None, None),
-    };
-    Classification {
-        provider,
-        status: Some(status.as_u16()),
-        transport: None,
-        cause,
-        scope: Classification::default_scope(cause),
-        dimension,
-        hints,
-        evidence: Evidence {
-            request_id,
-            error_type,
-            error_code,
-            message,
-            body: body_reading,
-            notes,
-        },
-    }
+    c.cause = cause;
+    c.scope = Classification::default_scope(cause);
+    c.dimension = dimension;
+    c.evidence.request_id = ids
+        .request_id()
+        .or_else(|| parsed.as_ref().and_then(|e| e.request_id()));
+    c.evidence.error_type = fields.and_then(|f| f.error_type).map(str::to_owned);
+    c.evidence.error_code = fields.and_then(|f| f.code).map(str::to_owned);
+    c.evidence.message = message.map(str::to_owned);
+    c.evidence.body = body_reading;
+    c
 }
 
 /// Classifies a transport failure: before the request left (safe to retry)

@@ -1,13 +1,12 @@
 //! Money stops everything: phrases that mean billing, and when a stop lifts.
 
-use crate::parse::body::ProviderError;
 use crate::vocab::{Cause, Provider};
 use std::time::SystemTime;
 
 /// A billing problem stated only in the message (Anthropic has answered
 /// "Your credit balance is too low" with a 400 `invalid_request_error`).
-pub(super) fn cause_from_message(error: &ProviderError) -> Option<Cause> {
-    let message = error.message.as_deref()?;
+pub(super) fn cause_from_message(message: Option<&str>) -> Option<Cause> {
+    let message = message?;
     let head = crate::parse::clip(message, 512);
     crate::parse::contains_ignore_ascii_case(head, "credit balance is too low")
         .then_some(Cause::Billing)
@@ -19,12 +18,10 @@ pub(super) fn cause_from_message(error: &ProviderError) -> Option<Cause> {
 pub(super) fn resume_at(
     provider: Provider,
     cause: Cause,
-    error: Option<&ProviderError>,
+    message: Option<&str>,
     wall_now: SystemTime,
 ) -> Option<SystemTime> {
-    let stated = error
-        .and_then(|e| e.message.as_deref())
-        .and_then(regain_access_on);
+    let stated = message.and_then(regain_access_on);
     match (cause, provider) {
         (Cause::SpendCap, Provider::Anthropic) => {
             stated.or_else(|| Some(first_of_next_month_utc(wall_now)))

@@ -4,6 +4,10 @@
 //! OpenAI: `{"error":{"message","type","param","code"}}`. Unknown fields
 //! are ignored; anything else (empty, not JSON, truncated, too deep, no
 //! `error` object) is a typed [`Unreadable`] reason, never a panic.
+//!
+//! The envelopes providers usually send (plain strings, `null`s, nested
+//! objects) are read by a fast path without copying; serde_json reads
+//! everything else, and a property test checks the two agree.
 
 use crate::classify::codes::ErrorFields;
 use crate::usage::Usage;
@@ -79,7 +83,98 @@ impl ProviderError {
 /// assert_eq!(parse_error_body(b"<html>502</html>"), Err(Unreadable::NotJson));
 /// ```
 pub fn parse_error_body(body: &[u8]) -> Result<ProviderError, Unreadable> {
+    parse_error_ref(body).map(|e| e.to_owned_error())
+}
+
+/// A provider error borrowed from the body: the classifier reads the fields
+/// in place and copies only those a classification keeps. Every accessor
+/// clips as [`ProviderError`]'s fields are clipped, so both read the same.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ErrorRef<'a> {
+    error_type: Option<Cow<'a, str>>,
+    code: Option<Cow<'a, str>>,
+    message: Option<Cow<'a, str>>,
+    param: Option<Cow<'a, str>>,
+    pub(super) request_id: Option<Cow<'a, str>>,
+}
+
+fn clipped<'s>(field: &'s Option<Cow<'_, str>>) -> Option<&'s str> {
+    field
+        .as_deref()
+        .map(|s| crate::parse::clip(s, MAX_MESSAGE_LEN))
+}
+
+impl<'a> ErrorRef<'a> {
+    /// Fields read in place by the envelope fast path (no request id yet).
+    pub(super) fn borrowed(
+        error_type: Option<&'a str>,
+        code: Option<&'a str>,
+        message: Option<&'a str>,
+        param: Option<&'a str>,
+    ) -> Self {
+        ErrorRef {
+            error_type: error_type.map(Cow::Borrowed),
+            code: code.map(Cow::Borrowed),
+            message: message.map(Cow::Borrowed),
+            param: param.map(Cow::Borrowed),
+            request_id: None,
+        }
+    }
+
+    /// `error.type`, as [`ProviderError::error_type`].
+    pub(crate) fn error_type(&self) -> Option<&str> {
+        clipped(&self.error_type)
+    }
+
+    /// `error.code` or `error.details.error_code`, as [`ProviderError::code`].
+    pub(crate) fn code(&self) -> Option<&str> {
+        clipped(&self.code)
+    }
+
+    /// `error.message`, as [`ProviderError::message`].
+    pub(crate) fn message(&self) -> Option<&str> {
+        clipped(&self.message)
+    }
+
+    /// The body's request id, as [`ProviderError::request_id`] (allocates).
+    pub(crate) fn request_id(&self) -> Option<String> {
+        self.request_id
+            .as_deref()
+            .and_then(|id| crate::parse::request_id::clean(id.as_bytes()))
+    }
+
+    /// The fields the code table reads.
+    pub(crate) fn fields(&self) -> ErrorFields<'_> {
+        ErrorFields {
+            error_type: self.error_type(),
+            code: self.code(),
+            message: self.message(),
+        }
+    }
+
+    fn to_owned_error(&self) -> ProviderError {
+        ProviderError {
+            error_type: self.error_type().map(str::to_owned),
+            code: self.code().map(str::to_owned),
+            message: self.message().map(str::to_owned),
+            param: clipped(&self.param).map(str::to_owned),
+            request_id: self.request_id(),
+        }
+    }
+}
+
+/// [`parse_error_body`] without copying: the fields borrow from `body`
+/// (unless JSON escapes had to be decoded).
+pub(crate) fn parse_error_ref(body: &[u8]) -> Result<ErrorRef<'_>, Unreadable> {
     let (bytes, truncated) = prefix(body)?;
+    if let Some(read) = super::envelope::read(bytes) {
+        return read;
+    }
+    parse_error_serde(bytes, truncated)
+}
+
+/// The general reading, by serde_json: the reference the fast path agrees with.
+fn parse_error_serde(bytes: &[u8], truncated: bool) -> Result<ErrorRef<'_>, Unreadable> {
     let env: Envelope<'_> = match serde_json::from_slice(bytes) {
         Ok(env) => env,
         Err(_) if truncated => return Err(Unreadable::Truncated),
@@ -92,15 +187,12 @@ pub fn parse_error_body(body: &[u8]) -> Result<ProviderError, Unreadable> {
         .code
         .0
         .or_else(|| err.details.and_then(|d| d.error_code.0));
-    Ok(ProviderError {
-        error_type: err.kind.0.map(own),
-        code: code.map(own),
-        message: err.message.0.map(own),
-        param: err.param.0.map(own),
-        request_id: env
-            .request_id
-            .0
-            .and_then(|id| crate::parse::request_id::clean(id.as_bytes())),
+    Ok(ErrorRef {
+        error_type: err.kind.0,
+        code,
+        message: err.message.0,
+        param: err.param.0,
+        request_id: env.request_id.0,
     })
 }
 
@@ -135,13 +227,6 @@ fn prefix_any(body: &[u8]) -> Option<(&[u8], bool)> {
         Some((&body[..MAX_BODY_PREFIX], true))
     } else {
         Some((body, false))
-    }
-}
-
-fn own(s: Cow<'_, str>) -> String {
-    match s {
-        Cow::Owned(o) if o.len() <= MAX_MESSAGE_LEN => o,
-        other => crate::parse::clip(&other, MAX_MESSAGE_LEN).to_owned(),
     }
 }
 
@@ -302,6 +387,102 @@ impl RawUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = String> {
+        let leaf = prop::sample::select(vec![
+            r#""rate_limit_error""#,
+            r#""Number of request tokens has exceeded your per-minute rate limit""#,
+            r#""""#,
+            r#""a \"b\"""#,
+            r#""x\u0041""#,
+            r#""\ud800""#,
+            "\"tab\there\"",
+            r#""é ü 日本""#,
+            r#""req_011CVrl1""#,
+            "null",
+            "true",
+            "false",
+            "nul",
+            "1",
+            "-2.5",
+            "[1,2]",
+            "[]",
+            "{}",
+        ])
+        .prop_map(str::to_owned);
+        leaf.prop_recursive(4, 24, 5, |inner| {
+            let key = prop::sample::select(vec![
+                "error",
+                "type",
+                "message",
+                "code",
+                "param",
+                "details",
+                "error_code",
+                "request_id",
+                "x",
+                r#"typ\u0065"#,
+                "Error",
+            ]);
+            let ws = prop::sample::select(vec!["", " ", "\n\t ", "\r"]);
+            prop::collection::vec((key, ws, inner), 0..5).prop_map(|fields| {
+                let body: Vec<String> = fields
+                    .into_iter()
+                    .map(|(k, w, v)| format!("{w}\"{k}\"{w}:{w}{v}{w}"))
+                    .collect();
+                format!("{{{}}}", body.join(","))
+            })
+        })
+    }
+
+    proptest! {
+        /// Wherever the envelope fast path answers, serde_json answers the same.
+        #[test]
+        fn fast_path_agrees_with_serde(
+            value in json_value(),
+            cut in any::<prop::sample::Index>(),
+            junk in prop::sample::select(vec!["", " ", "\n", "}", ",", "x", "\u{0}", "\u{ff}"]),
+            mutate in 0u8..4,
+        ) {
+            let mut body = format!(r#"{{"type":"error","error":{value},"request_id":"req_1"}}"#);
+            match mutate {
+                1 => {
+                    let at = cut.index(body.len() + 1);
+                    if body.is_char_boundary(at) {
+                        body.truncate(at);
+                    }
+                }
+                2 => {
+                    let at = cut.index(body.len() + 1);
+                    if body.is_char_boundary(at) {
+                        body.insert_str(at, junk);
+                    }
+                }
+                3 => body = value,
+                _ => body.push_str(junk),
+            }
+            let bytes = body.as_bytes();
+            if let Some(fast) = crate::parse::envelope::read(bytes) {
+                prop_assert_eq!(fast, parse_error_serde(bytes, false), "{}", body);
+            }
+        }
+    }
+
+    #[test]
+    fn fast_path_reads_the_usual_envelopes() {
+        for body in [
+            &br#"{"type": "error", "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}, "request_id": "req_011CVrl1"}"#[..],
+            br#"{"error": {"message": "Rate limit reached for gpt-4o-mini in organization org-x on tokens per min (TPM): Limit 200000, Used 195869, Requested 4412. Please try again in 1.146s.", "type": "tokens", "param": null, "code": "rate_limit_exceeded"}}"#,
+            br#"{"type":"error","error":{"type":"rate_limit_error","message":"m","details":{"error_code":"enforced_spend_limit_reached"}},"request_id":"req_1"}"#,
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded","details":null}}"#,
+            b"{\"ok\":true}",
+        ] {
+            let fast = crate::parse::envelope::read(body);
+            assert!(fast.is_some(), "{}", String::from_utf8_lossy(body));
+            assert_eq!(fast.unwrap(), parse_error_serde(body, false));
+        }
+    }
 
     #[test]
     fn anthropic_envelope_with_details() {

@@ -16,7 +16,12 @@ use std::time::Duration;
 /// assert!(parse_go_duration("soon").is_err());
 /// ```
 pub fn parse_go_duration(s: &str) -> Result<Duration, Rejected> {
-    let s = header_text(s.as_bytes())?;
+    go_duration_of_text(header_text(s.as_bytes())?)
+}
+
+/// [`parse_go_duration`] of a value already trimmed and checked as visible
+/// ASCII (by `header_text` or `value_text`, which leave such a value as is).
+pub(crate) fn go_duration_of_text(s: &str) -> Result<Duration, Rejected> {
     if s == "0" {
         return Ok(Duration::ZERO);
     }

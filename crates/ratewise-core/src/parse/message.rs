@@ -69,7 +69,7 @@ pub fn too_large_for_limit(message: &str) -> Option<(u64, u64)> {
 /// The number after `label` ("Limit 30,000" → 30000); thousands commas
 /// allowed, at most 19 digits.
 fn number_after(text: &str, label: &str) -> Option<u64> {
-    let at = memchr::memmem::find(text.as_bytes(), label.as_bytes())? + label.len();
+    let at = find(text.as_bytes(), label.as_bytes())? + label.len();
     let mut n: u64 = 0;
     let mut digits = 0;
     for &b in &text.as_bytes()[at..] {
@@ -84,6 +84,14 @@ fn number_after(text: &str, label: &str) -> Option<u64> {
         }
     }
     (digits > 0).then_some(n)
+}
+
+/// The first occurrence of `needle` (non-empty): a jump between copies of
+/// its first byte. The labels here start with a capital letter, rare in
+/// messages, so this beats building a `memmem` searcher on every call.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let (&first, _) = needle.split_first()?;
+    memchr::memchr_iter(first, haystack).find(|&at| haystack[at..].starts_with(needle))
 }
 
 #[cfg(test)]
@@ -119,6 +127,14 @@ mod tests {
     fn long_messages_are_scanned_only_in_their_head() {
         let m = format!("{}Please try again in 1s", "é".repeat(SCAN_LIMIT));
         assert_eq!(try_again_in(&m), None);
+    }
+
+    #[test]
+    fn find_is_the_first_occurrence() {
+        assert_eq!(find(b"Limit Limit 5", b"Limit "), Some(0));
+        assert_eq!(find(b"LLimit 5", b"Limit "), Some(1));
+        assert_eq!(find(b"Limi", b"Limit "), None);
+        assert_eq!(find(b"x", b""), None);
     }
 
     #[test]

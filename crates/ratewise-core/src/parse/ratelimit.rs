@@ -7,10 +7,9 @@
 //! Go-style duration. A reset means "bucket full again", not "earliest
 //! retry". Token `remaining` values may be rounded to thousands.
 
-use super::duration::parse_go_duration;
-use super::{header_text, Rejected};
+use super::{header_text, trim_ows, value_text, Rejected};
 use crate::vocab::{Dimension, Provider};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use std::time::{Duration, SystemTime};
 
 /// When a bucket is full again, as the server said it.
@@ -75,16 +74,44 @@ impl RateLimitSnapshot {
     pub fn from_headers(headers: &HeaderMap, _provider: Provider) -> Self {
         let mut snap = RateLimitSnapshot::default();
         for (name, value) in headers {
-            let name = name.as_str();
-            if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
-                snap.read_anthropic(rest, name, value.as_bytes(), false);
-            } else if let Some(rest) = name.strip_prefix("anthropic-priority-") {
-                snap.read_anthropic(rest, name, value.as_bytes(), true);
-            } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
-                snap.read_openai(rest, name, value.as_bytes());
-            }
+            snap.read_header(name.as_str(), value);
         }
         snap
+    }
+
+    /// Reads one header when its name is a rate-limit header (true),
+    /// so one pass over a response's headers can feed several readers.
+    /// Repeated headers: the last valid value wins, every bad one is noted.
+    pub(crate) fn read_header(&mut self, name: &str, value: &HeaderValue) -> bool {
+        // The thirty names of the two families, matched whole: cheaper than
+        // splitting names into prefix, dimension and field.
+        let Some((family, slot, field)) = known_header(name) else {
+            return false;
+        };
+        let window = match slot {
+            Slot::Requests => &mut self.requests,
+            Slot::Tokens => &mut self.tokens,
+            Slot::InputTokens => &mut self.input_tokens,
+            Slot::OutputTokens => &mut self.output_tokens,
+            Slot::PriorityInputTokens => &mut self.priority_input_tokens,
+            Slot::PriorityOutputTokens => &mut self.priority_output_tokens,
+        };
+        let raw = value.as_bytes();
+        let stored = match field {
+            FieldKind::Limit => parse_count(raw).map(|n| window.limit = Some(n)),
+            FieldKind::Remaining => parse_count(raw).map(|n| window.remaining = Some(n)),
+            FieldKind::Reset if family == Family::Openai => value_text(value)
+                .and_then(super::duration::go_duration_of_text)
+                .map(|d| window.reset = Some(Reset::After(d))),
+            FieldKind::Reset => parse_instant(raw).map(|t| window.reset = Some(Reset::At(t))),
+        };
+        // Bounded: a response cannot grow the list past 32 entries.
+        if let Err(reason) = stored {
+            if self.rejected.len() < 32 {
+                self.rejected.push((name.to_owned(), reason));
+            }
+        }
+        true
     }
 
     /// The window of one dimension.
@@ -120,76 +147,86 @@ impl RateLimitSnapshot {
             .copied()
             .filter(|d| self.window(*d).remaining == Some(0))
     }
+}
 
-    fn slot(&mut self, dim: &str, priority: bool) -> Option<&mut Window> {
-        Some(match (dim, priority) {
-            ("requests", false) => &mut self.requests,
-            ("tokens", false) => &mut self.tokens,
-            ("input-tokens", false) => &mut self.input_tokens,
-            ("output-tokens", false) => &mut self.output_tokens,
-            ("input-tokens", true) => &mut self.priority_input_tokens,
-            ("output-tokens", true) => &mut self.priority_output_tokens,
-            _ => return None,
-        })
-    }
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// `anthropic-ratelimit-*` and `anthropic-priority-*`: RFC 3339 resets.
+    Anthropic,
+    /// `x-ratelimit-*`: Go-duration resets.
+    Openai,
+}
 
-    fn read_anthropic(&mut self, rest: &str, name: &str, raw: &[u8], priority: bool) {
-        // `<dim>-<field>`: match the three field suffixes directly.
-        let Some((dim, field)) = ["limit", "remaining", "reset"].iter().find_map(|field| {
-            let dim = rest.strip_suffix(field)?.strip_suffix('-')?;
-            Some((dim, *field))
-        }) else {
-            return;
-        };
-        let parsed = match field {
-            "limit" | "remaining" => parse_count(raw).map(Field::Count),
-            "reset" => parse_instant(raw).map(|t| Field::Reset(Reset::At(t))),
-            _ => return,
-        };
-        self.store(dim, field, priority, name, parsed);
-    }
+#[derive(Clone, Copy)]
+enum Slot {
+    Requests,
+    Tokens,
+    InputTokens,
+    OutputTokens,
+    PriorityInputTokens,
+    PriorityOutputTokens,
+}
 
-    fn read_openai(&mut self, rest: &str, name: &str, raw: &[u8]) {
-        let Some((field, dim)) = rest.split_once('-') else {
-            return;
-        };
-        let parsed = match field {
-            "limit" | "remaining" => parse_count(raw).map(Field::Count),
-            "reset" => header_text(raw)
-                .and_then(parse_go_duration)
-                .map(|d| Field::Reset(Reset::After(d))),
-            _ => return,
-        };
-        self.store(dim, field, false, name, parsed);
-    }
+#[derive(Clone, Copy)]
+enum FieldKind {
+    Limit,
+    Remaining,
+    Reset,
+}
 
-    fn store(
-        &mut self,
-        dim: &str,
-        field: &str,
-        priority: bool,
-        name: &str,
-        parsed: Result<Field, Rejected>,
-    ) {
-        let Some(window) = self.slot(dim, priority) else {
-            return;
+/// Which window and field a rate-limit header name fills, if it is one of
+/// the documented names. Anthropic: `<dim>-<field>`; priority tier: input
+/// and output tokens only; OpenAI: `<field>-<dim>`. Every comparison is
+/// against a fixed-size byte string, which compiles to a few word loads
+/// rather than `memcmp` calls.
+fn known_header(name: &str) -> Option<(Family, Slot, FieldKind)> {
+    let name = name.as_bytes();
+    if let Some(rest) = name.strip_prefix(b"anthropic-") {
+        let (priority, rest) = if let Some(rest) = rest.strip_prefix(b"ratelimit-") {
+            (false, rest)
+        } else {
+            (true, rest.strip_prefix(b"priority-")?)
         };
-        match (field, parsed) {
-            ("limit", Ok(Field::Count(n))) => window.limit = Some(n),
-            ("remaining", Ok(Field::Count(n))) => window.remaining = Some(n),
-            ("reset", Ok(Field::Reset(r))) => window.reset = Some(r),
-            // Bounded: a response cannot grow the list past 32 entries.
-            (_, Err(reason)) if self.rejected.len() < 32 => {
-                self.rejected.push((name.to_owned(), reason));
-            }
-            _ => {}
-        }
+        let (dim, field) = if let Some(dim) = rest.strip_suffix(b"-limit") {
+            (dim, FieldKind::Limit)
+        } else if let Some(dim) = rest.strip_suffix(b"-remaining") {
+            (dim, FieldKind::Remaining)
+        } else {
+            (rest.strip_suffix(b"-reset")?, FieldKind::Reset)
+        };
+        let slot = slot_of(dim)?;
+        let slot = match (priority, slot) {
+            (false, slot) => slot,
+            (true, Slot::InputTokens) => Slot::PriorityInputTokens,
+            (true, Slot::OutputTokens) => Slot::PriorityOutputTokens,
+            (true, _) => return None,
+        };
+        Some((Family::Anthropic, slot, field))
+    } else {
+        let rest = name.strip_prefix(b"x-ratelimit-")?;
+        let (field, dim) = if let Some(dim) = rest.strip_prefix(b"limit-") {
+            (FieldKind::Limit, dim)
+        } else if let Some(dim) = rest.strip_prefix(b"remaining-") {
+            (FieldKind::Remaining, dim)
+        } else {
+            (FieldKind::Reset, rest.strip_prefix(b"reset-")?)
+        };
+        Some((Family::Openai, slot_of(dim)?, field))
     }
 }
 
-enum Field {
-    Count(u64),
-    Reset(Reset),
+fn slot_of(dim: &[u8]) -> Option<Slot> {
+    if dim == b"requests" {
+        Some(Slot::Requests)
+    } else if dim == b"tokens" {
+        Some(Slot::Tokens)
+    } else if dim == b"input-tokens" {
+        Some(Slot::InputTokens)
+    } else if dim == b"output-tokens" {
+        Some(Slot::OutputTokens)
+    } else {
+        None
+    }
 }
 
 /// A non-negative integer count (`50`, `30000`).
@@ -215,6 +252,11 @@ pub fn parse_count(raw: &[u8]) -> Result<u64, Rejected> {
 
 /// An RFC 3339 instant such as `2026-11-29T12:00:04Z`.
 pub fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
+    // The form Anthropic sends is read straight from the bytes; whatever it
+    // accepts is visible ASCII, so the checks below would have passed.
+    if let Some(t) = crate::time::utc_seconds_fast_path(trim_ows(raw)?) {
+        return Ok(t);
+    }
     let s = header_text(raw)?;
     crate::time::parse_rfc3339(s).ok_or(Rejected::Garbage)
 }
@@ -222,6 +264,213 @@ pub fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The reader this module had before the one-pass `read_header`,
+    /// kept as the oracle the property test compares against.
+    mod oracle {
+        use super::super::{parse_count, Rejected, Reset, Window};
+        use crate::parse::duration::parse_go_duration;
+        use crate::parse::header_text;
+        use http::HeaderMap;
+        use std::time::SystemTime;
+
+        #[derive(Debug, Default, PartialEq, Eq)]
+        pub(super) struct Snap {
+            pub requests: Window,
+            pub input_tokens: Window,
+            pub output_tokens: Window,
+            pub tokens: Window,
+            pub priority_input_tokens: Window,
+            pub priority_output_tokens: Window,
+            pub rejected: Vec<(String, Rejected)>,
+        }
+
+        fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
+            let s = header_text(raw)?;
+            crate::time::parse_rfc3339(s).ok_or(Rejected::Garbage)
+        }
+
+        pub(super) fn from_headers(headers: &HeaderMap) -> Snap {
+            let mut snap = Snap::default();
+            for (name, value) in headers {
+                let name = name.as_str();
+                if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
+                    snap.read_anthropic(rest, name, value.as_bytes(), false);
+                } else if let Some(rest) = name.strip_prefix("anthropic-priority-") {
+                    snap.read_anthropic(rest, name, value.as_bytes(), true);
+                } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                    snap.read_openai(rest, name, value.as_bytes());
+                }
+            }
+            snap
+        }
+
+        impl Snap {
+            fn slot(&mut self, dim: &str, priority: bool) -> Option<&mut Window> {
+                Some(match (dim, priority) {
+                    ("requests", false) => &mut self.requests,
+                    ("tokens", false) => &mut self.tokens,
+                    ("input-tokens", false) => &mut self.input_tokens,
+                    ("output-tokens", false) => &mut self.output_tokens,
+                    ("input-tokens", true) => &mut self.priority_input_tokens,
+                    ("output-tokens", true) => &mut self.priority_output_tokens,
+                    _ => return None,
+                })
+            }
+
+            fn read_anthropic(&mut self, rest: &str, name: &str, raw: &[u8], priority: bool) {
+                // `<dim>-<field>`: match the three field suffixes directly.
+                let Some((dim, field)) = ["limit", "remaining", "reset"].iter().find_map(|field| {
+                    let dim = rest.strip_suffix(field)?.strip_suffix('-')?;
+                    Some((dim, *field))
+                }) else {
+                    return;
+                };
+                let parsed = match field {
+                    "limit" | "remaining" => parse_count(raw).map(Field::Count),
+                    "reset" => parse_instant(raw).map(|t| Field::Reset(Reset::At(t))),
+                    _ => return,
+                };
+                self.store(dim, field, priority, name, parsed);
+            }
+
+            fn read_openai(&mut self, rest: &str, name: &str, raw: &[u8]) {
+                let Some((field, dim)) = rest.split_once('-') else {
+                    return;
+                };
+                let parsed = match field {
+                    "limit" | "remaining" => parse_count(raw).map(Field::Count),
+                    "reset" => header_text(raw)
+                        .and_then(parse_go_duration)
+                        .map(|d| Field::Reset(Reset::After(d))),
+                    _ => return,
+                };
+                self.store(dim, field, false, name, parsed);
+            }
+
+            fn store(
+                &mut self,
+                dim: &str,
+                field: &str,
+                priority: bool,
+                name: &str,
+                parsed: Result<Field, Rejected>,
+            ) {
+                let Some(window) = self.slot(dim, priority) else {
+                    return;
+                };
+                match (field, parsed) {
+                    ("limit", Ok(Field::Count(n))) => window.limit = Some(n),
+                    ("remaining", Ok(Field::Count(n))) => window.remaining = Some(n),
+                    ("reset", Ok(Field::Reset(r))) => window.reset = Some(r),
+                    // Bounded: a response cannot grow the list past 32 entries.
+                    (_, Err(reason)) if self.rejected.len() < 32 => {
+                        self.rejected.push((name.to_owned(), reason));
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        enum Field {
+            Count(u64),
+            Reset(Reset),
+        }
+    }
+
+    fn header_name() -> impl Strategy<Value = String> {
+        let family = prop::sample::select(vec![
+            "anthropic-ratelimit-",
+            "anthropic-priority-",
+            "x-ratelimit-",
+            "anthropic-",
+            "x-",
+        ]);
+        let part = prop::sample::select(vec![
+            "requests",
+            "tokens",
+            "input-tokens",
+            "output-tokens",
+            "limit",
+            "remaining",
+            "reset",
+            "limits",
+            "foo",
+            "",
+            "-",
+        ]);
+        let composed = (
+            family,
+            part.clone(),
+            prop::sample::select(vec!["-", "", "--"]),
+            part,
+        )
+            .prop_map(|(f, a, dash, b)| format!("{f}{a}{dash}{b}"));
+        // Every documented name, and near misses, often enough to matter.
+        let mut exact = Vec::new();
+        for dim in [
+            "requests",
+            "tokens",
+            "input-tokens",
+            "output-tokens",
+            "priority",
+        ] {
+            for field in ["limit", "remaining", "reset", "resets"] {
+                exact.push(format!("anthropic-ratelimit-{dim}-{field}"));
+                exact.push(format!("anthropic-priority-{dim}-{field}"));
+                exact.push(format!("x-ratelimit-{field}-{dim}"));
+            }
+        }
+        prop_oneof![composed, prop::sample::select(exact)]
+    }
+
+    fn header_value() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "50",
+            " 31 ",
+            "0",
+            "-3",
+            "99999999999999999999999",
+            "x",
+            "",
+            "\t",
+            "2026-11-29T12:00:04Z",
+            "2026-11-29T13:00:04.5+01:00",
+            "2027-02-29T00:00:00Z",
+            "1.146s",
+            "6m0s",
+            "NaN",
+            "0",
+            "ümlaut",
+        ])
+    }
+
+    proptest! {
+        /// The one-pass reader gives what the former reader gave.
+        #[test]
+        fn read_header_agrees_with_the_former_reader(
+            pairs in prop::collection::vec((header_name(), header_value()), 0..40)
+        ) {
+            let mut h = HeaderMap::new();
+            for (k, v) in &pairs {
+                let Ok(name) = http::HeaderName::from_bytes(k.as_bytes()) else { continue };
+                h.append(name, HeaderValue::from_bytes(v.as_bytes()).unwrap());
+            }
+            let new = RateLimitSnapshot::from_headers(&h, Provider::Anthropic);
+            let old = oracle::from_headers(&h);
+            let new = oracle::Snap {
+                requests: new.requests,
+                input_tokens: new.input_tokens,
+                output_tokens: new.output_tokens,
+                tokens: new.tokens,
+                priority_input_tokens: new.priority_input_tokens,
+                priority_output_tokens: new.priority_output_tokens,
+                rejected: new.rejected,
+            };
+            prop_assert_eq!(new, old);
+        }
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

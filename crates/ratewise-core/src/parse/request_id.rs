@@ -18,9 +18,26 @@ pub fn request_id_from_headers(headers: &HeaderMap) -> Option<String> {
         .find_map(|v| clean(v.as_bytes()))
 }
 
+/// [`clean`] of a header value: a value `HeaderValue::to_str` accepts is
+/// already ASCII, so UTF-8 need not be checked again.
+pub(crate) fn clean_value(value: &http::HeaderValue) -> Option<String> {
+    match value.to_str() {
+        // Visible ASCII: the only whitespace `trim` could remove is ' ' and tab.
+        Ok(s) => keep(s.trim_matches([' ', '\t'])),
+        Err(_) => clean(value.as_bytes()),
+    }
+}
+
 /// Keeps an id only if it is printable ASCII, cut to [`MAX_REQUEST_ID_LEN`].
 pub(crate) fn clean(raw: &[u8]) -> Option<String> {
-    let s = std::str::from_utf8(raw).ok()?.trim();
+    clean_text(std::str::from_utf8(raw).ok()?)
+}
+
+fn clean_text(s: &str) -> Option<String> {
+    keep(s.trim())
+}
+
+fn keep(s: &str) -> Option<String> {
     if s.is_empty() || !s.bytes().all(|b| (0x21..0x7f).contains(&b)) {
         return None;
     }

@@ -4,8 +4,8 @@
 //! decimal seconds (`2.5`) are accepted because real servers send them.
 //! `retry-after-ms` is the OpenAI/Anthropic SDKs' millisecond variant.
 
-use super::{decimal_duration, header_text, Rejected};
-use http::HeaderMap;
+use super::{decimal_duration, header_text, value_text, Rejected};
+use http::{HeaderMap, HeaderValue};
 use std::time::{Duration, SystemTime};
 
 /// Parses one `Retry-After` value. An HTTP-date (any of the three RFC 9110
@@ -20,7 +20,11 @@ use std::time::{Duration, SystemTime};
 /// assert!(parse_retry_after(b"NaN", now).is_err());
 /// ```
 pub fn parse_retry_after(raw: &[u8], wall_now: SystemTime) -> Result<Duration, Rejected> {
-    let s = header_text(raw)?;
+    retry_after_of_text(header_text(raw)?, wall_now)
+}
+
+/// [`parse_retry_after`] of a value already trimmed and checked as text.
+fn retry_after_of_text(s: &str, wall_now: SystemTime) -> Result<Duration, Rejected> {
     match decimal_duration(s, 1_000_000_000) {
         Ok(d) => Ok(d),
         Err(Rejected::Garbage) => match httpdate::parse_http_date(s) {
@@ -43,7 +47,10 @@ pub fn parse_retry_after_ms(raw: &[u8]) -> Result<Duration, Rejected> {
 
 /// Parses `x-should-retry`: `true` or `false`, any case.
 pub fn parse_should_retry(raw: &[u8]) -> Result<bool, Rejected> {
-    let s = header_text(raw)?;
+    should_retry_of_text(header_text(raw)?)
+}
+
+fn should_retry_of_text(s: &str) -> Result<bool, Rejected> {
     if s.eq_ignore_ascii_case("true") {
         Ok(true)
     } else if s.eq_ignore_ascii_case("false") {
@@ -109,6 +116,37 @@ impl RetryHeaders {
                 .get(X_SHOULD_RETRY)
                 .map(|v| parse_should_retry(v.as_bytes())),
         }
+    }
+
+    /// Reads one header when it is one of the three (true). Only the first
+    /// value of each counts, as with `HeaderMap::get`, so one pass over a
+    /// response's headers in their order gives the same result.
+    pub(crate) fn read_header(
+        &mut self,
+        name: &str,
+        value: &HeaderValue,
+        wall_now: SystemTime,
+    ) -> bool {
+        let text = || value_text(value);
+        match name {
+            "retry-after" => {
+                if self.retry_after.is_none() {
+                    self.retry_after = Some(text().and_then(|s| retry_after_of_text(s, wall_now)));
+                }
+            }
+            "retry-after-ms" => {
+                if self.retry_after_ms.is_none() {
+                    self.retry_after_ms = Some(text().and_then(|s| decimal_duration(s, 1_000_000)));
+                }
+            }
+            "x-should-retry" => {
+                if self.should_retry.is_none() {
+                    self.should_retry = Some(text().and_then(should_retry_of_text));
+                }
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// The most trusted valid header hint, if any.
