@@ -2,6 +2,9 @@
 //! OpenAI's envelopes, proxies' HTML, truncated and hostile JSON).
 //!
 //! Properties beyond "no panic":
+//! - the envelope fast path answers exactly what serde_json alone answers
+//!   (differential: `parse_error_body` against
+//!   `parse_error_body_reference`);
 //! - every kept string is bounded: type, code, message and param by
 //!   `MAX_MESSAGE_LEN` bytes, the request id by `MAX_REQUEST_ID_LEN` and
 //!   printable ASCII only;
@@ -11,7 +14,9 @@
 //!   whatever was read.
 
 use ratewise_core::classify::codes::cause_of_error;
-use ratewise_core::parse::body::{parse_error_body, parse_usage, Unreadable, MAX_MESSAGE_LEN};
+use ratewise_core::parse::body::{
+    parse_error_body, parse_error_body_reference, parse_usage, Unreadable, MAX_MESSAGE_LEN,
+};
 use ratewise_core::parse::message::{too_large_for_limit, try_again_in};
 use ratewise_core::parse::request_id::MAX_REQUEST_ID_LEN;
 use ratewise_core::parse::FOREVER;
@@ -20,6 +25,11 @@ use ratewise_core::Provider;
 /// Runs the target on one input.
 pub fn run(data: &[u8]) {
     let parsed = parse_error_body(data);
+    assert_eq!(
+        parsed,
+        parse_error_body_reference(data),
+        "fast path and serde_json disagree"
+    );
     assert_eq!(
         parsed == Err(Unreadable::Empty),
         data.iter().all(u8::is_ascii_whitespace),

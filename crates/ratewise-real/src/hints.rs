@@ -36,6 +36,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Body;
 use ratewise_core::parse::duration::{format_go_duration, parse_go_duration};
+use ratewise_core::parse::retry_after::{
+    parse_retry_after_ms, parse_retry_after_value, RetryAfterValue,
+};
 use ratewise_core::time::{format_rfc3339, parse_rfc3339};
 use ratewise_mock::clock::ceil_ms;
 use std::future::Future;
@@ -183,27 +186,22 @@ pub fn to_provider_time(headers: &mut HeaderMap, clock: &ScaledClock) {
         let v = v.trim();
         let n = name.as_str();
         let new = if n == "retry-after" {
-            match v.parse::<f64>() {
-                Ok(secs) if secs.is_finite() && secs >= 0.0 => {
-                    let real = Duration::from_secs_f64(secs.min(1e12));
-                    Some(ratewise_mock::clock::format_retry_after(
-                        scale.to_provider(real),
-                    ))
-                }
-                Ok(_) => None,
-                Err(_) => httpdate::parse_http_date(v).ok().map(|t| {
-                    let p = clock.provider_wall(t) + Duration::from_millis(999);
-                    httpdate::fmt_http_date(p)
-                }),
+            // The core's reader: the same values are accepted as when the
+            // layer reads the hint.
+            match parse_retry_after_value(value.as_bytes()) {
+                Ok(RetryAfterValue::Delay(real)) => Some(ratewise_mock::clock::format_retry_after(
+                    scale.to_provider(real),
+                )),
+                Ok(RetryAfterValue::At(t)) => Some(httpdate::fmt_http_date(
+                    clock.provider_wall(t) + Duration::from_millis(999),
+                )),
+                Err(_) => None,
             }
         } else if n == "retry-after-ms" {
-            v.parse::<f64>()
-                .ok()
-                .filter(|ms| ms.is_finite() && *ms >= 0.0)
-                .map(|ms| {
-                    let p = scale.to_provider(Duration::from_secs_f64(ms.min(1e15) / 1e3));
-                    p.as_nanos().div_ceil(1_000_000).to_string()
-                })
+            parse_retry_after_ms(value.as_bytes()).ok().map(|real| {
+                let p = scale.to_provider(real);
+                p.as_nanos().div_ceil(1_000_000).to_string()
+            })
         } else if n.starts_with("anthropic-ratelimit-") && n.ends_with("-reset") {
             parse_rfc3339(v)
                 .map(|t| format_rfc3339(clock.provider_wall(t) + Duration::from_nanos(999_999)))

@@ -173,6 +173,15 @@ pub(crate) fn parse_error_ref(body: &[u8]) -> Result<ErrorRef<'_>, Unreadable> {
     parse_error_serde(bytes, truncated)
 }
 
+/// [`parse_error_body`] without the envelope fast path: serde_json alone.
+/// The reference the fast path must agree with on every input; the
+/// `error_body` fuzz target compares the two. Not for production use.
+#[doc(hidden)]
+pub fn parse_error_body_reference(body: &[u8]) -> Result<ProviderError, Unreadable> {
+    let (bytes, truncated) = prefix(body)?;
+    parse_error_serde(bytes, truncated).map(|e| e.to_owned_error())
+}
+
 /// The general reading, by serde_json: the reference the fast path agrees with.
 fn parse_error_serde(bytes: &[u8], truncated: bool) -> Result<ErrorRef<'_>, Unreadable> {
     let env: Envelope<'_> = match serde_json::from_slice(bytes) {

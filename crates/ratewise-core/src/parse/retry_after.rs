@@ -23,20 +23,57 @@ pub fn parse_retry_after(raw: &[u8], wall_now: SystemTime) -> Result<Duration, R
     retry_after_of_text(header_text(raw)?, wall_now)
 }
 
+/// A `Retry-After` value as sent: a delay, or an instant (HTTP-date).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryAfterValue {
+    /// Delta-seconds (decimal accepted).
+    Delay(Duration),
+    /// An HTTP-date, in any of the three RFC 9110 forms.
+    At(SystemTime),
+}
+
+/// Reads one `Retry-After` value without measuring a date against a
+/// clock: for code that moves the hint into another frame (a proxy, a
+/// scaled test clock) before it is used. Same acceptance rules as
+/// [`parse_retry_after`].
+///
+/// ```
+/// use ratewise_core::parse::retry_after::{parse_retry_after_value, RetryAfterValue};
+/// use std::time::Duration;
+/// assert_eq!(
+///     parse_retry_after_value(b"2.5"),
+///     Ok(RetryAfterValue::Delay(Duration::from_millis(2500)))
+/// );
+/// assert!(matches!(
+///     parse_retry_after_value(b"Sun, 06 Nov 1994 08:49:37 GMT"),
+///     Ok(RetryAfterValue::At(_))
+/// ));
+/// assert!(parse_retry_after_value(b"1e3").is_err());
+/// ```
+pub fn parse_retry_after_value(raw: &[u8]) -> Result<RetryAfterValue, Rejected> {
+    retry_after_value_of_text(header_text(raw)?)
+}
+
+fn retry_after_value_of_text(s: &str) -> Result<RetryAfterValue, Rejected> {
+    match decimal_duration(s, 1_000_000_000) {
+        Ok(d) => Ok(RetryAfterValue::Delay(d)),
+        Err(Rejected::Garbage) => httpdate::parse_http_date(s)
+            .map(RetryAfterValue::At)
+            .map_err(|_| Rejected::Garbage),
+        Err(other) => Err(other),
+    }
+}
+
 /// [`parse_retry_after`] of a value already trimmed and checked as text.
 fn retry_after_of_text(s: &str, wall_now: SystemTime) -> Result<Duration, Rejected> {
-    match decimal_duration(s, 1_000_000_000) {
-        Ok(d) => Ok(d),
-        Err(Rejected::Garbage) => match httpdate::parse_http_date(s) {
-            // Centuries ahead saturate like absurd numbers: "longer than any deadline".
-            Ok(at) => Ok(super::nanos_to_duration(
-                at.duration_since(wall_now)
-                    .unwrap_or(Duration::ZERO)
-                    .as_nanos(),
-            )),
-            Err(_) => Err(Rejected::Garbage),
-        },
-        Err(other) => Err(other),
+    match retry_after_value_of_text(s)? {
+        RetryAfterValue::Delay(d) => Ok(d),
+        // Centuries ahead saturate like absurd numbers: "longer than any deadline".
+        RetryAfterValue::At(at) => Ok(super::nanos_to_duration(
+            at.duration_since(wall_now)
+                .unwrap_or(Duration::ZERO)
+                .as_nanos(),
+        )),
     }
 }
 
