@@ -2,11 +2,12 @@
 //! (key, model class) scopes, composed behind one `&mut self` API.
 
 use super::bucket::{capacity_for, Bucket};
+use super::corrections::{Corrections, Queued};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::ramp::{Ramp, RampConfig};
-use super::reservation::{Amounts, Exit, Ledger, Reservation, Slab};
+use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
@@ -225,6 +226,8 @@ pub struct Controller {
     spend: Option<SpendBudget>,
     prices: Vec<Price>,
     rng: fastrand::Rng,
+    /// Drained corrections, reused so a drain never allocates once warm.
+    drained: Vec<Queued>,
 }
 
 impl Controller {
@@ -240,8 +243,43 @@ impl Controller {
             scope_index: HashMap::new(),
             slab: Slab::default(),
             prices: Vec::new(),
+            drained: Vec::new(),
             cfg,
         }
+    }
+
+    /// The lock-free side of the slab, for [`Shared`](super::Shared).
+    pub(crate) fn corrections(&self) -> Arc<Corrections> {
+        Arc::clone(&self.slab.corrections)
+    }
+
+    /// Applies every settle and release queued without the lock (by
+    /// [`Shared`](super::Shared)), oldest first, each exactly as
+    /// [`settle`](Self::settle) / [`release`](Self::release) would have
+    /// with its own `now`. Every `&mut self` operation calls it first; on a
+    /// controller used on its own the queue is always empty (one load).
+    #[inline]
+    pub(crate) fn catch_up(&mut self) {
+        if self.slab.corrections.is_empty() {
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.drained);
+        self.slab.corrections.drain(|q| buf.push(q));
+        for q in buf.drain(..) {
+            match q {
+                Queued::Settle(id, usage, t) => {
+                    if let Some(e) = self.slab.remove_queued(id, Exit::Settled) {
+                        self.apply_settle(e, Some(e.amounts), &usage, t);
+                    }
+                }
+                Queued::Release(id, t) => {
+                    if let Some(e) = self.slab.remove_queued(id, Exit::Released) {
+                        self.give_back(e.scope, &e.amounts, e.cost, t);
+                    }
+                }
+            }
+        }
+        self.drained = buf;
     }
 
     /// The configuration.
@@ -325,6 +363,7 @@ impl Controller {
 
     /// Replaces the configured limits of one scope (e.g. per key).
     pub fn set_limits(&mut self, scope: ScopeId, limits: Limits, now: Now) {
+        self.catch_up();
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             s.configured = limits;
             rebuild_buckets(s, self.cfg.burst, now.instant);
@@ -336,6 +375,7 @@ impl Controller {
     /// Order: stop → retry budget → pause → buckets → spend budget. A wait
     /// that would end past the request's deadline is `Refused(deadline)`.
     pub fn admit(&mut self, req: &AdmitRequest, now: Now) -> Admission {
+        self.catch_up();
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(req.target.scope.0 as usize) else {
             return Admission::Refused {
@@ -430,7 +470,9 @@ impl Controller {
         } else {
             self.retry.record_first(t);
         }
-        let id = self.slab.insert(req.target.scope, amounts, cost, t);
+        let id = self
+            .slab
+            .insert(req.target.scope, amounts, cost, req.target.price, t);
         Admission::Go(Reservation {
             id,
             scope: req.target.scope,
@@ -446,31 +488,31 @@ impl Controller {
     /// reads), output counts `output_tokens`; the spend window gets the
     /// billed total. A settle is the calm signal that grows the ramp.
     pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
-        let t = now.instant;
+        self.catch_up();
+        let live = self.slab.remove(res.id, Exit::Settled).is_some();
+        let held = Removed {
+            scope: res.scope,
+            amounts: res.amounts,
+            cost: res.cost,
+            price: res.price,
+        };
+        self.apply_settle(held, live.then_some(res.amounts), usage, now.instant);
+    }
+
+    /// The body of a settle: `reserved` is `None` for a stale handle (its
+    /// reservation was already released), whose usage is charged in full.
+    fn apply_settle(&mut self, res: Removed, reserved: Option<Amounts>, usage: &Usage, t: Instant) {
         let actual = Amounts {
             requests: 1,
             input: usage.rate_limited_input(),
             output: usage.output_tokens,
         };
-        let live = self.slab.remove(res.id, Exit::Settled).is_some();
-        let Some(s) = self.scopes.get_mut(res.scope.0 as usize) else {
-            return;
-        };
-        for (i, b) in s.buckets.iter_mut().enumerate() {
-            if let Some(b) = b {
-                let reserved = if live { res.amounts.by_index(i) } else { 0 };
-                let act = actual.by_index(i);
-                if act < reserved {
-                    b.put_back(reserved - act, t);
-                } else if act > reserved {
-                    b.charge(act - reserved, t);
-                }
-            }
-        }
+        let live = reserved.is_some();
+        let reserved = reserved.unwrap_or_default();
         self.slab.charge(&actual);
         if let Some(sp) = &mut self.spend {
             if live {
-                sp.unreserve(res.amounts.tokens(), res.cost, t);
+                sp.unreserve(reserved.tokens(), res.cost, t);
             }
             let cost = res
                 .price
@@ -478,6 +520,20 @@ impl Controller {
                 .map(|p| p.cost(usage))
                 .unwrap_or(0);
             sp.settle(usage.total_tokens(), cost, t);
+        }
+        let Some(s) = self.scopes.get_mut(res.scope.0 as usize) else {
+            return;
+        };
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                let reserved = reserved.by_index(i);
+                let act = actual.by_index(i);
+                if act < reserved {
+                    b.put_back(reserved - act, t);
+                } else if act > reserved {
+                    b.charge(act - reserved, t);
+                }
+            }
         }
         if s.ramp.calm(&self.cfg.ramp, t) {
             apply_ramp(s, t);
@@ -487,6 +543,7 @@ impl Controller {
     /// Releases a reservation that was never sent (or whose send provably
     /// did not reach the provider): everything it held goes back.
     pub fn release(&mut self, res: Reservation, now: Now) {
+        self.catch_up();
         if self.slab.remove(res.id, Exit::Released).is_some() {
             self.give_back(res.scope, &res.amounts, res.cost, now.instant);
         }
@@ -509,6 +566,7 @@ impl Controller {
     /// cost (buckets and spend) and is exempt from lease expiry until
     /// [`resolve_unknown`](Self::resolve_unknown).
     pub fn hold_unknown(&mut self, res: &Reservation, _now: Now) {
+        self.catch_up();
         self.slab.hold(res.id);
     }
 
@@ -524,6 +582,7 @@ impl Controller {
     /// Releases every reservation older than the lease that is not held as
     /// unknown (abandoned: its owner went away). Returns how many.
     pub fn expire(&mut self, now: Now) -> usize {
+        self.catch_up();
         let t = now.instant;
         let Some(cutoff) = t.since_origin().checked_sub(self.cfg.lease) else {
             return 0;
@@ -548,6 +607,7 @@ impl Controller {
         provider: Provider,
         now: Now,
     ) {
+        self.catch_up();
         let t = now.instant;
         let burst = self.cfg.burst;
         let band = self.cfg.token_dead_band;
@@ -586,6 +646,7 @@ impl Controller {
         dimension: Option<Dimension>,
         now: Now,
     ) {
+        self.catch_up();
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;
@@ -602,6 +663,7 @@ impl Controller {
 
     /// An acceleration 429: cuts the scope's ramp factor.
     pub fn slow_down(&mut self, scope: ScopeId, now: Now) {
+        self.catch_up();
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             s.ramp.slow_down(&self.cfg.ramp, now.instant);
             apply_ramp(s, now.instant);
@@ -610,6 +672,7 @@ impl Controller {
 
     /// Stops the scope's key (every class on it).
     pub fn stop(&mut self, scope: ScopeId, cause: Cause, until: Option<SystemTime>, now: Now) {
+        self.catch_up();
         let Some(s) = self.scopes.get(scope.0 as usize) else {
             return;
         };
@@ -649,6 +712,7 @@ impl Controller {
         mut d: Decision,
         now: Now,
     ) -> Decision {
+        self.catch_up();
         if !c.hints.ratelimit.is_empty() {
             self.sync_headers(scope, &c.hints.ratelimit, c.provider, now);
         }
@@ -707,6 +771,7 @@ impl Controller {
 
     /// Lifts a key's stop (a human resumed): its scopes restart the ramp.
     pub fn resume(&mut self, key: &str, now: Now) {
+        self.catch_up();
         let Some(k) = self.key_index.get(key).copied() else {
             return;
         };
@@ -719,16 +784,19 @@ impl Controller {
 
     /// Whether the retry budget allows one more retry now.
     pub fn retry_allowed(&mut self, now: Now) -> bool {
+        self.catch_up();
         self.retry.can_retry(now.instant)
     }
 
     /// (first attempts, retries) in the retry budget's window.
     pub fn retry_counts(&mut self, now: Now) -> (u64, u64) {
+        self.catch_up();
         self.retry.counts(now.instant)
     }
 
     /// The spend window's totals, when a spend budget is configured.
     pub fn spend_totals(&mut self, now: Now) -> Option<SpendTotals> {
+        self.catch_up();
         self.spend.as_mut().map(|s| s.totals(now.instant))
     }
 
@@ -739,6 +807,7 @@ impl Controller {
 
     /// Whether a reservation is still outstanding.
     pub fn is_outstanding(&mut self, res: &Reservation) -> bool {
+        self.catch_up();
         self.slab.is_live(res.id)
     }
 
@@ -777,6 +846,7 @@ impl Controller {
 
     /// What a scope looks like now.
     pub fn snapshot(&mut self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
+        self.catch_up();
         let s = self.scopes.get_mut(scope.0 as usize)?;
         let mut levels = [None; 4];
         for (i, b) in s.buckets.iter_mut().enumerate() {

@@ -40,6 +40,7 @@
 //! ```
 
 pub mod bucket;
+mod corrections;
 pub mod controller;
 pub mod estimate;
 pub mod limits;
