@@ -40,8 +40,8 @@
 //! ```
 
 pub mod bucket;
-mod corrections;
 pub mod controller;
+mod corrections;
 pub mod estimate;
 pub mod limits;
 pub mod model_class;
@@ -54,6 +54,7 @@ pub mod stop;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,
+    RESET_HORIZON, RESET_SLACK,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
