@@ -2,7 +2,7 @@
 //! (key, model class) scopes, composed behind one `&mut self` API.
 
 use super::bucket::{capacity_for, Bucket};
-use super::corrections::{Corrections, Queued};
+use super::corrections::{Corrections, Queued, Stack};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
@@ -253,18 +253,17 @@ impl Controller {
         Arc::clone(&self.slab.corrections)
     }
 
-    /// Applies every settle and release queued without the lock (by
-    /// [`Shared`](super::Shared)), oldest first, each exactly as
-    /// [`settle`](Self::settle) / [`release`](Self::release) would have
-    /// with its own `now`. Every `&mut self` operation calls it first; on a
-    /// controller used on its own the queue is always empty (one load).
+    /// Applies every settle and release queued on `stack` without the lock
+    /// (by [`Shared`](super::Shared), before each locked operation), oldest
+    /// first, each exactly as [`settle`](Self::settle) /
+    /// [`release`](Self::release) would have with its own `now`.
     #[inline]
-    pub(crate) fn catch_up(&mut self) {
-        if self.slab.corrections.is_empty() {
+    pub(crate) fn catch_up(&mut self, stack: &Stack) {
+        if stack.is_empty() {
             return;
         }
         let mut buf = std::mem::take(&mut self.drained);
-        self.slab.corrections.drain(|q| buf.push(q));
+        self.slab.corrections.drain(stack, |q| buf.push(q));
         for q in buf.drain(..) {
             match q {
                 Queued::Settle(id, usage, t) => {
@@ -363,7 +362,6 @@ impl Controller {
 
     /// Replaces the configured limits of one scope (e.g. per key).
     pub fn set_limits(&mut self, scope: ScopeId, limits: Limits, now: Now) {
-        self.catch_up();
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             s.configured = limits;
             rebuild_buckets(s, self.cfg.burst, now.instant);
@@ -375,7 +373,6 @@ impl Controller {
     /// Order: stop → retry budget → pause → buckets → spend budget. A wait
     /// that would end past the request's deadline is `Refused(deadline)`.
     pub fn admit(&mut self, req: &AdmitRequest, now: Now) -> Admission {
-        self.catch_up();
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(req.target.scope.0 as usize) else {
             return Admission::Refused {
@@ -488,7 +485,6 @@ impl Controller {
     /// reads), output counts `output_tokens`; the spend window gets the
     /// billed total. A settle is the calm signal that grows the ramp.
     pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
-        self.catch_up();
         let live = self.slab.remove(res.id, Exit::Settled).is_some();
         let held = Removed {
             scope: res.scope,
@@ -543,7 +539,6 @@ impl Controller {
     /// Releases a reservation that was never sent (or whose send provably
     /// did not reach the provider): everything it held goes back.
     pub fn release(&mut self, res: Reservation, now: Now) {
-        self.catch_up();
         if self.slab.remove(res.id, Exit::Released).is_some() {
             self.give_back(res.scope, &res.amounts, res.cost, now.instant);
         }
@@ -566,7 +561,6 @@ impl Controller {
     /// cost (buckets and spend) and is exempt from lease expiry until
     /// [`resolve_unknown`](Self::resolve_unknown).
     pub fn hold_unknown(&mut self, res: &Reservation, _now: Now) {
-        self.catch_up();
         self.slab.hold(res.id);
     }
 
@@ -582,7 +576,6 @@ impl Controller {
     /// Releases every reservation older than the lease that is not held as
     /// unknown (abandoned: its owner went away). Returns how many.
     pub fn expire(&mut self, now: Now) -> usize {
-        self.catch_up();
         let t = now.instant;
         let Some(cutoff) = t.since_origin().checked_sub(self.cfg.lease) else {
             return 0;
@@ -623,7 +616,6 @@ impl Controller {
         provider: Provider,
         now: Now,
     ) {
-        self.catch_up();
         let t = now.instant;
         let burst = self.cfg.burst;
         let band = self.cfg.token_dead_band;
@@ -670,7 +662,6 @@ impl Controller {
         dimension: Option<Dimension>,
         now: Now,
     ) {
-        self.catch_up();
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;
@@ -687,7 +678,6 @@ impl Controller {
 
     /// An acceleration 429: cuts the scope's ramp factor.
     pub fn slow_down(&mut self, scope: ScopeId, now: Now) {
-        self.catch_up();
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             s.ramp.slow_down(&self.cfg.ramp, now.instant);
             apply_ramp(s, now.instant);
@@ -696,7 +686,6 @@ impl Controller {
 
     /// Stops the scope's key (every class on it).
     pub fn stop(&mut self, scope: ScopeId, cause: Cause, until: Option<SystemTime>, now: Now) {
-        self.catch_up();
         let Some(s) = self.scopes.get(scope.0 as usize) else {
             return;
         };
@@ -736,7 +725,6 @@ impl Controller {
         mut d: Decision,
         now: Now,
     ) -> Decision {
-        self.catch_up();
         if !c.hints.ratelimit.is_empty() {
             self.sync_headers(scope, &c.hints.ratelimit, c.provider, now);
         }
@@ -795,7 +783,6 @@ impl Controller {
 
     /// Lifts a key's stop (a human resumed): its scopes restart the ramp.
     pub fn resume(&mut self, key: &str, now: Now) {
-        self.catch_up();
         let Some(k) = self.key_index.get(key).copied() else {
             return;
         };
@@ -808,19 +795,16 @@ impl Controller {
 
     /// Whether the retry budget allows one more retry now.
     pub fn retry_allowed(&mut self, now: Now) -> bool {
-        self.catch_up();
         self.retry.can_retry(now.instant)
     }
 
     /// (first attempts, retries) in the retry budget's window.
     pub fn retry_counts(&mut self, now: Now) -> (u64, u64) {
-        self.catch_up();
         self.retry.counts(now.instant)
     }
 
     /// The spend window's totals, when a spend budget is configured.
     pub fn spend_totals(&mut self, now: Now) -> Option<SpendTotals> {
-        self.catch_up();
         self.spend.as_mut().map(|s| s.totals(now.instant))
     }
 
@@ -831,7 +815,6 @@ impl Controller {
 
     /// Whether a reservation is still outstanding.
     pub fn is_outstanding(&mut self, res: &Reservation) -> bool {
-        self.catch_up();
         self.slab.is_live(res.id)
     }
 
@@ -870,7 +853,6 @@ impl Controller {
 
     /// What a scope looks like now.
     pub fn snapshot(&mut self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
-        self.catch_up();
         let s = self.scopes.get_mut(scope.0 as usize)?;
         let mut levels = [None; 4];
         for (i, b) in s.buckets.iter_mut().enumerate() {

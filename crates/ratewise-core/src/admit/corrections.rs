@@ -87,26 +87,31 @@ pub(crate) enum Queued {
     Release(ReservationId, Instant),
 }
 
-/// The slot cells and the stack of queued corrections, shared (`Arc`)
-/// between a controller and whoever queues corrections for it.
+/// The slot cells, shared (`Arc`) between a controller's slab and whoever
+/// queues corrections for it.
 #[derive(Debug)]
 pub(crate) struct Corrections {
     chunks: [OnceLock<Box<[Cell]>>; CHUNKS],
-    /// Top of the stack: slot + 1, 0 when empty.
-    head: Head,
 }
 
-/// The stack's top on a cache line of its own: it is the one word every
-/// worker writes.
+/// The top of the stack of queued corrections: slot + 1, 0 when empty.
+/// Its owner ([`Shared`](super::Shared)) keeps it next to its mutex, on the
+/// cache line the next lock holder touches anyway.
 #[derive(Debug, Default)]
-#[repr(align(64))]
-struct Head(AtomicU64);
+pub(crate) struct Stack(AtomicU64);
+
+impl Stack {
+    /// Whether anything is queued (a plain load: the hot path's check).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == 0
+    }
+}
 
 impl Default for Corrections {
     fn default() -> Self {
         Corrections {
             chunks: std::array::from_fn(|_| OnceLock::new()),
-            head: Head::default(),
         }
     }
 }
@@ -172,7 +177,13 @@ impl Corrections {
     /// not open (stale handle, or expired): the caller settles under the
     /// lock instead, which handles a stale handle.
     #[inline]
-    pub fn queue_settle(&self, id: ReservationId, usage: &Usage, now: Instant) -> bool {
+    pub fn queue_settle(
+        &self,
+        stack: &Stack,
+        id: ReservationId,
+        usage: &Usage,
+        now: Instant,
+    ) -> bool {
         let Some(c) = self.claim(id, SETTLE) else {
             return false;
         };
@@ -183,18 +194,18 @@ impl Corrections {
             .store(usage.cache_creation_input_tokens, Ordering::Relaxed);
         c.cache_read
             .store(usage.cache_read_input_tokens, Ordering::Relaxed);
-        self.push(id.slot, c);
+        push(stack, id.slot, c);
         true
     }
 
     /// Claims an open reservation and queues its release.
     #[inline]
-    pub fn queue_release(&self, id: ReservationId, now: Instant) -> bool {
+    pub fn queue_release(&self, stack: &Stack, id: ReservationId, now: Instant) -> bool {
         let Some(c) = self.claim(id, RELEASE) else {
             return false;
         };
         c.at_ns.store(ns_of(now), Ordering::Relaxed);
-        self.push(id.slot, c);
+        push(stack, id.slot, c);
         true
     }
 
@@ -212,35 +223,11 @@ impl Corrections {
         Some(c)
     }
 
-    #[inline]
-    fn push(&self, slot: u32, c: &Cell) {
-        let me = u64::from(slot) + 1;
-        let mut top = self.head.0.load(Ordering::Relaxed);
-        loop {
-            c.next.store(top, Ordering::Relaxed);
-            // Release: the drain's Acquire swap sees the cell's fields.
-            match self
-                .head
-                .0
-                .compare_exchange_weak(top, me, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(now) => top = now,
-            }
-        }
-    }
-
-    /// Whether anything is queued (a plain load: the hot path's check).
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.head.0.load(Ordering::Relaxed) == 0
-    }
-
     /// Takes every queued correction, oldest first, and hands each to `f`
     /// with its slot's generation; the slot is idle again afterwards. Only
     /// the lock holder calls this.
-    pub fn drain(&self, mut f: impl FnMut(Queued)) {
-        let mut top = self.head.0.swap(0, Ordering::Acquire);
+    pub fn drain(&self, stack: &Stack, mut f: impl FnMut(Queued)) {
+        let mut top = stack.0.swap(0, Ordering::Acquire);
         if top == 0 {
             return;
         }
@@ -288,6 +275,23 @@ impl Corrections {
     }
 }
 
+#[inline]
+fn push(stack: &Stack, slot: u32, c: &Cell) {
+    let me = u64::from(slot) + 1;
+    let mut top = stack.0.load(Ordering::Relaxed);
+    loop {
+        c.next.store(top, Ordering::Relaxed);
+        // Release: the drain's Acquire swap sees the cell's fields.
+        match stack
+            .0
+            .compare_exchange_weak(top, me, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => return,
+            Err(now) => top = now,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +309,7 @@ mod tests {
     #[test]
     fn a_claim_excludes_a_close_and_drains_in_queue_order() {
         let q = Corrections::default();
+        let st = Stack::default();
         for s in 0..3 {
             q.open(s, 7);
         }
@@ -313,14 +318,14 @@ mod tests {
             generation: 7,
         };
         let t = Instant::from_millis(5);
-        assert!(q.queue_settle(id(0), &Usage::default(), t));
+        assert!(q.queue_settle(&st, id(0), &Usage::default(), t));
         assert!(!q.close(0, 7), "claimed: the lock cannot remove it");
-        assert!(!q.queue_release(id(0), t), "claimed once");
+        assert!(!q.queue_release(&st, id(0), t), "claimed once");
         assert!(q.close(1, 7));
-        assert!(!q.queue_release(id(1), t), "closed: stale");
-        assert!(q.queue_release(id(2), t));
+        assert!(!q.queue_release(&st, id(1), t), "closed: stale");
+        assert!(q.queue_release(&st, id(2), t));
         let mut got = Vec::new();
-        q.drain(|c| got.push(c));
+        q.drain(&st, |c| got.push(c));
         assert_eq!(
             got,
             vec![
@@ -328,8 +333,8 @@ mod tests {
                 Queued::Release(id(2), t)
             ]
         );
-        assert!(q.is_empty());
+        assert!(st.is_empty());
         // Drained slots are idle at the next generation.
-        assert!(!q.queue_settle(id(0), &Usage::default(), t));
+        assert!(!q.queue_settle(&st, id(0), &Usage::default(), t));
     }
 }

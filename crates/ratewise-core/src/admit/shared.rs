@@ -37,7 +37,7 @@
 //! allocation.
 
 use super::controller::{Admission, AdmitRequest, Controller, ScopeSnapshot, Target};
-use super::corrections::Corrections;
+use super::corrections::{Corrections, Stack};
 use super::ScopeId;
 use crate::classify::Classification;
 use crate::decision::Decision;
@@ -73,8 +73,13 @@ pub trait AdmissionState {
 
 /// A [`Controller`] behind a mutex, whose settles and releases do not take
 /// the lock (see the [module docs](self)): the in-memory, in-process store.
+///
+/// The stack of queued corrections sits right before the mutex, on the
+/// cache line every lock holder touches anyway.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct Shared {
+    queued: Stack,
     controller: Mutex<Controller>,
     corrections: Arc<Corrections>,
 }
@@ -83,6 +88,7 @@ impl Shared {
     /// Shares a controller.
     pub fn new(c: Controller) -> Self {
         Shared {
+            queued: Stack::default(),
             corrections: c.corrections(),
             controller: Mutex::new(c),
         }
@@ -93,14 +99,9 @@ impl Shared {
     /// every controller operation leaves it consistent.
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_, Controller> {
-        let mut g = self.acquire();
-        g.catch_up();
+        let mut g = self.controller.lock().unwrap_or_else(|e| e.into_inner());
+        g.catch_up(&self.queued);
         g
-    }
-
-    #[inline]
-    fn acquire(&self) -> MutexGuard<'_, Controller> {
-        self.controller.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -113,13 +114,19 @@ impl AdmissionState for Shared {
     }
     #[inline]
     fn settle(&self, res: super::Reservation, usage: &Usage, now: Now) {
-        if !self.corrections.queue_settle(res.id, usage, now.instant) {
+        if !self
+            .corrections
+            .queue_settle(&self.queued, res.id, usage, now.instant)
+        {
             self.lock().settle(res, usage, now)
         }
     }
     #[inline]
     fn release(&self, res: super::Reservation, now: Now) {
-        if !self.corrections.queue_release(res.id, now.instant) {
+        if !self
+            .corrections
+            .queue_release(&self.queued, res.id, now.instant)
+        {
             self.lock().release(res, now)
         }
     }
