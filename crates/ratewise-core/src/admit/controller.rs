@@ -2,12 +2,11 @@
 //! (key, model class) scopes, composed behind one `&mut self` API.
 
 use super::bucket::{capacity_for, Bucket};
-use super::corrections::{Corrections, Queued, Stack};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::ramp::{Ramp, RampConfig};
-use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, Slab};
+use super::reservation::{Amounts, Exit, Ledger, Reservation, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
@@ -226,8 +225,6 @@ pub struct Controller {
     spend: Option<SpendBudget>,
     prices: Vec<Price>,
     rng: fastrand::Rng,
-    /// Drained corrections, reused so a drain never allocates once warm.
-    drained: Vec<Queued>,
 }
 
 impl Controller {
@@ -243,42 +240,8 @@ impl Controller {
             scope_index: HashMap::new(),
             slab: Slab::default(),
             prices: Vec::new(),
-            drained: Vec::new(),
             cfg,
         }
-    }
-
-    /// The lock-free side of the slab, for [`Shared`](super::Shared).
-    pub(crate) fn corrections(&self) -> Arc<Corrections> {
-        Arc::clone(&self.slab.corrections)
-    }
-
-    /// Applies every settle and release queued on `stack` without the lock
-    /// (by [`Shared`](super::Shared), before each locked operation), oldest
-    /// first, each exactly as [`settle`](Self::settle) /
-    /// [`release`](Self::release) would have with its own `now`.
-    #[inline]
-    pub(crate) fn catch_up(&mut self, stack: &Stack) {
-        if stack.is_empty() {
-            return;
-        }
-        let mut buf = std::mem::take(&mut self.drained);
-        self.slab.corrections.drain(stack, |q| buf.push(q));
-        for q in buf.drain(..) {
-            match q {
-                Queued::Settle(id, usage, t) => {
-                    if let Some(e) = self.slab.remove_queued(id, Exit::Settled) {
-                        self.apply_settle(e, Some(e.amounts), &usage, t);
-                    }
-                }
-                Queued::Release(id, t) => {
-                    if let Some(e) = self.slab.remove_queued(id, Exit::Released) {
-                        self.give_back(e.scope, &e.amounts, e.cost, t);
-                    }
-                }
-            }
-        }
-        self.drained = buf;
     }
 
     /// The configuration.
@@ -467,9 +430,7 @@ impl Controller {
         } else {
             self.retry.record_first(t);
         }
-        let id = self
-            .slab
-            .insert(req.target.scope, amounts, cost, req.target.price, t);
+        let id = self.slab.insert(req.target.scope, amounts, cost, t);
         Admission::Go(Reservation {
             id,
             scope: req.target.scope,
@@ -485,44 +446,19 @@ impl Controller {
     /// reads), output counts `output_tokens`; the spend window gets the
     /// billed total. A settle is the calm signal that grows the ramp.
     pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
-        let live = self.slab.remove(res.id, Exit::Settled).is_some();
-        let held = Removed {
-            scope: res.scope,
-            amounts: res.amounts,
-            cost: res.cost,
-            price: res.price,
-        };
-        self.apply_settle(held, live.then_some(res.amounts), usage, now.instant);
-    }
-
-    /// The body of a settle: `reserved` is `None` for a stale handle (its
-    /// reservation was already released), whose usage is charged in full.
-    fn apply_settle(&mut self, res: Removed, reserved: Option<Amounts>, usage: &Usage, t: Instant) {
+        let t = now.instant;
         let actual = Amounts {
             requests: 1,
             input: usage.rate_limited_input(),
             output: usage.output_tokens,
         };
-        let live = reserved.is_some();
-        let reserved = reserved.unwrap_or_default();
-        self.slab.charge(&actual);
-        if let Some(sp) = &mut self.spend {
-            if live {
-                sp.unreserve(reserved.tokens(), res.cost, t);
-            }
-            let cost = res
-                .price
-                .and_then(|p| self.prices.get(p.0 as usize))
-                .map(|p| p.cost(usage))
-                .unwrap_or(0);
-            sp.settle(usage.total_tokens(), cost, t);
-        }
+        let live = self.slab.remove(res.id, Exit::Settled).is_some();
         let Some(s) = self.scopes.get_mut(res.scope.0 as usize) else {
             return;
         };
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
-                let reserved = reserved.by_index(i);
+                let reserved = if live { res.amounts.by_index(i) } else { 0 };
                 let act = actual.by_index(i);
                 if act < reserved {
                     b.put_back(reserved - act, t);
@@ -530,6 +466,18 @@ impl Controller {
                     b.charge(act - reserved, t);
                 }
             }
+        }
+        self.slab.charge(&actual);
+        if let Some(sp) = &mut self.spend {
+            if live {
+                sp.unreserve(res.amounts.tokens(), res.cost, t);
+            }
+            let cost = res
+                .price
+                .and_then(|p| self.prices.get(p.0 as usize))
+                .map(|p| p.cost(usage))
+                .unwrap_or(0);
+            sp.settle(usage.total_tokens(), cost, t);
         }
         if s.ramp.calm(&self.cfg.ramp, t) {
             apply_ramp(s, t);

@@ -41,7 +41,6 @@
 
 pub mod bucket;
 pub mod controller;
-mod corrections;
 pub mod estimate;
 pub mod limits;
 pub mod model_class;

@@ -2,9 +2,7 @@
 //! proves every unit reserved is either settled, released or still
 //! outstanding.
 
-use super::corrections::Corrections;
 use crate::time::Instant;
-use std::sync::Arc;
 
 /// Units held by one reservation, per dimension. The combined-tokens bucket
 /// takes `input + output`.
@@ -128,7 +126,6 @@ pub(crate) struct Entry {
     pub held: bool,
     pub amounts: Amounts,
     pub cost: u64,
-    pub price: Option<super::controller::PriceId>,
     pub admitted_at: Instant,
 }
 
@@ -138,20 +135,14 @@ pub(crate) struct Removed {
     pub scope: super::ScopeId,
     pub amounts: Amounts,
     pub cost: u64,
-    pub price: Option<super::controller::PriceId>,
 }
 
 /// Outstanding reservations in a slab: O(1) insert and remove, no hashing.
-///
-/// Each slot also has a cell in [`Corrections`], through which a settle or
-/// release may claim the reservation without the controller's lock; the
-/// slab's own removal claims the same cell, so exactly one side wins.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Slab {
     entries: Vec<Entry>,
     free: Vec<u32>,
     pub ledger: Ledger,
-    pub corrections: Arc<Corrections>,
 }
 
 /// How a reservation leaves the ledger.
@@ -168,7 +159,6 @@ impl Slab {
         scope: super::ScopeId,
         amounts: Amounts,
         cost: u64,
-        price: Option<super::controller::PriceId>,
         now: Instant,
     ) -> ReservationId {
         self.ledger.reserved.add(&amounts);
@@ -182,7 +172,6 @@ impl Slab {
                     held: false,
                     amounts: Amounts::default(),
                     cost: 0,
-                    price: None,
                     admitted_at: now,
                 });
                 (self.entries.len() - 1) as u32
@@ -194,11 +183,11 @@ impl Slab {
         e.held = false;
         e.amounts = amounts;
         e.cost = cost;
-        e.price = price;
         e.admitted_at = now;
-        let generation = e.generation;
-        self.corrections.open(slot, generation);
-        ReservationId { slot, generation }
+        ReservationId {
+            slot,
+            generation: e.generation,
+        }
     }
 
     fn live(&mut self, id: ReservationId) -> Option<&mut Entry> {
@@ -207,27 +196,9 @@ impl Slab {
             .filter(|e| e.live && e.generation == id.generation)
     }
 
-    /// Removes a live entry; `None` when the handle is stale, or when a
-    /// settle or release claimed it without the lock (it is queued in
-    /// [`Corrections`] and applied by the next drain).
+    /// Removes a live entry; `None` when the handle is stale.
     #[inline]
     pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
-        self.live(id)?;
-        if !self.corrections.close(id.slot, id.generation) {
-            return None;
-        }
-        self.take_out(id, how)
-    }
-
-    /// Removes a live entry whose correction was queued and drained (its
-    /// cell is already idle).
-    #[inline]
-    pub fn remove_queued(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
-        self.take_out(id, how)
-    }
-
-    #[inline]
-    fn take_out(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
         let e = self.live(id)?;
         e.live = false;
         e.generation = e.generation.wrapping_add(1);
@@ -235,7 +206,6 @@ impl Slab {
             scope: e.scope,
             amounts: e.amounts,
             cost: e.cost,
-            price: e.price,
         };
         match how {
             Exit::Settled => self.ledger.settled.add(&out.amounts),

@@ -5,45 +5,14 @@
 //! `std::sync::Mutex` (a lock is not IO, so this stays sans-IO: no clock,
 //! no sleep, no thread of its own); a Redis-backed store implements the same
 //! trait with atomic scripts so several processes get the same decisions.
-//!
-//! # Corrections without the lock
-//!
-//! Each job used to take the lock twice, to be admitted and to settle; with
-//! two workers on one controller the second acquisition doubled the
-//! contention. [`Shared`]'s `settle`, `release` and `resolve_unknown` now
-//! claim the reservation with one compare-and-swap on its slot, write the
-//! usage into the slot and push it onto a lock-free stack, without the
-//! lock. Every locked operation (`admit`, `observe`, `snapshot`,
-//! [`Shared::lock`], …) first applies everything queued, oldest first, each
-//! exactly as [`Controller::settle`] / [`Controller::release`] would have
-//! with the `now` it was given.
-//!
-//! Why this is the same state machine: the push is the correction's
-//! linearisation point. Nothing can observe the controller between the
-//! push and its application, because every observation holds the lock and
-//! drains first; and a correction whose call has returned was pushed before
-//! it returned, so every operation that happens after it (same thread, or
-//! synchronised with it — a wake-up, a join, a channel) sees it. The drain
-//! applies corrections in push order, which respects that order too. The
-//! history is therefore one the plain mutex could have produced (each
-//! correction taking the lock just before the next locked operation), and
-//! conservation, the limits and burst, the stop state, the retry and
-//! spend bounds and the ramp hold exactly as before. The claim and the
-//! slab's own removal (lease expiry) compare-and-swap the same word, so a
-//! reservation is settled or expired, never both; a handle that cannot be
-//! claimed (already expired: stale) is settled under the lock, which
-//! charges its usage in full as before. The queue holds at most one entry
-//! per outstanding reservation and lives in the slab's slots: no
-//! allocation.
 
 use super::controller::{Admission, AdmitRequest, Controller, ScopeSnapshot, Target};
-use super::corrections::{Corrections, Stack};
 use super::ScopeId;
 use crate::classify::Classification;
 use crate::decision::Decision;
 use crate::time::Now;
 use crate::usage::Usage;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 /// Admission state shared between workers: the operations of
 /// [`Controller`], nothing more.
@@ -52,11 +21,9 @@ pub trait AdmissionState {
     fn target(&self, key: &str, model: &str) -> Target;
     /// Asks to send one request now.
     fn admit(&self, req: &AdmitRequest, now: Now) -> Admission;
-    /// Corrects a reservation to actual usage. An implementation may apply
-    /// it lazily, provided every operation that happens after this call
-    /// returns sees it.
+    /// Corrects a reservation to actual usage.
     fn settle(&self, res: super::Reservation, usage: &Usage, now: Now);
-    /// Gives a reservation back unused (lazily, like `settle`).
+    /// Gives a reservation back unused.
     fn release(&self, res: super::Reservation, now: Now);
     /// Keeps a reservation's worst case until its outcome is known.
     fn hold_unknown(&self, res: &super::Reservation, now: Now);
@@ -71,37 +38,20 @@ pub trait AdmissionState {
     fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot>;
 }
 
-/// A [`Controller`] behind a mutex, whose settles and releases do not take
-/// the lock (see the [module docs](self)): the in-memory, in-process store.
-///
-/// The stack of queued corrections sits right before the mutex, on the
-/// cache line every lock holder touches anyway.
+/// A [`Controller`] behind a mutex: the in-memory, in-process store.
 #[derive(Debug)]
-#[repr(C, align(64))]
-pub struct Shared {
-    queued: Stack,
-    controller: Mutex<Controller>,
-    corrections: Arc<Corrections>,
-}
+pub struct Shared(Mutex<Controller>);
 
 impl Shared {
     /// Shares a controller.
     pub fn new(c: Controller) -> Self {
-        Shared {
-            queued: Stack::default(),
-            corrections: c.corrections(),
-            controller: Mutex::new(c),
-        }
+        Shared(Mutex::new(c))
     }
 
-    /// The controller, for operations outside the seam, with every
-    /// correction queued so far applied. A poisoned lock is recovered:
-    /// every controller operation leaves it consistent.
-    #[inline]
+    /// The controller, for operations outside the seam. A poisoned lock is
+    /// recovered: every controller operation leaves it consistent.
     pub fn lock(&self) -> MutexGuard<'_, Controller> {
-        let mut g = self.controller.lock().unwrap_or_else(|e| e.into_inner());
-        g.catch_up(&self.queued);
-        g
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -112,32 +62,17 @@ impl AdmissionState for Shared {
     fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
         self.lock().admit(req, now)
     }
-    #[inline]
     fn settle(&self, res: super::Reservation, usage: &Usage, now: Now) {
-        if !self
-            .corrections
-            .queue_settle(&self.queued, res.id, usage, now.instant)
-        {
-            self.lock().settle(res, usage, now)
-        }
+        self.lock().settle(res, usage, now)
     }
-    #[inline]
     fn release(&self, res: super::Reservation, now: Now) {
-        if !self
-            .corrections
-            .queue_release(&self.queued, res.id, now.instant)
-        {
-            self.lock().release(res, now)
-        }
+        self.lock().release(res, now)
     }
     fn hold_unknown(&self, res: &super::Reservation, now: Now) {
         self.lock().hold_unknown(res, now)
     }
     fn resolve_unknown(&self, res: super::Reservation, usage: Option<&Usage>, now: Now) {
-        match usage {
-            Some(u) => self.settle(res, u, now),
-            None => self.release(res, now),
-        }
+        self.lock().resolve_unknown(res, usage, now)
     }
     fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
         self.lock().observe(scope, c, d, now)
