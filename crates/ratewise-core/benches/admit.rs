@@ -149,6 +149,31 @@ fn bench(c: &mut Criterion) {
             start.elapsed()
         })
     });
+    if std::env::var_os("RW_EXPERIMENT").is_some() {
+        let (c1, target) = controller();
+        let (c2, _) = controller();
+        let sh = [Shared::new(c1), Shared::new(c2)];
+        let req = request(target);
+        g.bench_function("EXPERIMENT unshared 2 threads", |b| {
+            b.iter_custom(|iters| {
+                let start = std::time::Instant::now();
+                std::thread::scope(|s| {
+                    for shared in &sh {
+                        let req = &req;
+                        s.spawn(move || {
+                            for _ in 0..iters {
+                                let n = now(origin);
+                                if let Some(r) = shared.admit(black_box(req), n).go() {
+                                    shared.settle(r, black_box(&USAGE), n);
+                                }
+                            }
+                        });
+                    }
+                });
+                start.elapsed()
+            })
+        });
+    }
     let gov = governor_limiter();
     g.bench_function("governor check, 1 bucket, 2 threads", |b| {
         b.iter_custom(|iters| {

@@ -181,3 +181,208 @@ fn a_retry_becomes_give_up_when_the_retry_budget_is_spent() {
         }
     );
 }
+
+fn sonnet_at_full_rate(limits: Limits) -> (Controller, ratewise_core::admit::Target) {
+    let mut c = Controller::new(Config {
+        limits,
+        ramp: ratewise_core::admit::RampConfig {
+            start: 1000,
+            ..Default::default()
+        },
+        ..Config::default()
+    });
+    let target = c.target("k", "claude-sonnet-4-5");
+    (c, target)
+}
+
+fn ok_with(headers: &[(&str, &str)], now: Now) -> (Classification, Decision) {
+    respond(
+        Provider::Anthropic,
+        200,
+        headers,
+        r#"{"type":"message","content":[],"usage":{"input_tokens":1,"output_tokens":1}}"#,
+        now,
+    )
+}
+
+fn input_request(target: ratewise_core::admit::Target, input: u64) -> AdmitRequest {
+    let mut req = AdmitRequest::new(target);
+    req.input_estimate = Some(input);
+    req.max_tokens = Some(1);
+    req
+}
+
+#[test]
+fn remaining_zero_with_a_reset_admits_nothing_before_the_server_has_refilled() {
+    // 20 RPM, and the server is empty and full again in 3 s: consistent
+    // with its rate (one request per 3 s), so nothing goes before 3 s.
+    let (mut c, target) = sonnet_at_full_rate(Limits {
+        requests: Some(20),
+        ..Limits::NONE
+    });
+    let t = now_at(0);
+    let (cl, d) = ok_with(
+        &[
+            ("anthropic-ratelimit-requests-limit", "20"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", "2026-11-29T12:00:03Z"),
+        ],
+        t,
+    );
+    c.observe(target.scope, &cl, d, t);
+    for ms in [0, 1_000, 2_999] {
+        match c.admit(&AdmitRequest::new(target), now_at(ms)) {
+            Admission::Wait { until, .. } => assert_eq!(until, Instant::from_millis(3_000)),
+            other => panic!("at {ms} ms: {other:?}"),
+        }
+    }
+    assert!(c
+        .admit(&AdmitRequest::new(target), now_at(3_000))
+        .go()
+        .is_some());
+}
+
+#[test]
+fn a_reset_corrects_a_remaining_rounded_up_to_thousands() {
+    // 90 000 ITPM = 1 500 per second. The server says 3 000 left (rounded),
+    // but full again only in 61 s: a minute's refill away, so it really
+    // holds next to nothing. A 1 500-token prompt waits a second for it.
+    let headers = [
+        ("anthropic-ratelimit-input-tokens-limit", "90000"),
+        ("anthropic-ratelimit-input-tokens-remaining", "3000"),
+        (
+            "anthropic-ratelimit-input-tokens-reset",
+            "2026-11-29T12:01:01Z",
+        ),
+    ];
+    let limits = Limits {
+        input_tokens: Some(90_000),
+        ..Limits::NONE
+    };
+    let (mut c, target) = sonnet_at_full_rate(limits);
+    let t = now_at(0);
+    let (cl, d) = ok_with(&headers, t);
+    c.observe(target.scope, &cl, d, t);
+    assert_eq!(c.snapshot(target.scope, t).unwrap().levels[1], Some(0));
+    match c.admit(&input_request(target, 1_500), t) {
+        Admission::Wait {
+            until,
+            reason: WaitReason::Bucket(ratewise_core::Dimension::InputTokens),
+        } => assert_eq!(until, Instant::from_millis(1_000)),
+        other => panic!("{other:?}"),
+    }
+    // Without the reset, the rounded remaining alone admits it at once.
+    let (mut c, target) = sonnet_at_full_rate(limits);
+    let (cl, d) = ok_with(&headers[..2], t);
+    c.observe(target.scope, &cl, d, t);
+    assert!(c.admit(&input_request(target, 1_500), t).go().is_some());
+}
+
+#[test]
+fn a_reset_in_the_past_or_too_far_ahead_changes_nothing() {
+    let limits = Limits {
+        requests: Some(60),
+        ..Limits::NONE
+    };
+    for reset in [
+        "2026-11-29T11:59:00Z", // passed a minute ago
+        "2026-11-29T12:00:00Z", // now
+        "2026-11-29T12:06:00Z", // six minutes: not a per-minute bucket
+        "2027-01-01T00:00:00Z", // absurd
+    ] {
+        let (mut c, target) = sonnet_at_full_rate(limits);
+        let t = now_at(0);
+        let before = c.snapshot(target.scope, t).unwrap().levels;
+        let (cl, d) = ok_with(
+            &[
+                ("anthropic-ratelimit-requests-limit", "60"),
+                ("anthropic-ratelimit-requests-reset", reset),
+            ],
+            t,
+        );
+        c.observe(target.scope, &cl, d, t);
+        assert_eq!(
+            c.snapshot(target.scope, t).unwrap().levels,
+            before,
+            "{reset}"
+        );
+    }
+    // OpenAI's per-day style "6m0s" request reset is ignored the same way.
+    let (mut c, target) = sonnet_at_full_rate(limits);
+    let t = now_at(0);
+    let before = c.snapshot(target.scope, t).unwrap().levels;
+    let (cl, d) = respond(
+        Provider::Openai,
+        200,
+        &[
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-reset-requests", "6m0s"),
+        ],
+        r#"{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#,
+        t,
+    );
+    c.observe(target.scope, &cl, d, t);
+    assert_eq!(c.snapshot(target.scope, t).unwrap().levels, before);
+}
+
+#[test]
+fn the_dead_band_keeps_rounded_tokens_from_oscillating_with_resets() {
+    // 60 000 ITPM (1 000/s), local capacity 20 000. Responses keep saying
+    // "remaining 19 000, full in 2 s" (rounded; the server holds 19 000 to
+    // 19 999): within the dead band of the local level, nothing changes,
+    // response after response; then a lower view wins once.
+    let (mut c, target) = sonnet_at_full_rate(Limits {
+        input_tokens: Some(60_000),
+        ..Limits::NONE
+    });
+    let level = |c: &mut Controller, ms| c.snapshot(target.scope, now_at(ms)).unwrap().levels[1];
+    for i in 0..5u64 {
+        let t = now_at(i * 10);
+        let (cl, d) = ok_with(
+            &[
+                ("anthropic-ratelimit-input-tokens-limit", "60000"),
+                ("anthropic-ratelimit-input-tokens-remaining", "19000"),
+                (
+                    "anthropic-ratelimit-input-tokens-reset",
+                    "2026-11-29T12:00:02Z",
+                ),
+            ],
+            t,
+        );
+        c.observe(target.scope, &cl, d, t);
+        assert_eq!(level(&mut c, i * 10), Some(20_000));
+    }
+    let t = now_at(50);
+    let (cl, d) = ok_with(
+        &[
+            ("anthropic-ratelimit-input-tokens-limit", "60000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "12000"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-11-29T12:00:49Z",
+            ),
+        ],
+        t,
+    );
+    c.observe(target.scope, &cl, d.clone(), t);
+    // Full in 48.95 s, less a second of slack: 12 050 implied; the
+    // remaining's 12 000 is lower and wins.
+    assert_eq!(level(&mut c, 50), Some(12_000));
+    // The same view again lowers nothing further, and a nearer reset never
+    // raises it.
+    c.observe(target.scope, &cl, d, t);
+    assert_eq!(level(&mut c, 50), Some(12_000));
+    let (cl, d) = ok_with(
+        &[
+            ("anthropic-ratelimit-input-tokens-limit", "60000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "19000"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-11-29T12:00:01Z",
+            ),
+        ],
+        t,
+    );
+    c.observe(target.scope, &cl, d, t);
+    assert_eq!(level(&mut c, 50), Some(12_000));
+}

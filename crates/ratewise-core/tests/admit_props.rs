@@ -278,3 +278,79 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Header sync with `-remaining` and `-reset`: a level is never raised;
+    /// a reset that has passed or lies beyond the horizon changes nothing;
+    /// a usable reset leaves the level at most the server's implied level
+    /// (`limit · (1 min − (wait − slack)) / 1 min`) plus the dead band.
+    #[test]
+    fn reset_sync_only_lowers_and_ignores_garbage(
+        ops in proptest::collection::vec((0u64..3_000, 0u64..4_000), 0..20),
+        remaining in proptest::option::of(0u64..80_000),
+        reset_ms in proptest::option::of(-120_000i64..400_000),
+        at_ms in 0u64..5_000,
+        openai in any::<bool>(),
+    ) {
+        use ratewise_core::admit::{RESET_HORIZON, RESET_SLACK};
+        use ratewise_core::parse::ratelimit::{RateLimitSnapshot, Reset, Window};
+        use ratewise_core::Provider;
+        const LIMIT: u64 = 60_000;
+        let mut c = Controller::new(Config {
+            limits: Limits { input_tokens: Some(LIMIT), ..Limits::NONE },
+            ramp: ratewise_core::admit::RampConfig { start: 1000, ..Default::default() },
+            ..Config::default()
+        });
+        let band = c.config().token_dead_band;
+        let target = c.target("k", "m");
+        // Spend some of the bucket first.
+        let mut t = Instant::ZERO;
+        for (advance, input) in ops {
+            t = t + Duration::from_millis(advance);
+            let mut req = AdmitRequest::new(target);
+            req.input_estimate = Some(input);
+            if let Admission::Go(r) = c.admit(&req, now_at(t)) {
+                c.release(r, now_at(t));
+            }
+        }
+        let now = now_at(t + Duration::from_millis(at_ms));
+        let reset = reset_ms.map(|ms| {
+            let d = Duration::from_millis(ms.unsigned_abs());
+            match (openai, ms >= 0) {
+                (true, _) => Reset::After(if ms >= 0 { d } else { Duration::ZERO }),
+                (false, true) => Reset::At(now.wall + d),
+                (false, false) => Reset::At(now.wall - d),
+            }
+        });
+        let snap = RateLimitSnapshot {
+            input_tokens: Window { limit: Some(LIMIT), remaining, reset },
+            ..RateLimitSnapshot::default()
+        };
+        let before = c.snapshot(target.scope, now).unwrap().levels[1].unwrap();
+        let provider = if openai { Provider::Openai } else { Provider::Anthropic };
+        c.sync_headers(target.scope, &snap, provider, now);
+        let after = c.snapshot(target.scope, now).unwrap().levels[1].unwrap();
+        prop_assert!(after <= before, "raised: {before} -> {after}");
+        // What remaining alone allows.
+        let by_remaining = match remaining {
+            Some(r) if before > r as i64 + band as i64 => r as i64,
+            _ => before,
+        };
+        let wait = reset.map(|r| r.wait_from(now.wall));
+        match wait {
+            Some(w) if !w.is_zero() && w <= RESET_HORIZON => {
+                let left = Duration::from_secs(60).saturating_sub(w.saturating_sub(RESET_SLACK));
+                let implied = (u128::from(LIMIT) * left.as_nanos() / 60_000_000_000) as i64;
+                // Either the reset's view won (lower by more than the band)
+                // or the level was already within the band of it.
+                prop_assert!(after <= by_remaining);
+                prop_assert!(after == implied || after == by_remaining, "after {after}, implied {implied}");
+                prop_assert!(after <= implied + band as i64 + 1, "after {after}, implied {implied}");
+            }
+            // Garbage or no reset: exactly what remaining alone does.
+            _ => prop_assert_eq!(after, by_remaining),
+        }
+    }
+}

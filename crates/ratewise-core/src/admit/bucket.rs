@@ -219,11 +219,51 @@ impl Bucket {
     /// values rounded to thousands cannot make it oscillate. Returns whether
     /// the level was lowered.
     pub fn sync_remaining(&mut self, remaining: u64, dead_band: u64, now: Instant) -> bool {
+        self.lower_to(scaled(remaining), dead_band, now)
+    }
+
+    /// Header sync from a `-reset`: the server's bucket of `limit` units per
+    /// minute is full again `until_full` from now, so — refilling at `limit`
+    /// per minute — it holds about `limit · (1 min − until_full) / 1 min`
+    /// units now (none when `until_full` is a minute or more). When that is
+    /// lower than the local level by more than `dead_band` units, it wins;
+    /// like [`sync_remaining`](Self::sync_remaining) it never raises the
+    /// level. The local bucket then refills from there at its own rate (at
+    /// most the server's), so a request needing `n` units is not admitted
+    /// before the server's line `limit − rate · (reset − t)` reaches `n`.
+    ///
+    /// ```
+    /// use ratewise_core::admit::bucket::Bucket;
+    /// use ratewise_core::Instant;
+    /// use std::time::Duration;
+    /// // 60 per minute holding up to 10; the server is full in 57 s: 3 left.
+    /// let mut b = Bucket::new(60, 10, Instant::ZERO);
+    /// assert!(b.sync_reset(60, Duration::from_secs(57), 0, Instant::ZERO));
+    /// assert_eq!(b.level(Instant::ZERO), 3);
+    /// // A reset further away than before can only lower it again; a nearer
+    /// // one (more capacity) never raises it.
+    /// assert!(!b.sync_reset(60, Duration::from_secs(1), 0, Instant::ZERO));
+    /// assert_eq!(b.level(Instant::ZERO), 3);
+    /// ```
+    pub fn sync_reset(
+        &mut self,
+        limit: u64,
+        until_full: Duration,
+        dead_band: u64,
+        now: Instant,
+    ) -> bool {
+        let limit = limit.clamp(1, MAX_LIMIT);
+        let left_ns = NS_PER_MIN.saturating_sub(until_full.as_nanos());
+        // limit · 1000 scaled units per ns at full rate; ≤ 2⁴⁰·2¹⁰·2³⁶.
+        let implied = i128::from(limit) * 1000 * left_ns as i128;
+        self.lower_to(implied, dead_band, now)
+    }
+
+    fn lower_to(&mut self, target: i128, dead_band: u64, now: Instant) -> bool {
         self.refill(now);
-        let rem = scaled(remaining);
         let band = scaled(dead_band);
-        if self.level > rem.saturating_add(band) {
-            self.level = rem;
+        if self.level > target.saturating_add(band) {
+            self.level = target;
             true
         } else {
             false
@@ -300,6 +340,31 @@ mod tests {
         assert!(!b.sync_remaining(5_999, 1000, ms(0)));
         assert!(!b.sync_remaining(4_100, 1000, ms(0)));
         assert_eq!(b.level(ms(0)), 5_000);
+    }
+
+    #[test]
+    fn reset_implies_the_server_level_and_only_lowers() {
+        // 30 000 per minute: 500 per second.
+        let mut b = Bucket::new(30_000, 10_000, ms(0));
+        // Full in 59 s: the server holds 500 now.
+        assert!(b.sync_reset(30_000, Duration::from_secs(59), 0, ms(0)));
+        assert_eq!(b.level(ms(0)), 500);
+        // 2 000 fit 3 s later, when the server's line reaches them.
+        assert_eq!(b.try_take(2_000, ms(0)), Err(ms(3_000)));
+        // A reset a minute or more away: nothing left, never negative.
+        let mut b = Bucket::new(60, 10, ms(0));
+        assert!(b.sync_reset(60, Duration::from_secs(90), 0, ms(0)));
+        assert_eq!(b.level(ms(0)), 0);
+        // A near reset implies more than the local level: nothing changes.
+        let mut b = Bucket::new(60, 10, ms(0));
+        assert!(b.try_take(8, ms(0)).is_ok());
+        assert!(!b.sync_reset(60, Duration::from_secs(1), 0, ms(0)));
+        assert!(!b.sync_reset(60, Duration::ZERO, 0, ms(0)));
+        assert_eq!(b.level(ms(0)), 2);
+        // Within the dead band: nothing changes.
+        let mut b = Bucket::new(30_000, 10_000, ms(0));
+        assert!(!b.sync_reset(30_000, Duration::from_secs(41), 1_000, ms(0)));
+        assert_eq!(b.level(ms(0)), 10_000);
     }
 
     #[test]

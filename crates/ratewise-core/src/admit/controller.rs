@@ -13,7 +13,7 @@ use super::stop::Stop;
 use super::ScopeId;
 use crate::classify::Classification;
 use crate::decision::{Action, Decision};
-use crate::parse::ratelimit::RateLimitSnapshot;
+use crate::parse::ratelimit::{RateLimitSnapshot, Reset};
 use crate::time::{Instant, Now};
 use crate::usage::Usage;
 use crate::vocab::{Cause, Dimension, GiveUpReason, Provider, Scope as CScope};
@@ -541,8 +541,24 @@ impl Controller {
     }
 
     /// Header sync: learns `*-limit` values and lowers local buckets to the
-    /// server's `*-remaining` where the server's view is lower (beyond the
-    /// dead-band for token counts).
+    /// server's view where it is lower (beyond the dead band for token
+    /// counts, which providers round to thousands). The server's view is
+    /// the lower of
+    ///
+    /// * its `*-remaining`, and
+    /// * what its `*-reset` implies: the bucket is full again at the reset
+    ///   and refills at its limit per minute, so it holds about
+    ///   `limit − limit/min · (reset − now)` now
+    ///   ([`Bucket::sync_reset`]).
+    ///
+    /// So with `remaining` below a request's need, the request waits until
+    /// the server's line reaches its need; and a remaining rounded up to
+    /// thousands is corrected by the reset. Neither ever raises a level, so
+    /// nothing oscillates. A reset that has passed (or is "now"), or is
+    /// further away than [`RESET_HORIZON`] (more than a per-minute bucket
+    /// needs to refill: a per-day limit, a wrong clock, garbage), is
+    /// ignored; [`RESET_SLACK`] is given to the server's benefit for
+    /// whole-second timestamps and clock skew.
     pub fn sync_headers(
         &mut self,
         scope: ScopeId,
@@ -571,9 +587,17 @@ impl Controller {
             if d == Dimension::Tokens && provider == Provider::Anthropic {
                 continue;
             }
-            if let (Some(rem), Some(b)) = (snap.window(d).remaining, &mut s.buckets[index(d)]) {
-                let dead_band = if d == Dimension::Requests { 0 } else { band };
+            let Some(b) = &mut s.buckets[index(d)] else {
+                continue;
+            };
+            let w = snap.window(d);
+            let dead_band = if d == Dimension::Requests { 0 } else { band };
+            if let Some(rem) = w.remaining {
                 b.sync_remaining(rem, dead_band, t);
+            }
+            if let Some(until_full) = w.reset.and_then(|r| reset_wait(r, now)) {
+                let limit = w.limit.filter(|l| *l > 0).unwrap_or(b.limit());
+                b.sync_reset(limit, until_full, dead_band, t);
             }
         }
     }
@@ -795,6 +819,26 @@ impl Controller {
             stopped: key.stop.filter(|st| !st.expired(now.instant)),
         })
     }
+}
+
+/// The furthest `*-reset` header sync trusts: a per-minute bucket is full
+/// again within a minute of being empty, so a reset further away is a
+/// per-day window, a wrong clock or garbage, and is ignored (a minute, plus
+/// a few seconds for clock skew).
+pub const RESET_HORIZON: Duration = Duration::from_secs(65);
+
+/// Taken off every `*-reset` wait in the server's favour: Anthropic's
+/// resets are whole-second RFC 3339 instants, and the wall clocks differ.
+pub const RESET_SLACK: Duration = Duration::from_secs(1);
+
+/// How long until the server's bucket is full, when the reset is usable:
+/// `None` when it has passed (or is now) or lies beyond [`RESET_HORIZON`].
+fn reset_wait(r: Reset, now: Now) -> Option<Duration> {
+    let wait = r.wait_from(now.wall);
+    if wait.is_zero() || wait > RESET_HORIZON {
+        return None;
+    }
+    Some(wait.saturating_sub(RESET_SLACK))
 }
 
 fn wait_or_refuse(until: Instant, reason: WaitReason, deadline: Option<Instant>) -> Admission {

@@ -53,6 +53,7 @@ pub mod stop;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,
+    RESET_HORIZON, RESET_SLACK,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
