@@ -16,7 +16,11 @@ use crate::state::State;
 /// What every clone of the layer and its services shares.
 pub(crate) struct Inner {
     pub config: Config,
+    /// `raw_state` behind the waking wrapper: what every send goes through.
     pub state: Arc<dyn State>,
+    /// The state as given, kept so that `with_clock` / `with_journal` wrap
+    /// it once again rather than wrapping the wrapper.
+    raw_state: Arc<dyn State>,
     pub clock: Arc<dyn Clock>,
     pub journal: Option<Arc<dyn Journal>>,
     /// Signalled when capacity comes back (see `crate::wake`).
@@ -83,22 +87,29 @@ impl RetryLayer {
     /// state (in memory: `ratewise_core::admit::Shared`; across processes:
     /// a Redis store) and the clock.
     pub fn from_parts(config: Config, state: Arc<dyn State>, clock: Arc<dyn Clock>) -> Self {
-        Self::build(config, state, clock, None)
+        Self::build(config, state, clock, None, None)
     }
 
+    /// `capacity`: the signal of the layer this one derives from, so that
+    /// both wake each other's waiters; `None` for a new one.
     fn build(
         config: Config,
-        state: Arc<dyn State>,
+        raw_state: Arc<dyn State>,
         clock: Arc<dyn Clock>,
         journal: Option<Arc<dyn Journal>>,
+        capacity: Option<Arc<event_listener::Event>>,
     ) -> Self {
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
-        let capacity = Arc::new(event_listener::Event::new());
-        let state: Arc<dyn State> = Arc::new(crate::wake::Waking::new(state, capacity.clone()));
+        let capacity = capacity.unwrap_or_else(|| Arc::new(event_listener::Event::new()));
+        let state: Arc<dyn State> = Arc::new(crate::wake::Waking::new(
+            raw_state.clone(),
+            capacity.clone(),
+        ));
         RetryLayer {
             inner: Arc::new(Inner {
                 config,
                 state,
+                raw_state,
                 capacity,
                 clock,
                 journal,
@@ -108,32 +119,41 @@ impl RetryLayer {
         }
     }
 
-    fn rebuild(
-        &self,
-        state: Arc<dyn State>,
-        clock: Arc<dyn Clock>,
-        journal: Option<Arc<dyn Journal>>,
-    ) -> Self {
-        Self::build(self.inner.config.clone(), state, clock, journal)
-    }
-
-    /// The same layer with another shared state.
+    /// The same layer with another shared state. Waiters of this layer
+    /// and of the new one are woken separately: layers that share one state
+    /// should be clones of one layer (or derived from it with
+    /// [`with_clock`](Self::with_clock) / [`with_journal`](Self::with_journal)),
+    /// so that a settle through any of them wakes every waiter at once.
     pub fn with_state(self, state: Arc<dyn State>) -> Self {
-        self.rebuild(state, self.inner.clock.clone(), self.inner.journal.clone())
+        Self::build(
+            self.inner.config.clone(),
+            state,
+            self.inner.clock.clone(),
+            self.inner.journal.clone(),
+            None,
+        )
     }
 
-    /// The same layer with another clock.
+    /// The same layer with another clock (same state, same waiters).
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        self.rebuild(self.inner.state.clone(), clock, self.inner.journal.clone())
+        Self::build(
+            self.inner.config.clone(),
+            self.inner.raw_state.clone(),
+            clock,
+            self.inner.journal.clone(),
+            Some(self.inner.capacity.clone()),
+        )
     }
 
     /// The same layer writing every attempt to `journal` (see
-    /// [`Journal`]).
+    /// [`Journal`]); same state, same waiters.
     pub fn with_journal(self, journal: Arc<dyn Journal>) -> Self {
-        self.rebuild(
-            self.inner.state.clone(),
+        Self::build(
+            self.inner.config.clone(),
+            self.inner.raw_state.clone(),
             self.inner.clock.clone(),
             Some(journal),
+            Some(self.inner.capacity.clone()),
         )
     }
 
@@ -183,5 +203,34 @@ impl<S> Layer<S> for RetryLayer {
 
     fn layer(&self, inner: S) -> RetryService<S> {
         RetryService::new(inner, self.clone())
+    }
+}
+
+#[cfg(all(test, feature = "tokio"))]
+mod tests {
+    use super::*;
+    use ratewise_core::record::AttemptRecord;
+    use std::time::SystemTime;
+
+    struct NoJournal;
+    impl Journal for NoJournal {
+        fn attempt_started(&self, _: &str, _: u32, _: SystemTime) {}
+        fn attempt_ended(&self, _: &AttemptRecord) {}
+    }
+
+    #[test]
+    fn derived_layers_share_the_state_and_the_wake_signal() {
+        let base = RetryLayer::new(ratewise_core::decide::Policy::default());
+        let derived = base
+            .clone()
+            .with_journal(Arc::new(NoJournal))
+            .with_clock(Arc::new(crate::clock::TokioClock::new()));
+        // The same state underneath, wrapped once (not a wrapper of a
+        // wrapper), and one signal: a settle through either wakes both.
+        assert!(Arc::ptr_eq(&base.inner.raw_state, &derived.inner.raw_state));
+        assert!(Arc::ptr_eq(&base.inner.capacity, &derived.inner.capacity));
+        // A foreign state starts its own signal.
+        let other = base.clone().with_state(base.inner.raw_state.clone());
+        assert!(!Arc::ptr_eq(&base.inner.capacity, &other.inner.capacity));
     }
 }
