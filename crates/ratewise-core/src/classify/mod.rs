@@ -107,6 +107,20 @@ pub struct Evidence {
     pub notes: Vec<crate::note::Note>,
 }
 
+impl Evidence {
+    /// Nothing read from a body yet: the start of every classification.
+    fn unread(notes: Vec<crate::note::Note>) -> Self {
+        Evidence {
+            request_id: None,
+            error_type: None,
+            error_code: None,
+            message: None,
+            body: BodyReading::NotRead,
+            notes,
+        }
+    }
+}
+
 /// The classifier's verdict on one response or transport failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classification {
@@ -164,14 +178,7 @@ pub fn classify_response(
         scope: Scope::Request,
         dimension: None,
         hints: Hints::default(),
-        evidence: Evidence {
-            request_id: None,
-            error_type: None,
-            error_code: None,
-            message: None,
-            body: BodyReading::NotRead,
-            notes: Vec::new(),
-        },
+        evidence: Evidence::unread(Vec::new()),
     };
     let headers::HeaderScan { retry, ids } =
         headers::HeaderScan::new(response.headers, wall_now, &mut c.hints.ratelimit);
@@ -275,14 +282,7 @@ pub fn classify_transport(provider: Provider, failure: TransportFailure) -> Clas
         scope: Classification::default_scope(cause),
         dimension: None,
         hints: Hints::default(),
-        evidence: Evidence {
-            request_id: None,
-            error_type: None,
-            error_code: None,
-            message: None,
-            body: BodyReading::NotRead,
-            notes: vec![failure.explain().into()],
-        },
+        evidence: Evidence::unread(vec![failure.explain().into()]),
     }
 }
 
