@@ -546,7 +546,7 @@ fn shared_state_works_across_threads() {
 fn idle_restarts_the_ramp_and_waiting_records_no_attempt() {
     let mut c = Controller::new(rpm(600));
     let target = c.target("k", "m");
-    // Ramp to full with calm completions, one per second.
+    // Ramp to full over ten calm seconds, one request per second.
     for i in 0..10 {
         let n = now_at(ms(i * 1_000));
         let r = c.admit(&AdmitRequest::new(target), n).go().unwrap();

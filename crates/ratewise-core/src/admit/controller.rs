@@ -446,7 +446,8 @@ impl Controller {
     /// Corrects a reservation to the actual usage of its response: input
     /// counts `input_tokens + cache_creation_input_tokens` (not cache
     /// reads), output counts `output_tokens`; the spend window gets the
-    /// billed total. A settle is the calm signal that grows the ramp.
+    /// billed total. Like an admission, a settle lets the ramp take the
+    /// growth steps of the calm time since its last change.
     pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
         let t = now.instant;
         let actual = Amounts {

@@ -269,22 +269,15 @@ mod tests {
     /// The reader this module had before the one-pass `read_header`,
     /// kept as the oracle the property test compares against.
     mod oracle {
-        use super::super::{parse_count, Rejected, Reset, Window};
+        use super::super::{parse_count, RateLimitSnapshot, Rejected, Reset, Window};
         use crate::parse::duration::parse_go_duration;
         use crate::parse::header_text;
         use http::HeaderMap;
         use std::time::SystemTime;
 
-        #[derive(Debug, Default, PartialEq, Eq)]
-        pub(super) struct Snap {
-            pub requests: Window,
-            pub input_tokens: Window,
-            pub output_tokens: Window,
-            pub tokens: Window,
-            pub priority_input_tokens: Window,
-            pub priority_output_tokens: Window,
-            pub rejected: Vec<(String, Rejected)>,
-        }
+        /// The former reader's state: the snapshot it fills.
+        #[derive(Default)]
+        pub(super) struct Snap(pub(super) RateLimitSnapshot);
 
         fn parse_instant(raw: &[u8]) -> Result<SystemTime, Rejected> {
             let s = header_text(raw)?;
@@ -308,13 +301,14 @@ mod tests {
 
         impl Snap {
             fn slot(&mut self, dim: &str, priority: bool) -> Option<&mut Window> {
+                let s = &mut self.0;
                 Some(match (dim, priority) {
-                    ("requests", false) => &mut self.requests,
-                    ("tokens", false) => &mut self.tokens,
-                    ("input-tokens", false) => &mut self.input_tokens,
-                    ("output-tokens", false) => &mut self.output_tokens,
-                    ("input-tokens", true) => &mut self.priority_input_tokens,
-                    ("output-tokens", true) => &mut self.priority_output_tokens,
+                    ("requests", false) => &mut s.requests,
+                    ("tokens", false) => &mut s.tokens,
+                    ("input-tokens", false) => &mut s.input_tokens,
+                    ("output-tokens", false) => &mut s.output_tokens,
+                    ("input-tokens", true) => &mut s.priority_input_tokens,
+                    ("output-tokens", true) => &mut s.priority_output_tokens,
                     _ => return None,
                 })
             }
@@ -365,8 +359,8 @@ mod tests {
                     ("remaining", Ok(Field::Count(n))) => window.remaining = Some(n),
                     ("reset", Ok(Field::Reset(r))) => window.reset = Some(r),
                     // Bounded: a response cannot grow the list past 32 entries.
-                    (_, Err(reason)) if self.rejected.len() < 32 => {
-                        self.rejected.push((name.to_owned(), reason));
+                    (_, Err(reason)) if self.0.rejected.len() < 32 => {
+                        self.0.rejected.push((name.to_owned(), reason));
                     }
                     _ => {}
                 }
@@ -458,16 +452,7 @@ mod tests {
                 h.append(name, HeaderValue::from_bytes(v.as_bytes()).unwrap());
             }
             let new = RateLimitSnapshot::from_headers(&h, Provider::Anthropic);
-            let old = oracle::from_headers(&h);
-            let new = oracle::Snap {
-                requests: new.requests,
-                input_tokens: new.input_tokens,
-                output_tokens: new.output_tokens,
-                tokens: new.tokens,
-                priority_input_tokens: new.priority_input_tokens,
-                priority_output_tokens: new.priority_output_tokens,
-                rejected: new.rejected,
-            };
+            let old = oracle::from_headers(&h).0;
             prop_assert_eq!(new, old);
         }
     }
