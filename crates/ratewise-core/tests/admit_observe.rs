@@ -102,13 +102,13 @@ fn slow_down_cuts_the_rate_of_the_key() {
     let mut c = controller();
     let target = c.target("k", "gpt-4o");
     let t = now_at(0);
-    // Ramp to full first.
+    // Ramp to the peak first.
     for i in 0..10 {
         let now = now_at(i * 1_000);
         let r = c.admit(&AdmitRequest::new(target), now).go().unwrap();
         c.settle(r, &Default::default(), now);
     }
-    assert_eq!(c.snapshot(target.scope, t).unwrap().ramp_permille, 1000);
+    assert_eq!(c.snapshot(target.scope, t).unwrap().ramp_permille, 1200);
     let (cl, d) = respond(
         Provider::Openai,
         429,
@@ -123,7 +123,7 @@ fn slow_down_cuts_the_rate_of_the_key() {
         c.snapshot(target.scope, now_at(10_000))
             .unwrap()
             .ramp_permille,
-        500
+        600
     );
 }
 
@@ -327,15 +327,16 @@ fn a_reset_in_the_past_or_too_far_ahead_changes_nothing() {
 
 #[test]
 fn the_dead_band_keeps_rounded_tokens_from_oscillating_with_resets() {
-    // 60 000 ITPM (1 000/s), local capacity 20 000. Responses keep saying
-    // "remaining 19 000, full in 2 s" (rounded; the server holds 19 000 to
-    // 19 999): within the dead band of the local level, nothing changes,
-    // response after response; then a lower view wins once.
+    // 60 000 ITPM (1 000/s), credit 60 000 (the provider's bucket). The
+    // first response says "remaining 19 000, full in 2 s" (rounded; the
+    // server holds 19 000 to 19 999): the server wins. The same rounded view
+    // again is within the dead band of the credit as it refills, so nothing
+    // changes, response after response; then a lower view wins once.
     let (mut c, target) = sonnet_at_full_rate(Limits {
         input_tokens: Some(60_000),
         ..Limits::NONE
     });
-    let level = |c: &mut Controller, ms| c.snapshot(target.scope, now_at(ms)).unwrap().levels[1];
+    let level = |c: &mut Controller, ms| c.snapshot(target.scope, now_at(ms)).unwrap().credits[1];
     for i in 0..5u64 {
         let t = now_at(i * 10);
         let (cl, d) = ok_with(
@@ -350,7 +351,7 @@ fn the_dead_band_keeps_rounded_tokens_from_oscillating_with_resets() {
             t,
         );
         c.observe(target.scope, &cl, d, t);
-        assert_eq!(level(&mut c, i * 10), Some(20_000));
+        assert_eq!(level(&mut c, i * 10), Some(19_000 + 10 * i as i64));
     }
     let t = now_at(50);
     let (cl, d) = ok_with(

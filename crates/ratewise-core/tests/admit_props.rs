@@ -4,11 +4,11 @@
 use proptest::prelude::*;
 use ratewise_core::admit::bucket::capacity_for;
 use ratewise_core::admit::retry_budget::SLOTS;
-use ratewise_core::admit::Burst;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Config, Controller, Limits, Price, PriceTable, Reservation,
     RetryBudgetConfig, SpendConfig,
 };
+use ratewise_core::admit::{Burst, RampConfig};
 use ratewise_core::{Cause, GiveUpReason, Instant, Now, Usage};
 use std::time::{Duration, SystemTime};
 
@@ -60,7 +60,9 @@ const ITPM: u64 = 60_000;
 type Events = Vec<(Instant, i64, i64)>;
 
 /// Over every window [a, b] of event times, net admitted units never exceed
-/// `capacity + limit · (b − a) / 1 min + slack`.
+/// `min(credit + limit · w, pace + peak · limit · w) + slack` with `w =
+/// (b − a) / 1 min`: the provider's credit refills at the limit, the pace
+/// (a few seconds' capacity) at the ramp's peak.
 fn check_window_bound(
     events: &Events,
     unit: fn(&(Instant, i64, i64)) -> i64,
@@ -68,16 +70,21 @@ fn check_window_bound(
     burst: Duration,
     slack: i64,
 ) {
-    let cap = capacity_for(limit, burst) as i64;
+    let bursts = Burst::default();
+    let pace = capacity_for(limit, burst) as i64;
+    let credit = capacity_for(limit, bursts.credit) as i64;
+    let peak = u128::from(RampConfig::default().peak());
     for i in 0..events.len() {
         let mut net = 0i64;
         for e in &events[i..] {
             net += unit(e);
-            let w = e.0 - events[i].0;
-            let refill = (u128::from(limit) * w.as_nanos() / 60_000_000_000) as i64;
+            let w = (e.0 - events[i].0).as_nanos();
+            let refill = (u128::from(limit) * w / 60_000_000_000) as i64;
+            let paced = (u128::from(limit) * peak * w / 60_000_000_000_000) as i64;
+            let bound = (credit + refill).min(pace + paced);
             assert!(
-                net <= cap + refill + slack,
-                "window {:?}..{:?}: net {net} > cap {cap} + refill {refill} + slack {slack}",
+                net <= bound + slack,
+                "window {:?}..{:?}: net {net} > min(credit {credit} + {refill}, pace {pace} + {paced}) + slack {slack}",
                 events[i].0,
                 e.0
             );
@@ -328,10 +335,10 @@ proptest! {
             input_tokens: Window { limit: Some(LIMIT), remaining, reset },
             ..RateLimitSnapshot::default()
         };
-        let before = c.snapshot(target.scope, now).unwrap().levels[1].unwrap();
+        let before = c.snapshot(target.scope, now).unwrap().credits[1].unwrap();
         let provider = if openai { Provider::Openai } else { Provider::Anthropic };
         c.sync_headers(target.scope, &snap, provider, now);
-        let after = c.snapshot(target.scope, now).unwrap().levels[1].unwrap();
+        let after = c.snapshot(target.scope, now).unwrap().credits[1].unwrap();
         prop_assert!(after <= before, "raised: {before} -> {after}");
         // What remaining alone allows.
         let by_remaining = match remaining {

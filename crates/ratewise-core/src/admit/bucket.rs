@@ -1,21 +1,41 @@
 //! Continuously refilled token bucket: pure integer arithmetic, no storage
 //! policy, no clock.
 //!
-//! A bucket holds up to `capacity` units and refills at `limit` units per
-//! minute, continuously: 60 per minute means one unit every second, never 60
-//! at the top of the minute. The level is kept in *scaled units* — one unit
-//! is `60 · 10¹² ` scaled units (nanoseconds per minute × 1000) — so that the
-//! refill of one nanosecond at a rate factor of `permille`/1000 is exactly
-//! `limit · permille` scaled units. There is no rounding and no drift,
-//! whatever the rate.
+//! A bucket refills at `limit` units per minute, continuously: 60 per minute
+//! means one unit every second, never 60 at the top of the minute. It keeps
+//! two levels that refill from the same instant and are taken from together:
 //!
-//! The level may go negative (debt): a settle that finds the actual usage
+//! * **credit** — the provider's own bucket as the client models it: it
+//!   holds up to `credit` units (by default a minute of the limit, the
+//!   capacity Anthropic and OpenAI document for their per-minute limits) and
+//!   refills at exactly `limit`. Header sync corrects this level: it is what
+//!   the server says is left.
+//! * **pace** — the shaper that keeps sends smooth: it holds only `capacity`
+//!   units (a few seconds of the limit) and refills at `limit · permille /
+//!   1000`, where `permille` is the ramp-up factor, which may exceed 1000
+//!   (the *peak*, see [`RampConfig::peak`](super::RampConfig::peak)).
+//!
+//! A take needs both. Over a long backlog the credit binds, so the rate is
+//! the limit; but a full credit — an idle key's, which the provider also
+//! holds — is spent at the peak pace over minutes instead of being left
+//! unused (a single-level bucket small enough not to burst can never spend
+//! it) or released at once (a single-level bucket as large as the
+//! provider's bursts a minute of traffic).
+//!
+//! Levels are kept in *scaled units* — one unit is `60 · 10¹² ` scaled
+//! units (nanoseconds per minute × 1000) — so that the refill of one
+//! nanosecond at a rate factor of `permille`/1000 is exactly `limit ·
+//! permille` scaled units. There is no rounding and no drift, whatever the
+//! rate.
+//!
+//! The levels may go negative (debt): a settle that finds the actual usage
 //! larger than the reservation charges the difference, and later takes wait
 //! for the debt to refill.
 //!
-//! A take larger than the (effective) capacity would never fit; it goes when
-//! the bucket is full and leaves a debt. So the burst over any window is at
-//! most `capacity + (largest take − capacity)`: see [`Bucket::try_take`].
+//! A take larger than a level's capacity would never fit; it goes when that
+//! level is full and leaves a debt. So over any window `w` the bucket admits
+//! at most `min(credit + L·w/1 min, capacity + L·(permille/1000)·w/1 min)`
+//! plus `max(0, largest take − capacity)`: see [`Bucket::try_take`].
 
 use crate::time::Instant;
 use std::time::Duration;
@@ -35,17 +55,28 @@ fn scaled(amount: u64) -> i128 {
     i128::from(amount) * SCALE
 }
 
-/// One continuously refilled bucket.
+/// Largest rate factor of the pace (×4): the ramp's peak is clamped here.
+pub const MAX_PERMILLE: u32 = 4000;
+
+/// One continuously refilled bucket: the provider's credit and the pace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
     limit: u64,
     capacity: u64,
+    credit_capacity: u64,
     permille: u32,
-    /// Effective capacity in scaled units (capacity × permille, at least 1 unit).
+    /// Effective pace capacity in scaled units (capacity × min(permille,
+    /// 1000), at least 1 unit): a ramp below full rate shrinks the burst
+    /// too; a peak above it only speeds the refill.
     cap_scaled: i128,
-    /// Refill per nanosecond, in scaled units.
+    /// Pace refill per nanosecond, in scaled units.
     rate: i128,
+    /// Pace level.
     level: i128,
+    /// Credit capacity in scaled units.
+    credit_cap: i128,
+    /// Credit level (the provider's bucket as modelled).
+    credit: i128,
     /// Nanoseconds since the origin of the last refill (u64: 584 years).
     updated: u64,
 }
@@ -61,36 +92,68 @@ fn ns(t: Instant) -> u64 {
 }
 
 impl Bucket {
-    /// A full bucket refilling `limit` units per minute (at least 1) holding
-    /// up to `capacity` units (at least 1), at full rate.
+    /// A full bucket refilling `limit` units per minute (at least 1) whose
+    /// pace holds up to `capacity` units (at least 1), at full rate, with a
+    /// credit of one minute of the limit (the providers' bucket).
     pub fn new(limit: u64, capacity: u64, now: Instant) -> Self {
         Self::with_permille(limit, capacity, 1000, now)
     }
 
-    /// A full bucket whose rate and capacity are scaled by `permille`/1000
-    /// (clamped to 1..=1000): the ramp-up factor.
+    /// A full bucket whose pace rate is scaled by `permille`/1000 (clamped
+    /// to 1..=[`MAX_PERMILLE`]; the pace capacity scales too while below
+    /// 1000): the ramp-up factor. The credit holds a minute of the limit.
     pub fn with_permille(limit: u64, capacity: u64, permille: u32, now: Instant) -> Self {
+        Self::with_credit(limit, capacity, limit, permille, now)
+    }
+
+    /// A full bucket with an explicit credit capacity (`credit` units, at
+    /// least 1): what the provider's bucket holds.
+    ///
+    /// ```
+    /// use ratewise_core::admit::bucket::Bucket;
+    /// use ratewise_core::Instant;
+    /// use std::time::Duration;
+    /// // 60 per minute, a pace of 2 at ×1.2, a credit of 60: the credit is
+    /// // spent at 1.2 per second, never in a burst.
+    /// let mut b = Bucket::with_credit(60, 2, 60, 1200, Instant::ZERO);
+    /// assert!(b.try_take(2, Instant::ZERO).is_ok());
+    /// let next = Instant::from_origin(Duration::from_nanos(833_333_334));
+    /// assert_eq!(b.try_take(1, Instant::ZERO), Err(next));
+    /// assert_eq!(b.credit_level(next), 58);
+    /// ```
+    pub fn with_credit(
+        limit: u64,
+        capacity: u64,
+        credit: u64,
+        permille: u32,
+        now: Instant,
+    ) -> Self {
         let mut b = Bucket {
             limit: limit.clamp(1, MAX_LIMIT),
             capacity: capacity.max(1),
-            permille: permille.clamp(1, 1000),
+            credit_capacity: credit.max(1),
+            permille: permille.clamp(1, MAX_PERMILLE),
             cap_scaled: 0,
             rate: 0,
             level: 0,
+            credit_cap: 0,
+            credit: 0,
             updated: ns(now),
         };
         b.recompute();
         b.level = b.cap_scaled;
+        b.credit = b.credit_cap;
         b
     }
 
     fn recompute(&mut self) {
-        let cap = (u128::from(self.capacity) * u128::from(self.permille)).div_ceil(1000);
+        let p = self.permille.min(1000);
+        let cap = (u128::from(self.capacity) * u128::from(p)).div_ceil(1000);
         self.cap_scaled = (cap.max(1) as i128) * SCALE;
         self.rate = i128::from(self.limit) * i128::from(self.permille);
-        if self.level > self.cap_scaled {
-            self.level = self.cap_scaled;
-        }
+        self.level = self.level.min(self.cap_scaled);
+        self.credit_cap = scaled(self.credit_capacity);
+        self.credit = self.credit.min(self.credit_cap);
     }
 
     /// Units per minute at full rate.
@@ -98,19 +161,30 @@ impl Bucket {
         self.limit
     }
 
-    /// Capacity at full rate.
+    /// Pace capacity at full rate.
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
-    /// The current rate factor in per-mille.
+    /// Credit capacity: what the provider's bucket holds.
+    pub fn credit_capacity(&self) -> u64 {
+        self.credit_capacity
+    }
+
+    /// The current pace factor in per-mille.
     pub fn permille(&self) -> u32 {
         self.permille
     }
 
-    /// Capacity at the current rate factor (at least 1).
+    /// Pace capacity at the current rate factor (at least 1).
     pub fn effective_capacity(&self) -> u64 {
         (self.cap_scaled / SCALE) as u64
+    }
+
+    /// Credit refill per nanosecond, in scaled units: the limit at full rate.
+    #[inline]
+    fn credit_rate(&self) -> i128 {
+        i128::from(self.limit) * 1000
     }
 
     /// Adds the refill since the last update. Time that goes backwards is
@@ -119,43 +193,61 @@ impl Bucket {
     pub fn refill(&mut self, now: Instant) {
         let now = ns(now);
         if now > self.updated {
-            // ≤ 2⁶⁴ ns × rate ≤ 2⁴⁰·1000 < 2¹²⁰: no overflow.
-            let add = i128::from(now - self.updated) * self.rate;
-            self.level = self.level.saturating_add(add).min(self.cap_scaled);
+            // ≤ 2⁶⁴ ns × rate ≤ 2⁶⁴·2⁴⁰·2¹² < 2¹²⁰: no overflow.
+            let dt = i128::from(now - self.updated);
+            self.level = self
+                .level
+                .saturating_add(dt * self.rate)
+                .min(self.cap_scaled);
+            self.credit = self
+                .credit
+                .saturating_add(dt * self.credit_rate())
+                .min(self.credit_cap);
             self.updated = now;
         }
     }
 
-    /// Whole units available now (negative while in debt).
+    /// Whole units a take could have now: the lower of the two levels
+    /// (negative while in debt).
     pub fn level(&mut self, now: Instant) -> i64 {
         self.refill(now);
-        let units = self.level.div_euclid(SCALE);
-        units.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+        units(self.level.min(self.credit))
+    }
+
+    /// Whole units of the provider's credit now, as modelled (negative
+    /// while in debt).
+    pub fn credit_level(&mut self, now: Instant) -> i64 {
+        self.refill(now);
+        units(self.credit)
     }
 
     /// When `amount` would fit, after a [`refill`](Self::refill) at `now`:
-    /// `None` when it fits now. An amount above the effective capacity fits
-    /// once the bucket is full.
+    /// `None` when it fits now. An amount above a level's capacity fits
+    /// once that level is full.
     #[inline]
     pub fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
-        let need = scaled(amount).min(self.cap_scaled);
-        if self.level >= need && ns(now) >= self.updated {
+        let want = scaled(amount);
+        let need_pace = want.min(self.cap_scaled);
+        let need_credit = want.min(self.credit_cap);
+        if self.level >= need_pace && self.credit >= need_credit && ns(now) >= self.updated {
             None
         } else {
             // Refill starts at `updated`, which a pause may put in the future.
-            let missing = need.saturating_sub(self.level).max(0) as u128;
-            let wait_ns = missing.div_ceil(self.rate as u128);
+            let pace = ns_to_fill(need_pace - self.level, self.rate);
+            let credit = ns_to_fill(need_credit - self.credit, self.credit_rate());
             let from = ns(now).max(self.updated);
             Some(Instant::from_origin(duration_from_nanos(
-                u128::from(from) + wait_ns,
+                u128::from(from) + pace.max(credit),
             )))
         }
     }
 
-    /// Removes `amount` regardless of the level (may leave a debt).
+    /// Removes `amount` regardless of the levels (may leave a debt).
     #[inline]
     pub fn take(&mut self, amount: u64) {
-        self.level = self.level.saturating_sub(scaled(amount));
+        let a = scaled(amount);
+        self.level = self.level.saturating_sub(a);
+        self.credit = self.credit.saturating_sub(a);
     }
 
     /// Takes `amount` when it fits, else says when it will.
@@ -181,7 +273,7 @@ impl Bucket {
     }
 
     /// Returns `amount` units (a release, or a reservation larger than the
-    /// actual usage); the level never exceeds the capacity.
+    /// actual usage); no level exceeds its capacity.
     ///
     /// No refill is needed first: clamping at the capacity commutes with
     /// later non-negative additions (`min(c, min(c, l + p) + r) ==
@@ -189,10 +281,9 @@ impl Bucket {
     /// the refill it precedes in time. That keeps `settle` cheap.
     #[inline]
     pub fn put_back(&mut self, amount: u64, _now: Instant) {
-        self.level = self
-            .level
-            .saturating_add(scaled(amount))
-            .min(self.cap_scaled);
+        let a = scaled(amount);
+        self.level = self.level.saturating_add(a).min(self.cap_scaled);
+        self.credit = self.credit.saturating_add(a).min(self.credit_cap);
     }
 
     /// Charges `amount` more units (actual usage above the reservation).
@@ -208,16 +299,17 @@ impl Bucket {
     pub fn drain_until(&mut self, until: Instant, now: Instant) {
         self.refill(now);
         self.level = self.level.min(0);
+        self.credit = self.credit.min(0);
         if ns(until) > self.updated {
             self.updated = ns(until);
         }
     }
 
     /// Header sync: the server says `remaining` units are left. When that is
-    /// lower than the local level by more than `dead_band` units, the
-    /// server wins; otherwise nothing changes. The level is never raised, so
+    /// lower than the local credit by more than `dead_band` units, the
+    /// server wins; otherwise nothing changes. The credit is never raised, so
     /// values rounded to thousands cannot make it oscillate. Returns whether
-    /// the level was lowered.
+    /// the credit was lowered.
     pub fn sync_remaining(&mut self, remaining: u64, dead_band: u64, now: Instant) -> bool {
         self.lower_to(scaled(remaining), dead_band, now)
     }
@@ -226,17 +318,17 @@ impl Bucket {
     /// minute is full again `until_full` from now, so — refilling at `limit`
     /// per minute — it holds about `limit · (1 min − until_full) / 1 min`
     /// units now (none when `until_full` is a minute or more). When that is
-    /// lower than the local level by more than `dead_band` units, it wins;
+    /// lower than the local credit by more than `dead_band` units, it wins;
     /// like [`sync_remaining`](Self::sync_remaining) it never raises the
-    /// level. The local bucket then refills from there at its own rate (at
-    /// most the server's), so a request needing `n` units is not admitted
-    /// before the server's line `limit − rate · (reset − t)` reaches `n`.
+    /// credit. The credit then refills from there at the limit, so a
+    /// request needing `n` units is not admitted before the server's line
+    /// `limit − rate · (reset − t)` reaches `n`.
     ///
     /// ```
     /// use ratewise_core::admit::bucket::Bucket;
     /// use ratewise_core::Instant;
     /// use std::time::Duration;
-    /// // 60 per minute holding up to 10; the server is full in 57 s: 3 left.
+    /// // 60 per minute, a pace of 10; the server is full in 57 s: 3 left.
     /// let mut b = Bucket::new(60, 10, Instant::ZERO);
     /// assert!(b.sync_reset(60, Duration::from_secs(57), 0, Instant::ZERO));
     /// assert_eq!(b.level(Instant::ZERO), 3);
@@ -262,29 +354,48 @@ impl Bucket {
     fn lower_to(&mut self, target: i128, dead_band: u64, now: Instant) -> bool {
         self.refill(now);
         let band = scaled(dead_band);
-        if self.level > target.saturating_add(band) {
-            self.level = target;
+        if self.credit > target.saturating_add(band) {
+            self.credit = target;
             true
         } else {
             false
         }
     }
 
-    /// Changes the limit and capacity (learned from headers or configured),
-    /// keeping the level (clamped to the new capacity).
-    pub fn set_limit(&mut self, limit: u64, capacity: u64, now: Instant) {
+    /// Changes the limit and capacities (learned from headers or
+    /// configured), keeping the levels (clamped to the new capacities).
+    pub fn set_limit(&mut self, limit: u64, capacity: u64, credit: u64, now: Instant) {
         self.refill(now);
         self.limit = limit.clamp(1, MAX_LIMIT);
         self.capacity = capacity.max(1);
+        self.credit_capacity = credit.max(1);
         self.recompute();
     }
 
-    /// Changes the rate factor (ramp-up), clamping the level to the new
-    /// effective capacity so a cut never leaves a burst behind.
+    /// Changes the pace factor (ramp-up), clamping the pace level to the
+    /// new effective capacity so a cut never leaves a burst behind. The
+    /// credit is the provider's and does not change.
     pub fn set_permille(&mut self, permille: u32, now: Instant) {
         self.refill(now);
-        self.permille = permille.clamp(1, 1000);
+        self.permille = permille.clamp(1, MAX_PERMILLE);
         self.recompute();
+    }
+}
+
+/// Whole units of a scaled level, rounded down and clamped to `i64`.
+fn units(level: i128) -> i64 {
+    level
+        .div_euclid(SCALE)
+        .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// Nanoseconds a level missing `missing` scaled units needs at `rate`.
+#[inline]
+fn ns_to_fill(missing: i128, rate: i128) -> u128 {
+    if missing <= 0 {
+        0
+    } else {
+        (missing as u128).div_ceil(rate.max(1) as u128)
     }
 }
 
@@ -334,7 +445,7 @@ mod tests {
     #[test]
     fn sync_only_lowers_and_respects_dead_band() {
         let mut b = Bucket::new(600_000, 10_000, ms(0));
-        assert!(!b.sync_remaining(9_500, 1000, ms(0)));
+        assert!(!b.sync_remaining(599_500, 1000, ms(0)));
         assert!(b.sync_remaining(5_000, 1000, ms(0)));
         assert_eq!(b.level(ms(0)), 5_000);
         assert!(!b.sync_remaining(5_999, 1000, ms(0)));
@@ -363,8 +474,13 @@ mod tests {
         assert_eq!(b.level(ms(0)), 2);
         // Within the dead band: nothing changes.
         let mut b = Bucket::new(30_000, 10_000, ms(0));
-        assert!(!b.sync_reset(30_000, Duration::from_secs(41), 1_000, ms(0)));
-        assert_eq!(b.level(ms(0)), 10_000);
+        assert!(!b.sync_reset(30_000, Duration::from_secs(1), 1_000, ms(0)));
+        assert_eq!(b.credit_level(ms(0)), 30_000);
+        // The server's bucket holds 9 500 of its 30 000: the credit (not
+        // the pace) follows it.
+        assert!(b.sync_reset(30_000, Duration::from_secs(41), 1_000, ms(0)));
+        assert_eq!(b.credit_level(ms(0)), 9_500);
+        assert_eq!(b.level(ms(0)), 9_500);
     }
 
     #[test]
@@ -376,6 +492,48 @@ mod tests {
         assert_eq!(b.try_take(1, ms(0)), Err(ms(10_000)));
         b.set_permille(1000, ms(0));
         assert_eq!(b.try_take(1, ms(0)), Err(ms(1_000)));
+    }
+
+    #[test]
+    fn the_peak_spends_the_credit_smoothly_then_the_limit_binds() {
+        // 60 per minute, pace capacity 1 at ×1.5, credit 60 (full).
+        let mut b = Bucket::with_credit(60, 1, 60, 1500, ms(0));
+        let mut t = ms(0);
+        let mut times = Vec::new();
+        while times.len() < 300 {
+            match b.try_take(1, t) {
+                Ok(()) => times.push(t),
+                Err(at) => t = at,
+            }
+        }
+        // Never two within a pace interval (2/3 s): no burst.
+        assert!(times
+            .windows(2)
+            .all(|w| w[1] - w[0] >= Duration::from_millis(666)));
+        // The first minute takes 90 (1.5 per second), then the credit is
+        // gone by about 2 min (60 credit / 0.5 extra per second) and the
+        // rate is the limit.
+        let in_first_minute = times.iter().filter(|t| **t < ms(60_000)).count();
+        assert_eq!(in_first_minute, 90);
+        let late: Vec<_> = times.iter().filter(|t| **t >= ms(180_000)).collect();
+        assert!(late
+            .windows(2)
+            .all(|w| *w[1] - *w[0] >= Duration::from_millis(999)));
+        // Over the whole run: at most the credit plus the limit.
+        let last = *times.last().unwrap();
+        assert!(times.len() as u64 <= 60 + last.since_origin().as_secs() + 1);
+    }
+
+    #[test]
+    fn sync_lowers_the_credit_only_and_a_cut_keeps_it() {
+        let mut b = Bucket::with_credit(600, 50, 600, 1200, ms(0));
+        assert!(b.sync_remaining(100, 0, ms(0)));
+        assert_eq!(b.credit_level(ms(0)), 100);
+        assert_eq!(b.level(ms(0)), 50);
+        b.set_permille(100, ms(0));
+        assert_eq!(b.effective_capacity(), 5);
+        assert_eq!(b.credit_level(ms(0)), 100);
+        assert_eq!(b.level(ms(0)), 5);
     }
 
     #[test]

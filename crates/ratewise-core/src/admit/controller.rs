@@ -181,8 +181,12 @@ pub struct ScopeSnapshot {
     pub class: String,
     /// Effective limits (configured ∧ learned).
     pub limits: Limits,
-    /// Whole units in each bucket (requests, input, output, combined).
+    /// Whole units a take could have now in each bucket (requests, input,
+    /// output, combined): the lower of the pace and the credit.
     pub levels: [Option<i64>; 4],
+    /// Whole units of the provider's credit, as modelled, in each bucket:
+    /// what header sync corrects.
+    pub credits: [Option<i64>; 4],
     /// Ramp factor, per-mille.
     pub ramp_permille: u32,
     /// Pause end.
@@ -806,8 +810,10 @@ impl Controller {
     pub fn snapshot(&mut self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
         let s = self.scopes.get_mut(scope.0 as usize)?;
         let mut levels = [None; 4];
+        let mut credits = [None; 4];
         for (i, b) in s.buckets.iter_mut().enumerate() {
             levels[i] = b.as_mut().map(|b| b.level(now.instant));
+            credits[i] = b.as_mut().map(|b| b.credit_level(now.instant));
         }
         let key = &self.keys[s.key as usize];
         Some(ScopeSnapshot {
@@ -815,6 +821,7 @@ impl Controller {
             class: s.class.clone(),
             limits: Limits::combine(&s.configured, &s.learned),
             levels,
+            credits,
             ramp_permille: s.ramp.permille(),
             paused_until: s.paused_until.filter(|p| *p > now.instant),
             stopped: key.stop.filter(|st| !st.expired(now.instant)),
@@ -885,11 +892,13 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, t: Instant) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
                 if b.limit() != l {
-                    b.set_limit(l, capacity_for(l, burst.of(d)), t);
+                    let credit = capacity_for(l, burst.credit);
+                    b.set_limit(l, capacity_for(l, burst.of(d)), credit, t);
                 }
             }
             (Some(l), slot) => {
-                *slot = Some(Bucket::with_permille(l, capacity_for(l, burst.of(d)), p, t));
+                let (pace, credit) = (capacity_for(l, burst.of(d)), capacity_for(l, burst.credit));
+                *slot = Some(Bucket::with_credit(l, pace, credit, p, t));
             }
         }
     }

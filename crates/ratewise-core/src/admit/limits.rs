@@ -97,42 +97,56 @@ impl Limits {
     }
 }
 
-/// How much of a minute's refill a bucket may hold: the documented burst,
-/// one for the requests bucket and one for the token buckets.
+/// How much of a minute's refill each level of a bucket may hold: the
+/// pace bursts (one for the requests bucket, one for the token buckets) and
+/// the provider's credit.
 ///
-/// Capacity of a dimension with limit `L`/min is `ceil(L · burst / 60 s)`,
-/// at least 1. Requests default to one second, so 60 RPM holds one request
-/// and admits about one per second, never 60 at the top of the minute.
-/// Tokens default to 20 seconds: one request carries thousands of tokens,
-/// and a bucket smaller than a typical request serialises every large job
-/// behind a full refill (the simulation measured 0.69–0.88 of the limit with
-/// a 1 s token burst, ≥ 0.95 with 20 s; 60 s tripped the provider's
-/// acceleration limit from a cold start). The ramp still starts every
-/// bucket at a fraction, so a cold backlog is never released at once. A
-/// single take larger than the capacity goes when the bucket is full and
+/// The pace capacity of a dimension with limit `L`/min is `ceil(L · burst /
+/// 60 s)`, at least 1. Requests default to five seconds: 60 RPM holds five
+/// requests and then admits about one per second, never 60 at the top of
+/// the minute. Tokens default to 20 seconds: one request carries thousands
+/// of tokens, and a pace smaller than a typical request serialises every
+/// large job behind a full refill (the simulation measured 0.69–0.88 of the
+/// limit with a 1 s token burst, ≥ 0.95 with 20 s).
+///
+/// The credit (default 60 s: the per-minute bucket Anthropic and OpenAI
+/// document) is the provider's own bucket as modelled. It is what header
+/// sync corrects, and a full one is spent at the ramp's
+/// [peak](super::RampConfig::peak) over minutes rather than at once: a pace
+/// of 60 s tripped the provider's acceleration limit from a cold start, a
+/// 20 s bucket without a credit left 40 s of the provider's capacity unused
+/// on every start (1–2 % of a one-hour backlog).
+///
+/// A single take larger than a capacity goes when that level is full and
 /// leaves a debt, so over any window `w` a bucket admits, net of what is
-/// given back, at most `capacity + L·w/60 s + max(0, largest take − c)`,
-/// where `c` is the effective capacity at the time (≥ 1; the capacity scaled
-/// by the ramp factor). Requests always take 1, so for them the bound is
-/// `capacity + L·w/60 s`. The property tests check exactly these bounds.
+/// given back, at most `min(credit + L·w/60 s, pace + P·L·w/60 s) +
+/// max(0, largest take − c)`, where `P` is the peak factor and `c` the
+/// effective pace capacity at the time (≥ 1; the capacity scaled by a ramp
+/// below full rate). Requests always take 1, so for them the bound is
+/// `min(credit + L·w/60 s, pace + P·L·w/60 s)`. The property tests check
+/// exactly these bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Burst {
-    /// Burst of the requests bucket.
+    /// Pace burst of the requests bucket.
     pub requests: Duration,
-    /// Burst of the input, output and combined token buckets.
+    /// Pace burst of the input, output and combined token buckets.
     pub tokens: Duration,
+    /// The provider's bucket: how much of a minute's refill it holds
+    /// (default 60 s).
+    pub credit: Duration,
 }
 
 impl Burst {
-    /// The same burst for every bucket.
+    /// The same pace burst for every bucket, with the default credit.
     pub const fn uniform(burst: Duration) -> Self {
         Burst {
             requests: burst,
             tokens: burst,
+            credit: Duration::from_secs(60),
         }
     }
 
-    /// The burst of one dimension.
+    /// The pace burst of one dimension.
     pub const fn of(&self, d: Dimension) -> Duration {
         match d {
             Dimension::Requests => self.requests,
@@ -146,6 +160,7 @@ impl Default for Burst {
         Burst {
             requests: Duration::from_secs(5),
             tokens: Duration::from_secs(20),
+            credit: Duration::from_secs(60),
         }
     }
 }

@@ -1,14 +1,20 @@
 //! Ramp-up: admission restarts at a fraction of the rate and grows while
 //! responses stay calm.
 //!
-//! The factor is kept in per-mille and applied to every bucket of a scope
-//! (rate and capacity alike, so a cold or cut bucket cannot release a
-//! burst). It restarts at `start` after idle, after a stop is lifted and
-//! when a scope is first used (unless [`RampConfig::warm_start`]); it grows
+//! The factor is kept in per-mille and applied to the pace of every bucket
+//! of a scope (rate and capacity alike below full rate, so a cold or cut
+//! bucket cannot release a burst; the provider's credit is not scaled). It
+//! restarts at `start` after idle, after a stop is lifted and when a scope
+//! is first used (unless [`RampConfig::warm_start`]); it grows
 //! multiplicatively by `grow` for each `step` of time that passes without an
-//! acceleration 429; an acceleration 429 (`slow_down`) cuts it
-//! multiplicatively by `cut`, never below `start`, and growth resumes from
-//! the cut.
+//! acceleration 429, up to `peak`; an acceleration 429 (`slow_down`) cuts
+//! it multiplicatively by `cut`, never below `start`, and growth resumes
+//! from the cut.
+//!
+//! The peak is above full rate (default ×1.2): a pace faster than the
+//! limit only matters while the provider's credit holds more than the
+//! limit refills, as after idle, and spends it over minutes. Once the
+//! credit is gone the limit binds and the rate is the limit.
 //!
 //! Growth follows the clock, not completed answers. Answers arrive at the
 //! rate the ramp allows, so one growth step per answer keeps a slow start
@@ -21,13 +27,15 @@
 //! acceleration limit (5 requests in the 10 s after an idle minute) sees no
 //! 429 on the `cold-start` scenario.
 
+use super::bucket::MAX_PERMILLE;
 use crate::time::Instant;
 use std::time::Duration;
 
 /// Ramp parameters. Factors are per-mille (1000 = ×1.0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RampConfig {
-    /// Starting fraction of the rate (default 100 = 10 %). 1000 disables the ramp.
+    /// Starting fraction of the rate (default 100 = 10 %). 1000 starts at
+    /// full rate (no ramp below the limit).
     pub start: u32,
     /// Growth per calm step of time (default 1500 = ×1.5 per second: from
     /// 10 % to full in six seconds without an acceleration 429).
@@ -39,7 +47,12 @@ pub struct RampConfig {
     /// A scope with no admission for longer than this restarts the ramp
     /// (default 60 s).
     pub idle_after: Duration,
-    /// Start a scope's first use at full rate instead of `start` (default
+    /// The highest factor (default 1200 = ×1.2, at least 1000, at most
+    /// [`MAX_PERMILLE`]): how much faster than the limit the pace may
+    /// spend a full credit. The rate over a long backlog is still the
+    /// limit.
+    pub peak: u32,
+    /// Start a scope's first use at the peak instead of `start` (default
     /// `false`). For a key known to be busy — a worker joining a running
     /// fleet, a restart in the middle of steady traffic — the provider sees
     /// no sharp increase, so ramping again only wastes capacity. Idle,
@@ -55,8 +68,21 @@ impl Default for RampConfig {
             cut: 500,
             step: Duration::from_secs(1),
             idle_after: Duration::from_secs(60),
+            peak: 1200,
             warm_start: false,
         }
+    }
+}
+
+impl RampConfig {
+    /// The peak factor, clamped to `1000..=MAX_PERMILLE`.
+    pub fn peak(&self) -> u32 {
+        self.peak.clamp(1000, MAX_PERMILLE)
+    }
+
+    /// The start factor, clamped to `1..=peak`.
+    pub fn start(&self) -> u32 {
+        self.start.clamp(1, self.peak())
     }
 }
 
@@ -73,9 +99,9 @@ impl Ramp {
     pub fn new(cfg: &RampConfig) -> Self {
         Ramp {
             permille: if cfg.warm_start {
-                1000
+                cfg.peak()
             } else {
-                cfg.start.clamp(1, 1000)
+                cfg.start()
             },
             last_step: None,
         }
@@ -88,7 +114,7 @@ impl Ramp {
 
     /// Back to the start fraction (idle, stop lifted).
     pub fn restart(&mut self, cfg: &RampConfig, now: Instant) {
-        self.permille = cfg.start.clamp(1, 1000);
+        self.permille = cfg.start();
         self.last_step = Some(now);
     }
 
@@ -102,7 +128,8 @@ impl Ramp {
     /// answer every 40 s). An acceleration limit answers quickly, so a
     /// step of calm time is the evidence.
     pub fn calm(&mut self, cfg: &RampConfig, now: Instant) -> bool {
-        if self.permille >= 1000 {
+        let peak = u64::from(cfg.peak());
+        if u64::from(self.permille) >= peak {
             return false;
         }
         let Some(t) = self.last_step else {
@@ -119,11 +146,11 @@ impl Ramp {
         let mut p = u64::from(self.permille);
         for _ in 0..steps.min(64) {
             p = (p * grow).div_ceil(1000).max(p + 1);
-            if p >= 1000 {
+            if p >= peak {
                 break;
             }
         }
-        self.permille = p.min(1000) as u32;
+        self.permille = p.min(peak) as u32;
         // Keep the remainder of a partial step.
         let used = u64::try_from(steps.saturating_mul(step)).unwrap_or(u64::MAX);
         self.last_step = Some(t + std::time::Duration::from_nanos(used));
@@ -133,7 +160,7 @@ impl Ramp {
     /// An acceleration 429: cut multiplicatively, floored at the start.
     pub fn slow_down(&mut self, cfg: &RampConfig, now: Instant) {
         let cut = (u64::from(self.permille) * u64::from(cfg.cut.min(1000))) / 1000;
-        self.permille = (cut as u32).max(cfg.start.clamp(1, 1000));
+        self.permille = (cut as u32).max(cfg.start());
         self.last_step = Some(now);
     }
 }
@@ -156,9 +183,12 @@ mod tests {
             steps += 1;
         }
         assert_eq!(steps, 6);
+        // One more calm second reaches the peak, and it stays there.
+        assert!(r.calm(&cfg, t + Duration::from_secs(1)));
+        assert_eq!(r.permille(), 1200);
         assert!(!r.calm(&cfg, t + Duration::from_secs(5)));
         r.slow_down(&cfg, t);
-        assert_eq!(r.permille(), 500);
+        assert_eq!(r.permille(), 600);
         for _ in 0..5 {
             r.slow_down(&cfg, t);
         }
@@ -188,7 +218,28 @@ mod tests {
         // 100 -> 150 -> 225 -> 338 (rounded up).
         assert_eq!(r.permille(), 338);
         assert!(r.calm(&cfg, Instant::from_millis(3_600_000)));
+        assert_eq!(r.permille(), 1200);
+    }
+
+    #[test]
+    fn the_peak_is_configurable_and_clamped() {
+        let mut cfg = RampConfig {
+            peak: 1000,
+            ..RampConfig::default()
+        };
+        let mut r = Ramp::new(&cfg);
+        r.restart(&cfg, Instant::ZERO);
+        assert!(r.calm(&cfg, Instant::from_millis(60_000)));
         assert_eq!(r.permille(), 1000);
+        // Below full rate is not a peak; above ×4 is clamped.
+        cfg.peak = 10;
+        assert_eq!(cfg.peak(), 1000);
+        cfg.peak = 1_000_000;
+        assert_eq!(cfg.peak(), MAX_PERMILLE);
+        // A start above the peak starts at the peak.
+        cfg.peak = 1200;
+        cfg.start = 5000;
+        assert_eq!(Ramp::new(&cfg).permille(), 1200);
     }
 
     #[test]
@@ -205,13 +256,13 @@ mod tests {
     }
 
     #[test]
-    fn warm_start_begins_at_full_rate_but_idle_still_ramps() {
+    fn warm_start_begins_at_the_peak_but_idle_still_ramps() {
         let cfg = RampConfig {
             warm_start: true,
             ..RampConfig::default()
         };
         let mut r = Ramp::new(&cfg);
-        assert_eq!(r.permille(), 1000);
+        assert_eq!(r.permille(), 1200);
         r.restart(&cfg, Instant::from_millis(100_000));
         assert_eq!(r.permille(), 100);
     }
