@@ -2,7 +2,7 @@
 //! front of hyper-util, scaled clock) agree on the headline figures of
 //! the same scenario, within the tolerances of `ratewise_real::agree`.
 //!
-//! Time scale: one provider minute = 1.5 real seconds (40× speed), which
+//! Time scale: one provider minute = 3 real seconds (20× speed), which
 //! leaves a loaded 2-core machine slack; nothing asserts on wall-clock
 //! speed. `max_real` only bounds a broken run.
 
@@ -17,7 +17,7 @@ fn shipped(name: &str) -> Scenario {
 
 fn options() -> RealOptions {
     RealOptions {
-        seconds_per_minute: 1.5,
+        seconds_per_minute: 3.0,
         max_real: Duration::from_secs(300),
     }
 }

@@ -3,7 +3,8 @@
 //! A job waiting for admission sleeps until the instant the controller
 //! computed from the refill rate. Capacity also comes back sooner: a
 //! settle that returns an unused `max_tokens` reservation, a release, a
-//! resolved unknown outcome, a lifted stop. [`Waking`] wraps the shared
+//! resolved unknown outcome, a lifted stop. A stop wakes them too, so that
+//! they hand their jobs back at once. [`Waking`] wraps the shared
 //! state, passes every operation through, and signals those events;
 //! waiters race their sleep against the signal and ask again, so the
 //! controller — not the waiter — still decides (pauses and server waits
@@ -17,7 +18,7 @@ use ratewise_core::admit::{
     Admission, AdmissionState, AdmitRequest, Reservation, ScopeId, ScopeSnapshot, Target,
 };
 use ratewise_core::classify::Classification;
-use ratewise_core::{Decision, Now, Usage};
+use ratewise_core::{Action, Decision, Now, Usage};
 use std::sync::Arc;
 
 /// The shared state, plus a signal raised whenever capacity comes back.
@@ -35,6 +36,16 @@ impl Waking {
 
     fn wake(&self) {
         self.capacity.notify(usize::MAX);
+    }
+
+    /// A decision that stops the queue also wakes the waiters: they ask
+    /// again, are told the queue is stopped, and hand their jobs back now
+    /// instead of at the end of their wait.
+    fn stopping(&self, d: Decision) -> Decision {
+        if matches!(d.action, Action::StopQueue { .. }) {
+            self.wake();
+        }
+        d
     }
 }
 
@@ -72,7 +83,17 @@ impl AdmissionState for Waking {
     }
 
     fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
-        self.inner.observe(scope, c, d, now)
+        self.stopping(self.inner.observe(scope, c, d, now))
+    }
+
+    fn observe_sent(
+        &self,
+        sent: &ratewise_core::admit::Sent,
+        c: &Classification,
+        d: Decision,
+        now: Now,
+    ) -> Decision {
+        self.stopping(self.inner.observe_sent(sent, c, d, now))
     }
 
     fn resume(&self, key: &str, now: Now) {

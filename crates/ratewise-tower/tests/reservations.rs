@@ -61,6 +61,15 @@ impl AdmissionState for Spy {
     fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
         self.inner.observe(scope, c, d, now)
     }
+    fn observe_sent(
+        &self,
+        sent: &ratewise_core::admit::Sent,
+        c: &Classification,
+        d: Decision,
+        now: Now,
+    ) -> Decision {
+        self.inner.observe_sent(sent, c, d, now)
+    }
     fn resume(&self, key: &str, now: Now) {
         self.inner.resume(key, now)
     }

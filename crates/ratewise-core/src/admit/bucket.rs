@@ -55,6 +55,72 @@ fn scaled(amount: u64) -> i128 {
     i128::from(amount) * SCALE
 }
 
+/// A credit level saved when a request is sent ([`Bucket::mark`]), to
+/// compare the server's view for that request with ([`Bucket::sync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreditMark(i64);
+
+impl CreditMark {
+    /// The mark as if `units` more had been left: for a view that does not
+    /// count the request itself (an error answer, which the server did not
+    /// charge), the request's own amounts.
+    pub fn plus(self, units: u64) -> CreditMark {
+        CreditMark(self.0.saturating_add((scaled(units) >> MARK_SHIFT) as i64))
+    }
+}
+
+/// Scaled units per mark unit, as a shift.
+const MARK_SHIFT: u32 = 32;
+
+/// What a response says about the server's bucket, as of when the server
+/// took the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServerView {
+    /// `*-remaining`: whole units left (rounded down; token counts may be
+    /// rounded to thousands, which the dead band absorbs).
+    pub remaining: Option<u64>,
+    /// `*-reset` with its limit: the bucket of `limit` units per minute is
+    /// full again after this long.
+    pub until_full: Option<(u64, Duration)>,
+}
+
+impl ServerView {
+    /// The levels the view allows, in scaled units: `[lo, hi)`. A remaining
+    /// is a whole number rounded down; one that is a multiple of the
+    /// rounding granularity may have been rounded down by up to it. A
+    /// reset implies one level.
+    fn range(&self, rounding: u64) -> Option<(i128, i128)> {
+        let mut range: Option<(i128, i128)> = self.remaining.map(|r| {
+            let step = if rounding > 0 && r % rounding == 0 {
+                rounding
+            } else {
+                1
+            };
+            (scaled(r), scaled(r.saturating_add(step)))
+        });
+        if let Some((limit, until_full)) = self.until_full {
+            let limit = limit.clamp(1, MAX_LIMIT);
+            let left_ns = NS_PER_MIN.saturating_sub(until_full.as_nanos());
+            // limit · 1000 scaled units per ns at full rate; ≤ 2⁴⁰·2¹⁰·2³⁶.
+            let implied = i128::from(limit) * 1000 * left_ns as i128;
+            range = Some(range.map_or((implied, implied), |(lo, hi)| {
+                (lo.min(implied), hi.min(implied))
+            }));
+        }
+        range
+    }
+}
+
+/// Added to a wait for the credit: the exact instant a request fits is the
+/// edge of the provider's limit, and the provider's own arithmetic
+/// (floating point, whole tokens, its clock) may be a hair behind ours
+/// there; a send at the exact instant then gets a 429 for a rounding error.
+/// A millisecond later the provider's bucket holds `limit / 60 000` more
+/// units, which covers it. Nothing is lost: the credit is below its
+/// capacity while a request waits for it, so the margin's refill is kept.
+/// (The pace is ours alone and gets no margin: a full pace would lose it.)
+pub const EDGE_MARGIN: Duration = Duration::from_millis(1);
+
 /// Largest rate factor of the pace (×4): the ramp's peak is clamped here.
 pub const MAX_PERMILLE: u32 = 4000;
 
@@ -77,6 +143,11 @@ pub struct Bucket {
     credit_cap: i128,
     /// Credit level (the provider's bucket as modelled).
     credit: i128,
+    /// Running total of corrections made to the credit on the server's
+    /// word (lowerings negative, refunds positive): a view is read against
+    /// the credit at its send plus the corrections made since, so one
+    /// discrepancy is corrected once, however many answers report it.
+    corrected: i128,
     /// Nanoseconds since the origin of the last refill (u64: 584 years).
     updated: u64,
 }
@@ -138,6 +209,7 @@ impl Bucket {
             level: 0,
             credit_cap: 0,
             credit: 0,
+            corrected: 0,
             updated: ns(now),
         };
         b.recompute();
@@ -223,7 +295,8 @@ impl Bucket {
 
     /// When `amount` would fit, after a [`refill`](Self::refill) at `now`:
     /// `None` when it fits now. An amount above a level's capacity fits
-    /// once that level is full.
+    /// once that level is full. A wait for the credit ends
+    /// [`EDGE_MARGIN`] after the exact instant.
     #[inline]
     pub fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
         let want = scaled(amount);
@@ -234,7 +307,10 @@ impl Bucket {
         } else {
             // Refill starts at `updated`, which a pause may put in the future.
             let pace = ns_to_fill(need_pace - self.level, self.rate);
-            let credit = ns_to_fill(need_credit - self.credit, self.credit_rate());
+            let credit = match ns_to_fill(need_credit - self.credit, self.credit_rate()) {
+                0 => 0,
+                n => n + EDGE_MARGIN.as_nanos(),
+            };
             let from = ns(now).max(self.updated);
             Some(Instant::from_origin(duration_from_nanos(
                 u128::from(from) + pace.max(credit),
@@ -295,30 +371,49 @@ impl Bucket {
     /// Empties the bucket (keeps any debt) and holds its refill until
     /// `until`: the server said it is exhausted and when to come back, so
     /// the backlog is released at the refill rate from then on, not as a
-    /// burst of what would have refilled during the pause.
+    /// burst of what would have refilled during the pause. Both levels go
+    /// into a debt that refills to zero at `until`.
     pub fn drain_until(&mut self, until: Instant, now: Instant) {
-        self.refill(now);
-        self.level = self.level.min(0);
-        self.credit = self.credit.min(0);
-        if ns(until) > self.updated {
-            self.updated = ns(until);
-        }
+        self.hold_pace_until(until, now);
+        let wait = i128::from(ns(until).saturating_sub(ns(now)));
+        self.credit = self.credit.min(0) - wait * self.credit_rate();
     }
 
-    /// Header sync: the server says `remaining` units are left. When that is
-    /// lower than the local credit by more than `dead_band` units, the
-    /// server wins; otherwise nothing changes. The credit is never raised, so
-    /// values rounded to thousands cannot make it oscillate. Returns whether
-    /// the credit was lowered.
-    pub fn sync_remaining(&mut self, remaining: u64, dead_band: u64, now: Instant) -> bool {
-        self.lower_to(scaled(remaining), dead_band, now)
+    /// Empties the pace until `until` (a debt that refills to zero then)
+    /// and leaves the credit alone: for a 429 whose own headers already
+    /// corrected the credit to the server's view. The server keeps
+    /// refilling through the pause, so a credit held too would fall behind
+    /// it for good; the pace alone keeps the backlog from leaving in a
+    /// burst when the pause ends.
+    pub fn hold_pace_until(&mut self, until: Instant, now: Instant) {
+        self.refill(now);
+        let wait = i128::from(ns(until).saturating_sub(ns(now)));
+        self.level = self.level.min(0) - wait * self.rate;
+    }
+
+    /// Header sync: the server says `remaining` units are left. When the
+    /// local credit is above what the server can hold — `remaining + 1` (a
+    /// whole number, rounded down), or `remaining + rounding` when it is a
+    /// multiple of `rounding` — the server wins; otherwise nothing changes.
+    /// The credit is never raised, so values rounded to thousands cannot
+    /// make it oscillate. Returns whether the credit was lowered.
+    ///
+    /// The view is compared with the credit *now*; a view taken when the
+    /// request was sent is better compared with the credit then:
+    /// [`sync`](Self::sync) with a [`CreditMark`].
+    pub fn sync_remaining(&mut self, remaining: u64, rounding: u64, now: Instant) -> bool {
+        let view = ServerView {
+            remaining: Some(remaining),
+            until_full: None,
+        };
+        self.sync(&view, None, rounding, now)
     }
 
     /// Header sync from a `-reset`: the server's bucket of `limit` units per
     /// minute is full again `until_full` from now, so — refilling at `limit`
     /// per minute — it holds about `limit · (1 min − until_full) / 1 min`
     /// units now (none when `until_full` is a minute or more). When that is
-    /// lower than the local credit by more than `dead_band` units, it wins;
+    /// lower than the local credit, it wins;
     /// like [`sync_remaining`](Self::sync_remaining) it never raises the
     /// credit. The credit then refills from there at the limit, so a
     /// request needing `n` units is not admitted before the server's line
@@ -330,36 +425,142 @@ impl Bucket {
     /// use std::time::Duration;
     /// // 60 per minute, a pace of 10; the server is full in 57 s: 3 left.
     /// let mut b = Bucket::new(60, 10, Instant::ZERO);
-    /// assert!(b.sync_reset(60, Duration::from_secs(57), 0, Instant::ZERO));
+    /// assert!(b.sync_reset(60, Duration::from_secs(57), Instant::ZERO));
     /// assert_eq!(b.level(Instant::ZERO), 3);
     /// // A reset further away than before can only lower it again; a nearer
     /// // one (more capacity) never raises it.
-    /// assert!(!b.sync_reset(60, Duration::from_secs(1), 0, Instant::ZERO));
+    /// assert!(!b.sync_reset(60, Duration::from_secs(1), Instant::ZERO));
     /// assert_eq!(b.level(Instant::ZERO), 3);
     /// ```
-    pub fn sync_reset(
-        &mut self,
-        limit: u64,
-        until_full: Duration,
-        dead_band: u64,
-        now: Instant,
-    ) -> bool {
-        let limit = limit.clamp(1, MAX_LIMIT);
-        let left_ns = NS_PER_MIN.saturating_sub(until_full.as_nanos());
-        // limit · 1000 scaled units per ns at full rate; ≤ 2⁴⁰·2¹⁰·2³⁶.
-        let implied = i128::from(limit) * 1000 * left_ns as i128;
-        self.lower_to(implied, dead_band, now)
+    pub fn sync_reset(&mut self, limit: u64, until_full: Duration, now: Instant) -> bool {
+        let view = ServerView {
+            remaining: None,
+            until_full: Some((limit, until_full)),
+        };
+        self.sync(&view, None, 0, now)
     }
 
-    fn lower_to(&mut self, target: i128, dead_band: u64, now: Instant) -> bool {
+    /// The credit now, to compare a later server view with: take it right
+    /// after a request's reservation, and pass it to [`sync`](Self::sync)
+    /// with the view the server reports for that request.
+    #[inline]
+    pub fn mark(&self) -> CreditMark {
+        // Net of corrections so far; scaled units / 2³²: a shift, a
+        // resolution of 1/14 000 of a unit, a range of ±2⁴⁵ units.
+        let m = (self.credit - self.corrected) >> MARK_SHIFT;
+        CreditMark(m.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
+    }
+
+    /// The credit at `mark`, plus the corrections made since.
+    fn credit_then(&self, mark: CreditMark) -> i128 {
+        (i128::from(mark.0) << MARK_SHIFT) + self.corrected
+    }
+
+    /// Gives back `amount` the server showed it never charged (a held
+    /// send): a correction, so views taken before it count it.
+    pub fn refund(&mut self, amount: u64, now: Instant) {
         self.refill(now);
-        let band = scaled(dead_band);
-        if self.credit > target.saturating_add(band) {
-            self.credit = target;
+        let before = self.credit;
+        self.put_back(amount, now);
+        self.corrected += self.credit - before;
+    }
+
+    /// Header sync: corrects the credit to the server's view of its bucket.
+    ///
+    /// Without a `mark`, the view is compared with the credit now. With the
+    /// [`mark`](Self::mark) taken when the request was sent, it is compared
+    /// with the credit *then* — about when the server took its view — plus
+    /// the corrections made since (so that a discrepancy several answers
+    /// report is corrected once), and the credit is lowered by the
+    /// difference. A response arrives a
+    /// latency after its view was taken; meanwhile both buckets refilled
+    /// and both were charged for the requests sent since, so a view
+    /// compared with the credit now looks lower than it is by about
+    /// `latency × rate`, and lowering to it wastes that much on every
+    /// correction.
+    ///
+    /// The server wins only when the credit is above the highest level the
+    /// view allows; then the credit goes down by the difference to the
+    /// lowest level the view allows. The credit is never raised, so
+    /// nothing oscillates. Returns whether it was lowered. The view allows:
+    ///
+    /// * from a remaining `r` (a whole number, rounded down): `[r, r + 1)`;
+    ///   when `r` is a multiple of `rounding` (token counts some providers
+    ///   round to thousands) `[r, r + rounding)`. Any other value is exact,
+    ///   so a small difference is corrected rather than kept: differences
+    ///   the size of a second of refill otherwise pile up unseen, and a
+    ///   client running at the edge of the limit gets 429s from them;
+    /// * from a reset: the level it implies, already taken in the server's
+    ///   favour for whole-second timestamps.
+    ///
+    /// ```
+    /// use ratewise_core::admit::bucket::{Bucket, ServerView};
+    /// use ratewise_core::Instant;
+    /// // 60 per minute; a request is sent at 0 and answered 5 s later.
+    /// let mut b = Bucket::new(60, 10, Instant::ZERO);
+    /// assert!(b.try_take(1, Instant::ZERO).is_ok());
+    /// let mark = b.mark(); // 59 in credit after the take
+    /// let later = Instant::from_millis(5_000);
+    /// let view = ServerView { remaining: Some(59), until_full: None };
+    /// // The server agreed then: nothing changes, though 59 < 60 now.
+    /// assert!(!b.sync(&view, Some(mark), 0, later));
+    /// assert_eq!(b.credit_level(later), 60);
+    /// // Another client had taken 20: the credit loses 20, not the refill.
+    /// let view = ServerView { remaining: Some(39), until_full: None };
+    /// assert!(b.sync(&view, Some(mark), 0, later));
+    /// assert_eq!(b.credit_level(later), 40);
+    /// ```
+    pub fn sync(
+        &mut self,
+        view: &ServerView,
+        mark: Option<CreditMark>,
+        rounding: u64,
+        now: Instant,
+    ) -> bool {
+        let Some((lo, hi)) = view.range(rounding) else {
+            return false;
+        };
+        self.refill(now);
+        let then = match mark {
+            Some(m) => self.credit_then(m),
+            None => self.credit,
+        };
+        // The range is half-open: a remaining `r` allows less than `r + 1`.
+        if then >= hi && then > lo {
+            self.credit = self.credit.saturating_sub(then - lo);
+            self.corrected = self.corrected.saturating_sub(then - lo);
             true
         } else {
             false
         }
+    }
+
+    /// How many whole units more than the credit at `mark` the server held
+    /// when it took `view`: evidence that something counted in the credit
+    /// then was never charged. The server held at least `lo` (the view's
+    /// lowest level), so whole units `k` with `credit + k ≥ lo`: the
+    /// smallest such `k`, rounded up (a remaining of 49 against a credit of
+    /// 48.08 is one unit). `None` when the view says nothing.
+    ///
+    /// ```
+    /// use ratewise_core::admit::bucket::{Bucket, ServerView};
+    /// use ratewise_core::Instant;
+    /// let mut b = Bucket::new(60, 10, Instant::ZERO);
+    /// assert!(b.try_take(2, Instant::ZERO).is_ok());
+    /// let mark = b.mark(); // 58
+    /// let view = |r| ServerView { remaining: Some(r), until_full: None };
+    /// assert_eq!(b.surplus(&view(58), mark, 0), Some(0));
+    /// assert_eq!(b.surplus(&view(59), mark, 0), Some(1));
+    /// assert_eq!(b.surplus(&view(40), mark, 0), Some(0));
+    /// ```
+    pub fn surplus(&self, view: &ServerView, mark: CreditMark, rounding: u64) -> Option<u64> {
+        let (lo, _) = view.range(rounding)?;
+        let then = self.credit_then(mark);
+        let over = (lo - then).max(0);
+        // Rounding up, less a mark's resolution: a mark is the credit
+        // rounded down to 2³² scaled units.
+        let units = ((over - (1 << MARK_SHIFT)).max(0) + SCALE - 1) / SCALE;
+        Some(u64::try_from(units).unwrap_or(u64::MAX))
     }
 
     /// Changes the limit and capacities (learned from headers or
@@ -443,14 +644,56 @@ mod tests {
     }
 
     #[test]
-    fn sync_only_lowers_and_respects_dead_band() {
+    fn sync_only_lowers_and_reads_rounded_values_as_ranges() {
         let mut b = Bucket::new(600_000, 10_000, ms(0));
-        assert!(!b.sync_remaining(599_500, 1000, ms(0)));
+        // A multiple of 1 000 may be rounded down: up to 599 999 — the
+        // credit of 600 000 is above it by one, so it goes.
+        assert!(b.sync_remaining(599_000, 1000, ms(0)));
+        assert_eq!(b.credit_level(ms(0)), 599_000);
+        assert!(!b.sync_remaining(599_000, 1000, ms(0)));
         assert!(b.sync_remaining(5_000, 1000, ms(0)));
         assert_eq!(b.level(ms(0)), 5_000);
+        // Higher views never raise it.
         assert!(!b.sync_remaining(5_999, 1000, ms(0)));
-        assert!(!b.sync_remaining(4_100, 1000, ms(0)));
-        assert_eq!(b.level(ms(0)), 5_000);
+        assert!(!b.sync_remaining(8_000, 1000, ms(0)));
+        // 4 000 may be anything up to 4 999: the credit of 5 000 is above.
+        assert!(b.sync_remaining(4_000, 1000, ms(0)));
+        assert_eq!(b.level(ms(0)), 4_000);
+        // Anything else is exact: 3 950 lowers by 50.
+        assert!(b.sync_remaining(3_950, 1000, ms(0)));
+        assert_eq!(b.level(ms(0)), 3_950);
+        // The same view again: the credit is inside [3 950, 3 951).
+        assert!(!b.sync_remaining(3_950, 1000, ms(0)));
+        assert_eq!(b.level(ms(0)), 3_950);
+    }
+
+    #[test]
+    fn a_mark_compares_the_view_with_the_credit_at_the_send() {
+        // 60 000 per minute = 1 000 per second; a pace large enough.
+        let mut b = Bucket::new(60_000, 60_000, ms(0));
+        assert!(b.try_take(10_000, ms(0)).is_ok());
+        let mark = b.mark();
+        // The answer comes 2 s later: 2 000 refilled meanwhile.
+        let view = ServerView {
+            remaining: Some(50_000),
+            until_full: None,
+        };
+        // Read against the credit now (52 000), the server's view looks
+        // lower and would cost those 2 000; read against the send, it
+        // agrees and nothing changes.
+        let mut stale = b.clone();
+        assert!(stale.sync(&view, None, 1000, ms(2_000)));
+        assert_eq!(stale.credit_level(ms(2_000)), 50_000);
+        assert!(!b.sync(&view, Some(mark), 1000, ms(2_000)));
+        assert_eq!(b.credit_level(ms(2_000)), 52_000);
+        // Another client had taken 3 210 before our request reached the
+        // server: the credit loses 3 210, not the refill.
+        let view = ServerView {
+            remaining: Some(46_790),
+            until_full: None,
+        };
+        assert!(b.sync(&view, Some(mark), 1000, ms(2_000)));
+        assert_eq!(b.credit_level(ms(2_000)), 48_790);
     }
 
     #[test]
@@ -458,27 +701,27 @@ mod tests {
         // 30 000 per minute: 500 per second.
         let mut b = Bucket::new(30_000, 10_000, ms(0));
         // Full in 59 s: the server holds 500 now.
-        assert!(b.sync_reset(30_000, Duration::from_secs(59), 0, ms(0)));
+        assert!(b.sync_reset(30_000, Duration::from_secs(59), ms(0)));
         assert_eq!(b.level(ms(0)), 500);
         // 2 000 fit 3 s later, when the server's line reaches them.
-        assert_eq!(b.try_take(2_000, ms(0)), Err(ms(3_000)));
+        assert_eq!(b.try_take(2_000, ms(0)), Err(ms(3_000) + EDGE_MARGIN));
         // A reset a minute or more away: nothing left, never negative.
         let mut b = Bucket::new(60, 10, ms(0));
-        assert!(b.sync_reset(60, Duration::from_secs(90), 0, ms(0)));
+        assert!(b.sync_reset(60, Duration::from_secs(90), ms(0)));
         assert_eq!(b.level(ms(0)), 0);
         // A near reset implies more than the local level: nothing changes.
         let mut b = Bucket::new(60, 10, ms(0));
         assert!(b.try_take(8, ms(0)).is_ok());
-        assert!(!b.sync_reset(60, Duration::from_secs(1), 0, ms(0)));
-        assert!(!b.sync_reset(60, Duration::ZERO, 0, ms(0)));
+        assert!(!b.sync_reset(60, Duration::from_secs(1), ms(0)));
+        assert!(!b.sync_reset(60, Duration::ZERO, ms(0)));
         assert_eq!(b.level(ms(0)), 2);
-        // Within the dead band: nothing changes.
+        // A full server: nothing changes.
         let mut b = Bucket::new(30_000, 10_000, ms(0));
-        assert!(!b.sync_reset(30_000, Duration::from_secs(1), 1_000, ms(0)));
+        assert!(!b.sync_reset(30_000, Duration::ZERO, ms(0)));
         assert_eq!(b.credit_level(ms(0)), 30_000);
         // The server's bucket holds 9 500 of its 30 000: the credit (not
         // the pace) follows it.
-        assert!(b.sync_reset(30_000, Duration::from_secs(41), 1_000, ms(0)));
+        assert!(b.sync_reset(30_000, Duration::from_secs(41), ms(0)));
         assert_eq!(b.credit_level(ms(0)), 9_500);
         assert_eq!(b.level(ms(0)), 9_500);
     }

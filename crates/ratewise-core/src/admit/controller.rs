@@ -1,12 +1,12 @@
 //! The [`Controller`]: buckets, ramp, pauses, stops and budgets for many
 //! (key, model class) scopes, composed behind one `&mut self` API.
 
-use super::bucket::{capacity_for, Bucket};
+use super::bucket::{capacity_for, Bucket, ServerView};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::ramp::{Ramp, RampConfig};
-use super::reservation::{Amounts, Exit, Ledger, Reservation, Slab};
+use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, Sent, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
@@ -48,8 +48,10 @@ pub struct Config {
     /// Up to this much is added to a pause for each waiting job, so
     /// released jobs do not stampede (default 500 ms).
     pub pause_jitter: Duration,
-    /// Token `remaining` values within this many tokens of the local level
-    /// are ignored: providers round them to thousands (default 1000).
+    /// Rounding of token `remaining` values: one that is a multiple of this
+    /// may have been rounded down by up to this many tokens (providers
+    /// round them to thousands), so it is read as a range; any other value
+    /// is exact (default 1000).
     pub token_dead_band: u64,
     /// Seed of the jitter source.
     pub seed: u64,
@@ -212,6 +214,10 @@ struct ScopeState {
     ramp: Ramp,
     paused_until: Option<Instant>,
     last_call: Option<Instant>,
+    /// Running total of units given back unused (never charged by the
+    /// server), per bucket: a response's view is read net of what was
+    /// given back since its request was admitted.
+    released: [u64; 4],
 }
 
 /// Admission control for many (key, model class) scopes. Plain `&mut self`
@@ -318,6 +324,7 @@ impl Controller {
             ramp,
             paused_until: None,
             last_call: None,
+            released: [0; 4],
         };
         rebuild_buckets(&mut st, self.cfg.burst, Instant::ZERO);
         let id = self.scopes.len() as u32;
@@ -426,9 +433,11 @@ impl Controller {
                 }
             }
         }
+        let mut marks = [None; 4];
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
                 b.take(amounts.by_index(i));
+                marks[i] = Some(b.mark());
             }
         }
         if req.is_retry {
@@ -444,6 +453,8 @@ impl Controller {
             cost,
             price: req.target.price,
             admitted_at: t,
+            marks,
+            released: s.released,
         })
     }
 
@@ -459,13 +470,20 @@ impl Controller {
             input: usage.rate_limited_input(),
             output: usage.output_tokens,
         };
-        let live = self.slab.remove(res.id, Exit::Settled).is_some();
+        let removed = self.slab.remove(res.id, Exit::Settled);
+        let live = removed.is_some();
+        // A held reservation's buckets may have part of it back already.
+        let refunded = removed.map_or([0; 4], |r| r.refunded);
         let Some(s) = self.scopes.get_mut(res.scope.0 as usize) else {
             return;
         };
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
-                let reserved = if live { res.amounts.by_index(i) } else { 0 };
+                let reserved = if live {
+                    res.amounts.by_index(i).saturating_sub(refunded[i])
+                } else {
+                    0
+                };
                 let act = actual.by_index(i);
                 if act < reserved {
                     b.put_back(reserved - act, t);
@@ -494,16 +512,24 @@ impl Controller {
     /// Releases a reservation that was never sent (or whose send provably
     /// did not reach the provider): everything it held goes back.
     pub fn release(&mut self, res: Reservation, now: Now) {
-        if self.slab.remove(res.id, Exit::Released).is_some() {
-            self.give_back(res.scope, &res.amounts, res.cost, now.instant);
+        if let Some(e) = self.slab.remove(res.id, Exit::Released) {
+            self.give_back(&e, now.instant);
         }
     }
 
-    fn give_back(&mut self, scope: ScopeId, amounts: &Amounts, cost: u64, t: Instant) {
+    fn give_back(&mut self, e: &Removed, t: Instant) {
+        let Removed {
+            scope,
+            amounts,
+            cost,
+            refunded,
+        } = *e;
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             for (i, b) in s.buckets.iter_mut().enumerate() {
                 if let Some(b) = b {
-                    b.put_back(amounts.by_index(i), t);
+                    let back = amounts.by_index(i).saturating_sub(refunded[i]);
+                    b.put_back(back, t);
+                    s.released[i] = s.released[i].saturating_add(back);
                 }
             }
         }
@@ -539,16 +565,16 @@ impl Controller {
         let n = ids.len();
         for id in ids {
             if let Some(e) = self.slab.remove(id, Exit::Released) {
-                self.give_back(e.scope, &e.amounts, e.cost, t);
+                self.give_back(&e, t);
             }
         }
         n
     }
 
-    /// Header sync: learns `*-limit` values and lowers local buckets to the
-    /// server's view where it is lower (beyond the dead band for token
-    /// counts, which providers round to thousands). The server's view is
-    /// the lower of
+    /// Header sync: learns `*-limit` values and lowers local credits to the
+    /// server's view where it is lower (a token count that is a multiple of
+    /// [`Config::token_dead_band`] is read as rounded down). The server's
+    /// view is the lower of
     ///
     /// * its `*-remaining`, and
     /// * what its `*-reset` implies: the bucket is full again at the reset
@@ -571,6 +597,42 @@ impl Controller {
         provider: Provider,
         now: Now,
     ) {
+        self.sync_view(scope, None, true, snap, provider, now);
+    }
+
+    /// Header sync for the response to the request admitted as `sent`:
+    /// like [`sync_headers`](Self::sync_headers), but the server's view —
+    /// taken when the server received the request — is compared with each
+    /// bucket's credit at that admission rather than now
+    /// ([`Bucket::sync`]), and a reset instant is read from the admission's
+    /// wall time. Compared with the credit now, a view looks lower than it
+    /// is by the refill of the response's latency, and lowering to it
+    /// wastes that much capacity on every correction. `charged`: whether
+    /// the view counts the request itself (a success does; an error
+    /// answer's view is of the bucket without it).
+    ///
+    /// Evidence that a held send was never charged gives its bucket part
+    /// back (see the crate's admission docs).
+    pub fn sync_headers_sent(
+        &mut self,
+        sent: &Sent,
+        charged: bool,
+        snap: &RateLimitSnapshot,
+        provider: Provider,
+        now: Now,
+    ) {
+        self.sync_view(sent.scope, Some(sent), charged, snap, provider, now);
+    }
+
+    fn sync_view(
+        &mut self,
+        scope: ScopeId,
+        sent: Option<&Sent>,
+        charged: bool,
+        snap: &RateLimitSnapshot,
+        provider: Provider,
+        now: Now,
+    ) {
         let t = now.instant;
         let burst = self.cfg.burst;
         let band = self.cfg.token_dead_band;
@@ -588,22 +650,84 @@ impl Controller {
             s.learned = merged;
             rebuild_buckets(s, burst, t);
         }
+        let mut surplus: [Option<u64>; 4] = [None; 4];
+        // A reset instant counts from when the server took its view.
+        let view_wall = match sent {
+            Some(x) => {
+                let ago = t.saturating_duration_since(x.admitted_at);
+                now.wall.checked_sub(ago).unwrap_or(now.wall)
+            }
+            None => now.wall,
+        };
         for d in DIMENSIONS {
             if d == Dimension::Tokens && provider == Provider::Anthropic {
                 continue;
             }
-            let Some(b) = &mut s.buckets[index(d)] else {
+            let i = index(d);
+            let Some(b) = &mut s.buckets[i] else {
                 continue;
             };
             let w = snap.window(d);
+            let view = ServerView {
+                remaining: w.remaining,
+                until_full: w.reset.and_then(|r| reset_wait(r, view_wall)).map(|until| {
+                    let limit = w.limit.filter(|l| *l > 0).unwrap_or(b.limit());
+                    (limit, until)
+                }),
+            };
             let dead_band = if d == Dimension::Requests { 0 } else { band };
-            if let Some(rem) = w.remaining {
-                b.sync_remaining(rem, dead_band, t);
+            // An error answer's view does not count the request itself.
+            let mark = sent.and_then(|x| {
+                let own = if charged { 0 } else { x.amounts.by_index(i) };
+                x.marks[i].map(|m| m.plus(own))
+            });
+            b.sync(&view, mark, dead_band, t);
+            if let (Some(x), Some(m)) = (sent, mark) {
+                // What the server held beyond the credit at the send, less
+                // what was given back since (uncharged sends counted then).
+                let since = s.released[i].saturating_sub(x.released[i]);
+                surplus[i] = b
+                    .surplus(&view, m, dead_band)
+                    .map(|u| u.saturating_sub(since));
             }
-            if let Some(until_full) = w.reset.and_then(|r| reset_wait(r, now)) {
-                let limit = w.limit.filter(|l| *l > 0).unwrap_or(b.limit());
-                b.sync_reset(limit, until_full, dead_band, t);
+        }
+        if let Some(x) = sent {
+            self.refund_unconfirmed(x, surplus, t);
+        }
+    }
+
+    /// An outcome held as unknown keeps its worst case, in case the server
+    /// charged it. When a later response shows that the server held, at
+    /// that request's admission, more than the credit then (less what was
+    /// given back since), the difference was never charged: that much of
+    /// the held reservations' bucket part is given back, oldest first, per
+    /// bucket, never more than they hold. The spend budget keeps the worst
+    /// case until the outcome is resolved.
+    ///
+    /// Without this a held send that the server never saw costs its
+    /// reservation for the rest of a backlog. Evidence that is wrong (a
+    /// reordered send) only makes the credit too high by at most the held
+    /// amounts, and the next view lowers it again.
+    fn refund_unconfirmed(&mut self, sent: &Sent, mut surplus: [Option<u64>; 4], t: Instant) {
+        if self.slab.held_live == 0 || surplus.iter().all(Option::is_none) {
+            return;
+        }
+        let Some(s) = self.scopes.get_mut(sent.scope.0 as usize) else {
+            return;
+        };
+        for (id, left) in self.slab.unconfirmed_in(sent.scope, sent.admitted_at) {
+            let mut refund = [0u64; 4];
+            for (i, b) in s.buckets.iter_mut().enumerate() {
+                let (Some(b), Some(u)) = (b, &mut surplus[i]) else {
+                    continue;
+                };
+                let r = left[i].min(*u);
+                // A correction: views taken before it count it.
+                b.refund(r, t);
+                *u -= r;
+                refund[i] = r;
             }
+            self.slab.add_refund(id, refund);
         }
     }
 
@@ -617,6 +741,20 @@ impl Controller {
         dimension: Option<Dimension>,
         now: Now,
     ) {
+        self.pause_synced(scope, until, dimension, [false; 4], now);
+    }
+
+    /// [`pause`](Self::pause), leaving the credit of each bucket whose view
+    /// the 429 itself reported (`synced`) to that view: only its pace is
+    /// held ([`Bucket::hold_pace_until`]).
+    fn pause_synced(
+        &mut self,
+        scope: ScopeId,
+        until: Instant,
+        dimension: Option<Dimension>,
+        synced: [bool; 4],
+        now: Now,
+    ) {
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;
@@ -624,7 +762,9 @@ impl Controller {
         s.paused_until = Some(s.paused_until.map_or(until, |p| p.max(until)));
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
-                if dimension.is_none_or(|d| index(d) == i) {
+                if synced[i] {
+                    b.hold_pace_until(until, t);
+                } else if dimension.is_none_or(|d| index(d) == i) {
                     b.drain_until(until, t);
                 }
             }
@@ -677,11 +817,40 @@ impl Controller {
         &mut self,
         scope: ScopeId,
         c: &Classification,
+        d: Decision,
+        now: Now,
+    ) -> Decision {
+        self.observe_view(scope, None, c, d, now)
+    }
+
+    /// [`observe`](Self::observe) for the response to the request admitted
+    /// as `sent` ([`Reservation::sent`]): the header sync reads the
+    /// server's view against the admission
+    /// ([`sync_headers_sent`](Self::sync_headers_sent)). Prefer it whenever
+    /// the response belongs to an admitted request.
+    pub fn observe_sent(
+        &mut self,
+        sent: &Sent,
+        c: &Classification,
+        d: Decision,
+        now: Now,
+    ) -> Decision {
+        self.observe_view(sent.scope, Some(sent), c, d, now)
+    }
+
+    fn observe_view(
+        &mut self,
+        scope: ScopeId,
+        sent: Option<&Sent>,
+        c: &Classification,
         mut d: Decision,
         now: Now,
     ) -> Decision {
         if !c.hints.ratelimit.is_empty() {
-            self.sync_headers(scope, &c.hints.ratelimit, c.provider, now);
+            // Only a success was charged; an error answer's view is of the
+            // bucket without it.
+            let charged = c.cause == Cause::Success;
+            self.sync_view(scope, sent, charged, &c.hints.ratelimit, c.provider, now);
         }
         let affected = match c.scope {
             CScope::Key | CScope::Provider => self.scopes_on_key(scope),
@@ -691,8 +860,16 @@ impl Controller {
         match c.cause {
             Cause::RateLimited => {
                 if let Some(until) = hint_end {
+                    // The answer's own view corrected those credits.
+                    let mut synced = [false; 4];
+                    for d in DIMENSIONS {
+                        let w = c.hints.ratelimit.window(d);
+                        let skipped = d == Dimension::Tokens && c.provider == Provider::Anthropic;
+                        synced[index(d)] = !skipped && (w.remaining.is_some() || w.reset.is_some());
+                    }
                     for s in &affected {
-                        self.pause(*s, until, c.dimension, now);
+                        let own = if *s == scope { synced } else { [false; 4] };
+                        self.pause_synced(*s, until, c.dimension, own, now);
                     }
                     d.notes.push(
                         format!(
@@ -829,6 +1006,8 @@ impl Controller {
     }
 }
 
+pub use super::bucket::EDGE_MARGIN;
+
 /// The furthest `*-reset` header sync trusts: a per-minute bucket is full
 /// again within a minute of being empty, so a reset further away is a
 /// per-day window, a wrong clock or garbage, and is ignored (a minute, plus
@@ -841,8 +1020,8 @@ pub const RESET_SLACK: Duration = Duration::from_secs(1);
 
 /// How long until the server's bucket is full, when the reset is usable:
 /// `None` when it has passed (or is now) or lies beyond [`RESET_HORIZON`].
-fn reset_wait(r: Reset, now: Now) -> Option<Duration> {
-    let wait = r.wait_from(now.wall);
+fn reset_wait(r: Reset, wall: SystemTime) -> Option<Duration> {
+    let wait = r.wait_from(wall);
     if wait.is_zero() || wait > RESET_HORIZON {
         return None;
     }

@@ -53,13 +53,13 @@ pub mod stop;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,
-    RESET_HORIZON, RESET_SLACK,
+    EDGE_MARGIN, RESET_HORIZON, RESET_SLACK,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
 pub use model_class::ModelClasses;
 pub use ramp::RampConfig;
-pub use reservation::{Amounts, Ledger, Reservation, ReservationId};
+pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
 pub use retry_budget::RetryBudgetConfig;
 pub use shared::{AdmissionState, Guard, Shared};
 pub use spend::{Price, PriceTable, SpendConfig};

@@ -2,6 +2,7 @@
 //! proves every unit reserved is either settled, released or still
 //! outstanding.
 
+use super::bucket::CreditMark;
 use crate::time::Instant;
 
 /// Units held by one reservation, per dimension. The combined-tokens bucket
@@ -62,6 +63,35 @@ pub struct Reservation {
     pub(crate) cost: u64,
     pub(crate) price: Option<super::controller::PriceId>,
     pub(crate) admitted_at: Instant,
+    /// Each bucket's credit right after the take (`None`: no bucket).
+    pub(crate) marks: [Option<CreditMark>; 4],
+    /// The scope's running total of units given back unused, then.
+    pub(crate) released: [u64; 4],
+}
+
+/// What a response's rate-limit headers are read against: the scope and
+/// each bucket's credit when the request was admitted. Take it from the
+/// [`Reservation`] before settling it, and pass it to
+/// [`Controller::observe_sent`](super::Controller::observe_sent) with the
+/// response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    pub(crate) scope: super::ScopeId,
+    pub(crate) amounts: Amounts,
+    pub(crate) admitted_at: Instant,
+    pub(crate) marks: [Option<CreditMark>; 4],
+    pub(crate) released: [u64; 4],
+}
+
+impl Sent {
+    /// The scope the request was admitted on.
+    pub fn scope(&self) -> super::ScopeId {
+        self.scope
+    }
+    /// When it was admitted.
+    pub fn admitted_at(&self) -> Instant {
+        self.admitted_at
+    }
 }
 
 impl Reservation {
@@ -85,6 +115,16 @@ impl Reservation {
     /// When it was admitted.
     pub fn admitted_at(&self) -> Instant {
         self.admitted_at
+    }
+    /// What its response's rate-limit headers are read against.
+    pub fn sent(&self) -> Sent {
+        Sent {
+            scope: self.scope,
+            amounts: self.amounts,
+            admitted_at: self.admitted_at,
+            marks: self.marks,
+            released: self.released,
+        }
     }
 }
 
@@ -124,6 +164,9 @@ pub(crate) struct Entry {
     pub scope: super::ScopeId,
     pub live: bool,
     pub held: bool,
+    /// Units per bucket already given back on the server's word while
+    /// held (see `Controller::sync_headers_sent`).
+    pub refunded: [u64; 4],
     pub amounts: Amounts,
     pub cost: u64,
     pub admitted_at: Instant,
@@ -135,6 +178,8 @@ pub(crate) struct Removed {
     pub scope: super::ScopeId,
     pub amounts: Amounts,
     pub cost: u64,
+    /// Units per bucket the buckets already have back.
+    pub refunded: [u64; 4],
 }
 
 /// Outstanding reservations in a slab: O(1) insert and remove, no hashing.
@@ -143,6 +188,9 @@ pub(crate) struct Slab {
     entries: Vec<Entry>,
     free: Vec<u32>,
     pub ledger: Ledger,
+    /// Live held entries: header sync looks for refunds only when there
+    /// are some.
+    pub held_live: u32,
 }
 
 /// How a reservation leaves the ledger.
@@ -170,6 +218,7 @@ impl Slab {
                     scope,
                     live: false,
                     held: false,
+                    refunded: [0; 4],
                     amounts: Amounts::default(),
                     cost: 0,
                     admitted_at: now,
@@ -181,6 +230,7 @@ impl Slab {
         e.live = true;
         e.scope = scope;
         e.held = false;
+        e.refunded = [0; 4];
         e.amounts = amounts;
         e.cost = cost;
         e.admitted_at = now;
@@ -206,7 +256,11 @@ impl Slab {
             scope: e.scope,
             amounts: e.amounts,
             cost: e.cost,
+            refunded: e.refunded,
         };
+        if e.held {
+            self.held_live -= 1;
+        }
         match how {
             Exit::Settled => self.ledger.settled.add(&out.amounts),
             Exit::Released => self.ledger.released.add(&out.amounts),
@@ -219,8 +273,47 @@ impl Slab {
         let Some(e) = self.live(id) else {
             return false;
         };
-        e.held = true;
+        if !e.held {
+            e.held = true;
+            self.held_live += 1;
+        }
         true
+    }
+
+    /// Held entries of `scope` admitted before `before`, oldest first, with
+    /// the units per bucket not yet given back.
+    pub fn unconfirmed_in(
+        &self,
+        scope: super::ScopeId,
+        before: Instant,
+    ) -> Vec<(ReservationId, [u64; 4])> {
+        let mut out: Vec<(Instant, ReservationId, [u64; 4])> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.live && e.held && e.scope == scope && e.admitted_at < before)
+            .map(|(i, e)| {
+                let id = ReservationId {
+                    slot: i as u32,
+                    generation: e.generation,
+                };
+                let left =
+                    std::array::from_fn(|d| e.amounts.by_index(d).saturating_sub(e.refunded[d]));
+                (e.admitted_at, id, left)
+            })
+            .filter(|(_, _, left)| left.iter().any(|u| *u > 0))
+            .collect();
+        out.sort_by_key(|(t, id, _)| (*t, id.slot));
+        out.into_iter().map(|(_, id, left)| (id, left)).collect()
+    }
+
+    /// Records units per bucket of a held entry given back.
+    pub fn add_refund(&mut self, id: ReservationId, units: [u64; 4]) {
+        if let Some(e) = self.live(id) {
+            for (r, u) in e.refunded.iter_mut().zip(units) {
+                *r = r.saturating_add(u);
+            }
+        }
     }
 
     /// The ledger, with `outstanding` and `held` summed from the live

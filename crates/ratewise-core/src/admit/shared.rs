@@ -35,6 +35,15 @@ pub trait AdmissionState {
     /// Applies a response's classification and decision to the shared
     /// state; returns the decision, amended by queue-wide bounds.
     fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision;
+    /// [`observe`](Self::observe) for the response to an admitted request:
+    /// header sync reads the server's view against the admission.
+    fn observe_sent(
+        &self,
+        sent: &super::Sent,
+        c: &Classification,
+        d: Decision,
+        now: Now,
+    ) -> Decision;
     /// Lifts a key's stop.
     fn resume(&self, key: &str, now: Now);
     /// What one scope looks like now.
@@ -79,6 +88,15 @@ impl AdmissionState for Shared {
     }
     fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
         self.lock().observe(scope, c, d, now)
+    }
+    fn observe_sent(
+        &self,
+        sent: &super::Sent,
+        c: &Classification,
+        d: Decision,
+        now: Now,
+    ) -> Decision {
+        self.lock().observe_sent(sent, c, d, now)
     }
     fn resume(&self, key: &str, now: Now) {
         self.lock().resume(key, now)

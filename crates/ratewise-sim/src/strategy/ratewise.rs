@@ -226,14 +226,20 @@ impl Client for Ratewise {
         };
         let job = *sim.job(id);
         let state = JobState::new(sim.attempts(id), job.arrival, self.deadline);
-        if let Some(res) = self.jobs[id as usize].res.take() {
+        let res = self.jobs[id as usize].res.take();
+        let sent = res.as_ref().map(Reservation::sent);
+        if let Some(res) = res {
             account(&mut self.controller, res, &c, usage, now);
         }
         let decision = decide(&self.policy, &state, &c, now, &mut self.rng);
-        // Header sync, pauses, ramp cuts, stops, and the retry budget.
-        let decision = self
-            .controller
-            .observe(self.target.scope, &c, decision, now);
+        // Header sync (read against the admission), pauses, ramp cuts,
+        // stops, and the retry budget.
+        let decision = match &sent {
+            Some(sent) => self.controller.observe_sent(sent, &c, decision, now),
+            None => self
+                .controller
+                .observe(self.target.scope, &c, decision, now),
+        };
         match decision.action {
             Action::Done => sim.finish(id, Terminal::Done),
             Action::Retry { delay } => {

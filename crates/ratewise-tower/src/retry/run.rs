@@ -7,7 +7,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use ratewise_core::admit::{Admission, AdmitRequest, Reservation, Target};
+use ratewise_core::admit::{Admission, AdmitRequest, Reservation, Sent, Target};
 use ratewise_core::classify::{
     classify_response, classify_transport, detect_provider, Classification, ResponseView,
     TransportFailure,
@@ -177,6 +177,8 @@ where
             }
         };
 
+        // What this attempt's rate-limit headers are read against.
+        let admitted = reservation.sent();
         sent += 1;
         if let Some(journal) = &inner.journal {
             journal.attempt_started(&job.id, sent, clock.now().wall);
@@ -281,7 +283,7 @@ where
         let (delay, answer) = finish(
             &inner,
             &job,
-            target,
+            &admitted,
             sent,
             answer,
             d,
@@ -365,7 +367,7 @@ fn provider_of(configured: Option<Provider>, headers: &http::HeaderMap, body: &[
 fn finish(
     inner: &Inner,
     job: &Job,
-    target: Target,
+    admitted: &Sent,
     attempt: u32,
     answer: Answer,
     d: Decision,
@@ -375,7 +377,7 @@ fn finish(
 ) -> Result<(std::time::Duration, Answer), Error> {
     let c = &answer.classification;
     // The shared state may amend the decision (the retry budget).
-    let d = inner.state.observe(target.scope, c, d, now);
+    let d = inner.state.observe_sent(admitted, c, d, now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, &d);
     trace_attempt(&record);
     journal_end(inner, &record);
@@ -461,6 +463,7 @@ where
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
     let cfg = &inner.config;
+    let admitted = reservation.sent();
     let provider = provider_of(cfg.provider, resp.headers(), b"");
     let c = classify_response(
         provider,
@@ -487,7 +490,7 @@ where
     if !stream {
         let d = inner
             .state
-            .observe(target.scope, &c, Decision::new(Action::Done), now);
+            .observe_sent(&admitted, &c, Decision::new(Action::Done), now);
         let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
         trace_attempt(&record);
         journal_end(inner, &record);
@@ -546,7 +549,7 @@ where
     };
     let d = inner
         .state
-        .observe(target.scope, &c, Decision::new(Action::Done), now);
+        .observe_sent(&admitted, &c, Decision::new(Action::Done), now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
     trace_attempt(&record);
     journal_end(inner, &record);
