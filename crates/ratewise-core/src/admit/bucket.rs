@@ -61,6 +61,14 @@ fn scaled(amount: u64) -> i128 {
 pub struct CreditMark(i64);
 
 impl CreditMark {
+    /// No mark (no bucket for the dimension).
+    pub const NONE: CreditMark = CreditMark(i64::MIN);
+
+    /// The mark, unless it is [`NONE`](Self::NONE).
+    pub fn get(self) -> Option<CreditMark> {
+        (self != Self::NONE).then_some(self)
+    }
+
     /// The mark as if `units` more had been left: for a view that does not
     /// count the request itself (an error answer, which the server did not
     /// charge), the request's own amounts.
@@ -302,10 +310,13 @@ impl Bucket {
         let want = scaled(amount);
         let need_pace = want.min(self.cap_scaled);
         let need_credit = want.min(self.credit_cap);
-        if self.level >= need_pace && self.credit >= need_credit && ns(now) >= self.updated {
+        // After a refill at `now` the levels are current (`updated` never
+        // lies ahead of the caller's clock: pauses are debts, not a moved
+        // refill start).
+        if self.level >= need_pace && self.credit >= need_credit {
             None
         } else {
-            // Refill starts at `updated`, which a pause may put in the future.
+            // A clock that went backwards refills from `updated`.
             let pace = ns_to_fill(need_pace - self.level, self.rate);
             let credit = match ns_to_fill(need_credit - self.credit, self.credit_rate()) {
                 0 => 0,
@@ -448,7 +459,7 @@ impl Bucket {
         // Net of corrections so far; scaled units / 2³²: a shift, a
         // resolution of 1/14 000 of a unit, a range of ±2⁴⁵ units.
         let m = (self.credit - self.corrected) >> MARK_SHIFT;
-        CreditMark(m.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
+        CreditMark(m.clamp(i128::from(i64::MIN + 1), i128::from(i64::MAX)) as i64)
     }
 
     /// The credit at `mark`, plus the corrections made since.

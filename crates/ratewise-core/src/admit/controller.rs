@@ -1,7 +1,7 @@
 //! The [`Controller`]: buckets, ramp, pauses, stops and budgets for many
 //! (key, model class) scopes, composed behind one `&mut self` API.
 
-use super::bucket::{capacity_for, Bucket, ServerView};
+use super::bucket::{capacity_for, Bucket, CreditMark, ServerView};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
@@ -433,11 +433,11 @@ impl Controller {
                 }
             }
         }
-        let mut marks = [None; 4];
+        let mut marks = [CreditMark::NONE; 4];
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
                 b.take(amounts.by_index(i));
-                marks[i] = Some(b.mark());
+                marks[i] = b.mark();
             }
         }
         if req.is_retry {
@@ -454,7 +454,7 @@ impl Controller {
             price: req.target.price,
             admitted_at: t,
             marks,
-            released: s.released,
+            released: s.released.map(|r| r as u32),
         })
     }
 
@@ -529,7 +529,7 @@ impl Controller {
                 if let Some(b) = b {
                     let back = amounts.by_index(i).saturating_sub(refunded[i]);
                     b.put_back(back, t);
-                    s.released[i] = s.released[i].saturating_add(back);
+                    s.released[i] = s.released[i].wrapping_add(back);
                 }
             }
         }
@@ -679,13 +679,13 @@ impl Controller {
             // An error answer's view does not count the request itself.
             let mark = sent.and_then(|x| {
                 let own = if charged { 0 } else { x.amounts.by_index(i) };
-                x.marks[i].map(|m| m.plus(own))
+                x.marks[i].get().map(|m| m.plus(own))
             });
             b.sync(&view, mark, dead_band, t);
             if let (Some(x), Some(m)) = (sent, mark) {
                 // What the server held beyond the credit at the send, less
                 // what was given back since (uncharged sends counted then).
-                let since = s.released[i].saturating_sub(x.released[i]);
+                let since = u64::from((s.released[i] as u32).wrapping_sub(x.released[i]));
                 surplus[i] = b
                     .surplus(&view, m, dead_band)
                     .map(|u| u.saturating_sub(since));

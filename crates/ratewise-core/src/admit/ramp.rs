@@ -136,8 +136,14 @@ impl Ramp {
             self.last_step = Some(now);
             return false;
         };
+        // The usual case, and cheap: less than a step since the last one
+        // (no 128-bit division on the admission path).
+        let since = now.saturating_duration_since(t);
+        if since < cfg.step {
+            return false;
+        }
         let step = cfg.step.as_nanos().max(1);
-        let elapsed = now.saturating_duration_since(t).as_nanos();
+        let elapsed = since.as_nanos();
         let steps = elapsed / step;
         if steps == 0 {
             return false;

@@ -63,10 +63,12 @@ pub struct Reservation {
     pub(crate) cost: u64,
     pub(crate) price: Option<super::controller::PriceId>,
     pub(crate) admitted_at: Instant,
-    /// Each bucket's credit right after the take (`None`: no bucket).
-    pub(crate) marks: [Option<CreditMark>; 4],
-    /// The scope's running total of units given back unused, then.
-    pub(crate) released: [u64; 4],
+    /// Each bucket's credit right after the take ([`CreditMark::NONE`]: no
+    /// bucket).
+    pub(crate) marks: [CreditMark; 4],
+    /// The scope's running total of units given back unused, then (low 32
+    /// bits: differences are taken wrapping).
+    pub(crate) released: [u32; 4],
 }
 
 /// What a response's rate-limit headers are read against: the scope and
@@ -79,8 +81,8 @@ pub struct Sent {
     pub(crate) scope: super::ScopeId,
     pub(crate) amounts: Amounts,
     pub(crate) admitted_at: Instant,
-    pub(crate) marks: [Option<CreditMark>; 4],
-    pub(crate) released: [u64; 4],
+    pub(crate) marks: [CreditMark; 4],
+    pub(crate) released: [u32; 4],
 }
 
 impl Sent {
