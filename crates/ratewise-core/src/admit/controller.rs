@@ -91,6 +91,13 @@ pub struct Target {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PriceId(u32);
 
+impl PriceId {
+    /// Its index in the controller's table (for the fast lane's copy).
+    pub(crate) fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// One request asking to be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmitRequest {
@@ -455,6 +462,7 @@ impl Controller {
             admitted_at: t,
             marks,
             released: s.released.map(|r| r as u32),
+            lane: None,
         })
     }
 
@@ -1079,6 +1087,177 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, t: Instant) {
                 let (pace, credit) = (capacity_for(l, burst.of(d)), capacity_for(l, burst.credit));
                 *slot = Some(Bucket::with_credit(l, pace, credit, p, t));
             }
+        }
+    }
+}
+
+/// Hooks for the fast lane of [`Shared`](super::shared::Shared)
+/// (`admit::lane`): credit leased from the buckets under the lock and
+/// parked in atomics. Additive: nothing above calls them.
+impl Controller {
+    /// The slab (for the lane's ledger entries).
+    pub(crate) fn slab_mut(&mut self) -> &mut Slab {
+        &mut self.slab
+    }
+
+    /// Whether a lane may run at all: not with a spend budget, whose
+    /// window needs every reservation's cost under the lock.
+    pub(crate) fn lane_allowed(&self) -> bool {
+        self.spend.is_none()
+    }
+
+    /// Lane admissions happened up to `at`: the scope was not idle.
+    pub(crate) fn lane_touch(&mut self, scope: ScopeId, at: Instant) {
+        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+            if s.last_call.is_some_and(|c| c < at) {
+                s.last_call = Some(at);
+            }
+        }
+    }
+
+    /// `n` lane first attempts, counted at `t` (the drain).
+    pub(crate) fn lane_firsts(&mut self, n: u64, t: Instant) {
+        for _ in 0..n {
+            self.retry.record_first(t);
+        }
+    }
+
+    /// Keeps `level + held ≤ capacity` in every bucket, for both of its
+    /// levels, where `held` is the lease credit parked in the lane: while
+    /// the lease lives the bucket must not refill into the part of its
+    /// capacity the lease stands for, or a full bucket plus the lease would
+    /// be a burst above the capacity. The credit level is known; the pace
+    /// only where it is the lower one, so where the credit is lower, the
+    /// credit is kept within the pace capacity too (a take then sees no
+    /// more than the pace allows). Whole units: one more is taken to cover
+    /// a fraction of a unit.
+    pub(crate) fn lane_bound(&mut self, scope: ScopeId, held: &Amounts, t: Instant) {
+        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
+            return;
+        };
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            let Some(b) = b else { continue };
+            let h = i128::from(held.by_index(i));
+            if h == 0 {
+                continue;
+            }
+            let lower = i128::from(b.level(t));
+            let credit = i128::from(b.credit_level(t));
+            let pace_cap = i128::from(b.effective_capacity());
+            let credit_cap = i128::from(b.credit_capacity());
+            let over = (lower + h + 1 - pace_cap).max(credit + h + 1 - credit_cap);
+            if over > 0 {
+                b.take(u64::try_from(over).unwrap_or(u64::MAX));
+            }
+        }
+    }
+
+    /// Leases up to `max_n` times `shape` from the scope's buckets, never
+    /// more than they hold now, and only at full ramp rate with no pause or
+    /// stop. Returns how many shapes were taken (0: no lease).
+    pub(crate) fn lane_lease(
+        &mut self,
+        scope: ScopeId,
+        shape: &Amounts,
+        max_n: u64,
+        t: Instant,
+    ) -> u64 {
+        if self.spend.is_some() {
+            return 0;
+        }
+        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
+            return 0;
+        };
+        // As an admission would: the ramp takes the growth steps of the
+        // calm time since its last change (a no-op right after one).
+        if s.ramp.calm(&self.cfg.ramp, t) {
+            apply_ramp(s, t);
+        }
+        if s.ramp.permille() < 1000
+            || s.paused_until.is_some_and(|p| p > t)
+            || self.keys[s.key as usize].stop.is_some()
+        {
+            return 0;
+        }
+        // Common case first, without a division: the whole lease fits
+        // (`wait_for` alone would also pass an amount above a capacity).
+        let mut whole = true;
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            let Some(b) = b else { continue };
+            b.refill(t);
+            let x = shape.by_index(i).saturating_mul(max_n);
+            if x > b.effective_capacity().min(b.credit_capacity()) || b.wait_for(x, t).is_some() {
+                whole = false;
+                break;
+            }
+        }
+        let mut n = max_n;
+        if !whole {
+            for (i, b) in s.buckets.iter_mut().enumerate() {
+                let Some(b) = b else { continue };
+                let level = u64::try_from(b.level(t)).unwrap_or(0);
+                if let Some(fit) = level.checked_div(shape.by_index(i)) {
+                    n = n.min(fit);
+                }
+            }
+        }
+        if n == 0 {
+            return 0;
+        }
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                b.take(shape.by_index(i).saturating_mul(n));
+            }
+        }
+        n
+    }
+
+    /// Puts lane credit back into the scope's buckets (unused lease, a
+    /// settle below the estimate, a release, an expiry). `unused` (never
+    /// sent: a lease, a release, an expiry) counts in the scope's running
+    /// total of units given back unused, as a release does; a settle's
+    /// correction does not, as a settle's does not.
+    pub(crate) fn lane_put_back(&mut self, scope: ScopeId, a: &Amounts, unused: bool, t: Instant) {
+        if a.is_zero() {
+            return;
+        }
+        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+            for (i, b) in s.buckets.iter_mut().enumerate() {
+                if let Some(b) = b {
+                    b.put_back(a.by_index(i), t);
+                    if unused {
+                        s.released[i] = s.released[i].wrapping_add(a.by_index(i));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A lane settle under the lock: corrects the buckets from `est` to
+    /// `actual` exactly as [`settle`](Self::settle) does (put back or
+    /// charge the debt), and lets the ramp grow.
+    pub(crate) fn lane_correct(
+        &mut self,
+        scope: ScopeId,
+        est: &Amounts,
+        actual: &Amounts,
+        t: Instant,
+    ) {
+        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
+            return;
+        };
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                let (r, a) = (est.by_index(i), actual.by_index(i));
+                if a < r {
+                    b.put_back(r - a, t);
+                } else if a > r {
+                    b.charge(a - r, t);
+                }
+            }
+        }
+        if s.ramp.calm(&self.cfg.ramp, t) {
+            apply_ramp(s, t);
         }
     }
 }

@@ -13,7 +13,9 @@
 //! * [`ramp`], [`retry_budget`], [`spend`], [`stop`] — one idea each.
 //! * [`controller`] — the [`Controller`] composing them per (key, class).
 //! * [`shared`] — the `&self` seam ([`AdmissionState`]) a Redis-backed store
-//!   implements with the same semantics, and its in-memory [`Shared`].
+//!   implements with the same semantics, and its in-memory [`Shared`],
+//!   whose fast lane (`lane`) admits and settles common first attempts
+//!   without its lock.
 //!
 //! ```
 //! use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits};
@@ -42,6 +44,7 @@
 pub mod bucket;
 pub mod controller;
 pub mod estimate;
+pub(crate) mod lane;
 pub mod limits;
 pub mod model_class;
 pub mod ramp;

@@ -1,0 +1,627 @@
+//! The fast lane of [`Shared`](super::Shared): credit leased from a
+//! scope's buckets under the lock and parked in atomics, so that a common
+//! first attempt is admitted with one compare-and-swap and settled with two
+//! atomic adds, without the lock.
+//!
+//! Why: every `admit` and `settle` through the mutex is a lock session
+//! writing a dozen cache lines; with two threads on one limiter that cost
+//! 3–3.6× a single-bucket `governor` check, and even an ideal lock-based
+//! design measured 2.7–3× a CAS. So the lock leaves the common path.
+//!
+//! # How
+//!
+//! * **Pool.** One `AtomicU64` per scope packs (requests 8 bits, input 27,
+//!   output 27) of credit plus 2 bits of the lane generation; it shares a
+//!   64-byte line with everything else admit and settle touch. A lock
+//!   holder fills it (a *lease*) after admitting a first attempt through
+//!   the controller: at most [`LEASE_SHAPES`] times that request's amounts,
+//!   never more than the buckets hold now, and only at full ramp rate with
+//!   no pause, stop or spend budget (with a spend budget the lane is off:
+//!   its window needs every cost under the lock). Under pacing the buckets
+//!   are nearly empty, leases are about one request and the lane idles:
+//!   correct, just no faster.
+//! * **Fast admit.** Only a first attempt whose amounts fit
+//!   ([`INPUT_MAX`], [`OUTPUT_MAX`]), while the lease is younger than
+//!   [`RampConfig::idle_after`](super::RampConfig::idle_after): a pool left
+//!   from before an idle period never releases a burst after idle, and the
+//!   slow path sees the idle gap (the lane's latest admission is passed to
+//!   the controller at each drain) and restarts the ramp exactly as before.
+//!   One CAS decrements the pool.
+//! * **Revocation.** Every slow admit first puts the unused pool back into
+//!   the buckets (and leases again afterwards if the controller admitted a
+//!   first attempt); `observe` puts the leases of the key back before the
+//!   controller applies the response — header sync then compares the
+//!   server's remaining with the level *including* the leased credit, a
+//!   pause drains it, a stop or a ramp cut finds it in the buckets — and
+//!   leases again afterwards only if admission still allows; `resume`,
+//!   [`Shared::lock`](super::Shared::lock) and generation changes put it
+//!   back too. A fast admit that wins its CAS therefore took credit that
+//!   was valid at that instant.
+//! * **Capacity.** While a lease lives, the bucket is kept at
+//!   `level + lease ≤ capacity` at every lock session on the scope (see
+//!   `Controller::lane_bound`), so a full bucket plus a parked lease is
+//!   never a burst above the capacity: the rate bounds documented in
+//!   [`limits`](super::limits) hold as before. The cost: up to one lease
+//!   (plus one unit) of a nearly full bucket stays unused while it lives.
+//! * **Settle and release** add (estimate, actual) and released amounts to
+//!   packed accumulators; the next lock holder on the scope drains them
+//!   into the ledger and puts the difference back into the buckets (later
+//!   than a locked settle would: conservative). Usage above the estimate
+//!   (debt) takes the lock. An accumulator field past half its range makes
+//!   its settler drain at once; one request adds at most 2²⁴ input and 2²⁰
+//!   output tokens, so an overflow would take over a hundred settlers
+//!   inside one drain's few instructions.
+//! * **Ledger.** Lane admissions are the pool's consumption, counted at the
+//!   next lock session on the scope, and then also as first attempts in
+//!   the retry budget, at that session's instant (a retry's own admission
+//!   is such a session, so it always counts them): a lane first attempt
+//!   may stay in the budget's window up to one lock session longer than
+//!   it should — the budget is looser by that skew, never stricter.
+//!   Drains read the accumulators before the pool, so every settle they
+//!   see has its admission counted: `reserved = settled + released +
+//!   outstanding` holds whenever the lock is held ([`Shared::ledger`]
+//!   drains first).
+//! * **Expiry.** Lane reservations carry a generation. The generation
+//!   advances at a lock session a lease ([`Config::lease`]) after it
+//!   began, or once its latest admission is a lease old; the generation
+//!   before it is then closed: its reservations still outstanding were
+//!   admitted at least a lease ago and are released (amounts known in
+//!   aggregate). So a lane reservation expires between one and two lease
+//!   times after admission (slab ones after one) — [`Shared::expire`] and
+//!   [`Shared::next_wakeup`] include them. Only reservations of the
+//!   current generation settle without the lock; older ones take it, so a
+//!   settle never races the close of its generation, unless a settler is
+//!   descheduled between two instructions for a whole lease (10 min by
+//!   default). A settle of an expired lane reservation is a stale handle:
+//!   like the controller's, it charges the actual usage in full.
+//! * `hold_unknown` on a lane reservation moves it into the controller's
+//!   slab, held; the reservation remembers its slab id, and resolves,
+//!   settles or releases there like any other.
+//!
+//! [`Config::lease`]: super::Config::lease
+//! [`Shared::ledger`]: super::Shared::ledger
+//! [`Shared::expire`]: super::Shared::expire
+//! [`Shared::next_wakeup`]: super::Shared::next_wakeup
+
+use super::controller::Controller;
+use super::reservation::{Amounts, Reservation};
+use super::ScopeId;
+use crate::time::Instant;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Scopes with a lane: the first 64 created by a controller. Later ones
+/// always take the lock.
+pub const LANES: usize = 64;
+/// A lease holds at most this many times the leasing request's amounts.
+pub const LEASE_SHAPES: u64 = 32;
+/// A fast admit that leaves at most this many requests in the pool tops it
+/// up if the lock is free.
+pub const LOW_WATER: u64 = LEASE_SHAPES / 4;
+/// Largest input estimate a lane admits (16 Mi tokens).
+pub const INPUT_MAX: u64 = 1 << 24;
+/// Largest output estimate a lane admits (1 Mi tokens).
+pub const OUTPUT_MAX: u64 = 1 << 20;
+
+const FIELD_BITS: u32 = 27;
+const FIELD: u64 = (1 << FIELD_BITS) - 1;
+const IN_SHIFT: u32 = FIELD_BITS;
+const REQ_SHIFT: u32 = 2 * FIELD_BITS;
+const REQ_MAX: u64 = 0xff;
+const GEN_SHIFT: u32 = 62;
+const LOW: u64 = 0xffff_ffff;
+const GUARD: u64 = 1 << 31;
+/// Settled output word: count (8 bits) | actual (28) | estimate (28).
+const OUT_COUNT: u64 = 0xff;
+const OUT_FIELD: u64 = (1 << 28) - 1;
+const OUT_ACT_SHIFT: u32 = 8;
+const OUT_EST_SHIFT: u32 = 36;
+
+fn pack(gen: u64, a: &Amounts) -> u64 {
+    ((gen & 3) << GEN_SHIFT) | (a.requests << REQ_SHIFT) | (a.input << IN_SHIFT) | a.output
+}
+
+fn unpack(w: u64) -> Amounts {
+    Amounts {
+        requests: (w >> REQ_SHIFT) & REQ_MAX,
+        input: (w >> IN_SHIFT) & FIELD,
+        output: w & FIELD,
+    }
+}
+
+/// Nanoseconds since the origin, saturating.
+pub(crate) fn ns(t: Instant) -> u64 {
+    u64::try_from(t.since_origin().as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn instant(ns: u64) -> Instant {
+    Instant::from_origin(Duration::from_nanos(ns))
+}
+
+/// Whether a request of these amounts may use a lane.
+pub(crate) fn fits(a: &Amounts) -> bool {
+    a.requests == 1 && a.input <= INPUT_MAX && a.output <= OUTPUT_MAX
+}
+
+/// What admit and settle touch, on one cache line: with two threads on one
+/// limiter, a job moves one line between cores, not two.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+struct Hot {
+    /// Packed credit and generation bits.
+    pool: AtomicU64,
+    /// Nanoseconds of the lease.
+    lease_at: AtomicU64,
+    /// Nanoseconds of the latest lane admission (for idle detection).
+    last: AtomicU64,
+    /// The current generation.
+    gen: AtomicU64,
+    /// Settles per generation parity: input estimate (high half) | actual
+    /// (low half); output count | actual | estimate (see `OUT_*`).
+    settled: [[AtomicU64; 2]; 2],
+}
+
+/// Releases per generation parity (rarer: their own line): input (high
+/// half) | count (low half); output.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+struct Released([[AtomicU64; 2]; 2]);
+
+/// Lock-side books of a lane (taken only while the controller is locked).
+#[derive(Debug, Default)]
+struct Book {
+    /// The pool word as the last lock holder left it (or observed it).
+    set: u64,
+    gen: u64,
+    gen_start: Option<Instant>,
+    /// Generations below this are closed (expired): their finishes are
+    /// stale.
+    open_from: u64,
+    /// Latest lane admission seen in the current generation (an upper
+    /// bound: the lane's latest admission at the drain that saw it).
+    last_admit: Option<Instant>,
+    /// The request amounts of the last lease.
+    shape: Amounts,
+    /// Per generation parity: admitted and finished (settled, released,
+    /// moved) estimates.
+    admitted: [Amounts; 2],
+    finished: [Amounts; 2],
+}
+
+/// How a lock-free finish went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// Recorded.
+    Done,
+    /// Recorded; an accumulator is half full: drain under the lock.
+    Drain,
+    /// Not recorded: do it under the lock.
+    Locked,
+}
+
+/// One scope's lane.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    scope: ScopeId,
+    hot: Hot,
+    released: Released,
+    book: Mutex<Book>,
+}
+
+impl Lane {
+    pub fn new(scope: ScopeId) -> Self {
+        Lane {
+            scope,
+            hot: Hot::default(),
+            released: Released::default(),
+            book: Mutex::new(Book::default()),
+        }
+    }
+
+    /// Lock-free admission of a first attempt: the lane generation of the
+    /// credit taken and whether the pool runs low, or `None` (take the slow
+    /// path).
+    #[inline]
+    pub fn try_admit(&self, a: &Amounts, t_ns: u64, fresh_ns: u64) -> Option<(u64, bool)> {
+        if t_ns.saturating_sub(self.hot.lease_at.load(Ordering::Acquire)) > fresh_ns {
+            return None;
+        }
+        // Before the CAS, so a drain that sees the admission sees its time
+        // (or a later one: a lost race or a failed attempt only delay
+        // expiry and idle detection, by the skew between two threads).
+        if self.hot.last.load(Ordering::Relaxed) < t_ns {
+            self.hot.last.store(t_ns, Ordering::Relaxed);
+        }
+        let d = pack(0, a);
+        let mut w = self.hot.pool.load(Ordering::Acquire);
+        loop {
+            let p = unpack(w);
+            if p.requests < a.requests || p.input < a.input || p.output < a.output {
+                return None;
+            }
+            match self
+                .hot
+                .pool
+                .compare_exchange_weak(w, w - d, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(x) => w = x,
+            }
+        }
+        // The generation is at least the word's (set before the word); its
+        // two low bits say which one the credit belonged to.
+        let g = self.hot.gen.load(Ordering::Acquire);
+        let low = unpack(w - d).requests <= LOW_WATER;
+        Some((g.wrapping_sub(g.wrapping_sub(w >> GEN_SHIFT) & 3), low))
+    }
+
+    /// Lock-free settle of a reservation of generation `gen` with `actual`
+    /// at most `est` in every dimension.
+    #[inline]
+    pub fn try_settle(&self, gen: u64, est: &Amounts, actual: &Amounts) -> Finish {
+        if self.hot.gen.load(Ordering::Acquire) != gen {
+            return Finish::Locked;
+        }
+        let [inp, out] = &self.hot.settled[(gen & 1) as usize];
+        let a = inp.fetch_add((est.input << 32) | actual.input, Ordering::Release);
+        let b = out.fetch_add(
+            (est.output << OUT_EST_SHIFT) | (actual.output << OUT_ACT_SHIFT) | 1,
+            Ordering::Release,
+        );
+        if near(a) || near_out(b) {
+            Finish::Drain
+        } else {
+            Finish::Done
+        }
+    }
+
+    /// Lock-free release of a reservation of generation `gen`.
+    #[inline]
+    pub fn try_release(&self, gen: u64, est: &Amounts) -> Finish {
+        if self.hot.gen.load(Ordering::Acquire) != gen {
+            return Finish::Locked;
+        }
+        let [inp, out] = &self.released.0[(gen & 1) as usize];
+        let a = inp.fetch_add((est.input << 32) | 1, Ordering::Release);
+        let b = out.fetch_add(est.output, Ordering::Release);
+        if near(a) || b >= 1 << 62 {
+            Finish::Drain
+        } else {
+            Finish::Done
+        }
+    }
+
+    /// The latest instant the lane has seen (for lock sessions without a
+    /// `now`).
+    pub fn latest(&self) -> Instant {
+        let l = self.hot.last.load(Ordering::Relaxed);
+        instant(l.max(self.hot.lease_at.load(Ordering::Relaxed)))
+    }
+
+    /// Starts a lock session on the scope: keeps the bucket within its
+    /// capacity net of the lease, drains the lane into the controller,
+    /// advances the generation when due (expiring the one before), and with
+    /// `revoke` puts the unused pool back. Returns how many lane
+    /// reservations expired.
+    pub fn begin(&self, ctl: &mut Controller, t: Instant, lease: Duration, revoke: bool) -> usize {
+        let mut b = self.book.lock();
+        self.begin_in(&mut b, ctl, t, lease, revoke)
+    }
+
+    fn begin_in(
+        &self,
+        b: &mut Book,
+        ctl: &mut Controller,
+        t: Instant,
+        lease: Duration,
+        revoke: bool,
+    ) -> usize {
+        let start = *b.gen_start.get_or_insert(t);
+        let held = unpack(b.set);
+        if !held.is_zero() {
+            ctl.lane_bound(self.scope, &held, t);
+        }
+        self.drain(b, ctl, t);
+        let mut expired = 0;
+        let quiet = b.last_admit.is_some_and(|l| t >= l.saturating_add(lease));
+        if t >= start.saturating_add(lease) || quiet {
+            self.revoke_in(b, ctl, t, true);
+            expired = self.rotate(b, ctl, t, lease);
+        }
+        if revoke {
+            self.revoke_in(b, ctl, t, true);
+        }
+        expired
+    }
+
+    /// Tops the pool up while it still holds some credit (a fast admit saw
+    /// it run low and found the lock free): the other threads keep taking
+    /// from what is left instead of queueing on the lock when it runs dry.
+    /// A lock session like any other (drain, capacity bound, expiry), then
+    /// a lease of up to [`LEASE_SHAPES`] shapes in all.
+    pub fn top_up(&self, ctl: &mut Controller, shape: &Amounts, t: Instant, lease: Duration) {
+        let mut b = self.book.lock();
+        self.begin_in(&mut b, ctl, t, lease, false);
+        self.lease_in(&mut b, ctl, shape, t);
+    }
+
+    /// Puts a parked lease back into the buckets; returns the shape it was
+    /// leased for, to lease again after the change (`observe`).
+    pub fn take_back(&self, ctl: &mut Controller, t: Instant) -> Option<Amounts> {
+        let mut b = self.book.lock();
+        if unpack(b.set).is_zero() {
+            return None;
+        }
+        self.revoke_in(&mut b, ctl, t, true);
+        Some(b.shape)
+    }
+
+    /// Leases credit for requests shaped like `shape` (after a slow admit
+    /// of one, with the pool revoked).
+    pub fn lease(&self, ctl: &mut Controller, shape: &Amounts, t: Instant) {
+        let mut b = self.book.lock();
+        self.lease_in(&mut b, ctl, shape, t);
+    }
+
+    /// Leases up to [`LEASE_SHAPES`] shapes in all, counting what the pool
+    /// still holds: into an empty pool by a store, onto a live one by an
+    /// add (fast admits only ever lower it, so the fields cannot overflow).
+    fn lease_in(&self, b: &mut Book, ctl: &mut Controller, shape: &Amounts, t: Instant) {
+        let cur = unpack(b.set);
+        let max_n = LEASE_SHAPES
+            .saturating_sub(cur.requests)
+            .min(REQ_MAX - cur.requests)
+            .min((FIELD - cur.input) / shape.input.max(1))
+            .min((FIELD - cur.output) / shape.output.max(1));
+        if max_n == 0 {
+            return;
+        }
+        let n = ctl.lane_lease(self.scope, shape, max_n, t);
+        if n == 0 {
+            return;
+        }
+        let a = Amounts {
+            requests: n,
+            input: shape.input * n,
+            output: shape.output * n,
+        };
+        b.shape = *shape;
+        let at = ns(t);
+        if self.hot.lease_at.load(Ordering::Relaxed) < at {
+            self.hot.lease_at.store(at, Ordering::Release);
+        }
+        if b.set == 0 {
+            let w = pack(b.gen, &a);
+            self.hot.pool.store(w, Ordering::Release);
+            b.set = w;
+        } else {
+            let add = pack(0, &a);
+            self.hot.pool.fetch_add(add, Ordering::AcqRel);
+            b.set += add;
+        }
+    }
+
+    /// Settles (`Some(actual)`) or releases (`None`) a lane reservation
+    /// under the lock (after [`begin`](Self::begin)).
+    pub fn finish_locked(
+        &self,
+        ctl: &mut Controller,
+        res: &Reservation,
+        actual: Option<&Amounts>,
+        t: Instant,
+    ) {
+        let Some(tag) = &res.lane else { return };
+        let mut b = self.book.lock();
+        if tag.gen < b.open_from {
+            // Expired: like a stale slab handle, a settle charges the
+            // actual usage in full and a release does nothing.
+            if let Some(act) = actual {
+                ctl.lane_correct(self.scope, &Amounts::default(), act, t);
+                ctl.slab_mut().charge(act);
+            }
+            return;
+        }
+        let est = res.amounts;
+        b.finished[(tag.gen & 1) as usize].add(&est);
+        match actual {
+            Some(act) => {
+                ctl.slab_mut().lane_settled(&est, act);
+                ctl.lane_correct(self.scope, &est, act, t);
+            }
+            None => {
+                ctl.slab_mut().lane_released(&est);
+                ctl.lane_put_back(self.scope, &est, true, t);
+            }
+        }
+    }
+
+    /// `hold_unknown` of a lane reservation: moves it into the slab, held.
+    pub fn hold(&self, ctl: &mut Controller, res: &Reservation) {
+        let Some(tag) = &res.lane else { return };
+        let mut b = self.book.lock();
+        if tag.moved().is_some() || tag.gen < b.open_from {
+            return;
+        }
+        b.finished[(tag.gen & 1) as usize].add(&res.amounts);
+        let id = ctl
+            .slab_mut()
+            .adopt_held(self.scope, res.amounts, res.cost, res.admitted_at);
+        tag.set_moved(id);
+    }
+
+    /// When the generation advances next, if lane reservations are
+    /// outstanding (for `next_wakeup`).
+    pub fn deadline(&self, lease: Duration) -> Option<Instant> {
+        let b = self.book.lock();
+        let outstanding = |p: usize| {
+            let mut o = b.admitted[p];
+            o.sub(&b.finished[p]);
+            !o.is_zero()
+        };
+        let cur = (b.gen & 1) as usize;
+        let prev = outstanding(1 - cur) && b.gen > b.open_from;
+        let by_start = b.gen_start.map(|s| s.saturating_add(lease));
+        let by_quiet = b.last_admit.map(|l| l.saturating_add(lease));
+        match (prev, outstanding(cur)) {
+            (false, false) => None,
+            (true, false) => by_start,
+            (_, true) => by_start.into_iter().chain(by_quiet).min(),
+        }
+    }
+
+    fn drain(&self, b: &mut Book, ctl: &mut Controller, t: Instant) {
+        // A load first: most words are zero (the other parity, releases),
+        // and a load is far cheaper than a swap.
+        let take = |w: &AtomicU64| match w.load(Ordering::Acquire) {
+            0 => 0,
+            _ => w.swap(0, Ordering::AcqRel),
+        };
+        let settled = self.hot.settled.each_ref().map(|p| p.each_ref().map(take));
+        let released = self.released.0.each_ref().map(|p| p.each_ref().map(take));
+        // After the accumulators: every finish taken above has its
+        // admission (an earlier CAS) in this load, so it is counted as
+        // reserved before it is counted as settled or released.
+        let w = self.hot.pool.load(Ordering::Acquire);
+        self.account(b, ctl, w, t);
+        for p in 0..2 {
+            let [i, o] = settled[p];
+            let n = o & OUT_COUNT;
+            let est = Amounts {
+                requests: n,
+                input: i >> 32,
+                output: o >> OUT_EST_SHIFT,
+            };
+            let act = Amounts {
+                requests: n,
+                input: i & LOW,
+                output: (o >> OUT_ACT_SHIFT) & OUT_FIELD,
+            };
+            if !est.is_zero() || !act.is_zero() {
+                ctl.slab_mut().lane_settled(&est, &act);
+                b.finished[p].add(&est);
+                let mut back = est;
+                back.sub(&act);
+                ctl.lane_put_back(self.scope, &back, false, t);
+            }
+            let [ri, ro] = released[p];
+            let rel = Amounts {
+                requests: ri & LOW,
+                input: ri >> 32,
+                output: ro,
+            };
+            if !rel.is_zero() {
+                ctl.slab_mut().lane_released(&rel);
+                b.finished[p].add(&rel);
+                ctl.lane_put_back(self.scope, &rel, true, t);
+            }
+        }
+        let last = self.hot.last.load(Ordering::Relaxed);
+        if last > 0 {
+            ctl.lane_touch(self.scope, instant(last));
+        }
+    }
+
+    /// Counts the pool's consumption since `b.set` as lane admissions.
+    fn account(&self, b: &mut Book, ctl: &mut Controller, w: u64, t: Instant) {
+        let mut used = unpack(b.set);
+        used.sub(&unpack(w));
+        b.set = w;
+        if !used.is_zero() {
+            let last = instant(self.hot.last.load(Ordering::Relaxed));
+            b.last_admit = Some(b.last_admit.map_or(last, |l| l.max(last)));
+            ctl.slab_mut().lane_reserved(&used);
+            b.admitted[(b.gen & 1) as usize].add(&used);
+            ctl.lane_firsts(used.requests, t);
+        }
+    }
+
+    fn revoke_in(&self, b: &mut Book, ctl: &mut Controller, t: Instant, give_back: bool) {
+        if b.set == 0 {
+            return;
+        }
+        let w = self.hot.pool.swap(0, Ordering::AcqRel);
+        self.account(b, ctl, w, t);
+        b.set = 0;
+        if give_back {
+            ctl.lane_put_back(self.scope, &unpack(w), true, t);
+        }
+    }
+
+    /// Advances the generation. The one before the current one is
+    /// closed: its reservations were admitted before the current one began,
+    /// at least a lease ago. The current one becomes the previous one, and
+    /// is closed at once too when its last admission was a lease ago.
+    fn rotate(&self, b: &mut Book, ctl: &mut Controller, t: Instant, lease: Duration) -> usize {
+        let mut n = self.close(b, ctl, b.gen.wrapping_sub(1), t);
+        let last = b.last_admit.take();
+        b.gen += 1;
+        b.gen_start = Some(t);
+        if last.is_none_or(|l| t >= l.saturating_add(lease)) {
+            n += self.close(b, ctl, b.gen - 1, t);
+        }
+        self.hot.gen.store(b.gen, Ordering::Release);
+        n
+    }
+
+    /// Releases what generation `g` still has outstanding.
+    fn close(&self, b: &mut Book, ctl: &mut Controller, g: u64, t: Instant) -> usize {
+        if g < b.open_from || g > b.gen {
+            return 0;
+        }
+        let q = (g & 1) as usize;
+        let mut out = b.admitted[q];
+        out.sub(&b.finished[q]);
+        if !out.is_zero() {
+            ctl.slab_mut().lane_released(&out);
+            ctl.lane_put_back(self.scope, &out, true, t);
+        }
+        b.admitted[q] = Amounts::default();
+        b.finished[q] = Amounts::default();
+        b.open_from = g + 1;
+        out.requests as usize
+    }
+}
+
+/// A 32|32 accumulator with a half past 2³¹ (one add is at most 2²⁴).
+#[inline]
+fn near(x: u64) -> bool {
+    (x >> 32) >= GUARD || (x & LOW) >= GUARD
+}
+
+/// The settled-output word with a field past half (one add is at most
+/// 2²⁰ tokens and 1 count).
+#[inline]
+fn near_out(x: u64) -> bool {
+    (x & OUT_COUNT) >= 0x80
+        || ((x >> OUT_ACT_SHIFT) & OUT_FIELD) >= 1 << 27
+        || (x >> OUT_EST_SHIFT) >= 1 << 27
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_round_trips() {
+        let a = Amounts {
+            requests: 200,
+            input: FIELD,
+            output: 12345,
+        };
+        let w = pack(7, &a);
+        assert_eq!(unpack(w), a);
+        assert_eq!(w >> GEN_SHIFT, 3);
+        // Decrementing fields never borrows into the generation bits.
+        let d = pack(
+            0,
+            &Amounts {
+                requests: 1,
+                input: 5,
+                output: 45,
+            },
+        );
+        assert_eq!(unpack(w - d).output, 12300);
+        assert_eq!((w - d) >> GEN_SHIFT, 3);
+    }
+}
