@@ -561,3 +561,57 @@ fn debt_release_and_hold_of_lane_reservations() {
     assert_eq!(l.outstanding, Default::default());
     assert_eq!((l.held.requests, l.settled.requests), (0, 3));
 }
+
+/// `observe_sent` for a lane reservation (no credit marks: read against
+/// the present) puts the lease back first, so a server's remaining below
+/// the level *with* the lease lowers it; the lane serves again afterwards.
+#[test]
+fn observe_sent_of_a_lane_reservation_syncs_with_the_lease_counted() {
+    let s = shared(false, 200, 10);
+    let target = s.target("k", "claude-sonnet-4-5");
+    let req = AdmitRequest::new(target);
+    let t = now_at(Instant::ZERO);
+    let first = s.admit(&req, t).go().unwrap();
+    let lane = s.admit(&req, t).go().unwrap();
+    assert!(lane.is_fast_lane());
+    let sent = lane.sent();
+    let mut h = HeaderMap::new();
+    h.insert("anthropic-ratelimit-requests-limit", HeaderValue::from(RPM));
+    h.insert(
+        "anthropic-ratelimit-requests-remaining",
+        HeaderValue::from(5u64),
+    );
+    let body = r#"{"type":"message","usage":{"input_tokens":1,"output_tokens":1}}"#;
+    let view = ResponseView {
+        status: StatusCode::OK,
+        headers: &h,
+        body: body.as_bytes(),
+    };
+    let c = classify_response(Provider::Anthropic, &view, t.wall);
+    let d = decide(
+        &Policy::default(),
+        &JobState::new(1, t.instant, None),
+        &c,
+        t,
+        &mut fastrand::Rng::with_seed(7),
+    );
+    let _ = s.observe_sent(&sent, &c, d, t);
+    s.settle(lane, &Usage::default(), t);
+    s.settle(first, &Usage::default(), t);
+    // At most the server's 5 (plus nothing refilled at the same instant).
+    let mut kept = Vec::new();
+    while let Admission::Go(r) = s.admit(&req, t) {
+        kept.push(r);
+        assert!(kept.len() <= 100, "runaway");
+    }
+    assert!(
+        kept.len() <= 5,
+        "{} admitted after the server said 5",
+        kept.len()
+    );
+    assert!(!kept.is_empty());
+    for r in kept {
+        s.settle(r, &Usage::default(), t);
+    }
+    assert!(s.ledger().conserved());
+}
