@@ -346,7 +346,9 @@ proptest! {
                     syncs.push((t, remaining, n));
                 }
                 Op::Expire => {
-                    t = t + LEASE;
+                    // A lease and a second: lane admission instants are
+                    // kept to the millisecond, rounded up.
+                    t = t + LEASE + Duration::from_secs(1);
                     let n = s.expire(now_at(t));
                     prop_assert_eq!(n, open.len(), "expired");
                     expired.append(&mut open);

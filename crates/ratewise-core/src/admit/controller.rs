@@ -6,7 +6,7 @@ use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::ramp::{Ramp, RampConfig};
-use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, Sent, Slab};
+use super::reservation::{Amounts, Exit, LaneTag, Ledger, Removed, Reservation, Sent, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
@@ -462,7 +462,7 @@ impl Controller {
             admitted_at: t,
             marks,
             released: s.released.map(|r| r as u32),
-            lane: None,
+            lane: LaneTag::new(),
         })
     }
 

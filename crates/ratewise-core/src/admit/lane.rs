@@ -24,9 +24,15 @@
 //!   ([`INPUT_MAX`], [`OUTPUT_MAX`]), while the lease is younger than
 //!   [`RampConfig::idle_after`](super::RampConfig::idle_after): a pool left
 //!   from before an idle period never releases a burst after idle, and the
-//!   slow path sees the idle gap (the lane's latest admission is passed to
-//!   the controller at each drain) and restarts the ramp exactly as before.
-//!   One CAS decrements the pool.
+//!   slow path sees the idle gap (the lane's latest admission, kept to the
+//!   millisecond, is passed to the controller at each drain) and restarts
+//!   the ramp exactly as before. One CAS decrements the pool.
+//! * **Top-up.** A fast admit that leaves the pool at [`LOW_WATER`] or less
+//!   tops it up if the lock is free (`try_lock`): a lock session that
+//!   drains, bounds and leases more, while the other threads keep taking
+//!   from what is left instead of queueing on the lock when it runs dry.
+//!   A slow admit first tries the lane again under the lock (another thread
+//!   may have topped it up meanwhile).
 //! * **Revocation.** Every slow admit first puts the unused pool back into
 //!   the buckets (and leases again afterwards if the controller admitted a
 //!   first attempt); `observe` puts the leases of the key back before the
@@ -75,8 +81,12 @@
 //!   default). A settle of an expired lane reservation is a stale handle:
 //!   like the controller's, it charges the actual usage in full.
 //! * `hold_unknown` on a lane reservation moves it into the controller's
-//!   slab, held; the reservation remembers its slab id, and resolves,
-//!   settles or releases there like any other.
+//!   slab, held; the reservation remembers its slab id (one atomic word in
+//!   it, set through `&Reservation`), and resolves, settles or releases
+//!   there like any other.
+//! * Lane reservations carry no credit marks (their credit was taken with
+//!   the lease): `observe_sent` reads their response against the present,
+//!   as `observe` does, with the key's leases put back first.
 //!
 //! [`Config::lease`]: super::Config::lease
 //! [`Shared::ledger`]: super::Shared::ledger
@@ -104,6 +114,10 @@ pub const INPUT_MAX: u64 = 1 << 24;
 /// Largest output estimate a lane admits (1 Mi tokens).
 pub const OUTPUT_MAX: u64 = 1 << 20;
 
+/// Resolution of the lane's latest-admission instant (1 ms): idle
+/// detection may see a gap up to this much longer than it was (a ramp
+/// restart that early is the cautious side).
+const GRAIN: u64 = 1_000_000;
 const FIELD_BITS: u32 = 27;
 const FIELD: u64 = (1 << FIELD_BITS) - 1;
 const IN_SHIFT: u32 = FIELD_BITS;
@@ -189,6 +203,15 @@ struct Book {
     finished: [Amounts; 2],
 }
 
+impl Book {
+    /// The full generation of a reservation's low 32 bits (it is at most
+    /// the current one, and fewer than 2³² generations old).
+    fn full(&self, tag: u32) -> u64 {
+        self.gen
+            .saturating_sub(u64::from((self.gen as u32).wrapping_sub(tag)))
+    }
+}
+
 /// How a lock-free finish went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Finish {
@@ -228,9 +251,11 @@ impl Lane {
             return None;
         }
         // Before the CAS, so a drain that sees the admission sees its time
-        // (or a later one: a lost race or a failed attempt only delay
-        // expiry and idle detection, by the skew between two threads).
-        if self.hot.last.load(Ordering::Relaxed) < t_ns {
+        // to within `GRAIN` (or a later one: a lost race or a failed
+        // attempt only delay expiry and idle detection, by the skew
+        // between two threads). Stored once per `GRAIN`: a store on every
+        // admission would take the line exclusively once more per job.
+        if self.hot.last.load(Ordering::Relaxed).saturating_add(GRAIN) <= t_ns {
             self.hot.last.store(t_ns, Ordering::Relaxed);
         }
         let d = pack(0, a);
@@ -259,8 +284,8 @@ impl Lane {
     /// Lock-free settle of a reservation of generation `gen` with `actual`
     /// at most `est` in every dimension.
     #[inline]
-    pub fn try_settle(&self, gen: u64, est: &Amounts, actual: &Amounts) -> Finish {
-        if self.hot.gen.load(Ordering::Acquire) != gen {
+    pub fn try_settle(&self, gen: u32, est: &Amounts, actual: &Amounts) -> Finish {
+        if self.hot.gen.load(Ordering::Acquire) as u32 != gen {
             return Finish::Locked;
         }
         let [inp, out] = &self.hot.settled[(gen & 1) as usize];
@@ -278,8 +303,8 @@ impl Lane {
 
     /// Lock-free release of a reservation of generation `gen`.
     #[inline]
-    pub fn try_release(&self, gen: u64, est: &Amounts) -> Finish {
-        if self.hot.gen.load(Ordering::Acquire) != gen {
+    pub fn try_release(&self, gen: u32, est: &Amounts) -> Finish {
+        if self.hot.gen.load(Ordering::Acquire) as u32 != gen {
             return Finish::Locked;
         }
         let [inp, out] = &self.released.0[(gen & 1) as usize];
@@ -411,9 +436,10 @@ impl Lane {
         actual: Option<&Amounts>,
         t: Instant,
     ) {
-        let Some(tag) = &res.lane else { return };
+        let Some(tag) = res.lane_gen() else { return };
         let mut b = self.book.lock();
-        if tag.gen < b.open_from {
+        let gen = b.full(tag);
+        if gen < b.open_from {
             // Expired: like a stale slab handle, a settle charges the
             // actual usage in full and a release does nothing.
             if let Some(act) = actual {
@@ -423,7 +449,7 @@ impl Lane {
             return;
         }
         let est = res.amounts;
-        b.finished[(tag.gen & 1) as usize].add(&est);
+        b.finished[(gen & 1) as usize].add(&est);
         match actual {
             Some(act) => {
                 ctl.slab_mut().lane_settled(&est, act);
@@ -438,16 +464,17 @@ impl Lane {
 
     /// `hold_unknown` of a lane reservation: moves it into the slab, held.
     pub fn hold(&self, ctl: &mut Controller, res: &Reservation) {
-        let Some(tag) = &res.lane else { return };
+        let Some(tag) = res.lane_gen() else { return };
         let mut b = self.book.lock();
-        if tag.moved().is_some() || tag.gen < b.open_from {
+        let gen = b.full(tag);
+        if res.lane.moved().is_some() || gen < b.open_from {
             return;
         }
-        b.finished[(tag.gen & 1) as usize].add(&res.amounts);
+        b.finished[(gen & 1) as usize].add(&res.amounts);
         let id = ctl
             .slab_mut()
             .adopt_held(self.scope, res.amounts, res.cost, res.admitted_at);
-        tag.set_moved(id);
+        res.lane.set_moved(id);
     }
 
     /// When the generation advances next, if lane reservations are
@@ -528,7 +555,9 @@ impl Lane {
         used.sub(&unpack(w));
         b.set = w;
         if !used.is_zero() {
-            let last = instant(self.hot.last.load(Ordering::Relaxed));
+            // An upper bound of the admissions' instants (`last` lags by
+            // less than `GRAIN`): expiry is never early.
+            let last = instant(self.hot.last.load(Ordering::Relaxed).saturating_add(GRAIN));
             b.last_admit = Some(b.last_admit.map_or(last, |l| l.max(last)));
             ctl.slab_mut().lane_reserved(&used);
             b.admitted[(b.gen & 1) as usize].add(&used);

@@ -72,32 +72,25 @@ impl ReservationId {
     pub const LANE_SLOT: u32 = u32::MAX;
 }
 
-/// Marks a reservation admitted by the fast lane: its lane generation (for
-/// lease expiry, see `admit::lane`) and, once [`hold_unknown`] moved it
-/// into the controller's slab, the slab id it lives under.
+/// Where a fast-lane reservation went on `hold_unknown`: once moved into
+/// the controller's slab (held), the slab id it lives under. One atomic
+/// word (8 bytes; a reservation is moved around by value), set under the
+/// lock through `&Reservation`. Unused by slab reservations.
 ///
 /// [`hold_unknown`]: super::AdmissionState::hold_unknown
 #[derive(Debug)]
-pub(crate) struct LaneTag {
-    /// Lane generation at admission.
-    pub gen: u64,
-    /// `NOT_MOVED`, or the slab id (`slot << 32 | generation`) after a hold.
-    pub moved: AtomicU64,
-}
+pub(crate) struct LaneTag(AtomicU64);
 
 impl LaneTag {
-    pub const NOT_MOVED: u64 = u64::MAX;
+    const NOT_MOVED: u64 = u64::MAX;
 
-    pub fn new(gen: u64) -> Self {
-        LaneTag {
-            gen,
-            moved: AtomicU64::new(Self::NOT_MOVED),
-        }
+    pub const fn new() -> Self {
+        LaneTag(AtomicU64::new(Self::NOT_MOVED))
     }
 
     /// The slab id this reservation was moved to by a hold.
     pub fn moved(&self) -> Option<ReservationId> {
-        let m = self.moved.load(Ordering::Acquire);
+        let m = self.0.load(Ordering::Acquire);
         (m != Self::NOT_MOVED).then_some(ReservationId {
             slot: (m >> 32) as u32,
             generation: m as u32,
@@ -106,13 +99,13 @@ impl LaneTag {
 
     pub fn set_moved(&self, id: ReservationId) {
         let m = (u64::from(id.slot) << 32) | u64::from(id.generation);
-        self.moved.store(m, Ordering::Release);
+        self.0.store(m, Ordering::Release);
     }
 }
 
 impl PartialEq for LaneTag {
     fn eq(&self, o: &Self) -> bool {
-        self.gen == o.gen && self.moved.load(Ordering::Relaxed) == o.moved.load(Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed) == o.0.load(Ordering::Relaxed)
     }
 }
 
@@ -139,7 +132,7 @@ pub struct Reservation {
     pub(crate) released: [u32; 4],
     /// `Some` when admitted by the lock-free fast lane (its marks are
     /// [`CreditMark::NONE`]: its credit was taken with the lease).
-    pub(crate) lane: Option<LaneTag>,
+    pub(crate) lane: LaneTag,
 }
 
 /// What a response's rate-limit headers are read against: the scope and
@@ -168,12 +161,17 @@ impl Sent {
 }
 
 impl Reservation {
+    /// The lane generation (low 32 bits) of a fast-lane reservation.
+    pub(crate) fn lane_gen(&self) -> Option<u32> {
+        self.is_fast_lane().then_some(self.id.generation)
+    }
+
     /// Whether the lock-free fast lane of [`Shared`](super::Shared)
     /// admitted it (credit leased in advance, no lock taken). Such a
     /// reservation behaves like any other; only its [`id`](Self::id) is
     /// shared with others of its lane.
     pub fn is_fast_lane(&self) -> bool {
-        self.lane.is_some()
+        self.id.slot == ReservationId::LANE_SLOT
     }
 
     /// The ledger id.

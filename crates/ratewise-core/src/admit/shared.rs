@@ -250,10 +250,17 @@ impl Shared {
         d
     }
 
-    /// A first attempt admitted from its scope's lane (with the lane, and
-    /// whether the pool runs low), or `None`.
+    /// Admits a first attempt from its scope's lane, topping the pool up
+    /// when it runs low (with `locked`, or if the lock is free): the other
+    /// threads keep taking from the pool meanwhile. The reservation is
+    /// built in the caller's return slot (it is large: no copies).
     #[inline]
-    fn lane_admit(&self, req: &AdmitRequest, now: Now) -> Option<(Reservation, &Lane, bool)> {
+    fn lane_admit(
+        &self,
+        req: &AdmitRequest,
+        now: Now,
+        locked: Option<&mut Controller>,
+    ) -> Option<Admission> {
         if !self.lane_on || req.is_retry {
             return None;
         }
@@ -264,7 +271,17 @@ impl Shared {
         }
         let cost = self.cost(&req.target, &amounts)?;
         let (gen, low) = lane.try_admit(&amounts, lane::ns(now.instant), self.fresh_ns)?;
-        let r = Reservation {
+        if low {
+            match locked {
+                Some(c) => lane.top_up(c, &amounts, now.instant, self.lease),
+                None => {
+                    if let Some(mut c) = self.ctl.try_lock() {
+                        lane.top_up(&mut c, &amounts, now.instant, self.lease);
+                    }
+                }
+            }
+        }
+        Some(Admission::Go(Reservation {
             id: ReservationId {
                 slot: ReservationId::LANE_SLOT,
                 generation: gen as u32,
@@ -276,16 +293,24 @@ impl Shared {
             admitted_at: now.instant,
             marks: [CreditMark::NONE; 4],
             released: [0; 4],
-            lane: Some(LaneTag::new(gen)),
-        };
-        Some((r, lane, low))
+            lane: LaneTag::new(),
+        }))
     }
 }
 
-/// The slab reservation a held lane reservation was moved to.
+/// The slab reservation a held lane reservation was moved to, if it was.
+#[inline]
 fn moved(res: &Reservation) -> Option<Reservation> {
-    let id = res.lane.as_ref()?.moved()?;
-    Some(Reservation {
+    if !res.is_fast_lane() {
+        return None;
+    }
+    let id = res.lane.moved()?;
+    Some(to_slab(res, id))
+}
+
+#[cold]
+fn to_slab(res: &Reservation, id: ReservationId) -> Reservation {
+    Reservation {
         id,
         scope: res.scope,
         amounts: res.amounts,
@@ -294,8 +319,8 @@ fn moved(res: &Reservation) -> Option<Reservation> {
         admitted_at: res.admitted_at,
         marks: res.marks,
         released: res.released,
-        lane: None,
-    })
+        lane: LaneTag::new(),
+    }
 }
 
 impl AdmissionState for Shared {
@@ -310,25 +335,16 @@ impl AdmissionState for Shared {
         t
     }
 
+    #[inline]
     fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
         let t = now.instant;
-        if let Some((r, lane, low)) = self.lane_admit(req, now) {
-            // Top up before the pool runs dry, if nobody holds the lock:
-            // the other threads keep taking from the pool meanwhile.
-            if low {
-                if let Some(mut c) = self.ctl.try_lock() {
-                    lane.top_up(&mut c, &r.amounts, t, self.lease);
-                }
-            }
-            return Admission::Go(r);
+        if let Some(a) = self.lane_admit(req, now, None) {
+            return a;
         }
         let mut c = self.ctl.lock();
         // Another thread may have topped the pool up while this one waited.
-        if let Some((r, lane, low)) = self.lane_admit(req, now) {
-            if low {
-                lane.top_up(&mut c, &r.amounts, t, self.lease);
-            }
-            return Admission::Go(r);
+        if let Some(a) = self.lane_admit(req, now, Some(&mut c)) {
+            return a;
         }
         let lane = self.lane_or_create(&c, req.target.scope);
         if let Some(lane) = lane {
@@ -346,8 +362,9 @@ impl AdmissionState for Shared {
         a
     }
 
+    #[inline]
     fn settle(&self, res: Reservation, usage: &Usage, now: Now) {
-        let Some(tag) = &res.lane else {
+        let Some(gen) = res.lane_gen() else {
             return self.ctl.lock().settle(res, usage, now);
         };
         if let Some(r) = moved(&res) {
@@ -364,7 +381,7 @@ impl AdmissionState for Shared {
         let est = res.amounts;
         let t = now.instant;
         if actual.input <= est.input && actual.output <= est.output {
-            match lane.try_settle(tag.gen, &est, &actual) {
+            match lane.try_settle(gen, &est, &actual) {
                 Finish::Done => return,
                 Finish::Drain => {
                     lane.begin(&mut self.ctl.lock(), t, self.lease, false);
@@ -379,7 +396,7 @@ impl AdmissionState for Shared {
     }
 
     fn release(&self, res: Reservation, now: Now) {
-        let Some(tag) = &res.lane else {
+        let Some(gen) = res.lane_gen() else {
             return self.ctl.lock().release(res, now);
         };
         if let Some(r) = moved(&res) {
@@ -389,7 +406,7 @@ impl AdmissionState for Shared {
             return;
         };
         let t = now.instant;
-        match lane.try_release(tag.gen, &res.amounts) {
+        match lane.try_release(gen, &res.amounts) {
             Finish::Done => {}
             Finish::Drain => {
                 lane.begin(&mut self.ctl.lock(), t, self.lease, false);
@@ -403,7 +420,7 @@ impl AdmissionState for Shared {
     }
 
     fn hold_unknown(&self, res: &Reservation, now: Now) {
-        if res.lane.is_none() {
+        if !res.is_fast_lane() {
             return self.ctl.lock().hold_unknown(res, now);
         }
         let Some(lane) = self.lane(res.scope) else {
@@ -418,7 +435,7 @@ impl AdmissionState for Shared {
         if let Some(r) = moved(&res) {
             return self.ctl.lock().resolve_unknown(r, usage, now);
         }
-        if res.lane.is_none() {
+        if !res.is_fast_lane() {
             return self.ctl.lock().resolve_unknown(res, usage, now);
         }
         match usage {
