@@ -106,8 +106,8 @@ use std::time::Duration;
 pub const LANES: usize = 64;
 /// A lease holds at most this many times the leasing request's amounts.
 pub const LEASE_SHAPES: u64 = 32;
-/// A fast admit that leaves at most this many requests in the pool tops it
-/// up if the lock is free.
+/// The fast admit that leaves this many requests in the pool tops it up
+/// if the lock is free.
 pub const LOW_WATER: u64 = LEASE_SHAPES / 4;
 /// Largest input estimate a lane admits (16 Mi tokens).
 pub const INPUT_MAX: u64 = 1 << 24;
@@ -277,7 +277,10 @@ impl Lane {
         // The generation is at least the word's (set before the word); its
         // two low bits say which one the credit belonged to.
         let g = self.hot.gen.load(Ordering::Acquire);
-        let low = unpack(w - d).requests <= LOW_WATER;
+        // Only the admission that crosses the mark tries the lock: one
+        // `try_lock` per lease, not one per admission while low.
+        let left = unpack(w - d).requests;
+        let low = left <= LOW_WATER && left + a.requests > LOW_WATER;
         Some((g.wrapping_sub(g.wrapping_sub(w >> GEN_SHIFT) & 3), low))
     }
 
