@@ -1137,17 +1137,9 @@ impl Controller {
         };
         for (i, b) in s.buckets.iter_mut().enumerate() {
             let Some(b) = b else { continue };
-            let h = i128::from(held.by_index(i));
-            if h == 0 {
-                continue;
-            }
-            let lower = i128::from(b.level(t));
-            let credit = i128::from(b.credit_level(t));
-            let pace_cap = i128::from(b.effective_capacity());
-            let credit_cap = i128::from(b.credit_capacity());
-            let over = (lower + h + 1 - pace_cap).max(credit + h + 1 - credit_cap);
-            if over > 0 {
-                b.take(u64::try_from(over).unwrap_or(u64::MAX));
+            let h = held.by_index(i);
+            if h > 0 {
+                b.trim_for(h, t);
             }
         }
     }
