@@ -3,7 +3,7 @@
 
 use super::bucket::{capacity_for, Bucket, CreditMark, ServerView};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
-use super::limits::{index, Burst, Limits, DIMENSIONS};
+use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::ramp::{Ramp, RampConfig};
 use super::reservation::{Amounts, Exit, LaneTag, Ledger, Removed, Reservation, Sent, Slab};
@@ -667,10 +667,10 @@ impl Controller {
             }
             None => now.wall,
         };
-        for d in DIMENSIONS {
-            if d == Dimension::Tokens && provider == Provider::Anthropic {
-                continue;
-            }
+        for d in DIMENSIONS
+            .into_iter()
+            .filter(|d| headers_describe(*d, provider))
+        {
             let i = index(d);
             let Some(b) = &mut s.buckets[i] else {
                 continue;
@@ -872,8 +872,8 @@ impl Controller {
                     let mut synced = [false; 4];
                     for d in DIMENSIONS {
                         let w = c.hints.ratelimit.window(d);
-                        let skipped = d == Dimension::Tokens && c.provider == Provider::Anthropic;
-                        synced[index(d)] = !skipped && (w.remaining.is_some() || w.reset.is_some());
+                        synced[index(d)] = headers_describe(d, c.provider)
+                            && (w.remaining.is_some() || w.reset.is_some());
                     }
                     for s in &affected {
                         let own = if *s == scope { synced } else { [false; 4] };

@@ -72,10 +72,10 @@ impl Limits {
     /// (`x-ratelimit-*-tokens`) and generic responses.
     pub fn from_snapshot(snap: &RateLimitSnapshot, provider: Provider) -> Limits {
         let mut l = Limits::NONE;
-        for d in DIMENSIONS {
-            if d == Dimension::Tokens && provider == Provider::Anthropic {
-                continue;
-            }
+        for d in DIMENSIONS
+            .into_iter()
+            .filter(|d| headers_describe(*d, provider))
+        {
             l.set(d, snap.window(d).limit);
         }
         l
@@ -95,6 +95,14 @@ impl Limits {
         }
         out
     }
+}
+
+/// Whether `provider`'s rate-limit headers for `d` describe our bucket of
+/// that dimension. Anthropic's `anthropic-ratelimit-tokens-*` is "the most
+/// restrictive" of input and output, not a combined bucket: neither its
+/// limit nor its remaining is read into the combined-tokens bucket.
+pub(crate) fn headers_describe(d: Dimension, provider: Provider) -> bool {
+    !(d == Dimension::Tokens && provider == Provider::Anthropic)
 }
 
 /// How much of a minute's refill each level of a bucket may hold: the
