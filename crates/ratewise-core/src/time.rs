@@ -14,41 +14,71 @@ use std::time::{Duration, SystemTime};
 /// Unlike [`std::time::Instant`] it can be built from a number, so
 /// simulations and tests drive the core in virtual time and every run is
 /// reproducible.
+///
+/// Kept as whole nanoseconds in a `u64` (8 bytes, where a [`Duration`] takes
+/// 16: instants sit in every bucket and reservation, and reservations are
+/// moved by value on the admission path). That spans 584 years from the
+/// origin; later instants saturate there, which still compares as the far
+/// future.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Instant(Duration);
+pub struct Instant(u64);
+
+/// Whole nanoseconds of `d`, saturating at `u64::MAX`.
+#[inline]
+const fn nanos(d: Duration) -> u64 {
+    let n = d.as_nanos();
+    if n > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        n as u64
+    }
+}
 
 impl Instant {
     /// The caller's origin.
-    pub const ZERO: Instant = Instant(Duration::ZERO);
+    pub const ZERO: Instant = Instant(0);
 
-    /// An instant `since_origin` after the caller's origin.
+    /// An instant `since_origin` after the caller's origin (saturating 584
+    /// years after it).
+    #[inline]
     pub const fn from_origin(since_origin: Duration) -> Self {
-        Instant(since_origin)
+        Instant(nanos(since_origin))
     }
 
     /// An instant `ms` milliseconds after the origin.
+    #[inline]
     pub const fn from_millis(ms: u64) -> Self {
-        Instant(Duration::from_millis(ms))
+        Instant(ms.saturating_mul(1_000_000))
     }
 
     /// Time elapsed since the origin.
+    #[inline]
     pub const fn since_origin(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+
+    /// Nanoseconds since the origin.
+    #[inline]
+    pub const fn as_nanos(self) -> u64 {
         self.0
     }
 
     /// `self - earlier`, or zero when `earlier` is later.
+    #[inline]
     pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
-        self.0.saturating_sub(earlier.0)
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
     /// `self + d`, saturating at the largest representable instant.
+    #[inline]
     pub fn saturating_add(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_add(d))
+        Instant(self.0.saturating_add(nanos(d)))
     }
 }
 
 impl Add<Duration> for Instant {
     type Output = Instant;
+    #[inline]
     fn add(self, rhs: Duration) -> Instant {
         self.saturating_add(rhs)
     }
@@ -56,6 +86,7 @@ impl Add<Duration> for Instant {
 
 impl Sub<Instant> for Instant {
     type Output = Duration;
+    #[inline]
     fn sub(self, rhs: Instant) -> Duration {
         self.saturating_duration_since(rhs)
     }
@@ -224,6 +255,19 @@ mod tests {
             }
             prop_assert_eq!(parse_rfc3339(&s), by_time_crate(&s), "{}", s);
         }
+    }
+
+    #[test]
+    fn instants_saturate_far_in_the_future_and_keep_their_order() {
+        let far = Instant::from_origin(Duration::MAX);
+        assert_eq!(far.as_nanos(), u64::MAX);
+        assert_eq!(Instant::ZERO.saturating_add(Duration::MAX), far);
+        assert!(Instant::from_millis(u64::MAX) <= far);
+        assert!(Instant::from_origin(Duration::from_secs(1)) < far);
+        let t = Instant::from_origin(Duration::new(3, 7));
+        assert_eq!(t.since_origin(), Duration::new(3, 7));
+        assert_eq!(t + Duration::from_nanos(5) - t, Duration::from_nanos(5));
+        assert_eq!(Instant::ZERO - t, Duration::ZERO);
     }
 
     #[test]

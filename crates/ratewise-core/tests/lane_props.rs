@@ -400,22 +400,32 @@ proptest! {
 /// the virtual time used), with a good share taken by the lane.
 #[test]
 fn two_threads_conserve_and_stay_within_the_buckets() {
+    threads_conserve_and_stay_within_the_buckets(2, 50_000);
+}
+
+/// The same with more threads than a lane has stripes to own (8): the
+/// threads beyond them settle into a shared stripe with atomic adds.
+#[test]
+fn more_threads_than_stripes_conserve_and_stay_within_the_buckets() {
+    threads_conserve_and_stay_within_the_buckets(11, 8_000);
+}
+
+fn threads_conserve_and_stay_within_the_buckets(threads: u64, per_thread: u64) {
     let s = shared(false, 200, 10);
     let target = s.target("k", "claude-sonnet-4-5");
-    const PER_THREAD: u64 = 50_000;
     // Virtual time: each thread steps 1 ms per iteration, so the refill
-    // over the run is RPM · 50 s / 60 s.
+    // over the run is RPM · per_thread ms / 60 s.
     let fast = std::sync::atomic::AtomicU64::new(0);
-    let start = std::sync::Barrier::new(2);
+    let start = std::sync::Barrier::new(threads as usize);
     std::thread::scope(|sc| {
-        for k in 0..2u64 {
+        for k in 0..threads {
             let s = &s;
             let fast = &fast;
             let start = &start;
             sc.spawn(move || {
                 start.wait();
                 let mut open: Vec<Reservation> = Vec::new();
-                for i in 0..PER_THREAD {
+                for i in 0..per_thread {
                     let now = now_at(Instant::from_millis(i));
                     let mut req = AdmitRequest::new(target);
                     req.input_estimate = Some(100 + (i % 7) * 10);
@@ -449,7 +459,7 @@ fn two_threads_conserve_and_stay_within_the_buckets() {
                         assert!(s.ledger().conserved());
                     }
                 }
-                let end = now_at(Instant::from_millis(PER_THREAD));
+                let end = now_at(Instant::from_millis(per_thread));
                 for r in open {
                     s.settle(r, &Usage::default(), end);
                 }
@@ -460,7 +470,7 @@ fn two_threads_conserve_and_stay_within_the_buckets() {
     assert!(l.conserved(), "{l:?}");
     assert_eq!(l.outstanding.requests, 0);
     let burst = Burst::default();
-    let span = Duration::from_millis(PER_THREAD);
+    let span = Duration::from_millis(per_thread);
     let refill = |limit: u64| (u128::from(limit) * span.as_nanos() / 60_000_000_000) as u64;
     // Net units taken (reserved − given back) within the buckets.
     let [requests, input, _] = net(&l);

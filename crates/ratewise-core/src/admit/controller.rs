@@ -87,14 +87,23 @@ pub struct Target {
     pub price: Option<PriceId>,
 }
 
-/// A price interned by its controller (keeps reservations small).
+/// A price interned by its controller (keeps reservations small: an
+/// `Option<PriceId>` is 4 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PriceId(u32);
+pub struct PriceId(std::num::NonZeroU32);
 
 impl PriceId {
+    /// The id of table index `i` (`None` past 2³² − 2 prices, which no
+    /// table reaches: each is a distinct price in memory).
+    fn at(i: usize) -> Option<PriceId> {
+        let n = u32::try_from(i).ok()?.checked_add(1)?;
+        std::num::NonZeroU32::new(n).map(PriceId)
+    }
+
     /// Its index in the controller's table (for the fast lane's copy).
+    #[inline]
     pub(crate) fn index(self) -> usize {
-        self.0 as usize
+        (self.0.get() - 1) as usize
     }
 }
 
@@ -277,23 +286,24 @@ impl Controller {
                 .cfg
                 .prices
                 .price_of(model)
-                .map(|p| self.intern_price(p)),
+                .and_then(|p| self.intern_price(p)),
         }
     }
 
-    fn intern_price(&mut self, p: Price) -> PriceId {
+    fn intern_price(&mut self, p: Price) -> Option<PriceId> {
         match self.prices.iter().position(|q| *q == p) {
-            Some(i) => PriceId(i as u32),
+            Some(i) => PriceId::at(i),
             None => {
+                let id = PriceId::at(self.prices.len())?;
                 self.prices.push(p);
-                PriceId((self.prices.len() - 1) as u32)
+                Some(id)
             }
         }
     }
 
     /// The price behind an id from [`target`](Self::target).
     pub fn price(&self, id: PriceId) -> Option<Price> {
-        self.prices.get(id.0 as usize).copied()
+        self.prices.get(id.index()).copied()
     }
 
     /// The scope of (key, class), created on first use.
@@ -422,7 +432,7 @@ impl Controller {
         let cost = req
             .target
             .price
-            .and_then(|p| self.prices.get(p.0 as usize))
+            .and_then(|p| self.prices.get(p.index()))
             .map(|p| p.worst_case(&amounts))
             .unwrap_or(0);
         if let Some(sp) = &mut self.spend {
@@ -507,7 +517,7 @@ impl Controller {
             }
             let cost = res
                 .price
-                .and_then(|p| self.prices.get(p.0 as usize))
+                .and_then(|p| self.prices.get(p.index()))
                 .map(|p| p.cost(usage))
                 .unwrap_or(0);
             sp.settle(usage.total_tokens(), cost, t);
@@ -1117,9 +1127,7 @@ impl Controller {
 
     /// `n` lane first attempts, counted at `t` (the drain).
     pub(crate) fn lane_firsts(&mut self, n: u64, t: Instant) {
-        for _ in 0..n {
-            self.retry.record_first(t);
-        }
+        self.retry.record_firsts(n, t);
     }
 
     /// Keeps `level + held ≤ capacity` in every bucket, for both of its

@@ -1,7 +1,7 @@
 //! The fast lane of [`Shared`](super::Shared): credit leased from a
 //! scope's buckets under the lock and parked in atomics, so that a common
-//! first attempt is admitted with one compare-and-swap and settled with two
-//! atomic adds, without the lock.
+//! first attempt is admitted with one compare-and-swap and settled with
+//! plain stores into its thread's own stripe, without the lock.
 //!
 //! Why: every `admit` and `settle` through the mutex is a lock session
 //! writing a dozen cache lines; with two threads on one limiter that cost
@@ -12,12 +12,13 @@
 //!
 //! * **Pool.** One `AtomicU64` per scope packs (requests 8 bits, input 27,
 //!   output 27) of credit plus 2 bits of the lane generation, on a 64-byte
-//!   line with the lease instants. Settles add to per-thread stripes (each
-//!   on its own line) and the generation sits on a read-mostly line, so
-//!   with two threads a job moves one line between the cores, as a
-//!   single-bucket limiter's check does (one shared accumulator made it
-//!   two: 290–298 ns per job against 217–227 ns striped, 181–196 ns with
-//!   leases of 64). A lock
+//!   line with the lease instants. Settles go to per-thread stripes
+//!   ([`stripes`](super::stripes), each on its own lines) and the
+//!   generation sits on a read-mostly line, so with two threads a job
+//!   moves one line between the cores, as a single-bucket limiter's check
+//!   does (one shared accumulator made it two: 290–298 ns per job against
+//!   217–227 ns striped, 181–196 ns with leases of 64, 160–167 ns with
+//!   owned stripes). A lock
 //!   holder fills it (a *lease*) after admitting a first attempt through
 //!   the controller: at most [`LEASE_SHAPES`] times that request's amounts,
 //!   never more than the buckets hold now, and only at full ramp rate with
@@ -54,14 +55,18 @@
 //!   never a burst above the capacity: the rate bounds documented in
 //!   [`limits`](super::limits) hold as before. The cost: up to one lease
 //!   (plus one unit) of a nearly full bucket stays unused while it lives.
-//! * **Settle and release** add (estimate, actual) and released amounts to
-//!   packed accumulators; the next lock holder on the scope drains them
-//!   into the ledger and puts the difference back into the buckets (later
-//!   than a locked settle would: conservative). Usage above the estimate
-//!   (debt) takes the lock. An accumulator field past half its range makes
-//!   its settler drain at once; one request adds at most 2²⁴ input and 2²⁰
-//!   output tokens, so an overflow would take over a hundred settlers
-//!   inside one drain's few instructions.
+//! * **Settle and release.** A settle adds (estimate, actual) to its
+//!   thread's stripe of free-running counters: plain stores where the
+//!   thread owns the stripe, atomic adds in the stripe shared by threads
+//!   beyond the owned ones (see [`stripes`](super::stripes): two `lock
+//!   xadd`s were a third of an uncontended job's own cost). A release adds
+//!   to packed accumulators (rarer). The next lock holder on the scope
+//!   drains both into the ledger and puts the difference back into the
+//!   buckets (later than a locked settle would: conservative). Usage above
+//!   the estimate (debt) takes the lock. A release accumulator field past
+//!   half its range makes its releaser drain at once; one request adds at
+//!   most 2²⁴ input and 2²⁰ output tokens, so an overflow would take over a
+//!   hundred releasers inside one drain's few instructions.
 //! * **Ledger.** Lane admissions are the pool's consumption, counted at the
 //!   next lock session on the scope, and then also as first attempts in
 //!   the retry budget, at that session's instant (a retry's own admission
@@ -100,6 +105,7 @@
 
 use super::controller::Controller;
 use super::reservation::{Amounts, Reservation};
+use super::stripes::{Seen, Stripes};
 use super::ScopeId;
 use crate::time::Instant;
 use parking_lot::Mutex;
@@ -131,16 +137,13 @@ const REQ_MAX: u64 = 0xff;
 const GEN_SHIFT: u32 = 62;
 const LOW: u64 = 0xffff_ffff;
 const GUARD: u64 = 1 << 31;
-/// Settled output word: count (8 bits) | actual (28) | estimate (28).
-const OUT_COUNT: u64 = 0xff;
-const OUT_FIELD: u64 = (1 << 28) - 1;
-const OUT_ACT_SHIFT: u32 = 8;
-const OUT_EST_SHIFT: u32 = 36;
 
+#[inline]
 fn pack(gen: u64, a: &Amounts) -> u64 {
     ((gen & 3) << GEN_SHIFT) | (a.requests << REQ_SHIFT) | (a.input << IN_SHIFT) | a.output
 }
 
+#[inline]
 fn unpack(w: u64) -> Amounts {
     Amounts {
         requests: (w >> REQ_SHIFT) & REQ_MAX,
@@ -150,8 +153,9 @@ fn unpack(w: u64) -> Amounts {
 }
 
 /// Nanoseconds since the origin, saturating.
+#[inline]
 pub(crate) fn ns(t: Instant) -> u64 {
-    u64::try_from(t.since_origin().as_nanos()).unwrap_or(u64::MAX)
+    t.as_nanos()
 }
 
 fn instant(ns: u64) -> Instant {
@@ -159,6 +163,7 @@ fn instant(ns: u64) -> Instant {
 }
 
 /// Whether a request of these amounts may use a lane.
+#[inline]
 pub(crate) fn fits(a: &Amounts) -> bool {
     a.requests == 1 && a.input <= INPUT_MAX && a.output <= OUTPUT_MAX
 }
@@ -184,27 +189,6 @@ struct Hot {
 #[derive(Debug, Default)]
 struct Gen(AtomicU64);
 
-/// Settle accumulators are striped by thread, each stripe on its own line:
-/// a settle adds to its thread's stripe, which stays in that core's cache,
-/// and the lock holder's drain sums the stripes. (One shared accumulator
-/// moved its line between the cores on every settle: a job cost two line
-/// transfers where a single-bucket limiter's costs one.)
-const STRIPES: usize = 4;
-
-/// One stripe: settles per generation parity: input estimate (high half) |
-/// actual (low half); output count | actual | estimate (see `OUT_*`).
-#[repr(align(64))]
-#[derive(Debug, Default)]
-struct Stripe([[AtomicU64; 2]; 2]);
-
-thread_local! {
-    /// This thread's stripe, assigned round-robin on first use.
-    static STRIPE: usize = {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES
-    };
-}
-
 /// Releases per generation parity (rarer: their own line): input (high
 /// half) | count (low half); output.
 #[repr(align(64))]
@@ -226,6 +210,8 @@ struct Book {
     last_admit: Option<Instant>,
     /// The request amounts of the last lease.
     shape: Amounts,
+    /// What drains have taken from the settle stripes.
+    seen: Seen,
     /// Per generation parity: admitted and finished (settled, released,
     /// moved) estimates.
     admitted: [Amounts; 2],
@@ -258,7 +244,7 @@ pub(crate) struct Lane {
     scope: ScopeId,
     hot: Hot,
     gen: Gen,
-    settled: [Stripe; STRIPES],
+    settled: Stripes,
     released: Released,
     book: Mutex<Book>,
 }
@@ -324,18 +310,8 @@ impl Lane {
         if self.gen.0.load(Ordering::Acquire) as u32 != gen {
             return Finish::Locked;
         }
-        let stripe = STRIPE.with(|s| *s);
-        let [inp, out] = &self.settled[stripe].0[(gen & 1) as usize];
-        let a = inp.fetch_add((est.input << 32) | actual.input, Ordering::Release);
-        let b = out.fetch_add(
-            (est.output << OUT_EST_SHIFT) | (actual.output << OUT_ACT_SHIFT) | 1,
-            Ordering::Release,
-        );
-        if near(a) || near_out(b) {
-            Finish::Drain
-        } else {
-            Finish::Done
-        }
+        self.settled.add(gen as usize, est, actual);
+        Finish::Done
     }
 
     /// Lock-free release of a reservation of generation `gen`.
@@ -541,28 +517,7 @@ impl Lane {
             0 => 0,
             _ => w.swap(0, Ordering::AcqRel),
         };
-        // Each stripe's words decoded on their own (their fields may not
-        // be summed packed: each is only kept below half its range).
-        let mut settled = [(Amounts::default(), Amounts::default()); 2];
-        for stripe in &self.settled {
-            for (p, [wi, wo]) in stripe.0.iter().enumerate() {
-                let (i, o) = (take(wi), take(wo));
-                if i == 0 && o == 0 {
-                    continue;
-                }
-                let n = o & OUT_COUNT;
-                settled[p].0.add(&Amounts {
-                    requests: n,
-                    input: i >> 32,
-                    output: o >> OUT_EST_SHIFT,
-                });
-                settled[p].1.add(&Amounts {
-                    requests: n,
-                    input: i & LOW,
-                    output: (o >> OUT_ACT_SHIFT) & OUT_FIELD,
-                });
-            }
-        }
+        let settled = self.settled.take(&mut b.seen);
         let released = self.released.0.each_ref().map(|p| p.each_ref().map(take));
         // After the accumulators: every finish taken above has its
         // admission (an earlier CAS) in this load, so it is counted as
@@ -663,15 +618,6 @@ impl Lane {
 #[inline]
 fn near(x: u64) -> bool {
     (x >> 32) >= GUARD || (x & LOW) >= GUARD
-}
-
-/// The settled-output word with a field past half (one add is at most
-/// 2²⁰ tokens and 1 count).
-#[inline]
-fn near_out(x: u64) -> bool {
-    (x & OUT_COUNT) >= 0x80
-        || ((x >> OUT_ACT_SHIFT) & OUT_FIELD) >= 1 << 27
-        || (x >> OUT_EST_SHIFT) >= 1 << 27
 }
 
 #[cfg(test)]

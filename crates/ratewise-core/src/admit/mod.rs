@@ -53,6 +53,7 @@ pub mod retry_budget;
 pub mod shared;
 pub mod spend;
 pub mod stop;
+mod stripes;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,

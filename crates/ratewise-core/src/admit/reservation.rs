@@ -84,11 +84,13 @@ pub(crate) struct LaneTag(AtomicU64);
 impl LaneTag {
     const NOT_MOVED: u64 = u64::MAX;
 
+    #[inline]
     pub const fn new() -> Self {
         LaneTag(AtomicU64::new(Self::NOT_MOVED))
     }
 
     /// The slab id this reservation was moved to by a hold.
+    #[inline]
     pub fn moved(&self) -> Option<ReservationId> {
         let m = self.0.load(Ordering::Acquire);
         (m != Self::NOT_MOVED).then_some(ReservationId {
@@ -97,6 +99,7 @@ impl LaneTag {
         })
     }
 
+    #[inline]
     pub fn set_moved(&self, id: ReservationId) {
         let m = (u64::from(id.slot) << 32) | u64::from(id.generation);
         self.0.store(m, Ordering::Release);
@@ -162,6 +165,7 @@ impl Sent {
 
 impl Reservation {
     /// The lane generation (low 32 bits) of a fast-lane reservation.
+    #[inline]
     pub(crate) fn lane_gen(&self) -> Option<u32> {
         self.is_fast_lane().then_some(self.id.generation)
     }
@@ -170,6 +174,7 @@ impl Reservation {
     /// admitted it (credit leased in advance, no lock taken). Such a
     /// reservation behaves like any other; only its [`id`](Self::id) is
     /// shared with others of its lane.
+    #[inline]
     pub fn is_fast_lane(&self) -> bool {
         self.id.slot == ReservationId::LANE_SLOT
     }

@@ -13,9 +13,10 @@
 //! single-bucket `governor` check with two threads on one limiter. So
 //! [`Shared`] has a *fast lane* per scope (`admit::lane`): credit leased
 //! from the buckets under the lock, parked in atomics, from which a common
-//! first attempt is admitted with one CAS and settled with two atomic adds,
-//! without the lock. Everything that changes admission revokes the
-//! lease first, so decisions are those of the controller; the rate bounds,
+//! first attempt is admitted with one CAS and settled with plain stores
+//! into its thread's stripe, without the lock. Everything that changes
+//! admission revokes the lease first, so decisions are those of the
+//! controller; the rate bounds,
 //! conservation, stops, pauses, ramp and retry budget hold as before (see
 //! the lane module for the argument and the small differences: first
 //! attempts reach the retry budget at the next lock session; lane
@@ -183,6 +184,7 @@ impl Shared {
             .min()
     }
 
+    #[inline]
     fn lane(&self, scope: ScopeId) -> Option<&Lane> {
         self.lanes.get(scope.0 as usize)?.get().map(|b| &**b)
     }
@@ -254,7 +256,7 @@ impl Shared {
     /// when it runs low (with `locked`, or if the lock is free): the other
     /// threads keep taking from the pool meanwhile. The reservation is
     /// built in the caller's return slot (it is large: no copies).
-    #[inline]
+    #[inline(always)]
     fn lane_admit(
         &self,
         req: &AdmitRequest,
@@ -295,6 +297,31 @@ impl Shared {
             released: [0; 4],
             lane: LaneTag::new(),
         }))
+    }
+
+    /// The slow path of [`AdmissionState::admit`]: under the lock.
+    #[inline(never)]
+    fn admit_locked(&self, req: &AdmitRequest, now: Now) -> Admission {
+        let t = now.instant;
+        let mut c = self.ctl.lock();
+        // Another thread may have topped the pool up while this one waited.
+        if let Some(a) = self.lane_admit(req, now, Some(&mut c)) {
+            return a;
+        }
+        let lane = self.lane_or_create(&c, req.target.scope);
+        if let Some(lane) = lane {
+            lane.begin(&mut c, t, self.lease, true);
+        }
+        let a = c.admit(req, now);
+        if let (Some(lane), Admission::Go(r)) = (lane, &a) {
+            if !req.is_retry
+                && lane::fits(&r.amounts)
+                && self.cost(&req.target, &r.amounts).is_some()
+            {
+                lane.lease(&mut c, &r.amounts, t);
+            }
+        }
+        a
     }
 }
 
@@ -337,29 +364,10 @@ impl AdmissionState for Shared {
 
     #[inline]
     fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
-        let t = now.instant;
         if let Some(a) = self.lane_admit(req, now, None) {
             return a;
         }
-        let mut c = self.ctl.lock();
-        // Another thread may have topped the pool up while this one waited.
-        if let Some(a) = self.lane_admit(req, now, Some(&mut c)) {
-            return a;
-        }
-        let lane = self.lane_or_create(&c, req.target.scope);
-        if let Some(lane) = lane {
-            lane.begin(&mut c, t, self.lease, true);
-        }
-        let a = c.admit(req, now);
-        if let (Some(lane), Admission::Go(r)) = (lane, &a) {
-            if !req.is_retry
-                && lane::fits(&r.amounts)
-                && self.cost(&req.target, &r.amounts).is_some()
-            {
-                lane.lease(&mut c, &r.amounts, t);
-            }
-        }
-        a
+        self.admit_locked(req, now)
     }
 
     #[inline]
