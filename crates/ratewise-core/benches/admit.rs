@@ -3,7 +3,14 @@
 //! sharing one limiter. Target: within 2× of governor.
 //!
 //! `cargo bench -p ratewise-core --bench admit` (about 30 s: warm-up 1 s and
-//! measurement 3 s per benchmark are set below).
+//! measurement 3 s per benchmark are set below). At the end it prints the
+//! ratios of this run's means.
+//!
+//! The limiter is [`Shared`], what workers share (its lock-free fast lane
+//! admits first attempts while the buckets hold leased credit). The bare
+//! [`Controller`] line is the state machine alone, without a lock: the path
+//! of every paced, retried or budgeted admission, where the sends are
+//! limited to the provider's rate anyway.
 //!
 //! Both sides read a monotonic clock per operation (governor reads its own;
 //! ratewise is sans-IO, so the benchmark reads `std::time::Instant` and
@@ -13,7 +20,7 @@
 //! (a virtual clock for ratewise, governor's `FakeRelativeClock`) to compare
 //! the arithmetic alone.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use governor::{Quota, RateLimiter};
 use ratewise_core::admit::{
     AdmissionState, AdmitRequest, Config, Controller, Limits, RampConfig, Shared, Target,
@@ -24,6 +31,14 @@ use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime};
 
 const HUGE: u64 = 1_000_000_000_000;
+
+const CONTROLLER: &str = "ratewise admit+settle, 3 buckets, bare Controller";
+const SHARED: &str = "ratewise admit+settle, 3 buckets, Shared";
+const GOVERNOR: &str = "governor check, 1 bucket";
+const CONTROLLER_VIRTUAL: &str = "ratewise admit+settle, 3 buckets, bare Controller, virtual clock";
+const GOVERNOR_FAKE: &str = "governor check, 1 bucket, fake clock";
+const SHARED_2: &str = "ratewise admit+settle, 3 buckets, Shared, 2 threads";
+const GOVERNOR_2: &str = "governor check, 1 bucket, 2 threads";
 
 fn controller() -> (Controller, Target) {
     let mut c = Controller::new(Config {
@@ -77,7 +92,7 @@ fn bench(c: &mut Criterion) {
     let (mut ctl, target) = controller();
     let req = request(target);
     let origin = std::time::Instant::now();
-    g.bench_function("ratewise admit+settle, 3 buckets", |b| {
+    g.bench_function(CONTROLLER, |b| {
         b.iter(|| {
             let n = now(origin);
             if let Some(r) = ctl.admit(black_box(&req), n).go() {
@@ -88,7 +103,7 @@ fn bench(c: &mut Criterion) {
     let (ctl, target) = controller();
     let shared = Shared::new(ctl);
     let req = request(target);
-    g.bench_function("ratewise admit+settle, 3 buckets, Mutex", |b| {
+    g.bench_function(SHARED, |b| {
         b.iter(|| {
             let n = now(origin);
             if let Some(r) = shared.admit(black_box(&req), n).go() {
@@ -97,9 +112,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     let gov = governor_limiter();
-    g.bench_function("governor check, 1 bucket", |b| {
-        b.iter(|| black_box(gov.check().is_ok()))
-    });
+    g.bench_function(GOVERNOR, |b| b.iter(|| black_box(gov.check().is_ok())));
 
     // The arithmetic alone, no clock read: ratewise steps a virtual clock
     // by 1 µs per operation (so the buckets refill and every call is
@@ -107,7 +120,7 @@ fn bench(c: &mut Criterion) {
     let (mut ctl, target) = controller();
     let req = request(target);
     let mut virtual_ns = 0u64;
-    g.bench_function("ratewise admit+settle, 3 buckets, virtual clock", |b| {
+    g.bench_function(CONTROLLER_VIRTUAL, |b| {
         b.iter(|| {
             virtual_ns += 1_000;
             let n = Now::new(
@@ -122,7 +135,7 @@ fn bench(c: &mut Criterion) {
         Quota::per_second(NonZeroU32::MAX),
         governor::clock::FakeRelativeClock::default(),
     );
-    g.bench_function("governor check, 1 bucket, fake clock", |b| {
+    g.bench_function(GOVERNOR_FAKE, |b| {
         b.iter(|| black_box(fake.check().is_ok()))
     });
 
@@ -131,7 +144,7 @@ fn bench(c: &mut Criterion) {
     let (ctl, target) = controller();
     let shared = Shared::new(ctl);
     let req = request(target);
-    g.bench_function("ratewise admit+settle, 3 buckets, 2 threads", |b| {
+    g.bench_function(SHARED_2, |b| {
         b.iter_custom(|iters| {
             let start = std::time::Instant::now();
             std::thread::scope(|s| {
@@ -179,7 +192,7 @@ fn bench(c: &mut Criterion) {
         });
     }
     let gov = governor_limiter();
-    g.bench_function("governor check, 1 bucket, 2 threads", |b| {
+    g.bench_function(GOVERNOR_2, |b| {
         b.iter_custom(|iters| {
             let start = std::time::Instant::now();
             std::thread::scope(|s| {
@@ -198,4 +211,45 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    print_ratios();
+}
+
+/// This run's time of one benchmark of the group, in ns: criterion's
+/// estimate it prints as `time:` (the slope where it fits one, else the
+/// mean); `None` when the benchmark was filtered out.
+fn time_ns(name: &str) -> Option<f64> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let path = target
+        .join("criterion/admission")
+        .join(name)
+        .join("new/estimates.json");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    ["slope", "mean"]
+        .iter()
+        .find_map(|k| json[k]["point_estimate"].as_f64())
+}
+
+fn print_ratios() {
+    let pairs = [
+        ("uncontended", SHARED, GOVERNOR),
+        ("2 threads", SHARED_2, GOVERNOR_2),
+        ("uncontended, bare Controller", CONTROLLER, GOVERNOR),
+        (
+            "no clock, bare Controller",
+            CONTROLLER_VIRTUAL,
+            GOVERNOR_FAKE,
+        ),
+    ];
+    println!("ratewise / governor, this run's figures (target: within 2x):");
+    for (case, ours, theirs) in pairs {
+        if let (Some(a), Some(b)) = (time_ns(ours), time_ns(theirs)) {
+            println!("  {case:<30} {a:>7.1} ns / {b:>6.1} ns = {:.2}x", a / b);
+        }
+    }
+}
