@@ -63,6 +63,12 @@ impl Instant {
         self.0
     }
 
+    /// An instant `ns` nanoseconds after the origin.
+    #[inline]
+    pub const fn from_nanos(ns: u64) -> Self {
+        Instant(ns)
+    }
+
     /// `self - earlier`, or zero when `earlier` is later.
     #[inline]
     pub fn saturating_duration_since(self, earlier: Instant) -> Duration {

@@ -159,7 +159,7 @@ pub(crate) fn ns(t: Instant) -> u64 {
 }
 
 fn instant(ns: u64) -> Instant {
-    Instant::from_origin(Duration::from_nanos(ns))
+    Instant::from_nanos(ns)
 }
 
 /// Whether a request of these amounts may use a lane.
