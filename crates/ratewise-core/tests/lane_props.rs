@@ -627,3 +627,79 @@ fn observe_sent_of_a_lane_reservation_syncs_with_the_lease_counted() {
     }
     assert!(s.ledger().conserved());
 }
+
+/// Drains racing lock-free settles never give back credit that was used.
+/// Time stands still (no refill) and every usage equals its estimate, so
+/// the input credit must end at exactly its capacity less the net input
+/// taken, however the drains (`Shared::ledger`, on another thread) cut
+/// through settles being written. (A drain that took a settle's actual
+/// before its estimate used to put back the whole estimate at the next
+/// drain: 10⁵ tokens minted in a few seconds.)
+#[test]
+fn drains_racing_settles_never_mint_credit() {
+    const BIG: u64 = 1_000_000_000_000;
+    let s = Shared::new(Controller::new(Config {
+        limits: Limits {
+            requests: Some(BIG),
+            input_tokens: Some(BIG),
+            output_tokens: Some(BIG),
+            tokens: None,
+        },
+        ramp: RampConfig {
+            start: 1000,
+            ..RampConfig::default()
+        },
+        ..Config::default()
+    }));
+    let target = s.target("k", "claude-sonnet-4-5");
+    let now = now_at(Instant::ZERO);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut fast = 0u64;
+    let mut drains = 0u64;
+    std::thread::scope(|sc| {
+        let settler = sc.spawn(|| {
+            let mut fast = 0u64;
+            for i in 0..200_000u64 {
+                let mut req = AdmitRequest::new(target);
+                req.input_estimate = Some(1_000 + i % 3);
+                req.max_tokens = Some(500);
+                if let Admission::Go(r) = s.admit(&req, now) {
+                    fast += u64::from(r.is_fast_lane());
+                    let a = r.amounts();
+                    let u = Usage {
+                        input_tokens: a.input,
+                        output_tokens: a.output,
+                        ..Usage::default()
+                    };
+                    s.settle(r, &u, now);
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            fast
+        });
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(s.ledger().conserved());
+            drains += 1;
+        }
+        fast = settler.join().unwrap();
+    });
+    let l = s.ledger();
+    assert!(l.conserved(), "{l:?}");
+    assert!(
+        fast > 100_000 && drains > 0,
+        "{fast} lane admissions, {drains} drains"
+    );
+    let taken = l.reserved.input as i64 - l.released.input as i64 - l.settled.input as i64
+        + l.charged.input as i64;
+    let credit = {
+        let mut c = s.lock();
+        c.snapshot(target.scope, now).unwrap().credits[1].unwrap()
+    };
+    let cap = capacity_for(BIG, Burst::default().credit) as i64;
+    assert_eq!(
+        credit,
+        cap - taken,
+        "{} tokens minted",
+        credit - (cap - taken)
+    );
+}

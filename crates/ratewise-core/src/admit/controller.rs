@@ -1243,6 +1243,27 @@ impl Controller {
         actual: &Amounts,
         t: Instant,
     ) {
+        self.lane_drained(scope, est, actual, t);
+        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+            if s.ramp.calm(&self.cfg.ramp, t) {
+                apply_ramp(s, t);
+            }
+        }
+    }
+
+    /// Lane settles drained in aggregate: per bucket, puts back what the
+    /// estimates held beyond the actual usage, or charges usage beyond
+    /// them. Signed per bucket, not a saturating difference: a drain may
+    /// see part of a settle still being written (its actual before its
+    /// estimate), and the next drain brings the rest; the two corrections
+    /// then add up to the settle's.
+    pub(crate) fn lane_drained(
+        &mut self,
+        scope: ScopeId,
+        est: &Amounts,
+        actual: &Amounts,
+        t: Instant,
+    ) {
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;
         };
@@ -1255,9 +1276,6 @@ impl Controller {
                     b.charge(a - r, t);
                 }
             }
-        }
-        if s.ramp.calm(&self.cfg.ramp, t) {
-            apply_ramp(s, t);
         }
     }
 }

@@ -85,11 +85,16 @@
 //!   aggregate). So a lane reservation expires between one and two lease
 //!   times after admission (slab ones after one) — [`Shared::expire`] and
 //!   [`Shared::next_wakeup`] include them. Only reservations of the
-//!   current generation settle without the lock; older ones take it, so a
-//!   settle never races the close of its generation, unless a settler is
-//!   descheduled between two instructions for a whole lease (10 min by
-//!   default). A settle of an expired lane reservation is a stale handle:
-//!   like the controller's, it charges the actual usage in full.
+//!   current generation settle without the lock; older ones take it. A
+//!   settle of an expired lane reservation is a stale handle: like the
+//!   controller's, it charges the actual usage in full. That includes a
+//!   lock-free settle that passed its generation check just as a lock
+//!   holder closed the generation (the current one closes at once when its
+//!   latest admission is a lease old): it lands in the closed generation's
+//!   parity, which holds nothing else until the next generation of that
+//!   parity begins, a lease later, so the next drain knows it for stale.
+//!   Only a settler descheduled between two instructions for a whole lease
+//!   (10 min by default) could be counted in the wrong generation.
 //! * `hold_unknown` on a lane reservation moves it into the controller's
 //!   slab, held; the reservation remembers its slab id (one atomic word in
 //!   it, set through `&Reservation`), and resolves, settles or releases
@@ -524,14 +529,26 @@ impl Lane {
         // reserved before it is counted as settled or released.
         let w = self.hot.pool.load(Ordering::Acquire);
         self.account(b, ctl, w, t);
+        // The parity of the generation before the current one, once that
+        // one is closed, holds only finishes that lost a race with its
+        // close (a settler past its generation check while a lock holder
+        // closed the generation, releasing the reservation): stale handles,
+        // handled as `finish_locked` handles an expired reservation.
+        let cur = (b.gen & 1) as usize;
+        let prev_closed = b.gen == 0 || b.gen - 1 < b.open_from;
         for p in 0..2 {
             let (est, act) = settled[p];
+            if p != cur && prev_closed {
+                if !act.is_zero() {
+                    ctl.lane_drained(self.scope, &Amounts::default(), &act, t);
+                    ctl.slab_mut().charge(&act);
+                }
+                continue;
+            }
             if !est.is_zero() || !act.is_zero() {
                 ctl.slab_mut().lane_settled(&est, &act);
                 b.finished[p].add(&est);
-                let mut back = est;
-                back.sub(&act);
-                ctl.lane_put_back(self.scope, &back, false, t);
+                ctl.lane_drained(self.scope, &est, &act, t);
             }
             let [ri, ro] = released[p];
             let rel = Amounts {
@@ -623,6 +640,63 @@ fn near(x: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admit::{Config, Limits, RampConfig};
+
+    /// A settle that passed its generation check just as a lock holder
+    /// closed that generation (quietly: its latest admission a lease old)
+    /// writes into the closed generation's parity afterwards. The next
+    /// drain treats it as a stale handle: the close already released the
+    /// reservation, so the settle charges its actual usage and is not
+    /// counted as settled (nor its estimate put back a second time).
+    #[test]
+    fn a_settle_that_loses_the_race_with_its_close_is_stale() {
+        let lease = Duration::from_secs(600);
+        let mut ctl = Controller::new(Config {
+            limits: Limits {
+                requests: Some(1_000_000),
+                input_tokens: Some(1_000_000_000),
+                output_tokens: Some(1_000_000_000),
+                tokens: None,
+            },
+            ramp: RampConfig {
+                start: 1000,
+                idle_after: Duration::from_secs(3600),
+                ..RampConfig::default()
+            },
+            lease,
+            ..Config::default()
+        });
+        let scope = ctl.target("k", "claude-sonnet-4-5").scope;
+        let lane = Lane::new(scope);
+        let shape = Amounts {
+            requests: 1,
+            input: 1_000,
+            output: 500,
+        };
+        let t0 = Instant::ZERO;
+        lane.lease(&mut ctl, &shape, t0);
+        let (gen, _) = lane.try_admit(&shape, 0, u64::MAX).expect("leased");
+        // A lease later the generation is quiet: the lock session closes it
+        // at once, releasing the reservation.
+        let t1 = t0 + lease + Duration::from_secs(1);
+        assert_eq!(lane.begin(&mut ctl, t1, lease, true), 1);
+        let before = ctl.ledger();
+        assert_eq!(before.released.requests, 1);
+        // The settler's write, after the close.
+        let actual = Amounts {
+            requests: 1,
+            input: 700,
+            output: 300,
+        };
+        lane.settled.add(gen as usize, &shape, &actual);
+        lane.begin(&mut ctl, t1, lease, false);
+        let after = ctl.ledger();
+        assert!(after.conserved(), "{after:?}");
+        assert_eq!(after.settled, before.settled);
+        assert_eq!(after.released, before.released);
+        assert_eq!(after.charged.input - before.charged.input, 700);
+        assert_eq!(after.outstanding.requests, 0);
+    }
 
     #[test]
     fn pack_round_trips() {

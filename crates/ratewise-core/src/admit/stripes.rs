@@ -21,10 +21,14 @@
 //!   and takes the difference.
 //! * A settle writes its amounts, then its count (release); a drain reads
 //!   the count first (acquire), so every counted settle's amounts are
-//!   included. A drain may also take amounts of a settle whose count it
-//!   has not seen yet: they are counted as finished a drain early, which
-//!   the lane's books allow (they only need every finish to come after its
-//!   admission).
+//!   included. A drain may also take part of a settle still being written
+//!   (say its actual input but not yet its estimate): the lane's books
+//!   allow that (they only need every finish to come after its admission),
+//!   and the buckets are corrected with a sign per dimension
+//!   (`Controller::lane_drained`), so the part taken now and the rest
+//!   taken at the next drain add up to the settle's correction. (A
+//!   saturating `estimate − actual` would have put back the whole estimate
+//!   of a settle whose actual came one drain early: credit that was used.)
 
 use super::reservation::Amounts;
 use std::cell::{Cell, OnceCell};
@@ -94,8 +98,10 @@ fn claim() -> usize {
     if idx != SHARED {
         // Without a destructor (the thread is ending) the claim could never
         // be given back: do not keep it.
+        // (A refused claim is forgotten, not dropped: its destructor would
+        // give the stripe back a second time.)
         let kept = CLAIM
-            .try_with(|c| c.set(Claim(idx)).is_ok())
+            .try_with(|c| c.set(Claim(idx)).map_err(std::mem::forget).is_ok())
             .unwrap_or(false);
         if !kept {
             CLAIMED.fetch_and(!(1 << idx), Ordering::Release);
