@@ -404,7 +404,7 @@ fn two_threads_conserve_and_stay_within_the_buckets() {
 }
 
 /// The same with more threads than a lane has stripes to own (8): the
-/// threads beyond them settle into a shared stripe with atomic adds.
+/// threads beyond them settle into shared stripes with atomic adds.
 #[test]
 fn more_threads_than_stripes_conserve_and_stay_within_the_buckets() {
     threads_conserve_and_stay_within_the_buckets(11, 8_000);

@@ -14,7 +14,7 @@
 //!   claim a stripe index for as long as they live (a thread-local value
 //!   whose destructor gives it back). The index is the same in every lane
 //!   of every limiter, so ownership is per thread, not per lane. Further
-//!   threads share one stripe, with atomic adds.
+//!   threads share four stripes (round-robin), with atomic adds.
 //! * Each stripe holds free-running wrapping counters: nothing is ever
 //!   reset, so there is no overflow to guard against and no drain forced
 //!   by one. The lock holder keeps what it has already taken ([`Seen`])
@@ -36,10 +36,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Stripes that a thread may own.
 pub(crate) const OWNED: usize = 8;
-/// The stripe of every thread beyond those (atomic adds).
+/// Stripes for the threads beyond those, taken round-robin (atomic adds):
+/// a large pool of settling threads spreads over several lines.
+const SHARED_STRIPES: usize = 4;
+/// The first shared stripe (also where a thread's settles go once its
+/// owned stripe is given back, during its teardown).
 const SHARED: usize = OWNED;
 /// All stripes.
-const STRIPES: usize = OWNED + 1;
+const STRIPES: usize = OWNED + SHARED_STRIPES;
 const UNCLAIMED: u8 = u8::MAX;
 
 /// Words of one parity: input estimate, input actual, output estimate,
@@ -73,7 +77,7 @@ impl Drop for Claim {
 fn stripe() -> (usize, bool) {
     let s = STRIPE.try_with(Cell::get).unwrap_or(SHARED as u8);
     let s = if s == UNCLAIMED { claim() } else { s as usize };
-    (s, s != SHARED)
+    (s, s < OWNED)
 }
 
 #[cold]
@@ -82,7 +86,7 @@ fn claim() -> usize {
     let mut idx = loop {
         let free = !bits & ((1 << OWNED) - 1);
         if free == 0 {
-            break SHARED;
+            break shared_stripe();
         }
         let i = free.trailing_zeros();
         match CLAIMED.compare_exchange_weak(
@@ -95,7 +99,7 @@ fn claim() -> usize {
             Err(b) => bits = b,
         }
     };
-    if idx != SHARED {
+    if idx < OWNED {
         // Without a destructor (the thread is ending) the claim could never
         // be given back: do not keep it.
         // (A refused claim is forgotten, not dropped: its destructor would
@@ -105,11 +109,17 @@ fn claim() -> usize {
             .unwrap_or(false);
         if !kept {
             CLAIMED.fetch_and(!(1 << idx), Ordering::Release);
-            idx = SHARED;
+            idx = shared_stripe();
         }
     }
     let _ = STRIPE.try_with(|s| s.set(idx as u8));
     idx
+}
+
+/// A shared stripe for a thread that owns none, round-robin.
+fn shared_stripe() -> usize {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    OWNED + NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARED_STRIPES
 }
 
 /// One stripe: per generation parity, the [`WORDS`] counters, on lines of
@@ -283,7 +293,10 @@ mod tests {
                 output: n
             }
         );
-        assert!(s.0[SHARED].0[1][COUNT].load(Ordering::Relaxed) > 0);
+        let shared = s.0[OWNED..]
+            .iter()
+            .map(|st| st.0[1][COUNT].load(Ordering::Relaxed));
+        assert!(shared.sum::<u64>() > 0);
     }
 
     #[test]
