@@ -20,8 +20,15 @@ use std::time::{Duration, SystemTime};
 /// moved by value on the admission path). That spans 584 years from the
 /// origin; later instants saturate there, which still compares as the far
 /// future.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Instant(u64);
+
+/// As the time since the origin (`Instant(1.5s)`), not raw nanoseconds.
+impl std::fmt::Debug for Instant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Instant").field(&self.since_origin()).finish()
+    }
+}
 
 /// Whole nanoseconds of `d`, saturating at `u64::MAX`.
 #[inline]
@@ -274,6 +281,7 @@ mod tests {
         assert_eq!(t.since_origin(), Duration::new(3, 7));
         assert_eq!(t + Duration::from_nanos(5) - t, Duration::from_nanos(5));
         assert_eq!(Instant::ZERO - t, Duration::ZERO);
+        assert_eq!(format!("{:?}", Instant::from_millis(1500)), "Instant(1.5s)");
     }
 
     #[test]
