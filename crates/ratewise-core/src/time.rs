@@ -26,7 +26,9 @@ pub struct Instant(u64);
 /// As the time since the origin (`Instant(1.5s)`), not raw nanoseconds.
 impl std::fmt::Debug for Instant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Instant").field(&self.since_origin()).finish()
+        f.debug_tuple("Instant")
+            .field(&self.since_origin())
+            .finish()
     }
 }
 

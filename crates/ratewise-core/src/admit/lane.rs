@@ -57,12 +57,13 @@
 //!   (plus one unit) of a nearly full bucket stays unused while it lives.
 //! * **Settle and release.** A settle adds (estimate, actual) to its
 //!   thread's stripe of free-running counters: plain stores where the
-//!   thread owns the stripe, atomic adds in the stripe shared by threads
+//!   thread owns the stripe, atomic adds in the stripes shared by threads
 //!   beyond the owned ones (see [`stripes`](super::stripes): two `lock
 //!   xadd`s were a third of an uncontended job's own cost). A release adds
 //!   to packed accumulators (rarer). The next lock holder on the scope
-//!   drains both into the ledger and puts the difference back into the
-//!   buckets (later than a locked settle would: conservative). Usage above
+//!   drains both into the ledger and corrects the buckets by the
+//!   difference, with its sign (later than a locked settle would:
+//!   conservative). Usage above
 //!   the estimate (debt) takes the lock. A release accumulator field past
 //!   half its range makes its releaser drain at once; one request adds at
 //!   most 2²⁴ input and 2²⁰ output tokens, so an overflow would take over a
@@ -157,7 +158,7 @@ fn unpack(w: u64) -> Amounts {
     }
 }
 
-/// Nanoseconds since the origin, saturating.
+/// Nanoseconds since the origin.
 #[inline]
 pub(crate) fn ns(t: Instant) -> u64 {
     t.as_nanos()

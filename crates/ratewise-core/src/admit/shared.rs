@@ -16,11 +16,11 @@
 //! first attempt is admitted with one CAS and settled with plain stores
 //! into its thread's stripe, without the lock. Everything that changes
 //! admission revokes the lease first, so decisions are those of the
-//! controller; the rate bounds,
-//! conservation, stops, pauses, ramp and retry budget hold as before (see
-//! the lane module for the argument and the small differences: first
-//! attempts reach the retry budget at the next lock session; lane
-//! reservations expire between one and two lease times).
+//! controller; the rate bounds, conservation, stops, pauses, ramp and
+//! retry budget hold as before (see the lane module for the argument and
+//! the small differences: first attempts reach the retry budget at the
+//! next lock session; lane reservations expire between one and two lease
+//! times).
 
 use super::bucket::CreditMark;
 use super::controller::{Admission, AdmitRequest, Controller, ScopeSnapshot, Target};
