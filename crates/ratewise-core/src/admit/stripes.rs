@@ -163,8 +163,9 @@ impl Stripes {
         for (stripe, seen) in self.0.iter().zip(&mut seen.0) {
             for (p, (w, seen)) in stripe.0.iter().zip(seen).enumerate() {
                 // The count first: most stripes are idle, and a count that
-                // moved brings its settles' amounts with it. (Amounts of a
-                // settle still being written wait for its count.)
+                // moved brings its settles' amounts with it. (A stripe whose
+                // count has not moved is skipped even with a settle half
+                // written: its amounts wait for its count.)
                 let n = w[COUNT].load(Ordering::Acquire);
                 if n == seen[COUNT] {
                     continue;
