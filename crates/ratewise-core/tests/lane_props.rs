@@ -677,9 +677,12 @@ fn drains_racing_settles_never_mint_credit() {
             done.store(true, std::sync::atomic::Ordering::Release);
             fast
         });
-        while !done.load(std::sync::atomic::Ordering::Acquire) {
+        loop {
             assert!(s.ledger().conserved());
             drains += 1;
+            if done.load(std::sync::atomic::Ordering::Acquire) {
+                break;
+            }
         }
         fast = settler.join().unwrap();
     });
