@@ -52,6 +52,8 @@ fn controller() -> Controller {
             requests: Some(600),
             ..Limits::NONE
         },
+        // These tests read views against a known minute-long credit.
+        burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
         ..Config::default()
     })
 }

@@ -100,6 +100,7 @@ proptest! {
     fn buckets_bound_the_rate_conserve_and_respect_stops(ops in proptest::collection::vec(op(), 1..400), ramp in any::<bool>()) {
         let mut c = Controller::new(Config {
             limits: Limits { requests: Some(RPM), input_tokens: Some(ITPM), ..Limits::NONE },
+            burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
             ramp: ratewise_core::admit::RampConfig {
                 start: if ramp { 100 } else { 1000 },
                 ..Default::default()
@@ -307,6 +308,7 @@ proptest! {
         const LIMIT: u64 = 60_000;
         let mut c = Controller::new(Config {
             limits: Limits { input_tokens: Some(LIMIT), ..Limits::NONE },
+            burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
             ramp: ratewise_core::admit::RampConfig { start: 1000, ..Default::default() },
             ..Config::default()
         });

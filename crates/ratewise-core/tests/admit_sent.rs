@@ -27,7 +27,7 @@ fn controller() -> (Controller, Target) {
             start: 1000,
             ..RampConfig::default()
         },
-        burst: Burst::uniform(Duration::from_secs(60)),
+        burst: Burst::uniform(Duration::from_secs(60)).with_known_credit(Duration::from_secs(60)),
         ..Config::default()
     });
     let target = c.target("k", "claude-sonnet-4-5");

@@ -40,7 +40,8 @@ fn rpm(n: u64) -> Config {
 /// larger token burst is covered by its own test below).
 fn base() -> Config {
     Config {
-        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(1)),
+        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(1))
+            .with_known_credit(Duration::from_secs(60)),
         ..Config::default()
     }
 }
@@ -381,7 +382,8 @@ fn header_sync_lowers_to_the_server_view_without_oscillating() {
             start: 1000,
             ..RampConfig::default()
         },
-        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(60)),
+        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(60))
+            .with_known_credit(Duration::from_secs(60)),
         ..base()
     });
     let target = c.target("k", "claude-sonnet-4");
@@ -471,7 +473,9 @@ fn spend_budget_never_exceeds_and_stops_until_the_window_resets() {
             ..SpendConfig::default()
         }),
         prices,
-        ..base()
+        // Limits far away: the spend budget alone gates (with none known,
+        // a second request would wait for the first's answer).
+        ..rpm(1_000_000)
     });
     let target = c.target("k", "claude-sonnet-4-5");
     let mut req = AdmitRequest::new(target);

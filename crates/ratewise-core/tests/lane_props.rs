@@ -45,6 +45,7 @@ fn shared(ramp: bool, ratio: u32, min: u32) -> Shared {
             min_retries: min,
         },
         lease: LEASE,
+        burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
         ..Config::default()
     }))
 }
@@ -649,6 +650,7 @@ fn drains_racing_settles_never_mint_credit() {
             start: 1000,
             ..RampConfig::default()
         },
+        burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
         ..Config::default()
     }));
     let target = s.target("k", "claude-sonnet-4-5");

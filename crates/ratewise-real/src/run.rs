@@ -209,7 +209,7 @@ pub async fn run(
             policy: policy(scenario),
             provider: Some(scenario.provider),
             key_label: KEY.to_owned(),
-            seed: scenario.seed,
+            seed: Some(scenario.seed),
             ..Config::default()
         },
         state,

@@ -53,8 +53,11 @@ pub struct Config {
     /// Most bytes held back before the first content event; past it the
     /// stream commits (default 64 KiB).
     pub max_held_bytes: usize,
-    /// Seed of the jitter source (default fixed, so runs repeat).
-    pub seed: u64,
+    /// Seed of the jitter source. `None` (the default) seeds it from the
+    /// operating system's entropy, so two layers — in one process or in a
+    /// fleet of replicas — draw different jitter and spread out; a fixed
+    /// seed makes a run with one worker repeat exactly (tests, `--real`).
+    pub seed: Option<u64>,
 }
 
 impl Default for Config {
@@ -69,7 +72,7 @@ impl Default for Config {
             job_headers: true,
             commit_point: CommitPoint::FirstByte,
             max_held_bytes: 64 << 10,
-            seed: 0x7261_7465,
+            seed: None,
         }
     }
 }

@@ -96,8 +96,9 @@ impl ServerView {
     /// The levels the view allows, in scaled units: `[lo, hi)`. A remaining
     /// is a whole number rounded down; one that is a multiple of the
     /// rounding granularity may have been rounded down by up to it. A
-    /// reset implies one level.
-    fn range(&self, rounding: u64) -> Option<(i128, i128)> {
+    /// reset implies one level: the bucket is full (`credit_cap`, the
+    /// capacity as modelled) after `until_full` of refill at its limit.
+    fn range(&self, rounding: u64, credit_cap: i128) -> Option<(i128, i128)> {
         let mut range: Option<(i128, i128)> = self.remaining.map(|r| {
             let step = if rounding > 0 && r % rounding == 0 {
                 rounding
@@ -108,12 +109,15 @@ impl ServerView {
         });
         if let Some((limit, until_full)) = self.until_full {
             let limit = limit.clamp(1, MAX_LIMIT);
-            let left_ns = NS_PER_MIN.saturating_sub(until_full.as_nanos());
+            let until_ns = until_full.as_nanos().min(NS_PER_MIN);
             // limit · 1000 scaled units per ns at full rate; ≤ 2⁴⁰·2¹⁰·2³⁶.
-            let implied = i128::from(limit) * 1000 * left_ns as i128;
-            range = Some(range.map_or((implied, implied), |(lo, hi)| {
-                (lo.min(implied), hi.min(implied))
-            }));
+            // Never below empty: a reset further away than the modelled
+            // capacity refills says the capacity is larger, not a debt.
+            let implied = (credit_cap - i128::from(limit) * 1000 * until_ns as i128).max(0);
+            // Read like a whole-unit remaining: a credit that has refilled
+            // to the implied level exactly is within the view.
+            let (ilo, ihi) = (implied, implied + SCALE);
+            range = Some(range.map_or((ilo, ihi), |(lo, hi)| (lo.min(ilo), hi.min(ihi))));
         }
         range
     }
@@ -418,8 +422,9 @@ impl Bucket {
 
     /// Header sync from a `-reset`: the server's bucket of `limit` units per
     /// minute is full again `until_full` from now, so — refilling at `limit`
-    /// per minute — it holds about `limit · (1 min − until_full) / 1 min`
-    /// units now (none when `until_full` is a minute or more). When that is
+    /// per minute up to the credit capacity `C` — it holds about `C −
+    /// limit · until_full / 1 min` units now (for the minute-long credit of
+    /// [`new`](Self::new), `limit · (1 min − until_full) / 1 min`). When that is
     /// lower than the local credit, it wins;
     /// like [`sync_remaining`](Self::sync_remaining) it never raises the
     /// credit. The credit then refills from there at the limit, so a
@@ -524,7 +529,7 @@ impl Bucket {
         rounding: u64,
         now: Instant,
     ) -> bool {
-        let Some((lo, hi)) = view.range(rounding) else {
+        let Some((lo, hi)) = view.range(rounding, self.credit_cap) else {
             return false;
         };
         self.refill(now);
@@ -561,7 +566,7 @@ impl Bucket {
     /// assert_eq!(b.surplus(&view(40), mark, 0), Some(0));
     /// ```
     pub fn surplus(&self, view: &ServerView, mark: CreditMark, rounding: u64) -> Option<u64> {
-        let (lo, _) = view.range(rounding)?;
+        let (lo, _) = view.range(rounding, self.credit_cap)?;
         let then = self.credit_then(mark);
         let over = (lo - then).max(0);
         // Rounding up, less a mark's resolution: a mark is the credit
@@ -591,6 +596,16 @@ impl Bucket {
         self.refill(now);
         self.limit = limit.clamp(1, MAX_LIMIT);
         self.capacity = capacity.max(1);
+        self.credit_capacity = credit.max(1);
+        self.recompute();
+    }
+
+    /// Changes the credit capacity alone (what the provider's bucket is
+    /// taken to hold), keeping the level: a capacity learned larger does
+    /// not fill the credit (the server's view raises it, see
+    /// [`refund`](Self::refund)); a smaller one clamps it.
+    pub fn set_credit_capacity(&mut self, credit: u64, now: Instant) {
+        self.refill(now);
         self.credit_capacity = credit.max(1);
         self.recompute();
     }

@@ -6,7 +6,9 @@ use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::ramp::{Ramp, RampConfig};
-use super::reservation::{Amounts, Exit, LaneTag, Ledger, Removed, Reservation, Sent, Slab};
+use super::reservation::{
+    Amounts, Exit, LaneTag, Ledger, Removed, Reservation, ReservationId, Sent, Slab,
+};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
@@ -53,8 +55,11 @@ pub struct Config {
     /// round them to thousands), so it is read as a range; any other value
     /// is exact (default 1000).
     pub token_dead_band: u64,
-    /// Seed of the jitter source.
-    pub seed: u64,
+    /// Seed of the jitter source: `None` (the default) draws one from the
+    /// operating system's entropy when the controller is built, so replicas
+    /// of a fleet spread their jitter; a fixed seed makes every decision
+    /// reproducible (tests, the simulator).
+    pub seed: Option<u64>,
 }
 
 impl Default for Config {
@@ -72,7 +77,7 @@ impl Default for Config {
             lease: Duration::from_secs(600),
             pause_jitter: Duration::from_millis(500),
             token_dead_band: 1000,
-            seed: 0x5eed,
+            seed: None,
         }
     }
 }
@@ -149,6 +154,11 @@ pub enum WaitReason {
     Paused,
     /// The spend budget is committed to in-flight requests.
     SpendInFlight,
+    /// No limit is known for the scope yet and one request is out to learn
+    /// them from its answer's headers (a cold start into unknown limits
+    /// sends one request, not the whole backlog). Waiters are woken when
+    /// it ends; `until` is a recheck.
+    Probe,
 }
 
 /// The answer to [`Controller::admit`].
@@ -234,7 +244,31 @@ struct ScopeState {
     /// server), per bucket: a response's view is read net of what was
     /// given back since its request was admitted.
     released: [u64; 4],
+    /// Per bucket, the most the server has shown its bucket to hold (its
+    /// largest `*-remaining`, plus the request itself where it was
+    /// charged): a lower bound on the provider's capacity, which sizes the
+    /// credit ([`Burst::credit_units`]).
+    seen: [u64; 4],
+    /// The request out to learn the limits while none is known.
+    probe: Option<ReservationId>,
+    /// An answer from the server has been read for this scope: with no
+    /// limit known after it, the provider publishes none and there is
+    /// nothing to wait for.
+    heard: bool,
 }
+
+impl ScopeState {
+    /// Whether admissions must wait for a first answer: no limit is
+    /// configured or learned, and none has been heard yet.
+    fn needs_probe(&self) -> bool {
+        !self.heard && Limits::combine(&self.configured, &self.learned) == Limits::NONE
+    }
+}
+
+/// How often a request waiting on a scope's probe asks again, as a bound:
+/// drivers wake waiters when a reservation ends, so this matters only for
+/// a driver that does not.
+pub const PROBE_RECHECK: Duration = Duration::from_millis(200);
 
 /// Admission control for many (key, model class) scopes. Plain `&mut self`
 /// and explicit time: wrap it in a lock (see
@@ -259,7 +293,7 @@ impl Controller {
         Controller {
             retry: RetryBudget::new(cfg.retry_budget),
             spend: cfg.spend.map(SpendBudget::new),
-            rng: fastrand::Rng::with_seed(cfg.seed),
+            rng: fastrand::Rng::with_seed(cfg.seed.unwrap_or_else(crate::decide::entropy_seed)),
             keys: Vec::new(),
             key_index: HashMap::new(),
             scopes: Vec::new(),
@@ -342,6 +376,9 @@ impl Controller {
             paused_until: None,
             last_call: None,
             released: [0; 4],
+            seen: [0; 4],
+            probe: None,
+            heard: false,
         };
         rebuild_buckets(&mut st, self.cfg.burst, Instant::ZERO);
         let id = self.scopes.len() as u32;
@@ -401,6 +438,14 @@ impl Controller {
                 return wait_or_refuse(p + jitter, WaitReason::Paused, req.deadline);
             }
             s.paused_until = None;
+        }
+        let probing = s.needs_probe();
+        if probing {
+            if let Some(p) = s.probe {
+                if self.slab.is_live(p) {
+                    return wait_or_refuse(t + PROBE_RECHECK, WaitReason::Probe, req.deadline);
+                }
+            }
         }
         if idle {
             restart_ramp(s, &self.cfg.ramp, t);
@@ -463,6 +508,9 @@ impl Controller {
             self.retry.record_first(t);
         }
         let id = self.slab.insert(req.target.scope, amounts, cost, t);
+        if probing {
+            s.probe = Some(id);
+        }
         Admission::Go(Reservation {
             id,
             scope: req.target.scope,
@@ -490,6 +538,14 @@ impl Controller {
         };
         let removed = self.slab.remove(res.id, Exit::Settled);
         let live = removed.is_some();
+        if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
+            // The probe was answered: whatever its headers taught (a driver
+            // that never observes taught nothing, and waits no longer).
+            if s.probe == Some(res.id) {
+                s.probe = None;
+                s.heard = true;
+            }
+        }
         // A held reservation's buckets may have part of it back already.
         let refunded = removed.map_or([0; 4], |r| r.refunded);
         let Some(s) = self.scopes.get_mut(res.scope.0 as usize) else {
@@ -561,6 +617,12 @@ impl Controller {
     /// [`resolve_unknown`](Self::resolve_unknown).
     pub fn hold_unknown(&mut self, res: &Reservation, _now: Now) {
         self.slab.hold(res.id);
+        // A probe with no answer taught nothing: the next request probes.
+        if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
+            if s.probe == Some(res.id) {
+                s.probe = None;
+            }
+        }
     }
 
     /// Resolves an unknown outcome: with usage it is settled, without (the
@@ -664,11 +726,6 @@ impl Controller {
                 merged.set(d, Some(v));
             }
         }
-        if merged != s.learned {
-            s.learned = merged;
-            rebuild_buckets(s, burst, t);
-        }
-        let mut surplus: [Option<u64>; 4] = [None; 4];
         // A reset instant counts from when the server took its view.
         let view_wall = match sent {
             Some(x) => {
@@ -677,6 +734,35 @@ impl Controller {
             }
             None => now.wall,
         };
+        let mut grown = [0u64; 4];
+        for d in DIMENSIONS
+            .into_iter()
+            .filter(|d| headers_describe(*d, provider))
+        {
+            let i = index(d);
+            let w = snap.window(d);
+            let limit = w.limit.or_else(|| merged.get(d)).filter(|l| *l > 0);
+            let until_full = w.reset.and_then(|r| reset_wait(r, view_wall));
+            if let Some(seen) = capacity_evidence(w.remaining, until_full, limit, charged, d) {
+                if seen > s.seen[i] {
+                    grown[i] = seen - s.seen[i];
+                    s.seen[i] = seen;
+                }
+            }
+        }
+        if merged != s.learned || grown.iter().any(|g| *g > 0) {
+            s.learned = merged;
+            let before = credit_capacities(s);
+            rebuild_buckets(s, burst, t);
+            let after = credit_capacities(s);
+            for i in 0..4 {
+                grown[i] = match (before[i], after[i]) {
+                    (Some(b), Some(a)) => a.saturating_sub(b),
+                    _ => 0,
+                };
+            }
+        }
+        let mut surplus: [Option<u64>; 4] = [None; 4];
         for d in DIMENSIONS
             .into_iter()
             .filter(|d| headers_describe(*d, provider))
@@ -707,6 +793,27 @@ impl Controller {
                 surplus[i] = b
                     .surplus(&view, m, dead_band)
                     .map(|u| u.saturating_sub(since));
+            }
+            if grown[i] > 0 {
+                // A capacity learned larger: the credit was held below the
+                // server's level by the old, smaller capacity; it rises by
+                // what the server showed beyond it (against the credit at
+                // the send, or now without one), at most by the growth, so
+                // a reordered view cannot raise it further than that.
+                let up = match &mut surplus[i] {
+                    Some(u) => {
+                        let up = (*u).min(grown[i]);
+                        *u -= up;
+                        up
+                    }
+                    None if mark.is_none() => b
+                        .surplus(&view, b.mark(), dead_band)
+                        .map_or(0, |u| u.min(grown[i])),
+                    None => 0,
+                };
+                if up > 0 {
+                    b.refund(up, t);
+                }
             }
         }
         if let Some(x) = sent {
@@ -869,6 +976,15 @@ impl Controller {
             // bucket without it.
             let charged = c.cause == Cause::Success;
             self.sync_view(scope, sent, charged, &c.hints.ratelimit, c.provider, now);
+        }
+        // The probe's question is answered by any success, and by any
+        // answer that carried rate-limit headers; an error without them
+        // (a gateway's 502) says nothing about the limits.
+        if c.cause == Cause::Success || !c.hints.ratelimit.is_empty() {
+            if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+                s.heard = true;
+                s.probe = None;
+            }
         }
         let affected = match c.scope {
             CScope::Key | CScope::Provider => self.scopes_on_key(scope),
@@ -1088,17 +1204,57 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, t: Instant) {
         match (eff.get(d), &mut s.buckets[i]) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
+                let credit = burst.credit_units(l, s.seen[i]);
                 if b.limit() != l {
-                    let credit = capacity_for(l, burst.credit);
                     b.set_limit(l, capacity_for(l, burst.of(d)), credit, t);
+                } else if b.credit_capacity() != credit {
+                    b.set_credit_capacity(credit, t);
                 }
             }
             (Some(l), slot) => {
-                let (pace, credit) = (capacity_for(l, burst.of(d)), capacity_for(l, burst.credit));
+                let pace = capacity_for(l, burst.of(d));
+                let credit = burst.credit_units(l, s.seen[i]);
                 *slot = Some(Bucket::with_credit(l, pace, credit, p, t));
             }
         }
     }
+}
+
+/// What one view shows of the provider's bucket capacity, a lower bound:
+///
+/// * the server held at least its `remaining`, plus the request itself in
+///   the requests bucket when the view counts it (tokens are not added:
+///   what the server has charged for them by then — an estimate from
+///   `max_tokens`, the input as it counts it — is not known);
+/// * with a reset, `remaining` plus the refill until the bucket is full
+///   again (`until_full` already has [`RESET_SLACK`] taken off in the
+///   server's favour, which also covers clock skew and the upload time
+///   between the admission and the server's view).
+///
+/// A low guess is cheap (a smaller burst, the same rate); a high one sends
+/// into a 429, so nothing here rounds up.
+fn capacity_evidence(
+    remaining: Option<u64>,
+    until_full: Option<Duration>,
+    limit: Option<u64>,
+    charged: bool,
+    d: Dimension,
+) -> Option<u64> {
+    let r = remaining?;
+    let own = u64::from(charged && d == Dimension::Requests);
+    let refill = match (until_full, limit) {
+        (Some(u), Some(l)) => {
+            let units = u128::from(l) * u.as_nanos() / super::bucket::NS_PER_MIN;
+            u64::try_from(units).unwrap_or(u64::MAX)
+        }
+        _ => 0,
+    };
+    Some(r.saturating_add(own.max(refill)))
+}
+
+/// The credit capacity of each bucket, for what a rebuild changed.
+fn credit_capacities(s: &ScopeState) -> [Option<u64>; 4] {
+    std::array::from_fn(|i| s.buckets[i].as_ref().map(Bucket::credit_capacity))
 }
 
 /// Hooks for the fast lane of [`Shared`](super::shared::Shared)
@@ -1174,6 +1330,7 @@ impl Controller {
             apply_ramp(s, t);
         }
         if s.ramp.permille() < 1000
+            || s.needs_probe()
             || s.paused_until.is_some_and(|p| p > t)
             || self.keys[s.key as usize].stop.is_some()
         {

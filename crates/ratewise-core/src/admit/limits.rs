@@ -117,13 +117,21 @@ pub(crate) fn headers_describe(d: Dimension, provider: Provider) -> bool {
 /// large job behind a full refill (the simulation measured 0.69–0.88 of the
 /// limit with a 1 s token burst, ≥ 0.95 with 20 s).
 ///
-/// The credit (default 60 s: the per-minute bucket Anthropic and OpenAI
-/// document) is the provider's own bucket as modelled. It is what header
-/// sync corrects, and a full one is spent at the ramp's
-/// [peak](super::RampConfig::peak) over minutes rather than at once: a pace
-/// of 60 s tripped the provider's acceleration limit from a cold start, a
-/// 20 s bucket without a credit left 40 s of the provider's capacity unused
-/// on every start (1–2 % of a one-hour backlog).
+/// The credit is the provider's own bucket as modelled: what header sync
+/// corrects. How much it holds is not documented: Anthropic says a
+/// per-minute limit may be enforced over shorter intervals (60 RPM as one
+/// request per second), and providers we did not write hold anything from
+/// a second to a minute of refill. So the credit starts at
+/// [`credit_start`](Burst::credit_start) (default 1 s of refill: the
+/// shortest interval documented) and grows to what the server's
+/// `*-remaining` shows it holds, never past [`credit`](Burst::credit)
+/// (default 60 s: the minute Anthropic and OpenAI document as their
+/// longest). A `*-remaining` is a lower bound on the capacity, so the
+/// learned capacity is never more than the server's; guessing low only
+/// costs a smaller burst, since the rate is the limit either way (a take
+/// larger than the credit goes when it is full and leaves a debt). A full
+/// learned credit — an idle key's, which the provider also holds — is
+/// spent at the ramp's [peak](super::RampConfig::peak) rather than at once.
 ///
 /// A single take larger than a capacity goes when that level is full and
 /// leaves a debt, so over any window `w` a bucket admits, net of what is
@@ -139,9 +147,13 @@ pub struct Burst {
     pub requests: Duration,
     /// Pace burst of the input, output and combined token buckets.
     pub tokens: Duration,
-    /// The provider's bucket: how much of a minute's refill it holds
-    /// (default 60 s).
+    /// The most the provider's bucket is taken to hold, however much its
+    /// `*-remaining` shows (default 60 s of refill).
     pub credit: Duration,
+    /// What the provider's bucket is taken to hold before a `*-remaining`
+    /// shows more (default 1 s of refill). Set it to `credit` when the
+    /// capacity is known to be a full `credit` (the old behaviour).
+    pub credit_start: Duration,
 }
 
 impl Burst {
@@ -151,7 +163,26 @@ impl Burst {
             requests: burst,
             tokens: burst,
             credit: Duration::from_secs(60),
+            credit_start: Duration::from_secs(1),
         }
+    }
+
+    /// This burst with a credit known to hold `credit` of refill from the
+    /// start (a provider whose bucket capacity is documented or measured).
+    pub const fn with_known_credit(mut self, credit: Duration) -> Self {
+        self.credit = credit;
+        self.credit_start = credit;
+        self
+    }
+
+    /// The credit capacity, in units, of a bucket of `limit` per minute
+    /// once the server has shown it holds at least `seen` units: at least
+    /// [`credit_start`](Self::credit_start)'s worth, at most
+    /// [`credit`](Self::credit)'s.
+    pub fn credit_units(&self, limit: u64, seen: u64) -> u64 {
+        let start = super::bucket::capacity_for(limit, self.credit_start);
+        let most = super::bucket::capacity_for(limit, self.credit).max(start);
+        seen.clamp(start, most)
     }
 
     /// The pace burst of one dimension.
@@ -169,6 +200,7 @@ impl Default for Burst {
             requests: Duration::from_secs(5),
             tokens: Duration::from_secs(20),
             credit: Duration::from_secs(60),
+            credit_start: Duration::from_secs(1),
         }
     }
 }

@@ -11,7 +11,7 @@ mod rng;
 
 pub use backoff::{backoff_delay, hinted_delay, MIN_DELAY};
 pub use policy::{Backoff, HintJitter, JobState, Policy, UnknownOutcome};
-pub use rng::RandomSource;
+pub use rng::{entropy_seed, RandomSource};
 
 use crate::classify::Classification;
 use crate::decision::{Action, Decision};

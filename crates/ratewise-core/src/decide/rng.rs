@@ -20,6 +20,25 @@ pub trait RandomSource {
     }
 }
 
+/// A seed from the operating system's entropy: what a jitter source is
+/// seeded with unless a fixed seed is asked for, so that every process of a
+/// fleet (and every controller or layer within one) draws its own jitter
+/// instead of the same sequence.
+///
+/// It reads no clock: std's `RandomState` keys come from the operating
+/// system's random source (once per thread, then stepped per call), and
+/// hashing nothing with them gives a value no other call returns.
+///
+/// ```
+/// assert_ne!(ratewise_core::decide::entropy_seed(), ratewise_core::decide::entropy_seed());
+/// ```
+pub fn entropy_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
 impl RandomSource for fastrand::Rng {
     fn next_u64(&mut self) -> u64 {
         self.u64(..)

@@ -68,7 +68,7 @@ pub struct Ratewise {
 pub fn controller_config(scenario: &Scenario) -> Config {
     Config {
         limits: scenario.limits.to_core(),
-        seed: scenario.seed,
+        seed: Some(scenario.seed),
         ramp: RampConfig {
             warm_start: scenario.warm,
             ..RampConfig::default()

@@ -99,7 +99,11 @@ impl RetryLayer {
         journal: Option<Arc<dyn Journal>>,
         capacity: Option<Arc<event_listener::Event>>,
     ) -> Self {
-        let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
+        let rng = Mutex::new(fastrand::Rng::with_seed(
+            config
+                .seed
+                .unwrap_or_else(ratewise_core::decide::entropy_seed),
+        ));
         let capacity = capacity.unwrap_or_else(|| Arc::new(event_listener::Event::new()));
         let state: Arc<dyn State> = Arc::new(crate::wake::Waking::new(
             raw_state.clone(),

@@ -1,0 +1,290 @@
+//! Limits and bucket capacity the client was not told: a cold start probes
+//! with one request, the provider's capacity is learned from its
+//! `*-remaining` headers (never assumed a minute), and the jitter source
+//! differs between controllers unless a seed is fixed.
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use ratewise_core::admit::{
+    Admission, AdmitRequest, Burst, Config, Controller, Limits, RampConfig, Target, WaitReason,
+};
+use ratewise_core::classify::{classify_response, Classification, ResponseView};
+use ratewise_core::decide::{decide, JobState, Policy};
+use ratewise_core::{Decision, Instant, Now, Provider, Usage};
+use std::time::Duration;
+
+fn now_at(ms: u64) -> Now {
+    let wall0 = ratewise_core::time::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
+    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
+}
+
+fn respond(
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &str,
+    now: Now,
+) -> (Classification, Decision) {
+    let mut h = HeaderMap::new();
+    for (k, v) in headers {
+        h.append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let view = ResponseView {
+        status: StatusCode::from_u16(status).unwrap(),
+        headers: &h,
+        body: body.as_bytes(),
+    };
+    let c = classify_response(Provider::Anthropic, &view, now.wall);
+    let job = JobState::new(1, now.instant, None);
+    let d = decide(
+        &Policy::default(),
+        &job,
+        &c,
+        now,
+        &mut fastrand::Rng::with_seed(7),
+    );
+    (c, d)
+}
+
+const OK_BODY: &str =
+    r#"{"type":"message","content":[],"usage":{"input_tokens":10,"output_tokens":5}}"#;
+
+/// A success whose headers say: 120 RPM, `remaining` requests left.
+fn ok_requests(remaining: u64, now: Now) -> (Classification, Decision) {
+    let r = remaining.to_string();
+    respond(
+        200,
+        &[
+            ("anthropic-ratelimit-requests-limit", "120"),
+            ("anthropic-ratelimit-requests-remaining", r.as_str()),
+        ],
+        OK_BODY,
+        now,
+    )
+}
+
+fn full_rate(limits: Limits) -> (Controller, Target) {
+    let mut c = Controller::new(Config {
+        limits,
+        ramp: RampConfig {
+            start: 1000,
+            ..RampConfig::default()
+        },
+        seed: Some(1),
+        ..Config::default()
+    });
+    let target = c.target("k", "claude-sonnet-4-5");
+    (c, target)
+}
+
+fn usage() -> Usage {
+    Usage {
+        input_tokens: 10,
+        output_tokens: 5,
+        ..Usage::default()
+    }
+}
+
+#[test]
+fn a_cold_start_sends_one_request_then_paces_from_its_headers() {
+    let (mut c, target) = full_rate(Limits::NONE);
+    let t = now_at(0);
+    let probe = c
+        .admit(&AdmitRequest::new(target), t)
+        .go()
+        .expect("the probe");
+    // The backlog waits for the probe's answer instead of going out blind.
+    for _ in 0..15 {
+        match c.admit(&AdmitRequest::new(target), t) {
+            Admission::Wait {
+                reason: WaitReason::Probe,
+                until,
+            } => assert!(until > t.instant),
+            other => panic!("a second request went out before the probe's answer: {other:?}"),
+        }
+    }
+    // The answer: 120 RPM, 19 left after this request (a 10 s bucket).
+    let t = now_at(300);
+    let (cl, d) = ok_requests(19, t);
+    c.observe_sent(&probe.sent(), &cl, d, t);
+    c.settle(probe, &usage(), t);
+    let snap = c.snapshot(target.scope, t).unwrap();
+    assert_eq!(snap.limits.requests, Some(120));
+    // The credit is the server's view: 19 of a 20-request bucket, not a
+    // minute (120) and not the cautious second (2).
+    assert_eq!(snap.credits[0], Some(19));
+    // Now paced by the learned bucket: the pace (5 s = 10 requests) binds.
+    let mut sent = 0;
+    while c.admit(&AdmitRequest::new(target), t).go().is_some() {
+        sent += 1;
+    }
+    assert_eq!(sent, 10);
+    assert!(c.ledger().conserved());
+}
+
+#[test]
+fn a_probe_that_taught_nothing_passes_the_turn() {
+    let (mut c, target) = full_rate(Limits::NONE);
+    let t = now_at(0);
+    // Released (never sent): the next request is the probe.
+    let p = c.admit(&AdmitRequest::new(target), t).go().unwrap();
+    c.release(p, t);
+    let p = c
+        .admit(&AdmitRequest::new(target), t)
+        .go()
+        .expect("next probe");
+    // Sent, no answer (held): the next request probes.
+    c.hold_unknown(&p, t);
+    let p2 = c
+        .admit(&AdmitRequest::new(target), t)
+        .go()
+        .expect("next probe");
+    // A gateway's 502 without rate-limit headers says nothing about the
+    // limits: once it is released, one more probe, and only one.
+    let (cl, d) = respond(502, &[], "<html>bad gateway</html>", t);
+    c.observe_sent(&p2.sent(), &cl, d, t);
+    c.release(p2, t);
+    let _p3 = c
+        .admit(&AdmitRequest::new(target), t)
+        .go()
+        .expect("next probe");
+    assert!(matches!(
+        c.admit(&AdmitRequest::new(target), t),
+        Admission::Wait {
+            reason: WaitReason::Probe,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_provider_without_rate_limit_headers_is_not_held_after_its_first_answer() {
+    let (mut c, target) = full_rate(Limits::NONE);
+    let t = now_at(0);
+    let p = c.admit(&AdmitRequest::new(target), t).go().unwrap();
+    let (cl, d) = respond(200, &[], OK_BODY, t);
+    c.observe_sent(&p.sent(), &cl, d, t);
+    c.settle(p, &usage(), t);
+    for _ in 0..50 {
+        assert!(c.admit(&AdmitRequest::new(target), t).go().is_some());
+    }
+}
+
+#[test]
+fn configured_limits_need_no_probe_but_the_capacity_starts_at_a_second() {
+    // 120 RPM configured; the provider's bucket holds 10 s (20 requests).
+    let (mut c, target) = full_rate(Limits {
+        requests: Some(120),
+        ..Limits::NONE
+    });
+    let t = now_at(0);
+    let a = c.admit(&AdmitRequest::new(target), t).go().unwrap();
+    let b = c.admit(&AdmitRequest::new(target), t).go().unwrap();
+    // A second of 120 RPM: two, then a wait for the credit (not a probe).
+    match c.admit(&AdmitRequest::new(target), t) {
+        Admission::Wait {
+            reason: WaitReason::Bucket(_),
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    // The server answers `a`: 19 left after it. The capacity is at least
+    // 20, and the credit rises to what the server showed, less `b`.
+    let t = now_at(100);
+    let (cl, d) = ok_requests(19, t);
+    c.observe_sent(&a.sent(), &cl, d, t);
+    c.settle(a, &usage(), t);
+    let snap = c.snapshot(target.scope, t).unwrap();
+    assert_eq!(snap.credits[0], Some(18));
+    // `b`'s view agrees (18 left after both): nothing changes.
+    let (cl, d) = ok_requests(18, t);
+    c.observe_sent(&b.sent(), &cl, d, t);
+    c.settle(b, &usage(), t);
+    assert_eq!(c.snapshot(target.scope, t).unwrap().credits[0], Some(18));
+}
+
+#[test]
+fn a_reset_with_the_remaining_shows_the_capacity_of_a_bucket_that_is_not_full() {
+    // 600 000 ITPM = 10 000 per second. The server: 20 000 left, full in
+    // 4 s: it holds at least 20 000 + 3 s of refill (a second is taken off
+    // the reset in its favour) = 50 000.
+    let (mut c, target) = full_rate(Limits {
+        input_tokens: Some(600_000),
+        ..Limits::NONE
+    });
+    let t = now_at(0);
+    let (cl, d) = respond(
+        200,
+        &[
+            ("anthropic-ratelimit-input-tokens-limit", "600000"),
+            ("anthropic-ratelimit-input-tokens-remaining", "20000"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-11-29T12:00:04Z",
+            ),
+        ],
+        OK_BODY,
+        t,
+    );
+    c.observe(target.scope, &cl, d, t);
+    let snap = c.snapshot(target.scope, t).unwrap();
+    assert_eq!(snap.credits[1], Some(20_000));
+    // Refilling at 10 000/s, the credit stops at the learned 50 000 (not
+    // at a minute's 600 000).
+    let later = now_at(60_000);
+    assert_eq!(
+        c.snapshot(target.scope, later).unwrap().credits[1],
+        Some(50_000)
+    );
+}
+
+#[test]
+fn a_known_capacity_is_used_from_the_start() {
+    let mut c = Controller::new(Config {
+        limits: Limits {
+            requests: Some(120),
+            ..Limits::NONE
+        },
+        burst: Burst::default().with_known_credit(Duration::from_secs(10)),
+        seed: Some(1),
+        ..Config::default()
+    });
+    let target = c.target("k", "m");
+    assert_eq!(
+        c.snapshot(target.scope, now_at(0)).unwrap().credits[0],
+        Some(20)
+    );
+}
+
+/// The pause jitter a fresh controller adds to one pause.
+fn pause_jitter(seed: Option<u64>) -> Instant {
+    let mut c = Controller::new(Config {
+        limits: Limits {
+            requests: Some(60),
+            ..Limits::NONE
+        },
+        seed,
+        ..Config::default()
+    });
+    let target = c.target("k", "m");
+    let t = now_at(0);
+    c.pause(target.scope, Instant::from_millis(1_000), None, t);
+    match c.admit(&AdmitRequest::new(target), t) {
+        Admission::Wait {
+            until,
+            reason: WaitReason::Paused,
+        } => until,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn controllers_draw_their_own_jitter_unless_a_seed_is_fixed() {
+    // Entropy by default: a fleet's replicas (and two controllers in one
+    // process) spread out. Up to 500 ms in nanoseconds: a tie is a
+    // one-in-5·10⁸ event.
+    assert_ne!(pause_jitter(None), pause_jitter(None));
+    // A fixed seed repeats exactly.
+    assert_eq!(pause_jitter(Some(42)), pause_jitter(Some(42)));
+}
