@@ -6,6 +6,7 @@
 //! documented it. The classifier combines that with the status; the
 //! streaming crate uses the same mapping for in-band `error` events.
 
+use super::money_message::{self, MoneyMessage};
 use crate::vocab::{Cause, Provider};
 
 /// OpenAI codes (in `code` or `type`) that mean money has run out.
@@ -48,15 +49,53 @@ pub struct ErrorFields<'a> {
     pub message: Option<&'a str>,
 }
 
-/// The cause a provider's structured error fields name, or `None` when the
-/// fields are absent or unknown to this version of ratewise.
+/// The cause a provider's error fields name, or `None` when the fields are
+/// absent or unknown to this version of ratewise.
+///
+/// Codes first: a structured code or a specific type decides. Where the
+/// fields only say "invalid request", name a bare rate-limit type with no
+/// refining code, or name nothing known, the message may still say money ran
+/// out ([`money_message`]): Anthropic answers a self-set spend limit as a 400
+/// `invalid_request_error`, and its tier cap outside the Messages API as a
+/// `rate_limit_error` without `details.error_code`.
 pub fn cause_of_error(provider: Provider, fields: ErrorFields<'_>) -> Option<Cause> {
-    match provider {
+    read_error(provider, fields).map(|r| r.cause)
+}
+
+/// What the error fields decided, and the message reading when the message
+/// decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ErrorReading {
+    /// The cause.
+    pub cause: Cause,
+    /// `Some` when the message, not a code, named the cause.
+    pub said: Option<MoneyMessage>,
+}
+
+/// [`cause_of_error`], keeping whether the message decided.
+pub(super) fn read_error(provider: Provider, fields: ErrorFields<'_>) -> Option<ErrorReading> {
+    let coded = match provider {
         Provider::Anthropic => anthropic(fields),
         Provider::Openai => openai(fields),
         // The generic profile follows RFC 9110 alone: bodies prove nothing.
-        Provider::Generic => None,
+        Provider::Generic => return None,
+    };
+    // Only a generic class is open to the message; a code that names
+    // anything else (money, ramp, overload, a rate-limit code) stands.
+    let open = match coded {
+        None | Some(Cause::InvalidRequest) => true,
+        Some(Cause::RateLimited) => fields.code.is_none(),
+        Some(_) => false,
+    };
+    if open {
+        if let Some(said) = fields.message.and_then(money_message::read) {
+            return Some(ErrorReading {
+                cause: said.cause,
+                said: Some(said),
+            });
+        }
     }
+    coded.map(|cause| ErrorReading { cause, said: None })
 }
 
 fn anthropic(f: ErrorFields<'_>) -> Option<Cause> {
@@ -73,13 +112,9 @@ fn anthropic(f: ErrorFields<'_>) -> Option<Cause> {
         }
     }
     let cause = match f.error_type? {
-        "invalid_request_error" => {
-            if f.message.is_some_and(says_self_set_limit) {
-                Cause::UserLimit
-            } else {
-                Cause::InvalidRequest
-            }
-        }
+        // A self-set spend limit is a 400 `invalid_request_error` too: the
+        // message is read by `read_error`.
+        "invalid_request_error" => Cause::InvalidRequest,
         "authentication_error" => Cause::Authentication,
         "permission_error" => Cause::Permission,
         "not_found_error" => Cause::NotFound,
@@ -105,11 +140,7 @@ fn openai(f: ErrorFields<'_>) -> Option<Cause> {
     }
     match f.error_type? {
         "server_error" | "api_error" => Some(Cause::ServerError),
-        "invalid_request_error" => Some(if f.message.is_some_and(says_self_set_limit) {
-            Cause::UserLimit
-        } else {
-            Cause::InvalidRequest
-        }),
+        "invalid_request_error" => Some(Cause::InvalidRequest),
         "authentication_error" => Some(Cause::Authentication),
         "permission_error" | "insufficient_permissions" => Some(Cause::Permission),
         "not_found_error" => Some(Cause::NotFound),
@@ -148,20 +179,12 @@ fn openai_code(code: &str, message: Option<&str>) -> Option<Cause> {
     Some(cause)
 }
 
-/// Does a 400's message say a usage or spend limit the user set was reached?
-/// Anthropic: "You have reached your specified API usage limits."
+/// Does a message say a usage or spend limit the user set was reached?
+/// Anthropic: "You have reached your specified (workspace) API usage
+/// limits." The rule is [`money_message::read`]; this is its
+/// [`Cause::UserLimit`] answer.
 pub fn says_self_set_limit(message: &str) -> bool {
-    const PHRASES: &[&str] = &[
-        "specified api usage limit",
-        "your specified usage limit",
-        "spend limit you set",
-        "usage limit you set",
-        "workspace spend limit",
-    ];
-    let head = crate::parse::clip(message, 512);
-    PHRASES
-        .iter()
-        .any(|p| crate::parse::contains_ignore_ascii_case(head, p))
+    money_message::read(message).is_some_and(|m| m.cause == Cause::UserLimit)
 }
 
 #[cfg(test)]
@@ -243,6 +266,73 @@ mod tests {
             "You have reached your specified API usage limits. You will regain access on 2026-12-01 at 00:00 UTC."
         ));
         assert!(!says_self_set_limit("messages: field required"));
+    }
+
+    #[test]
+    fn codes_win_and_only_generic_classes_read_the_message() {
+        const QUOTA: &str =
+            "You exceeded your current quota, please check your plan and billing details.";
+        const TIER: &str = "You have reached your API usage limits: your organization has crossed its monthly API usage threshold, set based on your organization's API tier.";
+        let a = |t, c, m| cause_of_error(Provider::Anthropic, f(t, c, m));
+        let o = |t, c, m| cause_of_error(Provider::Openai, f(t, c, m));
+        // A specific code or type stands whatever the message says.
+        assert_eq!(
+            o(Some("tokens"), Some("rate_limit_exceeded"), Some(QUOTA)),
+            Some(Cause::RateLimited)
+        );
+        assert_eq!(
+            a(Some("overloaded_error"), None, Some(TIER)),
+            Some(Cause::Overloaded)
+        );
+        assert_eq!(
+            a(
+                Some("rate_limit_error"),
+                Some(ANTHROPIC_RAMP_CODE),
+                Some(TIER)
+            ),
+            Some(Cause::AccelerationLimited)
+        );
+        assert_eq!(
+            o(
+                Some("invalid_request_error"),
+                Some("billing_hard_limit_reached"),
+                None
+            ),
+            Some(Cause::SpendCap)
+        );
+        // A bare rate-limit type, a plain invalid request or nothing known:
+        // the message may say money.
+        assert_eq!(
+            a(Some("rate_limit_error"), None, Some(TIER)),
+            Some(Cause::SpendCap)
+        );
+        assert_eq!(
+            a(Some("rate_limit_error"), Some("future_code"), Some(TIER)),
+            Some(Cause::SpendCap)
+        );
+        assert_eq!(
+            o(None, Some("future_code"), Some(QUOTA)),
+            Some(Cause::SpendCap)
+        );
+        assert_eq!(
+            o(
+                Some("invalid_request_error"),
+                None,
+                Some("Billing hard limit has been reached")
+            ),
+            Some(Cause::UserLimit)
+        );
+        // ... and otherwise the class stands.
+        assert_eq!(
+            a(Some("rate_limit_error"), None, Some("Rate limited")),
+            Some(Cause::RateLimited)
+        );
+        assert_eq!(o(None, Some("future_code"), Some("x")), None);
+        // The generic profile reads no body at all.
+        assert_eq!(
+            cause_of_error(Provider::Generic, f(None, None, Some(QUOTA))),
+            None
+        );
     }
 
     #[test]

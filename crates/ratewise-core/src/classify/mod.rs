@@ -27,6 +27,7 @@ mod detect;
 mod dimension;
 mod headers;
 mod money;
+pub mod money_message;
 mod status;
 mod transport;
 
@@ -38,7 +39,6 @@ use crate::parse::ratelimit::RateLimitSnapshot;
 use crate::parse::retry_after::{HintSource, RetryHeaders};
 use crate::parse::{message, Rejected};
 use crate::vocab::{Cause, Dimension, Provider, Scope};
-use codes::cause_of_error;
 use http::{HeaderMap, StatusCode};
 use std::time::{Duration, SystemTime};
 
@@ -215,14 +215,14 @@ pub fn classify_response(
     let fields = parsed.as_ref().map(|e| e.fields());
     let message = fields.and_then(|f| f.message);
 
-    // A billing phrase beats an "invalid request" code (a 400 that means money).
-    let body_cause = fields.and_then(|f| {
-        let coded = cause_of_error(provider, f);
-        match coded {
-            None | Some(Cause::InvalidRequest) => money::cause_from_message(message).or(coded),
-            known => known,
-        }
-    });
+    // Codes first; a message that says money ran out beats a plain
+    // "invalid request" (a 400 that means money) or a bare rate-limit type.
+    let body_cause = fields
+        .and_then(|f| codes::read_error(provider, f))
+        .map(|r| match r.said {
+            Some(said) => (r.cause, crate::note::Note::from(said.explain())),
+            None => (r.cause, crate::note::Note::BodyCode(r.cause)),
+        });
     let cause = status::decide_cause(
         provider,
         status,

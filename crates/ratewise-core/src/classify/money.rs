@@ -1,16 +1,8 @@
-//! Money stops everything: phrases that mean billing, and when a stop lifts.
+//! Money stops everything: when a stop lifts. (Which messages mean money is
+//! [`super::money_message`].)
 
 use crate::vocab::{Cause, Provider};
 use std::time::SystemTime;
-
-/// A billing problem stated only in the message (Anthropic has answered
-/// "Your credit balance is too low" with a 400 `invalid_request_error`).
-pub(super) fn cause_from_message(message: Option<&str>) -> Option<Cause> {
-    let message = message?;
-    let head = crate::parse::clip(message, 512);
-    crate::parse::contains_ignore_ascii_case(head, "credit balance is too low")
-        .then_some(Cause::Billing)
-}
 
 /// When a money stop lifts by itself: the date in the message ("You will
 /// regain access on 2026-12-01 at 00:00 UTC"), else for Anthropic's monthly
@@ -31,17 +23,21 @@ pub(super) fn resume_at(
     }
 }
 
-/// "regain access on 2026-12-01 at 00:00 UTC" → that instant.
+/// "regain access on 2026-12-01 at 00:00 UTC" → that instant. Seconds are
+/// kept when the time has them ("at 12:30:45"): a resume is never earlier
+/// than the server said.
 fn regain_access_on(message: &str) -> Option<SystemTime> {
     let at = message.find("regain access on ")? + "regain access on ".len();
     let rest = message.get(at..)?;
     let date = rest.get(..10)?;
-    let time = rest
-        .get(10..)
-        .and_then(|r| r.strip_prefix(" at "))
-        .and_then(|r| r.get(..5))
-        .unwrap_or("00:00");
-    crate::time::parse_rfc3339(&format!("{date}T{time}:00Z"))
+    let clock = rest.get(10..).and_then(|r| r.strip_prefix(" at "));
+    let hm = clock.and_then(|r| r.get(..5)).unwrap_or("00:00");
+    let sec = clock
+        .and_then(|r| r.get(5..8))
+        .and_then(|s| s.strip_prefix(':'))
+        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        .unwrap_or("00");
+    crate::time::parse_rfc3339(&format!("{date}T{hm}:{sec}Z"))
 }
 
 /// 00:00 UTC on the first day of the month after `now`.
@@ -79,6 +75,14 @@ mod tests {
     fn stated_date_is_read() {
         let t = regain_access_on("You will regain access on 2026-12-15 at 08:30 UTC.").unwrap();
         assert_eq!(format_rfc3339(t), "2026-12-15T08:30:00Z");
+        let t = regain_access_on("You will regain access on 2026-09-01 at 12:30:45 UTC").unwrap();
+        assert_eq!(format_rfc3339(t), "2026-09-01T12:30:45Z");
+        let t = regain_access_on("You will regain access on 2026-09-01 at 00:00 (UTC).").unwrap();
+        assert_eq!(format_rfc3339(t), "2026-09-01T00:00:00Z");
+        assert_eq!(
+            regain_access_on("regain access on 2026-09-01 at 00:00:é"),
+            regain_access_on("regain access on 2026-09-01 at 00:00")
+        );
         assert_eq!(regain_access_on("regain access on soon"), None);
         assert_eq!(regain_access_on("regain access on é"), None);
     }

@@ -6,20 +6,21 @@ use crate::parse::retry_after::RetryHeaders;
 use crate::vocab::{Cause, Provider};
 use http::StatusCode;
 
-/// Combines the body's cause (if the provider's code was known) with the
-/// status. On providers that send codes, a 429 or 400 without a known code
-/// is `unknown`: nothing proves it is not money.
+/// Combines the body's cause (if the provider's code or message was known,
+/// with the note that says which) with the status. On providers that send
+/// codes, a 429 or 400 without a known code is `unknown`: nothing proves it
+/// is not money.
 pub(super) fn decide_cause(
     provider: Provider,
     status: StatusCode,
-    body_cause: Option<Cause>,
+    body_cause: Option<(Cause, Note)>,
     body: BodyReading,
     retry: &RetryHeaders,
     notes: &mut Vec<Note>,
 ) -> Cause {
     let code = status.as_u16();
-    if let Some(cause) = body_cause {
-        notes.push(Note::BodyCode(cause));
+    if let Some((cause, why)) = body_cause {
+        notes.push(why);
         return cause;
     }
     if provider == Provider::Generic {
