@@ -689,10 +689,34 @@ mod tests {
         assert!(!d.finished());
     }
 
+    fn br(data: &[u8]) -> Vec<u8> {
+        ratewise_mock::encoding::compress(ratewise_mock::encoding::Coding::Brotli, data)
+    }
+
+    #[test]
+    fn brotli_round_trips_and_stops_at_the_bound() {
+        let body = br(TEXT);
+        for step in [1, 3, body.len()] {
+            let (got, result, finished) = decode(Coding::Brotli, &body, 1 << 20, step);
+            assert_eq!(result, Ok(()));
+            assert!(finished);
+            assert_eq!(got, TEXT);
+        }
+        let (_, result, finished) = decode(Coding::Brotli, &body[..body.len() - 1], 1 << 20, 5);
+        assert_eq!(result, Ok(()));
+        assert!(!finished, "truncated");
+        let bomb = br(&vec![b'0'; 8 << 20]);
+        assert!(bomb.len() < 64 << 10, "{}", bomb.len());
+        let (got, result, finished) = decode(Coding::Brotli, &bomb, 1 << 20, bomb.len());
+        assert_eq!(result, Err(Failure::TooLarge));
+        assert!(!finished);
+        assert!(got.len() <= 1 << 20);
+    }
+
     #[test]
     fn garbage_never_panics() {
         let mut rng = fastrand::Rng::with_seed(7);
-        let valid = [gzip(TEXT), zlib(TEXT), raw(TEXT)];
+        let valid = [gzip(TEXT), zlib(TEXT), br(TEXT)];
         for i in 0..3000 {
             let coding = [Coding::Gzip, Coding::Deflate, Coding::Brotli][i % 3];
             let mut body: Vec<u8> = if i % 2 == 0 {

@@ -521,3 +521,410 @@ where
         hint
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Sleep;
+    use ratewise_core::admit::{self, Admission, AdmissionState, AdmitRequest, Controller, Shared};
+    use ratewise_core::{Instant, Now};
+    use std::convert::Infallible;
+    use std::io::Write;
+
+    struct Fixed;
+
+    impl Clock for Fixed {
+        fn now(&self) -> Now {
+            Now::new(Instant::ZERO, std::time::SystemTime::UNIX_EPOCH)
+        }
+        fn sleep_until(&self, _: Instant) -> Sleep {
+            Box::pin(std::future::ready(()))
+        }
+    }
+
+    /// A body of pieces that tells its end like hyper's `Incoming`: with
+    /// `exact` (a `Content-Length` body) its size hint is the bytes left
+    /// and it reports its end with the last piece; without (chunked), only
+    /// `None` tells it.
+    struct Pieces {
+        pieces: VecDeque<Bytes>,
+        exact: bool,
+    }
+
+    impl Pieces {
+        fn new(bytes: &[u8], cuts: usize, exact: bool) -> Self {
+            let step = bytes.len().div_ceil(cuts.max(1)).max(1);
+            Pieces {
+                pieces: bytes.chunks(step).map(Bytes::copy_from_slice).collect(),
+                exact,
+            }
+        }
+    }
+
+    impl Body for Pieces {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(self.pieces.pop_front().map(|b| Ok(Frame::data(b))))
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.exact && self.pieces.is_empty()
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            if self.exact {
+                SizeHint::with_exact(self.pieces.iter().map(|p| p.len() as u64).sum())
+            } else {
+                SizeHint::default()
+            }
+        }
+    }
+
+    const MAX_TOKENS: u64 = 100;
+    const JSON: &[u8] = br#"{"type":"message","usage":{"input_tokens":3,"output_tokens":4}}"#;
+
+    fn state() -> Arc<Shared> {
+        Arc::new(Shared::new(Controller::new(admit::Config::default())))
+    }
+
+    fn ctx(state: &Arc<Shared>) -> MeterCtx {
+        let target = state.target("key", "claude-sonnet-4-5");
+        let req = AdmitRequest {
+            max_tokens: Some(MAX_TOKENS),
+            input_estimate: Some(10),
+            ..AdmitRequest::new(target)
+        };
+        let Admission::Go(reservation) = state.admit(&req, Fixed.now()) else {
+            panic!("admitted at once");
+        };
+        MeterCtx {
+            state: state.clone(),
+            clock: Arc::new(Fixed),
+            reservation,
+            target,
+            provider: Provider::Anthropic,
+            job_id: "j".into(),
+            attempt: 1,
+        }
+    }
+
+    fn json(coding: Coding, max_decoded: usize) -> Side {
+        let kind = MeterKind::Json {
+            buf: BytesMut::new(),
+            limit: 4 << 20,
+            overflow: false,
+        };
+        Side::new(kind, coding, max_decoded)
+    }
+
+    fn metered<B: Body<Data = Bytes>>(state: &Arc<Shared>, inner: B, side: Side) -> MeteredBody<B> {
+        MeteredBody::new(inner, ctx(state), side, VecDeque::new(), None)
+    }
+
+    fn poll<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> Option<Result<Frame<Bytes>, B::Error>> {
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        match Pin::new(body).poll_frame(&mut cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => panic!("test bodies are always ready"),
+        }
+    }
+
+    /// Reads `body` the way hyper's server does: it stops polling once the
+    /// body reports its end.
+    fn serve<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> Vec<u8> {
+        let mut out = Vec::new();
+        while !body.is_end_stream() {
+            match poll(body) {
+                Some(Ok(frame)) => out.extend_from_slice(frame.data_ref().map_or(&[][..], |d| d)),
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// (settled requests, charged output tokens, outstanding requests).
+    fn settled(state: &Shared) -> (u64, u64, u64) {
+        let ledger = state.lock().ledger();
+        assert!(ledger.conserved());
+        (
+            ledger.settled.requests,
+            ledger.charged.output,
+            ledger.outstanding.requests,
+        )
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_content_length_body_settles_on_its_last_byte_exactly_once() {
+        let st = state();
+        let mut body = metered(
+            &st,
+            Pieces::new(JSON, 3, true),
+            json(Coding::Identity, 1 << 20),
+        );
+        assert_eq!(settled(&st), (0, 0, 1));
+        assert_eq!(serve(&mut body), JSON, "the bytes pass untouched");
+        assert_eq!(
+            body.metered(),
+            Some(&Metered::Body {
+                usage: Some(Usage {
+                    input_tokens: 3,
+                    output_tokens: 4,
+                    ..Usage::default()
+                }),
+                complete: true,
+            }),
+            "settled without being polled to None"
+        );
+        assert_eq!(settled(&st), (1, 4, 0), "the actual output, not max_tokens");
+        // Polling past the end, then dropping, settles nothing more.
+        assert!(poll(&mut body).is_none());
+        assert!(poll(&mut body).is_none());
+        drop(body);
+        assert_eq!(settled(&st), (1, 4, 0));
+    }
+
+    #[test]
+    fn a_chunked_body_settles_on_none_and_only_then() {
+        let st = state();
+        let mut body = metered(
+            &st,
+            Pieces::new(JSON, 2, false),
+            json(Coding::Identity, 1 << 20),
+        );
+        assert!(poll(&mut body).is_some());
+        assert!(poll(&mut body).is_some());
+        assert!(!body.is_end_stream(), "a chunked body's end is its None");
+        assert_eq!(body.metered(), None);
+        assert_eq!(settled(&st), (0, 0, 1));
+        assert!(poll(&mut body).is_none());
+        assert!(body.is_end_stream());
+        assert_eq!(settled(&st), (1, 4, 0));
+        drop(body);
+        assert_eq!(settled(&st), (1, 4, 0));
+    }
+
+    #[test]
+    fn a_body_dropped_midway_settles_at_the_estimate_once() {
+        let st = state();
+        let mut body = metered(
+            &st,
+            Pieces::new(JSON, 2, true),
+            json(Coding::Identity, 1 << 20),
+        );
+        assert!(poll(&mut body).is_some());
+        drop(body);
+        assert_eq!(settled(&st), (1, MAX_TOKENS, 0));
+    }
+
+    #[test]
+    fn an_empty_body_settles_at_once() {
+        let st = state();
+        let body = metered(
+            &st,
+            http_body_util::Empty::<Bytes>::new(),
+            json(Coding::Identity, 1 << 20),
+        );
+        assert!(body.is_end_stream(), "a server never polls it");
+        assert_eq!(
+            body.metered(),
+            Some(&Metered::Body {
+                usage: None,
+                complete: true
+            })
+        );
+        drop(body);
+        assert_eq!(settled(&st), (1, MAX_TOKENS, 0));
+    }
+
+    #[test]
+    fn size_hint_and_end_of_stream_forward_the_inner_body() {
+        let st = state();
+        let mut body = metered(
+            &st,
+            Pieces::new(JSON, 2, true),
+            json(Coding::Identity, 1 << 20),
+        );
+        assert_eq!(body.size_hint().exact(), Some(JSON.len() as u64));
+        assert!(!body.is_end_stream());
+        let first = poll(&mut body).unwrap().unwrap().into_data().unwrap();
+        assert_eq!(
+            body.size_hint().exact(),
+            Some((JSON.len() - first.len()) as u64)
+        );
+        assert!(poll(&mut body).is_some());
+        assert_eq!(body.size_hint().exact(), Some(0));
+        assert!(body.is_end_stream());
+
+        // A chunked inner body: no size told, no end before None.
+        let mut body = metered(
+            &st,
+            Pieces::new(JSON, 1, false),
+            json(Coding::Identity, 1 << 20),
+        );
+        assert_eq!(body.size_hint().exact(), None);
+        assert_eq!(body.size_hint().lower(), 0);
+        assert!(poll(&mut body).is_some());
+        assert!(!body.is_end_stream());
+
+        // Frames held back count in the hint, and the end waits for them.
+        let held: VecDeque<_> = [Frame::data(Bytes::from_static(b"held"))].into();
+        let mut body = MeteredBody::new(
+            Pieces::new(JSON, 1, true),
+            ctx(&st),
+            json(Coding::Identity, 1 << 20),
+            held,
+            None,
+        );
+        assert_eq!(body.size_hint().exact(), Some(JSON.len() as u64 + 4));
+        assert_eq!(
+            poll(&mut body).unwrap().unwrap().into_data().unwrap(),
+            &b"held"[..]
+        );
+        assert!(!body.is_end_stream());
+        assert!(poll(&mut body).is_some());
+        assert!(body.is_end_stream());
+    }
+
+    #[test]
+    fn held_frames_of_an_ended_stream_settle_with_the_last_of_them() {
+        let st = state();
+        let frames = [
+            &b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n"[..],
+            &b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":4}}\n\n"[..],
+            &b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"[..],
+        ];
+        let mut side = Side::new(
+            MeterKind::Stream(Box::new(StreamTracker::new(
+                Provider::Anthropic,
+                Default::default(),
+            ))),
+            Coding::Identity,
+            1 << 20,
+        );
+        let mut held = VecDeque::new();
+        for f in frames {
+            side.observe(f);
+            held.push_back(Frame::data(Bytes::from_static(f)));
+        }
+        let mut body = MeteredBody::new(
+            http_body_util::Empty::<Bytes>::new(),
+            ctx(&st),
+            side,
+            held,
+            Some(true),
+        );
+        assert!(!body.is_end_stream());
+        assert_eq!(serve(&mut body).len(), frames.concat().len());
+        assert!(matches!(
+            body.stream_outcome(),
+            Some(StreamOutcome::Completed { usage: Some(u) }) if u.output_tokens == 4
+        ));
+        assert_eq!(settled(&st), (1, 4, 0));
+    }
+
+    #[test]
+    fn a_gzip_body_settles_from_its_decoded_usage_and_passes_compressed() {
+        let st = state();
+        let gz = gzip(JSON);
+        for exact in [true, false] {
+            let mut body = metered(&st, Pieces::new(&gz, 4, exact), json(Coding::Gzip, 1 << 20));
+            let seen = serve(&mut body);
+            if !exact {
+                assert!(poll(&mut body).is_none());
+            }
+            assert_eq!(seen, gz, "the caller gets the compressed bytes");
+            assert_eq!(
+                body.metered()
+                    .and_then(Metered::usage)
+                    .map(|u| u.output_tokens),
+                Some(4)
+            );
+        }
+        assert_eq!(settled(&st), (2, 8, 0));
+    }
+
+    #[test]
+    fn a_truncated_gzip_body_settles_at_the_estimate() {
+        let st = state();
+        let gz = gzip(JSON);
+        // The JSON is whole but the trailer (CRC, size) is cut: not trusted.
+        let cut = &gz[..gz.len() - 4];
+        let mut body = metered(&st, Pieces::new(cut, 3, true), json(Coding::Gzip, 1 << 20));
+        assert_eq!(serve(&mut body), cut);
+        assert_eq!(
+            body.metered(),
+            Some(&Metered::Body {
+                usage: None,
+                complete: true
+            })
+        );
+        assert_eq!(settled(&st), (1, MAX_TOKENS, 0));
+    }
+
+    #[test]
+    fn garbage_declared_as_gzip_settles_at_the_estimate() {
+        let st = state();
+        let mut body = metered(&st, Pieces::new(JSON, 2, true), json(Coding::Gzip, 1 << 20));
+        assert_eq!(serve(&mut body), JSON, "bytes still pass");
+        assert!(body.meter.side.gave_up);
+        assert_eq!(settled(&st), (1, MAX_TOKENS, 0));
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_capped_and_settles_at_the_estimate() {
+        let st = state();
+        // 16 MiB of JSON (usage first) in about 16 KiB of gzip.
+        let mut doc = br#"{"usage":{"input_tokens":3,"output_tokens":4},"pad":""#.to_vec();
+        doc.resize(16 << 20, b'0');
+        doc.extend_from_slice(b"\"}");
+        let bomb = gzip(&doc);
+        assert!(bomb.len() < 64 << 10);
+        let cap = 256 << 10;
+        let mut body = metered(&st, Pieces::new(&bomb, 8, true), json(Coding::Gzip, cap));
+        let first = poll(&mut body).unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first.len(), bomb.len().div_ceil(8), "bytes pass untouched");
+        assert!(
+            body.meter.side.gave_up,
+            "one frame already decodes past the cap"
+        );
+        let decoded = body.meter.side.decoder.as_ref().map_or(0, |d| d.decoded());
+        assert!(
+            decoded <= (cap + super::super::decode::OUT_CHUNK) as u64,
+            "{decoded}"
+        );
+        if let MeterKind::Json { buf, .. } = &body.meter.side.kind {
+            assert!(buf.len() <= cap, "the side copy never grows past the cap");
+        }
+        let rest = serve(&mut body);
+        assert_eq!(first.len() + rest.len(), bomb.len());
+        assert_eq!(body.metered().and_then(Metered::usage), None);
+        assert_eq!(
+            settled(&st),
+            (1, MAX_TOKENS, 0),
+            "the estimate, not the bomb's 4"
+        );
+    }
+
+    #[test]
+    fn an_unsupported_coding_settles_at_the_estimate() {
+        let st = state();
+        let mut body = metered(
+            &st,
+            Pieces::new(JSON, 1, true),
+            json(Coding::Unsupported, 1 << 20),
+        );
+        serve(&mut body);
+        assert_eq!(settled(&st), (1, MAX_TOKENS, 0));
+    }
+}
