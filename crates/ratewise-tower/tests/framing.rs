@@ -258,3 +258,40 @@ fn the_metered_body_can_cross_threads() {
     fn send<T: Send + 'static>() {}
     send::<MeteredBody<Incoming>>();
 }
+
+/// A compressed error answer is classified from its decoded body: the
+/// spend cap's code is in the body only (a 429 without it is a rate limit,
+/// retried), so reading the gzip bytes raw would retry a money stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_error_body_is_classified_from_its_code() {
+    let mut cfg = MockConfig {
+        compression: true,
+        ..roomy()
+    };
+    cfg.spend.cap_usd = Some(0.0);
+    let server = mock(cfg).await;
+    let mut svc = layer().layer(client());
+    let mut req = request(&server, "capped", false);
+    req.headers_mut()
+        .insert(http::header::ACCEPT_ENCODING, "gzip".parse().unwrap());
+    let ended = run(&mut svc, req).await;
+    assert_eq!(ended.action, ratewise_core::ActionKind::StopQueue);
+    let error = ended.error.unwrap();
+    assert_eq!(
+        error.classification().unwrap().cause,
+        ratewise_core::Cause::SpendCap
+    );
+    assert_eq!(sends(&server, "capped"), 1, "not retried");
+    // The caller gets the answer as it was sent: still compressed.
+    assert_eq!(
+        error.headers().unwrap().get(http::header::CONTENT_ENCODING),
+        Some(&http::HeaderValue::from_static("gzip"))
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&decode(Some("gzip"), error.body().unwrap())).unwrap();
+    assert_eq!(
+        v["error"]["details"]["error_code"],
+        "enforced_spend_limit_reached"
+    );
+    server.shutdown().await;
+}

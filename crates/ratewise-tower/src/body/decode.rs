@@ -218,6 +218,21 @@ impl Decoder {
     }
 }
 
+/// A decoded copy of at most `limit` bytes of a compressed body (itself
+/// possibly cut at a bound), to classify an error answer by; `None` for
+/// identity, an unsupported coding, or when nothing decodes.
+pub(crate) fn decoded_prefix(coding: Coding, body: &[u8], limit: usize) -> Option<Vec<u8>> {
+    // The sink stops at `limit`: a bomb ends there.
+    let mut d = Decoder::new(coding, usize::MAX)?;
+    let mut out = Vec::new();
+    let _ = d.feed(body, &mut |b| {
+        let room = limit.saturating_sub(out.len());
+        out.extend_from_slice(b.get(..room.min(b.len())).unwrap_or_default());
+        out.len() < limit
+    });
+    (!out.is_empty()).then_some(out)
+}
+
 fn feed_codec(
     codec: &mut Codec,
     out: &mut [u8],
@@ -680,6 +695,23 @@ mod tests {
         assert!(!d.finished());
         // Failed for good: more input is refused at once.
         assert_eq!(d.feed(&bomb, &mut |_| true), Err(Failure::TooLarge));
+    }
+
+    #[test]
+    fn error_bodies_decode_to_a_bounded_prefix() {
+        assert_eq!(decoded_prefix(Coding::Identity, TEXT, 10), None);
+        assert_eq!(decoded_prefix(Coding::Unsupported, TEXT, 10), None);
+        assert_eq!(decoded_prefix(Coding::Gzip, TEXT, 10), None, "not gzip");
+        assert_eq!(
+            decoded_prefix(Coding::Gzip, &gzip(TEXT), 1 << 10).unwrap(),
+            TEXT
+        );
+        let bomb = gzip(&vec![b'x'; 8 << 20]);
+        assert_eq!(decoded_prefix(Coding::Gzip, &bomb, 100).unwrap().len(), 100);
+        // A body cut at the read bound still gives what it holds.
+        let z = zlib(TEXT);
+        let part = decoded_prefix(Coding::Deflate, &z[..z.len() / 2], 1 << 10).unwrap_or_default();
+        assert!(TEXT.starts_with(&part));
     }
 
     #[test]

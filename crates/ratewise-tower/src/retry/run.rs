@@ -234,13 +234,21 @@ where
             Ok(resp) => {
                 let (rparts, rbody) = resp.into_parts();
                 let body = crate::body::replay::read_prefix(rbody, cfg.max_error_body).await;
-                let provider = provider_of(cfg.provider, &rparts.headers, &body);
+                // A compressed error body is classified from a decoded copy;
+                // the answer keeps the bytes as they were sent.
+                let decoded = crate::body::decode::decoded_prefix(
+                    Coding::of(&rparts.headers),
+                    &body,
+                    cfg.max_error_body,
+                );
+                let view = decoded.as_deref().unwrap_or(&body);
+                let provider = provider_of(cfg.provider, &rparts.headers, view);
                 let c = classify_response(
                     provider,
                     &ResponseView {
                         status: rparts.status,
                         headers: &rparts.headers,
-                        body: &body,
+                        body: view,
                     },
                     now.wall,
                 );
