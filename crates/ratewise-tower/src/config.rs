@@ -47,7 +47,9 @@ pub struct Config {
     /// caller still gets the compressed bytes; the decoded copy is read on
     /// the side (a JSON copy is also bounded by `max_metered_body`). Past
     /// the bound — a decompression bomb — the reservation settles at its
-    /// estimate.
+    /// estimate. Besides the bound, a decoder holds a few fixed buffers
+    /// (tens of KiB), and a `br` one its window (at most 16 MiB, as the
+    /// stream declares).
     pub max_decoded_body: usize,
     /// Send `x-ratewise-job` and `x-ratewise-attempt` with every attempt
     /// (default on). They carry only the job id and the attempt number.
