@@ -6,9 +6,12 @@
 //!     "seconds_per_minute": 1.0,
 //!     "anthropic_limits": {"requests_per_minute": 5},
 //!     "spend": {"cap_usd": 0.01},
-//!     "faults": [{"fault": "overloaded", "when": {"nth": [1]}}]
+//!     "faults": [{"fault": "overloaded", "when": {"nth": [1]}}],
+//!     "framing": "chunked",
+//!     "compression": true
 //! }"#).unwrap();
 //! assert_eq!(cfg.anthropic_limits.requests_per_minute, Some(5));
+//! assert_eq!(cfg.framing, ratewise_mock::Framing::Chunked);
 //! // a limits object replaces the defaults: what it omits is unlimited
 //! assert_eq!(cfg.anthropic_limits.input_tokens_per_minute, None);
 //! assert_eq!(cfg.openai_limits.tokens_per_minute, Some(200_000));
@@ -50,6 +53,19 @@ pub struct MockConfig {
     pub tokens_per_delta: u64,
     /// Latency (default none).
     pub latency: LatencyConfig,
+    /// How non-stream bodies (JSON answers and errors) are framed:
+    /// `"content_length"` (default: a `Content-Length` header and the body
+    /// in one piece, as real providers send JSON) or `"chunked"`
+    /// (`Transfer-Encoding: chunked`, the body in two chunks). Streams are
+    /// always chunked.
+    pub framing: Framing,
+    /// Compress answers as the request's `Accept-Encoding` allows
+    /// (default false): `gzip`, `br` or `deflate` (zlib-wrapped), the
+    /// highest q-value winning and the first listed on a tie, sent with
+    /// `Content-Encoding` and `Vary: accept-encoding`. Applies to JSON
+    /// answers, errors and streams (flushed per SSE event); a request
+    /// without an acceptable coding gets the body as it is.
+    pub compression: bool,
     /// Faults to inject, checked in order (default none).
     pub faults: Vec<FaultRule>,
     /// Labels recorded instead of a key's fingerprint: key → label.
@@ -79,6 +95,8 @@ impl Default for MockConfig {
             output_tokens: OutputRange::default(),
             tokens_per_delta: 4,
             latency: LatencyConfig::default(),
+            framing: Framing::default(),
+            compression: false,
             faults: Vec::new(),
             key_labels: BTreeMap::new(),
             max_body_bytes: 4 << 20,
@@ -202,6 +220,18 @@ impl Default for OutputRange {
     fn default() -> Self {
         OutputRange { min: 5, max: 50 }
     }
+}
+
+/// How the mock frames a non-stream body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Framing {
+    /// A `Content-Length` header and the body in one piece (default: what
+    /// real providers send for JSON).
+    #[default]
+    ContentLength,
+    /// `Transfer-Encoding: chunked`, no length told up front.
+    Chunked,
 }
 
 /// Response latency, real milliseconds (not scaled).

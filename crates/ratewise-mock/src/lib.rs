@@ -28,6 +28,10 @@
 //!   the bucket maths stays per minute in provider time, and everything told
 //!   to clients (`retry-after`, reset headers, "try again in") is in *real*
 //!   time: `retry-after` as decimal seconds rounded up to the millisecond.
+//! * **Wire**: non-stream bodies are chunked by default, or sent with a
+//!   `Content-Length` ([`MockConfig::framing`]); with
+//!   [`MockConfig::compression`] answers are compressed per the request's
+//!   `Accept-Encoding` ([`encoding`]).
 //! * **Runtime control**: [`MockServer::set_faults`],
 //!   [`MockServer::set_billing_error`], [`MockServer::set_spend_cap`],
 //!   [`MockServer::set_acceleration`], or the same over HTTP under `/mock/`
@@ -50,6 +54,7 @@ pub mod body;
 pub mod bucket;
 pub mod clock;
 pub mod config;
+pub mod encoding;
 pub mod faults;
 mod io;
 pub mod model;
@@ -60,7 +65,9 @@ pub mod server;
 pub mod tokens;
 
 pub use clock::TimeScale;
-pub use config::{AccelerationConfig, LatencyConfig, Limits, MockConfig, OutputRange, SpendConfig};
+pub use config::{
+    AccelerationConfig, Framing, LatencyConfig, Limits, MockConfig, OutputRange, SpendConfig,
+};
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use model::{Answer, Outcome, ProviderModel, RequestMeta};
 pub use record::{sends_per_job, RequestRecord, ATTEMPT_HEADER, JOB_HEADER};

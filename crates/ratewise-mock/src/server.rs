@@ -12,12 +12,17 @@
 //!
 //! The key is `x-api-key` (Anthropic) or `Authorization: Bearer …` (either
 //! is accepted on both routes); a request without one gets 401.
+//!
+//! Answers on the API routes (and 404s) follow [`MockConfig::framing`] and,
+//! with [`MockConfig::compression`], the request's `Accept-Encoding`; the
+//! `/mock/` routes always answer with a `Content-Length` and uncompressed.
 
 mod control;
 
 use crate::body::MockBody;
 use crate::clock::{Clock, TimeScale};
-use crate::config::{AccelerationConfig, MockConfig};
+use crate::config::{AccelerationConfig, Framing, MockConfig};
+use crate::encoding::{self, Coding, StreamEncoder};
 use crate::faults::{Fault, FaultRule};
 use crate::io::ResettableStream;
 use crate::model::{Outcome, ProviderModel, RequestMeta};
@@ -238,9 +243,12 @@ async fn handle(
 ) -> Result<Resp, ResetConnection> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
+    let wire = Wire::of(&state.config, req.headers());
     match (&method, path.as_str()) {
-        (&Method::POST, "/v1/messages") => api(state, reset, Provider::Anthropic, req).await,
-        (&Method::POST, "/v1/chat/completions") => api(state, reset, Provider::Openai, req).await,
+        (&Method::POST, "/v1/messages") => api(state, reset, wire, Provider::Anthropic, req).await,
+        (&Method::POST, "/v1/chat/completions") => {
+            api(state, reset, wire, Provider::Openai, req).await
+        }
         (_, p) if p.starts_with("/mock/") => Ok(control::control(&state, &method, p, req).await),
         (_, p) => {
             let provider = if p.contains("/chat/") {
@@ -250,7 +258,7 @@ async fn handle(
             };
             let n = state.seq.fetch_add(1, Ordering::Relaxed) + 1;
             let ctx = RenderCtx::new(provider, "", state.config.seed, n, SystemTime::now());
-            Ok(respond(render::render_status_error(
+            Ok(wire.respond(render::render_status_error(
                 &ctx,
                 404,
                 &format!("Not found: {method} {p}"),
@@ -259,8 +267,59 @@ async fn handle(
     }
 }
 
-fn respond(r: Rendered) -> Resp {
-    build(r.status, &r.headers, MockBody::full(r.body))
+/// How one request's answers go on the wire: framing and content coding.
+#[derive(Debug, Clone, Copy)]
+struct Wire {
+    framing: Framing,
+    /// Compression is on (answers vary by `Accept-Encoding`).
+    compression: bool,
+    /// The coding negotiated for this request.
+    coding: Option<Coding>,
+}
+
+impl Wire {
+    fn of(config: &MockConfig, h: &HeaderMap) -> Wire {
+        let coding = if config.compression {
+            let accept: Vec<&str> = h
+                .get_all(http::header::ACCEPT_ENCODING)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
+            Coding::negotiate(&accept.join(","))
+        } else {
+            None
+        };
+        Wire {
+            framing: config.framing,
+            compression: config.compression,
+            coding,
+        }
+    }
+
+    /// The coding headers to add to an answer.
+    fn headers(&self, headers: &mut Vec<(&'static str, String)>) {
+        if let Some(c) = self.coding {
+            headers.push(("content-encoding", c.as_str().to_string()));
+        }
+        if self.compression {
+            headers.push(("vary", "accept-encoding".to_string()));
+        }
+    }
+
+    /// A whole (non-stream) answer, encoded and framed.
+    fn respond(&self, r: Rendered) -> Resp {
+        let mut headers = r.headers;
+        self.headers(&mut headers);
+        let body = match self.coding {
+            Some(c) => encoding::compress(c, &r.body),
+            None => r.body,
+        };
+        let body = match self.framing {
+            Framing::ContentLength => MockBody::full(body),
+            Framing::Chunked => MockBody::chunked(body),
+        };
+        build(r.status, &headers, body)
+    }
 }
 
 fn build(status: u16, headers: &[(&'static str, String)], body: MockBody) -> Resp {
@@ -309,6 +368,7 @@ fn push_record(state: &State, rec: RequestRecord) {
 /// Rejects a request before the model sees it, and records that.
 fn reject(
     state: &State,
+    wire: Wire,
     mut rec: RequestRecord,
     ctx: &RenderCtx,
     status: u16,
@@ -319,12 +379,13 @@ fn reject(
     rec.cause = cause;
     rec.request_id = Some(ctx.request_id.clone());
     push_record(state, rec);
-    respond(render::render_status_error(ctx, status, msg))
+    wire.respond(render::render_status_error(ctx, status, msg))
 }
 
 async fn api(
     state: Arc<State>,
     reset: Arc<AtomicBool>,
+    wire: Wire,
     provider: Provider,
     req: Request<Incoming>,
 ) -> Result<Resp, ResetConnection> {
@@ -348,6 +409,7 @@ async fn api(
             {
                 return Ok(reject(
                     &state,
+                    wire,
                     rec,
                     &ctx,
                     413,
@@ -361,6 +423,7 @@ async fn api(
     let Some(key) = request::api_key(h) else {
         return Ok(reject(
             &state,
+            wire,
             rec,
             &ctx,
             401,
@@ -376,7 +439,17 @@ async fn api(
         .unwrap_or_else(|| request::key_fingerprint(key));
     let parsed = match request::parse_request(provider, &body, h) {
         Ok(p) => p,
-        Err(msg) => return Ok(reject(&state, rec, &ctx, 400, Cause::InvalidRequest, &msg)),
+        Err(msg) => {
+            return Ok(reject(
+                &state,
+                wire,
+                rec,
+                &ctx,
+                400,
+                Cause::InvalidRequest,
+                &msg,
+            ))
+        }
     };
     let range = state.config.output_tokens;
     let output_tokens = tokens::output_tokens_for(
@@ -439,23 +512,47 @@ async fn api(
                 ),
                 _ => (frames, None),
             };
-            let headers = render::stream_headers(&ctx, &answer.windows);
+            let mut headers = render::stream_headers(&ctx, &answer.windows);
+            wire.headers(&mut headers);
             let (tx, rx) = mpsc::channel::<Bytes>(16);
             let grant = grant.clone();
             let st = state.clone();
+            // Compressed streams are flushed after every event.
+            let mut encoder = wire.coding.map(StreamEncoder::new);
+            let mut encode = move |bytes: Vec<u8>, last: bool| -> Bytes {
+                match encoder.take() {
+                    Some(mut e) => {
+                        let mut out = e.push(&bytes);
+                        if last {
+                            out.extend_from_slice(&e.finish());
+                        } else {
+                            encoder = Some(e);
+                        }
+                        Bytes::from(out)
+                    }
+                    None => Bytes::from(bytes),
+                }
+            };
             tokio::spawn(async move {
                 let mut delivered = 0;
-                for f in frames {
+                let count = frames.len();
+                for (i, f) in frames.into_iter().enumerate() {
                     if f.output_tokens > 0 && !per_token.is_zero() {
                         tokio::time::sleep(per_token.saturating_mul(f.output_tokens as u32)).await;
                     }
-                    if tx.send(Bytes::from(f.bytes)).await.is_err() {
+                    let last = tail.is_none() && i + 1 == count;
+                    if tx.send(encode(f.bytes.into_bytes(), last)).await.is_err() {
                         break;
                     }
                     delivered += f.output_tokens;
                 }
                 if let Some(t) = tail {
-                    let _ = tx.send(Bytes::from(t)).await;
+                    let _ = tx.send(encode(t.into_bytes(), true)).await;
+                } else if count == 0 {
+                    let tail = encode(Vec::new(), true);
+                    if !tail.is_empty() {
+                        let _ = tx.send(tail).await;
+                    }
                 }
                 lock(&st.model).settle(&grant, delivered, st.clock.now());
             });
@@ -474,8 +571,8 @@ async fn api(
                 .await;
             }
             drop(settle);
-            Ok(respond(render::render_answer(&ctx, &answer)))
+            Ok(wire.respond(render::render_answer(&ctx, &answer)))
         }
-        _ => Ok(respond(render::render_answer(&ctx, &answer))),
+        _ => Ok(wire.respond(render::render_answer(&ctx, &answer))),
     }
 }

@@ -42,6 +42,15 @@ pub struct Config {
     /// Most bytes of a JSON success body kept to read its `usage`
     /// (default 4 MiB); past it the reservation settles at its estimate.
     pub max_metered_body: usize,
+    /// Most bytes decoded from a compressed success body (`Content-Encoding:
+    /// gzip`, `deflate` or `br`) to read its `usage` (default 64 MiB). The
+    /// caller still gets the compressed bytes; the decoded copy is read on
+    /// the side (a JSON copy is also bounded by `max_metered_body`). Past
+    /// the bound — a decompression bomb — the reservation settles at its
+    /// estimate. Besides the bound, a decoder holds a few fixed buffers
+    /// (tens of KiB), and a `br` one its window (at most 16 MiB, as the
+    /// stream declares).
+    pub max_decoded_body: usize,
     /// Send `x-ratewise-job` and `x-ratewise-attempt` with every attempt
     /// (default on). They carry only the job id and the attempt number.
     pub job_headers: bool,
@@ -69,6 +78,7 @@ impl Default for Config {
             max_request_body: 32 << 20,
             max_error_body: MAX_BODY_PREFIX,
             max_metered_body: 4 << 20,
+            max_decoded_body: 64 << 20,
             job_headers: true,
             commit_point: CommitPoint::FirstByte,
             max_held_bytes: 64 << 10,

@@ -53,9 +53,10 @@
 //!
 //! A success returns `http::Response<`[`MeteredBody`]`<R>>` with an
 //! [`Attempts`] extension: the body passes through untouched and settles
-//! the reservation from its `usage` when it ends; `text/event-stream`
-//! bodies are metered by the streaming tracker and never replayed once
-//! committed.
+//! the reservation from its `usage` when its last byte arrives (whether or
+//! not the consumer polls past it); `text/event-stream` bodies are metered
+//! by the streaming tracker and never replayed once committed. Compressed
+//! bodies (`gzip`, `deflate`, `br`) are metered from a bounded decoded copy.
 //!
 //! ## Journal
 //!

@@ -1,5 +1,6 @@
 //! Bodies: replaying request bodies, metering response bodies.
 
+pub(crate) mod decode;
 pub mod metered;
 pub mod replay;
 

@@ -25,7 +25,8 @@ use tower_service::Service;
 use tracing::Instrument;
 
 use super::layer::Inner;
-use crate::body::metered::{in_band_classification, MeterCtx, MeterKind};
+use crate::body::decode::Coding;
+use crate::body::metered::{in_band_classification, MeterCtx, MeterKind, Side};
 use crate::body::replay::BufferError;
 use crate::body::{MeteredBody, ReplayBody};
 use crate::config::{ATTEMPT_HEADER, JOB_HEADER};
@@ -233,13 +234,21 @@ where
             Ok(resp) => {
                 let (rparts, rbody) = resp.into_parts();
                 let body = crate::body::replay::read_prefix(rbody, cfg.max_error_body).await;
-                let provider = provider_of(cfg.provider, &rparts.headers, &body);
+                // A compressed error body is classified from a decoded copy;
+                // the answer keeps the bytes as they were sent.
+                let decoded = crate::body::decode::decoded_prefix(
+                    Coding::of(&rparts.headers),
+                    &body,
+                    cfg.max_error_body,
+                );
+                let view = decoded.as_deref().unwrap_or(&body);
+                let provider = provider_of(cfg.provider, &rparts.headers, view);
                 let c = classify_response(
                     provider,
                     &ResponseView {
                         status: rparts.status,
                         headers: &rparts.headers,
-                        body: &body,
+                        body: view,
                     },
                     now.wall,
                 );
@@ -478,6 +487,8 @@ where
         .headers()
         .get(CONTENT_TYPE)
         .is_some_and(|v| is_event_stream(v.as_bytes()));
+    // A compressed body is metered from a decoded copy made on the side.
+    let coding = Coding::of(resp.headers());
     let ctx = MeterCtx {
         state: inner.state.clone(),
         clock: inner.clock.clone(),
@@ -500,7 +511,8 @@ where
             limit: cfg.max_metered_body,
             overflow: false,
         };
-        let mut resp = resp.map(|b| MeteredBody::new(b, ctx, kind, VecDeque::new(), None));
+        let side = Side::new(kind, coding, cfg.max_decoded_body);
+        let mut resp = resp.map(|b| MeteredBody::new(b, ctx, side, VecDeque::new(), None));
         resp.extensions_mut()
             .insert(Attempts(std::mem::take(records)));
         return Ok(resp);
@@ -513,15 +525,16 @@ where
             ..TrackerConfig::default()
         },
     ));
+    let side = Side::new(MeterKind::Stream(tracker), coding, cfg.max_decoded_body);
     let (rparts, body) = resp.into_parts();
-    let (body, tracker, held, ended) = if cfg.commit_point == CommitPoint::FirstContent {
-        match hold_until_commit(body, tracker, cfg.max_held_bytes).await {
+    let (body, side, held, ended) = if cfg.commit_point == CommitPoint::FirstContent {
+        match hold_until_commit(body, side, cfg.max_held_bytes).await {
             Held::Commit {
                 body,
-                tracker,
+                side,
                 held,
                 ended,
-            } => (body, tracker, held, ended),
+            } => (body, side, held, ended),
             Held::Replay { outcome } => {
                 let (cause, error_type, code) = match &outcome {
                     StreamOutcome::MidStream { cause, error, .. } => {
@@ -545,7 +558,7 @@ where
             }
         }
     } else {
-        (body, tracker, VecDeque::new(), None)
+        (body, side, VecDeque::new(), None)
     };
     let d = inner
         .state
@@ -554,10 +567,7 @@ where
     trace_attempt(&record);
     journal_end(inner, &record);
     records.push(record);
-    let mut resp = Response::from_parts(
-        rparts,
-        MeteredBody::new(body, ctx, MeterKind::Stream(tracker), held, ended),
-    );
+    let mut resp = Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended));
     resp.extensions_mut()
         .insert(Attempts(std::mem::take(records)));
     Ok(resp)
@@ -566,7 +576,7 @@ where
 enum Held<R> {
     Commit {
         body: R,
-        tracker: Box<StreamTracker>,
+        side: Side,
         held: VecDeque<Frame<Bytes>>,
         /// `Some(cleanly)` when the body already ended.
         ended: Option<bool>,
@@ -579,11 +589,7 @@ enum Held<R> {
 /// Reads a stream until it commits (first content, or the bound on held
 /// bytes), or until an error arrives before any content (replayable).
 /// A stream that ends before committing is handed over as it is.
-async fn hold_until_commit<R>(
-    mut body: R,
-    mut tracker: Box<StreamTracker>,
-    max_held: usize,
-) -> Held<R>
+async fn hold_until_commit<R>(mut body: R, mut side: Side, max_held: usize) -> Held<R>
 where
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
@@ -593,26 +599,29 @@ where
         match body.frame().await {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    let _ = tracker.observe(data);
+                    side.observe(data);
                     held_bytes += data.len();
                 }
                 held.push_back(frame);
-                if tracker.committed() || held_bytes > max_held {
+                let (committed, terminal) = side
+                    .tracker()
+                    .map_or((true, false), |t| (t.committed(), t.is_terminal()));
+                if committed || held_bytes > max_held {
                     return Held::Commit {
                         body,
-                        tracker,
+                        side,
                         held,
                         ended: None,
                     };
                 }
-                if tracker.is_terminal() {
-                    let outcome = tracker.outcome(true);
-                    if outcome.replayable() {
+                if terminal {
+                    let outcome = side.tracker().map(|t| t.outcome(true));
+                    if let Some(outcome) = outcome.filter(StreamOutcome::replayable) {
                         return Held::Replay { outcome };
                     }
                     return Held::Commit {
                         body,
-                        tracker,
+                        side,
                         held,
                         ended: None,
                     };
@@ -623,7 +632,7 @@ where
                 // metered body reports it as interrupted.
                 return Held::Commit {
                     body,
-                    tracker,
+                    side,
                     held,
                     ended: Some(end.is_none()),
                 };
