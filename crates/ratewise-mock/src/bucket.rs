@@ -1,10 +1,26 @@
 //! A continuously refilled token bucket with a per-minute limit, in
 //! provider time.
 //!
-//! The level refills at `limit / 60` per second up to `limit`. A request is
-//! admitted only when every amount it needs is available; the level may go
-//! below zero only when an end-of-request correction charges more than was
-//! reserved (the provider's rule for output tokens).
+//! The level refills at `limit / 60` per second up to the bucket's
+//! **capacity**: a minute of the limit by default ([`Bucket::per_minute`]),
+//! or `limit × capacity_secs / 60` ([`Bucket::with_capacity_secs`]) for a
+//! provider that enforces a per-minute limit over a shorter interval
+//! (Anthropic documents that 60 RPM may be enforced as 1 request per
+//! second). A bucket starts full.
+//!
+//! **Admission.** A request is admitted when every amount it needs is
+//! available. The amount a bucket needs for admission is
+//! `min(cost, capacity)`: a cost larger than the whole bucket (a
+//! `max_tokens` of 4096 against an output bucket holding 2 s = 400 tokens)
+//! is admitted once the bucket is full, and the whole cost is taken, so the
+//! level goes negative — a debt the refill pays back before anything else
+//! fits. Providers accept a `max_tokens` far above a few seconds of refill;
+//! refusing such a request forever would be a provider no one could use,
+//! and the debt keeps the long-run rate at the limit.
+//!
+//! The level also goes below zero when an end-of-request correction
+//! charges more than was reserved (the provider's rule for output tokens),
+//! and when a rejected request is charged (`MockConfig::count_rejected`).
 
 use ratewise_core::Instant;
 use std::time::Duration;
@@ -12,20 +28,46 @@ use std::time::Duration;
 /// Longest wait a bucket reports (a limit of 0 never refills).
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
+/// The default capacity: a minute of the limit.
+pub const MINUTE_SECS: f64 = 60.0;
+
 /// One per-minute bucket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bucket {
     limit: u64,
+    capacity: f64,
     level: f64,
     at: Instant,
 }
 
 impl Bucket {
-    /// A full bucket of `limit` per minute at `now`.
+    /// A full bucket of `limit` per minute holding a minute of it, at `now`.
     pub fn per_minute(limit: u64, now: Instant) -> Self {
+        Bucket::with_capacity_secs(limit, MINUTE_SECS, now)
+    }
+
+    /// A full bucket of `limit` per minute holding `capacity_secs` seconds
+    /// of refill (`limit × capacity_secs / 60`, not rounded), at `now`. A
+    /// `capacity_secs` that is not a positive finite number means a minute.
+    ///
+    /// ```
+    /// use ratewise_core::Instant;
+    /// use ratewise_mock::bucket::Bucket;
+    /// let mut b = Bucket::with_capacity_secs(120, 10.0, Instant::ZERO);
+    /// assert_eq!(b.limit(), 120);
+    /// assert_eq!(b.remaining(Instant::ZERO), 20); // 10 s of 2 per second
+    /// ```
+    pub fn with_capacity_secs(limit: u64, capacity_secs: f64, now: Instant) -> Self {
+        let secs = if capacity_secs.is_finite() && capacity_secs > 0.0 {
+            capacity_secs
+        } else {
+            MINUTE_SECS
+        };
+        let capacity = limit as f64 * secs / MINUTE_SECS;
         Bucket {
             limit,
-            level: limit as f64,
+            capacity,
+            level: capacity,
             at: now,
         }
     }
@@ -35,16 +77,27 @@ impl Bucket {
         self.limit
     }
 
+    /// What the bucket holds when full (may be fractional).
+    pub fn capacity(&self) -> f64 {
+        self.capacity
+    }
+
     fn per_sec(&self) -> f64 {
-        self.limit as f64 / 60.0
+        self.limit as f64 / MINUTE_SECS
     }
 
     fn refill(&mut self, now: Instant) {
         if now > self.at {
             let dt = (now - self.at).as_secs_f64();
-            self.level = (self.level + dt * self.per_sec()).min(self.limit as f64);
+            self.level = (self.level + dt * self.per_sec()).min(self.capacity);
             self.at = now;
         }
+    }
+
+    /// What admitting a cost of `amount` needs in the bucket:
+    /// `min(amount, capacity)`.
+    fn need(&self, amount: u64) -> f64 {
+        (amount as f64).min(self.capacity)
     }
 
     /// Whole units available at `now` (never negative).
@@ -53,21 +106,22 @@ impl Bucket {
         self.level.max(0.0).floor() as u64
     }
 
-    /// Time until `amount` is available (an amount above the limit waits for
-    /// a full bucket); zero when it already is.
+    /// Time until a cost of `amount` fits (an amount above the capacity
+    /// waits for a full bucket); zero when it already does.
     pub fn wait_for(&mut self, amount: u64, now: Instant) -> Duration {
         self.refill(now);
         if self.limit == 0 && amount > 0 {
             return MAX_WAIT;
         }
-        let need = (amount.min(self.limit) as f64) - self.level;
+        let need = self.need(amount) - self.level;
         self.wait_secs(need)
     }
 
-    /// Time until the bucket is full again.
+    /// Time until the bucket is full again (at most `capacity_secs`, more
+    /// while it is paying back a debt).
     pub fn until_full(&mut self, now: Instant) -> Duration {
         self.refill(now);
-        self.wait_secs(self.limit as f64 - self.level)
+        self.wait_secs(self.capacity - self.level)
     }
 
     fn wait_secs(&self, need: f64) -> Duration {
@@ -82,10 +136,16 @@ impl Bucket {
             .min(MAX_WAIT)
     }
 
-    /// Does `amount` fit now? (An amount above the limit never fits.)
+    /// Is a cost of `amount` admitted now? It is when the level holds
+    /// `min(amount, capacity)`: a cost above the capacity is admitted by a
+    /// full bucket (and leaves a debt when taken). Nothing is admitted by a
+    /// limit of 0.
     pub fn fits(&mut self, amount: u64, now: Instant) -> bool {
         self.refill(now);
-        amount as f64 <= self.level
+        if self.limit == 0 {
+            return amount == 0;
+        }
+        self.need(amount) <= self.level
     }
 
     /// Takes `amount` (may drive the level negative).
@@ -94,10 +154,10 @@ impl Bucket {
         self.level -= amount as f64;
     }
 
-    /// Gives back `amount`, up to the limit.
+    /// Gives back `amount`, up to the capacity.
     pub fn give_back(&mut self, amount: u64, now: Instant) {
         self.refill(now);
-        self.level = (self.level + amount as f64).min(self.limit as f64);
+        self.level = (self.level + amount as f64).min(self.capacity);
     }
 }
 
@@ -130,7 +190,53 @@ mod tests {
         assert!(!b.fits(1, t0));
         let w = b.wait_for(1, t0).as_secs_f64(); // 21 units at 100/60 per s
         assert!((w - 12.6).abs() < 1e-6, "{w}");
-        assert!(!Bucket::per_minute(10, t0).fits(11, t0));
+        assert!(!Bucket::per_minute(0, t0).fits(1, t0));
         assert_eq!(Bucket::per_minute(0, t0).wait_for(1, t0), MAX_WAIT);
+    }
+
+    #[test]
+    fn a_short_bucket_holds_seconds_of_refill_at_the_same_rate() {
+        let t0 = Instant::ZERO;
+        let mut b = Bucket::with_capacity_secs(120, 10.0, t0);
+        assert_eq!(b.capacity(), 20.0);
+        assert_eq!(b.until_full(t0), Duration::ZERO);
+        b.take(20, t0);
+        assert!(!b.fits(1, t0));
+        assert_eq!(b.wait_for(1, t0), Duration::from_millis(500));
+        assert_eq!(b.until_full(t0), Duration::from_secs(10));
+        // an hour idle still holds only 10 s of refill
+        assert_eq!(b.remaining(Instant::from_millis(3_600_000)), 20);
+        // refunds stop at the capacity too
+        b.give_back(1000, Instant::from_millis(3_600_000));
+        assert_eq!(b.remaining(Instant::from_millis(3_600_000)), 20);
+        // nonsense capacities mean a minute
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(Bucket::with_capacity_secs(120, bad, t0).capacity(), 120.0);
+        }
+    }
+
+    #[test]
+    fn a_cost_above_the_capacity_is_admitted_by_a_full_bucket_and_leaves_a_debt() {
+        let t0 = Instant::ZERO;
+        // 12 000 per minute over 2 s: 400 in the bucket, 200 per second
+        let mut b = Bucket::with_capacity_secs(12_000, 2.0, t0);
+        assert!(b.fits(4096, t0));
+        b.take(4096, t0);
+        assert_eq!(b.remaining(t0), 0);
+        // the debt (3696) and a refill of the bucket: 4096 / 200 per s
+        assert_eq!(b.until_full(t0), Duration::from_millis(20_480));
+        assert!(!b.fits(1, Instant::from_millis(18_480)));
+        assert!(b.fits(1, Instant::from_millis(18_485)));
+        // a second oversize request waits for the full bucket
+        let t1 = Instant::from_millis(19_000);
+        assert!(!b.fits(4096, t1));
+        assert_eq!(b.wait_for(4096, t1), Duration::from_millis(1_480));
+        assert!(b.fits(4096, Instant::from_millis(20_480)));
+        // a fractional capacity below one unit still admits one at the rate
+        let mut r = Bucket::with_capacity_secs(20, 2.0, t0); // 0.67 requests
+        assert!(r.fits(1, t0));
+        r.take(1, t0);
+        assert!(!r.fits(1, Instant::from_millis(2_999)));
+        assert!(r.fits(1, Instant::from_millis(3_001)));
     }
 }

@@ -6,12 +6,15 @@
 //!     "seconds_per_minute": 1.0,
 //!     "anthropic_limits": {"requests_per_minute": 5},
 //!     "spend": {"cap_usd": 0.01},
+//!     "capacity_seconds": 10.0,
 //!     "faults": [{"fault": "overloaded", "when": {"nth": [1]}}],
 //!     "framing": "chunked",
 //!     "compression": true
 //! }"#).unwrap();
 //! assert_eq!(cfg.anthropic_limits.requests_per_minute, Some(5));
 //! assert_eq!(cfg.framing, ratewise_mock::Framing::Chunked);
+//! // per-minute limits enforced over 10 s; rejected requests cost nothing
+//! assert_eq!((cfg.capacity_seconds, cfg.count_rejected), (10.0, false));
 //! // a limits object replaces the defaults: what it omits is unlimited
 //! assert_eq!(cfg.anthropic_limits.input_tokens_per_minute, None);
 //! assert_eq!(cfg.openai_limits.tokens_per_minute, Some(200_000));
@@ -42,6 +45,21 @@ pub struct MockConfig {
     pub model_classes: Vec<ModelClassRule>,
     /// Acceleration limit (off by default).
     pub acceleration: Option<AccelerationConfig>,
+    /// Seconds of refill every per-minute bucket holds (default 60: a
+    /// minute of the limit). A bucket of limit `L` per minute holds
+    /// `L × capacity_seconds / 60`, refills at `L` per minute and starts
+    /// full; `10.0` is a per-minute limit enforced over 10 s, as Anthropic
+    /// documents it may be. `*-limit` headers still say the per-minute
+    /// limit, `*-remaining` the level and `*-reset` when that bucket is full
+    /// again. A cost above a bucket's capacity is admitted by a full bucket
+    /// and leaves a debt (see [`crate::bucket`]). A value that is not a
+    /// positive finite number means 60; at most 86 400 (a day).
+    pub capacity_seconds: f64,
+    /// A request answered 429 for a rate limit (a per-minute limit or the
+    /// acceleration limit) still takes a request from the requests bucket,
+    /// as OpenAI documents; it is charged no tokens (default false: rejected
+    /// requests cost nothing).
+    pub count_rejected: bool,
     /// Prices and the spend cap (no cap by default).
     pub spend: SpendConfig,
     /// Answer every request with 402 `billing_error` (default false;
@@ -90,6 +108,8 @@ impl Default for MockConfig {
             class_limits: BTreeMap::new(),
             model_classes: Vec::new(),
             acceleration: None,
+            capacity_seconds: 60.0,
+            count_rejected: false,
             spend: SpendConfig::default(),
             billing_error: false,
             output_tokens: OutputRange::default(),

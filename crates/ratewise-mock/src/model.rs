@@ -10,8 +10,26 @@
 //! The order of checks, like a provider's: billing (402) → spend cap →
 //! injected faults → acceleration → buckets. Money answers and faults
 //! charge nothing; a success charges 1 request, the input tokens and
-//! `max_tokens` of output at once (Anthropic's documented rule), corrected at
-//! the end.
+//! `max_tokens` of output at once (Anthropic's documented rule; OpenAI's
+//! combined `tokens` bucket is charged input + `max_tokens` the same way),
+//! corrected at the end.
+//!
+//! What providers leave open is configurable ([`MockConfig`]):
+//!
+//! * **Bucket capacity** ([`MockConfig::capacity_seconds`]): every bucket
+//!   holds that many seconds of its per-minute refill (default 60). With 10
+//!   s, a burst gets at most 10 s of the limit, and `*-reset` is at most 10 s
+//!   away (unless the bucket is paying back a debt).
+//! * **Oversize requests**: a request costing more than a bucket holds
+//!   (`max_tokens` 4096 against an output bucket of 400) is admitted once
+//!   that bucket is full, the whole cost is taken and the level goes
+//!   negative: the refill pays the debt before anything else fits. So it is
+//!   never refused forever, and the long-run rate stays the limit.
+//! * **Rejected requests** ([`MockConfig::count_rejected`]): a request
+//!   answered 429 for a rate limit (per-minute or acceleration) takes a
+//!   request from the requests bucket — before its `retry-after` is
+//!   computed, and with the headers showing it — but no tokens. Off by
+//!   default.
 //!
 //! ```
 //! use ratewise_core::{Instant, Provider};
@@ -118,7 +136,9 @@ pub enum Outcome {
         retry_after: Duration,
         /// The dimension's per-minute limit.
         limit: u64,
-        /// What was used of it (limit − remaining).
+        /// What was used of it: limit − remaining, as the headers say it
+        /// (with a bucket shorter than a minute, the part of the limit not
+        /// on offer counts as used).
         used: u64,
         /// What the request asked for.
         requested: u64,
@@ -148,7 +168,8 @@ pub struct WindowView {
     pub limit: u64,
     /// Whole units left.
     pub remaining: u64,
-    /// Provider time until the bucket is full again.
+    /// Provider time until the bucket is full again: at most its
+    /// [`MockConfig::capacity_seconds`], more while it pays back a debt.
     pub reset: Duration,
 }
 
@@ -184,6 +205,8 @@ pub struct ProviderModel {
     class_limits: BTreeMap<String, Limits>,
     model_classes: Vec<(String, String)>,
     acceleration: Option<AccelerationConfig>,
+    capacity_secs: f64,
+    count_rejected: bool,
     spend_cfg: SpendConfig,
     billing: bool,
     max_keys: usize,
@@ -208,6 +231,8 @@ impl ProviderModel {
                 .map(|r| (r.prefix.clone(), r.class.clone()))
                 .collect(),
             acceleration: config.acceleration,
+            capacity_secs: capacity_secs(config.capacity_seconds),
+            count_rejected: config.count_rejected,
             spend_cfg: config.spend,
             billing: config.billing_error,
             max_keys: config.max_keys,
@@ -282,8 +307,15 @@ impl ProviderModel {
             .is_some_and(|cap| self.spend_usd >= cap)
     }
 
+    /// Seconds of refill each bucket holds (the configured
+    /// [`MockConfig::capacity_seconds`], made valid).
+    pub fn capacity_seconds(&self) -> f64 {
+        self.capacity_secs
+    }
+
     /// Decides the answer to one request at provider time `now`, charging
-    /// the buckets on success.
+    /// the buckets on success (and a request on a rate-limit answer when
+    /// [`MockConfig::count_rejected`] is set).
     pub fn handle(&mut self, meta: &RequestMeta, now: Instant) -> Answer {
         self.seen += 1;
         let mut answer = Answer {
@@ -325,30 +357,34 @@ impl ProviderModel {
                 return answer;
             }
             let limits = self.limits_for(meta.provider, &bkey.class);
-            self.buckets.insert(bkey.clone(), new_buckets(limits, now));
+            let set = new_buckets(limits, self.capacity_secs, now);
+            self.buckets.insert(bkey.clone(), set);
         }
         if let Some(slow) = self.acceleration_check(meta, now) {
+            self.charge_rejected(&bkey, now);
             answer.outcome = slow;
             answer.windows = self.windows(&bkey, now);
             return answer;
         }
         let set = self.buckets.get_mut(&bkey).expect("inserted above");
-        for (dim, bucket) in set.iter_mut() {
+        let refused = set.iter_mut().position(|(dim, bucket)| {
+            !bucket.fits(charge(*dim, meta.input_tokens, meta.max_tokens), now)
+        });
+        if let Some(i) = refused {
+            self.charge_rejected(&bkey, now);
+            let set = self.buckets.get_mut(&bkey).expect("inserted above");
+            let (dim, bucket) = &mut set[i];
             let need = charge(*dim, meta.input_tokens, meta.max_tokens);
-            if !bucket.fits(need, now) {
-                let retry_after = whole_secs(bucket.wait_for(need, now));
-                let limit = bucket.limit();
-                let used = limit.saturating_sub(bucket.remaining(now));
-                answer.outcome = Outcome::RateLimited {
-                    dimension: *dim,
-                    retry_after,
-                    limit,
-                    used,
-                    requested: need,
-                };
-                answer.windows = self.windows(&bkey, now);
-                return answer;
-            }
+            let limit = bucket.limit();
+            answer.outcome = Outcome::RateLimited {
+                dimension: *dim,
+                retry_after: whole_secs(bucket.wait_for(need, now)),
+                limit,
+                used: limit.saturating_sub(bucket.remaining(now)),
+                requested: need,
+            };
+            answer.windows = self.windows(&bkey, now);
+            return answer;
         }
         for (dim, bucket) in set.iter_mut() {
             bucket.take(charge(*dim, meta.input_tokens, meta.max_tokens), now);
@@ -396,6 +432,20 @@ impl ProviderModel {
             .collect()
     }
 
+    /// A rate-limit answer takes one request when rejected requests count.
+    fn charge_rejected(&mut self, bkey: &BucketKey, now: Instant) {
+        if !self.count_rejected {
+            return;
+        }
+        if let Some(set) = self.buckets.get_mut(bkey) {
+            for (dim, bucket) in set.iter_mut() {
+                if *dim == Dimension::Requests {
+                    bucket.take(1, now);
+                }
+            }
+        }
+    }
+
     fn acceleration_check(&mut self, meta: &RequestMeta, now: Instant) -> Option<Outcome> {
         let acc = self.acceleration?;
         let idle = secs(acc.idle_secs);
@@ -428,7 +478,20 @@ impl ProviderModel {
     }
 }
 
-fn new_buckets(limits: Limits, now: Instant) -> Vec<(Dimension, Bucket)> {
+/// Largest bucket capacity, seconds of refill (a day).
+pub const MAX_CAPACITY_SECS: f64 = 86_400.0;
+
+/// A configured capacity made valid: not a positive finite number → 60,
+/// at most [`MAX_CAPACITY_SECS`].
+fn capacity_secs(s: f64) -> f64 {
+    if s.is_finite() && s > 0.0 {
+        s.min(MAX_CAPACITY_SECS)
+    } else {
+        crate::bucket::MINUTE_SECS
+    }
+}
+
+fn new_buckets(limits: Limits, capacity_secs: f64, now: Instant) -> Vec<(Dimension, Bucket)> {
     [
         (Dimension::Requests, limits.requests_per_minute),
         (Dimension::InputTokens, limits.input_tokens_per_minute),
@@ -436,7 +499,7 @@ fn new_buckets(limits: Limits, now: Instant) -> Vec<(Dimension, Bucket)> {
         (Dimension::Tokens, limits.tokens_per_minute),
     ]
     .into_iter()
-    .filter_map(|(d, l)| l.map(|l| (d, Bucket::per_minute(l, now))))
+    .filter_map(|(d, l)| l.map(|l| (d, Bucket::with_capacity_secs(l, capacity_secs, now))))
     .collect()
 }
 
@@ -538,6 +601,267 @@ mod tests {
             m.handle(&meta(1, 800, 100), t0).outcome,
             Outcome::Success(_)
         ));
+    }
+
+    fn openai(input: u64, max: u64, out: u64) -> RequestMeta {
+        RequestMeta::new(Provider::Openai, "k", "gpt-4o-mini", input, max, out)
+    }
+
+    fn ok(o: &Outcome) -> bool {
+        matches!(o, Outcome::Success(_))
+    }
+
+    #[test]
+    fn a_ten_second_bucket_admits_ten_seconds_of_refill_in_a_burst() {
+        let mut c = cfg(Limits {
+            requests_per_minute: Some(120),
+            ..Limits::default()
+        });
+        c.capacity_seconds = 10.0;
+        let mut m = ProviderModel::new(&c);
+        assert_eq!(m.capacity_seconds(), 10.0);
+        // idle for an hour: still only 10 s of 2 per second on offer
+        let t = Instant::from_millis(3_600_000);
+        let admitted = (0..100)
+            .filter(|_| ok(&m.handle(&meta(1, 1, 1), t).outcome))
+            .count();
+        assert_eq!(admitted, 20);
+        let a = m.handle(&meta(1, 1, 1), t);
+        let Outcome::RateLimited {
+            retry_after,
+            limit,
+            used,
+            ..
+        } = a.outcome
+        else {
+            panic!("{:?}", a.outcome)
+        };
+        // one request refills in 0.5 s: whole seconds, at least 1
+        assert_eq!(retry_after, Duration::from_secs(1));
+        assert_eq!((limit, used), (120, 120));
+        let w = a.windows[0];
+        assert_eq!((w.limit, w.remaining), (120, 0));
+        assert_eq!(w.reset, Duration::from_secs(10));
+        // the rate is still the limit: 2 per second
+        let t1 = t + Duration::from_secs(1);
+        let more = (0..10)
+            .filter(|_| ok(&m.handle(&meta(1, 1, 1), t1).outcome))
+            .count();
+        assert_eq!(more, 2);
+        // a bucket never used reports a full 10 s bucket
+        let fresh = BucketKey {
+            provider: Provider::Anthropic,
+            key: "k2".into(),
+            class: "claude-sonnet-4-5".into(),
+        };
+        let mut r = meta(1, 1, 1);
+        r.key = "k2".into();
+        let a = m.handle(&r, t);
+        assert!(ok(&a.outcome));
+        assert_eq!(a.windows[0].remaining, 19);
+        assert!(a.windows[0].reset <= Duration::from_secs(10));
+        assert_eq!(
+            m.windows(&fresh, t + Duration::from_secs(10))[0].remaining,
+            20
+        );
+    }
+
+    #[test]
+    fn capacity_defaults_to_a_minute_and_nonsense_means_a_minute() {
+        assert_eq!(
+            ProviderModel::new(&MockConfig::default()).capacity_seconds(),
+            60.0
+        );
+        for (bad, want) in [(0.0, 60.0), (-5.0, 60.0), (f64::NAN, 60.0), (1e9, 86_400.0)] {
+            let c = MockConfig {
+                capacity_seconds: bad,
+                ..MockConfig::default()
+            };
+            assert_eq!(ProviderModel::new(&c).capacity_seconds(), want, "{bad}");
+        }
+    }
+
+    #[test]
+    fn rejected_requests_take_a_request_but_no_tokens_when_counted() {
+        let limits = Limits {
+            requests_per_minute: Some(60),
+            tokens_per_minute: Some(600),
+            ..Limits::default()
+        };
+        let t0 = Instant::ZERO;
+        for counted in [false, true] {
+            let c = MockConfig {
+                openai_limits: limits,
+                count_rejected: counted,
+                ..MockConfig::default()
+            };
+            let mut m = ProviderModel::new(&c);
+            // input + max_tokens = 500 of 600 tokens
+            assert!(ok(&m.handle(&openai(100, 400, 10), t0).outcome));
+            // refused on tokens, five times
+            for _ in 0..5 {
+                let a = m.handle(&openai(100, 400, 10), t0);
+                assert!(matches!(
+                    a.outcome,
+                    Outcome::RateLimited {
+                        dimension: Dimension::Tokens,
+                        ..
+                    }
+                ));
+            }
+            let key = BucketKey {
+                provider: Provider::Openai,
+                key: "k".into(),
+                class: "gpt-4o-mini".into(),
+            };
+            let w = m.windows(&key, t0);
+            let requests = w
+                .iter()
+                .find(|w| w.dimension == Dimension::Requests)
+                .unwrap();
+            let tokens = w.iter().find(|w| w.dimension == Dimension::Tokens).unwrap();
+            assert_eq!(
+                requests.remaining,
+                if counted { 54 } else { 59 },
+                "{counted}"
+            );
+            assert_eq!(tokens.remaining, 100, "rejections never charge tokens");
+        }
+    }
+
+    #[test]
+    fn counted_rejections_dig_the_request_bucket_deeper() {
+        let c = MockConfig {
+            openai_limits: Limits {
+                requests_per_minute: Some(60),
+                ..Limits::default()
+            },
+            capacity_seconds: 2.0,
+            count_rejected: true,
+            ..MockConfig::default()
+        };
+        let mut m = ProviderModel::new(&c);
+        let t0 = Instant::ZERO;
+        assert!(ok(&m.handle(&openai(1, 1, 1), t0).outcome));
+        assert!(ok(&m.handle(&openai(1, 1, 1), t0).outcome));
+        // empty: each refusal takes a request and pushes its retry-after out
+        let mut waits = Vec::new();
+        for _ in 0..3 {
+            let a = m.handle(&openai(1, 1, 1), t0);
+            let Outcome::RateLimited {
+                dimension,
+                retry_after,
+                ..
+            } = a.outcome
+            else {
+                panic!("{:?}", a.outcome)
+            };
+            assert_eq!(dimension, Dimension::Requests);
+            assert_eq!(a.windows[0].remaining, 0);
+            waits.push(retry_after.as_secs());
+        }
+        assert_eq!(waits, vec![2, 3, 4]);
+        // a client that waited 2 s, as the first answer said, is refused again
+        assert!(!ok(&m
+            .handle(&openai(1, 1, 1), t0 + Duration::from_secs(2))
+            .outcome));
+        // a client that stops knocking gets in once the debt is paid
+        assert!(ok(&m
+            .handle(&openai(1, 1, 1), t0 + Duration::from_secs(6))
+            .outcome));
+    }
+
+    #[test]
+    fn acceleration_refusals_count_when_rejected_requests_count() {
+        let mut c = cfg(Limits {
+            requests_per_minute: Some(60),
+            ..Limits::default()
+        });
+        c.count_rejected = true;
+        c.acceleration = Some(AccelerationConfig {
+            idle_secs: 30.0,
+            window_secs: 10.0,
+            max_requests: 1,
+        });
+        let mut m = ProviderModel::new(&c);
+        let t0 = Instant::ZERO;
+        assert!(ok(&m.handle(&meta(1, 1, 1), t0).outcome));
+        let a = m.handle(&meta(1, 1, 1), t0);
+        assert!(matches!(a.outcome, Outcome::SlowDown { .. }));
+        assert_eq!(a.windows[0].remaining, 58);
+    }
+
+    #[test]
+    fn a_request_larger_than_the_bucket_is_admitted_by_a_full_bucket_with_a_debt() {
+        // OTPM 12 000 over 2 s: 400 output tokens in the bucket
+        let mut c = cfg(Limits {
+            output_tokens_per_minute: Some(12_000),
+            ..Limits::default()
+        });
+        c.capacity_seconds = 2.0;
+        let mut m = ProviderModel::new(&c);
+        let t0 = Instant::ZERO;
+        let a = m.handle(&meta(10, 4096, 300), t0);
+        let Outcome::Success(g) = a.outcome else {
+            panic!("{:?}", a.outcome)
+        };
+        assert_eq!(a.windows[0].remaining, 0);
+        // 3696 of debt plus 400 of bucket at 200 per second
+        assert_eq!(a.windows[0].reset, Duration::from_millis(20_480));
+        // the same again is refused until the bucket is full, and told when
+        match m.handle(&meta(10, 4096, 300), t0).outcome {
+            Outcome::RateLimited {
+                dimension,
+                retry_after,
+                requested,
+                ..
+            } => {
+                assert_eq!(dimension, Dimension::OutputTokens);
+                assert_eq!(retry_after, Duration::from_secs(21));
+                assert_eq!(requested, 4096);
+            }
+            other => panic!("{other:?}"),
+        }
+        // the answer's actual output (300) is what stays charged
+        m.settle(&g, 300, t0);
+        assert_eq!(m.windows(&g.bucket, t0)[0].remaining, 100);
+        assert!(ok(&m
+            .handle(&meta(10, 4096, 300), t0 + Duration::from_secs(2))
+            .outcome));
+        // without the settle's refund the debt would still be paid at the limit
+        let mut m = ProviderModel::new(&c);
+        assert!(ok(&m.handle(&meta(10, 4096, 300), t0).outcome));
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert!(!ok(&m.handle(&meta(10, 4096, 300), at(20_479)).outcome));
+        // (1 ms past the reset: the refill is floating point)
+        assert!(ok(&m.handle(&meta(10, 4096, 300), at(20_481)).outcome));
+    }
+
+    #[test]
+    fn openai_charges_tpm_from_max_tokens_at_admission() {
+        let c = MockConfig {
+            openai_limits: Limits {
+                tokens_per_minute: Some(60_000),
+                ..Limits::default()
+            },
+            capacity_seconds: 2.0,
+            ..MockConfig::default()
+        };
+        let mut m = ProviderModel::new(&c);
+        let t0 = Instant::ZERO;
+        // 2000 tokens in the bucket; input 500 + max_tokens 1024 is charged
+        let a = m.handle(&openai(500, 1024, 100), t0);
+        let Outcome::Success(g) = a.outcome else {
+            panic!()
+        };
+        assert_eq!(a.windows[0].remaining, 476);
+        m.settle(&g, 100, t0);
+        assert_eq!(m.windows(&g.bucket, t0)[0].remaining, 1400);
+        // input + max_tokens above the whole bucket waits for a full one
+        assert!(!ok(&m.handle(&openai(1500, 1024, 100), t0).outcome));
+        assert!(ok(&m
+            .handle(&openai(1500, 1024, 100), t0 + Duration::from_secs(1))
+            .outcome));
     }
 
     #[test]

@@ -125,7 +125,8 @@ async fn output_is_charged_from_max_tokens_and_corrected_at_the_end() {
     // ... and corrected to the actual ≤ 50 at the end, so another 800 fits
     let r = anthropic(&server, &anthropic_body("b", 800, false)).await;
     assert_eq!(r.status, 200);
-    // a max_tokens above the limit never fits
+    // a max_tokens above the whole bucket waits for a full bucket (not
+    // yet: the two answers above stay charged)
     let r = anthropic(&server, &anthropic_body("c", 1001, false)).await;
     assert_eq!(r.status, 429);
     assert_eq!(

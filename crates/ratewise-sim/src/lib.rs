@@ -6,13 +6,17 @@
 //! `backoff-only` and `rpm-only`. It is the engine of `ratewise simulate`.
 //!
 //! * The provider is the mock's pure [`ProviderModel`](ratewise_mock::model::ProviderModel)
-//!   (continuous buckets, output charged from `max_tokens` then corrected,
-//!   acceleration limit, spend cap, injected faults), and every answer is
+//!   (continuous buckets holding the scenario's `capacity_seconds` of
+//!   refill, output charged from `max_tokens` then corrected, rejected
+//!   requests counted when the scenario says so, acceleration limit, spend
+//!   cap, injected faults), and every answer is
 //!   rendered by the mock's renderer into the status, headers and body the
 //!   mock server sends. So the simulated provider follows the mock's rules,
 //!   and clients read real responses.
 //! * The `ratewise` strategy reads them with the real
-//!   `classify_response` → `decide` → admission `Controller` path.
+//!   `classify_response` → `decide` → admission `Controller` path, told the
+//!   limits only when the scenario sets `limits.configured` (else it learns
+//!   them from the headers).
 //! * Time is virtual: an hour of traffic takes milliseconds, and a run is a
 //!   pure function of the scenario (its seed included).
 //!

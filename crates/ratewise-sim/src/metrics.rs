@@ -23,10 +23,11 @@
 //!   admitted for successful sends, divided by the most any client could
 //!   have got while work was waiting: what a greedy client (one that takes
 //!   every unit the moment the bucket has it) gets, namely the bucket's
-//!   level when work first waits (a provider's bucket starts full, so the
-//!   first minute can admit up to twice the rate), plus `limit × waiting
+//!   level when work first waits (a provider's bucket starts full, holding
+//!   `capacity_seconds` of the limit — a minute by default, so the first
+//!   minute can admit up to twice the rate), plus `limit × waiting
 //!   minutes`, plus for each later waiting interval the refill of the gap
-//!   before it (at most one minute's worth). "Waiting" = at least one job
+//!   before it (at most a full bucket's worth). "Waiting" = at least one job
 //!   has arrived, has not ended and is not in flight (queued, paced or
 //!   backing off): while every outstanding job is being answered there is
 //!   nothing a client could send, so the drain at the end of a run and the
@@ -120,6 +121,7 @@ pub struct Recorder {
     min_spdj: f64,
     binding: Dimension,
     binding_limit: u64,
+    capacity_secs: f64,
     deadline_ms: Option<u64>,
     ends: [u64; 5],
     sends: u64,
@@ -195,6 +197,7 @@ impl Recorder {
             min_spdj: scenario.min_sends_per_done_job(),
             binding,
             binding_limit,
+            capacity_secs: scenario.limits.capacity_seconds,
             deadline_ms: scenario.deadline_ms,
             ends: [0; 5],
             sends: 0,
@@ -288,8 +291,9 @@ impl Recorder {
     /// and no client gets more (taking earlier never loses units to a
     /// bucket's cap): the real bucket level when the first waiting interval
     /// opens, the refill while work waits, and for each later interval the
-    /// refill of the gap before it, capped at one minute's worth (the greedy
-    /// client left the bucket empty when the previous interval closed).
+    /// refill of the gap before it, capped at a full bucket (`limit ×
+    /// capacity_seconds / 60`: the greedy client left the bucket empty when
+    /// the previous interval closed).
     /// Crediting the real level at every opening would count a slow
     /// client's leftovers again and again.
     pub fn on_waiting(&mut self, waiting: u64, level: u64, now: Instant) {
@@ -316,14 +320,14 @@ impl Recorder {
 
     /// What the greedy client finds in the bucket when work starts waiting
     /// at `now`: the real level the first time, afterwards the refill since
-    /// work last stopped waiting (at most one minute's worth).
+    /// work last stopped waiting (at most a full bucket).
     fn opening_credit(&self, level: u64, now: Instant) -> f64 {
-        let limit = self.binding_limit as f64;
+        let per_sec = self.binding_limit as f64 / 60.0;
         match self.closed_at {
             None => level as f64,
             Some(closed) => {
                 let gap = now.saturating_duration_since(closed).as_secs_f64();
-                (limit / 60.0 * gap).min(limit)
+                (per_sec * gap).min(per_sec * self.capacity_secs)
             }
         }
     }
@@ -409,7 +413,12 @@ mod tests {
 
     /// A requests-bound recorder (60 per minute: one unit per second).
     fn recorder() -> (Recorder, Job) {
+        recorder_with_capacity(60.0)
+    }
+
+    fn recorder_with_capacity(capacity_seconds: f64) -> (Recorder, Job) {
         let mut s = Scenario::default_scenario();
+        s.limits.capacity_seconds = capacity_seconds;
         s.limits.requests_per_min = Some(60);
         s.limits.input_tokens_per_min = None;
         s.limits.output_tokens_per_min = None;
@@ -444,6 +453,21 @@ mod tests {
         let rep = r.finish("t", at(120));
         // Greedy: 60 + 10 the first time; min(60, 100) + 10 the second.
         assert_eq!(rep.goodput_ratio, round4(2.0 / 140.0));
+    }
+
+    #[test]
+    fn a_short_bucket_caps_the_credit_of_a_gap_at_its_capacity() {
+        let (mut r, job) = recorder_with_capacity(10.0);
+        // The same run as above against 10 s buckets: the provider's full
+        // bucket holds 10, and a 100 s gap refills at most 10.
+        r.on_waiting(1, 10, at(0));
+        r.on_send(&job, &ok(), at(10));
+        r.on_waiting(0, 0, at(10));
+        r.on_waiting(1, 10, at(110));
+        r.on_send(&job, &ok(), at(120));
+        r.on_waiting(0, 0, at(120));
+        let rep = r.finish("t", at(120));
+        assert_eq!(rep.goodput_ratio, round4(2.0 / 40.0));
     }
 
     #[test]

@@ -90,6 +90,7 @@ pub struct SimProvider {
     error: Duration,
     per_token_ms: f64,
     bucket: BucketKey,
+    capacity_secs: f64,
 }
 
 impl SimProvider {
@@ -124,6 +125,7 @@ impl SimProvider {
             class: model.model_class(&model_name),
         };
         SimProvider {
+            capacity_secs: model.capacity_seconds(),
             model,
             provider: scenario.provider,
             model_name,
@@ -212,18 +214,17 @@ impl SimProvider {
         self.model.settle(grant, grant.output_tokens, at);
     }
 
-    /// Whole units left in the run's bucket of `dimension` at `now` (the
-    /// limit when the bucket was never used).
+    /// Whole units left in the run's bucket of `dimension` at `now` (a
+    /// full bucket, `limit × capacity_seconds / 60` rounded down, when the
+    /// bucket was never used).
     pub fn level(&mut self, dimension: Dimension, limit: u64, now: Instant) -> u64 {
         let at = self.ptime(now);
+        let full = (limit as f64 * self.capacity_secs / 60.0).floor() as u64;
         let windows = self.model.windows(&self.bucket, at);
-        if windows.is_empty() {
-            return limit;
-        }
         windows
             .iter()
             .find(|w| w.dimension == dimension)
-            .map_or(limit, |w| w.remaining)
+            .map_or(full, |w| w.remaining)
     }
 }
 

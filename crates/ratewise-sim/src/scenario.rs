@@ -24,6 +24,8 @@
 //! | `model` | model name sent (its class names the bucket) | per provider |
 //! | `seed` | seeds the workload, the faults, and every strategy's jitter | `0` |
 //! | `limits` | per-minute limits: `requests_per_min`, `input_tokens_per_min`, `output_tokens_per_min`, `tokens_per_min` (any subset) | required |
+//! | `limits.capacity_seconds` | seconds of refill each of the provider's buckets holds: a per-minute limit enforced over a shorter interval (Anthropic documents 60 RPM as 1 request per second) | `60` |
+//! | `limits.configured` | the `ratewise` strategy is given the limits (a user configured them for their tier); `false` = it learns them from the provider's rate-limit headers | `false` |
 //! | `jobs.count` | number of jobs | required |
 //! | `jobs.arrival` | `"burst"` (all at t = 0) or `{"per_sec": N}` (evenly spaced) | `"burst"` |
 //! | `jobs.input_tokens` | uniform `[min, max]` input tokens per job | required |
@@ -33,6 +35,7 @@
 //! | `faults.reset_after_send_rate` | per-send probability that the connection resets after the request was sent | `0` |
 //! | `faults.spend_cap_after_tokens` | the provider's spend cap, in billed tokens (input + output); `null` = none | `null` |
 //! | `faults.acceleration` | the provider's acceleration limit (after 60 s idle, 5 requests in the next 10 s) | `false` |
+//! | `faults.count_rejected` | a request answered 429 for a rate limit still takes a request from the provider's requests bucket (OpenAI documents this); no tokens | `false` |
 //! | `warm` | the key was busy just before the run (the acceleration window is already over); `false` = a cold start after idle | `true` |
 //! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
 //! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4, "error_ms": 100}`: a success answers after `base_ms + output × per_output_token_ms`, an error or reset after `error_ms` | as shown |
@@ -41,9 +44,17 @@
 //! Time is provider time: a minute of the scenario is a minute of the
 //! limits. The simulation runs it in virtual time; `--real` runs it on a
 //! scaled clock.
+//!
+//! The provider is the mock's model ([`ratewise_mock::model`]): every
+//! bucket starts full, holds `capacity_seconds` of its refill, and admits a
+//! request costing more than it holds once it is full, leaving a debt. A
+//! success charges input tokens and `max_tokens` at admission (OpenAI's
+//! `tokens_per_min` too: input + `max_tokens`), corrected to the actual
+//! output when the answer ends.
 
 use ratewise_core::admit::Limits as CoreLimits;
 use ratewise_core::{Dimension, Provider};
+use ratewise_mock::model::MAX_CAPACITY_SECS;
 use ratewise_mock::{AccelerationConfig, FaultRule, Limits as MockLimits, MockConfig, Trigger};
 use serde::{Deserialize, Serialize};
 
@@ -103,8 +114,9 @@ fn default_workers() -> u32 {
     32
 }
 
-/// Per-minute limits (`null` or absent = unlimited).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// Per-minute limits (`null` or absent = unlimited), how the provider
+/// enforces them, and whether the `ratewise` strategy is told them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioLimits {
     /// Requests per minute.
@@ -119,6 +131,32 @@ pub struct ScenarioLimits {
     /// Combined tokens per minute (OpenAI's TPM).
     #[serde(default)]
     pub tokens_per_min: Option<u64>,
+    /// Seconds of refill each provider bucket holds (default 60: a minute
+    /// of the limit).
+    #[serde(default = "minute")]
+    pub capacity_seconds: f64,
+    /// The `ratewise` strategy is configured with these limits (default
+    /// false: it learns them from the provider's headers).
+    #[serde(default)]
+    pub configured: bool,
+}
+
+fn minute() -> f64 {
+    60.0
+}
+
+impl Default for ScenarioLimits {
+    /// No limit, a minute's capacity, not configured.
+    fn default() -> Self {
+        ScenarioLimits {
+            requests_per_min: None,
+            input_tokens_per_min: None,
+            output_tokens_per_min: None,
+            tokens_per_min: None,
+            capacity_seconds: minute(),
+            configured: false,
+        }
+    }
 }
 
 impl ScenarioLimits {
@@ -142,7 +180,8 @@ impl ScenarioLimits {
         }
     }
 
-    /// As ratewise's admission limits (what a user configures for a tier).
+    /// As ratewise's admission limits (what a user configures for a tier),
+    /// whether or not the scenario gives them to the `ratewise` strategy.
     pub fn to_core(self) -> CoreLimits {
         CoreLimits {
             requests: self.requests_per_min,
@@ -211,6 +250,9 @@ pub struct FaultsSpec {
     /// The provider's acceleration limit.
     #[serde(default)]
     pub acceleration: bool,
+    /// A request answered 429 for a rate limit still takes a request.
+    #[serde(default)]
+    pub count_rejected: bool,
 }
 
 /// Time from send to answer.
@@ -297,6 +339,14 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "cold-start.json",
         include_str!("../../../scenarios/cold-start.json"),
     ),
+    (
+        "short-buckets-10s.json",
+        include_str!("../../../scenarios/short-buckets-10s.json"),
+    ),
+    (
+        "short-buckets-2s.json",
+        include_str!("../../../scenarios/short-buckets-2s.json"),
+    ),
 ];
 
 impl Scenario {
@@ -364,6 +414,10 @@ impl Scenario {
         if all.iter().flatten().any(|v| *v == 0 || *v > 1_000_000_000) {
             return bad("limits must be 1..=1000000000 per minute");
         }
+        let cap = l.capacity_seconds;
+        if !(cap.is_finite() && cap > 0.0 && cap <= MAX_CAPACITY_SECS) {
+            return bad("limits.capacity_seconds must be in (0, 86400]");
+        }
         if self.workers == 0 || self.workers > 10_000 {
             return bad("workers must be 1..=10000");
         }
@@ -428,6 +482,8 @@ impl Scenario {
             _ => cfg.anthropic_limits = self.limits.to_mock(),
         }
         cfg.acceleration = self.faults.acceleration.then(AccelerationConfig::default);
+        cfg.capacity_seconds = self.limits.capacity_seconds;
+        cfg.count_rejected = self.faults.count_rejected;
         cfg.spend.input_usd_per_mtok = 1.0;
         cfg.spend.output_usd_per_mtok = 1.0;
         cfg.spend.cap_usd = self.faults.spend_cap_after_tokens.map(|t| t as f64 / 1e6);
@@ -472,6 +528,35 @@ mod tests {
     }
 
     #[test]
+    fn new_fields_default_to_the_old_provider_with_learned_limits() {
+        let s = Scenario::from_json(
+            r#"{"limits": {"requests_per_min": 50}, "jobs": {"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}"#,
+        )
+        .unwrap();
+        assert_eq!(s.limits.capacity_seconds, 60.0);
+        assert!(!s.limits.configured);
+        assert!(!s.faults.count_rejected);
+        assert_eq!(ScenarioLimits::default().capacity_seconds, 60.0);
+        let cfg = s.mock_config();
+        assert_eq!((cfg.capacity_seconds, cfg.count_rejected), (60.0, false));
+    }
+
+    #[test]
+    fn new_fields_reach_the_provider() {
+        let s = Scenario::from_json(
+            r#"{"provider": "openai",
+                "limits": {"requests_per_min": 500, "tokens_per_min": 60000, "capacity_seconds": 2, "configured": true},
+                "jobs": {"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]},
+                "faults": {"count_rejected": true}}"#,
+        )
+        .unwrap();
+        assert!(s.limits.configured);
+        let cfg = s.mock_config();
+        assert_eq!((cfg.capacity_seconds, cfg.count_rejected), (2.0, true));
+        assert_eq!(cfg.openai_limits.tokens_per_minute, Some(60_000));
+    }
+
+    #[test]
     fn rejects_out_of_range_values() {
         let base = |patch: &str| {
             format!(
@@ -485,10 +570,27 @@ mod tests {
             r#", "workers": 0"#,
             r#", "typo": 1"#,
             r#", "deadline_ms": 0"#,
+            r#", "faults": {"count_rejected": true, "typo": 1}"#,
         ] {
             assert!(Scenario::from_json(&base(patch)).is_err(), "{patch}");
         }
         assert!(Scenario::from_json(r#"{"limits": {}, "jobs": {"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}"#).is_err());
+        let limits = |patch: &str| {
+            format!(
+                r#"{{"limits": {{"requests_per_min": 50{patch}}}, "jobs": {{"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}}}"#
+            )
+        };
+        assert!(Scenario::from_json(&limits(r#", "capacity_seconds": 86400"#)).is_ok());
+        for patch in [
+            r#", "capacity_seconds": 0"#,
+            r#", "capacity_seconds": -1"#,
+            r#", "capacity_seconds": 86401"#,
+            r#", "capacity_seconds": null"#,
+            r#", "configured": "yes""#,
+            r#", "capacity_secs": 10"#,
+        ] {
+            assert!(Scenario::from_json(&limits(patch)).is_err(), "{patch}");
+        }
         assert!(Scenario::from_json(r#"{"limits": {"requests_per_min": 5}, "jobs": {"count": 0, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}"#).is_err());
         assert!(Scenario::from_json(r#"{"limits": {"requests_per_min": 5}, "jobs": {"count": 5, "arrival": {"per_sec": -1}, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}"#).is_err());
     }

@@ -113,3 +113,56 @@ fn rpm_only_paces_requests_but_not_tokens() {
     assert!(rpm.sends_429 < naive.sends_429);
     assert!(rpm.sends_429 > 0, "input tokens bind, not requests");
 }
+
+fn shipped(name: &str) -> Scenario {
+    let text = ratewise_sim::SHIPPED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+        .expect("shipped");
+    Scenario::from_json(text).expect("valid")
+}
+
+#[test]
+fn a_shorter_bucket_refuses_more_of_a_burst() {
+    // The provider's capacity, not the client: the same backoff layer on
+    // the same jobs is refused more against 10 s buckets than 60 s ones.
+    let mut minute = small(200);
+    minute.faults.acceleration = false;
+    let mut short = minute.clone();
+    short.limits.capacity_seconds = 10.0;
+    let m = simulate(&minute, Strategy::BackoffOnly, &mut |_, _| {});
+    let s = simulate(&short, Strategy::BackoffOnly, &mut |_, _| {});
+    assert!(
+        s.sends_429 > m.sends_429,
+        "{} vs {}",
+        s.sends_429,
+        m.sends_429
+    );
+}
+
+#[test]
+fn counted_rejections_starve_a_client_that_keeps_knocking() {
+    let counted = shipped("short-buckets-2s.json");
+    assert!(counted.faults.count_rejected);
+    let mut free = counted.clone();
+    free.faults.count_rejected = false;
+    let c = simulate(&counted, Strategy::SdkNaive, &mut |_, _| {});
+    let f = simulate(&free, Strategy::SdkNaive, &mut |_, _| {});
+    assert!(
+        c.jobs_done < f.jobs_done,
+        "{} vs {}",
+        c.jobs_done,
+        f.jobs_done
+    );
+}
+
+#[test]
+fn new_scenarios_learn_their_limits_and_old_ones_are_told() {
+    for (name, text) in ratewise_sim::SHIPPED {
+        let s = Scenario::from_json(text).unwrap();
+        let short = name.starts_with("short-buckets");
+        assert_eq!(s.limits.configured, !short, "{name}");
+        assert_eq!(s.limits.capacity_seconds < 60.0, short, "{name}");
+    }
+}

@@ -10,9 +10,12 @@
 //! 429, stops the key on money and applies the retry budget. Sends go out
 //! only when `Controller::admit` says `Go`.
 //!
-//! The controller is configured as a user configures it for their tier:
-//! the scenario's limits, a warm start when the scenario's key is warm;
-//! everything else is `Config::default()`.
+//! The controller is configured as a user configures it: with the
+//! scenario's limits when `limits.configured` is set (a user who entered
+//! their tier's limits), else with none ([`Limits::NONE`]: it learns them
+//! from the provider's rate-limit headers, as a user who configured
+//! nothing); a warm start when the scenario's key is warm; everything else
+//! is `Config::default()`.
 //!
 //! Jobs wait for admission oldest first (earliest deadline first, since
 //! every job has the same deadline budget).
@@ -23,7 +26,7 @@ use crate::provider::{Answered, Delivery, SimProvider};
 use crate::scenario::Scenario;
 use http::StatusCode;
 use ratewise_core::admit::{
-    Admission, AdmitRequest, Config, Controller, RampConfig, Reservation, Target,
+    Admission, AdmitRequest, Config, Controller, Limits, RampConfig, Reservation, Target,
 };
 use ratewise_core::classify::{
     classify_response, classify_transport, Classification, ResponseView, TransportFailure,
@@ -60,14 +63,30 @@ pub struct Ratewise {
 }
 
 /// The controller configuration the `ratewise` strategy uses for a
-/// scenario: the scenario's limits (what a user configures for their
-/// tier) and, on a warm scenario, [`RampConfig::warm_start`] (the user
-/// knows the key is busy: the run continues steady traffic, so there is
-/// nothing to ramp from); everything else, the burst included, is
-/// `Config::default()`.
+/// scenario: the scenario's limits when `limits.configured` is set (what a
+/// user configures for their tier), else [`Limits::NONE`] (learned from the
+/// provider's headers), and, on a warm scenario,
+/// [`RampConfig::warm_start`] (the user knows the key is busy: the run
+/// continues steady traffic, so there is nothing to ramp from); everything
+/// else, the burst included, is `Config::default()`.
+///
+/// ```
+/// use ratewise_core::admit::Limits;
+/// use ratewise_sim::strategy::ratewise::controller_config;
+/// let mut s = ratewise_sim::Scenario::default_scenario();
+/// s.limits.configured = false;
+/// assert_eq!(controller_config(&s).limits, Limits::NONE);
+/// s.limits.configured = true;
+/// assert_eq!(controller_config(&s).limits.requests, s.limits.requests_per_min);
+/// ```
 pub fn controller_config(scenario: &Scenario) -> Config {
+    let limits = if scenario.limits.configured {
+        scenario.limits.to_core()
+    } else {
+        Limits::NONE
+    };
     Config {
-        limits: scenario.limits.to_core(),
+        limits,
         seed: Some(scenario.seed),
         ramp: RampConfig {
             warm_start: scenario.warm,
