@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Upstream is the in-process mock provider (set `RATEWISE_UPSTREAM` to
-//! forward elsewhere). Errors come back as the provider's last answer with
+//! forward elsewhere: then no demo request is sent, and `--serve` only
+//! serves); `RATEWISE_LISTEN` sets the address (default `127.0.0.1:0`). Errors come back as the provider's last answer with
 //! `x-ratewise-action` and `x-should-retry: false` added; calls that ended
 //! without an answer (stopped, deferred, held unknown) get a 503 in the
 //! provider's error shape.
@@ -150,11 +151,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         service: layer.layer(client),
     };
     let app = Router::new().fallback(forward).with_state(gateway);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listen = std::env::var("RATEWISE_LISTEN").unwrap_or_else(|_| "127.0.0.1:0".to_owned());
+    let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     println!("ratewise gateway on http://{addr} (base_url for any SDK, retries off)");
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
+    // Nothing is sent to a real upstream at start.
+    if serve && _mock.is_none() {
+        server.await??;
+        return Ok(());
+    }
     // A demo call, as an SDK would make it: one overload upstream is
     // retried by the gateway; the caller sees one clean answer.
     let demo = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();

@@ -31,9 +31,10 @@ pub struct SimulateArgs {
     #[arg(long)]
     real: bool,
     /// With --real: real seconds one provider minute lasts (smaller is
-    /// faster and noisier).
-    #[arg(long, default_value_t = 0.5, value_name = "SECS")]
-    seconds_per_minute: f64,
+    /// faster and noisier). Default: 0.5, or slower where the scenario's
+    /// provider bucket would span less than 100 ms of real time.
+    #[arg(long, value_name = "SECS")]
+    seconds_per_minute: Option<f64>,
     /// Check the ratewise targets (goodput, 429 share, sends per done job,
     /// no sends after a stop, no lost job, beats the others) and fail if
     /// one is missed.
@@ -138,7 +139,9 @@ fn run_real(
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let virt = simulate(scenario, Strategy::Ratewise, &mut |_, _| {});
     let options = ratewise_real::RealOptions {
-        seconds_per_minute: args.seconds_per_minute,
+        seconds_per_minute: args
+            .seconds_per_minute
+            .unwrap_or_else(|| ratewise_real::RealOptions::scale_for(scenario)),
         ..ratewise_real::RealOptions::default()
     };
     if !args.json {

@@ -134,7 +134,7 @@ pub(crate) fn replay(
         }
     }
     let mut rec = Recorder::new(scenario, all);
-    let limit = rec.binding_limit();
+    let full = ratewise_sim::metrics::full_bucket(scenario, rec.binding_limit());
     let (mut arrived, mut ended, mut in_flight) = (0u64, 0u64, 0u64);
     let mut matched = 0u64;
     let mut last = Instant::ZERO;
@@ -145,7 +145,7 @@ pub(crate) fn replay(
         match ev {
             Ev::Arrive { level: l, .. } => {
                 if rec.is_idle() {
-                    level = l.unwrap_or(limit);
+                    level = l.unwrap_or(full);
                 }
                 arrived += 1;
             }

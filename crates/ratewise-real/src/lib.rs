@@ -45,4 +45,4 @@ mod job;
 pub mod run;
 
 pub use clock::ScaledClock;
-pub use run::{run_real, RealError, RealOptions, RealRun, STRATEGY};
+pub use run::{run_real, RealError, RealOptions, RealRun, MIN_BUCKET_REAL, STRATEGY};

@@ -88,6 +88,21 @@ impl Default for RealOptions {
     }
 }
 
+impl RealOptions {
+    /// The default scale for a scenario: half a second per provider minute,
+    /// slower where the provider's bucket would then span less than
+    /// [`MIN_BUCKET_REAL`] of real time (a 2 s bucket at 0.5 s per minute
+    /// is 17 ms: timer and scheduling noise would be the bucket).
+    pub fn scale_for(scenario: &ratewise_sim::Scenario) -> f64 {
+        let default = RealOptions::default().seconds_per_minute;
+        let capacity = scenario.limits.capacity_seconds.max(1e-3);
+        default.max(MIN_BUCKET_REAL.as_secs_f64() * 60.0 / capacity)
+    }
+}
+
+/// The least real time a provider bucket spans under the default scale.
+pub const MIN_BUCKET_REAL: Duration = Duration::from_millis(100);
+
 /// Why a real run could not run.
 #[derive(Debug)]
 pub enum RealError {
@@ -232,6 +247,9 @@ pub async fn run(
     };
     let deadline = scenario.deadline_ms.map(Duration::from_millis);
     let (binding, binding_limit) = ratewise_sim::metrics::binding_dimension(scenario, &all);
+    // What the provider's bucket holds when full: `capacity_seconds` of
+    // the limit, not a minute.
+    let full_bucket = ratewise_sim::metrics::full_bucket(scenario, binding_limit);
 
     // Arrivals: each job enters the queue at its arrival time.
     let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<Job>();
@@ -247,7 +265,7 @@ pub async fn run(
             windows
                 .iter()
                 .find(|w| w.dimension == binding)
-                .map_or(binding_limit, |w| w.remaining)
+                .map_or(full_bucket, |w| w.remaining)
         };
         tokio::spawn(async move {
             for job in all {

@@ -144,6 +144,12 @@ pub struct Recorder {
     timeline: Vec<SendSample>,
 }
 
+/// Units the provider's bucket of `limit` per minute holds when full:
+/// `capacity_seconds` of the limit (a minute by default).
+pub fn full_bucket(scenario: &Scenario, limit: u64) -> u64 {
+    (limit as f64 * scenario.limits.capacity_seconds / 60.0).floor() as u64
+}
+
 /// The binding dimension of a workload and its limit.
 pub fn binding_dimension(scenario: &Scenario, jobs: &[Job]) -> (Dimension, u64) {
     let mut best = (Dimension::Requests, u64::MAX, -1.0f64);

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The official Python SDKs (retries off) through `examples/proxy.rs` against
+# the mock provider as a provider we did not write would behave: buckets
+# holding 10 s of refill, JSON bodies framed with `Content-Length`, latency,
+# and (OpenAI shape) rejected requests that still count and a TPM charged
+# from `max_tokens`. 150 jobs, 16 at a time, per shape.
+#
+#   bash bench/proxy_sdk.sh            # both shapes
+#   bash bench/proxy_sdk.sh anthropic  # one
+#
+# Fails (exit 1) when a job is not done, more than 2 % of the sends were
+# answered 429, or less than 0.9 of the binding limit was used. Prints "SKIPPED: <reason>" and exits 0 only when PyPI cannot
+# be reached (the SDKs come from there). RATEWISE_CONFORMANCE_VENV overrides
+# the virtual environment (shared with tests/conformance).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
+PYTHON="${PYTHON:-python3}"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+if [ $# -gt 0 ]; then SHAPES=("$@"); else SHAPES=(anthropic openai); fi
+
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import anthropic, openai" 2>/dev/null; then
+    if ! "$PYTHON" -c "import urllib.request; urllib.request.urlopen('${PIP_INDEX_URL:-https://pypi.org/simple}'.rstrip('/') + '/anthropic/', timeout=15).read(1)" 2>/dev/null; then
+        echo "SKIPPED: PyPI is unreachable (the official SDKs come from there)"
+        exit 0
+    fi
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade anthropic openai
+fi
+
+(cd "$ROOT" && cargo build --quiet -p ratewise-mock && cargo build --quiet --example proxy --features tower)
+MOCK_BIN="$TARGET/debug/ratewise-mock"
+PROXY_BIN="$TARGET/debug/examples/proxy"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# Waits for the first line of $1 matching $2, prints the address in it.
+wait_addr() {
+    local file=$1 pid=$2 addr=""
+    for _ in $(seq 1 200); do
+        addr="$(grep -oE '127\.0\.0\.1:[0-9]+' "$file" | head -n1 || true)"
+        [ -n "$addr" ] && { echo "$addr"; return 0; }
+        kill -0 "$pid" 2>/dev/null || { echo "FAIL: process exited:" >&2; cat "$file" >&2; return 1; }
+        sleep 0.1
+    done
+    echo "FAIL: no address printed" >&2
+    return 1
+}
+
+run_shape() {
+    local shape=$1 config limit binding max_tokens input_lo input_hi
+    case "$shape" in
+        anthropic)
+            # Anthropic-like: RPM 600, ITPM 300k, OTPM 60k (the user's run
+            # at 5x, so 150 jobs take about a minute), 10 s buckets.
+            config='{
+              "seconds_per_minute": 60,
+              "anthropic_limits": {"requests_per_minute": 600, "input_tokens_per_minute": 300000, "output_tokens_per_minute": 60000},
+              "capacity_seconds": 10,
+              "framing": "content_length",
+              "output_tokens": {"min": 100, "max": 400},
+              "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
+            }'
+            limit=300000; binding=input; max_tokens=1024; input_lo=1000; input_hi=3000 ;;
+        openai)
+            # OpenAI-like: RPM 500, TPM 200k charged from max_tokens at
+            # admission, rejected requests count, 10 s buckets.
+            config='{
+              "seconds_per_minute": 60,
+              "openai_limits": {"requests_per_minute": 500, "tokens_per_minute": 200000},
+              "capacity_seconds": 10,
+              "count_rejected": true,
+              "framing": "content_length",
+              "output_tokens": {"min": 100, "max": 400},
+              "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
+            }'
+            limit=200000; binding=tokens; max_tokens=512; input_lo=500; input_hi=1500 ;;
+        *) echo "unknown shape $shape" >&2; return 2 ;;
+    esac
+    echo "$config" >"$WORK/$shape.json"
+    "$MOCK_BIN" --config "$WORK/$shape.json" --addr 127.0.0.1:0 >"$WORK/$shape.mock.out" 2>&1 &
+    local mock_pid=$!
+    PIDS+=("$mock_pid")
+    local mock_addr
+    mock_addr="$(wait_addr "$WORK/$shape.mock.out" "$mock_pid")"
+    RATEWISE_UPSTREAM="http://$mock_addr" "$PROXY_BIN" --serve >"$WORK/$shape.proxy.out" 2>&1 &
+    local proxy_pid=$!
+    PIDS+=("$proxy_pid")
+    local proxy_addr
+    proxy_addr="$(wait_addr "$WORK/$shape.proxy.out" "$proxy_pid")"
+    local rc=0
+    "$VENV/bin/python" "$ROOT/bench/proxy_sdk.py" --shape "$shape" \
+        --proxy "http://$proxy_addr" --mock "http://$mock_addr" \
+        --jobs 150 --concurrency 16 --max-tokens "$max_tokens" --input "$input_lo" "$input_hi" \
+        --limit "$limit" --binding "$binding" --capacity-seconds 10 \
+        --max-429-share 0.02 --min-used 0.9 || rc=$?
+    kill "$proxy_pid" "$mock_pid" 2>/dev/null || true
+    return "$rc"
+}
+
+status=0
+for shape in "${SHAPES[@]}"; do
+    run_shape "$shape" || status=1
+done
+exit "$status"
