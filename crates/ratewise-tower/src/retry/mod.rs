@@ -3,6 +3,7 @@
 
 mod future;
 mod layer;
+mod owned;
 mod run;
 mod service;
 

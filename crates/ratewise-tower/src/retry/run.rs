@@ -25,6 +25,7 @@ use tower_service::Service;
 use tracing::Instrument;
 
 use super::layer::Inner;
+use super::owned::{estimate, Owned};
 use crate::body::decode::Coding;
 use crate::body::metered::{in_band_classification, MeterCtx, MeterKind, Side};
 use crate::body::replay::BufferError;
@@ -178,8 +179,11 @@ where
             }
         };
 
+        // From here a dropped call future ends the reservation on its way
+        // out (released before the send, charged at its estimate after).
+        let mut owned = Owned::new(inner.state.clone(), inner.clock.clone(), reservation);
         // What this attempt's rate-limit headers are read against.
-        let admitted = reservation.sent();
+        let admitted = owned.admitted();
         sent += 1;
         if let Some(journal) = &inner.journal {
             journal.attempt_started(&job.id, sent, clock.now().wall);
@@ -200,7 +204,10 @@ where
         };
         // A service that never became ready sent nothing.
         let result: Result<Response<R>, (BoxError, bool)> = match ready {
-            Ok(()) => svc.call(request).await.map_err(|e| (e.into(), true)),
+            Ok(()) => {
+                owned.handing_over();
+                svc.call(request).await.map_err(|e| (e.into(), true))
+            }
             Err(e) => Err((e, false)),
         };
         let now = clock.now();
@@ -213,7 +220,8 @@ where
                     &inner,
                     &job,
                     target,
-                    reservation,
+                    owned,
+                    &admitted,
                     sent,
                     resp,
                     now,
@@ -252,7 +260,7 @@ where
                     },
                     now.wall,
                 );
-                state.release(reservation, now);
+                state.release(owned.take(), now);
                 Answer {
                     classification: c,
                     response: Some((rparts.status, rparts.headers, body)),
@@ -267,7 +275,7 @@ where
                     TransportFailure::ConnectRefused
                 };
                 // Whether the reservation is held depends on the decision.
-                transport = Some((reservation, failure));
+                transport = Some((owned.take(), failure));
                 Answer {
                     classification: classify_transport(
                         cfg.provider.unwrap_or(Provider::Generic),
@@ -348,15 +356,6 @@ fn ended_at_admission(
         err = err.with_classification(answer.classification);
     }
     err
-}
-
-fn estimate(res: &Reservation) -> Usage {
-    let a = res.amounts();
-    Usage {
-        input_tokens: a.input,
-        output_tokens: a.output,
-        ..Usage::default()
-    }
 }
 
 fn settle_or_release(state: &dyn crate::State, res: Reservation, usage: Option<Usage>, now: Now) {
@@ -462,7 +461,8 @@ async fn success<R>(
     inner: &Arc<Inner>,
     job: &Job,
     target: Target,
-    reservation: Reservation,
+    owned: Owned,
+    admitted: &Sent,
     attempt: u32,
     resp: Response<R>,
     now: Now,
@@ -472,7 +472,6 @@ where
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
     let cfg = &inner.config;
-    let admitted = reservation.sent();
     let provider = provider_of(cfg.provider, resp.headers(), b"");
     let c = classify_response(
         provider,
@@ -489,10 +488,12 @@ where
         .is_some_and(|v| is_event_stream(v.as_bytes()));
     // A compressed body is metered from a decoded copy made on the side.
     let coding = Coding::of(resp.headers());
-    let ctx = MeterCtx {
+    // The metered body owns the reservation once it exists; until then
+    // (while a stream is held back to its commit point) `owned` does.
+    let ctx = |owned: Owned| MeterCtx {
         state: inner.state.clone(),
         clock: inner.clock.clone(),
-        reservation,
+        reservation: owned.take(),
         target,
         provider,
         job_id: job.id.clone(),
@@ -501,7 +502,7 @@ where
     if !stream {
         let d = inner
             .state
-            .observe_sent(&admitted, &c, Decision::new(Action::Done), now);
+            .observe_sent(admitted, &c, Decision::new(Action::Done), now);
         let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
         trace_attempt(&record);
         journal_end(inner, &record);
@@ -512,6 +513,7 @@ where
             overflow: false,
         };
         let side = Side::new(kind, coding, cfg.max_decoded_body);
+        let ctx = ctx(owned);
         let mut resp = resp.map(|b| MeteredBody::new(b, ctx, side, VecDeque::new(), None));
         resp.extensions_mut()
             .insert(Attempts(std::mem::take(records)));
@@ -554,7 +556,7 @@ where
                     source: None,
                     usage,
                 };
-                return Err((answer, ctx.reservation));
+                return Err((answer, owned.take()));
             }
         }
     } else {
@@ -562,11 +564,12 @@ where
     };
     let d = inner
         .state
-        .observe_sent(&admitted, &c, Decision::new(Action::Done), now);
+        .observe_sent(admitted, &c, Decision::new(Action::Done), now);
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
     trace_attempt(&record);
     journal_end(inner, &record);
     records.push(record);
+    let ctx = ctx(owned);
     let mut resp = Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended));
     resp.extensions_mut()
         .insert(Attempts(std::mem::take(records)));
