@@ -91,6 +91,11 @@ struct Answer {
     source: Option<BoxError>,
     /// Usage reported by a replayable stream before its error.
     usage: Option<Usage>,
+    /// The attempt's reservation, ended only once the answer's evidence
+    /// (a pause, a stop, header sync) is in the shared state: giving it
+    /// back first would wake a waiter into a 429 the answer just reported.
+    /// Settled with `usage` when there is one, else released.
+    reservation: Option<Reservation>,
 }
 
 async fn attempts<S, B, R>(
@@ -230,13 +235,9 @@ where
                 .await
                 {
                     Ok(resp) => return Ok(resp),
-                    Err((answer, res)) => {
-                        // An error before the stream's commit point: the
-                        // caller saw nothing, so it is decided like an
-                        // error answer.
-                        settle_or_release(state.as_ref(), res, answer.usage, now);
-                        answer
-                    }
+                    // An error before the stream's commit point: the caller
+                    // saw nothing, so it is decided like an error answer.
+                    Err(answer) => answer,
                 }
             }
             Ok(resp) => {
@@ -260,12 +261,12 @@ where
                     },
                     now.wall,
                 );
-                state.release(owned.take(), now);
                 Answer {
                     classification: c,
                     response: Some((rparts.status, rparts.headers, body)),
                     source: None,
                     usage: None,
+                    reservation: Some(owned.take()),
                 }
             }
             Err((e, called)) => {
@@ -284,6 +285,7 @@ where
                     response: None,
                     source: Some(e),
                     usage: None,
+                    reservation: None,
                 }
             }
         };
@@ -383,9 +385,16 @@ fn finish(
     records: &mut Vec<AttemptRecord>,
     held: Option<Reservation>,
 ) -> Result<(std::time::Duration, Answer), Error> {
+    let mut answer = answer;
     let c = &answer.classification;
     // The shared state may amend the decision (the retry budget).
     let d = inner.state.observe_sent(admitted, c, d, now);
+    // In one step with the observation: no waiter woken by the give-back
+    // finds the scope without the pause this answer reported.
+    if let Some(res) = answer.reservation.take() {
+        settle_or_release(inner.state.as_ref(), res, answer.usage, now);
+    }
+    let c = &answer.classification;
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, &d);
     trace_attempt(&record);
     journal_end(inner, &record);
@@ -467,7 +476,7 @@ async fn success<R>(
     resp: Response<R>,
     now: Now,
     records: &mut Vec<AttemptRecord>,
-) -> Result<Response<MeteredBody<R>>, (Answer, Reservation)>
+) -> Result<Response<MeteredBody<R>>, Answer>
 where
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
@@ -550,13 +559,13 @@ where
                     .notes
                     .push("before the commit point: nothing reached the caller".into());
                 let usage = outcome.usage();
-                let answer = Answer {
+                return Err(Answer {
                     classification: ic,
                     response: Some((rparts.status, rparts.headers, Bytes::new())),
                     source: None,
                     usage,
-                };
-                return Err((answer, owned.take()));
+                    reservation: Some(owned.take()),
+                });
             }
         }
     } else {

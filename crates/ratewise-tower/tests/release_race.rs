@@ -1,0 +1,135 @@
+//! An error answer's reservation is given back only after its evidence (a
+//! 429's pause) is in the shared state: a waiter woken by the give-back on
+//! another thread must not find the scope unpaused and send into the 429
+//! the answer just reported.
+
+mod common;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use ratewise_core::admit::{
+    Admission, AdmissionState, AdmitRequest, Reservation, ScopeId, ScopeSnapshot, Sent, Shared,
+    Target,
+};
+use ratewise_core::classify::Classification;
+use ratewise_core::{Decision, Now, Provider, Usage};
+use ratewise_tower::{Config, RetryLayer, TokioClock};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tower::{service_fn, Layer, ServiceExt};
+
+/// The in-memory state, slow to apply an observation: widens the window
+/// in which a give-back before the observation would let a waiter through.
+struct SlowObserve(Arc<Shared>);
+
+impl AdmissionState for SlowObserve {
+    fn target(&self, key: &str, model: &str) -> Target {
+        self.0.target(key, model)
+    }
+    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
+        self.0.admit(req, now)
+    }
+    fn settle(&self, res: Reservation, usage: &Usage, now: Now) {
+        self.0.settle(res, usage, now)
+    }
+    fn release(&self, res: Reservation, now: Now) {
+        self.0.release(res, now)
+    }
+    fn hold_unknown(&self, res: &Reservation, now: Now) {
+        self.0.hold_unknown(res, now)
+    }
+    fn resolve_unknown(&self, res: Reservation, usage: Option<&Usage>, now: Now) {
+        self.0.resolve_unknown(res, usage, now)
+    }
+    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
+        std::thread::sleep(Duration::from_millis(300));
+        self.0.observe(scope, c, d, now)
+    }
+    fn observe_sent(&self, sent: &Sent, c: &Classification, d: Decision, now: Now) -> Decision {
+        std::thread::sleep(Duration::from_millis(300));
+        self.0.observe_sent(sent, c, d, now)
+    }
+    fn resume(&self, key: &str, now: Now) {
+        self.0.resume(key, now)
+    }
+    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
+        self.0.snapshot(scope, now)
+    }
+}
+
+const RATE_LIMITED: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+const OK: &str = r#"{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":4}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_woken_by_a_429s_give_back_waits_out_its_pause() {
+    let sends: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let answered_429: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let (s, a) = (sends.clone(), answered_429.clone());
+    let inner = service_fn(move |_req: Request<Full<Bytes>>| {
+        let (s, a) = (s.clone(), a.clone());
+        async move {
+            let first = {
+                let mut s = s.lock().unwrap();
+                s.push(Instant::now());
+                s.len() == 1
+            };
+            let resp = if first {
+                *a.lock().unwrap() = Some(Instant::now());
+                Response::builder()
+                    .status(429)
+                    .header("retry-after", "2")
+                    .header("anthropic-ratelimit-requests-limit", "6000")
+                    .header("anthropic-ratelimit-requests-remaining", "0")
+                    .body(Full::new(Bytes::from_static(RATE_LIMITED.as_bytes())))
+            } else {
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(OK.as_bytes())))
+            };
+            Ok::<_, std::io::Error>(resp.unwrap())
+        }
+    });
+    let layer = RetryLayer::from_parts(
+        Config {
+            policy: common::fast_policy(),
+            provider: Some(Provider::Anthropic),
+            seed: Some(5),
+            ..Config::default()
+        },
+        Arc::new(SlowObserve(common::state())),
+        Arc::new(TokioClock::new()),
+    );
+    let svc = layer.layer(inner);
+    let call = |svc: ratewise_tower::RetryService<_>| async move {
+        let req = Request::post("http://provider.invalid/v1/messages")
+            .body(Full::new(Bytes::from_static(
+                br#"{"model":"claude-sonnet-4-5","max_tokens":100}"#,
+            )))
+            .unwrap();
+        let resp = svc.oneshot(req).await.expect("done after the pause");
+        resp.into_body().collect().await.expect("body");
+    };
+    // The first call is the probe (no limits known); the second waits for
+    // its answer, and is woken when the 429's reservation is given back.
+    let first = tokio::spawn(call(svc.clone()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = tokio::spawn(call(svc.clone()));
+    first.await.unwrap();
+    second.await.unwrap();
+    let t429 = answered_429.lock().unwrap().expect("a 429 was answered");
+    let sends = sends.lock().unwrap();
+    assert_eq!(
+        sends.len(),
+        3,
+        "the 429'd call retried once, the other sent once"
+    );
+    for at in &sends[1..] {
+        let after = at.duration_since(t429);
+        assert!(
+            after >= Duration::from_millis(1900),
+            "a send went out {after:?} after the 429 that paused the key for 2 s"
+        );
+    }
+}
