@@ -46,6 +46,7 @@ pub mod classify;
 pub mod decide;
 pub mod decision;
 pub mod explain;
+pub mod job;
 pub mod note;
 pub mod parse;
 pub mod record;

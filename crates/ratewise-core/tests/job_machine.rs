@@ -1,0 +1,386 @@
+//! The per-job state machine: what it asks for next, and that every path
+//! ends the job's reservation exactly once (the ledger stays conserved and
+//! nothing stays outstanding but a send held as unknown).
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use ratewise_core::admit::{AdmissionState, Config, Controller, Limits, RampConfig, Shared};
+use ratewise_core::classify::{
+    classify_response, classify_transport, Classification, ResponseView, TransportFailure,
+};
+use ratewise_core::decide::Policy;
+use ratewise_core::job::{Job, JobSpec, Step, WaitFor};
+use ratewise_core::{Action, Cause, Instant, Now, Provider, Usage};
+use std::time::Duration;
+
+fn now_at(ms: u64) -> Now {
+    let wall0 = ratewise_core::time::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
+    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
+}
+
+fn classify(
+    provider: Provider,
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &str,
+    now: Now,
+) -> Classification {
+    let mut h = HeaderMap::new();
+    for (k, v) in headers {
+        h.append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let view = ResponseView {
+        status: StatusCode::from_u16(status).unwrap(),
+        headers: &h,
+        body: body.as_bytes(),
+    };
+    classify_response(provider, &view, now.wall)
+}
+
+fn store(limits: Limits) -> Shared {
+    Shared::new(Controller::new(Config {
+        limits,
+        ramp: RampConfig {
+            start: 1000,
+            ..RampConfig::default()
+        },
+        seed: Some(1),
+        ..Config::default()
+    }))
+}
+
+fn roomy() -> Limits {
+    Limits {
+        requests: Some(6000),
+        ..Limits::NONE
+    }
+}
+
+fn job(s: &Shared, model: &str) -> Job {
+    let mut spec = JobSpec::new(s.target("k", model), Instant::ZERO);
+    spec.max_tokens = Some(100);
+    spec.input_estimate = Some(50);
+    spec.deadline = Some(Duration::from_secs(600));
+    Job::new(spec, &Policy::default())
+}
+
+fn rng() -> fastrand::Rng {
+    fastrand::Rng::with_seed(11)
+}
+
+const OK: &str = r#"{"type":"message","content":[],"usage":{"input_tokens":40,"output_tokens":7}}"#;
+const RATE_LIMITED: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+
+fn assert_clean(s: &Shared) {
+    let l = s.ledger();
+    assert!(l.conserved(), "{l:?}");
+    assert_eq!(l.outstanding.requests, 0, "{l:?}");
+}
+
+#[test]
+fn a_success_settles_from_the_usage_at_its_bodys_end() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    assert!(matches!(j.next(&s, &policy, t), Step::Send { attempt: 1 }));
+    j.sending();
+    assert!(matches!(j.next(&s, &policy, t), Step::Pending));
+    let c = classify(Provider::Anthropic, 200, &[], "", t);
+    let d = j.answered(&s, &policy, &c, None, &mut rng(), t);
+    assert_eq!(d.action, Action::Done);
+    assert!(j.holds_reservation(), "the body's end settles it");
+    let u = Usage {
+        input_tokens: 40,
+        output_tokens: 7,
+        ..Usage::default()
+    };
+    j.body_end(&s, Some(&u), now_at(500));
+    let Step::End(e) = j.next(&s, &policy, now_at(500)) else {
+        panic!()
+    };
+    assert_eq!(
+        (e.decision.action, e.attempts, e.at_admission),
+        (Action::Done, 1, false)
+    );
+    assert_clean(&s);
+    assert_eq!(s.ledger().charged.output, 7);
+}
+
+#[test]
+fn a_429_is_observed_before_its_reservation_is_given_back_then_retried_after_its_delay() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    assert!(matches!(j.next(&s, &policy, t), Step::Send { attempt: 1 }));
+    j.sending();
+    let c = classify(
+        Provider::Anthropic,
+        429,
+        &[("retry-after", "3")],
+        RATE_LIMITED,
+        t,
+    );
+    let d = j.answered(&s, &policy, &c, None, &mut rng(), t);
+    let Action::Retry { delay } = d.action else {
+        panic!("{d:?}")
+    };
+    assert!(delay >= Duration::from_secs(3));
+    assert!(!j.holds_reservation());
+    // The scope is paused for every job; this one waits out its delay.
+    match j.next(&s, &policy, now_at(1_000)) {
+        Step::Wait {
+            until,
+            reason: WaitFor::Retry,
+        } => assert_eq!(until, t.instant + delay),
+        other => panic!("{other:?}"),
+    }
+    let later = now_at(delay.as_millis() as u64 + 1_000);
+    assert!(matches!(
+        j.next(&s, &policy, later),
+        Step::Send { attempt: 2 }
+    ));
+    j.sending();
+    let ok = classify(Provider::Anthropic, 200, &[], OK, later);
+    let u = Usage {
+        input_tokens: 40,
+        output_tokens: 7,
+        ..Usage::default()
+    };
+    assert_eq!(
+        j.answered(&s, &policy, &ok, Some(&u), &mut rng(), later)
+            .action,
+        Action::Done
+    );
+    assert_clean(&s);
+    let l = s.ledger();
+    assert_eq!((l.released.requests, l.settled.requests), (1, 1), "{l:?}");
+}
+
+#[test]
+fn an_openai_429_keeps_its_request_unit_and_gives_its_tokens_back() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "gpt-4o");
+    let t = now_at(0);
+    assert!(matches!(j.next(&s, &policy, t), Step::Send { .. }));
+    j.sending();
+    let body = r#"{"error":{"message":"Rate limit reached for gpt-4o on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    let c = classify(Provider::Openai, 429, &[], body, t);
+    assert_eq!(c.cause, Cause::RateLimited);
+    let _ = j.answered(&s, &policy, &c, None, &mut rng(), t);
+    let l = s.ledger();
+    assert!(l.conserved(), "{l:?}");
+    assert_eq!(
+        (l.settled.requests, l.charged.requests),
+        (1, 1),
+        "the request counts: {l:?}"
+    );
+    assert_eq!(
+        (l.charged.input, l.charged.output),
+        (0, 0),
+        "tokens given back: {l:?}"
+    );
+}
+
+#[test]
+fn a_send_with_no_answer_is_held_and_handed_to_the_caller() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    assert!(matches!(j.next(&s, &policy, t), Step::Send { .. }));
+    j.sending();
+    let c = classify_transport(Provider::Anthropic, TransportFailure::ResetAfterSend);
+    let d = j.failed(&s, &policy, &c, true, &mut rng(), t);
+    assert_eq!(d.action, Action::HoldUnknown);
+    let Step::End(e) = j.next(&s, &policy, t) else {
+        panic!()
+    };
+    let held = e.held.expect("the held reservation goes to the caller");
+    assert_eq!(s.ledger().held.requests, 1);
+    s.resolve_unknown(held, None, t);
+    assert_clean(&s);
+}
+
+#[test]
+fn a_refused_connection_releases_and_retries() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    assert!(matches!(j.next(&s, &policy, t), Step::Send { .. }));
+    let c = classify_transport(Provider::Anthropic, TransportFailure::ConnectRefused);
+    let d = j.failed(&s, &policy, &c, false, &mut rng(), t);
+    assert!(matches!(d.action, Action::Retry { .. }), "{d:?}");
+    assert_eq!(s.ledger().released.requests, 1);
+    assert_clean(&s);
+}
+
+#[test]
+fn a_cancel_releases_before_the_send_and_charges_the_estimate_after() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let t = now_at(0);
+    let mut before = job(&s, "claude-sonnet-4-5");
+    assert!(matches!(before.next(&s, &policy, t), Step::Send { .. }));
+    before.cancel(&s, t);
+    assert_eq!(s.ledger().released.requests, 1);
+    let mut after = job(&s, "claude-sonnet-4-5");
+    assert!(matches!(after.next(&s, &policy, t), Step::Send { .. }));
+    after.sending();
+    after.cancel(&s, t);
+    let l = s.ledger();
+    assert_eq!((l.settled.requests, l.charged.output), (1, 100), "{l:?}");
+    assert_clean(&s);
+    assert!(matches!(after.next(&s, &policy, t), Step::End(_)));
+}
+
+#[test]
+fn admission_endings_come_from_the_machine() {
+    let policy = Policy::default();
+    let t = now_at(0);
+    // A wait past the inline limit defers, with nothing reserved.
+    let s = store(Limits {
+        requests: Some(1),
+        ..Limits::NONE
+    });
+    let mut a = job(&s, "m");
+    assert!(matches!(a.next(&s, &policy, t), Step::Send { .. }));
+    a.sending();
+    a.body_end(&s, None, t);
+    let mut b = job(&s, "m");
+    match b.next(&s, &policy, t) {
+        Step::End(e) => {
+            assert!(e.at_admission);
+            assert!(matches!(e.decision.action, Action::Defer { .. }), "{e:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A stopped key ends the job at admission.
+    let s = store(roomy());
+    let mut c = job(&s, "m");
+    s.lock()
+        .stop(c.spec().target.scope, Cause::SpendCap, None, t);
+    match c.next(&s, &policy, t) {
+        Step::End(e) => assert!(matches!(e.decision.action, Action::StopQueue { .. })),
+        other => panic!("{other:?}"),
+    }
+    assert_clean(&s);
+}
+
+#[test]
+fn random_drivers_end_every_reservation_once() {
+    // Many jobs on one store, driven through random answers, failures and
+    // cancellations at random points: whatever happens, the ledger is
+    // conserved and only sends held as unknown stay outstanding, until
+    // resolved.
+    for seed in 0..200u64 {
+        let mut r = fastrand::Rng::with_seed(seed);
+        let s = store(roomy());
+        let policy = Policy::default();
+        let mut jobs: Vec<Job> = (0..8).map(|_| job(&s, "claude-sonnet-4-5")).collect();
+        let mut held = Vec::new();
+        let mut t = 0u64;
+        for _ in 0..400 {
+            t += r.u64(0..2_000);
+            let now = now_at(t);
+            let i = r.usize(0..jobs.len());
+            let j = &mut jobs[i];
+            match j.next(&s, &policy, now) {
+                Step::Send { .. } => {
+                    if r.bool() {
+                        j.sending();
+                    }
+                    match r.u8(0..7) {
+                        0 => j.cancel(&s, now),
+                        1 => {
+                            let c = classify(Provider::Anthropic, 200, &[], "", now);
+                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                            if r.bool() {
+                                let u = Usage {
+                                    input_tokens: 3,
+                                    output_tokens: 4,
+                                    ..Usage::default()
+                                };
+                                j.body_end(&s, Some(&u), now);
+                            } else if let Some(res) = j.take_reservation() {
+                                s.settle(res, &Usage::default(), now);
+                            }
+                        }
+                        2 => {
+                            let c = classify(
+                                Provider::Anthropic,
+                                429,
+                                &[("retry-after", "1")],
+                                RATE_LIMITED,
+                                now,
+                            );
+                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                        }
+                        3 => {
+                            let c = classify(
+                                Provider::Anthropic,
+                                529,
+                                &[],
+                                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                                now,
+                            );
+                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                        }
+                        4 => {
+                            let c = classify_transport(
+                                Provider::Anthropic,
+                                TransportFailure::ResetAfterSend,
+                            );
+                            j.failed(&s, &policy, &c, true, &mut rng(), now);
+                        }
+                        5 => {
+                            let c = classify_transport(
+                                Provider::Anthropic,
+                                TransportFailure::ConnectRefused,
+                            );
+                            j.failed(&s, &policy, &c, false, &mut rng(), now);
+                        }
+                        _ => {
+                            let c = classify(
+                                Provider::Anthropic,
+                                400,
+                                &[],
+                                r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
+                                now,
+                            );
+                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                        }
+                    }
+                }
+                Step::End(e) => {
+                    held.extend(e.held);
+                    jobs[i] = job(&s, "claude-sonnet-4-5");
+                }
+                Step::Wait { .. } | Step::Pending => {
+                    if r.u8(0..10) == 0 {
+                        j.cancel(&s, now);
+                    }
+                }
+            }
+            assert!(s.ledger().conserved(), "seed {seed}");
+        }
+        let end = now_at(t + 1);
+        for mut j in jobs {
+            j.cancel(&s, end);
+            if let Step::End(e) = j.next(&s, &policy, end) {
+                held.extend(e.held);
+            }
+        }
+        for h in held {
+            s.resolve_unknown(h, None, end);
+        }
+        let l = s.ledger();
+        assert!(l.conserved(), "seed {seed}: {l:?}");
+        assert_eq!(l.outstanding.requests, 0, "seed {seed}: {l:?}");
+    }
+}
