@@ -94,11 +94,6 @@ impl Job {
             body_bytes: body.len() as u64,
         }
     }
-
-    /// The instant past which an answer is useless.
-    pub(crate) fn deadline_at(&self) -> Option<Instant> {
-        self.deadline.map(|d| self.arrived + d)
-    }
 }
 
 #[cfg(test)]

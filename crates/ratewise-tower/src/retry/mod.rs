@@ -3,7 +3,6 @@
 
 mod future;
 mod layer;
-mod owned;
 mod run;
 mod service;
 

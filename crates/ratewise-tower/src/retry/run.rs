@@ -7,14 +7,13 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use ratewise_core::admit::{Admission, AdmitRequest, Reservation, Sent, Target};
 use ratewise_core::classify::{
     classify_response, classify_transport, detect_provider, Classification, ResponseView,
     TransportFailure,
 };
-use ratewise_core::decide::{decide, JobState};
+use ratewise_core::job::{Ended, Job as JobMachine, JobSpec, Step, WaitFor};
 use ratewise_core::record::AttemptRecord;
-use ratewise_core::{Action, Cause, Decision, Instant, Now, Provider, Usage};
+use ratewise_core::{Action, Cause, Decision, Instant, Now, Provider};
 use ratewise_streaming::{
     is_event_stream, CommitPoint, StreamOutcome, StreamTracker, TrackerConfig,
 };
@@ -25,7 +24,6 @@ use tower_service::Service;
 use tracing::Instrument;
 
 use super::layer::Inner;
-use super::owned::{estimate, Owned};
 use crate::body::decode::Coding;
 use crate::body::metered::{in_band_classification, MeterCtx, MeterKind, Side};
 use crate::body::replay::BufferError;
@@ -84,20 +82,17 @@ fn job_id_of(inner: &Inner, ext: &http::Extensions) -> String {
         .unwrap_or_else(|| inner.next_job_id())
 }
 
-/// What one send produced, before the decision.
+/// What one send produced: the evidence an error carries if the job ends.
 struct Answer {
     classification: Classification,
     response: Option<(http::StatusCode, http::HeaderMap, Bytes)>,
     source: Option<BoxError>,
-    /// Usage reported by a replayable stream before its error.
-    usage: Option<Usage>,
-    /// The attempt's reservation, ended only once the answer's evidence
-    /// (a pause, a stop, header sync) is in the shared state: giving it
-    /// back first would wake a waiter into a 429 the answer just reported.
-    /// Settled with `usage` when there is one, else released.
-    reservation: Option<Reservation>,
 }
 
+/// Drives one job's [machine](ratewise_core::job) over the inner service:
+/// it asks the machine what to do, does it (waits, sends, reads), and
+/// tells the machine what happened. The sequence itself — admission,
+/// decisions, accounting — is the machine's.
 async fn attempts<S, B, R>(
     inner: Arc<Inner>,
     mut svc: S,
@@ -114,84 +109,60 @@ where
 {
     let cfg = &inner.config;
     let policy = &cfg.policy;
-    let state = &inner.state;
     let clock = &inner.clock;
-    let target = state.target(&job.key, &job.model);
+    let target = inner.state.target(&job.key, &job.model);
+    let spec = JobSpec {
+        target,
+        arrived: job.arrived,
+        deadline: job.deadline,
+        input_estimate: job.input_estimate,
+        body_bytes: job.body_bytes,
+        max_tokens: job.max_tokens,
+    };
+    // A dropped call future cancels the machine: nothing stays reserved.
+    let mut m = Driven::new(
+        JobMachine::new(spec, policy),
+        inner.state.clone(),
+        clock.clone(),
+    );
     let mut rng = fastrand::Rng::with_seed(inner.call_seed());
     let mut records: Vec<AttemptRecord> = Vec::new();
-    let mut sent = 0u32;
     let mut first_send = true;
-    // The last answer that was retried: the evidence of a job that then
-    // ends at admission (stopped, refused, deferred).
+    // The last answer: the evidence of a job that then ends.
     let mut last: Option<Answer> = None;
-    // Admission must come early enough for the attempt itself to fit.
-    let admit_deadline = job.deadline_at().map(|d| {
-        Instant::from_origin(
-            d.since_origin()
-                .saturating_sub(policy.expected_attempt_time),
-        )
-    });
 
     loop {
-        // Admission: first attempts and retries alike. Waiting spends
-        // deadline, never an attempt.
-        let reservation = loop {
-            let now = clock.now();
-            let req = AdmitRequest {
-                target,
-                input_estimate: job.input_estimate,
-                body_bytes: job.body_bytes,
-                max_tokens: job.max_tokens,
-                is_retry: sent > 0,
-                deadline: admit_deadline,
-            };
-            match state.admit(&req, now) {
-                Admission::Go(r) => break r,
-                Admission::Wait { until, reason } => {
-                    let wait = until - now.instant;
-                    if wait > policy.max_inline_wait {
-                        let later = now.after(wait);
-                        let d = Decision::new(Action::Defer {
-                            until: later.wall,
-                            not_before: until,
-                        })
-                        .with_note(format!("admission wait {wait:?} exceeds the inline limit"));
-                        trace_end(&job.id, sent, &d, "admission");
-                        return Err(ended_at_admission(job.id, d, records, last.take()));
+        let now = clock.now();
+        let attempt = match m.job.next(inner.state.as_ref(), policy, now) {
+            Step::Send { attempt } => attempt,
+            Step::Wait { until, reason } => {
+                match reason {
+                    WaitFor::Retry => clock.sleep_until(until).await,
+                    WaitFor::Admission(why) => {
+                        tracing::debug!(job_id = %job.id,
+                            wait_ms = (until - now.instant).as_millis() as u64,
+                            reason = ?why, "admission wait");
+                        // Ask again at the computed instant, or as soon as
+                        // a settle, release or resume returns capacity.
+                        let capacity_back = crate::wake::listen(&inner.capacity);
+                        futures::future::select(clock.sleep_until(until), capacity_back).await;
                     }
-                    tracing::debug!(job_id = %job.id, wait_ms = wait.as_millis() as u64,
-                        reason = ?reason, "admission wait");
-                    // Ask again at the computed instant, or as soon as a
-                    // settle, release or resume returns capacity. Listening
-                    // only here keeps the admitted path free of it; a settle
-                    // landing between the answer and the listener costs at
-                    // most this one wait.
-                    let capacity_back = crate::wake::listen(&inner.capacity);
-                    futures::future::select(clock.sleep_until(until), capacity_back).await;
                 }
-                Admission::Stopped { cause, until } => {
-                    let d = Decision::new(Action::StopQueue { until })
-                        .with_note(format!("sending is stopped ({cause}): nothing sent"));
-                    trace_end(&job.id, sent, &d, cause.as_str());
-                    return Err(ended_at_admission(job.id, d, records, last.take()));
-                }
-                Admission::Refused { reason } => {
-                    let d = Decision::new(Action::GiveUp { reason })
-                        .with_note("admission refused: waiting cannot help");
-                    trace_end(&job.id, sent, &d, reason.as_str());
-                    return Err(ended_at_admission(job.id, d, records, last.take()));
-                }
+                continue;
+            }
+            Step::End(end) => return Err(ended(&job, end, records, last.take())),
+            // Only while a send or a body is in progress, which this
+            // driver always reports before asking again.
+            Step::Pending => {
+                return Err(Error::decided(
+                    job.id.clone(),
+                    Decision::new(Action::Inspect).with_note("job machine pending with no send"),
+                ))
             }
         };
 
-        // From here a dropped call future ends the reservation on its way
-        // out (released before the send, charged at its estimate after).
-        let mut owned = Owned::new(inner.state.clone(), inner.clock.clone(), reservation);
-        // What this attempt's rate-limit headers are read against.
-        let admitted = owned.admitted();
-        sent += 1;
         if let Some(journal) = &inner.journal {
-            journal.attempt_started(&job.id, sent, clock.now().wall);
+            journal.attempt_started(&job.id, attempt, clock.now().wall);
         }
         let mut request = Request::from_parts(parts.clone(), B::replay(bytes.clone()));
         if cfg.job_headers {
@@ -199,7 +170,7 @@ where
             if let Ok(v) = HeaderValue::from_str(&job.id) {
                 h.insert(JOB_HEADER, v);
             }
-            h.insert(ATTEMPT_HEADER, HeaderValue::from(sent));
+            h.insert(ATTEMPT_HEADER, HeaderValue::from(attempt));
         }
         let ready: Result<(), BoxError> = if first_send {
             first_send = false;
@@ -210,24 +181,21 @@ where
         // A service that never became ready sent nothing.
         let result: Result<Response<R>, (BoxError, bool)> = match ready {
             Ok(()) => {
-                owned.handing_over();
+                m.job.sending();
                 svc.call(request).await.map_err(|e| (e.into(), true))
             }
             Err(e) => Err((e, false)),
         };
         let now = clock.now();
 
-        // Set by a transport failure: its reservation and what happened.
-        let mut transport: Option<(Reservation, TransportFailure)> = None;
-        let answer = match result {
+        let (answer, d) = match result {
             Ok(resp) if resp.status().is_success() => {
                 match success(
                     &inner,
                     &job,
-                    target,
-                    owned,
-                    &admitted,
-                    sent,
+                    &mut m,
+                    &mut rng,
+                    attempt,
                     resp,
                     now,
                     &mut records,
@@ -236,8 +204,8 @@ where
                 {
                     Ok(resp) => return Ok(resp),
                     // An error before the stream's commit point: the caller
-                    // saw nothing, so it is decided like an error answer.
-                    Err(answer) => answer,
+                    // saw nothing, so it was decided like an error answer.
+                    Err(answered) => answered,
                 }
             }
             Ok(resp) => {
@@ -261,13 +229,15 @@ where
                     },
                     now.wall,
                 );
-                Answer {
+                let d = m
+                    .job
+                    .answered(inner.state.as_ref(), policy, &c, None, &mut rng, now);
+                let answer = Answer {
                     classification: c,
                     response: Some((rparts.status, rparts.headers, body)),
                     source: None,
-                    usage: None,
-                    reservation: Some(owned.take()),
-                }
+                };
+                (answer, d)
             }
             Err((e, called)) => {
                 let failure = if called {
@@ -275,79 +245,77 @@ where
                 } else {
                     TransportFailure::ConnectRefused
                 };
-                // Whether the reservation is held depends on the decision.
-                transport = Some((owned.take(), failure));
-                Answer {
-                    classification: classify_transport(
-                        cfg.provider.unwrap_or(Provider::Generic),
-                        failure,
-                    ),
+                let c = classify_transport(cfg.provider.unwrap_or(Provider::Generic), failure);
+                let d = m.job.failed(
+                    inner.state.as_ref(),
+                    policy,
+                    &c,
+                    called && failure.maybe_sent(),
+                    &mut rng,
+                    now,
+                );
+                let answer = Answer {
+                    classification: c,
                     response: None,
                     source: Some(e),
-                    usage: None,
-                    reservation: None,
-                }
+                };
+                (answer, d)
             }
         };
-
-        let d = decide(
-            policy,
-            &JobState::new(sent, job.arrived, job.deadline),
-            &answer.classification,
-            now,
-            &mut rng,
-        );
-        let held = transport
-            .and_then(|(res, failure)| after_transport(state.as_ref(), res, failure, &d, now));
-        let (delay, answer) = finish(
+        record(
             &inner,
             &job,
-            &admitted,
-            sent,
-            answer,
-            d,
+            attempt,
+            &answer.classification,
+            &d,
             now,
             &mut records,
-            held,
-        )?;
+        );
         last = Some(answer);
-        // Never before the decided delay; admission may add its own wait.
-        clock.sleep_until(now.instant + delay).await;
     }
 }
 
-/// The reservation of an attempt that failed in transport, once its
-/// decision is known: held while the outcome is unknown (returned, to go
-/// with the error); charged at its estimate when the policy retries a send
-/// that may have run; released when the request provably never left.
-fn after_transport(
-    state: &dyn crate::State,
-    res: Reservation,
-    failure: TransportFailure,
-    d: &Decision,
-    now: Now,
-) -> Option<Reservation> {
-    if d.action == Action::HoldUnknown {
-        state.hold_unknown(&res, now);
-        Some(res)
-    } else if failure.maybe_sent() {
-        let worst = estimate(&res);
-        state.settle(res, &worst, now);
-        None
-    } else {
-        state.release(res, now);
-        None
+/// The job's machine while the call future drives it: a future dropped
+/// at any await (a caller's timeout, a disconnect) cancels it, which
+/// releases a reservation not yet handed to the transport and charges one
+/// that was at its estimate. Nothing stays outstanding.
+struct Driven {
+    job: JobMachine,
+    state: Arc<dyn crate::State>,
+    clock: Arc<dyn crate::clock::Clock>,
+}
+
+impl Driven {
+    fn new(
+        job: JobMachine,
+        state: Arc<dyn crate::State>,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> Self {
+        Driven { job, state, clock }
     }
 }
 
-/// A job that ends at admission, with the evidence of its last answer.
-fn ended_at_admission(
-    job_id: String,
-    d: Decision,
-    records: Vec<AttemptRecord>,
-    last: Option<Answer>,
-) -> Error {
-    let mut err = Error::decided(job_id, d).with_attempts(records);
+impl Drop for Driven {
+    fn drop(&mut self) {
+        if self.job.holds_reservation() {
+            tracing::debug!("call dropped with a reservation: the job is cancelled");
+            self.job.cancel(self.state.as_ref(), self.clock.now());
+        }
+    }
+}
+
+/// The error a job that ended carries: its decision, its attempts, the
+/// evidence of its last answer, and a reservation held as unknown.
+fn ended(job: &Job, end: Ended, records: Vec<AttemptRecord>, last: Option<Answer>) -> Error {
+    if end.at_admission {
+        trace_end(
+            &job.id,
+            end.attempts,
+            &end.decision,
+            end.decision.action.kind().as_str(),
+        );
+    }
+    let mut err = Error::decided(job.id.clone(), end.decision).with_attempts(records);
     if let Some(answer) = last {
         if let Some((status, headers, body)) = answer.response {
             err = err.with_response(status, headers, body);
@@ -357,62 +325,31 @@ fn ended_at_admission(
         }
         err = err.with_classification(answer.classification);
     }
-    err
-}
-
-fn settle_or_release(state: &dyn crate::State, res: Reservation, usage: Option<Usage>, now: Now) {
-    match usage {
-        Some(u) => state.settle(res, &u, now),
-        None => state.release(res, now),
+    if let Some(res) = end.held {
+        err = err.with_reservation(res);
     }
+    err
 }
 
 fn provider_of(configured: Option<Provider>, headers: &http::HeaderMap, body: &[u8]) -> Provider {
     configured.unwrap_or_else(|| detect_provider(headers, body))
 }
 
-/// Records the attempt, applies the answer to the shared state, and
-/// returns the retry delay, or the error that ends the job.
-#[allow(clippy::too_many_arguments)]
-fn finish(
+/// Records one attempt: the allow-listed record, its trace, its journal
+/// end.
+fn record(
     inner: &Inner,
     job: &Job,
-    admitted: &Sent,
     attempt: u32,
-    answer: Answer,
-    d: Decision,
+    c: &Classification,
+    d: &Decision,
     now: Now,
     records: &mut Vec<AttemptRecord>,
-    held: Option<Reservation>,
-) -> Result<(std::time::Duration, Answer), Error> {
-    let mut answer = answer;
-    let c = &answer.classification;
-    // The shared state may amend the decision (the retry budget).
-    let d = inner.state.observe_sent(admitted, c, d, now);
-    // In one step with the observation: no waiter woken by the give-back
-    // finds the scope without the pause this answer reported.
-    if let Some(res) = answer.reservation.take() {
-        settle_or_release(inner.state.as_ref(), res, answer.usage, now);
-    }
-    let c = &answer.classification;
-    let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, &d);
+) {
+    let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, d);
     trace_attempt(&record);
     journal_end(inner, &record);
     records.push(record);
-    if let Action::Retry { delay } = d.action {
-        return Ok((delay, answer));
-    }
-    let mut err = Error::decided(job.id.clone(), d).with_attempts(std::mem::take(records));
-    if let Some((status, headers, body)) = answer.response {
-        err = err.with_response(status, headers, body);
-    }
-    if let Some(source) = answer.source {
-        err = err.with_source(source);
-    }
-    if let Some(res) = held {
-        err = err.with_reservation(res);
-    }
-    Err(err.with_classification(answer.classification))
 }
 
 fn journal_end(inner: &Inner, record: &AttemptRecord) {
@@ -461,26 +398,27 @@ fn trace_end(job_id: &str, sent: u32, d: &Decision, why: &str) {
     );
 }
 
-/// A 2xx answer: record it, sync headers, and hand the body over metered.
-/// Under the first-content commit point a stream is read up to its first
-/// content event first; an error before it comes back as `Err` to be
-/// decided like an error answer.
+/// A 2xx answer: the machine is told, the attempt recorded, and the body
+/// handed over metered (the metered body settles the reservation when it
+/// ends). Under the first-content commit point a stream is read up to its
+/// first content event first; an error before it is decided like an error
+/// answer and comes back as `Err` with its decision.
 #[allow(clippy::too_many_arguments)]
 async fn success<R>(
     inner: &Arc<Inner>,
     job: &Job,
-    target: Target,
-    owned: Owned,
-    admitted: &Sent,
+    m: &mut Driven,
+    rng: &mut fastrand::Rng,
     attempt: u32,
     resp: Response<R>,
     now: Now,
     records: &mut Vec<AttemptRecord>,
-) -> Result<Response<MeteredBody<R>>, Answer>
+) -> Result<Response<MeteredBody<R>>, (Answer, Decision)>
 where
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
     let cfg = &inner.config;
+    let policy = &cfg.policy;
     let provider = provider_of(cfg.provider, resp.headers(), b"");
     let c = classify_response(
         provider,
@@ -498,88 +436,99 @@ where
     // A compressed body is metered from a decoded copy made on the side.
     let coding = Coding::of(resp.headers());
     // The metered body owns the reservation once it exists; until then
-    // (while a stream is held back to its commit point) `owned` does.
-    let ctx = |owned: Owned| MeterCtx {
-        state: inner.state.clone(),
-        clock: inner.clock.clone(),
-        reservation: owned.take(),
-        target,
-        provider,
-        job_id: job.id.clone(),
-        attempt,
+    // (while a stream is held back to its commit point) the machine does.
+    let deliver = |m: &mut Driven, rng: &mut fastrand::Rng, records: &mut Vec<AttemptRecord>| {
+        let d = m
+            .job
+            .answered(inner.state.as_ref(), policy, &c, None, rng, now);
+        record(inner, job, attempt, &c, &d, now, records);
+        m.job.take_reservation().map(|reservation| MeterCtx {
+            state: inner.state.clone(),
+            clock: inner.clock.clone(),
+            reservation,
+            target: m.job.spec().target,
+            provider,
+            job_id: job.id.clone(),
+            attempt,
+        })
     };
-    if !stream {
-        let d = inner
-            .state
-            .observe_sent(admitted, &c, Decision::new(Action::Done), now);
-        let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
-        trace_attempt(&record);
-        journal_end(inner, &record);
-        records.push(record);
+    let side;
+    let (rparts, body, held, ended) = if !stream {
         let kind = MeterKind::Json {
             buf: bytes::BytesMut::new(),
             limit: cfg.max_metered_body,
             overflow: false,
         };
-        let side = Side::new(kind, coding, cfg.max_decoded_body);
-        let ctx = ctx(owned);
-        let mut resp = resp.map(|b| MeteredBody::new(b, ctx, side, VecDeque::new(), None));
-        resp.extensions_mut()
-            .insert(Attempts(std::mem::take(records)));
-        return Ok(resp);
-    }
-
-    let tracker = Box::new(StreamTracker::new(
-        provider,
-        TrackerConfig {
-            commit_point: cfg.commit_point,
-            ..TrackerConfig::default()
-        },
-    ));
-    let side = Side::new(MeterKind::Stream(tracker), coding, cfg.max_decoded_body);
-    let (rparts, body) = resp.into_parts();
-    let (body, side, held, ended) = if cfg.commit_point == CommitPoint::FirstContent {
-        match hold_until_commit(body, side, cfg.max_held_bytes).await {
-            Held::Commit {
-                body,
-                side,
-                held,
-                ended,
-            } => (body, side, held, ended),
-            Held::Replay { outcome } => {
-                let (cause, error_type, code) = match &outcome {
-                    StreamOutcome::MidStream { cause, error, .. } => {
-                        (*cause, error.error_type.clone(), error.code.clone())
-                    }
-                    _ => (Cause::Unknown, None, None),
-                };
-                let mut ic = in_band_classification(provider, cause, error_type, code);
-                ic.evidence.request_id = c.evidence.request_id.clone();
-                ic.evidence
-                    .notes
-                    .push("before the commit point: nothing reached the caller".into());
-                let usage = outcome.usage();
-                return Err(Answer {
-                    classification: ic,
-                    response: Some((rparts.status, rparts.headers, Bytes::new())),
-                    source: None,
-                    usage,
-                    reservation: Some(owned.take()),
-                });
+        side = Side::new(kind, coding, cfg.max_decoded_body);
+        let (rparts, body) = resp.into_parts();
+        (rparts, body, VecDeque::new(), None)
+    } else {
+        let tracker = Box::new(StreamTracker::new(
+            provider,
+            TrackerConfig {
+                commit_point: cfg.commit_point,
+                ..TrackerConfig::default()
+            },
+        ));
+        let stream_side = Side::new(MeterKind::Stream(tracker), coding, cfg.max_decoded_body);
+        let (rparts, body) = resp.into_parts();
+        if cfg.commit_point != CommitPoint::FirstContent {
+            side = stream_side;
+            (rparts, body, VecDeque::new(), None)
+        } else {
+            match hold_until_commit(body, stream_side, cfg.max_held_bytes).await {
+                Held::Commit {
+                    body,
+                    side: s,
+                    held,
+                    ended,
+                } => {
+                    side = s;
+                    (rparts, body, held, ended)
+                }
+                Held::Replay { outcome } => {
+                    let (cause, error_type, code) = match &outcome {
+                        StreamOutcome::MidStream { cause, error, .. } => {
+                            (*cause, error.error_type.clone(), error.code.clone())
+                        }
+                        _ => (Cause::Unknown, None, None),
+                    };
+                    let mut ic = in_band_classification(provider, cause, error_type, code);
+                    ic.evidence.request_id = c.evidence.request_id.clone();
+                    ic.evidence
+                        .notes
+                        .push("before the commit point: nothing reached the caller".into());
+                    let usage = outcome.usage();
+                    let d =
+                        m.job
+                            .answered(inner.state.as_ref(), policy, &ic, usage.as_ref(), rng, now);
+                    let answer = Answer {
+                        classification: ic,
+                        response: Some((rparts.status, rparts.headers, Bytes::new())),
+                        source: None,
+                    };
+                    return Err((answer, d));
+                }
             }
         }
-    } else {
-        (body, side, VecDeque::new(), None)
     };
-    let d = inner
-        .state
-        .observe_sent(admitted, &c, Decision::new(Action::Done), now);
-    let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
-    trace_attempt(&record);
-    journal_end(inner, &record);
-    records.push(record);
-    let ctx = ctx(owned);
-    let mut resp = Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended));
+    let ctx = deliver(m, rng, records);
+    let mut resp = match ctx {
+        Some(ctx) => Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended)),
+        // The machine held no reservation for a success: nothing to
+        // settle, which no path leads to; end the job rather than hand
+        // over an unmetered body that could not settle.
+        None => {
+            return Err((
+                Answer {
+                    classification: c.clone(),
+                    response: None,
+                    source: None,
+                },
+                Decision::new(Action::Inspect).with_note("success without a reservation"),
+            ))
+        }
+    };
     resp.extensions_mut()
         .insert(Attempts(std::mem::take(records)));
     Ok(resp)
