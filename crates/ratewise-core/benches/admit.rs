@@ -6,11 +6,14 @@
 //! measurement 3 s per benchmark are set below). At the end it prints the
 //! ratios of this run's means.
 //!
-//! The limiter is [`Shared`], what workers share (its lock-free fast lane
-//! admits first attempts while the buckets hold leased credit). The bare
-//! [`Controller`] line is the state machine alone, without a lock: the path
-//! of every paced, retried or budgeted admission, where the sends are
-//! limited to the provider's rate anyway.
+//! The limiter is [`Shared`], what workers share: the [`Controller`] behind
+//! a mutex, one lock session per `admit` and per `settle`. The bare
+//! [`Controller`] line is the state machine alone, without the lock.
+//!
+//! This is a micro-benchmark of an idle limiter with room to spare: at the
+//! provider's pace the sends are limited to its rate anyway, and what a
+//! job waits for is the pace and how waiters are woken. `benches/waiters.rs`
+//! measures that.
 //!
 //! Both sides read a monotonic clock per operation (governor reads its own;
 //! ratewise is sans-IO, so the benchmark reads `std::time::Instant` and
