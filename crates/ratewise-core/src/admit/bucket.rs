@@ -575,21 +575,6 @@ impl Bucket {
         Some(u64::try_from(units).unwrap_or(u64::MAX))
     }
 
-    /// Keeps room for `held` units parked outside the bucket (a fast-lane
-    /// lease): takes whatever would let the levels plus `held` exceed a
-    /// capacity, with one unit to spare. In scaled units throughout: no
-    /// division on the lease path.
-    pub(crate) fn trim_for(&mut self, held: u64, now: Instant) {
-        self.refill(now);
-        let h = scaled(held.saturating_add(1));
-        let lower = self.level.min(self.credit);
-        let over = (lower + h - self.cap_scaled).max(self.credit + h - self.credit_cap);
-        if over > 0 {
-            self.level = self.level.saturating_sub(over);
-            self.credit = self.credit.saturating_sub(over);
-        }
-    }
-
     /// Changes the limit and capacities (learned from headers or
     /// configured), keeping the levels (clamped to the new capacities).
     pub fn set_limit(&mut self, limit: u64, capacity: u64, credit: u64, now: Instant) {

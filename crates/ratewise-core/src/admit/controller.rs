@@ -6,9 +6,7 @@ use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::ramp::{Ramp, RampConfig};
-use super::reservation::{
-    Amounts, Exit, LaneTag, Ledger, Removed, Reservation, ReservationId, Sent, Slab,
-};
+use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, ReservationId, Sent, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
@@ -105,9 +103,9 @@ impl PriceId {
         std::num::NonZeroU32::new(n).map(PriceId)
     }
 
-    /// Its index in the controller's table (for the fast lane's copy).
+    /// Its index in the controller's table.
     #[inline]
-    pub(crate) fn index(self) -> usize {
+    fn index(self) -> usize {
         (self.0.get() - 1) as usize
     }
 }
@@ -520,7 +518,6 @@ impl Controller {
             admitted_at: t,
             marks,
             released: s.released.map(|r| r as u32),
-            lane: LaneTag::new(),
         })
     }
 
@@ -1255,184 +1252,4 @@ fn capacity_evidence(
 /// The credit capacity of each bucket, for what a rebuild changed.
 fn credit_capacities(s: &ScopeState) -> [Option<u64>; 4] {
     std::array::from_fn(|i| s.buckets[i].as_ref().map(Bucket::credit_capacity))
-}
-
-/// Hooks for the fast lane of [`Shared`](super::shared::Shared)
-/// (`admit::lane`): credit leased from the buckets under the lock and
-/// parked in atomics. Additive: nothing above calls them.
-impl Controller {
-    /// The slab (for the lane's ledger entries).
-    pub(crate) fn slab_mut(&mut self) -> &mut Slab {
-        &mut self.slab
-    }
-
-    /// Whether a lane may run at all: not with a spend budget, whose
-    /// window needs every reservation's cost under the lock.
-    pub(crate) fn lane_allowed(&self) -> bool {
-        self.spend.is_none()
-    }
-
-    /// Lane admissions happened up to `at`: the scope was not idle.
-    pub(crate) fn lane_touch(&mut self, scope: ScopeId, at: Instant) {
-        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
-            if s.last_call.is_some_and(|c| c < at) {
-                s.last_call = Some(at);
-            }
-        }
-    }
-
-    /// `n` lane first attempts, counted at `t` (the drain).
-    pub(crate) fn lane_firsts(&mut self, n: u64, t: Instant) {
-        self.retry.record_firsts(n, t);
-    }
-
-    /// Keeps `level + held ≤ capacity` in every bucket, for both of its
-    /// levels, where `held` is the lease credit parked in the lane: while
-    /// the lease lives the bucket must not refill into the part of its
-    /// capacity the lease stands for, or a full bucket plus the lease would
-    /// be a burst above the capacity. The credit level is known; the pace
-    /// only where it is the lower one, so where the credit is lower, the
-    /// credit is kept within the pace capacity too (a take then sees no
-    /// more than the pace allows). Whole units: one more is taken to cover
-    /// a fraction of a unit.
-    pub(crate) fn lane_bound(&mut self, scope: ScopeId, held: &Amounts, t: Instant) {
-        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
-            return;
-        };
-        for (i, b) in s.buckets.iter_mut().enumerate() {
-            let Some(b) = b else { continue };
-            let h = held.by_index(i);
-            if h > 0 {
-                b.trim_for(h, t);
-            }
-        }
-    }
-
-    /// Leases up to `max_n` times `shape` from the scope's buckets, never
-    /// more than they hold now, and only at full ramp rate with no pause or
-    /// stop. Returns how many shapes were taken (0: no lease).
-    pub(crate) fn lane_lease(
-        &mut self,
-        scope: ScopeId,
-        shape: &Amounts,
-        max_n: u64,
-        t: Instant,
-    ) -> u64 {
-        if self.spend.is_some() {
-            return 0;
-        }
-        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
-            return 0;
-        };
-        // As an admission would: the ramp takes the growth steps of the
-        // calm time since its last change (a no-op right after one).
-        if s.ramp.calm(&self.cfg.ramp, t) {
-            apply_ramp(s, t);
-        }
-        if s.ramp.permille() < 1000
-            || s.needs_probe()
-            || s.paused_until.is_some_and(|p| p > t)
-            || self.keys[s.key as usize].stop.is_some()
-        {
-            return 0;
-        }
-        // Common case first, without a division: the whole lease fits
-        // (`wait_for` alone would also pass an amount above a capacity).
-        let mut whole = true;
-        for (i, b) in s.buckets.iter_mut().enumerate() {
-            let Some(b) = b else { continue };
-            b.refill(t);
-            let x = shape.by_index(i).saturating_mul(max_n);
-            if x > b.effective_capacity().min(b.credit_capacity()) || b.wait_for(x, t).is_some() {
-                whole = false;
-                break;
-            }
-        }
-        let mut n = max_n;
-        if !whole {
-            for (i, b) in s.buckets.iter_mut().enumerate() {
-                let Some(b) = b else { continue };
-                let level = u64::try_from(b.level(t)).unwrap_or(0);
-                if let Some(fit) = level.checked_div(shape.by_index(i)) {
-                    n = n.min(fit);
-                }
-            }
-        }
-        if n == 0 {
-            return 0;
-        }
-        for (i, b) in s.buckets.iter_mut().enumerate() {
-            if let Some(b) = b {
-                b.take(shape.by_index(i).saturating_mul(n));
-            }
-        }
-        n
-    }
-
-    /// Puts lane credit back into the scope's buckets (unused lease, a
-    /// settle below the estimate, a release, an expiry). `unused` (never
-    /// sent: a lease, a release, an expiry) counts in the scope's running
-    /// total of units given back unused, as a release does; a settle's
-    /// correction does not, as a settle's does not.
-    pub(crate) fn lane_put_back(&mut self, scope: ScopeId, a: &Amounts, unused: bool, t: Instant) {
-        if a.is_zero() {
-            return;
-        }
-        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
-            for (i, b) in s.buckets.iter_mut().enumerate() {
-                if let Some(b) = b {
-                    b.put_back(a.by_index(i), t);
-                    if unused {
-                        s.released[i] = s.released[i].wrapping_add(a.by_index(i));
-                    }
-                }
-            }
-        }
-    }
-
-    /// A lane settle under the lock: corrects the buckets from `est` to
-    /// `actual` exactly as [`settle`](Self::settle) does (put back or
-    /// charge the debt), and lets the ramp grow.
-    pub(crate) fn lane_correct(
-        &mut self,
-        scope: ScopeId,
-        est: &Amounts,
-        actual: &Amounts,
-        t: Instant,
-    ) {
-        self.lane_drained(scope, est, actual, t);
-        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
-            if s.ramp.calm(&self.cfg.ramp, t) {
-                apply_ramp(s, t);
-            }
-        }
-    }
-
-    /// Lane settles drained in aggregate: per bucket, puts back what the
-    /// estimates held beyond the actual usage, or charges usage beyond
-    /// them. Signed per bucket, not a saturating difference: a drain may
-    /// see part of a settle still being written (its actual before its
-    /// estimate), and the next drain brings the rest; the two corrections
-    /// then add up to the settle's.
-    pub(crate) fn lane_drained(
-        &mut self,
-        scope: ScopeId,
-        est: &Amounts,
-        actual: &Amounts,
-        t: Instant,
-    ) {
-        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
-            return;
-        };
-        for (i, b) in s.buckets.iter_mut().enumerate() {
-            if let Some(b) = b {
-                let (r, a) = (est.by_index(i), actual.by_index(i));
-                if a < r {
-                    b.put_back(r - a, t);
-                } else if a > r {
-                    b.charge(a - r, t);
-                }
-            }
-        }
-    }
 }

@@ -13,9 +13,8 @@
 //! * [`ramp`], [`retry_budget`], [`spend`], [`stop`] — one idea each.
 //! * [`controller`] — the [`Controller`] composing them per (key, class).
 //! * [`shared`] — the `&self` seam ([`AdmissionState`]) a Redis-backed store
-//!   implements with the same semantics, and its in-memory [`Shared`],
-//!   whose fast lane (`lane`) admits and settles common first attempts
-//!   without its lock.
+//!   implements with the same semantics, and its in-memory [`Shared`] (the
+//!   controller behind a mutex).
 //!
 //! ```
 //! use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits};
@@ -44,7 +43,6 @@
 pub mod bucket;
 pub mod controller;
 pub mod estimate;
-pub(crate) mod lane;
 pub mod limits;
 pub mod model_class;
 pub mod ramp;
@@ -53,7 +51,6 @@ pub mod retry_budget;
 pub mod shared;
 pub mod spend;
 pub mod stop;
-mod stripes;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,

@@ -4,7 +4,6 @@
 
 use super::bucket::CreditMark;
 use crate::time::Instant;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Units held by one reservation, per dimension. The combined-tokens bucket
 /// takes `input + output`.
@@ -34,31 +33,15 @@ impl Amounts {
         }
     }
 
-    pub(crate) fn add(&mut self, o: &Amounts) {
+    fn add(&mut self, o: &Amounts) {
         self.requests = self.requests.saturating_add(o.requests);
         self.input = self.input.saturating_add(o.input);
         self.output = self.output.saturating_add(o.output);
-    }
-
-    pub(crate) fn sub(&mut self, o: &Amounts) {
-        self.requests = self.requests.saturating_sub(o.requests);
-        self.input = self.input.saturating_sub(o.input);
-        self.output = self.output.saturating_sub(o.output);
-    }
-
-    pub(crate) fn is_zero(&self) -> bool {
-        self.requests == 0 && self.input == 0 && self.output == 0
     }
 }
 
 /// Identifies a reservation: a slot and its generation, so a stale handle
 /// (already settled, released or expired) is recognised and ignored.
-///
-/// Reservations admitted by the lock-free fast lane of
-/// [`Shared`](super::Shared) have no slot of their own: their id is
-/// [`ReservationId::LANE_SLOT`] with the lane generation (low 32 bits), so
-/// several of them may share one id. They are told apart by the value, not
-/// the id (see [`Reservation::is_fast_lane`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ReservationId {
     /// Slot in the ledger.
@@ -66,53 +49,6 @@ pub struct ReservationId {
     /// Generation of the slot.
     pub generation: u32,
 }
-
-impl ReservationId {
-    /// The slot of every fast-lane reservation (never a slab slot).
-    pub const LANE_SLOT: u32 = u32::MAX;
-}
-
-/// Where a fast-lane reservation went on `hold_unknown`: once moved into
-/// the controller's slab (held), the slab id it lives under. One atomic
-/// word (8 bytes; a reservation is moved around by value), set under the
-/// lock through `&Reservation`. Unused by slab reservations.
-///
-/// [`hold_unknown`]: super::AdmissionState::hold_unknown
-#[derive(Debug)]
-pub(crate) struct LaneTag(AtomicU64);
-
-impl LaneTag {
-    const NOT_MOVED: u64 = u64::MAX;
-
-    #[inline]
-    pub const fn new() -> Self {
-        LaneTag(AtomicU64::new(Self::NOT_MOVED))
-    }
-
-    /// The slab id this reservation was moved to by a hold.
-    #[inline]
-    pub fn moved(&self) -> Option<ReservationId> {
-        let m = self.0.load(Ordering::Acquire);
-        (m != Self::NOT_MOVED).then_some(ReservationId {
-            slot: (m >> 32) as u32,
-            generation: m as u32,
-        })
-    }
-
-    #[inline]
-    pub fn set_moved(&self, id: ReservationId) {
-        let m = (u64::from(id.slot) << 32) | u64::from(id.generation);
-        self.0.store(m, Ordering::Release);
-    }
-}
-
-impl PartialEq for LaneTag {
-    fn eq(&self, o: &Self) -> bool {
-        self.0.load(Ordering::Relaxed) == o.0.load(Ordering::Relaxed)
-    }
-}
-
-impl Eq for LaneTag {}
 
 /// An admitted request's claim on its buckets and budgets. It is not
 /// `Clone`: it is consumed exactly once by `settle`, `release` or
@@ -133,9 +69,6 @@ pub struct Reservation {
     /// The scope's running total of units given back unused, then (low 32
     /// bits: differences are taken wrapping).
     pub(crate) released: [u32; 4],
-    /// `Some` when admitted by the lock-free fast lane (its marks are
-    /// [`CreditMark::NONE`]: its credit was taken with the lease).
-    pub(crate) lane: LaneTag,
 }
 
 /// What a response's rate-limit headers are read against: the scope and
@@ -164,21 +97,6 @@ impl Sent {
 }
 
 impl Reservation {
-    /// The lane generation (low 32 bits) of a fast-lane reservation.
-    #[inline]
-    pub(crate) fn lane_gen(&self) -> Option<u32> {
-        self.is_fast_lane().then_some(self.id.generation)
-    }
-
-    /// Whether the lock-free fast lane of [`Shared`](super::Shared)
-    /// admitted it (credit leased in advance, no lock taken). Such a
-    /// reservation behaves like any other; only its [`id`](Self::id) is
-    /// shared with others of its lane.
-    #[inline]
-    pub fn is_fast_lane(&self) -> bool {
-        self.id.slot == ReservationId::LANE_SLOT
-    }
-
     /// The ledger id.
     pub fn id(&self) -> ReservationId {
         self.id
@@ -275,10 +193,6 @@ pub(crate) struct Slab {
     /// Live held entries: header sync looks for refunds only when there
     /// are some.
     pub held_live: u32,
-    /// Outstanding fast-lane reservations (they have no entries): reserved
-    /// when the lane's consumption is drained, removed when their settles
-    /// and releases are.
-    pub lane_outstanding: Amounts,
 }
 
 /// How a reservation leaves the ledger.
@@ -409,7 +323,7 @@ impl Slab {
     /// cross-checks two independent sources.
     pub fn ledger(&self) -> Ledger {
         let mut l = self.ledger;
-        l.outstanding = self.lane_outstanding;
+        l.outstanding = Amounts::default();
         l.held = Amounts::default();
         for e in self.entries.iter().filter(|e| e.live) {
             l.outstanding.add(&e.amounts);
@@ -426,42 +340,6 @@ impl Slab {
 
     pub fn charge(&mut self, actual: &Amounts) {
         self.ledger.charged.add(actual);
-    }
-
-    /// Fast-lane admissions drained under the lock.
-    pub fn lane_reserved(&mut self, a: &Amounts) {
-        self.ledger.reserved.add(a);
-        self.lane_outstanding.add(a);
-    }
-
-    /// Fast-lane settles: `est` reserved, `actual` charged.
-    pub fn lane_settled(&mut self, est: &Amounts, actual: &Amounts) {
-        self.ledger.settled.add(est);
-        self.ledger.charged.add(actual);
-        self.lane_outstanding.sub(est);
-    }
-
-    /// Fast-lane releases (and expiries).
-    pub fn lane_released(&mut self, a: &Amounts) {
-        self.ledger.released.add(a);
-        self.lane_outstanding.sub(a);
-    }
-
-    /// Moves an outstanding fast-lane reservation into the slab, held as
-    /// `outcome_unknown` (it was reserved already: `reserved` is unchanged).
-    pub fn adopt_held(
-        &mut self,
-        scope: super::ScopeId,
-        amounts: Amounts,
-        cost: u64,
-        admitted_at: Instant,
-    ) -> ReservationId {
-        let before = self.ledger.reserved;
-        let id = self.insert(scope, amounts, cost, admitted_at);
-        self.ledger.reserved = before;
-        self.lane_outstanding.sub(&amounts);
-        self.hold(id);
-        id
     }
 
     /// Ids of live, not held entries admitted at or before `cutoff`.

@@ -117,16 +117,10 @@ impl RetryBudget {
     /// Records a first attempt.
     #[inline]
     pub fn record_first(&mut self, now: Instant) {
-        self.record_firsts(1, now);
-    }
-
-    /// Records `n` first attempts at once (the fast lane's, counted at a
-    /// lock session).
-    pub fn record_firsts(&mut self, n: u64, now: Instant) {
         self.advance(now);
         let i = self.current_index;
-        self.firsts[i] += n;
-        self.sum_firsts += n;
+        self.firsts[i] += 1;
+        self.sum_firsts += 1;
     }
 
     /// Records a retry.
