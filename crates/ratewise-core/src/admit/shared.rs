@@ -96,6 +96,11 @@ impl Shared {
     pub fn lock(&self) -> MutexGuard<'_, Controller> {
         self.0.lock()
     }
+
+    /// The conservation counters (a short lock).
+    pub fn ledger(&self) -> super::Ledger {
+        self.lock().ledger()
+    }
 }
 
 impl AdmissionState for Shared {
