@@ -449,6 +449,23 @@ impl Job {
         }
     }
 
+    /// Brings back a job that ended kept for later — deferred (a wait
+    /// past the inline limit, a decided `defer`) or stopped (the key's
+    /// stop) — to ask for admission again, not before `not_before`. Its
+    /// attempts count on. Returns whether it was such a job; any other end
+    /// is final.
+    pub fn requeue(&mut self, not_before: Option<Instant>) -> bool {
+        let kept = matches!(
+            &self.state,
+            State::Ended { decision, held: None, .. }
+                if matches!(decision.action, Action::Defer { .. } | Action::StopQueue { .. })
+        );
+        if kept {
+            self.state = State::Ready { not_before };
+        }
+        kept
+    }
+
     /// Whether the machine still owns a reservation.
     pub fn holds_reservation(&self) -> bool {
         self.reservation.is_some()

@@ -1,21 +1,21 @@
 //! `ratewise`: the default policy, run on the real core.
 //!
-//! Every answer the simulated provider renders (status, headers, body) goes
-//! through `classify_response` (or `classify_transport` for a reset), then
-//! `decide` with `Policy::default()`, then into the admission
-//! [`Controller`] as the tower layer does: usage settles the reservation
-//! (an error releases it, an unknown outcome holds it), and
-//! `Controller::observe` syncs the buckets to the rate-limit headers,
-//! pauses the bucket on a hinted 429, cuts the ramp on an acceleration
-//! 429, stops the key on money and applies the retry budget. Sends go out
-//! only when `Controller::admit` says `Go`.
+//! Each job is the core's job machine ([`ratewise_core::job`]), the one
+//! the tower layer drives: it asks the admission store, decides every
+//! answer with `Policy` defaults, applies the answer's evidence (header
+//! sync, pauses, ramp cuts, stops, the retry budget) and ends its
+//! reservation. This driver only does what a driver does: it renders the
+//! simulated provider's answer (status, headers, body) through
+//! `classify_response` (or `classify_transport` for a reset), hands it to
+//! the machine, and schedules what the machine asks for. Sends go out only
+//! when the machine says `Send`.
 //!
-//! The controller is configured as a user configures it: with the
-//! scenario's limits when `limits.configured` is set (a user who entered
-//! their tier's limits), else with none ([`Limits::NONE`]: it learns them
-//! from the provider's rate-limit headers, as a user who configured
-//! nothing); a warm start when the scenario's key is warm; everything else
-//! is `Config::default()`.
+//! The store is configured as a user configures it: with the scenario's
+//! limits when `limits.configured` is set (a user who entered their tier's
+//! limits), else with none ([`Limits::NONE`]: it learns them from the
+//! provider's rate-limit headers, as a user who configured nothing); a
+//! warm start when the scenario's key is warm; everything else is
+//! `Config::default()`.
 //!
 //! Jobs wait for admission oldest first (earliest deadline first, since
 //! every job has the same deadline budget).
@@ -26,14 +26,15 @@ use crate::provider::{Answered, Delivery, SimProvider};
 use crate::scenario::Scenario;
 use http::StatusCode;
 use ratewise_core::admit::{
-    Admission, AdmitRequest, Config, Controller, Limits, RampConfig, Reservation, Target,
+    AdmissionState, Config, Controller, Limits, RampConfig, Shared, Target,
 };
 use ratewise_core::classify::{
-    classify_response, classify_transport, Classification, ResponseView, TransportFailure,
+    classify_response, classify_transport, ResponseView, TransportFailure,
 };
-use ratewise_core::decide::{decide, JobState, Policy};
+use ratewise_core::decide::Policy;
+use ratewise_core::job::{Job, JobSpec, Step};
 use ratewise_core::parse::body::parse_usage;
-use ratewise_core::{Action, Cause, Instant, Now, Provider, Usage};
+use ratewise_core::{Action, Instant, Now, Provider};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, SystemTime};
@@ -42,22 +43,17 @@ use std::time::{Duration, SystemTime};
 /// resumes": the jobs are kept (stopped) and the run ends for them.
 pub const LONG_STOP: Duration = Duration::from_secs(3600);
 
-#[derive(Debug, Default)]
-struct JobSt {
-    retry: bool,
-    res: Option<Reservation>,
-}
-
 /// The strategy's state.
 #[derive(Debug)]
 pub struct Ratewise {
     provider: Provider,
-    controller: Controller,
+    store: Shared,
     target: Target,
     policy: Policy,
     rng: fastrand::Rng,
     deadline: Option<Duration>,
-    jobs: Vec<JobSt>,
+    /// Each job's machine, made when it first asks.
+    jobs: Vec<Option<Job>>,
     ready: BinaryHeap<Reverse<(Instant, u32)>>,
     stopped: bool,
 }
@@ -116,22 +112,23 @@ fn now_of(t: Instant) -> Now {
 impl Ratewise {
     /// A client for `scenario`.
     pub fn new(scenario: &Scenario) -> Self {
-        let mut controller = Controller::new(controller_config(scenario));
-        let target = controller.target(crate::provider::KEY, scenario.model_name());
+        let store = Shared::new(Controller::new(controller_config(scenario)));
+        let target = store.target(crate::provider::KEY, scenario.model_name());
         Ratewise {
             provider: scenario.provider,
-            controller,
+            store,
             target,
             policy: policy(scenario),
             rng: rng_for(scenario, 0x7a7e),
             deadline: scenario.deadline_ms.map(Duration::from_millis),
-            jobs: (0..scenario.jobs.count).map(|_| JobSt::default()).collect(),
+            jobs: (0..scenario.jobs.count).map(|_| None).collect(),
             ready: BinaryHeap::new(),
             stopped: false,
         }
     }
 
-    /// Admits the oldest waiting jobs while the controller says `Go`.
+    /// Lets the oldest waiting jobs ask their machines while they say
+    /// `Send`.
     fn dispatch(&mut self, sim: &mut Sim) {
         let now = now_of(sim.now());
         while let Some(&Reverse((arrival, id))) = self.ready.peek() {
@@ -141,43 +138,52 @@ impl Ratewise {
                 continue;
             }
             let job = *sim.job(id);
-            let req = AdmitRequest {
-                target: self.target,
-                input_estimate: Some(job.input_tokens),
-                body_bytes: 0,
-                max_tokens: Some(job.max_tokens),
-                is_retry: self.jobs[id as usize].retry,
-                deadline: self
-                    .deadline
-                    .map(|d| arrival + d.saturating_sub(self.policy.expected_attempt_time)),
-            };
-            match self.controller.admit(&req, now) {
-                Admission::Go(res) => {
+            let (target, deadline, policy) = (self.target, self.deadline, &self.policy);
+            let m = self.jobs[id as usize].get_or_insert_with(|| {
+                let mut spec = JobSpec::new(target, arrival);
+                spec.deadline = deadline;
+                spec.input_estimate = Some(job.input_tokens);
+                spec.max_tokens = Some(job.max_tokens);
+                Job::new(spec, policy)
+            });
+            match m.next(&self.store, &self.policy, now) {
+                Step::Send { .. } => {
                     self.ready.pop();
-                    self.jobs[id as usize].res = Some(res);
+                    m.sending();
                     sim.send(id);
                 }
-                Admission::Wait { until, .. } => {
+                Step::Wait { until, .. } => {
                     sim.wake(until);
                     return;
                 }
-                Admission::Stopped { until, .. } => {
-                    let lifts = until.map(|u| now.instant_at(u));
-                    match lifts {
-                        Some(at) if at <= now.instant + LONG_STOP => {
-                            sim.wake(at);
-                            return;
-                        }
-                        _ => {
+                // Never while a job is in the ready queue.
+                Step::Pending => {
+                    self.ready.pop();
+                }
+                Step::End(end) => match end.decision.action {
+                    // A wait past the inline limit: the head waits on.
+                    Action::Defer { not_before, .. } => {
+                        m.requeue(None);
+                        sim.wake(not_before);
+                        return;
+                    }
+                    Action::StopQueue { until } => {
+                        let lifts = until.map(|u| now.instant_at(u));
+                        match lifts {
+                            Some(at) if at <= now.instant + LONG_STOP => {
+                                m.requeue(None);
+                                sim.wake(at);
+                                return;
+                            }
                             // Kept for a human: every waiting job is stopped.
-                            self.stopped = true;
+                            _ => self.stopped = true,
                         }
                     }
-                }
-                Admission::Refused { .. } => {
-                    self.ready.pop();
-                    sim.finish(id, Terminal::GivenUp);
-                }
+                    _ => {
+                        self.ready.pop();
+                        sim.finish(id, Terminal::GivenUp);
+                    }
+                },
             }
         }
     }
@@ -189,31 +195,6 @@ impl Ratewise {
     }
 }
 
-/// Settles, releases or holds the reservation of one answered send, as
-/// the tower layer does: a success settles with its usage, an error
-/// response releases (the provider charged nothing), a send with no answer
-/// is held as unknown with its worst case.
-fn account(
-    controller: &mut Controller,
-    res: Reservation,
-    c: &Classification,
-    usage: Option<Usage>,
-    now: Now,
-) {
-    match c.cause {
-        Cause::Success => {
-            let usage = usage.unwrap_or(Usage {
-                input_tokens: res.amounts().input,
-                output_tokens: res.amounts().output,
-                ..Usage::default()
-            });
-            controller.settle(res, &usage, now);
-        }
-        Cause::OutcomeUnknown => controller.hold_unknown(&res, now),
-        _ => controller.release(res, now),
-    }
-}
-
 impl Client for Ratewise {
     fn on_start(&mut self, job: u32, sim: &mut Sim) {
         self.enqueue(job, sim);
@@ -222,7 +203,10 @@ impl Client for Ratewise {
     fn on_answer(&mut self, id: u32, a: &Answered, sim: &mut Sim) {
         let now = now_of(sim.now());
         let wall: SystemTime = now.wall;
-        let (c, usage) = match &a.delivery {
+        let Some(m) = self.jobs[id as usize].as_mut() else {
+            return;
+        };
+        let decision = match &a.delivery {
             Delivery::Response {
                 status,
                 headers,
@@ -233,40 +217,32 @@ impl Client for Ratewise {
                     headers,
                     body,
                 };
+                let c = classify_response(self.provider, &view, wall);
                 let usage = (*status == StatusCode::OK)
                     .then(|| parse_usage(body))
                     .flatten();
-                (classify_response(self.provider, &view, wall), usage)
+                let d = m.answered(
+                    &self.store,
+                    &self.policy,
+                    &c,
+                    usage.as_ref(),
+                    &mut self.rng,
+                    now,
+                );
+                // A success without usage: its end settles at the estimate.
+                m.body_end(&self.store, None, now);
+                d
             }
-            Delivery::Reset => (
-                classify_transport(self.provider, TransportFailure::ResetAfterSend),
-                None,
-            ),
-        };
-        let job = *sim.job(id);
-        let state = JobState::new(sim.attempts(id), job.arrival, self.deadline);
-        let res = self.jobs[id as usize].res.take();
-        let sent = res.as_ref().map(Reservation::sent);
-        if let Some(res) = res {
-            account(&mut self.controller, res, &c, usage, now);
-        }
-        let decision = decide(&self.policy, &state, &c, now, &mut self.rng);
-        // Header sync (read against the admission), pauses, ramp cuts,
-        // stops, and the retry budget.
-        let decision = match &sent {
-            Some(sent) => self.controller.observe_sent(sent, &c, decision, now),
-            None => self
-                .controller
-                .observe(self.target.scope, &c, decision, now),
+            Delivery::Reset => {
+                let c = classify_transport(self.provider, TransportFailure::ResetAfterSend);
+                m.failed(&self.store, &self.policy, &c, true, &mut self.rng, now)
+            }
         };
         match decision.action {
             Action::Done => sim.finish(id, Terminal::Done),
-            Action::Retry { delay } => {
-                self.jobs[id as usize].retry = true;
-                sim.timer(id, now.instant + delay);
-            }
+            Action::Retry { delay } => sim.timer(id, now.instant + delay),
             Action::Defer { not_before, .. } => {
-                self.jobs[id as usize].retry = true;
+                m.requeue(Some(not_before));
                 sim.timer(id, not_before);
             }
             Action::StopQueue { .. } => sim.finish(id, Terminal::Stopped),
