@@ -29,7 +29,7 @@
 //!     estimate, unless the decision holds it as `outcome_unknown`, in
 //!     which case it is held and handed to the caller with the end
 //!     ([`Ended::held`]) to resolve later.
-//! * Decisions are made in one place: [`decide`](crate::decide::decide)
+//! * Decisions are made in one place: [`crate::decide::decide`]
 //!   under the policy, amended by the store's
 //!   [`observe_sent`](crate::admit::AdmissionState::observe_sent) (the
 //!   retry budget), plus the admission's own endings (a wait beyond the

@@ -1,10 +1,38 @@
 //! # ratewise-core
 //!
-//! The sans-IO heart of ratewise: bytes in, decisions out. It reads a
-//! provider's whole response — structured error code first, headers second,
-//! status last — classifies it into a cause and a scope, and decides what to
-//! do next under a policy, given an explicit `now` and a seedable random
-//! source. No clock reads, sleeps, sockets, threads or async live here.
+//! The sans-IO heart of ratewise: bytes in, decisions out. No clock reads,
+//! sleeps, sockets, threads or async live here; time comes in as an
+//! argument and randomness from a seedable source.
+//!
+//! ## The contract: one job, one state machine
+//!
+//! A job — one request an application wants answered — is a [`job::Job`].
+//! The driver (the tower layer, the simulator, your own middleware) loops:
+//!
+//! 1. [`Job::next`](job::Job::next) says what to do: `Send` attempt `n`
+//!    (a reservation was granted by the admission store), `Wait` until an
+//!    instant (an admission wait or a retry's delay; ask again then, or
+//!    when capacity comes back), `Pending` (a send or a body is in
+//!    progress), or `End` with the decision that ended the job.
+//! 2. The driver does it, and tells the machine what happened:
+//!    [`sending`](job::Job::sending) when the request leaves,
+//!    [`answered`](job::Job::answered) with the classified answer,
+//!    [`failed`](job::Job::failed) on a transport failure,
+//!    [`body_end`](job::Job::body_end) when a success's body ends,
+//!    [`cancel`](job::Job::cancel) when its caller goes away.
+//!
+//! The machine makes every decision in one place (classify → decide under
+//! the policy → the store's amendments), applies each answer's evidence to
+//! the shared store before giving anything back, and ends the job's
+//! reservation exactly once on every path. Follow one 429: the driver
+//! classifies it ([`classify::classify_response`]), `answered` decides it
+//! ([`decide::decide`]: never before the server's hint, jitter only
+//! added), the store pauses the scope for every job
+//! ([`admit::Controller::observe_sent`]), the reservation goes back, and
+//! the next `next` says `Wait` until the retry's delay, then asks admission
+//! again.
+//!
+//! The pieces below stay usable alone:
 //!
 //! ```
 //! use http::{HeaderMap, StatusCode};

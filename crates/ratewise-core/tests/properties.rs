@@ -6,7 +6,7 @@ use ratewise_core::classify::{classify_response, ResponseView};
 use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::parse::{body, duration, message, ratelimit, request_id, retry_after};
 use ratewise_core::time::parse_rfc3339;
-use ratewise_core::{ActionKind, Cause, Instant, Now, Provider};
+use ratewise_core::{Action, ActionKind, Cause, Instant, Now, Provider};
 use std::time::{Duration, SystemTime};
 
 fn wall() -> SystemTime {
@@ -123,9 +123,21 @@ proptest! {
         };
         let view = ResponseView { status: StatusCode::from_u16(status).unwrap(), headers: &map, body: body.as_bytes() };
         let c = classify_response(p, &view, wall());
-        let d = decide(&Policy::default(), &JobState::new(attempts, Instant::ZERO, None), &c, Now::new(Instant::ZERO, wall()), &mut fastrand::Rng::with_seed(seed));
-        if let Some(delay) = d.action.delay() {
-            prop_assert!(delay >= Duration::from_secs(u64::from(secs)), "{delay:?} < {secs}s");
+        let now = Now::new(Instant::ZERO, wall());
+        let d = decide(&Policy::default(), &JobState::new(attempts, Instant::ZERO, None), &c, now, &mut fastrand::Rng::with_seed(seed));
+        let hint = Duration::from_secs(u64::from(secs));
+        // Every case asserts: a send again is never before the hint, and
+        // an answer with a hint is never read as done or unknown.
+        match d.action {
+            Action::Retry { delay } => prop_assert!(delay >= hint, "{delay:?} < {secs}s"),
+            Action::Defer { until, not_before } => {
+                prop_assert!(not_before >= now.instant + hint, "not_before {not_before:?} < {secs}s");
+                prop_assert!(until >= now.wall + hint, "until before the hint");
+            }
+            ref other => prop_assert!(
+                matches!(other, Action::GiveUp { .. } | Action::StopQueue { .. } | Action::Fail | Action::Inspect),
+                "{other:?}"
+            ),
         }
     }
 
