@@ -28,6 +28,15 @@ pub struct Config {
     pub limits: Limits,
     /// Limits per model class (overrides `limits`).
     pub class_limits: Vec<(String, Limits)>,
+    /// Limits per key (or key group), for every class or one: the most
+    /// specific entry wins — (key, class), then key, then `class_limits`,
+    /// then `limits`. An API key's limits belong to its organisation and
+    /// tier, so two keys of one process may well differ.
+    pub key_limits: Vec<KeyLimits>,
+    /// Keys that share one organisation's limits: (key, group). Grouped
+    /// keys share one set of buckets per class, their pauses and their
+    /// stops, under the group's name (`key_limits` then names the group).
+    pub key_groups: Vec<(String, String)>,
     /// How much of a minute's refill a bucket may hold.
     pub burst: Burst,
     /// Model name → bucket class.
@@ -65,6 +74,8 @@ impl Default for Config {
         Config {
             limits: Limits::NONE,
             class_limits: Vec::new(),
+            key_limits: Vec::new(),
+            key_groups: Vec::new(),
             burst: Burst::default(),
             classes: ModelClasses::default(),
             ramp: RampConfig::default(),
@@ -78,6 +89,18 @@ impl Default for Config {
             seed: None,
         }
     }
+}
+
+/// Limits configured for one key or key group: for every model class
+/// (`class: None`) or one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLimits {
+    /// The key (as the caller names it) or the group.
+    pub key: String,
+    /// One class, or every class of the key.
+    pub class: Option<String>,
+    /// The limits.
+    pub limits: Limits,
 }
 
 /// A resolved (key, model): the scope and the model's price, looked up once
@@ -338,8 +361,44 @@ impl Controller {
         self.prices.get(id.index()).copied()
     }
 
-    /// The scope of (key, class), created on first use.
+    /// The name state is kept under for `key`: its group's, when it is in
+    /// one ([`Config::key_groups`]), else its own.
+    pub fn key_name<'a>(&'a self, key: &'a str) -> &'a str {
+        self.cfg
+            .key_groups
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or(key, |(_, g)| g.as_str())
+    }
+
+    /// The configured limits of (key or group, class): the most specific
+    /// entry of [`Config::key_limits`], else the class's, else the
+    /// default.
+    fn configured_limits(&self, key: &str, class: &str) -> Limits {
+        let per_key = |want: Option<&str>| {
+            self.cfg
+                .key_limits
+                .iter()
+                .find(|e| e.key == key && e.class.as_deref() == want)
+                .map(|e| e.limits)
+        };
+        per_key(Some(class))
+            .or_else(|| per_key(None))
+            .or_else(|| {
+                self.cfg
+                    .class_limits
+                    .iter()
+                    .find(|(c, _)| c == class)
+                    .map(|(_, l)| *l)
+            })
+            .unwrap_or(self.cfg.limits)
+    }
+
+    /// The scope of (key, class), created on first use. A grouped key
+    /// resolves to its group's scope.
     pub fn scope_of(&mut self, key: &str, class: &str) -> ScopeId {
+        let key = self.key_name(key).to_owned();
+        let key = key.as_str();
         let k = match self.key_index.get(key) {
             Some(k) => *k,
             None => {
@@ -356,13 +415,7 @@ impl Controller {
         if let Some(s) = self.scope_index.get(&(k, class.to_owned())) {
             return ScopeId(*s);
         }
-        let configured = self
-            .cfg
-            .class_limits
-            .iter()
-            .find(|(c, _)| c == class)
-            .map(|(_, l)| *l)
-            .unwrap_or(self.cfg.limits);
+        let configured = self.configured_limits(key, class);
         let ramp = Ramp::new(&self.cfg.ramp);
         let mut st = ScopeState {
             key: k,
@@ -1046,7 +1099,8 @@ impl Controller {
 
     /// Lifts a key's stop (a human resumed): its scopes restart the ramp.
     pub fn resume(&mut self, key: &str, now: Now) {
-        let Some(k) = self.key_index.get(key).copied() else {
+        let key = self.key_name(key).to_owned();
+        let Some(k) = self.key_index.get(key.as_str()).copied() else {
             return;
         };
         let ks = &mut self.keys[k as usize];

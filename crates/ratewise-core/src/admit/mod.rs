@@ -53,8 +53,8 @@ pub mod spend;
 pub mod stop;
 
 pub use controller::{
-    Admission, AdmitRequest, Config, Controller, PriceId, ScopeSnapshot, Target, WaitReason,
-    EDGE_MARGIN, RESET_HORIZON, RESET_SLACK,
+    Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
+    WaitReason, EDGE_MARGIN, RESET_HORIZON, RESET_SLACK,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
