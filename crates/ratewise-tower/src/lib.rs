@@ -90,6 +90,7 @@
 #![deny(missing_docs)]
 
 pub mod body;
+pub mod builder;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -102,6 +103,7 @@ pub mod transport;
 mod wake;
 
 pub use body::{Metered, MeteredBody, ReplayBody};
+pub use builder::Builder;
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};
