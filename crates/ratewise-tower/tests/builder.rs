@@ -28,7 +28,7 @@ fn req(key: &str) -> Request<Full<Bytes>> {
             br#"{"model":"claude-sonnet-4-5","max_tokens":100}"#,
         )))
         .unwrap();
-    r.extensions_mut().insert(KeyLabel::new(key.to_owned()));
+    r.extensions_mut().insert(KeyLabel::new(key));
     r
 }
 
