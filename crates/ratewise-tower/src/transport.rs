@@ -12,10 +12,11 @@ use std::io;
 
 /// Classifies an error of the inner service by walking its source chain.
 ///
-/// Recognised: `hyper_util::client::legacy::Error` (`is_connect()` →
-/// never sent; a DNS failure is told by its message), `hyper::Error`
-/// (timeouts → `timeout_after_send`, anything else → `reset_after_send`),
-/// `std::io::Error` kinds, and `tower::timeout::error::Elapsed`.
+/// Recognised: `std::io::Error` kinds anywhere in the chain (any inner
+/// service), `tower::timeout::error::Elapsed`, and with the `hyper`
+/// feature (default) `hyper_util::client::legacy::Error` (`is_connect()` →
+/// never sent; a DNS failure is told by its message) and `hyper::Error`
+/// (timeouts → `timeout_after_send`, anything else → `reset_after_send`).
 ///
 /// ```
 /// use ratewise_core::classify::TransportFailure;
@@ -31,6 +32,7 @@ use std::io;
 /// assert_eq!(transport_failure(&other), TransportFailure::ResetAfterSend);
 /// ```
 pub fn transport_failure(err: &(dyn StdError + 'static)) -> TransportFailure {
+    #[cfg_attr(not(feature = "hyper"), allow(unused_mut))]
     let mut connect = false;
     let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
     let mut depth = 0;
@@ -39,21 +41,15 @@ pub fn transport_failure(err: &(dyn StdError + 'static)) -> TransportFailure {
         if depth > 32 {
             break;
         }
-        if let Some(legacy) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
-            if legacy.is_connect() {
-                connect = true;
-            }
-        } else if let Some(io) = e.downcast_ref::<io::Error>() {
+        #[cfg(feature = "hyper")]
+        match hyper_failure(e, connect) {
+            HyperSays::Connect => connect = true,
+            HyperSays::Failure(f) => return f,
+            HyperSays::Nothing => {}
+        }
+        if let Some(io) = e.downcast_ref::<io::Error>() {
             if let Some(f) = from_io(io.kind(), connect) {
                 return f;
-            }
-        } else if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            if !connect {
-                return if h.is_timeout() {
-                    TransportFailure::TimeoutAfterSend
-                } else {
-                    TransportFailure::ResetAfterSend
-                };
             }
         } else if e.is::<tower::timeout::error::Elapsed>() {
             return if connect {
@@ -72,6 +68,34 @@ pub fn transport_failure(err: &(dyn StdError + 'static)) -> TransportFailure {
     } else {
         TransportFailure::ResetAfterSend
     }
+}
+
+#[cfg(feature = "hyper")]
+enum HyperSays {
+    /// hyper-util's client failed to connect: nothing was sent.
+    Connect,
+    Failure(TransportFailure),
+    Nothing,
+}
+
+/// What hyper's and hyper-util's own error types say about one link of
+/// the chain.
+#[cfg(feature = "hyper")]
+fn hyper_failure(e: &(dyn StdError + 'static), connect: bool) -> HyperSays {
+    if let Some(legacy) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+        if legacy.is_connect() {
+            return HyperSays::Connect;
+        }
+    } else if let Some(h) = e.downcast_ref::<hyper::Error>() {
+        if !connect {
+            return HyperSays::Failure(if h.is_timeout() {
+                TransportFailure::TimeoutAfterSend
+            } else {
+                TransportFailure::ResetAfterSend
+            });
+        }
+    }
+    HyperSays::Nothing
 }
 
 fn from_io(kind: io::ErrorKind, connect: bool) -> Option<TransportFailure> {
