@@ -26,9 +26,10 @@
 //!     stream error before the commit point settles the usage it reported;
 //!   - sent with no answer (a reset or timeout after the send, a
 //!     cancellation after [`sending`](Job::sending)) → charged at its
-//!     estimate, unless the decision holds it as `outcome_unknown`, in
-//!     which case it is held and handed to the caller with the end
-//!     ([`Ended::held`]) to resolve later.
+//!     estimate, to the buckets and the spend budget at once and for good
+//!     (the provider may have run and billed it); a decision to hold the
+//!     job as `outcome_unknown` holds the *job* for its caller — nothing
+//!     stays reserved.
 //! * Decisions are made in one place: [`crate::decide::decide`]
 //!   under the policy, amended by the store's
 //!   [`observe_sent`](crate::admit::AdmissionState::observe_sent) (the
@@ -151,9 +152,6 @@ pub struct Ended {
     /// Whether it ended at admission (stopped, refused, deferred) rather
     /// than on an answer.
     pub at_admission: bool,
-    /// A send held as `outcome_unknown`: its reservation, kept at its
-    /// worst case for the caller to resolve.
-    pub held: Option<Reservation>,
 }
 
 #[derive(Debug)]
@@ -164,11 +162,10 @@ enum State {
     Sending,
     /// A success whose body the caller reads.
     Delivering,
-    /// Over; `held` is taken by the first `End`.
+    /// Over.
     Ended {
         decision: Decision,
         at_admission: bool,
-        held: Option<Reservation>,
     },
 }
 
@@ -229,13 +226,11 @@ impl Job {
             State::Ended {
                 decision,
                 at_admission,
-                held,
             } => {
                 return Step::End(Ended {
                     decision: decision.clone(),
                     attempts: self.attempts,
                     at_admission: *at_admission,
-                    held: held.take(),
                 })
             }
             State::Ready {
@@ -300,13 +295,11 @@ impl Job {
         self.state = State::Ended {
             decision: decision.clone(),
             at_admission: true,
-            held: None,
         };
         Step::End(Ended {
             decision,
             attempts: self.attempts,
             at_admission: true,
-            held: None,
         })
     }
 
@@ -348,7 +341,7 @@ impl Job {
                     if let Some(res) = self.reservation.take() {
                         store.settle(res, u, now);
                     }
-                    self.end(d.clone(), None);
+                    self.end(d.clone());
                 }
                 None => self.state = State::Delivering,
             }
@@ -365,7 +358,7 @@ impl Job {
                 None => store.release(res, now),
             }
         }
-        self.after(d.clone(), None, now);
+        self.after(d.clone(), now);
         d
     }
 
@@ -383,19 +376,16 @@ impl Job {
     ) -> Decision {
         let d = decide(policy, &self.job_state(), c, now, rng);
         let d = self.observe(store, c, d, now);
-        let mut held = None;
         if let Some(res) = self.reservation.take() {
-            if d.action == Action::HoldUnknown {
-                store.hold_unknown(&res, now);
-                held = Some(res);
-            } else if maybe_sent && self.handed_over {
+            if maybe_sent && self.handed_over {
+                // Whether retried or held as unknown: charged at once.
                 let worst = estimate(&res);
                 store.settle(res, &worst, now);
             } else {
                 store.release(res, now);
             }
         }
-        self.after(d.clone(), held, now);
+        self.after(d.clone(), now);
         d
     }
 
@@ -413,7 +403,7 @@ impl Job {
             store.settle(res, &usage, now);
         }
         if matches!(self.state, State::Delivering) {
-            self.end(Decision::new(Action::Done), None);
+            self.end(Decision::new(Action::Done));
         }
     }
 
@@ -423,7 +413,7 @@ impl Job {
     pub fn take_reservation(&mut self) -> Option<Reservation> {
         let res = self.reservation.take();
         if matches!(self.state, State::Delivering) {
-            self.end(Decision::new(Action::Done), None);
+            self.end(Decision::new(Action::Done));
         }
         res
     }
@@ -445,7 +435,7 @@ impl Job {
                 reason: crate::vocab::GiveUpReason::Deadline,
             })
             .with_note("cancelled by its caller");
-            self.end(d, None);
+            self.end(d);
         }
     }
 
@@ -457,7 +447,7 @@ impl Job {
     pub fn requeue(&mut self, not_before: Option<Instant>) -> bool {
         let kept = matches!(
             &self.state,
-            State::Ended { decision, held: None, .. }
+            State::Ended { decision, .. }
                 if matches!(decision.action, Action::Defer { .. } | Action::StopQueue { .. })
         );
         if kept {
@@ -490,22 +480,21 @@ impl Job {
 
     /// After an answer: a retry waits out its delay (never sent before
     /// it; admission may add its own wait), anything else ends.
-    fn after(&mut self, d: Decision, held: Option<Reservation>, now: Now) {
+    fn after(&mut self, d: Decision, now: Now) {
         match d.action {
             Action::Retry { delay } => {
                 self.state = State::Ready {
                     not_before: Some(now.instant + delay),
                 };
             }
-            _ => self.end(d, held),
+            _ => self.end(d),
         }
     }
 
-    fn end(&mut self, decision: Decision, held: Option<Reservation>) {
+    fn end(&mut self, decision: Decision) {
         self.state = State::Ended {
             decision,
             at_admission: false,
-            held,
         };
     }
 }

@@ -7,7 +7,6 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use ratewise_core::admit::Reservation;
 use ratewise_core::classify::Classification;
 use ratewise_core::record::AttemptRecord;
 use ratewise_core::{Action, ActionKind, Decision, GiveUpReason};
@@ -29,7 +28,6 @@ struct Inner {
     classification: Option<Classification>,
     attempts: Vec<AttemptRecord>,
     response: Option<FinalResponse>,
-    reservation: Option<Reservation>,
     source: Option<BoxError>,
 }
 
@@ -64,7 +62,6 @@ impl Error {
                 classification: None,
                 attempts: Vec::new(),
                 response: None,
-                reservation: None,
                 source: None,
             }),
         }
@@ -122,11 +119,6 @@ impl Error {
         self
     }
 
-    pub(crate) fn with_reservation(mut self, res: Reservation) -> Self {
-        self.inner.reservation = Some(res);
-        self
-    }
-
     /// The action that ended the call; `None` when the request body could
     /// not be buffered (nothing was sent).
     pub fn action(&self) -> Option<ActionKind> {
@@ -179,13 +171,6 @@ impl Error {
     /// The reason of a `give_up`.
     pub fn give_up_reason(&self) -> Option<GiveUpReason> {
         self.inner.decision.as_ref().and_then(|d| d.action.reason())
-    }
-
-    /// The reservation kept at its worst case for a `hold_unknown` job.
-    /// Take it to resolve the outcome later with
-    /// [`RetryLayer::resolve_unknown`](crate::RetryLayer::resolve_unknown).
-    pub fn take_held_reservation(&mut self) -> Option<Reservation> {
-        self.inner.reservation.take()
     }
 
     fn is(&self, kind: ActionKind) -> bool {

@@ -192,23 +192,18 @@ async fn success_settles_when_the_body_ends_and_errors_release() {
 }
 
 #[tokio::test]
-async fn an_unknown_outcome_is_held_until_resolved() {
+async fn an_unknown_outcome_holds_the_job_and_charges_its_estimate_at_once() {
     let (layer, spy, inner) = setup(vec![Step::Io(std::io::ErrorKind::ConnectionReset)]);
     let mut svc = layer.layer(inner);
-    let mut e = svc.ready().await.unwrap().call(req()).await.unwrap_err();
-    assert!(e.is_hold_unknown());
-    assert_eq!(counts(&spy), [0, 0, 1, 0]);
-    assert_eq!(
-        spy.inner.lock().ledger().held.requests,
-        1,
-        "worst case stays reserved"
-    );
-    let res = e.take_held_reservation().expect("the held reservation");
-    layer.resolve_unknown(res, None);
-    assert_eq!(counts(&spy), [0, 0, 1, 1]);
+    let e = svc.ready().await.unwrap().call(req()).await.unwrap_err();
+    assert!(e.is_hold_unknown(), "the job is held for its caller");
+    // The provider may have run and billed it: charged at its estimate,
+    // final; nothing stays reserved.
+    assert_eq!(counts(&spy), [1, 0, 0, 0]);
     let ledger = spy.inner.lock().ledger();
     assert!(ledger.conserved());
-    assert_eq!(ledger.outstanding.requests, 0);
+    assert_eq!((ledger.outstanding.requests, ledger.held.requests), (0, 0));
+    assert_eq!(ledger.charged.output, 100, "max_tokens charged");
 }
 
 #[tokio::test]

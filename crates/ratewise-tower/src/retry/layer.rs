@@ -1,7 +1,6 @@
 //! [`RetryLayer`]: wraps any HTTP client service in a [`RetryService`].
 
-use ratewise_core::admit::Reservation;
-use ratewise_core::{Now, Usage};
+use ratewise_core::Now;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -179,14 +178,6 @@ impl RetryLayer {
     /// Lifts the stop of a key (a human resumed after a spend cap).
     pub fn resume(&self, key: &str) {
         self.inner.state.resume(key, self.inner.clock.now());
-    }
-
-    /// Resolves a `hold_unknown` job's reservation: `Some(usage)` when the
-    /// provider confirmed it ran, `None` when it confirmed it did not.
-    pub fn resolve_unknown(&self, reservation: Reservation, usage: Option<&Usage>) {
-        self.inner
-            .state
-            .resolve_unknown(reservation, usage, self.inner.clock.now());
     }
 
     pub(crate) fn shared(&self) -> Arc<Inner> {

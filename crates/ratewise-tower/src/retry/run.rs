@@ -304,8 +304,8 @@ impl Drop for Driven {
     }
 }
 
-/// The error a job that ended carries: its decision, its attempts, the
-/// evidence of its last answer, and a reservation held as unknown.
+/// The error a job that ended carries: its decision, its attempts and the
+/// evidence of its last answer.
 fn ended(job: &Job, end: Ended, records: Vec<AttemptRecord>, last: Option<Answer>) -> Error {
     if end.at_admission {
         trace_end(
@@ -324,9 +324,6 @@ fn ended(job: &Job, end: Ended, records: Vec<AttemptRecord>, last: Option<Answer
             err = err.with_source(source);
         }
         err = err.with_classification(answer.classification);
-    }
-    if let Some(res) = end.held {
-        err = err.with_reservation(res);
     }
     err
 }
