@@ -10,11 +10,12 @@
 //! races its sleep against the signal and asks again, so the controller —
 //! not the waiter — still decides (pauses and server waits hold), and a
 //! settle wakes about one job, not every waiter. Without the signal, a
-//! generous `max_tokens` left capacity idle until the computed refill time (`simulate --real` measured 0.65 of the binding
-//! limit where the simulation reached 0.96).
+//! generous `max_tokens` left capacity idle until the computed refill time
+//! (`simulate --real` measured 0.65 of the binding limit where the
+//! simulation reached 0.96).
 
-use crate::state::State;
 use crate::queue::Queues;
+use crate::state::State;
 use ratewise_core::admit::{
     Admission, AdmissionState, AdmitRequest, Reservation, ScopeId, ScopeSnapshot, Target,
 };
