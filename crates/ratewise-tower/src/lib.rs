@@ -97,6 +97,7 @@ pub mod error;
 pub mod extensions;
 mod job;
 pub mod journal;
+mod queue;
 pub mod retry;
 pub mod state;
 pub mod transport;

@@ -5,15 +5,17 @@
 //! settle that returns an unused `max_tokens` reservation, a release, a
 //! resolved unknown outcome, a lifted stop. A stop wakes them too, so that
 //! they hand their jobs back at once. [`Waking`] wraps the shared
-//! state, passes every operation through, and signals those events;
-//! waiters race their sleep against the signal and ask again, so the
-//! controller — not the waiter — still decides (pauses and server waits
-//! hold). Without it, a generous `max_tokens` left capacity idle until the
-//! computed refill time (`simulate --real` measured 0.65 of the binding
-//! limit where the simulation reached 0.96).
+//! state, passes every operation through, and signals those events to
+//! the head of each scope's waiting queue ([`crate::queue`]): the head
+//! races its sleep against the signal and asks again, so the controller —
+//! not the waiter — still decides (pauses and server waits hold), and a
+//! settle wakes about one job, not every waiter. Without the signal, a
+//! generous `max_tokens` left capacity idle until the computed refill time
+//! (`simulate --real` measured 0.65 of the binding limit where the
+//! simulation reached 0.96).
 
+use crate::queue::Queues;
 use crate::state::State;
-use event_listener::{Event, EventListener};
 use ratewise_core::admit::{
     Admission, AdmissionState, AdmitRequest, Reservation, ScopeId, ScopeSnapshot, Target,
 };
@@ -21,37 +23,33 @@ use ratewise_core::classify::Classification;
 use ratewise_core::{Action, Decision, Now, Usage};
 use std::sync::Arc;
 
-/// The shared state, plus a signal raised whenever capacity comes back.
+/// The shared state, plus a signal to the queues' heads whenever
+/// capacity comes back.
 pub(crate) struct Waking {
     inner: Arc<dyn State>,
-    capacity: Arc<Event>,
+    queues: Arc<Queues>,
 }
 
 impl Waking {
-    /// Wraps `inner`; `capacity` is signalled on settle, release, resolve
-    /// and resume.
-    pub fn new(inner: Arc<dyn State>, capacity: Arc<Event>) -> Self {
-        Waking { inner, capacity }
+    /// Wraps `inner`; the heads of `queues` are woken on settle, release,
+    /// resolve, resume and stop.
+    pub fn new(inner: Arc<dyn State>, queues: Arc<Queues>) -> Self {
+        Waking { inner, queues }
     }
 
     fn wake(&self) {
-        self.capacity.notify(usize::MAX);
+        self.queues.wake_heads();
     }
 
-    /// A decision that stops the queue also wakes the waiters: they ask
-    /// again, are told the queue is stopped, and hand their jobs back now
-    /// instead of at the end of their wait.
+    /// A decision that stops the queue also wakes the waiters: each head
+    /// asks again, is told the queue is stopped, hands its job back now
+    /// instead of at the end of its wait, and wakes the next.
     fn stopping(&self, d: Decision) -> Decision {
         if matches!(d.action, Action::StopQueue { .. }) {
             self.wake();
         }
         d
     }
-}
-
-/// A listener for the next time capacity comes back.
-pub(crate) fn listen(capacity: &Event) -> EventListener {
-    capacity.listen()
 }
 
 impl AdmissionState for Waking {

@@ -22,8 +22,10 @@ pub(crate) struct Inner {
     raw_state: Arc<dyn State>,
     pub clock: Arc<dyn Clock>,
     pub journal: Option<Arc<dyn Journal>>,
-    /// Signalled when capacity comes back (see `crate::wake`).
-    pub capacity: Arc<event_listener::Event>,
+    /// The jobs waiting for admission, per scope, in arrival order (see
+    /// `crate::queue`); their heads are woken when capacity comes back
+    /// (see `crate::wake`).
+    pub queues: Arc<crate::queue::Queues>,
     rng: Mutex<fastrand::Rng>,
     jobs: AtomicU64,
 }
@@ -89,31 +91,30 @@ impl RetryLayer {
         Self::build(config, state, clock, None, None)
     }
 
-    /// `capacity`: the signal of the layer this one derives from, so that
-    /// both wake each other's waiters; `None` for a new one.
+    /// `queues`: the waiting queues of the layer this one derives from, so
+    /// that both share one arrival order and wake each other's waiters;
+    /// `None` for a new one.
     fn build(
         config: Config,
         raw_state: Arc<dyn State>,
         clock: Arc<dyn Clock>,
         journal: Option<Arc<dyn Journal>>,
-        capacity: Option<Arc<event_listener::Event>>,
+        queues: Option<Arc<crate::queue::Queues>>,
     ) -> Self {
         let rng = Mutex::new(fastrand::Rng::with_seed(
             config
                 .seed
                 .unwrap_or_else(ratewise_core::decide::entropy_seed),
         ));
-        let capacity = capacity.unwrap_or_else(|| Arc::new(event_listener::Event::new()));
-        let state: Arc<dyn State> = Arc::new(crate::wake::Waking::new(
-            raw_state.clone(),
-            capacity.clone(),
-        ));
+        let queues = queues.unwrap_or_default();
+        let state: Arc<dyn State> =
+            Arc::new(crate::wake::Waking::new(raw_state.clone(), queues.clone()));
         RetryLayer {
             inner: Arc::new(Inner {
                 config,
                 state,
                 raw_state,
-                capacity,
+                queues,
                 clock,
                 journal,
                 rng,
@@ -123,7 +124,7 @@ impl RetryLayer {
     }
 
     /// The same layer with another shared state. Waiters of this layer
-    /// and of the new one are woken separately: layers that share one state
+    /// and of the new one queue and are woken separately: layers that share one state
     /// should be clones of one layer (or derived from it with
     /// [`with_clock`](Self::with_clock) / [`with_journal`](Self::with_journal)),
     /// so that a settle through any of them wakes every waiter at once.
@@ -144,7 +145,7 @@ impl RetryLayer {
             self.inner.raw_state.clone(),
             clock,
             self.inner.journal.clone(),
-            Some(self.inner.capacity.clone()),
+            Some(self.inner.queues.clone()),
         )
     }
 
@@ -156,7 +157,7 @@ impl RetryLayer {
             self.inner.raw_state.clone(),
             self.inner.clock.clone(),
             Some(journal),
-            Some(self.inner.capacity.clone()),
+            Some(self.inner.queues.clone()),
         )
     }
 
@@ -223,9 +224,9 @@ mod tests {
         // The same state underneath, wrapped once (not a wrapper of a
         // wrapper), and one signal: a settle through either wakes both.
         assert!(Arc::ptr_eq(&base.inner.raw_state, &derived.inner.raw_state));
-        assert!(Arc::ptr_eq(&base.inner.capacity, &derived.inner.capacity));
+        assert!(Arc::ptr_eq(&base.inner.queues, &derived.inner.queues));
         // A foreign state starts its own signal.
         let other = base.clone().with_state(base.inner.raw_state.clone());
-        assert!(!Arc::ptr_eq(&base.inner.capacity, &other.inner.capacity));
+        assert!(!Arc::ptr_eq(&base.inner.queues, &other.inner.queues));
     }
 }

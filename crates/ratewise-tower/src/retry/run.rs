@@ -130,27 +130,66 @@ where
     let mut first_send = true;
     // The last answer: the evidence of a job that then ends.
     let mut last: Option<Answer> = None;
+    // The job's place in its scope's admission queue (`crate::queue`):
+    // one place for the whole job, so a retry keeps its arrival order.
+    let place = inner.queues.place(job.arrived);
+    // While it waits for admission: its ticket (dropped when it is
+    // admitted or ends, or with the call future, which hands the turn on).
+    let mut queued: Option<crate::queue::Ticket> = None;
+    // A decided retry delay is still running: the machine answers `Wait`
+    // without asking for admission, so the job does not queue for it.
+    let mut retry_delay = false;
+    // A waiter that is not the head asks out of turn at its admission
+    // deadline: the queue never holds a job past it.
+    let admit_by = job.deadline.map(|d| {
+        Instant::from_origin(
+            (job.arrived + d)
+                .since_origin()
+                .saturating_sub(policy.expected_attempt_time),
+        )
+    });
 
     loop {
+        // Wait for the job's turn: only the head of the scope's queue asks.
+        let signal = if retry_delay {
+            None
+        } else {
+            let ticket = queued.get_or_insert_with(|| inner.queues.join(target.scope, place));
+            Some(turn(ticket, clock.as_ref(), admit_by).await)
+        };
+        retry_delay = false;
         let now = clock.now();
         let attempt = match m.job.next(inner.state.as_ref(), policy, now) {
-            Step::Send { attempt } => attempt,
+            Step::Send { attempt } => {
+                // Admitted: leave the queue; the next head asks in turn.
+                queued = None;
+                attempt
+            }
             Step::Wait { until, reason } => {
                 match reason {
-                    WaitFor::Retry => clock.sleep_until(until).await,
+                    WaitFor::Retry => {
+                        queued = None;
+                        clock.sleep_until(until).await
+                    }
                     WaitFor::Admission(why) => {
                         tracing::debug!(job_id = %job.id,
                             wait_ms = (until - now.instant).as_millis() as u64,
                             reason = ?why, "admission wait");
                         // Ask again at the computed instant, or as soon as
-                        // a settle, release or resume returns capacity.
-                        let capacity_back = crate::wake::listen(&inner.capacity);
-                        futures::future::select(clock.sleep_until(until), capacity_back).await;
+                        // a settle, release or resume returns capacity (the
+                        // signal was listened to before asking: none lost).
+                        if let Some(signal) = signal {
+                            futures::future::select(clock.sleep_until(until), signal).await;
+                        }
                     }
                 }
                 continue;
             }
-            Step::End(end) => return Err(ended(&job, end, records, last.take())),
+            Step::End(end) => {
+                // Leaves the queue and hands the turn on.
+                drop(queued.take());
+                return Err(ended(&job, end, records, last.take()));
+            }
             // Only while a send or a body is in progress, which this
             // driver always reports before asking again.
             Step::Pending => {
@@ -262,6 +301,7 @@ where
                 (answer, d)
             }
         };
+        retry_delay = matches!(d.action, Action::Retry { delay } if !delay.is_zero());
         record(
             &inner,
             &job,
@@ -272,6 +312,30 @@ where
             &mut records,
         );
         last = Some(answer);
+    }
+}
+
+/// Waits for `ticket`'s turn: until it is the head of its queue, or, at
+/// the latest, until `admit_by`. Returns the listener for the job's next
+/// signal, taken before its turn was checked so that a signal raised while
+/// it asks is not lost.
+async fn turn(
+    ticket: &crate::queue::Ticket,
+    clock: &dyn crate::clock::Clock,
+    admit_by: Option<Instant>,
+) -> event_listener::EventListener {
+    loop {
+        let signal = ticket.listen();
+        if ticket.is_head() {
+            return signal;
+        }
+        match admit_by {
+            Some(at) if clock.now().instant >= at => return signal,
+            Some(at) => {
+                futures::future::select(clock.sleep_until(at), signal).await;
+            }
+            None => signal.await,
+        }
     }
 }
 
