@@ -3,19 +3,16 @@
 //! `*-remaining` headers (never assumed a minute), and the jitter source
 //! differs between controllers unless a seed is fixed.
 
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+mod common;
+
+use common::now_at;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Burst, Config, Controller, Limits, RampConfig, Target, WaitReason,
 };
-use ratewise_core::classify::{classify_response, Classification, ResponseView};
+use ratewise_core::classify::Classification;
 use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::{Decision, Instant, Now, Provider, Usage};
 use std::time::Duration;
-
-fn now_at(ms: u64) -> Now {
-    let wall0 = ratewise_core::time::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
-    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
-}
 
 fn respond(
     status: u16,
@@ -23,19 +20,7 @@ fn respond(
     body: &str,
     now: Now,
 ) -> (Classification, Decision) {
-    let mut h = HeaderMap::new();
-    for (k, v) in headers {
-        h.append(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    let view = ResponseView {
-        status: StatusCode::from_u16(status).unwrap(),
-        headers: &h,
-        body: body.as_bytes(),
-    };
-    let c = classify_response(Provider::Anthropic, &view, now.wall);
+    let c = common::classify(Provider::Anthropic, status, headers, body, now);
     let job = JobState::new(1, now.instant, None);
     let d = decide(
         &Policy::default(),

@@ -2,42 +2,15 @@
 //! ends the job's reservation exactly once (the ledger stays conserved and
 //! nothing stays outstanding, a send held as unknown included).
 
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+mod common;
+
+use common::{classify, now_at};
 use ratewise_core::admit::{AdmissionState, Config, Controller, Limits, RampConfig, Shared};
-use ratewise_core::classify::{
-    classify_response, classify_transport, Classification, ResponseView, TransportFailure,
-};
+use ratewise_core::classify::{classify_transport, TransportFailure};
 use ratewise_core::decide::Policy;
 use ratewise_core::job::{Job, JobSpec, Step, WaitFor};
-use ratewise_core::{Action, Cause, Instant, Now, Provider, Usage};
+use ratewise_core::{Action, Cause, Instant, Provider, Usage};
 use std::time::Duration;
-
-fn now_at(ms: u64) -> Now {
-    let wall0 = ratewise_core::time::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
-    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
-}
-
-fn classify(
-    provider: Provider,
-    status: u16,
-    headers: &[(&str, &str)],
-    body: &str,
-    now: Now,
-) -> Classification {
-    let mut h = HeaderMap::new();
-    for (k, v) in headers {
-        h.append(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    let view = ResponseView {
-        status: StatusCode::from_u16(status).unwrap(),
-        headers: &h,
-        body: body.as_bytes(),
-    };
-    classify_response(provider, &view, now.wall)
-}
 
 fn store(limits: Limits) -> Shared {
     Shared::new(Controller::new(Config {
