@@ -1,19 +1,16 @@
 //! `Controller::observe`: real responses, classified and decided by the
 //! core, applied to the shared admission state.
 
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+mod common;
+
+use common::now_at;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Config, Controller, Limits, WaitReason, EDGE_MARGIN,
 };
-use ratewise_core::classify::{classify_response, Classification, ResponseView};
+use ratewise_core::classify::Classification;
 use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::{Action, Cause, Decision, GiveUpReason, Instant, Now, Provider};
 use std::time::Duration;
-
-fn now_at(ms: u64) -> Now {
-    let wall0 = ratewise_core::time::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
-    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
-}
 
 fn respond(
     provider: Provider,
@@ -22,19 +19,7 @@ fn respond(
     body: &str,
     now: Now,
 ) -> (Classification, Decision) {
-    let mut h = HeaderMap::new();
-    for (k, v) in headers {
-        h.append(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    let view = ResponseView {
-        status: StatusCode::from_u16(status).unwrap(),
-        headers: &h,
-        body: body.as_bytes(),
-    };
-    let c = classify_response(provider, &view, now.wall);
+    let c = common::classify(provider, status, headers, body, now);
     let job = JobState::new(1, now.instant, None);
     let d = decide(
         &Policy::default(),

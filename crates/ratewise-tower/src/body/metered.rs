@@ -244,14 +244,8 @@ impl Drop for Meter {
 /// Settles `ctx`'s reservation to `usage`, or to its estimate without one.
 fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
     let now = ctx.clock.now();
-    let amounts = ctx.reservation.amounts();
-    let estimate = Usage {
-        input_tokens: amounts.input,
-        output_tokens: amounts.output,
-        ..Usage::default()
-    };
     let at_estimate = usage.is_none();
-    let usage = usage.unwrap_or(estimate);
+    let usage = usage.unwrap_or_else(|| ratewise_core::job::estimate(&ctx.reservation));
     let MeterCtx {
         state,
         clock: _,
