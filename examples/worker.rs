@@ -115,7 +115,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     println!("(a human raises the spend cap and resumes the key)");
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     server.set_spend_cap(None);
-                    layer.resume("default");
+                    layer.resume("default").await;
                 }
             }
             Err(e) => {

@@ -29,9 +29,7 @@
 
 use criterion::{criterion_group, Criterion};
 use governor::{Quota, RateLimiter};
-use ratewise_core::admit::{
-    AdmissionState, AdmitRequest, Config, Controller, Limits, RampConfig, Shared, Target,
-};
+use ratewise_core::admit::{AdmitRequest, Config, Controller, Limits, RampConfig, Shared, Target};
 use ratewise_core::{Instant, Now, Usage};
 use std::hint::black_box;
 use std::num::NonZeroU32;

@@ -32,8 +32,8 @@
 //!    of re-asks per settle against admissions per settle.
 
 use ratewise_core::admit::{
-    Admission, AdmissionState, AdmitRequest, Burst, Config, Controller, Limits, RampConfig,
-    Reservation, Shared, Target,
+    Admission, AdmitRequest, Burst, Config, Controller, Limits, RampConfig, Reservation, Shared,
+    Target,
 };
 use ratewise_core::{Instant, Now, Usage};
 use std::collections::VecDeque;

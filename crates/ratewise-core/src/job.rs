@@ -1,72 +1,88 @@
 //! One job's sequence — admit, send, read, decide, account, wait — as a
 //! sans-IO state machine, in the style of `quinn-proto`: the driver asks
 //! what to do next ([`Job::next`]), does it, and tells the machine what
-//! happened ([`Job::sending`], [`Job::answered`], [`Job::failed`],
-//! [`Job::body_end`], [`Job::cancel`]). Time comes in as an argument; the
-//! machine never sleeps, sends or reads a clock. The tower layer and the
-//! simulator drive it; neither keeps a copy of the sequence.
+//! happened. The machine never sleeps, sends, reads a clock or touches the
+//! store: what it needs from the [`Store`](crate::admit::Store) it hands
+//! out as values ([`Step::Admit`], [`Update`]), and the driver awaits the
+//! store and hands the answers back. The tower layer and the simulator
+//! drive it; neither keeps a copy of the sequence.
 //!
 //! # The contract
 //!
-//! * [`next`](Job::next) answers one of: [`Step::Send`] (a reservation
-//!   was granted: send attempt `n` now), [`Step::Wait`] (ask again at
-//!   `until`, or earlier when capacity comes back: an admission wait or a
-//!   retry's delay), [`Step::Pending`] (a send or a body is in progress:
-//!   nothing to do until told), [`Step::End`] (the job is over, with the
-//!   decision that ended it).
+//! * [`next`](Job::next) answers one of: [`Step::Admit`] (ask the store
+//!   to admit this request, then hand the answer to
+//!   [`admission`](Job::admission), which answers `Send`, `Wait` or
+//!   `End`), [`Step::Send`] (a reservation was granted: send attempt `n`
+//!   now), [`Step::Wait`] (ask again at `until`, or earlier when capacity
+//!   comes back: an admission wait or a retry's delay), [`Step::Pending`]
+//!   (a send, a body or a store update is in progress: nothing to do until
+//!   told), [`Step::End`] (the job is over, with the decision that ended
+//!   it).
+//! * Events are told with [`sending`](Job::sending) (the request leaves),
+//!   [`answered`](Job::answered) (the classified answer),
+//!   [`failed`](Job::failed) (a transport failure), [`body_end`](Job::body_end)
+//!   (a success's body ended) and [`cancel`](Job::cancel) (the caller went
+//!   away). Each returns the [`Update`] the store must apply — the
+//!   answer's evidence and the end of the reservation, in one step — and
+//!   an answer's update comes back through [`applied`](Job::applied) with
+//!   the store's amendments.
 //! * The machine owns the job's reservation, and every path ends it
 //!   exactly once:
-//!   - never sent (the driver cancels before [`sending`](Job::sending)) →
-//!     released;
+//!   - never sent (cancelled before [`sending`](Job::sending)) → released;
 //!   - an answer → its evidence (header sync, a pause, a stop, the retry
-//!     budget) is applied to the store *first*, then the reservation ends:
-//!     a success settles from its usage (at the body's end); an error
-//!     answer gives its tokens back, and keeps the request unit charged
-//!     where the provider counts rejected requests (OpenAI's 429s); a
-//!     stream error before the commit point settles the usage it reported;
+//!     budget) is applied *first*, in the same update: a success settles
+//!     from its usage (at the body's end); an error answer gives its
+//!     tokens back, and keeps the request unit charged where the provider
+//!     counts rejected requests (OpenAI's 429s); a stream error before the
+//!     commit point settles the usage it reported;
 //!   - sent with no answer (a reset or timeout after the send, a
 //!     cancellation after [`sending`](Job::sending)) → charged at its
 //!     estimate, to the buckets and the spend budget at once and for good
 //!     (the provider may have run and billed it); a decision to hold the
 //!     job as `outcome_unknown` holds the *job* for its caller — nothing
 //!     stays reserved.
-//! * Decisions are made in one place: [`crate::decide::decide`]
-//!   under the policy, amended by the store's
-//!   [`observe_sent`](crate::admit::AdmissionState::observe_sent) (the
-//!   retry budget), plus the admission's own endings (a wait beyond the
-//!   inline limit defers, a stop stops, a refusal gives up).
+//! * Decisions are made in one place: [`crate::decide::decide`] under the
+//!   policy, amended by the store (the retry budget), plus the admission's
+//!   own endings (a wait beyond the inline limit defers, a stop stops, a
+//!   refusal gives up).
 //!
 //! ```
-//! use ratewise_core::admit::{AdmissionState, Config, Controller, Shared};
+//! use ratewise_core::admit::{Config, Controller, Shared};
 //! use ratewise_core::classify::{classify_response, ResponseView};
 //! use ratewise_core::decide::Policy;
 //! use ratewise_core::job::{Job, JobSpec, Step};
 //! use ratewise_core::{Action, Instant, Now, Provider, Usage};
 //! use std::time::SystemTime;
 //!
+//! // The in-memory store answers synchronously; a driver over any other
+//! // store awaits `Store::admit` and `Store::update` at the same places.
 //! let store = Shared::new(Controller::new(Config { seed: Some(1), ..Config::default() }));
 //! let policy = Policy::default();
 //! let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
 //! let target = store.target("team-a", "claude-sonnet-4-5");
 //! let mut job = Job::new(JobSpec::new(target, now.instant), &policy);
-//! let Step::Send { attempt: 1 } = job.next(&store, &policy, now) else { panic!() };
+//! let Step::Admit(req) = job.next(now) else { panic!() };
+//! let Step::Send { attempt: 1 } = job.admission(store.admit(&req, now), &policy, now) else { panic!() };
 //! job.sending();
 //! // ... the request goes out; a 200 comes back ...
 //! let headers = http::HeaderMap::new();
 //! let view = ResponseView { status: http::StatusCode::OK, headers: &headers, body: b"" };
 //! let c = classify_response(Provider::Anthropic, &view, now.wall);
-//! let d = job.answered(&store, &policy, &c, None, &mut fastrand::Rng::with_seed(7), now);
+//! let update = job.answered(&policy, &c, None, &mut fastrand::Rng::with_seed(7), now);
+//! let d = job.applied(store.apply(update, now), now);
 //! assert_eq!(d.action, Action::Done);
 //! // The body is the caller's; its end settles the reservation.
 //! let usage = Usage { input_tokens: 12, output_tokens: 40, ..Usage::default() };
-//! job.body_end(&store, Some(&usage), now);
-//! assert!(matches!(job.next(&store, &policy, now), Step::End(_)));
+//! if let Some(update) = job.body_end(Some(&usage)) {
+//!     store.apply(update, now);
+//! }
+//! assert!(matches!(job.next(now), Step::End(_)));
 //! assert!(store.ledger().conserved());
 //! assert_eq!(store.ledger().outstanding.requests, 0);
 //! ```
 
 use crate::admit::{
-    Admission, AdmissionState, AdmitRequest, Reservation, Sent, Target, WaitReason,
+    Admission, AdmitRequest, End, Observed, Reservation, Sent, Target, Update, WaitReason,
 };
 use crate::classify::Classification;
 use crate::decide::{decide, JobState, Policy, RandomSource};
@@ -111,7 +127,11 @@ impl JobSpec {
 
 /// What the driver does next.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Step {
+    /// Ask the store to admit this request ([`Store::admit`](crate::admit::Store::admit)),
+    /// and hand its answer to [`Job::admission`].
+    Admit(AdmitRequest),
     /// A reservation was granted: send attempt `attempt` (1-based) now.
     /// Call [`Job::sending`] when the request is handed to the transport.
     Send {
@@ -126,8 +146,8 @@ pub enum Step {
         /// What is waited for.
         reason: WaitFor,
     },
-    /// A send or a body is in progress: nothing to do until the driver
-    /// tells the machine what happened.
+    /// A send, a body or a store update is in progress: nothing to do
+    /// until the driver tells the machine what happened.
     Pending,
     /// The job is over.
     End(Ended),
@@ -135,6 +155,7 @@ pub enum Step {
 
 /// What a [`Step::Wait`] waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaitFor {
     /// Admission (a bucket, a pause, a probe, the spend budget).
     Admission(WaitReason),
@@ -144,6 +165,7 @@ pub enum WaitFor {
 
 /// How a job ended.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Ended {
     /// The decision that ended it.
     pub decision: Decision,
@@ -158,8 +180,16 @@ pub struct Ended {
 enum State {
     /// Ready to ask for admission (from `not_before` on, for a retry).
     Ready { not_before: Option<Instant> },
+    /// Asked the store for admission; waiting for its answer.
+    Admitting,
     /// A reservation is held for a send (handed over or not).
     Sending,
+    /// An answer's update is with the store; `delivering`: a success whose
+    /// body the caller reads next.
+    Applying {
+        decision: Decision,
+        delivering: bool,
+    },
     /// A success whose body the caller reads.
     Delivering,
     /// Over.
@@ -213,16 +243,18 @@ impl Job {
         self.attempts
     }
 
-    /// What to do next (see [`Step`]). Asks the store for admission when
-    /// the job is ready for a send.
-    pub fn next<S: AdmissionState + ?Sized>(
-        &mut self,
-        store: &S,
-        policy: &Policy,
-        now: Now,
-    ) -> Step {
+    /// The instant admission must come by for an attempt to fit in the
+    /// deadline (`None`: no deadline).
+    pub fn admit_deadline(&self) -> Option<Instant> {
+        self.admit_deadline
+    }
+
+    /// What to do next (see [`Step`]).
+    pub fn next(&mut self, now: Now) -> Step {
         match &mut self.state {
-            State::Sending | State::Delivering => return Step::Pending,
+            State::Admitting | State::Sending | State::Applying { .. } | State::Delivering => {
+                return Step::Pending
+            }
             State::Ended {
                 decision,
                 at_admission,
@@ -243,15 +275,28 @@ impl Job {
             }
             State::Ready { .. } => {}
         }
-        let req = AdmitRequest {
+        self.state = State::Admitting;
+        Step::Admit(AdmitRequest {
             target: self.spec.target,
             input_estimate: self.spec.input_estimate,
             body_bytes: self.spec.body_bytes,
             max_tokens: self.spec.max_tokens,
             is_retry: self.attempts > 0,
             deadline: self.admit_deadline,
-        };
-        match store.admit(&req, now) {
+        })
+    }
+
+    /// The store's answer to the [`Step::Admit`] just asked: `Send` with
+    /// the granted reservation, `Wait` (ask [`next`](Self::next) again
+    /// then), or `End` (stopped, refused, or a wait past the inline limit:
+    /// deferred). An answer nobody asked for is given back untouched as an
+    /// update ([`Step::Pending`] stays).
+    pub fn admission(&mut self, answer: Admission, policy: &Policy, now: Now) -> Step {
+        if !matches!(self.state, State::Admitting) {
+            return Step::Pending;
+        }
+        self.state = State::Ready { not_before: None };
+        match answer {
             Admission::Go(res) => {
                 self.admitted = Some(res.sent());
                 self.reservation = Some(res);
@@ -291,6 +336,17 @@ impl Job {
         }
     }
 
+    /// Ends a job before its next admission with `decision` (a driver's
+    /// own reason: load shedding, its queue closing). Nothing is held
+    /// between sends, so nothing is given back.
+    pub fn end_before_admission(&mut self, decision: Decision) -> Step {
+        if matches!(self.state, State::Ready { .. }) {
+            self.end_at_admission(decision)
+        } else {
+            Step::Pending
+        }
+    }
+
     fn end_at_admission(&mut self, decision: Decision) -> Step {
         self.state = State::Ended {
             decision: decision.clone(),
@@ -324,87 +380,121 @@ impl Job {
     /// ([`body_end`](Self::body_end), or the metered body that
     /// [`take_reservation`](Self::take_reservation) hands it to).
     ///
-    /// Returns the decision, amended by the store (the retry budget).
-    pub fn answered<S: AdmissionState + ?Sized, R: RandomSource>(
+    /// Returns the update for the store; its answer goes to
+    /// [`applied`](Self::applied).
+    pub fn answered<R: RandomSource>(
         &mut self,
-        store: &S,
         policy: &Policy,
         c: &Classification,
         usage: Option<&Usage>,
         rng: &mut R,
         now: Now,
-    ) -> Decision {
+    ) -> Update {
         if c.cause == Cause::Success {
-            let d = self.observe(store, c, Decision::new(Action::Done), now);
-            match usage {
-                Some(u) => {
-                    if let Some(res) = self.reservation.take() {
-                        store.settle(res, u, now);
-                    }
-                    self.end(d.clone());
-                }
-                None => self.state = State::Delivering,
-            }
-            return d;
+            let observed = self.observed(c, Decision::new(Action::Done));
+            let end = match usage {
+                Some(u) => self.reservation.take().map(|reservation| End::Settle {
+                    reservation,
+                    usage: *u,
+                }),
+                None => None,
+            };
+            self.state = State::Applying {
+                decision: observed.decision.clone(),
+                delivering: usage.is_none(),
+            };
+            return Update::answer(observed, end);
         }
         let d = decide(policy, &self.job_state(), c, now, rng);
-        // The evidence first: a waiter woken by the give-back below must
-        // find the pause or the stop this answer reported.
-        let d = self.observe(store, c, d, now);
-        if let Some(res) = self.reservation.take() {
-            match usage {
-                Some(u) => store.settle(res, u, now),
-                None if rejected_request_counts(c) => store.settle(res, &Usage::default(), now),
-                None => store.release(res, now),
-            }
-        }
-        self.after(d.clone(), now);
-        d
+        let observed = self.observed(c, d);
+        let end = self.reservation.take().map(|reservation| match usage {
+            Some(u) => End::Settle {
+                reservation,
+                usage: *u,
+            },
+            None if rejected_request_counts(c) => End::Settle {
+                reservation,
+                usage: Usage::default(),
+            },
+            None => End::Release { reservation },
+        });
+        self.state = State::Applying {
+            decision: observed.decision.clone(),
+            delivering: false,
+        };
+        Update::answer(observed, end)
     }
 
     /// The send in progress failed in transport (`c` is its
     /// classification, `maybe_sent` whether the request may have reached
-    /// the provider). Returns the decision, amended by the store.
-    pub fn failed<S: AdmissionState + ?Sized, R: RandomSource>(
+    /// the provider; a send timeout is such a failure). Returns the update
+    /// for the store; its answer goes to [`applied`](Self::applied).
+    pub fn failed<R: RandomSource>(
         &mut self,
-        store: &S,
         policy: &Policy,
         c: &Classification,
         maybe_sent: bool,
         rng: &mut R,
         now: Now,
-    ) -> Decision {
+    ) -> Update {
         let d = decide(policy, &self.job_state(), c, now, rng);
-        let d = self.observe(store, c, d, now);
-        if let Some(res) = self.reservation.take() {
+        let observed = self.observed(c, d);
+        let end = self.reservation.take().map(|reservation| {
             if maybe_sent && self.handed_over {
                 // Whether retried or held as unknown: charged at once.
-                let worst = estimate(&res);
-                store.settle(res, &worst, now);
+                let usage = estimate(&reservation);
+                End::Settle { reservation, usage }
             } else {
-                store.release(res, now);
+                End::Release { reservation }
             }
+        });
+        self.state = State::Applying {
+            decision: observed.decision.clone(),
+            delivering: false,
+        };
+        Update::answer(observed, end)
+    }
+
+    /// The store applied an answer's update: `amended` is its answer (the
+    /// decision as amended by queue-wide bounds; `None` keeps the
+    /// machine's own). Returns the decision: a retry waits out its delay
+    /// and asks admission again, a success's body is read next, anything
+    /// else ends the job.
+    pub fn applied(&mut self, amended: Option<Decision>, now: Now) -> Decision {
+        let State::Applying {
+            decision,
+            delivering,
+        } = std::mem::replace(&mut self.state, State::Ready { not_before: None })
+        else {
+            // Nothing was being applied: the state stays as it was.
+            let d = amended.unwrap_or_else(|| Decision::new(Action::Inspect));
+            if let State::Ready { .. } = self.state {
+                self.end(d.clone());
+            }
+            return d;
+        };
+        let d = amended.unwrap_or(decision);
+        if delivering {
+            self.state = State::Delivering;
+        } else {
+            self.after(d.clone(), now);
         }
-        self.after(d.clone(), now);
         d
     }
 
     /// A delivered success's body ended: settled from `usage`, or at the
     /// reservation's estimate when it reported none (the provider may
-    /// have generated and billed the answer).
-    pub fn body_end<S: AdmissionState + ?Sized>(
-        &mut self,
-        store: &S,
-        usage: Option<&Usage>,
-        now: Now,
-    ) {
-        if let Some(res) = self.reservation.take() {
-            let usage = usage.copied().unwrap_or_else(|| estimate(&res));
-            store.settle(res, &usage, now);
-        }
+    /// have generated and billed the answer). Returns the update for the
+    /// store, when the machine still held the reservation.
+    pub fn body_end(&mut self, usage: Option<&Usage>) -> Option<Update> {
+        let end = self.reservation.take().map(|reservation| {
+            let usage = usage.copied().unwrap_or_else(|| estimate(&reservation));
+            End::Settle { reservation, usage }
+        });
         if matches!(self.state, State::Delivering) {
             self.end(Decision::new(Action::Done));
         }
+        end.map(Update::ending)
     }
 
     /// A delivered success's reservation, for a metered body that settles
@@ -420,16 +510,18 @@ impl Job {
 
     /// The job is dropped by its caller. A reservation not yet handed to
     /// the transport is released; one that was is charged at its estimate
-    /// (the provider may have run it). Nothing stays outstanding.
-    pub fn cancel<S: AdmissionState + ?Sized>(&mut self, store: &S, now: Now) {
-        if let Some(res) = self.reservation.take() {
+    /// (the provider may have run it). Returns the update for the store
+    /// (from a `Drop`: [`Store::update_detached`](crate::admit::Store::update_detached));
+    /// nothing stays outstanding once it is applied.
+    pub fn cancel(&mut self) -> Option<Update> {
+        let end = self.reservation.take().map(|reservation| {
             if self.handed_over {
-                let worst = estimate(&res);
-                store.settle(res, &worst, now);
+                let usage = estimate(&reservation);
+                End::Settle { reservation, usage }
             } else {
-                store.release(res, now);
+                End::Release { reservation }
             }
-        }
+        });
         if !matches!(self.state, State::Ended { .. }) {
             let d = Decision::new(Action::GiveUp {
                 reason: crate::vocab::GiveUpReason::Deadline,
@@ -437,6 +529,7 @@ impl Job {
             .with_note("cancelled by its caller");
             self.end(d);
         }
+        end.map(Update::ending)
     }
 
     /// Brings back a job that ended kept for later — deferred (a wait
@@ -465,16 +558,11 @@ impl Job {
         JobState::new(self.attempts, self.spec.arrived, self.spec.deadline)
     }
 
-    fn observe<S: AdmissionState + ?Sized>(
-        &self,
-        store: &S,
-        c: &Classification,
-        d: Decision,
-        now: Now,
-    ) -> Decision {
-        match &self.admitted {
-            Some(sent) => store.observe_sent(sent, c, d, now),
-            None => store.observe(self.spec.target.scope, c, d, now),
+    fn observed(&self, c: &Classification, d: Decision) -> Observed {
+        let o = Observed::new(self.spec.target.scope, c.clone(), d);
+        match self.admitted {
+            Some(sent) if self.reservation.is_some() => o.of_sent(sent),
+            _ => o,
         }
     }
 

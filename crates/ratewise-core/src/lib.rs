@@ -64,15 +64,19 @@
 //!
 //! Data flows one way: [`parse`] → [`classify`] → [`decide`] → (admission)
 //! → the caller acts. [`record::AttemptRecord`] is the allow-listed evidence
-//! of one attempt; [`case`] evaluates the decision-case fixtures.
+//! of one attempt. The decision-case fixtures' evaluator (`case`,
+//! `explain`) is test and tooling support behind the `fixtures` feature,
+//! not part of the API.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod admit;
+#[cfg(feature = "fixtures")]
 pub mod case;
 pub mod classify;
 pub mod decide;
 pub mod decision;
+#[cfg(feature = "fixtures")]
 pub mod explain;
 pub mod job;
 pub mod note;

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use ratewise_core::admit::bucket::capacity_for;
-use ratewise_core::admit::retry_budget::SLOTS;
+use ratewise_core::admit::RETRY_BUDGET_SLOTS as SLOTS;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Config, Controller, Limits, Price, PriceTable, Reservation,
     RetryBudgetConfig, SpendConfig,

@@ -1,11 +1,11 @@
 //! `Shared` with several threads on one limiter: conservation, the rate
-//! bound, and no credit minted, through the `AdmissionState` seam. (The
+//! bound, and no credit minted, through the in-memory store. (The
 //! single-threaded invariants are the controller's: `admit_props.rs`.)
 
 use ratewise_core::admit::bucket::capacity_for;
 use ratewise_core::admit::{
-    Admission, AdmissionState, AdmitRequest, Burst, Config, Controller, Ledger, Limits, RampConfig,
-    Reservation, RetryBudgetConfig, Shared,
+    Admission, AdmitRequest, Burst, Config, Controller, Ledger, Limits, RampConfig, Reservation,
+    RetryBudgetConfig, Shared,
 };
 use ratewise_core::{Instant, Now, Usage};
 use std::time::{Duration, SystemTime};
@@ -108,8 +108,8 @@ fn threads_conserve_and_stay_within_the_buckets(threads: u64, per_thread: u64) {
                             match i % 4 {
                                 0 => s.release(r, now),
                                 1 => {
-                                    s.hold_unknown(&r, now);
-                                    s.resolve_unknown(r, Some(&Usage::default()), now);
+                                    s.lock().hold_unknown(&r, now);
+                                    s.lock().resolve_unknown(r, Some(&Usage::default()), now);
                                 }
                                 _ => {
                                     let u = Usage {
@@ -249,7 +249,7 @@ fn debt_release_and_hold_through_the_seam() {
         before - 200
     );
     s.release(b, t);
-    s.hold_unknown(&c, t);
+    s.lock().hold_unknown(&c, t);
     let l = s.lock().ledger();
     assert!(l.conserved(), "{l:?}");
     assert_eq!(
@@ -257,7 +257,7 @@ fn debt_release_and_hold_through_the_seam() {
         (1, 1, 1)
     );
     assert_eq!(l.charged.input, 300);
-    s.resolve_unknown(
+    s.lock().resolve_unknown(
         c,
         Some(&Usage {
             input_tokens: 10,

@@ -552,7 +552,7 @@ fn unknown_outcomes_keep_their_worst_case_and_abandoned_ones_expire() {
 
 #[test]
 fn shared_state_works_across_threads() {
-    use ratewise_core::admit::{AdmissionState, Shared};
+    use ratewise_core::admit::Shared;
     let shared = std::sync::Arc::new(Shared::new(Controller::new(base())));
     let target = shared.target("k", "m");
     let handles: Vec<_> = (0..2)

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{classify, now_at};
-use ratewise_core::admit::{AdmissionState, Config, Controller, Limits, RampConfig, Shared};
+use common::{classify, now_at, DriveSync};
+use ratewise_core::admit::{Config, Controller, Limits, RampConfig, Shared};
 use ratewise_core::classify::{classify_transport, TransportFailure};
 use ratewise_core::decide::Policy;
 use ratewise_core::job::{Job, JobSpec, Step, WaitFor};
@@ -58,11 +58,11 @@ fn a_success_settles_from_the_usage_at_its_bodys_end() {
     let policy = Policy::default();
     let mut j = job(&s, "claude-sonnet-4-5");
     let t = now_at(0);
-    assert!(matches!(j.next(&s, &policy, t), Step::Send { attempt: 1 }));
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { attempt: 1 }));
     j.sending();
-    assert!(matches!(j.next(&s, &policy, t), Step::Pending));
+    assert!(matches!(j.step(&s, &policy, t), Step::Pending));
     let c = classify(Provider::Anthropic, 200, &[], "", t);
-    let d = j.answered(&s, &policy, &c, None, &mut rng(), t);
+    let d = j.answer(&s, &policy, &c, None, &mut rng(), t);
     assert_eq!(d.action, Action::Done);
     assert!(j.holds_reservation(), "the body's end settles it");
     let u = Usage {
@@ -70,8 +70,8 @@ fn a_success_settles_from_the_usage_at_its_bodys_end() {
         output_tokens: 7,
         ..Usage::default()
     };
-    j.body_end(&s, Some(&u), now_at(500));
-    let Step::End(e) = j.next(&s, &policy, now_at(500)) else {
+    j.end_body(&s, Some(&u), now_at(500));
+    let Step::End(e) = j.step(&s, &policy, now_at(500)) else {
         panic!()
     };
     assert_eq!(
@@ -88,7 +88,7 @@ fn a_429_is_observed_before_its_reservation_is_given_back_then_retried_after_its
     let policy = Policy::default();
     let mut j = job(&s, "claude-sonnet-4-5");
     let t = now_at(0);
-    assert!(matches!(j.next(&s, &policy, t), Step::Send { attempt: 1 }));
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { attempt: 1 }));
     j.sending();
     let c = classify(
         Provider::Anthropic,
@@ -97,14 +97,14 @@ fn a_429_is_observed_before_its_reservation_is_given_back_then_retried_after_its
         RATE_LIMITED,
         t,
     );
-    let d = j.answered(&s, &policy, &c, None, &mut rng(), t);
+    let d = j.answer(&s, &policy, &c, None, &mut rng(), t);
     let Action::Retry { delay } = d.action else {
         panic!("{d:?}")
     };
     assert!(delay >= Duration::from_secs(3));
     assert!(!j.holds_reservation());
     // The scope is paused for every job; this one waits out its delay.
-    match j.next(&s, &policy, now_at(1_000)) {
+    match j.step(&s, &policy, now_at(1_000)) {
         Step::Wait {
             until,
             reason: WaitFor::Retry,
@@ -113,7 +113,7 @@ fn a_429_is_observed_before_its_reservation_is_given_back_then_retried_after_its
     }
     let later = now_at(delay.as_millis() as u64 + 1_000);
     assert!(matches!(
-        j.next(&s, &policy, later),
+        j.step(&s, &policy, later),
         Step::Send { attempt: 2 }
     ));
     j.sending();
@@ -124,7 +124,7 @@ fn a_429_is_observed_before_its_reservation_is_given_back_then_retried_after_its
         ..Usage::default()
     };
     assert_eq!(
-        j.answered(&s, &policy, &ok, Some(&u), &mut rng(), later)
+        j.answer(&s, &policy, &ok, Some(&u), &mut rng(), later)
             .action,
         Action::Done
     );
@@ -139,12 +139,12 @@ fn an_openai_429_keeps_its_request_unit_and_gives_its_tokens_back() {
     let policy = Policy::default();
     let mut j = job(&s, "gpt-4o");
     let t = now_at(0);
-    assert!(matches!(j.next(&s, &policy, t), Step::Send { .. }));
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { .. }));
     j.sending();
     let body = r#"{"error":{"message":"Rate limit reached for gpt-4o on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
     let c = classify(Provider::Openai, 429, &[], body, t);
     assert_eq!(c.cause, Cause::RateLimited);
-    let _ = j.answered(&s, &policy, &c, None, &mut rng(), t);
+    let _ = j.answer(&s, &policy, &c, None, &mut rng(), t);
     let l = s.ledger();
     assert!(l.conserved(), "{l:?}");
     assert_eq!(
@@ -165,12 +165,12 @@ fn a_send_with_no_answer_is_charged_at_once_and_the_job_held() {
     let policy = Policy::default();
     let mut j = job(&s, "claude-sonnet-4-5");
     let t = now_at(0);
-    assert!(matches!(j.next(&s, &policy, t), Step::Send { .. }));
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { .. }));
     j.sending();
     let c = classify_transport(Provider::Anthropic, TransportFailure::ResetAfterSend);
-    let d = j.failed(&s, &policy, &c, true, &mut rng(), t);
+    let d = j.fail(&s, &policy, &c, true, &mut rng(), t);
     assert_eq!(d.action, Action::HoldUnknown);
-    let Step::End(e) = j.next(&s, &policy, t) else {
+    let Step::End(e) = j.step(&s, &policy, t) else {
         panic!()
     };
     assert_eq!(e.decision.action, Action::HoldUnknown, "the job is held");
@@ -190,9 +190,9 @@ fn a_refused_connection_releases_and_retries() {
     let policy = Policy::default();
     let mut j = job(&s, "claude-sonnet-4-5");
     let t = now_at(0);
-    assert!(matches!(j.next(&s, &policy, t), Step::Send { .. }));
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { .. }));
     let c = classify_transport(Provider::Anthropic, TransportFailure::ConnectRefused);
-    let d = j.failed(&s, &policy, &c, false, &mut rng(), t);
+    let d = j.fail(&s, &policy, &c, false, &mut rng(), t);
     assert!(matches!(d.action, Action::Retry { .. }), "{d:?}");
     assert_eq!(s.ledger().released.requests, 1);
     assert_clean(&s);
@@ -204,17 +204,17 @@ fn a_cancel_releases_before_the_send_and_charges_the_estimate_after() {
     let policy = Policy::default();
     let t = now_at(0);
     let mut before = job(&s, "claude-sonnet-4-5");
-    assert!(matches!(before.next(&s, &policy, t), Step::Send { .. }));
-    before.cancel(&s, t);
+    assert!(matches!(before.step(&s, &policy, t), Step::Send { .. }));
+    before.drop_job(&s, t);
     assert_eq!(s.ledger().released.requests, 1);
     let mut after = job(&s, "claude-sonnet-4-5");
-    assert!(matches!(after.next(&s, &policy, t), Step::Send { .. }));
+    assert!(matches!(after.step(&s, &policy, t), Step::Send { .. }));
     after.sending();
-    after.cancel(&s, t);
+    after.drop_job(&s, t);
     let l = s.ledger();
     assert_eq!((l.settled.requests, l.charged.output), (1, 100), "{l:?}");
     assert_clean(&s);
-    assert!(matches!(after.next(&s, &policy, t), Step::End(_)));
+    assert!(matches!(after.step(&s, &policy, t), Step::End(_)));
 }
 
 #[test]
@@ -227,11 +227,11 @@ fn admission_endings_come_from_the_machine() {
         ..Limits::NONE
     });
     let mut a = job(&s, "m");
-    assert!(matches!(a.next(&s, &policy, t), Step::Send { .. }));
+    assert!(matches!(a.step(&s, &policy, t), Step::Send { .. }));
     a.sending();
-    a.body_end(&s, None, t);
+    a.end_body(&s, None, t);
     let mut b = job(&s, "m");
-    match b.next(&s, &policy, t) {
+    match b.step(&s, &policy, t) {
         Step::End(e) => {
             assert!(e.at_admission);
             assert!(matches!(e.decision.action, Action::Defer { .. }), "{e:?}");
@@ -243,7 +243,7 @@ fn admission_endings_come_from_the_machine() {
     let mut c = job(&s, "m");
     s.lock()
         .stop(c.spec().target.scope, Cause::SpendCap, None, t);
-    match c.next(&s, &policy, t) {
+    match c.step(&s, &policy, t) {
         Step::End(e) => assert!(matches!(e.decision.action, Action::StopQueue { .. })),
         other => panic!("{other:?}"),
     }
@@ -266,23 +266,23 @@ fn random_drivers_end_every_reservation_once() {
             let now = now_at(t);
             let i = r.usize(0..jobs.len());
             let j = &mut jobs[i];
-            match j.next(&s, &policy, now) {
+            match j.step(&s, &policy, now) {
                 Step::Send { .. } => {
                     if r.bool() {
                         j.sending();
                     }
                     match r.u8(0..7) {
-                        0 => j.cancel(&s, now),
+                        0 => j.drop_job(&s, now),
                         1 => {
                             let c = classify(Provider::Anthropic, 200, &[], "", now);
-                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                            j.answer(&s, &policy, &c, None, &mut rng(), now);
                             if r.bool() {
                                 let u = Usage {
                                     input_tokens: 3,
                                     output_tokens: 4,
                                     ..Usage::default()
                                 };
-                                j.body_end(&s, Some(&u), now);
+                                j.end_body(&s, Some(&u), now);
                             } else if let Some(res) = j.take_reservation() {
                                 s.settle(res, &Usage::default(), now);
                             }
@@ -295,7 +295,7 @@ fn random_drivers_end_every_reservation_once() {
                                 RATE_LIMITED,
                                 now,
                             );
-                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                            j.answer(&s, &policy, &c, None, &mut rng(), now);
                         }
                         3 => {
                             let c = classify(
@@ -305,21 +305,21 @@ fn random_drivers_end_every_reservation_once() {
                                 r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
                                 now,
                             );
-                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                            j.answer(&s, &policy, &c, None, &mut rng(), now);
                         }
                         4 => {
                             let c = classify_transport(
                                 Provider::Anthropic,
                                 TransportFailure::ResetAfterSend,
                             );
-                            j.failed(&s, &policy, &c, true, &mut rng(), now);
+                            j.fail(&s, &policy, &c, true, &mut rng(), now);
                         }
                         5 => {
                             let c = classify_transport(
                                 Provider::Anthropic,
                                 TransportFailure::ConnectRefused,
                             );
-                            j.failed(&s, &policy, &c, false, &mut rng(), now);
+                            j.fail(&s, &policy, &c, false, &mut rng(), now);
                         }
                         _ => {
                             let c = classify(
@@ -329,16 +329,16 @@ fn random_drivers_end_every_reservation_once() {
                                 r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
                                 now,
                             );
-                            j.answered(&s, &policy, &c, None, &mut rng(), now);
+                            j.answer(&s, &policy, &c, None, &mut rng(), now);
                         }
                     }
                 }
                 Step::End(_) => {
                     jobs[i] = job(&s, "claude-sonnet-4-5");
                 }
-                Step::Wait { .. } | Step::Pending => {
+                _ => {
                     if r.u8(0..10) == 0 {
-                        j.cancel(&s, now);
+                        j.drop_job(&s, now);
                     }
                 }
             }
@@ -346,8 +346,8 @@ fn random_drivers_end_every_reservation_once() {
         }
         let end = now_at(t + 1);
         for mut j in jobs {
-            j.cancel(&s, end);
-            assert!(matches!(j.next(&s, &policy, end), Step::End(_)));
+            j.drop_job(&s, end);
+            assert!(matches!(j.step(&s, &policy, end), Step::End(_)));
         }
         let l = s.ledger();
         assert!(l.conserved(), "seed {seed}: {l:?}");

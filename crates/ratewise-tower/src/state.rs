@@ -1,19 +1,18 @@
 //! The shared-state seam: every clone of a [`RetryService`](crate::RetryService)
-//! talks to one admission state through `&self`.
+//! talks to one admission store.
 //!
-//! [`State`] is the core's [`AdmissionState`] — admit, settle, release,
-//! hold, resume and `observe` (apply what one answer said: header sync,
-//! pause on a wait hint, ramp cut on an acceleration limit, stop on money,
-//! the retry budget) — plus `Send + Sync + 'static`, so one `Arc<dyn
-//! State>` can be shared by every clone and task. In one process the state
-//! is the core's [`Shared`](ratewise_core::admit::Shared) (a
-//! `Mutex<Controller>`); a Redis-backed store implements
-//! [`AdmissionState`] with atomic scripts and is used the same way.
+//! [`State`] is the core's [`Store`] — admit-or-wait, and one update per
+//! job event (an answer's evidence and the end of its reservation in one
+//! step) — plus `'static`, so one `Arc<dyn State>` can be shared by every
+//! clone and task. In one process the store is the core's
+//! [`Shared`](ratewise_core::admit::Shared) (a `Mutex<Controller>`, which
+//! answers without awaiting); a store shared between processes implements
+//! [`Store`] and may await.
 
-use ratewise_core::admit::AdmissionState;
+use ratewise_core::admit::Store;
 
-/// Admission state shared by every clone of the layer: any
-/// [`AdmissionState`] that can cross threads.
-pub trait State: AdmissionState + Send + Sync + 'static {}
+/// Admission state shared by every clone of the layer: any [`Store`]
+/// that lives as long as it must.
+pub trait State: Store + 'static {}
 
-impl<T: AdmissionState + Send + Sync + 'static> State for T {}
+impl<T: Store + 'static> State for T {}

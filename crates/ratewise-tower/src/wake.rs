@@ -17,10 +17,9 @@
 use crate::queue::Queues;
 use crate::state::State;
 use ratewise_core::admit::{
-    Admission, AdmissionState, AdmitRequest, Reservation, ScopeId, ScopeSnapshot, Target,
+    Admission, AdmitRequest, ScopeId, ScopeSnapshot, Store, StoreFuture, Target, Update,
 };
-use ratewise_core::classify::Classification;
-use ratewise_core::{Action, Decision, Now, Usage};
+use ratewise_core::{Action, Decision, Now};
 use std::sync::Arc;
 
 /// The shared state, plus a signal to the queues' heads whenever
@@ -32,74 +31,79 @@ pub(crate) struct Waking {
 
 impl Waking {
     /// Wraps `inner`; the heads of `queues` are woken on settle, release,
-    /// resolve, resume and stop.
+    /// resume and stop.
     pub fn new(inner: Arc<dyn State>, queues: Arc<Queues>) -> Self {
         Waking { inner, queues }
     }
 
-    fn wake(&self) {
-        self.queues.wake_heads();
-    }
-
-    /// A decision that stops the queue also wakes the waiters: each head
-    /// asks again, is told the queue is stopped, hands its job back now
-    /// instead of at the end of its wait, and wakes the next.
-    fn stopping(&self, d: Decision) -> Decision {
-        if matches!(d.action, Action::StopQueue { .. }) {
-            self.wake();
+    /// Wakes the heads when an update gave capacity back, or decided to
+    /// stop the queue: each head asks again, is told the queue is
+    /// stopped, hands its job back now instead of at the end of its wait,
+    /// and wakes the next.
+    fn after_update(queues: &Queues, gave_back: bool, d: &Option<Decision>) {
+        let stops = d
+            .as_ref()
+            .is_some_and(|d| matches!(d.action, Action::StopQueue { .. }));
+        if gave_back || stops {
+            queues.wake_heads();
         }
-        d
     }
 }
 
-impl AdmissionState for Waking {
-    fn target(&self, key: &str, model: &str) -> Target {
+impl Store for Waking {
+    fn target<'a>(&'a self, key: &'a str, model: &'a str) -> StoreFuture<'a, Target> {
         self.inner.target(key, model)
     }
 
-    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
+    fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
         self.inner.admit(req, now)
     }
 
-    fn settle(&self, res: Reservation, usage: &Usage, now: Now) {
-        self.inner.settle(res, usage, now);
-        self.wake();
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+        let gave_back = update.wakes_waiters();
+        // The wake comes after the store applied the whole update: a woken
+        // head finds the pause or stop the same answer reported.
+        match self.inner.update(update, now).into_ready() {
+            Ok(d) => {
+                Self::after_update(&self.queues, gave_back, &d);
+                StoreFuture::ready(d)
+            }
+            Err(pending) => {
+                let queues = self.queues.clone();
+                StoreFuture::new(async move {
+                    let d = pending.await;
+                    Self::after_update(&queues, gave_back, &d);
+                    d
+                })
+            }
+        }
     }
 
-    fn release(&self, res: Reservation, now: Now) {
-        self.inner.release(res, now);
-        self.wake();
+    fn update_detached(&self, update: Update, now: Now) {
+        let gave_back = update.wakes_waiters();
+        self.inner.update_detached(update, now);
+        // A store that queues it wakes nobody yet; the head asks again by
+        // its computed instant in any case.
+        Self::after_update(&self.queues, gave_back, &None);
     }
 
-    fn hold_unknown(&self, res: &Reservation, now: Now) {
-        self.inner.hold_unknown(res, now);
+    fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
+        match self.inner.resume(key, now).into_ready() {
+            Ok(()) => {
+                self.queues.wake_heads();
+                StoreFuture::ready(())
+            }
+            Err(pending) => {
+                let queues = self.queues.clone();
+                StoreFuture::new(async move {
+                    pending.await;
+                    queues.wake_heads();
+                })
+            }
+        }
     }
 
-    fn resolve_unknown(&self, res: Reservation, usage: Option<&Usage>, now: Now) {
-        self.inner.resolve_unknown(res, usage, now);
-        self.wake();
-    }
-
-    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
-        self.stopping(self.inner.observe(scope, c, d, now))
-    }
-
-    fn observe_sent(
-        &self,
-        sent: &ratewise_core::admit::Sent,
-        c: &Classification,
-        d: Decision,
-        now: Now,
-    ) -> Decision {
-        self.stopping(self.inner.observe_sent(sent, c, d, now))
-    }
-
-    fn resume(&self, key: &str, now: Now) {
-        self.inner.resume(key, now);
-        self.wake();
-    }
-
-    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
+    fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {
         self.inner.snapshot(scope, now)
     }
 }

@@ -32,8 +32,8 @@ fn req(key: &str) -> Request<Full<Bytes>> {
     r
 }
 
-#[test]
-fn two_keys_get_their_own_limits() {
+#[tokio::test]
+async fn two_keys_get_their_own_limits() {
     let layer = RetryLayer::builder()
         .provider(Provider::Anthropic)
         .key_limits("tier1", rpm(50))
@@ -42,13 +42,20 @@ fn two_keys_get_their_own_limits() {
         .build_with_clock(Arc::new(ratewise_tower::TokioClock::new()));
     let state = layer.state();
     let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
-    let limit = |key: &str| {
-        let t = state.target(key, "claude-sonnet-4-5");
-        state.snapshot(t.scope, now).unwrap().limits.requests
+    let limit = |key: &'static str| {
+        let state = state.clone();
+        async move {
+            let t = state.target(key, "claude-sonnet-4-5").await;
+            state.snapshot(t.scope, now).await.unwrap().limits.requests
+        }
     };
-    assert_eq!(limit("tier1"), Some(50));
-    assert_eq!(limit("tier4"), Some(4000));
-    assert_eq!(limit("unconfigured"), None, "learned from headers instead");
+    assert_eq!(limit("tier1").await, Some(50));
+    assert_eq!(limit("tier4").await, Some(4000));
+    assert_eq!(
+        limit("unconfigured").await,
+        None,
+        "learned from headers instead"
+    );
 }
 
 #[tokio::test(start_paused = true)]

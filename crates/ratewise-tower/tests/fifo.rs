@@ -9,11 +9,10 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use ratewise_core::admit::{
-    self, Admission, AdmissionState, AdmitRequest, Burst, Controller, Limits, RampConfig,
-    Reservation, ScopeId, ScopeSnapshot, Sent, Shared, Target,
+    self, Admission, AdmitRequest, Burst, Controller, Limits, RampConfig, ScopeId, ScopeSnapshot,
+    Shared, Store, StoreFuture, Target, Update,
 };
-use ratewise_core::classify::Classification;
-use ratewise_core::{Decision, Now, Provider, Usage};
+use ratewise_core::{Decision, Now, Provider};
 use ratewise_tower::{Config, JobId, RetryLayer, RetryService, TokioClock, JOB_HEADER};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,39 +58,31 @@ impl Counting {
     }
 }
 
-impl AdmissionState for Counting {
-    fn target(&self, key: &str, model: &str) -> Target {
-        self.inner.target(key, model)
+impl Store for Counting {
+    fn target<'a>(&'a self, key: &'a str, model: &'a str) -> StoreFuture<'a, Target> {
+        Store::target(&*self.inner, key, model)
     }
-    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
+    fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
+        Store::resume(&*self.inner, key, now)
+    }
+    fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {
+        Store::snapshot(&*self.inner, scope, now)
+    }
+    fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
         self.asks.fetch_add(1, Ordering::SeqCst);
-        self.inner.admit(req, now)
+        Store::admit(&*self.inner, req, now)
     }
-    fn settle(&self, res: Reservation, usage: &Usage, now: Now) {
-        self.settles.fetch_add(1, Ordering::SeqCst);
-        self.inner.settle(res, usage, now)
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+        if update.end.is_some() {
+            self.settles.fetch_add(1, Ordering::SeqCst);
+        }
+        Store::update(&*self.inner, update, now)
     }
-    fn release(&self, res: Reservation, now: Now) {
-        self.settles.fetch_add(1, Ordering::SeqCst);
-        self.inner.release(res, now)
-    }
-    fn hold_unknown(&self, res: &Reservation, now: Now) {
-        self.inner.hold_unknown(res, now)
-    }
-    fn resolve_unknown(&self, res: Reservation, usage: Option<&Usage>, now: Now) {
-        self.inner.resolve_unknown(res, usage, now)
-    }
-    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
-        self.inner.observe(scope, c, d, now)
-    }
-    fn observe_sent(&self, sent: &Sent, c: &Classification, d: Decision, now: Now) -> Decision {
-        self.inner.observe_sent(sent, c, d, now)
-    }
-    fn resume(&self, key: &str, now: Now) {
-        self.inner.resume(key, now)
-    }
-    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
-        self.inner.snapshot(scope, now)
+    fn update_detached(&self, update: Update, now: Now) {
+        if update.end.is_some() {
+            self.settles.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.update_detached(update, now)
     }
 }
 

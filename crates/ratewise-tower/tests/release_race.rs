@@ -9,52 +9,40 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use ratewise_core::admit::{
-    Admission, AdmissionState, AdmitRequest, Reservation, ScopeId, ScopeSnapshot, Sent, Shared,
-    Target,
+    Admission, AdmitRequest, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture, Target, Update,
 };
-use ratewise_core::classify::Classification;
-use ratewise_core::{Decision, Now, Provider, Usage};
+use ratewise_core::{Decision, Now, Provider};
 use ratewise_tower::{Config, RetryLayer, TokioClock};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tower::{service_fn, Layer, ServiceExt};
 
-/// The in-memory state, slow to apply an observation: widens the window
-/// in which a give-back before the observation would let a waiter through.
+/// The in-memory state, slow to apply an answer: widens the window in
+/// which a give-back before the answer's evidence would let a waiter
+/// through (the update is one step, so there is none).
 struct SlowObserve(Arc<Shared>);
 
-impl AdmissionState for SlowObserve {
-    fn target(&self, key: &str, model: &str) -> Target {
-        self.0.target(key, model)
+impl Store for SlowObserve {
+    fn target<'a>(&'a self, key: &'a str, model: &'a str) -> StoreFuture<'a, Target> {
+        Store::target(&*self.0, key, model)
     }
-    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
-        self.0.admit(req, now)
+    fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
+        Store::resume(&*self.0, key, now)
     }
-    fn settle(&self, res: Reservation, usage: &Usage, now: Now) {
-        self.0.settle(res, usage, now)
+    fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {
+        Store::snapshot(&*self.0, scope, now)
     }
-    fn release(&self, res: Reservation, now: Now) {
-        self.0.release(res, now)
+    fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
+        Store::admit(&*self.0, req, now)
     }
-    fn hold_unknown(&self, res: &Reservation, now: Now) {
-        self.0.hold_unknown(res, now)
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+        if update.observed.is_some() {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        Store::update(&*self.0, update, now)
     }
-    fn resolve_unknown(&self, res: Reservation, usage: Option<&Usage>, now: Now) {
-        self.0.resolve_unknown(res, usage, now)
-    }
-    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
-        std::thread::sleep(Duration::from_millis(300));
-        self.0.observe(scope, c, d, now)
-    }
-    fn observe_sent(&self, sent: &Sent, c: &Classification, d: Decision, now: Now) -> Decision {
-        std::thread::sleep(Duration::from_millis(300));
-        self.0.observe_sent(sent, c, d, now)
-    }
-    fn resume(&self, key: &str, now: Now) {
-        self.0.resume(key, now)
-    }
-    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
-        self.0.snapshot(scope, now)
+    fn update_detached(&self, update: Update, now: Now) {
+        self.0.update_detached(update, now)
     }
 }
 

@@ -7,12 +7,11 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use ratewise_core::admit::{
-    self, Admission, AdmissionState, AdmitRequest, Controller, Reservation, ScopeId, ScopeSnapshot,
-    Shared, Target,
+    self, Admission, AdmitRequest, Controller, End, ScopeId, ScopeSnapshot, Shared, Store,
+    StoreFuture, Target, Update,
 };
-use ratewise_core::classify::Classification;
 use ratewise_core::decide::{Backoff, Policy};
-use ratewise_core::{Decision, Now, Provider, Usage};
+use ratewise_core::{Decision, Now, Provider};
 use ratewise_tower::{Config, RetryLayer, TokioClock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -35,46 +34,36 @@ struct Spy {
     counts: Counts,
 }
 
-impl AdmissionState for Spy {
-    fn target(&self, key: &str, model: &str) -> Target {
-        self.inner.target(key, model)
+impl Spy {
+    fn count(&self, update: &Update) {
+        match &update.end {
+            Some(End::Settle { .. }) => self.counts.settle.fetch_add(1, Ordering::SeqCst),
+            Some(End::Release { .. }) => self.counts.release.fetch_add(1, Ordering::SeqCst),
+            _ => 0,
+        };
     }
-    fn admit(&self, req: &AdmitRequest, now: Now) -> Admission {
-        self.inner.admit(req, now)
+}
+
+impl Store for Spy {
+    fn target<'a>(&'a self, key: &'a str, model: &'a str) -> StoreFuture<'a, Target> {
+        Store::target(&self.inner, key, model)
     }
-    fn settle(&self, res: Reservation, usage: &Usage, now: Now) {
-        self.counts.settle.fetch_add(1, Ordering::SeqCst);
-        self.inner.settle(res, usage, now)
+    fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
+        Store::resume(&self.inner, key, now)
     }
-    fn release(&self, res: Reservation, now: Now) {
-        self.counts.release.fetch_add(1, Ordering::SeqCst);
-        self.inner.release(res, now)
+    fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {
+        Store::snapshot(&self.inner, scope, now)
     }
-    fn hold_unknown(&self, res: &Reservation, now: Now) {
-        self.counts.hold.fetch_add(1, Ordering::SeqCst);
-        self.inner.hold_unknown(res, now)
+    fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
+        Store::admit(&self.inner, req, now)
     }
-    fn resolve_unknown(&self, res: Reservation, usage: Option<&Usage>, now: Now) {
-        self.counts.resolve.fetch_add(1, Ordering::SeqCst);
-        self.inner.resolve_unknown(res, usage, now)
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+        self.count(&update);
+        Store::update(&self.inner, update, now)
     }
-    fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
-        self.inner.observe(scope, c, d, now)
-    }
-    fn observe_sent(
-        &self,
-        sent: &ratewise_core::admit::Sent,
-        c: &Classification,
-        d: Decision,
-        now: Now,
-    ) -> Decision {
-        self.inner.observe_sent(sent, c, d, now)
-    }
-    fn resume(&self, key: &str, now: Now) {
-        self.inner.resume(key, now)
-    }
-    fn snapshot(&self, scope: ScopeId, now: Now) -> Option<ScopeSnapshot> {
-        self.inner.snapshot(scope, now)
+    fn update_detached(&self, update: Update, now: Now) {
+        self.count(&update);
+        self.inner.update_detached(update, now)
     }
 }
 

@@ -1097,6 +1097,29 @@ impl Controller {
         d
     }
 
+    /// Applies one job event ([`Update`](super::Update)) in one step: the
+    /// answer's evidence first ([`observe_sent`](Self::observe_sent), or
+    /// [`observe`](Self::observe) for an answer to no admission), then the
+    /// reservation's end ([`settle`](Self::settle) or
+    /// [`release`](Self::release)). Behind one lock this leaves no window
+    /// in which capacity is back but the pause the same answer reported is
+    /// not yet in force. Returns the amended decision when the update
+    /// carried an answer.
+    pub fn apply(&mut self, update: super::Update, now: Now) -> Option<Decision> {
+        let super::Update { observed, end } = update;
+        let decision = observed.map(|o| {
+            self.observe_view(o.scope, o.sent.as_ref(), &o.classification, o.decision, now)
+        });
+        match end {
+            Some(super::End::Settle { reservation, usage }) => {
+                self.settle(reservation, &usage, now)
+            }
+            Some(super::End::Release { reservation }) => self.release(reservation, now),
+            None => {}
+        }
+        decision
+    }
+
     /// Lifts a key's stop (a human resumed): its scopes restart the ramp.
     pub fn resume(&mut self, key: &str, now: Now) {
         let key = self.key_name(key).to_owned();

@@ -6,15 +6,17 @@
 //! `fastrand::Rng`, nothing sleeps or spawns.
 //!
 //! * [`bucket`] — continuously refilled token buckets, integer arithmetic.
-//! * [`limits`] — per-minute limits, configured or learned from headers.
-//! * [`model_class`] — which models share a bucket.
+//! * [`Limits`] — per-minute limits, configured or learned from headers.
+//! * [`ModelClasses`] — which models share a bucket.
 //! * [`estimate`] — input and output estimates before a send.
-//! * [`reservation`] — reservations and the conservation ledger.
-//! * [`ramp`], [`retry_budget`], [`spend`], [`stop`] — one idea each.
-//! * [`controller`] — the [`Controller`] composing them per (key, class).
-//! * [`shared`] — the `&self` seam ([`AdmissionState`]) a Redis-backed store
-//!   implements with the same semantics, and its in-memory [`Shared`] (the
-//!   controller behind a mutex).
+//! * [`Reservation`] and [`Ledger`] — reservations and the conservation
+//!   ledger.
+//! * the ramp ([`RampConfig`]), the retry budget, the spend budget and
+//!   stops ([`Stop`]) — one idea each.
+//! * [`Controller`] — composing them per (key, class).
+//! * [`Store`] — the seam where the shared state lives (async-capable, one
+//!   step per job event), and its in-memory [`Shared`] (the controller
+//!   behind a mutex).
 //!
 //! ```
 //! use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits};
@@ -41,32 +43,47 @@
 //! ```
 
 pub mod bucket;
-pub mod controller;
+mod controller;
 pub mod estimate;
-pub mod limits;
-pub mod model_class;
-pub mod ramp;
-pub mod reservation;
-pub mod retry_budget;
-pub mod shared;
-pub mod spend;
-pub mod stop;
+mod limits;
+mod model_class;
+mod ramp;
+mod reservation;
+mod retry_budget;
+mod shared;
+mod spend;
+mod stop;
+mod store;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
-    WaitReason, EDGE_MARGIN, RESET_HORIZON, RESET_SLACK,
+    WaitReason, EDGE_MARGIN, PROBE_RECHECK, RESET_HORIZON, RESET_SLACK,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
 pub use model_class::ModelClasses;
 pub use ramp::RampConfig;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
-pub use retry_budget::RetryBudgetConfig;
-pub use shared::{AdmissionState, Guard, Shared};
-pub use spend::{Price, PriceTable, SpendConfig};
+pub use retry_budget::{RetryBudgetConfig, SLOTS as RETRY_BUDGET_SLOTS};
+pub use shared::Shared;
+pub use spend::{Price, PriceTable, SpendConfig, SpendTotals};
 pub use stop::Stop;
+pub use store::{End, Observed, Store, StoreFuture, Update};
 
 /// A (key, model class) scope, as resolved by [`Controller::target`] or
-/// [`Controller::scope_of`]. Opaque: an index into its controller.
+/// [`Controller::scope_of`]: an index into its controller (or a store's
+/// own numbering, for a [`Store`] that keeps its own scopes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ScopeId(pub(crate) u32);
+
+impl ScopeId {
+    /// The scope numbered `n`.
+    pub const fn new(n: u32) -> Self {
+        ScopeId(n)
+    }
+
+    /// Its number.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}

@@ -66,11 +66,6 @@ impl RetryBudget {
         }
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &RetryBudgetConfig {
-        &self.cfg
-    }
-
     /// The slot index of an instant (absolute).
     pub fn slot_of(&self, now: Instant) -> u128 {
         now.since_origin().as_nanos() / self.slot_ns

@@ -175,8 +175,9 @@ pub(crate) fn parse_error_ref(body: &[u8]) -> Result<ErrorRef<'_>, Unreadable> {
 
 /// [`parse_error_body`] without the envelope fast path: serde_json alone.
 /// The reference the fast path must agree with on every input; the
-/// `error_body` fuzz target compares the two. Not for production use.
-#[doc(hidden)]
+/// `error_body` fuzz target compares the two. Not for production use:
+/// behind the `fixtures` feature.
+#[cfg(feature = "fixtures")]
 pub fn parse_error_body_reference(body: &[u8]) -> Result<ProviderError, Unreadable> {
     let (bytes, truncated) = prefix(body)?;
     parse_error_serde(bytes, truncated).map(|e| e.to_owned_error())

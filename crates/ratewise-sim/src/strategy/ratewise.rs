@@ -25,9 +25,7 @@ use crate::engine::{Client, Sim, Terminal};
 use crate::provider::{Answered, Delivery, SimProvider};
 use crate::scenario::Scenario;
 use http::StatusCode;
-use ratewise_core::admit::{
-    AdmissionState, Config, Controller, Limits, RampConfig, Shared, Target,
-};
+use ratewise_core::admit::{Config, Controller, Limits, RampConfig, Shared, Target};
 use ratewise_core::classify::{
     classify_response, classify_transport, ResponseView, TransportFailure,
 };
@@ -146,7 +144,12 @@ impl Ratewise {
                 spec.max_tokens = Some(job.max_tokens);
                 Job::new(spec, policy)
             });
-            match m.next(&self.store, &self.policy, now) {
+            let step = match m.next(now) {
+                // The in-memory store answers at once.
+                Step::Admit(req) => m.admission(self.store.admit(&req, now), policy, now),
+                other => other,
+            };
+            match step {
                 Step::Send { .. } => {
                     self.ready.pop();
                     m.sending();
@@ -157,7 +160,7 @@ impl Ratewise {
                     return;
                 }
                 // Never while a job is in the ready queue.
-                Step::Pending => {
+                Step::Admit(_) | Step::Pending => {
                     self.ready.pop();
                 }
                 Step::End(end) => match end.decision.action {
@@ -184,6 +187,12 @@ impl Ratewise {
                         sim.finish(id, Terminal::GivenUp);
                     }
                 },
+                // No other step exists today; a new one is not this
+                // driver's to guess at.
+                _ => {
+                    self.ready.pop();
+                    sim.finish(id, Terminal::GivenUp);
+                }
             }
         }
     }
@@ -221,21 +230,18 @@ impl Client for Ratewise {
                 let usage = (*status == StatusCode::OK)
                     .then(|| parse_usage(body))
                     .flatten();
-                let d = m.answered(
-                    &self.store,
-                    &self.policy,
-                    &c,
-                    usage.as_ref(),
-                    &mut self.rng,
-                    now,
-                );
+                let update = m.answered(&self.policy, &c, usage.as_ref(), &mut self.rng, now);
+                let d = m.applied(self.store.apply(update, now), now);
                 // A success without usage: its end settles at the estimate.
-                m.body_end(&self.store, None, now);
+                if let Some(update) = m.body_end(None) {
+                    self.store.apply(update, now);
+                }
                 d
             }
             Delivery::Reset => {
                 let c = classify_transport(self.provider, TransportFailure::ResetAfterSend);
-                m.failed(&self.store, &self.policy, &c, true, &mut self.rng, now)
+                let update = m.failed(&self.policy, &c, true, &mut self.rng, now);
+                m.applied(self.store.apply(update, now), now)
             }
         };
         match decision.action {

@@ -33,7 +33,7 @@
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use ratewise_core::admit::{Reservation, Target};
+use ratewise_core::admit::{End, Observed, Reservation, Target, Update};
 use ratewise_core::classify::{BodyReading, Classification, Evidence, Hints};
 use ratewise_core::parse::body::parse_usage;
 use ratewise_core::{Action, Cause, Decision, Provider, Usage};
@@ -241,7 +241,8 @@ impl Drop for Meter {
     }
 }
 
-/// Settles `ctx`'s reservation to `usage`, or to its estimate without one.
+/// Settles `ctx`'s reservation to `usage`, or to its estimate without one;
+/// a stream that failed in band reports its cause in the same update.
 fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
     let now = ctx.clock.now();
     let at_estimate = usage.is_none();
@@ -255,39 +256,45 @@ fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
         job_id,
         attempt,
     } = ctx;
-    state.settle(reservation, &usage, now);
-    let ctx = Report {
-        state,
-        target,
-        provider,
-        job_id,
-        attempt,
+    let end = End::Settle { reservation, usage };
+    let observed = match result {
+        Metered::Stream(outcome) => report_stream(target, provider, &job_id, attempt, outcome),
+        _ => {
+            tracing::debug!(job_id = %job_id, attempt, input_tokens = usage.input_tokens,
+                output_tokens = usage.output_tokens, at_estimate, "settled");
+            None
+        }
     };
-    if let Metered::Stream(outcome) = result {
-        report_stream(&ctx, outcome, now);
-    } else {
-        tracing::debug!(job_id = %ctx.job_id, attempt = ctx.attempt, input_tokens = usage.input_tokens,
-            output_tokens = usage.output_tokens, at_estimate, "settled");
-    }
+    // A body ends in `poll_frame` or a `Drop`: nothing here can await.
+    let update = match observed {
+        Some(o) => Update::answer(o, Some(end)),
+        None => Update::ending(end),
+    };
+    state.update_detached(update, now);
 }
 
-/// A failed stream is reported to the shared state with the in-band
-/// cause (an overload mid-stream counts like a 529), and as `mid_stream`
-/// / `interrupted` in the trace. It is never replayed.
-struct Report {
-    state: Arc<dyn State>,
+/// Traces how a stream ended. A failed stream is reported to the shared
+/// state with the in-band cause (an overload mid-stream counts like a
+/// 529), and as `mid_stream` / `interrupted` in the trace. It is never
+/// replayed.
+fn report_stream(
     target: Target,
     provider: Provider,
-    job_id: String,
+    job_id: &str,
     attempt: u32,
-}
-
-fn report_stream(ctx: &Report, outcome: &StreamOutcome, now: ratewise_core::Now) {
+    outcome: &StreamOutcome,
+) -> Option<Observed> {
     let usage = outcome.usage();
     match outcome {
         StreamOutcome::Completed { .. } => {
-            tracing::info!(job_id = %ctx.job_id, attempt = ctx.attempt, outcome = "completed",
-                output_tokens = usage.map(|u| u.output_tokens), "stream ended");
+            tracing::info!(
+                job_id,
+                attempt,
+                outcome = "completed",
+                output_tokens = usage.map(|u| u.output_tokens),
+                "stream ended"
+            );
+            None
         }
         StreamOutcome::MidStream {
             cause,
@@ -296,21 +303,34 @@ fn report_stream(ctx: &Report, outcome: &StreamOutcome, now: ratewise_core::Now)
             ..
         } => {
             let c = in_band_classification(
-                ctx.provider,
+                provider,
                 *cause,
                 error.error_type.clone(),
                 error.code.clone(),
             );
             let d = Decision::new(Action::Inspect)
                 .with_note("committed stream: never replayed automatically");
-            let _ = ctx.state.observe(ctx.target.scope, &c, d, now);
-            tracing::warn!(job_id = %ctx.job_id, attempt = ctx.attempt, outcome = "mid_stream",
-                cause = cause.as_str(), committed, output_tokens = usage.map(|u| u.output_tokens),
-                "stream failed");
+            tracing::warn!(
+                job_id,
+                attempt,
+                outcome = "mid_stream",
+                cause = cause.as_str(),
+                committed,
+                output_tokens = usage.map(|u| u.output_tokens),
+                "stream failed"
+            );
+            Some(Observed::new(target.scope, c, d))
         }
         StreamOutcome::Interrupted { committed, .. } => {
-            tracing::warn!(job_id = %ctx.job_id, attempt = ctx.attempt, outcome = "interrupted",
-                committed, output_tokens = usage.map(|u| u.output_tokens), "stream interrupted");
+            tracing::warn!(
+                job_id,
+                attempt,
+                outcome = "interrupted",
+                committed,
+                output_tokens = usage.map(|u| u.output_tokens),
+                "stream interrupted"
+            );
+            None
         }
     }
 }
@@ -520,7 +540,7 @@ where
 mod tests {
     use super::*;
     use crate::clock::Sleep;
-    use ratewise_core::admit::{self, Admission, AdmissionState, AdmitRequest, Controller, Shared};
+    use ratewise_core::admit::{self, Admission, AdmitRequest, Controller, Shared};
     use ratewise_core::{Instant, Now};
     use std::convert::Infallible;
     use std::io::Write;

@@ -176,9 +176,10 @@ impl RetryLayer {
         self.inner.clock.now()
     }
 
-    /// Lifts the stop of a key (a human resumed after a spend cap).
-    pub fn resume(&self, key: &str) {
-        self.inner.state.resume(key, self.inner.clock.now());
+    /// Lifts the stop of a key (a human resumed after a spend cap); the
+    /// jobs waiting on it ask again at once.
+    pub async fn resume(&self, key: &str) {
+        self.inner.state.resume(key, self.inner.clock.now()).await;
     }
 
     pub(crate) fn shared(&self) -> Arc<Inner> {

@@ -110,7 +110,7 @@ where
     let cfg = &inner.config;
     let policy = &cfg.policy;
     let clock = &inner.clock;
-    let target = inner.state.target(&job.key, &job.model);
+    let target = inner.state.target(&job.key, &job.model).await;
     let spec = JobSpec {
         target,
         arrived: job.arrived,
@@ -159,7 +159,14 @@ where
         };
         retry_delay = false;
         let now = clock.now();
-        let attempt = match m.job.next(inner.state.as_ref(), policy, now) {
+        let step = match m.job.next(now) {
+            Step::Admit(req) => {
+                let answer = inner.state.admit(req, now).await;
+                m.job.admission(answer, policy, now)
+            }
+            other => other,
+        };
+        let attempt = match step {
             Step::Send { attempt } => {
                 // Admitted: leave the queue; the next head asks in turn.
                 queued = None;
@@ -167,6 +174,7 @@ where
             }
             Step::Wait { until, reason } => {
                 match reason {
+                    // A retry's delay: out of the queue until it passes.
                     WaitFor::Retry => {
                         queued = None;
                         clock.sleep_until(until).await
@@ -182,6 +190,7 @@ where
                             futures::future::select(clock.sleep_until(until), signal).await;
                         }
                     }
+                    _ => clock.sleep_until(until).await,
                 }
                 continue;
             }
@@ -190,9 +199,9 @@ where
                 drop(queued.take());
                 return Err(ended(&job, end, records, last.take()));
             }
-            // Only while a send or a body is in progress, which this
-            // driver always reports before asking again.
-            Step::Pending => {
+            // Only while a send, a body or an update is in progress, which
+            // this driver always finishes before asking again.
+            Step::Admit(_) | Step::Pending | _ => {
                 return Err(Error::decided(
                     job.id.clone(),
                     Decision::new(Action::Inspect).with_note("job machine pending with no send"),
@@ -268,9 +277,8 @@ where
                     },
                     now.wall,
                 );
-                let d = m
-                    .job
-                    .answered(inner.state.as_ref(), policy, &c, None, &mut rng, now);
+                let update = m.job.answered(policy, &c, None, &mut rng, now);
+                let d = apply(&inner, &mut m, update, now).await;
                 let answer = Answer {
                     classification: c,
                     response: Some((rparts.status, rparts.headers, body)),
@@ -285,14 +293,10 @@ where
                     TransportFailure::ConnectRefused
                 };
                 let c = classify_transport(cfg.provider.unwrap_or(Provider::Generic), failure);
-                let d = m.job.failed(
-                    inner.state.as_ref(),
-                    policy,
-                    &c,
-                    called && failure.maybe_sent(),
-                    &mut rng,
-                    now,
-                );
+                let update =
+                    m.job
+                        .failed(policy, &c, called && failure.maybe_sent(), &mut rng, now);
+                let d = apply(&inner, &mut m, update, now).await;
                 let answer = Answer {
                     classification: c,
                     response: None,
@@ -361,11 +365,23 @@ impl Driven {
 
 impl Drop for Driven {
     fn drop(&mut self) {
-        if self.job.holds_reservation() {
+        if let Some(update) = self.job.cancel() {
             tracing::debug!("call dropped with a reservation: the job is cancelled");
-            self.job.cancel(self.state.as_ref(), self.clock.now());
+            self.state.update_detached(update, self.clock.now());
         }
     }
+}
+
+/// Hands an answer's update to the store (evidence and the reservation's
+/// end in one step) and the store's amended decision back to the machine.
+async fn apply(
+    inner: &Inner,
+    m: &mut Driven,
+    update: ratewise_core::admit::Update,
+    now: Now,
+) -> Decision {
+    let amended = inner.state.update(update, now).await;
+    m.job.applied(amended, now)
 }
 
 /// The error a job that ended carries: its decision, its attempts and the
@@ -498,10 +514,7 @@ where
     let coding = Coding::of(resp.headers());
     // The metered body owns the reservation once it exists; until then
     // (while a stream is held back to its commit point) the machine does.
-    let deliver = |m: &mut Driven, rng: &mut fastrand::Rng, records: &mut Vec<AttemptRecord>| {
-        let d = m
-            .job
-            .answered(inner.state.as_ref(), policy, &c, None, rng, now);
+    let deliver = |m: &mut Driven, d: Decision, records: &mut Vec<AttemptRecord>| {
         record(inner, job, attempt, &c, &d, now, records);
         m.job.take_reservation().map(|reservation| MeterCtx {
             state: inner.state.clone(),
@@ -560,9 +573,8 @@ where
                         .notes
                         .push("before the commit point: nothing reached the caller".into());
                     let usage = outcome.usage();
-                    let d =
-                        m.job
-                            .answered(inner.state.as_ref(), policy, &ic, usage.as_ref(), rng, now);
+                    let update = m.job.answered(policy, &ic, usage.as_ref(), rng, now);
+                    let d = apply(inner, m, update, now).await;
                     let answer = Answer {
                         classification: ic,
                         response: Some((rparts.status, rparts.headers, Bytes::new())),
@@ -573,7 +585,9 @@ where
             }
         }
     };
-    let ctx = deliver(m, rng, records);
+    let update = m.job.answered(policy, &c, None, rng, now);
+    let d = apply(inner, m, update, now).await;
+    let ctx = deliver(m, d, records);
     let mut resp = match ctx {
         Some(ctx) => Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended)),
         // The machine held no reservation for a success: nothing to

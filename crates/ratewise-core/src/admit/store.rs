@@ -1,0 +1,264 @@
+//! The store seam: where the shared admission state lives, and the five
+//! things a job asks of it.
+//!
+//! A [`Store`] keeps what every worker of a key must agree on — bucket
+//! levels, pauses, stops, budgets — and answers in whole steps:
+//!
+//! * [`target`](Store::target): resolve (key, model) to a scope;
+//! * [`admit`](Store::admit): admit-or-wait, taking the reservation;
+//! * [`update`](Store::update): apply what one job event implies — an
+//!   answer's evidence (header view, pause, ramp cut, stop, the retry
+//!   budget) *and* the end of its reservation (settle with the correction
+//!   to actual usage, or release) — in one step, so no waiter woken by the
+//!   give-back can find the scope without the pause the same answer
+//!   reported;
+//! * [`resume`](Store::resume): lift a key's stop;
+//! * [`snapshot`](Store::snapshot): what a scope looks like.
+//!
+//! Every answer is a [`StoreFuture`]: a store may await (a network round
+//! trip), while the in-memory [`Shared`](super::Shared) answers at once
+//! with [`StoreFuture::ready`], allocating nothing. The core never polls
+//! one itself: the [job machine](crate::job) hands its requests to the
+//! driver as values ([`Step::Admit`](crate::job::Step::Admit),
+//! [`Update`]), and the driver awaits the store.
+//!
+//! `Drop` cannot await: an update from a destructor (a caller's dropped
+//! response body) goes through [`update_detached`](Store::update_detached),
+//! which a remote store queues and applies in the background; the store's
+//! lease on a reservation is the backstop for whatever never arrives.
+//!
+//! ```
+//! use ratewise_core::admit::{AdmitRequest, Config, Controller, End, Shared, Store, Update};
+//! use ratewise_core::{Instant, Now, Usage};
+//! use std::time::SystemTime;
+//!
+//! // A driver written against any store.
+//! async fn one_send(store: &dyn Store, now: Now) {
+//!     let target = store.target("team-a", "claude-haiku-4-5").await;
+//!     let res = store.admit(AdmitRequest::new(target), now).await.go().unwrap();
+//!     // ... sent, answered, the body read ...
+//!     let usage = Usage { input_tokens: 10, output_tokens: 20, ..Usage::default() };
+//!     store.update(Update::ending(End::Settle { reservation: res, usage }), now).await;
+//! }
+//!
+//! let store = Shared::new(Controller::new(Config { seed: Some(1), ..Config::default() }));
+//! let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
+//! futures_lite_block_on(one_send(&store, now));
+//! assert!(store.ledger().conserved());
+//! # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     // The in-memory store is always ready: one poll finishes it.
+//! #     let waker = std::task::Waker::noop();
+//! #     let mut cx = std::task::Context::from_waker(&waker);
+//! #     let mut f = std::pin::pin!(f);
+//! #     match f.as_mut().poll(&mut cx) {
+//! #         std::task::Poll::Ready(v) => v,
+//! #         std::task::Poll::Pending => panic!("the in-memory store never waits"),
+//! #     }
+//! # }
+//! ```
+
+use super::controller::{Admission, AdmitRequest, ScopeSnapshot, Target};
+use super::reservation::{Reservation, Sent};
+use super::ScopeId;
+use crate::classify::Classification;
+use crate::decision::Decision;
+use crate::time::Now;
+use crate::usage::Usage;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A store's answer: ready at once (the in-memory store), or a boxed
+/// future (a store that awaits). A plain enum rather than `impl Future`
+/// so that [`Store`] stays object-safe (`Arc<dyn Store>`) and the ready
+/// case costs no allocation.
+#[must_use = "a store's answer does nothing unless awaited"]
+pub struct StoreFuture<'a, T>(Answer<'a, T>);
+
+enum Answer<'a, T> {
+    Ready(Option<T>),
+    Boxed(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
+}
+
+impl<'a, T> StoreFuture<'a, T> {
+    /// An answer available now.
+    pub fn ready(value: T) -> Self {
+        StoreFuture(Answer::Ready(Some(value)))
+    }
+
+    /// An answer that awaits.
+    pub fn new(fut: impl Future<Output = T> + Send + 'a) -> Self {
+        StoreFuture(Answer::Boxed(Box::pin(fut)))
+    }
+
+    /// The answer when it is ready without awaiting; the future itself
+    /// otherwise (for wrappers that act on ready answers at once).
+    pub fn into_ready(self) -> Result<T, Self> {
+        match self.0 {
+            Answer::Ready(Some(v)) => Ok(v),
+            other => Err(StoreFuture(other)),
+        }
+    }
+}
+
+// Nothing is ever pinned in place: a ready value is moved out, a boxed
+// future is pinned on the heap.
+impl<T> Unpin for StoreFuture<'_, T> {}
+
+impl<T> Future for StoreFuture<'_, T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match &mut self.0 {
+            Answer::Ready(v) => match v.take() {
+                Some(v) => Poll::Ready(v),
+                // Polled again after it finished: a caller's bug that a
+                // future may answer any way it likes but by panicking.
+                None => Poll::Pending,
+            },
+            Answer::Boxed(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for StoreFuture<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Answer::Ready(_) => "StoreFuture::Ready",
+            Answer::Boxed(_) => "StoreFuture::Boxed",
+        })
+    }
+}
+
+/// How a reservation ends.
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum End {
+    /// Corrected to what the provider counted: actual usage, or the
+    /// estimate for a send that may have run with no answer.
+    Settle {
+        /// The reservation.
+        reservation: Reservation,
+        /// What it is charged.
+        usage: Usage,
+    },
+    /// Given back whole: it never reached the provider.
+    Release {
+        /// The reservation.
+        reservation: Reservation,
+    },
+}
+
+impl End {
+    /// The reservation it ends.
+    pub fn reservation(&self) -> &Reservation {
+        match self {
+            End::Settle { reservation, .. } | End::Release { reservation } => reservation,
+        }
+    }
+}
+
+/// What one answer said, for the store to apply: its classification and
+/// the decision made on it (which the store may amend: the retry budget).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Observed {
+    /// The scope the answer belongs to.
+    pub scope: ScopeId,
+    /// The admission it answers, when it answers an admitted request: its
+    /// header view is read against the credit at that admission.
+    pub sent: Option<Sent>,
+    /// The classified answer.
+    pub classification: Classification,
+    /// The decision made on it.
+    pub decision: Decision,
+}
+
+impl Observed {
+    /// An answer in `scope`, decided `decision`.
+    pub fn new(scope: ScopeId, classification: Classification, decision: Decision) -> Self {
+        Observed {
+            scope,
+            sent: None,
+            classification,
+            decision,
+        }
+    }
+
+    /// The same, read against the admission `sent`.
+    pub fn of_sent(mut self, sent: Sent) -> Self {
+        self.scope = sent.scope();
+        self.sent = Some(sent);
+        self
+    }
+}
+
+/// One job event's effect on the shared state, applied in one step: the
+/// evidence first, then the reservation's end.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Update {
+    /// An answer's evidence, if the event was an answer.
+    pub observed: Option<Observed>,
+    /// The reservation it ends, if any.
+    pub end: Option<End>,
+}
+
+impl Update {
+    /// An update that only ends a reservation (a body's end, a
+    /// cancellation).
+    pub fn ending(end: End) -> Self {
+        Update {
+            observed: None,
+            end: Some(end),
+        }
+    }
+
+    /// An answer's evidence, and the reservation it ends (if the job held
+    /// one).
+    pub fn answer(observed: Observed, end: Option<End>) -> Self {
+        Update {
+            observed: Some(observed),
+            end,
+        }
+    }
+
+    /// Whether it gives capacity back (a waiter may now fit) or stops the
+    /// queue (a waiter must hand its job back): what a driver wakes
+    /// admission waiters on.
+    pub fn wakes_waiters(&self) -> bool {
+        self.end.is_some()
+    }
+}
+
+/// Where the shared admission state lives. See the [module docs](self).
+///
+/// Implement it for a store shared between processes; every method is
+/// one atomic step against that state. Policy (the ramp, capacity
+/// learning, what a 429 pauses) stays in the core: a remote store is
+/// expected to run the core's [`Controller`](super::Controller) on the
+/// state it loads, so the logic exists once.
+pub trait Store: Send + Sync {
+    /// Resolves (key, model) to its scope and price.
+    fn target<'a>(&'a self, key: &'a str, model: &'a str) -> StoreFuture<'a, Target>;
+
+    /// Asks to send one request now: a reservation, or how long to wait,
+    /// or why not at all.
+    fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission>;
+
+    /// Applies one job event in one step: the answer's evidence, then the
+    /// reservation's end. Returns the answer's decision as amended by
+    /// queue-wide bounds (the retry budget), when the update carried one.
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>>;
+
+    /// [`update`](Self::update) from where nothing can await (a `Drop`):
+    /// a store that awaits queues it and applies it in the background; its
+    /// lease releases whatever never arrives.
+    fn update_detached(&self, update: Update, now: Now);
+
+    /// Lifts a key's stop (a human resumed).
+    fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()>;
+
+    /// What one scope looks like now.
+    fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>>;
+}
