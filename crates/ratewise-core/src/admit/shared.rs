@@ -137,7 +137,8 @@ impl Store for Shared {
         self.apply(update, now);
     }
     fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
-        StoreFuture::ready(Shared::resume(self, key, now))
+        Shared::resume(self, key, now);
+        StoreFuture::ready(())
     }
     fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {
         StoreFuture::ready(Shared::snapshot(self, scope, now))
