@@ -1,8 +1,8 @@
 //! [`Builder`]: one place to configure a [`RetryLayer`] — the policy, the
 //! limits per key (or per group of keys sharing an organisation's limits)
 //! and per model class, the default deadline, the spend budget, the store,
-//! the clock and the journal — instead of a layer [`Config`] and an
-//! admission [`admit::Config`] assembled by hand.
+//! the clock and the journal — into the one [`Config`] of the layer (its
+//! admission settings are [`Config::admission`]).
 //!
 //! ```
 //! use ratewise_core::admit::Limits;
@@ -46,7 +46,6 @@ use crate::state::State;
 #[must_use = "a builder does nothing until `build`"]
 pub struct Builder {
     config: Config,
-    admission: admit::Config,
     store: Option<Arc<dyn State>>,
     clock: Option<Arc<dyn Clock>>,
     journal: Option<Arc<dyn Journal>>,
@@ -56,7 +55,6 @@ impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
             .field("config", &self.config)
-            .field("admission", &self.admission)
             .field("store", &self.store.is_some())
             .field("journal", &self.journal.is_some())
             .finish()
@@ -95,20 +93,23 @@ impl Builder {
 
     /// Limits of every key and class without its own.
     pub fn limits(mut self, limits: Limits) -> Self {
-        self.admission.limits = limits;
+        self.config.admission.limits = limits;
         self
     }
 
     /// Limits of one model class, for every key without its own.
     pub fn class_limits(mut self, class: impl Into<String>, limits: Limits) -> Self {
-        self.admission.class_limits.push((class.into(), limits));
+        self.config
+            .admission
+            .class_limits
+            .push((class.into(), limits));
         self
     }
 
     /// Limits of one key (its [`KeyLabel`](crate::KeyLabel), or a group's
     /// name), for every class.
     pub fn key_limits(mut self, key: impl Into<String>, limits: Limits) -> Self {
-        self.admission.key_limits.push(KeyLimits {
+        self.config.admission.key_limits.push(KeyLimits {
             key: key.into(),
             class: None,
             limits,
@@ -123,7 +124,7 @@ impl Builder {
         class: impl Into<String>,
         limits: Limits,
     ) -> Self {
-        self.admission.key_limits.push(KeyLimits {
+        self.config.admission.key_limits.push(KeyLimits {
             key: key.into(),
             class: Some(class.into()),
             limits,
@@ -140,27 +141,46 @@ impl Builder {
     {
         let group = group.into();
         for k in keys {
-            self.admission.key_groups.push((k.into(), group.clone()));
+            self.config
+                .admission
+                .key_groups
+                .push((k.into(), group.clone()));
         }
         self
     }
 
     /// Models whose names start with `prefix` share the buckets of `class`.
     pub fn model_class(mut self, prefix: impl Into<String>, class: impl Into<String>) -> Self {
-        self.admission.classes.set(prefix, class);
+        self.config.admission.classes.set(prefix, class);
         self
     }
 
     /// A queue-wide spend budget.
     pub fn spend(mut self, spend: SpendConfig) -> Self {
-        self.admission.spend = Some(spend);
+        self.config.admission.spend = Some(spend);
         self
     }
 
     /// The admission configuration as a whole (replaces the limits, groups,
     /// classes and budget set on this builder).
     pub fn admission(mut self, admission: admit::Config) -> Self {
-        self.admission = admission;
+        self.config.admission = admission;
+        self
+    }
+
+    /// Load shedding: most jobs waiting for admission on one scope; a job
+    /// arriving behind that many ends at once with `defer`
+    /// ([`Config::max_waiting`]).
+    pub fn max_waiting(mut self, jobs: usize) -> Self {
+        self.config.max_waiting = Some(jobs);
+        self
+    }
+
+    /// Cut a send with no answer after `timeout`: its outcome is unknown
+    /// ([`Policy::send_timeout`]). Without it a send in flight is never
+    /// cut.
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.config.policy.send_timeout = Some(timeout);
         self
     }
 
@@ -168,7 +188,7 @@ impl Builder {
     /// the operating system's entropy).
     pub fn seed(mut self, seed: u64) -> Self {
         self.config.seed = Some(seed);
-        self.admission.seed = Some(seed);
+        self.config.admission.seed = Some(seed);
         self
     }
 
@@ -205,7 +225,9 @@ impl Builder {
     /// The layer, on `clock` (for a runtime other than tokio).
     pub fn build_with_clock(self, clock: Arc<dyn Clock>) -> RetryLayer {
         let store = self.store.unwrap_or_else(|| {
-            Arc::new(admit::Shared::new(admit::Controller::new(self.admission)))
+            Arc::new(admit::Shared::new(admit::Controller::new(
+                self.config.admission.clone(),
+            )))
         });
         let layer = RetryLayer::from_parts(self.config, store, clock);
         match self.journal {

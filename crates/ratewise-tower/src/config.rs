@@ -67,6 +67,17 @@ pub struct Config {
     /// fleet of replicas — draw different jitter and spread out; a fixed
     /// seed makes a run with one worker repeat exactly (tests, `--real`).
     pub seed: Option<u64>,
+    /// The admission settings — limits per key, group and model class,
+    /// the spend budget, the ramp — of the in-memory store a layer makes
+    /// for itself ([`RetryLayer::with_config`](crate::RetryLayer::with_config),
+    /// [`Builder`](crate::Builder)). A store given to the layer is
+    /// configured by whoever made it.
+    pub admission: ratewise_core::admit::Config,
+    /// Load shedding: most jobs waiting for admission on one scope (default
+    /// `None`: unbounded). A job that arrives with this many already
+    /// queued ahead of it ends at once with `defer` — nothing sent — so its
+    /// caller can route or retry it later instead of waiting behind them.
+    pub max_waiting: Option<usize>,
 }
 
 impl Default for Config {
@@ -83,6 +94,8 @@ impl Default for Config {
             commit_point: CommitPoint::FirstByte,
             max_held_bytes: 64 << 10,
             seed: None,
+            admission: ratewise_core::admit::Config::default(),
+            max_waiting: None,
         }
     }
 }

@@ -70,18 +70,40 @@ impl Queues {
     }
 
     /// Joins `scope`'s queue at `place`.
+    #[cfg(test)]
     pub fn join(self: &Arc<Self>, scope: ScopeId, place: Place) -> Ticket {
+        match self.join_within(scope, place, None) {
+            Ok(t) => t,
+            Err(_) => unreachable!("an unbounded queue takes every job"),
+        }
+    }
+
+    /// Joins `scope`'s queue at `place` unless `max` jobs or more are
+    /// already ahead of it (load shedding); then `Err` says how many.
+    pub fn join_within(
+        self: &Arc<Self>,
+        scope: ScopeId,
+        place: Place,
+        max: Option<usize>,
+    ) -> Result<Ticket, usize> {
         let signal = Arc::new(Event::new());
-        self.lock()
-            .entry(scope)
-            .or_default()
-            .insert(place, signal.clone());
-        Ticket {
+        {
+            let mut scopes = self.lock();
+            let q = scopes.entry(scope).or_default();
+            if let Some(max) = max {
+                let ahead = q.range(..place).count();
+                if ahead >= max {
+                    return Err(ahead);
+                }
+            }
+            q.insert(place, signal.clone());
+        }
+        Ok(Ticket {
             queues: self.clone(),
             scope,
             place,
             signal,
-        }
+        })
     }
 
     /// Wakes the head of every scope's queue: capacity came back (or the
@@ -192,5 +214,21 @@ mod tests {
         // A dropped waiter behind the head hands nothing on.
         drop(b);
         assert!(a.is_head());
+    }
+
+    #[test]
+    fn shedding_counts_the_jobs_ahead_not_behind() {
+        let q = Arc::new(Queues::default());
+        let s = scope();
+        let at = |ms: u64| Instant::from_millis(ms);
+        let a = q.join_within(s, q.place(at(10)), Some(2)).unwrap();
+        let b = q.join_within(s, q.place(at(20)), Some(2)).unwrap();
+        // Two ahead of a later arrival: shed.
+        assert_eq!(q.join_within(s, q.place(at(30)), Some(2)).err(), Some(2));
+        // A retry of an older job has none ahead: it keeps its place.
+        let old = q.join_within(s, q.place(at(5)), Some(2)).unwrap();
+        assert!(old.is_head());
+        drop((a, b, old));
+        assert_eq!(q.len(s), 0);
     }
 }

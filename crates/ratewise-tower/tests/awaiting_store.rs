@@ -93,7 +93,10 @@ impl Remote {
     }
 
     /// Sends `msg` built around a reply channel and awaits the reply.
-    fn ask<'a, T: Send + 'a>(&'a self, msg: impl FnOnce(oneshot::Sender<T>) -> Msg) -> StoreFuture<'a, T> {
+    fn ask<'a, T: Send + 'a>(
+        &'a self,
+        msg: impl FnOnce(oneshot::Sender<T>) -> Msg,
+    ) -> StoreFuture<'a, T> {
         let (r, answer) = oneshot::channel();
         let sent = self.tx.send(msg(r)).is_ok();
         StoreFuture::new(async move {
@@ -144,7 +147,8 @@ fn full(status: u16, headers: &[(&str, &str)], body: &'static str) -> Response<B
 }
 
 const OK: &str = r#"{"type":"message","content":[],"usage":{"input_tokens":30,"output_tokens":9}}"#;
-const OVERLOADED: &str = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+const OVERLOADED: &str =
+    r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
 const RATE_LIMITED: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
 
 fn request() -> Request<Full<Bytes>> {
@@ -204,7 +208,10 @@ async fn the_stores_answers_really_await() {
         Ok(_) => panic!("a remote store cannot answer without a round trip"),
         Err(pending) => pending.await,
     };
-    let now = Now::new(ratewise_core::Instant::ZERO, std::time::SystemTime::UNIX_EPOCH);
+    let now = Now::new(
+        ratewise_core::Instant::ZERO,
+        std::time::SystemTime::UNIX_EPOCH,
+    );
     let Admission::Go(res) = remote.admit(AdmitRequest::new(target), now).await else {
         panic!("a cold scope admits its probe")
     };
@@ -212,9 +219,16 @@ async fn the_stores_answers_really_await() {
         Update::ending(admit::End::Release { reservation: res }),
         now,
     );
-    let snap = remote.snapshot(target.scope, now).await.expect("the scope exists");
+    let snap = remote
+        .snapshot(target.scope, now)
+        .await
+        .expect("the scope exists");
     assert_eq!(snap.key, "k");
-    assert_eq!(remote.served.load(Ordering::SeqCst), 4, "every request went over");
+    assert_eq!(
+        remote.served.load(Ordering::SeqCst),
+        4,
+        "every request went over"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -98,7 +98,15 @@ pub struct Policy {
     /// Sent-but-unanswered policy.
     pub unknown_outcome: UnknownOutcome,
     /// Default deadline of a job from its arrival (`None`: no deadline).
+    /// It gates admission and bounds every wait; it never cuts a send in
+    /// flight (see `send_timeout`).
     pub default_deadline: Option<Duration>,
+    /// How long a send may wait for its answer's head before the driver
+    /// gives up on it (`None`, the default: a send in flight is never cut).
+    /// A send cut this way may have reached the provider: its outcome is
+    /// unknown (`TimeoutAfterSend`), decided under `unknown_outcome`, and
+    /// its reservation is charged at its estimate.
+    pub send_timeout: Option<Duration>,
 }
 
 impl Default for Policy {
@@ -111,6 +119,7 @@ impl Default for Policy {
             expected_attempt_time: Duration::ZERO,
             unknown_outcome: UnknownOutcome::Hold,
             default_deadline: None,
+            send_timeout: None,
         }
     }
 }

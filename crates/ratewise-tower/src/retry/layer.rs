@@ -74,13 +74,12 @@ impl RetryLayer {
         })
     }
 
-    /// A layer with `config`, an in-memory controller and the tokio clock.
+    /// A layer with `config`, an in-memory store configured by
+    /// [`Config::admission`], and the tokio clock.
     #[cfg(feature = "tokio")]
     pub fn with_config(config: Config) -> Self {
         use ratewise_core::admit::{Controller, Shared};
-        let state = Arc::new(Shared::new(Controller::new(
-            ratewise_core::admit::Config::default(),
-        )));
+        let state = Arc::new(Shared::new(Controller::new(config.admission.clone())));
         Self::from_parts(config, state, Arc::new(crate::clock::TokioClock::new()))
     }
 

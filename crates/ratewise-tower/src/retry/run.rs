@@ -82,6 +82,18 @@ fn job_id_of(inner: &Inner, ext: &http::Extensions) -> String {
         .unwrap_or_else(|| inner.next_job_id())
 }
 
+/// A send cut at the policy's `send_timeout`.
+#[derive(Debug)]
+struct SendTimedOut(std::time::Duration);
+
+impl std::fmt::Display for SendTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no answer within the send timeout of {:?}", self.0)
+    }
+}
+
+impl std::error::Error for SendTimedOut {}
+
 /// What one send produced: the evidence an error carries if the job ends.
 struct Answer {
     classification: Classification,
@@ -154,8 +166,24 @@ where
         let signal = if retry_delay {
             None
         } else {
-            let ticket = queued.get_or_insert_with(|| inner.queues.join(target.scope, place));
-            Some(turn(ticket, clock.as_ref(), admit_by).await)
+            if queued.is_none() {
+                match inner
+                    .queues
+                    .join_within(target.scope, place, cfg.max_waiting)
+                {
+                    Ok(t) => queued = Some(t),
+                    Err(ahead) => {
+                        let d = shed(&inner, target.scope, ahead).await;
+                        if let Step::End(end) = m.job.end_before_admission(d) {
+                            return Err(ended(&job, end, records, last.take()));
+                        }
+                    }
+                }
+            }
+            match &queued {
+                Some(ticket) => Some(turn(ticket, clock.as_ref(), admit_by).await),
+                None => None,
+            }
         };
         retry_delay = false;
         let now = clock.now();
@@ -230,7 +258,23 @@ where
         let result: Result<Response<R>, (BoxError, bool)> = match ready {
             Ok(()) => {
                 m.job.sending();
-                svc.call(request).await.map_err(|e| (e.into(), true))
+                let call = svc.call(request);
+                match policy.send_timeout {
+                    None => call.await.map_err(|e| (e.into(), true)),
+                    // Cut at the policy's send timeout: the request may
+                    // have reached the provider, so its outcome is unknown.
+                    Some(limit) => {
+                        let late = clock.sleep_until(clock.now().instant + limit);
+                        match futures::future::select(std::pin::pin!(call), late).await {
+                            futures::future::Either::Left((r, _)) => {
+                                r.map_err(|e| (e.into(), true))
+                            }
+                            futures::future::Either::Right(_) => {
+                                Err((Box::new(SendTimedOut(limit)) as BoxError, true))
+                            }
+                        }
+                    }
+                }
             }
             Err(e) => Err((e, false)),
         };
@@ -287,7 +331,9 @@ where
                 (answer, d)
             }
             Err((e, called)) => {
-                let failure = if called {
+                let failure = if e.is::<SendTimedOut>() {
+                    TransportFailure::TimeoutAfterSend
+                } else if called {
                     transport_failure(&*e)
                 } else {
                     TransportFailure::ConnectRefused
@@ -317,6 +363,27 @@ where
         );
         last = Some(answer);
     }
+}
+
+/// The decision for a job shed at arrival with `ahead` jobs queued before
+/// it: `defer`, nothing sent, not before the queue ahead could drain at the
+/// scope's request rate (when one is known; else one throttle backoff).
+async fn shed(inner: &Inner, scope: ratewise_core::admit::ScopeId, ahead: usize) -> Decision {
+    let now = inner.clock.now();
+    let snapshot = inner.state.snapshot(scope, now).await;
+    let per_request = snapshot
+        .and_then(|s| s.limits.requests)
+        .filter(|rpm| *rpm > 0)
+        .map(|rpm| std::time::Duration::from_secs(60) / u32::try_from(rpm).unwrap_or(u32::MAX))
+        .unwrap_or(inner.config.policy.backoff.throttle_base);
+    let drain = per_request.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
+    Decision::new(Action::Defer {
+        until: now.after(drain).wall,
+        not_before: now.instant + drain,
+    })
+    .with_note(format!(
+        "load shed: {ahead} jobs already wait for this scope (max_waiting)"
+    ))
 }
 
 /// Waits for `ticket`'s turn: until it is the head of its queue, or, at

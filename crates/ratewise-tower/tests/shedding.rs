@@ -1,0 +1,96 @@
+//! Load shedding counts the jobs ahead: with `max_waiting` jobs already
+//! queued for a scope, a new arrival ends at once with `defer` and nothing
+//! sent; the queued jobs are all served; without the bound nobody is shed.
+
+mod common;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use ratewise_core::admit::Limits;
+use ratewise_core::{ActionKind, Provider};
+use ratewise_tower::RetryLayer;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::{service_fn, Layer, ServiceExt};
+
+const OK: &str = r#"{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":4}}"#;
+
+async fn run(max_waiting: Option<usize>) -> (u32, Vec<Option<ActionKind>>) {
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let provider = service_fn(move |_req: Request<Full<Bytes>>| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, std::io::Error>(
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(OK.as_bytes())))
+                    .unwrap(),
+            )
+        }
+    });
+    // 60 RPM at full rate from the start: one send a second after the
+    // first, so arrivals queue.
+    let mut b = RetryLayer::builder()
+        .provider(Provider::Anthropic)
+        .policy(common::fast_policy())
+        .seed(4);
+    let mut admission = ratewise_core::admit::Config::default();
+    admission.limits = Limits {
+        requests: Some(60),
+        ..Limits::NONE
+    };
+    admission.ramp.start = 1000;
+    b = b.admission(admission);
+    if let Some(n) = max_waiting {
+        b = b.max_waiting(n);
+    }
+    let svc = b.build().layer(provider);
+    let mut tasks = Vec::new();
+    for i in 0..8u64 {
+        let svc = svc.clone();
+        tasks.push(tokio::spawn(async move {
+            // Arrivals 10 ms apart, in order.
+            tokio::time::sleep(Duration::from_millis(10 * i)).await;
+            let req = common::request_to("http://provider.invalid", &format!("j{i}"), false);
+            match svc.oneshot(req).await {
+                Ok(resp) => {
+                    resp.into_body().collect().await.unwrap();
+                    None
+                }
+                Err(e) => Some(e.decision().unwrap().action.kind()),
+            }
+        }));
+    }
+    let mut ends = Vec::new();
+    for t in tasks {
+        ends.push(t.await.unwrap());
+    }
+    (calls.load(Ordering::SeqCst), ends)
+}
+
+#[tokio::test(start_paused = true)]
+async fn arrivals_behind_max_waiting_jobs_are_deferred_at_once() {
+    let (sent, ends) = run(Some(3)).await;
+    // The first is sent at once; three queue; the other four are shed.
+    let shed: Vec<usize> = ends
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| **e == Some(ActionKind::Defer))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(shed, vec![4, 5, 6, 7], "{ends:?}");
+    assert_eq!(sent, 4, "shed jobs send nothing");
+    assert!(ends[..4].iter().all(Option::is_none), "{ends:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_bound_every_job_waits_its_turn() {
+    let (sent, ends) = run(None).await;
+    assert_eq!(sent, 8);
+    assert!(ends.iter().all(Option::is_none), "{ends:?}");
+}
