@@ -39,12 +39,17 @@ async fn run(max_waiting: Option<usize>) -> (u32, Vec<Option<ActionKind>>) {
         .provider(Provider::Anthropic)
         .policy(common::fast_policy())
         .seed(4);
-    let mut admission = ratewise_core::admit::Config::default();
-    admission.limits = Limits {
-        requests: Some(60),
-        ..Limits::NONE
+    let admission = ratewise_core::admit::Config {
+        limits: Limits {
+            requests: Some(60),
+            ..Limits::NONE
+        },
+        ramp: ratewise_core::admit::RampConfig {
+            start: 1000,
+            ..Default::default()
+        },
+        ..Default::default()
     };
-    admission.ramp.start = 1000;
     b = b.admission(admission);
     if let Some(n) = max_waiting {
         b = b.max_waiting(n);
