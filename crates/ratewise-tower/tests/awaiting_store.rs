@@ -30,7 +30,7 @@ const ROUND_TRIP: Duration = Duration::from_millis(3);
 enum Msg {
     Target(String, String, oneshot::Sender<Target>),
     Admit(AdmitRequest, Now, oneshot::Sender<Admission>),
-    Update(Update, Now, Option<oneshot::Sender<Option<Decision>>>),
+    Update(Box<Update>, Now, Option<oneshot::Sender<Option<Decision>>>),
     Resume(String, Now, oneshot::Sender<()>),
     Snapshot(ScopeId, Now, oneshot::Sender<Option<ScopeSnapshot>>),
 }
@@ -70,7 +70,7 @@ impl Remote {
                         }
                     }
                     Msg::Update(u, now, r) => {
-                        let d = state.apply(u, now);
+                        let d = state.apply(*u, now);
                         if let Some(r) = r {
                             let _ = r.send(d);
                         }
@@ -115,12 +115,12 @@ impl Store for Remote {
         self.ask(|r| Msg::Admit(req, now, r))
     }
     fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
-        self.ask(|r| Msg::Update(update, now, Some(r)))
+        self.ask(|r| Msg::Update(Box::new(update), now, Some(r)))
     }
     fn update_detached(&self, update: Update, now: Now) {
         // Queued: applied in order by the server, after what was sent
         // before it.
-        let _ = self.tx.send(Msg::Update(update, now, None));
+        let _ = self.tx.send(Msg::Update(Box::new(update), now, None));
     }
     fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
         let k = key.to_owned();
