@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratewise::core::decide::{Backoff, Policy};
 use ratewise::core::Provider;
 use ratewise::tower::{Attempts, Config, JobId, RetryLayer};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer, RetryAfterFormat};
@@ -49,18 +48,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     // The inner client makes exactly one attempt per call; the layer owns retries.
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let layer = RetryLayer::with_config(Config {
-        policy: Policy {
-            backoff: Backoff {
-                transient_base: Duration::from_millis(100),
-                ..Backoff::default()
-            },
-            default_deadline: Some(Duration::from_secs(30)),
-            ..Policy::default()
-        },
-        provider: Some(Provider::Anthropic),
-        ..Config::default()
-    });
+    let mut config = Config::default();
+    config.policy.backoff.transient_base = Duration::from_millis(100);
+    config.policy.default_deadline = Some(Duration::from_secs(30));
+    config.provider = Some(Provider::Anthropic);
+    let layer = RetryLayer::with_config(config);
     let service = ServiceBuilder::new().layer(layer).service(client);
 
     let url = format!("{}/v1/messages", server.base_url());

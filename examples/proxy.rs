@@ -27,7 +27,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratewise::core::decide::Policy;
 use ratewise::tower::{Config, Error, KeyLabel, RetryLayer, RetryService};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer};
 use std::time::Duration;
@@ -139,13 +138,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     };
 
     let client = Client::builder(TokioExecutor::new()).build_http();
-    let layer = RetryLayer::with_config(Config {
-        policy: Policy {
-            default_deadline: Some(Duration::from_secs(120)),
-            ..Policy::default()
-        },
-        ..Config::default()
-    });
+    let mut config = Config::default();
+    config.policy.default_deadline = Some(Duration::from_secs(120));
+    let layer = RetryLayer::with_config(config);
     let gateway = Gateway {
         upstream,
         service: layer.layer(client),

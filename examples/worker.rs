@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratewise::core::decide::Policy;
 use ratewise::core::Provider;
 use ratewise::tower::{Config, JobId, RetryLayer};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer, RetryAfterFormat};
@@ -45,15 +44,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     cfg.spend.cap_usd = Some(0.0005);
     let server = MockServer::start(cfg).await?;
 
-    let layer = RetryLayer::with_config(Config {
-        policy: Policy {
-            max_inline_wait: Duration::from_millis(500),
-            default_deadline: Some(Duration::from_secs(60)),
-            ..Policy::default()
-        },
-        provider: Some(Provider::Anthropic),
-        ..Config::default()
-    });
+    let mut config = Config::default();
+    config.policy.max_inline_wait = Duration::from_millis(500);
+    config.policy.default_deadline = Some(Duration::from_secs(60));
+    config.provider = Some(Provider::Anthropic);
+    let layer = RetryLayer::with_config(config);
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut svc = layer.layer(client);
     let url = format!("{}/v1/messages", server.base_url());

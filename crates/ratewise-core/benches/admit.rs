@@ -46,18 +46,20 @@ const SHARED_2: &str = "ratewise admit+settle, 3 buckets, Shared, 2 threads";
 const GOVERNOR_2: &str = "governor check, 1 bucket, 2 threads";
 
 fn controller() -> (Controller, Target) {
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             requests: Some(HUGE),
             input_tokens: Some(HUGE),
             output_tokens: Some(HUGE),
             tokens: None,
-        },
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        ..Config::default()
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config
     });
     let target = c.target("key", "claude-sonnet-4-5");
     (c, target)

@@ -57,20 +57,22 @@ const RUNS: usize = 5;
 
 fn shared() -> (Shared, Target) {
     let burst = Duration::from_secs(20);
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             output_tokens: Some(LIMIT),
             ..Limits::NONE
-        },
-        burst: Burst::uniform(burst).with_known_credit(burst),
-        ramp: RampConfig {
-            start: 1000,
-            peak: 1000,
-            warm_start: true,
-            ..RampConfig::default()
-        },
-        seed: Some(7),
-        ..Config::default()
+        };
+        config.burst = Burst::uniform(burst).with_known_credit(burst);
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp.peak = 1000;
+            ramp.warm_start = true;
+            ramp
+        };
+        config.seed = Some(7);
+        config
     });
     let target = c.target("key", "claude-sonnet-4-5");
     (Shared::new(c), target)

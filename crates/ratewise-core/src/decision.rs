@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 /// What to do next, with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Action {
     /// Success; reconcile usage.
     Done,

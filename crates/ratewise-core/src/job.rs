@@ -56,7 +56,9 @@
 //!
 //! // The in-memory store answers synchronously; a driver over any other
 //! // store awaits `Store::admit` and `Store::update` at the same places.
-//! let store = Shared::new(Controller::new(Config { seed: Some(1), ..Config::default() }));
+//! let mut config = Config::default();
+//! config.seed = Some(1);
+//! let store = Shared::new(Controller::new(config));
 //! let policy = Policy::default();
 //! let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
 //! let target = store.target("team-a", "claude-sonnet-4-5");

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 
 /// One reason, as data.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Note {
     /// A sentence.
     Text(Cow<'static, str>),

@@ -12,6 +12,7 @@ macro_rules! vocabulary {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
+        #[non_exhaustive]
         pub enum $name {
             $($(#[$vmeta])* $variant,)+
         }

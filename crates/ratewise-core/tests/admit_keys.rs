@@ -18,10 +18,11 @@ fn rpm(n: u64) -> Limits {
 
 #[test]
 fn the_most_specific_limits_win() {
-    let mut c = Controller::new(Config {
-        limits: rpm(50),
-        class_limits: vec![("claude-haiku".into(), rpm(100))],
-        key_limits: vec![
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = rpm(50);
+        config.class_limits = vec![("claude-haiku".into(), rpm(100))];
+        config.key_limits = vec![
             KeyLimits {
                 key: "tier4".into(),
                 class: None,
@@ -32,9 +33,9 @@ fn the_most_specific_limits_win() {
                 class: Some("claude-haiku".into()),
                 limits: rpm(8000),
             },
-        ],
-        seed: Some(1),
-        ..Config::default()
+        ];
+        config.seed = Some(1);
+        config
     });
     let limits = |c: &mut Controller, key: &str, class: &str| {
         let s = c.scope_of(key, class);
@@ -48,18 +49,19 @@ fn the_most_specific_limits_win() {
 
 #[test]
 fn grouped_keys_share_buckets_and_stops() {
-    let mut c = Controller::new(Config {
-        key_groups: vec![
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.key_groups = vec![
             ("key-a".into(), "org".into()),
             ("key-b".into(), "org".into()),
-        ],
-        key_limits: vec![KeyLimits {
+        ];
+        config.key_limits = vec![KeyLimits {
             key: "org".into(),
             class: None,
             limits: rpm(120),
-        }],
-        seed: Some(1),
-        ..Config::default()
+        }];
+        config.seed = Some(1);
+        config
     });
     let a = c.target("key-a", "claude-sonnet-4-5");
     let b = c.target("key-b", "claude-sonnet-4-5");

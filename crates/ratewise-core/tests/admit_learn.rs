@@ -50,14 +50,16 @@ fn ok_requests(remaining: u64, now: Now) -> (Classification, Decision) {
 }
 
 fn full_rate(limits: Limits) -> (Controller, Target) {
-    let mut c = Controller::new(Config {
-        limits,
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        seed: Some(1),
-        ..Config::default()
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = limits;
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.seed = Some(1);
+        config
     });
     let target = c.target("k", "claude-sonnet-4-5");
     (c, target)
@@ -226,14 +228,15 @@ fn a_reset_with_the_remaining_shows_the_capacity_of_a_bucket_that_is_not_full() 
 
 #[test]
 fn a_known_capacity_is_used_from_the_start() {
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             requests: Some(120),
             ..Limits::NONE
-        },
-        burst: Burst::default().with_known_credit(Duration::from_secs(10)),
-        seed: Some(1),
-        ..Config::default()
+        };
+        config.burst = Burst::default().with_known_credit(Duration::from_secs(10));
+        config.seed = Some(1);
+        config
     });
     let target = c.target("k", "m");
     assert_eq!(
@@ -244,13 +247,14 @@ fn a_known_capacity_is_used_from_the_start() {
 
 /// The pause jitter a fresh controller adds to one pause.
 fn pause_jitter(seed: Option<u64>) -> Instant {
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             requests: Some(60),
             ..Limits::NONE
-        },
-        seed,
-        ..Config::default()
+        };
+        config.seed = seed;
+        config
     });
     let target = c.target("k", "m");
     let t = now_at(0);

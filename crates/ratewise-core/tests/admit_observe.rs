@@ -32,14 +32,16 @@ fn respond(
 }
 
 fn controller() -> Controller {
-    Controller::new(Config {
-        limits: Limits {
+    Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             requests: Some(600),
             ..Limits::NONE
-        },
+        };
         // These tests read views against a known minute-long credit.
-        burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
-        ..Config::default()
+        config.burst =
+            ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60));
+        config
     })
 }
 
@@ -145,12 +147,14 @@ fn a_spend_cap_stops_the_key_until_the_reset() {
 
 #[test]
 fn a_retry_becomes_give_up_when_the_retry_budget_is_spent() {
-    let mut c = Controller::new(Config {
-        retry_budget: ratewise_core::admit::RetryBudgetConfig {
-            min_retries: 0,
-            ..Default::default()
-        },
-        ..Config::default()
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.retry_budget = {
+            let mut budget = ratewise_core::admit::RetryBudgetConfig::default();
+            budget.min_retries = 0;
+            budget
+        };
+        config
     });
     let target = c.target("k", "m");
     let t = now_at(0);
@@ -172,13 +176,15 @@ fn a_retry_becomes_give_up_when_the_retry_budget_is_spent() {
 }
 
 fn sonnet_at_full_rate(limits: Limits) -> (Controller, ratewise_core::admit::Target) {
-    let mut c = Controller::new(Config {
-        limits,
-        ramp: ratewise_core::admit::RampConfig {
-            start: 1000,
-            ..Default::default()
-        },
-        ..Config::default()
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = limits;
+        config.ramp = {
+            let mut ramp = ratewise_core::admit::RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config
     });
     let target = c.target("k", "claude-sonnet-4-5");
     (c, target)

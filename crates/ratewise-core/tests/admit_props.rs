@@ -98,15 +98,12 @@ proptest! {
     /// Rate bounds, conservation and stops, under any interleaving.
     #[test]
     fn buckets_bound_the_rate_conserve_and_respect_stops(ops in proptest::collection::vec(op(), 1..400), ramp in any::<bool>()) {
-        let mut c = Controller::new(Config {
-            limits: Limits { requests: Some(RPM), input_tokens: Some(ITPM), ..Limits::NONE },
-            burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
-            ramp: ratewise_core::admit::RampConfig {
-                start: if ramp { 100 } else { 1000 },
-                ..Default::default()
-            },
-            ..Config::default()
-        });
+        let mut config = Config::default();
+        config.limits = Limits { requests: Some(RPM), input_tokens: Some(ITPM), ..Limits::NONE };
+        config.burst = ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60));
+        config.ramp = ratewise_core::admit::RampConfig::default();
+        config.ramp.start = if ramp { 100 } else { 1000 };
+        let mut c = Controller::new(config);
         let target = c.target("k", "claude-sonnet-4");
         let mut t = Instant::ZERO;
         let mut open: Vec<Reservation> = Vec::new();
@@ -140,6 +137,7 @@ proptest! {
                         }
                         Admission::Wait { until, .. } => prop_assert!(until > t),
                         Admission::Refused { reason } => prop_assert!(false, "refused {reason}"),
+                        other => prop_assert!(false, "unexpected {other:?}"),
                     }
                 }
                 Op::Settle { pick, input_pct, output_pct } if !open.is_empty() => {
@@ -196,8 +194,13 @@ proptest! {
     #[test]
     fn retry_budget_bounds_retries(ops in proptest::collection::vec((0u64..800, any::<bool>()), 1..400),
                                    ratio in 0u32..=1000, min in 0u32..5) {
-        let cfg = RetryBudgetConfig { window: Duration::from_secs(10), ratio_permille: ratio, min_retries: min };
-        let mut c = Controller::new(Config { retry_budget: cfg, ..Config::default() });
+        let mut cfg = RetryBudgetConfig::default();
+        cfg.window = Duration::from_secs(10);
+        cfg.ratio_permille = ratio;
+        cfg.min_retries = min;
+        let mut config = Config::default();
+        config.retry_budget = cfg;
+        let mut c = Controller::new(config);
         let target = c.target("k", "m");
         let slot_ns = (cfg.window.as_nanos() / SLOTS as u128).max(1);
         let mut log: Vec<(u128, bool)> = Vec::new();
@@ -240,17 +243,16 @@ proptest! {
             max_micros in 1_000u64..200_000, max_tokens in 1_000u64..40_000) {
         let mut prices = PriceTable::default();
         prices.set("m", Price { input: 3_000_000, output: 15_000_000, cache_write: 3_750_000, cache_read: 300_000 });
-        let mut c = Controller::new(Config {
-            spend: Some(SpendConfig {
-                window: Duration::from_secs(3600),
-                max_micros: Some(max_micros),
-                max_tokens: Some(max_tokens),
-                never_exceed: true,
-                recheck: Duration::from_secs(1),
-            }),
-            prices,
-            ..Config::default()
-        });
+        let mut spend = SpendConfig::default();
+        spend.window = Duration::from_secs(3600);
+        spend.max_micros = Some(max_micros);
+        spend.max_tokens = Some(max_tokens);
+        spend.never_exceed = true;
+        spend.recheck = Duration::from_secs(1);
+        let mut config = Config::default();
+        config.spend = Some(spend);
+        config.prices = prices;
+        let mut c = Controller::new(config);
         let target = c.target("k", "m-1");
         let mut t = Instant::ZERO;
         let mut open: Vec<Reservation> = Vec::new();
@@ -306,12 +308,12 @@ proptest! {
         use ratewise_core::parse::ratelimit::{RateLimitSnapshot, Reset, Window};
         use ratewise_core::Provider;
         const LIMIT: u64 = 60_000;
-        let mut c = Controller::new(Config {
-            limits: Limits { input_tokens: Some(LIMIT), ..Limits::NONE },
-            burst: ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60)),
-            ramp: ratewise_core::admit::RampConfig { start: 1000, ..Default::default() },
-            ..Config::default()
-        });
+        let mut config = Config::default();
+        config.limits = Limits { input_tokens: Some(LIMIT), ..Limits::NONE };
+        config.burst = ratewise_core::admit::Burst::default().with_known_credit(Duration::from_secs(60));
+        config.ramp = ratewise_core::admit::RampConfig::default();
+        config.ramp.start = 1000;
+        let mut c = Controller::new(config);
         let band = c.config().token_dead_band;
         let target = c.target("k", "m");
         // Spend some of the bucket first.

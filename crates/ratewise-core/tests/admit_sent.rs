@@ -18,17 +18,20 @@ fn now_at(ms: u64) -> Now {
 /// 60 000 input tokens per minute (1 000 per second), at full rate, with a
 /// pace large enough that only the credit matters.
 fn controller() -> (Controller, Target) {
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             input_tokens: Some(60_000),
             ..Limits::NONE
-        },
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        burst: Burst::uniform(Duration::from_secs(60)).with_known_credit(Duration::from_secs(60)),
-        ..Config::default()
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.burst =
+            Burst::uniform(Duration::from_secs(60)).with_known_credit(Duration::from_secs(60));
+        config
     });
     let target = c.target("k", "claude-sonnet-4-5");
     (c, target)

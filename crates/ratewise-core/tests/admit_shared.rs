@@ -19,26 +19,30 @@ fn now_at(t: Instant) -> Now {
 }
 
 fn shared() -> Shared {
-    Shared::new(Controller::new(Config {
-        limits: Limits {
+    Shared::new(Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             requests: Some(RPM),
             input_tokens: Some(ITPM),
             output_tokens: Some(OTPM),
             tokens: None,
-        },
-        ramp: RampConfig {
-            start: 1000,
-            idle_after: Duration::from_secs(5),
-            ..RampConfig::default()
-        },
-        retry_budget: RetryBudgetConfig {
-            window: Duration::from_secs(10),
-            ratio_permille: 200,
-            min_retries: 10,
-        },
-        lease: Duration::from_secs(40),
-        burst: Burst::default().with_known_credit(Duration::from_secs(60)),
-        ..Config::default()
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp.idle_after = Duration::from_secs(5);
+            ramp
+        };
+        config.retry_budget = {
+            let mut budget = RetryBudgetConfig::default();
+            budget.window = Duration::from_secs(10);
+            budget.ratio_permille = 200;
+            budget.min_retries = 10;
+            budget
+        };
+        config.lease = Duration::from_secs(40);
+        config.burst = Burst::default().with_known_credit(Duration::from_secs(60));
+        config
     }))
 }
 
@@ -164,19 +168,21 @@ fn threads_conserve_and_stay_within_the_buckets(threads: u64, per_thread: u64) {
 #[test]
 fn threads_racing_settles_never_mint_credit() {
     const BIG: u64 = 1_000_000_000_000;
-    let s = Shared::new(Controller::new(Config {
-        limits: Limits {
+    let s = Shared::new(Controller::new({
+        let mut config = Config::default();
+        config.limits = Limits {
             requests: Some(BIG),
             input_tokens: Some(BIG),
             output_tokens: Some(BIG),
             tokens: None,
-        },
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        burst: Burst::default().with_known_credit(Duration::from_secs(60)),
-        ..Config::default()
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.burst = Burst::default().with_known_credit(Duration::from_secs(60));
+        config
     }));
     let target = s.target("k", "claude-sonnet-4-5");
     let now = now_at(Instant::ZERO);

@@ -26,24 +26,22 @@ fn ms(n: u64) -> Instant {
 }
 
 fn rpm(n: u64) -> Config {
-    Config {
-        limits: Limits {
-            requests: Some(n),
-            ..Limits::NONE
-        },
-        ..base()
-    }
+    let mut config = base();
+    config.limits = Limits {
+        requests: Some(n),
+        ..Limits::NONE
+    };
+    config
 }
 
 /// The default configuration with a one-second burst on every bucket: the
 /// arithmetic of these simulations is stated for that burst (the default's
 /// larger token burst is covered by its own test below).
 fn base() -> Config {
-    Config {
-        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(1))
-            .with_known_credit(Duration::from_secs(60)),
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.burst = ratewise_core::admit::Burst::uniform(Duration::from_secs(1))
+        .with_known_credit(Duration::from_secs(60));
+    config
 }
 
 /// A backlog of `jobs` identical requests served in FIFO order (only the
@@ -177,14 +175,15 @@ fn sixty_rpm_cold_start_ramps_to_one_per_second() {
 #[test]
 fn ten_times_backlog_drains_without_burst() {
     // 600 RPM, 6000 jobs queued at once, tokens limited too.
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = base();
+        config.limits = Limits {
             requests: Some(600),
             input_tokens: Some(600_000),
             output_tokens: Some(120_000),
             ..Limits::NONE
-        },
-        ..base()
+        };
+        config
     });
     let target = c.target("k", "claude-haiku-4-5");
     let usage = Usage {
@@ -219,12 +218,14 @@ fn ten_times_backlog_drains_without_burst() {
 
 #[test]
 fn a_429_hint_pauses_everyone_and_release_is_paced_and_jittered() {
-    let mut c = Controller::new(Config {
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        ..rpm(600)
+    let mut c = Controller::new({
+        let mut config = rpm(600);
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config
     });
     let target = c.target("k", "gpt-4o");
     let t0 = ms(5_000);
@@ -333,17 +334,19 @@ fn a_wait_past_the_deadline_is_refused_at_once() {
 
 #[test]
 fn settle_counts_cache_writes_not_cache_reads_and_charges_overruns() {
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = base();
+        config.limits = Limits {
             input_tokens: Some(60_000),
             output_tokens: Some(60_000),
             ..Limits::NONE
-        },
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        ..base()
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config
     });
     let target = c.target("k", "claude-sonnet-4");
     let t = now_at(ms(0));
@@ -377,14 +380,16 @@ fn settle_counts_cache_writes_not_cache_reads_and_charges_overruns() {
 
 #[test]
 fn header_sync_lowers_to_the_server_view_without_oscillating() {
-    let mut c = Controller::new(Config {
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        burst: ratewise_core::admit::Burst::uniform(Duration::from_secs(60))
-            .with_known_credit(Duration::from_secs(60)),
-        ..base()
+    let mut c = Controller::new({
+        let mut config = base();
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.burst = ratewise_core::admit::Burst::uniform(Duration::from_secs(60))
+            .with_known_credit(Duration::from_secs(60));
+        config
     });
     let target = c.target("k", "claude-sonnet-4");
     let t = now_at(ms(0));
@@ -425,13 +430,16 @@ fn header_sync_lowers_to_the_server_view_without_oscillating() {
 
 #[test]
 fn retry_budget_refuses_retries_beyond_the_ratio() {
-    let mut c = Controller::new(Config {
-        retry_budget: RetryBudgetConfig {
-            window: Duration::from_secs(10),
-            ratio_permille: 100,
-            min_retries: 0,
-        },
-        ..base()
+    let mut c = Controller::new({
+        let mut config = base();
+        config.retry_budget = {
+            let mut budget = RetryBudgetConfig::default();
+            budget.window = Duration::from_secs(10);
+            budget.ratio_permille = 100;
+            budget.min_retries = 0;
+            budget
+        };
+        config
     });
     let target = c.target("k", "m");
     let t = now_at(ms(0));
@@ -466,16 +474,18 @@ fn spend_budget_never_exceeds_and_stops_until_the_window_resets() {
             cache_read: 300_000,
         },
     );
-    let mut c = Controller::new(Config {
-        spend: Some(SpendConfig {
-            window: Duration::from_secs(3600),
-            max_micros: Some(90_000), // 9 cents
-            ..SpendConfig::default()
-        }),
-        prices,
+    let mut c = Controller::new({
         // Limits far away: the spend budget alone gates (with none known,
         // a second request would wait for the first's answer).
-        ..rpm(1_000_000)
+        let mut config = rpm(1_000_000);
+        config.spend = Some({
+            let mut spend = SpendConfig::default();
+            spend.window = Duration::from_secs(3600);
+            spend.max_micros = Some(90_000); // 9 cents
+            spend
+        });
+        config.prices = prices;
+        config
     });
     let target = c.target("k", "claude-sonnet-4-5");
     let mut req = AdmitRequest::new(target);
@@ -517,16 +527,18 @@ fn spend_budget_never_exceeds_and_stops_until_the_window_resets() {
 
 #[test]
 fn unknown_outcomes_keep_their_worst_case_and_abandoned_ones_expire() {
-    let mut c = Controller::new(Config {
-        limits: Limits {
+    let mut c = Controller::new({
+        let mut config = base();
+        config.limits = Limits {
             output_tokens: Some(60_000),
             ..Limits::NONE
-        },
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        ..base()
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config
     });
     let target = c.target("k", "m");
     let t = now_at(ms(0));

@@ -510,10 +510,8 @@ fn transport_failures() {
         }
     }
     // The unknown-outcome policy can opt into retrying.
-    let retrying = Policy {
-        unknown_outcome: ratewise_core::decide::UnknownOutcome::Retry,
-        ..Policy::default()
-    };
+    let mut retrying = Policy::default();
+    retrying.unknown_outcome = ratewise_core::decide::UnknownOutcome::Retry;
     let c = classify_transport(Provider::Openai, TransportFailure::ResetAfterSend);
     let d = decide(&retrying, &job, &c, now, &mut fastrand::Rng::with_seed(1));
     assert_eq!(d.action.kind(), ActionKind::Retry);

@@ -13,14 +13,16 @@ use ratewise_core::{Action, Cause, Instant, Provider, Usage};
 use std::time::Duration;
 
 fn store(limits: Limits) -> Shared {
-    Shared::new(Controller::new(Config {
-        limits,
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        seed: Some(1),
-        ..Config::default()
+    Shared::new(Controller::new({
+        let mut config = Config::default();
+        config.limits = limits;
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.seed = Some(1);
+        config
     }))
 }
 

@@ -69,7 +69,7 @@ impl Entry {
                 "code": self.code,
             }})
             .to_string(),
-            Provider::Generic => panic!("{}: the corpus is of provider messages", self.id),
+            _ => panic!("{}: the corpus is of provider messages", self.id),
         }
     }
 

@@ -70,14 +70,14 @@ impl SseControl {
     }
 
     fn config(self) -> TrackerConfig {
-        TrackerConfig {
-            commit_point: if self.first_content {
-                CommitPoint::FirstContent
-            } else {
-                CommitPoint::FirstByte
-            },
-            limits: self.limits(),
-        }
+        let mut config = TrackerConfig::default();
+        config.commit_point = if self.first_content {
+            CommitPoint::FirstContent
+        } else {
+            CommitPoint::FirstByte
+        };
+        config.limits = self.limits();
+        config
     }
 }
 

@@ -509,7 +509,8 @@ fn charge(dim: Dimension, input: u64, max_tokens: u64) -> u64 {
         Dimension::Requests => 1,
         Dimension::InputTokens => input,
         Dimension::OutputTokens => max_tokens,
-        Dimension::Tokens => input.saturating_add(max_tokens),
+        // `Tokens`, and any dimension added later: charge the most.
+        _ => input.saturating_add(max_tokens),
     }
 }
 

@@ -147,6 +147,8 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
                         "x-ratelimit-remaining-output-tokens",
                         "x-ratelimit-reset-output-tokens",
                     ),
+                    // A dimension this mock has no header for.
+                    _ => continue,
                 };
                 h.push((l, w.limit.to_string()));
                 h.push((r, w.remaining.to_string()));
@@ -174,6 +176,8 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
                         "anthropic-ratelimit-tokens-remaining",
                         "anthropic-ratelimit-tokens-reset",
                     ),
+                    // A dimension this mock has no header for.
+                    _ => continue,
                 };
                 let at = ctx
                     .wall_now
@@ -322,7 +326,7 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
                     Dimension::Requests => "requests",
                     Dimension::InputTokens => "input tokens",
                     Dimension::OutputTokens => "output tokens",
-                    Dimension::Tokens => "tokens",
+                    _ => "tokens",
                 };
                 let msg = format!(
                     "This request would exceed the rate limit for your organization of {limit} {what} per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."
@@ -331,9 +335,9 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
             } else {
                 let (ty, label) = match dimension {
                     Dimension::Requests => ("requests", "requests per min (RPM)"),
-                    Dimension::Tokens => ("tokens", "tokens per min (TPM)"),
                     Dimension::InputTokens => ("input_tokens", "input tokens per min"),
                     Dimension::OutputTokens => ("output_tokens", "output tokens per min"),
+                    _ => ("tokens", "tokens per min (TPM)"),
                 };
                 let msg = format!(
                     "Rate limit reached for {} in organization org-mock on {label}: Limit {limit}, Used {used}, Requested {requested}. Please try again in {}. Visit https://platform.openai.com/account/rate-limits to learn more.",

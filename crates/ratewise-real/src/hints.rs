@@ -195,7 +195,8 @@ pub fn to_provider_time(headers: &mut HeaderMap, clock: &ScaledClock) {
                 Ok(RetryAfterValue::At(t)) => Some(httpdate::fmt_http_date(
                     clock.provider_wall(t) + Duration::from_millis(999),
                 )),
-                Err(_) => None,
+                // Unreadable, or a form added later: left as sent.
+                _ => None,
             }
         } else if n == "retry-after-ms" {
             parse_retry_after_ms(value.as_bytes()).ok().map(|real| {

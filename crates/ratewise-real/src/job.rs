@@ -146,6 +146,8 @@ where
             Action::Fail | Action::Inspect => return Terminal::Failed,
             Action::GiveUp { .. } | Action::Retry { .. } => return Terminal::GivenUp,
             Action::HoldUnknown => return Terminal::HeldUnknown,
+            // An action added later: stop the job, as `Inspect` does.
+            _ => return Terminal::Failed,
         }
     }
 }

@@ -219,18 +219,13 @@ pub async fn run(
         clock,
     });
     let state = Arc::new(Shared::new(Controller::new(controller_config(scenario))));
-    let layer = RetryLayer::from_parts(
-        Config {
-            policy: policy(scenario),
-            provider: Some(scenario.provider),
-            key_label: KEY.to_owned(),
-            seed: Some(scenario.seed),
-            ..Config::default()
-        },
-        state,
-        Arc::new(clock),
-    )
-    .with_journal(Arc::new(EventJournal(shared.clone())));
+    let mut config = Config::default();
+    config.policy = policy(scenario);
+    config.provider = Some(scenario.provider);
+    config.key_label = KEY.to_owned();
+    config.seed = Some(scenario.seed);
+    let layer = RetryLayer::from_parts(config, state, Arc::new(clock))
+        .with_journal(Arc::new(EventJournal(shared.clone())));
     let client = Client::builder(TokioExecutor::new())
         .retry_canceled_requests(false)
         .build_http::<Full<Bytes>>();

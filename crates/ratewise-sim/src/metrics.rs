@@ -178,7 +178,8 @@ pub fn units(d: Dimension, j: &Job) -> u64 {
         Dimension::Requests => 1,
         Dimension::InputTokens => j.input_tokens,
         Dimension::OutputTokens => j.output_tokens,
-        Dimension::Tokens => j.input_tokens + j.output_tokens,
+        // `Tokens`, and any dimension added later: everything counts.
+        _ => j.input_tokens + j.output_tokens,
     }
 }
 

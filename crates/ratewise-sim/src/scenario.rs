@@ -167,6 +167,8 @@ impl ScenarioLimits {
             Dimension::InputTokens => self.input_tokens_per_min,
             Dimension::OutputTokens => self.output_tokens_per_min,
             Dimension::Tokens => self.tokens_per_min,
+            // A dimension scenarios cannot configure: no limit.
+            _ => None,
         }
     }
 

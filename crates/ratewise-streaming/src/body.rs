@@ -51,6 +51,7 @@ pub type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// Why an [`SseStream`] ended early.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum StreamError {
     /// The body failed.
     Body(BoxError),
@@ -128,6 +129,7 @@ impl<B> SseStream<B> {
 
 /// An item of [`WithOutcome`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum StreamItem {
     /// A typed event.
     Event(StreamEvent),

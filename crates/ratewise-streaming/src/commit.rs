@@ -18,6 +18,7 @@ use crate::interpret::StreamEvent;
 
 /// When a stream commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum CommitPoint {
     /// At the first byte handed to the caller.
     #[default]

@@ -51,6 +51,7 @@ pub struct InBandError {
 
 /// A typed stream event. Each SSE event yields exactly one.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StreamEvent {
     /// The response started (`message_start`, `response.created`), with
     /// the usage it announced (input and cache tokens).
@@ -158,7 +159,8 @@ impl Interpreter {
         let typed = match self.provider {
             Provider::Anthropic => self.anthropic(event),
             Provider::Openai => self.openai(event),
-            Provider::Generic => other(event),
+            // `Generic` and any provider added later: no typed reading.
+            _ => other(event),
         };
         if typed.is_content() {
             self.content_delivered = true;

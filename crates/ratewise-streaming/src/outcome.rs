@@ -7,6 +7,7 @@ use crate::sse::SseError;
 
 /// Why a stream ended without a terminal event.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InterruptReason {
     /// The body ended cleanly before the provider's end event.
     EndedEarly,
@@ -22,6 +23,7 @@ pub enum InterruptReason {
 /// `None` when the stream reported none (e.g. OpenAI Chat without
 /// `stream_options.include_usage`); then the caller keeps its estimate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StreamOutcome {
     /// The provider's end event arrived (`message_stop`, `[DONE]`,
     /// `response.completed`), or a generic stream ended cleanly.

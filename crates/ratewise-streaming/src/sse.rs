@@ -60,6 +60,7 @@ impl Default for SseLimits {
 /// The decoder is unusable afterwards (every later `push` returns the same
 /// error): resynchronising inside an overlong line would guess.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SseError {
     /// A line grew past [`SseLimits::max_line_len`].
     LineTooLong {

@@ -28,7 +28,8 @@
 //! use ratewise_core::Provider;
 //! use ratewise_streaming::{CommitPoint, StreamTracker, TrackerConfig};
 //!
-//! let config = TrackerConfig { commit_point: CommitPoint::FirstContent, ..Default::default() };
+//! let mut config = TrackerConfig::default();
+//! config.commit_point = CommitPoint::FirstContent;
 //! let mut tracker = StreamTracker::new(Provider::Anthropic, config);
 //! let mut held: Vec<&[u8]> = Vec::new();
 //! let mut released: Vec<&[u8]> = Vec::new();
@@ -60,6 +61,7 @@ use crate::sse::{SseDecoder, SseError, SseEvent, SseLimits};
 
 /// How a tracker reads a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct TrackerConfig {
     /// When the stream commits.
     pub commit_point: CommitPoint,

@@ -178,12 +178,10 @@ async fn in_band_error_is_an_event_and_the_outcome_names_its_cause() {
 
 #[tokio::test]
 async fn overlong_line_ends_the_stream_with_a_decode_error() {
-    let config = TrackerConfig {
-        limits: ratewise_streaming::SseLimits {
-            max_line_len: 64,
-            max_event_len: 1024,
-        },
-        ..Default::default()
+    let mut config = TrackerConfig::default();
+    config.limits = ratewise_streaming::SseLimits {
+        max_line_len: 64,
+        max_event_len: 1024,
     };
     let mut big = b"data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\ndata: ".to_vec();
     big.extend(std::iter::repeat_n(b'x', 200));

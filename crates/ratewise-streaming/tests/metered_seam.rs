@@ -14,10 +14,8 @@ fn meter(
     point: CommitPoint,
     frame_len: usize,
 ) -> (Vec<u8>, ratewise_streaming::StreamOutcome) {
-    let config = TrackerConfig {
-        commit_point: point,
-        ..Default::default()
-    };
+    let mut config = TrackerConfig::default();
+    config.commit_point = point;
     let mut tracker = StreamTracker::new(rec.provider, config);
     let mut held = Vec::new();
     let mut released = Vec::new();

@@ -63,6 +63,7 @@ fn first_content_commit_point_leaves_content_free_errors_replayable() {
                 assert_eq!(committed, content_delivered, "{}", rec2.name);
                 assert_eq!(outcome.replayable(), !content_delivered, "{}", rec2.name);
             }
+            other => panic!("{}: unexpected outcome {other:?}", rec2.name),
         }
     }
 }
@@ -108,6 +109,7 @@ fn a_transport_failure_after_the_end_event_is_still_completed() {
                     ..
                 }
             )),
+            other => panic!("{}: unexpected outcome {other:?}", rec.name),
         }
     }
 }

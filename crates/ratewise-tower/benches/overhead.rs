@@ -97,9 +97,10 @@ fn main() {
         let url = format!("http://{addr}/v1/messages");
         let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
         let mut bare = client.clone();
-        let mut layered = RetryLayer::with_config(Config {
-            provider: Some(Provider::Anthropic),
-            ..Config::default()
+        let mut layered = RetryLayer::with_config({
+            let mut config = Config::default();
+            config.provider = Some(Provider::Anthropic);
+            config
         })
         .layer(client);
 

@@ -7,22 +7,22 @@ use ratewise_core::Provider;
 use ratewise_streaming::CommitPoint;
 
 /// The layer's configuration. Build it from [`Config::default`] and
-/// override fields:
+/// override fields (it is `#[non_exhaustive]`: fields may be added, so
+/// it cannot be built with a struct literal outside this crate):
 ///
 /// ```
-/// use ratewise_core::decide::Policy;
 /// use ratewise_core::Provider;
 /// use ratewise_tower::Config;
 /// use std::time::Duration;
 ///
-/// let config = Config {
-///     policy: Policy { max_attempts: 4, default_deadline: Some(Duration::from_secs(120)), ..Policy::default() },
-///     provider: Some(Provider::Anthropic),
-///     ..Config::default()
-/// };
+/// let mut config = Config::default();
+/// config.policy.max_attempts = 4;
+/// config.policy.default_deadline = Some(Duration::from_secs(120));
+/// config.provider = Some(Provider::Anthropic);
 /// # let _ = config;
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// The decision policy: attempts, backoff, jitter, inline wait,
     /// default deadline, unknown-outcome handling.

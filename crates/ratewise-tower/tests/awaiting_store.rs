@@ -161,36 +161,39 @@ fn request() -> Request<Full<Bytes>> {
 }
 
 fn layer(store: Arc<Remote>) -> RetryLayer {
-    let config = Config {
-        policy: Policy {
-            max_attempts: 4,
-            backoff: Backoff {
-                transient_base: Duration::from_millis(50),
-                throttle_base: Duration::from_millis(100),
-                cap: Duration::from_millis(500),
-            },
-            ..Policy::default()
-        },
-        provider: Some(Provider::Anthropic),
-        seed: Some(5),
-        ..Config::default()
+    let mut config = Config::default();
+    config.policy = {
+        let mut policy = Policy::default();
+        policy.max_attempts = 4;
+        policy.backoff = {
+            let mut backoff = Backoff::default();
+            backoff.transient_base = Duration::from_millis(50);
+            backoff.throttle_base = Duration::from_millis(100);
+            backoff.cap = Duration::from_millis(500);
+            backoff
+        };
+        policy
     };
+    config.provider = Some(Provider::Anthropic);
+    config.seed = Some(5);
     RetryLayer::from_parts(config, store, Arc::new(TokioClock::new()))
 }
 
 fn shared() -> Arc<Shared> {
-    Arc::new(Shared::new(Controller::new(admit::Config {
+    Arc::new(Shared::new(Controller::new({
+        let mut config = admit::Config::default();
         // Known limits: no cold-start probe to wait for.
-        limits: admit::Limits {
+        config.limits = admit::Limits {
             requests: Some(60_000),
             ..admit::Limits::NONE
-        },
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        seed: Some(5),
-        ..admit::Config::default()
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.seed = Some(5);
+        config
     })))
 }
 

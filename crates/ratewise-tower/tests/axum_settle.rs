@@ -53,10 +53,11 @@ async fn settles_through_axum(framing: Framing, stream: bool, accept: Option<&st
     .await;
     let st: Arc<Shared> = state();
     let layer = RetryLayer::from_parts(
-        Config {
-            policy: fast_policy(),
-            provider: Some(Provider::Anthropic),
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config
         },
         st.clone(),
         Arc::new(TokioClock::new()),

@@ -128,12 +128,13 @@ type Layered = ratewise_tower::RetryService<Provider1>;
 fn setup(steps: Vec<Step>, commit: ratewise_streaming::CommitPoint) -> (Arc<Shared>, Layered) {
     let state = common::state();
     let layer = RetryLayer::from_parts(
-        Config {
-            policy: common::fast_policy(),
-            provider: Some(Provider::Anthropic),
-            commit_point: commit,
-            seed: Some(3),
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = common::fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config.commit_point = commit;
+            config.seed = Some(3);
+            config
         },
         state.clone(),
         Arc::new(TokioClock::new()),

@@ -48,11 +48,12 @@ async fn sixteen_calls_into_unknown_limits_send_one_first() {
         }
     });
     let layer = RetryLayer::from_parts(
-        Config {
-            policy: common::fast_policy(),
-            provider: Some(Provider::Anthropic),
-            seed: Some(1),
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = common::fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config.seed = Some(1);
+            config
         },
         common::state(),
         Arc::new(TokioClock::new()),

@@ -332,9 +332,10 @@ async fn connect_refused_is_retried_then_given_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_large_body_fails_before_sending() {
     let server = mock(roomy()).await;
-    let mut svc = layer_with(ratewise_tower::Config {
-        max_request_body: 16,
-        ..ratewise_tower::Config::default()
+    let mut svc = layer_with({
+        let mut config = ratewise_tower::Config::default();
+        config.max_request_body = 16;
+        config
     })
     .layer(client());
     use tower::{Service, ServiceExt};

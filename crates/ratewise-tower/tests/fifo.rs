@@ -34,21 +34,24 @@ struct Counting {
 
 impl Counting {
     fn paced(per_minute: u64) -> Arc<Counting> {
-        let inner = Arc::new(Shared::new(Controller::new(admit::Config {
-            limits: Limits {
+        let inner = Arc::new(Shared::new(Controller::new({
+            let mut config = admit::Config::default();
+            config.limits = Limits {
                 requests: Some(per_minute),
                 ..Limits::NONE
-            },
-            burst: Burst {
-                requests: Duration::ZERO,
-                ..Burst::default()
-            },
-            ramp: RampConfig {
-                start: 1000,
-                ..RampConfig::default()
-            },
-            seed: Some(3),
-            ..admit::Config::default()
+            };
+            config.burst = {
+                let mut burst = Burst::default();
+                burst.requests = Duration::ZERO;
+                burst
+            };
+            config.ramp = {
+                let mut ramp = RampConfig::default();
+                ramp.start = 1000;
+                ramp
+            };
+            config.seed = Some(3);
+            config
         })));
         Arc::new(Counting {
             inner,
@@ -131,11 +134,12 @@ fn provider(
 
 fn layer(state: Arc<Counting>) -> RetryLayer {
     RetryLayer::from_parts(
-        Config {
-            policy: common::fast_policy(),
-            provider: Some(Provider::Anthropic),
-            seed: Some(7),
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = common::fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config.seed = Some(7);
+            config
         },
         state,
         Arc::new(TokioClock::new()),

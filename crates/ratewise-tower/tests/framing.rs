@@ -133,11 +133,12 @@ async fn settles_from_actual_usage(case: Case) {
     .await;
     let st: Arc<Shared> = state();
     let layer = RetryLayer::from_parts(
-        Config {
-            policy: fast_policy(),
-            provider: Some(Provider::Anthropic),
-            commit_point: case.commit_point,
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config.commit_point = case.commit_point;
+            config
         },
         st.clone(),
         Arc::new(TokioClock::new()),

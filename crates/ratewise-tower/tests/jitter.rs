@@ -20,22 +20,26 @@ const OVERLOADED: &str =
 /// The delays the layer decided after three 529s in a row, with `seed`.
 async fn delays_ms(seed: Option<u64>) -> Vec<u64> {
     let layer = RetryLayer::from_parts(
-        Config {
-            policy: Policy {
-                max_attempts: 4,
+        {
+            let mut config = Config::default();
+            config.policy = {
+                let mut policy = Policy::default();
+                policy.max_attempts = 4;
                 // Full jitter over seconds, in milliseconds, three times:
                 // two independent sequences tie once in billions.
-                backoff: Backoff {
-                    transient_base: Duration::from_secs(5),
-                    throttle_base: Duration::from_secs(5),
-                    cap: Duration::from_secs(20),
-                },
-                default_deadline: None,
-                ..Policy::default()
-            },
-            provider: Some(Provider::Anthropic),
-            seed,
-            ..Config::default()
+                policy.backoff = {
+                    let mut backoff = Backoff::default();
+                    backoff.transient_base = Duration::from_secs(5);
+                    backoff.throttle_base = Duration::from_secs(5);
+                    backoff.cap = Duration::from_secs(20);
+                    backoff
+                };
+                policy.default_deadline = None;
+                policy
+            };
+            config.provider = Some(Provider::Anthropic);
+            config.seed = seed;
+            config
         },
         common::state(),
         Arc::new(TokioClock::new()),

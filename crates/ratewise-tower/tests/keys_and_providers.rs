@@ -130,10 +130,11 @@ async fn openai_is_detected_retried_and_metered() {
     })
     .await;
     // No provider configured: each answer is read under the detected profile.
-    let mut svc = layer_with(Config {
-        policy: fast_policy(),
-        provider: None,
-        ..Config::default()
+    let mut svc = layer_with({
+        let mut config = Config::default();
+        config.policy = fast_policy();
+        config.provider = None;
+        config
     })
     .layer(client());
     let base = server.base_url();

@@ -159,10 +159,11 @@ async fn no_job_is_lost_across_every_outcome() {
     let server = mock(cfg).await;
     let mut policy = fast_policy();
     policy.max_inline_wait = Duration::from_millis(300);
-    let layer = layer_with(Config {
-        policy,
-        provider: Some(ratewise_core::Provider::Anthropic),
-        ..Config::default()
+    let layer = layer_with({
+        let mut config = Config::default();
+        config.policy = policy;
+        config.provider = Some(ratewise_core::Provider::Anthropic);
+        config
     });
     let mut svc = layer.layer(client());
 

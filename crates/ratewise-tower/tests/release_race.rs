@@ -80,11 +80,12 @@ async fn a_waiter_woken_by_a_429s_give_back_waits_out_its_pause() {
         }
     });
     let layer = RetryLayer::from_parts(
-        Config {
-            policy: common::fast_policy(),
-            provider: Some(Provider::Anthropic),
-            seed: Some(5),
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = common::fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config.seed = Some(5);
+            config
         },
         Arc::new(SlowObserve(common::state())),
         Arc::new(TokioClock::new()),

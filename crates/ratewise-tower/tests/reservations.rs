@@ -103,17 +103,21 @@ fn setup(steps: Vec<Step>) -> (RetryLayer, Arc<Spy>, impl Inner) {
         counts: Counts::default(),
     });
     let layer = RetryLayer::from_parts(
-        Config {
-            policy: Policy {
-                backoff: Backoff {
-                    transient_base: Duration::from_millis(5),
-                    throttle_base: Duration::from_millis(5),
-                    cap: Duration::from_millis(20),
-                },
-                ..Policy::default()
-            },
-            provider: Some(Provider::Anthropic),
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = {
+                let mut policy = Policy::default();
+                policy.backoff = {
+                    let mut backoff = Backoff::default();
+                    backoff.transient_base = Duration::from_millis(5);
+                    backoff.throttle_base = Duration::from_millis(5);
+                    backoff.cap = Duration::from_millis(20);
+                    backoff
+                };
+                policy
+            };
+            config.provider = Some(Provider::Anthropic);
+            config
         },
         spy.clone(),
         Arc::new(TokioClock::new()),

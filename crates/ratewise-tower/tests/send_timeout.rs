@@ -43,12 +43,10 @@ fn slow(
 
 fn layer(policy: Policy) -> (RetryLayer, Arc<ratewise_core::admit::Shared>) {
     let state = common::state();
-    let config = Config {
-        policy,
-        provider: Some(Provider::Anthropic),
-        seed: Some(2),
-        ..Config::default()
-    };
+    let mut config = Config::default();
+    config.policy = policy;
+    config.provider = Some(Provider::Anthropic);
+    config.seed = Some(2);
     (
         RetryLayer::from_parts(config, state.clone(), Arc::new(TokioClock::new())),
         state,
@@ -58,9 +56,10 @@ fn layer(policy: Policy) -> (RetryLayer, Arc<ratewise_core::admit::Shared>) {
 #[tokio::test(start_paused = true)]
 async fn a_deadline_never_cuts_a_send_in_flight() {
     let calls = Arc::new(AtomicU32::new(0));
-    let (layer, state) = layer(Policy {
-        default_deadline: Some(Duration::from_secs(2)),
-        ..Policy::default()
+    let (layer, state) = layer({
+        let mut policy = Policy::default();
+        policy.default_deadline = Some(Duration::from_secs(2));
+        policy
     });
     let svc = layer.layer(slow(Duration::from_secs(5), calls.clone()));
     let t0 = Instant::now();
@@ -79,9 +78,10 @@ async fn a_deadline_never_cuts_a_send_in_flight() {
 #[tokio::test(start_paused = true)]
 async fn a_send_timeout_makes_a_late_answer_an_unknown_outcome_charged_at_its_estimate() {
     let calls = Arc::new(AtomicU32::new(0));
-    let (layer, state) = layer(Policy {
-        send_timeout: Some(Duration::from_secs(1)),
-        ..Policy::default()
+    let (layer, state) = layer({
+        let mut policy = Policy::default();
+        policy.send_timeout = Some(Duration::from_secs(1));
+        policy
     });
     let svc = layer.layer(slow(Duration::from_secs(5), calls.clone()));
     let t0 = Instant::now();
@@ -105,9 +105,10 @@ async fn a_send_timeout_makes_a_late_answer_an_unknown_outcome_charged_at_its_es
 #[tokio::test(start_paused = true)]
 async fn a_send_within_its_timeout_is_untouched() {
     let calls = Arc::new(AtomicU32::new(0));
-    let (layer, _state) = layer(Policy {
-        send_timeout: Some(Duration::from_secs(10)),
-        ..Policy::default()
+    let (layer, _state) = layer({
+        let mut policy = Policy::default();
+        policy.send_timeout = Some(Duration::from_secs(10));
+        policy
     });
     let svc = layer.layer(slow(Duration::from_secs(5), calls));
     let resp = svc

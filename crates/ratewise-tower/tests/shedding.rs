@@ -39,16 +39,15 @@ async fn run(max_waiting: Option<usize>) -> (u32, Vec<Option<ActionKind>>) {
         .provider(Provider::Anthropic)
         .policy(common::fast_policy())
         .seed(4);
-    let admission = ratewise_core::admit::Config {
-        limits: Limits {
-            requests: Some(60),
-            ..Limits::NONE
-        },
-        ramp: ratewise_core::admit::RampConfig {
-            start: 1000,
-            ..Default::default()
-        },
-        ..Default::default()
+    let mut admission = ratewise_core::admit::Config::default();
+    admission.limits = Limits {
+        requests: Some(60),
+        ..Limits::NONE
+    };
+    admission.ramp = {
+        let mut ramp = ratewise_core::admit::RampConfig::default();
+        ramp.start = 1000;
+        ramp
     };
     b = b.admission(admission);
     if let Some(n) = max_waiting {

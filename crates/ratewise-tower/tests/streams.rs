@@ -16,11 +16,12 @@ use tower::{Layer, Service, ServiceExt};
 
 fn layer_on(state: Arc<Shared>, commit_point: CommitPoint) -> RetryLayer {
     RetryLayer::from_parts(
-        Config {
-            policy: fast_policy(),
-            provider: Some(Provider::Anthropic),
-            commit_point,
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config.commit_point = commit_point;
+            config
         },
         state,
         Arc::new(TokioClock::new()),

@@ -87,19 +87,22 @@ fn setup(
     script: Vec<Answer>,
 ) -> (RetryLayer, Scripted, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::default());
-    let state = Arc::new(Shared::new(Controller::new(admit::Config {
-        limits,
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        ..admit::Config::default()
+    let state = Arc::new(Shared::new(Controller::new({
+        let mut config = admit::Config::default();
+        config.limits = limits;
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config
     })));
     let layer = RetryLayer::from_parts(
-        Config {
-            policy,
-            provider: Some(Provider::Anthropic),
-            ..Config::default()
+        {
+            let mut config = Config::default();
+            config.policy = policy;
+            config.provider = Some(Provider::Anthropic);
+            config
         },
         state,
         clock.clone(),
@@ -209,10 +212,8 @@ async fn an_admission_wait_past_the_inline_limit_defers_without_sending() {
         requests: Some(6),
         ..Limits::NONE
     };
-    let policy = Policy {
-        max_inline_wait: Duration::from_secs(1),
-        ..Policy::default()
-    };
+    let mut policy = Policy::default();
+    policy.max_inline_wait = Duration::from_secs(1);
     let (layer, inner, _clock) = setup(policy, limits, vec![]);
     let sends = inner.sends.clone();
     let mut svc = layer.layer(inner);
@@ -232,10 +233,8 @@ async fn an_admission_wait_past_the_inline_limit_defers_without_sending() {
 
 #[tokio::test]
 async fn a_long_retry_after_defers_and_a_forever_one_gives_up() {
-    let policy = Policy {
-        max_inline_wait: Duration::from_secs(5),
-        ..Policy::default()
-    };
+    let mut policy = Policy::default();
+    policy.max_inline_wait = Duration::from_secs(5);
     let (layer, inner, _clock) = setup(
         policy,
         Limits::NONE,

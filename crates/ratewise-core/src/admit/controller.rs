@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime};
 
 /// Everything the controller is configured with.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// Limits of every class without its own entry (default: none).
     pub limits: Limits,
@@ -168,6 +169,7 @@ impl AdmitRequest {
 
 /// Why a request must wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaitReason {
     /// A bucket of this dimension has no room yet.
     Bucket(Dimension),
@@ -185,6 +187,7 @@ pub enum WaitReason {
 /// The answer to [`Controller::admit`].
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
+#[non_exhaustive]
 pub enum Admission {
     /// Send now; settle or release the reservation afterwards.
     Go(Reservation),

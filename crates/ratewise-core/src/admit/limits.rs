@@ -142,6 +142,7 @@ pub(crate) fn headers_describe(d: Dimension, provider: Provider) -> bool {
 /// `min(credit + L·w/60 s, pace + P·L·w/60 s)`. The property tests check
 /// exactly these bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Burst {
     /// Pace burst of the requests bucket.
     pub requests: Duration,

@@ -23,10 +23,9 @@
 //! use ratewise_core::{Instant, Now, Usage};
 //! use std::time::{Duration, SystemTime};
 //!
-//! let mut c = Controller::new(Config {
-//!     limits: Limits { requests: Some(60), output_tokens: Some(80_000), ..Limits::NONE },
-//!     ..Config::default()
-//! });
+//! let mut config = Config::default();
+//! config.limits = Limits { requests: Some(60), output_tokens: Some(80_000), ..Limits::NONE };
+//! let mut c = Controller::new(config);
 //! let target = c.target("team-a", "claude-sonnet-4-5");
 //! let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
 //! let mut req = AdmitRequest::new(target);

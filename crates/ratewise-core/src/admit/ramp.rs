@@ -33,6 +33,7 @@ use std::time::Duration;
 
 /// Ramp parameters. Factors are per-mille (1000 = ×1.0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RampConfig {
     /// Starting fraction of the rate (default 100 = 10 %). 1000 starts at
     /// full rate (no ramp below the limit).

@@ -15,6 +15,7 @@ pub const SLOTS: usize = 10;
 
 /// Retry budget parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryBudgetConfig {
     /// Length of the sliding window (default 10 s).
     pub window: Duration,

@@ -30,11 +30,12 @@ use parking_lot::{Mutex, MutexGuard};
 /// use ratewise_core::{Instant, Now, Usage};
 /// use std::time::SystemTime;
 ///
-/// let shared = Shared::new(Controller::new(Config {
-///     limits: Limits { requests: Some(6_000), ..Limits::NONE },
-///     ramp: RampConfig { start: 1000, ..RampConfig::default() },
-///     ..Config::default()
-/// }));
+/// let mut ramp = RampConfig::default();
+/// ramp.start = 1000;
+/// let mut config = Config::default();
+/// config.limits = Limits { requests: Some(6_000), ..Limits::NONE };
+/// config.ramp = ramp;
+/// let shared = Shared::new(Controller::new(config));
 /// let target = shared.target("k", "claude-haiku-4-5");
 /// let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
 /// let req = AdmitRequest::new(target);

@@ -84,6 +84,7 @@ impl PriceTable {
 
 /// Spend budget parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SpendConfig {
     /// Length of a budget window; windows start at the caller's origin
     /// (`Instant::ZERO`) and follow each other.

@@ -80,6 +80,7 @@ pub struct Hints {
 
 /// How the body was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BodyReading {
     /// Not read: a success, a transport failure, or the generic profile.
     NotRead,

@@ -84,6 +84,7 @@ const WORD: usize = 12;
 
 /// Whose limit a message names, the narrowest one it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LimitOwner {
     /// The organisation (Anthropic's tier cap names it; its self-set
     /// organisation limit says only "your specified API usage limits").

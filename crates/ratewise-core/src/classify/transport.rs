@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// safe; after, the work may have been generated and billed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TransportFailure {
     /// The connection was refused: nothing was sent.
     ConnectRefused,

@@ -16,6 +16,7 @@ use std::time::Duration;
 /// synchronised waves. Throttling waits `base_t + U(0, min(cap, base_t·2^(n−1)))`:
 /// full jitter above a floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Backoff {
     /// First window for transient failures.
     pub transient_base: Duration,
@@ -40,6 +41,7 @@ impl Default for Backoff {
 /// With the defaults (1 s + 25 %) an 8 s `Retry-After` becomes 8–11 s, so
 /// workers released by the same 429 spread out instead of stampeding.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct HintJitter {
     /// Fixed part of the jitter window.
     pub fixed: Duration,
@@ -72,6 +74,7 @@ impl HintJitter {
 
 /// What to do with a request that was sent and got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum UnknownOutcome {
     /// Hold it: worst-case cost stays reserved, no automatic retry (default).
     #[default]
@@ -83,6 +86,7 @@ pub enum UnknownOutcome {
 
 /// The policy a decision follows.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Policy {
     /// Sends per job, the first included.
     pub max_attempts: u32,

@@ -25,6 +25,7 @@ pub const MAX_MESSAGE_LEN: usize = 1024;
 /// Why a body gave no structured error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Unreadable {
     /// No bytes at all.
     Empty,

@@ -27,6 +27,7 @@ pub const MAX_HINT_SECS: u64 = 1_000_000_000;
 /// Why a hint (a delay, a date, a count) was not used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Rejected {
     /// Empty or only whitespace.
     Empty,

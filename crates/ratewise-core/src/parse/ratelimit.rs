@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 /// When a bucket is full again, as the server said it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Reset {
     /// An instant (Anthropic, RFC 3339).
     At(SystemTime),

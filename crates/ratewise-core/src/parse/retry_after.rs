@@ -25,6 +25,7 @@ pub fn parse_retry_after(raw: &[u8], wall_now: SystemTime) -> Result<Duration, R
 
 /// A `Retry-After` value as sent: a delay, or an instant (HTTP-date).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetryAfterValue {
     /// Delta-seconds (decimal accepted).
     Delay(Duration),
@@ -105,6 +106,7 @@ pub const X_SHOULD_RETRY: http::HeaderName = http::HeaderName::from_static("x-sh
 /// Where a wait hint came from, in the order of trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HintSource {
     /// `retry-after-ms`.
     RetryAfterMs,

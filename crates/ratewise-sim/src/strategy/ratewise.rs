@@ -79,15 +79,13 @@ pub fn controller_config(scenario: &Scenario) -> Config {
     } else {
         Limits::NONE
     };
-    Config {
-        limits,
-        seed: Some(scenario.seed),
-        ramp: RampConfig {
-            warm_start: scenario.warm,
-            ..RampConfig::default()
-        },
-        ..Config::default()
-    }
+    let mut ramp = RampConfig::default();
+    ramp.warm_start = scenario.warm;
+    let mut config = Config::default();
+    config.limits = limits;
+    config.seed = Some(scenario.seed);
+    config.ramp = ramp;
+    config
 }
 
 /// `Policy::default()` with the expected attempt time a user sets for
@@ -97,10 +95,9 @@ pub fn controller_config(scenario: &Scenario) -> Config {
 pub fn policy(scenario: &Scenario) -> Policy {
     let worst_ms = scenario.latency.base_ms as f64
         + scenario.jobs.max_tokens as f64 * scenario.latency.per_output_token_ms;
-    Policy {
-        expected_attempt_time: Duration::from_secs_f64(worst_ms.min(86_400_000.0) / 1e3),
-        ..Policy::default()
-    }
+    let mut policy = Policy::default();
+    policy.expected_attempt_time = Duration::from_secs_f64(worst_ms.min(86_400_000.0) / 1e3);
+    policy
 }
 
 fn now_of(t: Instant) -> Now {
@@ -255,6 +252,8 @@ impl Client for Ratewise {
             Action::Fail | Action::Inspect => sim.finish(id, Terminal::Failed),
             Action::GiveUp { .. } => sim.finish(id, Terminal::GivenUp),
             Action::HoldUnknown => sim.finish(id, Terminal::HeldUnknown),
+            // An action added later: stop the job, as `Inspect` does.
+            _ => sim.finish(id, Terminal::Failed),
         }
         self.dispatch(sim);
     }

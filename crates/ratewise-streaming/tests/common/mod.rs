@@ -68,10 +68,8 @@ pub fn run<'a>(
     point: CommitPoint,
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> (Vec<StreamEvent>, StreamOutcome, StreamTracker) {
-    let config = TrackerConfig {
-        commit_point: point,
-        ..Default::default()
-    };
+    let mut config = TrackerConfig::default();
+    config.commit_point = point;
     let mut tracker = StreamTracker::new(provider, config);
     let mut events = Vec::new();
     for chunk in chunks {

@@ -49,6 +49,7 @@ use crate::state::State;
 
 /// What the body's end said about cost and completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Metered {
     /// A JSON (or any non-stream) body ended; `usage` when it reported one.
     Body {
@@ -329,6 +330,18 @@ fn report_stream(
                 committed,
                 output_tokens = usage.map(|u| u.output_tokens),
                 "stream interrupted"
+            );
+            None
+        }
+        // An ending added later: logged, nothing learned from it (as an
+        // interruption).
+        _ => {
+            tracing::warn!(
+                job_id,
+                attempt,
+                outcome = outcome.as_str(),
+                output_tokens = usage.map(|u| u.output_tokens),
+                "stream ended"
             );
             None
         }

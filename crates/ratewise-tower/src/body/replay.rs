@@ -17,6 +17,7 @@ use crate::error::BoxError;
 
 /// Why a body could not be buffered.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum BufferError {
     /// Larger than the bound.
     TooLarge,

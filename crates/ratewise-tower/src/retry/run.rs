@@ -604,13 +604,9 @@ where
         let (rparts, body) = resp.into_parts();
         (rparts, body, VecDeque::new(), None)
     } else {
-        let tracker = Box::new(StreamTracker::new(
-            provider,
-            TrackerConfig {
-                commit_point: cfg.commit_point,
-                ..TrackerConfig::default()
-            },
-        ));
+        let mut tracker_config = TrackerConfig::default();
+        tracker_config.commit_point = cfg.commit_point;
+        let tracker = Box::new(StreamTracker::new(provider, tracker_config));
         let stream_side = Side::new(MeterKind::Stream(tracker), coding, cfg.max_decoded_body);
         let (rparts, body) = resp.into_parts();
         if cfg.commit_point != CommitPoint::FirstContent {

@@ -28,31 +28,36 @@ pub fn client() -> HttpClient {
 
 /// A policy with short backoffs so the tests stay fast.
 pub fn fast_policy() -> Policy {
-    Policy {
-        max_attempts: 3,
-        backoff: Backoff {
-            transient_base: Duration::from_millis(40),
-            throttle_base: Duration::from_millis(80),
-            cap: Duration::from_millis(400),
-        },
-        hint_jitter: HintJitter {
-            fixed: Duration::from_millis(50),
-            fraction: 0.1,
-        },
-        default_deadline: Some(Duration::from_secs(30)),
-        ..Policy::default()
-    }
+    let mut policy = Policy::default();
+    policy.max_attempts = 3;
+    policy.backoff = {
+        let mut backoff = Backoff::default();
+        backoff.transient_base = Duration::from_millis(40);
+        backoff.throttle_base = Duration::from_millis(80);
+        backoff.cap = Duration::from_millis(400);
+        backoff
+    };
+    policy.hint_jitter = {
+        let mut jitter = HintJitter::default();
+        jitter.fixed = Duration::from_millis(50);
+        jitter.fraction = 0.1;
+        jitter
+    };
+    policy.default_deadline = Some(Duration::from_secs(30));
+    policy
 }
 
 /// An admission controller without the cold-start ramp (the mock's limits
 /// are learned from its headers; the ramp would pace the tests).
 pub fn state() -> Arc<Shared> {
-    Arc::new(Shared::new(Controller::new(admit::Config {
-        ramp: RampConfig {
-            start: 1000,
-            ..RampConfig::default()
-        },
-        ..admit::Config::default()
+    Arc::new(Shared::new(Controller::new({
+        let mut config = admit::Config::default();
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config
     })))
 }
 
@@ -61,10 +66,11 @@ pub fn layer_with(config: Config) -> RetryLayer {
 }
 
 pub fn layer() -> RetryLayer {
-    layer_with(Config {
-        policy: fast_policy(),
-        provider: Some(Provider::Anthropic),
-        ..Config::default()
+    layer_with({
+        let mut config = Config::default();
+        config.policy = fast_policy();
+        config.provider = Some(Provider::Anthropic);
+        config
     })
 }
 
