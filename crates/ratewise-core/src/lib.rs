@@ -9,28 +9,36 @@
 //! A job — one request an application wants answered — is a [`job::Job`].
 //! The driver (the tower layer, the simulator, your own middleware) loops:
 //!
-//! 1. [`Job::next`](job::Job::next) says what to do: `Send` attempt `n`
-//!    (a reservation was granted by the admission store), `Wait` until an
-//!    instant (an admission wait or a retry's delay; ask again then, or
-//!    when capacity comes back), `Pending` (a send or a body is in
-//!    progress), or `End` with the decision that ended the job.
+//! 1. [`Job::next`](job::Job::next) says what to do: `Admit` (ask the
+//!    store for a reservation and hand its answer to
+//!    [`admission`](job::Job::admission), which says `Send`, `Wait` or
+//!    `End`), `Send` attempt `n`, `Wait` until an instant (an admission
+//!    wait or a retry's delay; ask again then, or when capacity comes
+//!    back), `Pending` (a send, a body or a store update is in progress),
+//!    or `End` with the decision that ended the job.
 //! 2. The driver does it, and tells the machine what happened:
 //!    [`sending`](job::Job::sending) when the request leaves,
 //!    [`answered`](job::Job::answered) with the classified answer,
 //!    [`failed`](job::Job::failed) on a transport failure,
 //!    [`body_end`](job::Job::body_end) when a success's body ends,
-//!    [`cancel`](job::Job::cancel) when its caller goes away.
+//!    [`cancel`](job::Job::cancel) when its caller goes away. Each returns
+//!    the [`admit::Update`] for the store — an answer's evidence and the
+//!    end of its reservation, applied in one step — and an answer's
+//!    amended decision comes back through [`applied`](job::Job::applied).
 //!
-//! The machine makes every decision in one place (classify → decide under
-//! the policy → the store's amendments), applies each answer's evidence to
-//! the shared store before giving anything back, and ends the job's
-//! reservation exactly once on every path. Follow one 429: the driver
-//! classifies it ([`classify::classify_response`]), `answered` decides it
-//! ([`decide::decide`]: never before the server's hint, jitter only
-//! added), the store pauses the scope for every job
-//! ([`admit::Controller::observe_sent`]), the reservation goes back, and
-//! the next `next` says `Wait` until the retry's delay, then asks admission
-//! again.
+//! The machine never touches the store itself: the [`admit::Store`] may
+//! await (a store shared between processes does; the in-memory
+//! [`admit::Shared`] answers at once), so the driver awaits it. The
+//! machine makes every decision in one place (classify → decide under the
+//! policy → the store's amendments) and ends the job's reservation exactly
+//! once on every path. Follow one 429: the driver classifies it
+//! ([`classify::classify_response`]), `answered` decides it
+//! ([`decide::decide`]: never before the server's hint, jitter only added)
+//! and returns the update; the store applies it
+//! ([`admit::Controller::apply`]: the scope paused for every job, then the
+//! reservation given back, so no waiter woken by the give-back misses the
+//! pause); `applied` records the retry, and the next `next` says `Wait`
+//! until its delay, then `Admit` again.
 //!
 //! The pieces below stay usable alone:
 //!

@@ -41,7 +41,9 @@
 //!     store.update(Update::ending(End::Settle { reservation: res, usage }), now).await;
 //! }
 //!
-//! let store = Shared::new(Controller::new(Config { seed: Some(1), ..Config::default() }));
+//! let mut config = Config::default();
+//! config.seed = Some(1);
+//! let store = Shared::new(Controller::new(config));
 //! let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
 //! futures_lite_block_on(one_send(&store, now));
 //! assert!(store.ledger().conserved());
@@ -244,6 +246,12 @@ pub trait Store: Send + Sync {
 
     /// Asks to send one request now: a reservation, or how long to wait,
     /// or why not at all.
+    ///
+    /// A store that awaits must not lose a reservation granted to a caller
+    /// whose future was dropped on the way (a timeout above the layer):
+    /// give it straight back when the answer cannot be delivered (the
+    /// test store in `ratewise-tower/tests/awaiting_store.rs` does), or
+    /// leave it to the lease.
     fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission>;
 
     /// Applies one job event in one step: the answer's evidence, then the
