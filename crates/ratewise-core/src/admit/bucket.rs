@@ -605,6 +605,59 @@ impl Bucket {
     }
 }
 
+/// A bucket as a shared record holds it: its parameters and levels, its
+/// refill time as Unix nanoseconds. Levels are scaled units as decimal
+/// strings (JSON numbers lose 128-bit integers in many readers).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct BucketRecord {
+    limit: u64,
+    capacity: u64,
+    credit_capacity: u64,
+    permille: u32,
+    level: String,
+    credit: String,
+    corrected: String,
+    updated: i64,
+}
+
+impl Bucket {
+    /// The record of this bucket; `shift`: Unix nanoseconds of the origin.
+    pub(crate) fn to_record(&self, shift: i128) -> BucketRecord {
+        let updated = (i128::from(self.updated) + shift)
+            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        BucketRecord {
+            limit: self.limit,
+            capacity: self.capacity,
+            credit_capacity: self.credit_capacity,
+            permille: self.permille,
+            level: self.level.to_string(),
+            credit: self.credit.to_string(),
+            corrected: self.corrected.to_string(),
+            updated,
+        }
+    }
+
+    /// A bucket from its record (`None` when the record is malformed).
+    pub(crate) fn from_record(r: &BucketRecord, shift: i128) -> Option<Bucket> {
+        let updated = u64::try_from((i128::from(r.updated) - shift).max(0)).unwrap_or(u64::MAX);
+        let mut b = Bucket {
+            limit: r.limit.clamp(1, MAX_LIMIT),
+            capacity: r.capacity.max(1),
+            credit_capacity: r.credit_capacity.max(1),
+            permille: r.permille.clamp(1, MAX_PERMILLE),
+            cap_scaled: 0,
+            rate: 0,
+            credit_cap: 0,
+            level: r.level.parse().ok()?,
+            credit: r.credit.parse().ok()?,
+            corrected: r.corrected.parse().ok()?,
+            updated,
+        };
+        b.recompute();
+        Some(b)
+    }
+}
+
 /// Whole units of a scaled level, rounded down and clamped to `i64`.
 fn units(level: i128) -> i64 {
     level

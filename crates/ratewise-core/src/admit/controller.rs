@@ -1123,6 +1123,81 @@ impl Controller {
         decision
     }
 
+    /// The shared state of `key` (or its group) as a record, with times
+    /// made absolute at `now` (see [`KeyRecord`](super::KeyRecord)); `None`
+    /// when the key has not been used.
+    pub fn export_key(&self, key: &str, now: Now) -> Option<super::KeyRecord> {
+        use super::record::{limits_array, ramp_record, ScopeRecord, StopRecord, TimeBase};
+        let name = self.key_name(key);
+        let k = *self.key_index.get(name)?;
+        let ks = &self.keys[k as usize];
+        let base = TimeBase::at(now);
+        let scopes = ks
+            .scopes
+            .iter()
+            .map(|id| {
+                let s = &self.scopes[*id as usize];
+                let (ramp_permille, ramp_last_step) = ramp_record(&s.ramp, base);
+                ScopeRecord {
+                    class: s.class.clone(),
+                    learned: limits_array(&s.learned),
+                    buckets: std::array::from_fn(|i| {
+                        s.buckets[i].as_ref().map(|b| b.to_record(base.shift()))
+                    }),
+                    ramp_permille,
+                    ramp_last_step,
+                    paused_until: s.paused_until.map(|t| base.out(t)),
+                    last_call: s.last_call.map(|t| base.out(t)),
+                    released: s.released,
+                    seen: s.seen,
+                    heard: s.heard,
+                }
+            })
+            .collect();
+        Some(super::KeyRecord {
+            key: ks.name.clone(),
+            stop: ks.stop.as_ref().map(StopRecord::of),
+            scopes,
+        })
+    }
+
+    /// Replaces the shared state of the record's key with the record's
+    /// (read at `now`), creating its scopes as needed; this process's own
+    /// state — its configured limits, its reservations, a probe in flight
+    /// — stays. Scope ids stay valid. A malformed bucket in the record is
+    /// left as this process had it.
+    pub fn import_key(&mut self, rec: &super::KeyRecord, now: Now) {
+        use super::record::{limits_of, TimeBase};
+        let base = TimeBase::at(now);
+        let burst = self.cfg.burst;
+        for sr in &rec.scopes {
+            let id = self.scope_of(&rec.key, &sr.class);
+            let s = &mut self.scopes[id.0 as usize];
+            s.learned = limits_of(sr.learned);
+            for (i, b) in sr.buckets.iter().enumerate() {
+                match b {
+                    Some(r) => {
+                        if let Some(b) = Bucket::from_record(r, base.shift()) {
+                            s.buckets[i] = Some(b);
+                        }
+                    }
+                    None => s.buckets[i] = None,
+                }
+            }
+            s.ramp = Ramp::restored(sr.ramp_permille, sr.ramp_last_step.map(|t| base.back(t)));
+            s.paused_until = sr.paused_until.map(|t| base.back(t));
+            s.last_call = sr.last_call.map(|t| base.back(t));
+            s.released = sr.released;
+            s.seen = sr.seen;
+            s.heard = sr.heard;
+            // This process's configured limits decide which buckets exist.
+            rebuild_buckets(s, burst, now.instant);
+        }
+        if let Some(k) = self.key_index.get(rec.key.as_str()).copied() {
+            self.keys[k as usize].stop = rec.stop.as_ref().map(|st| st.to_stop(now));
+        }
+    }
+
     /// Lifts a key's stop (a human resumed): its scopes restart the ramp.
     pub fn resume(&mut self, key: &str, now: Now) {
         let key = self.key_name(key).to_owned();

@@ -113,6 +113,20 @@ impl Ramp {
         self.permille
     }
 
+    /// When it last changed (`None`: never).
+    pub(crate) fn last_step(&self) -> Option<Instant> {
+        self.last_step
+    }
+
+    /// A ramp at `permille` that last changed at `last_step` (a shared
+    /// record's).
+    pub(crate) fn restored(permille: u32, last_step: Option<Instant>) -> Self {
+        Ramp {
+            permille,
+            last_step,
+        }
+    }
+
     /// Back to the start fraction (idle, stop lifted).
     pub fn restart(&mut self, cfg: &RampConfig, now: Instant) {
         self.permille = cfg.start();

@@ -236,10 +236,15 @@ impl Update {
 /// Where the shared admission state lives. See the [module docs](self).
 ///
 /// Implement it for a store shared between processes; every method is
-/// one atomic step against that state. Policy (the ramp, capacity
-/// learning, what a 429 pauses) stays in the core: a remote store is
-/// expected to run the core's [`Controller`](super::Controller) on the
-/// state it loads, so the logic exists once.
+/// one atomic step against that state. Policy and arithmetic (the ramp,
+/// capacity learning, what a 429 pauses, the bucket levels) stay in the
+/// core: a remote store keeps each key's [`KeyRecord`](super::KeyRecord)
+/// and runs the core's [`Controller`](super::Controller) on the record
+/// it loads — [`import_key`](super::Controller::import_key), the
+/// operation, [`export_key`](super::Controller::export_key) — writing it
+/// back with a compare-and-set, so the logic exists once and decides
+/// exactly as in one process (`tests/key_record.rs` shows two processes
+/// with different clock origins deciding as one controller).
 pub trait Store: Send + Sync {
     /// Resolves (key, model) to its scope and price.
     fn target<'a>(&'a self, key: &'a str, model: &'a str) -> StoreFuture<'a, Target>;

@@ -1,0 +1,154 @@
+//! A key's shared admission state as a value: what every process that
+//! sends with one API key (or key group) must agree on, to be kept in a
+//! store they share.
+//!
+//! A [`KeyRecord`] holds, for one key, its stop and, per model class, the
+//! bucket levels with the parameters they refill at, the pause, the ramp,
+//! the limits and capacities learned from the server. It leaves out what is
+//! each process's own: its configuration, its reservations (a reservation
+//! is a take from a refilling bucket, so one whose process died is simply
+//! charged at its estimate), the retry budget and the jitter source.
+//!
+//! Times are absolute (nanoseconds since the Unix epoch on the wall clock),
+//! so processes whose monotonic clocks started at different moments read
+//! one record alike: [`Controller::export_key`](super::Controller::export_key)
+//! and [`import_key`](super::Controller::import_key) convert with the `now`
+//! they are given.
+//!
+//! A cross-process [`Store`](super::Store) runs the core's own
+//! [`Controller`](super::Controller) on the record it loads — import, the
+//! operation, export — and writes it back atomically (compare-and-set on a
+//! version), so the admission logic exists once, in exact integer
+//! arithmetic, whatever the store.
+
+use super::bucket::BucketRecord;
+use super::limits::Limits;
+use super::ramp::Ramp;
+use super::stop::Stop;
+use crate::time::{Instant, Now};
+use crate::vocab::Cause;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime};
+
+/// One key's shared admission state; see the [module docs](self). Opaque:
+/// serialize it (serde), store it, hand it back to
+/// [`Controller::import_key`](super::Controller::import_key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    /// The key's name as state is kept under it (its group's, when grouped).
+    pub(crate) key: String,
+    pub(crate) stop: Option<StopRecord>,
+    pub(crate) scopes: Vec<ScopeRecord>,
+}
+
+impl KeyRecord {
+    /// The key (or group) it belongs to.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StopRecord {
+    pub cause: Cause,
+    /// Unix nanoseconds.
+    pub until: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ScopeRecord {
+    pub class: String,
+    pub learned: [Option<u64>; 4],
+    pub buckets: [Option<BucketRecord>; 4],
+    pub ramp_permille: u32,
+    pub ramp_last_step: Option<i64>,
+    pub paused_until: Option<i64>,
+    pub last_call: Option<i64>,
+    pub released: [u64; 4],
+    pub seen: [u64; 4],
+    pub heard: bool,
+}
+
+/// Converts between a process's monotonic instants and the record's
+/// absolute times, at one `now`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TimeBase {
+    /// Unix nanoseconds of `Instant::ZERO` on this process's clocks.
+    origin_unix_ns: i128,
+}
+
+impl TimeBase {
+    pub fn at(now: Now) -> Self {
+        let wall = match now.wall.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) => d.as_nanos() as i128,
+            Err(e) => -(e.duration().as_nanos() as i128),
+        };
+        TimeBase {
+            origin_unix_ns: wall - i128::from(now.instant.as_nanos()),
+        }
+    }
+
+    /// An instant as Unix nanoseconds.
+    pub fn out(self, t: Instant) -> i64 {
+        clamp_i64(self.origin_unix_ns + i128::from(t.as_nanos()))
+    }
+
+    /// Unix nanoseconds as an instant (one before this process's origin
+    /// is its origin: nothing local happened before it).
+    pub fn back(self, unix_ns: i64) -> Instant {
+        let local = i128::from(unix_ns) - self.origin_unix_ns;
+        Instant::from_nanos(u64::try_from(local.max(0)).unwrap_or(u64::MAX))
+    }
+
+    /// Nanoseconds to add to a local instant's nanoseconds to get the
+    /// record's (for bucket times).
+    pub fn shift(self) -> i128 {
+        self.origin_unix_ns
+    }
+}
+
+fn clamp_i64(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+impl StopRecord {
+    pub fn of(stop: &Stop) -> Self {
+        StopRecord {
+            cause: stop.cause,
+            until: stop
+                .until
+                .map(|u| match u.duration_since(SystemTime::UNIX_EPOCH) {
+                    Ok(d) => clamp_i64(d.as_nanos() as i128),
+                    Err(_) => 0,
+                }),
+        }
+    }
+
+    pub fn to_stop(&self, now: Now) -> Stop {
+        let until = self.until.map(|ns| {
+            SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(0))
+        });
+        Stop {
+            cause: self.cause,
+            until,
+            until_instant: until.map(|u| now.instant_at(u)),
+        }
+    }
+}
+
+pub(crate) fn limits_array(l: &Limits) -> [Option<u64>; 4] {
+    [l.requests, l.input_tokens, l.output_tokens, l.tokens]
+}
+
+pub(crate) fn limits_of(a: [Option<u64>; 4]) -> Limits {
+    Limits {
+        requests: a[0],
+        input_tokens: a[1],
+        output_tokens: a[2],
+        tokens: a[3],
+    }
+}
+
+pub(crate) fn ramp_record(r: &Ramp, base: TimeBase) -> (u32, Option<i64>) {
+    (r.permille(), r.last_step().map(|t| base.out(t)))
+}

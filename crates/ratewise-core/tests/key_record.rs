@@ -1,0 +1,270 @@
+//! A key's shared state as a record (`Controller::export_key` /
+//! `import_key`): what a store shared between processes keeps. Two
+//! processes with their own clocks' origins, each running the core's own
+//! controller on the record it loads and writing it back (compare-and-set),
+//! decide exactly as one controller shared by both.
+
+mod common;
+
+use common::{classify, now_at};
+use ratewise_core::admit::{
+    Admission, AdmitRequest, Config, Controller, KeyRecord, Limits, Reservation,
+};
+use ratewise_core::{Decision, Instant, Now, Provider, Usage};
+use std::time::{Duration, SystemTime};
+
+fn config() -> Config {
+    let mut c = Config::default();
+    c.limits = Limits {
+        requests: Some(120),
+        output_tokens: Some(20_000),
+        ..Limits::NONE
+    };
+    // Jitter comes from each process's own source; none here, so that
+    // the two runs can be compared exactly.
+    c.pause_jitter = Duration::ZERO;
+    c.seed = Some(1);
+    c
+}
+
+/// A process: its controller and its monotonic clock's origin, as an
+/// offset from the reference clock of `now_at`.
+struct Process {
+    c: Controller,
+    /// This process started this long after the reference origin.
+    late: Duration,
+}
+
+impl Process {
+    /// `now` on this process's clocks: same wall time, its own instants.
+    fn now(&self, reference: Now) -> Now {
+        Now::new(
+            Instant::from_origin(reference.instant.since_origin() - self.late),
+            reference.wall,
+        )
+    }
+}
+
+/// A store of one record with a version: compare-and-set, as a remote
+/// store's script would apply it.
+#[derive(Default)]
+struct RecordStore {
+    json: Option<String>,
+    version: u64,
+}
+
+impl RecordStore {
+    /// Runs `op` on process `p` against the latest record, writes the
+    /// result back.
+    fn run<T>(
+        &mut self,
+        p: &mut Process,
+        reference: Now,
+        op: impl FnOnce(&mut Controller, Now) -> T,
+    ) -> T {
+        let now = p.now(reference);
+        let seen = self.version;
+        if let Some(json) = &self.json {
+            let rec: KeyRecord = serde_json::from_str(json).expect("a record reads back");
+            p.c.import_key(&rec, now);
+        }
+        let out = op(&mut p.c, now);
+        let rec = p.c.export_key("k", now).expect("the key exists");
+        assert_eq!(self.version, seen, "no one else wrote meanwhile");
+        self.json = Some(serde_json::to_string(&rec).unwrap());
+        self.version += 1;
+        out
+    }
+}
+
+/// An admission as comparable across processes: waits as wall times.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Go,
+    Wait(SystemTime),
+    Other(String),
+}
+
+fn seen(a: &Admission, now: Now) -> Seen {
+    match a {
+        Admission::Go(_) => Seen::Go,
+        Admission::Wait { until, .. } => Seen::Wait(now.wall_at(*until)),
+        other => Seen::Other(format!("{other:?}")),
+    }
+}
+
+const RATE_LIMITED: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+
+#[test]
+fn a_record_round_trips_through_json_and_decides_alike() {
+    let mut a = Controller::new(config());
+    let t = now_at(0);
+    let target = a.target("k", "claude-sonnet-4-5");
+    let mut req = AdmitRequest::new(target);
+    req.max_tokens = Some(1000);
+    for _ in 0..3 {
+        let _ = a.admit(&req, t);
+    }
+    let rec = a.export_key("k", t).unwrap();
+    let json = serde_json::to_string(&rec).unwrap();
+    assert!(!json.contains("sk-"), "no secret in a record");
+    let back: KeyRecord = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, rec);
+    let mut b = Controller::new(config());
+    b.import_key(&back, t);
+    let tb = b.target("k", "claude-sonnet-4-5");
+    assert_eq!(
+        a.snapshot(target.scope, t).unwrap().levels,
+        b.snapshot(tb.scope, t).unwrap().levels
+    );
+    let later = now_at(700);
+    let mut rb = req.clone();
+    rb.target = tb;
+    assert_eq!(
+        seen(&a.admit(&req, later), later),
+        seen(&b.admit(&rb, later), later)
+    );
+}
+
+#[test]
+fn a_stop_and_a_pause_seen_by_one_process_hold_for_the_other() {
+    let mut store = RecordStore::default();
+    let mut p1 = Process {
+        c: Controller::new(config()),
+        late: Duration::ZERO,
+    };
+    let mut p2 = Process {
+        c: Controller::new(config()),
+        late: Duration::from_secs(7),
+    };
+    let t = now_at(10_000);
+    let res = store.run(&mut p1, t, |c, now| {
+        let target = c.target("k", "claude-sonnet-4-5");
+        c.admit(&AdmitRequest::new(target), now).go().unwrap()
+    });
+    // A 429 with a 20 s hint, seen by process 1.
+    store.run(&mut p1, t, |c, now| {
+        let cl = classify(
+            Provider::Anthropic,
+            429,
+            &[("retry-after", "20")],
+            RATE_LIMITED,
+            now,
+        );
+        let sent = res.sent();
+        c.observe_sent(&sent, &cl, Decision::new(ratewise_core::Action::Done), now);
+        c.release(res, now);
+    });
+    // Process 2, whose clock started 7 s later, waits until the same wall
+    // time.
+    let wait = store.run(&mut p2, t, |c, now| {
+        let target = c.target("k", "claude-sonnet-4-5");
+        seen(&c.admit(&AdmitRequest::new(target), now), now)
+    });
+    assert_eq!(wait, Seen::Wait(t.wall + Duration::from_secs(20)));
+    // A spend cap stops the key for both.
+    store.run(&mut p2, t, |c, now| {
+        let target = c.target("k", "claude-sonnet-4-5");
+        c.stop(target.scope, ratewise_core::Cause::SpendCap, None, now);
+    });
+    let stopped = store.run(&mut p1, now_at(40_000), |c, now| {
+        let target = c.target("k", "claude-sonnet-4-5");
+        seen(&c.admit(&AdmitRequest::new(target), now), now)
+    });
+    assert!(
+        matches!(stopped, Seen::Other(ref s) if s.contains("Stopped")),
+        "{stopped:?}"
+    );
+}
+
+/// The same random sequence of admissions, settles, releases and 429s,
+/// against one controller and against two processes sharing a record:
+/// every admission and every wait is the same.
+#[test]
+fn two_processes_sharing_a_record_decide_as_one_controller() {
+    let (mut goes, mut waits) = (0, 0);
+    for seed in 0..20u64 {
+        let mut r = fastrand::Rng::with_seed(seed);
+        let mut one = Controller::new(config());
+        let mut store = RecordStore::default();
+        let mut procs = [
+            Process {
+                c: Controller::new(config()),
+                late: Duration::ZERO,
+            },
+            Process {
+                c: Controller::new(config()),
+                late: Duration::from_millis(r.u64(1..30_000)),
+            },
+        ];
+        let mut t_ms = 30_000u64;
+        // Reservations held: (process, in the single run, in the shared run).
+        let mut held: Vec<(usize, Reservation, Reservation)> = Vec::new();
+        for step in 0..300 {
+            t_ms += r.u64(0..1_500);
+            let t = now_at(t_ms);
+            let p = r.usize(0..2);
+            match r.u8(0..10) {
+                0..=4 => {
+                    let max_tokens = r.u64(1..3_000);
+                    let single = {
+                        let target = one.target("k", "claude-sonnet-4-5");
+                        let mut req = AdmitRequest::new(target);
+                        req.max_tokens = Some(max_tokens);
+                        one.admit(&req, t)
+                    };
+                    let shared = store.run(&mut procs[p], t, |c, now| {
+                        let target = c.target("k", "claude-sonnet-4-5");
+                        let mut req = AdmitRequest::new(target);
+                        req.max_tokens = Some(max_tokens);
+                        c.admit(&req, now)
+                    });
+                    let pn = procs[p].now(t);
+                    let s1 = seen(&single, t);
+                    assert_eq!(s1, seen(&shared, pn), "seed {seed} step {step}");
+                    match s1 {
+                        Seen::Go => goes += 1,
+                        Seen::Wait(_) => waits += 1,
+                        Seen::Other(_) => {}
+                    }
+                    if let (Admission::Go(a), Admission::Go(b)) = (single, shared) {
+                        held.push((p, a, b));
+                    }
+                }
+                5..=7 if !held.is_empty() => {
+                    let (p, a, b) = held.swap_remove(r.usize(0..held.len()));
+                    let usage = Usage {
+                        input_tokens: r.u64(0..500),
+                        output_tokens: r.u64(0..3_000),
+                        ..Usage::default()
+                    };
+                    one.settle(a, &usage, t);
+                    store.run(&mut procs[p], t, |c, now| c.settle(b, &usage, now));
+                }
+                8 if !held.is_empty() => {
+                    let (p, a, b) = held.swap_remove(r.usize(0..held.len()));
+                    let hint = r.u64(1..10).to_string();
+                    let cl = |now| {
+                        classify(
+                            Provider::Anthropic,
+                            429,
+                            &[("retry-after", hint.as_str())],
+                            RATE_LIMITED,
+                            now,
+                        )
+                    };
+                    let d = || Decision::new(ratewise_core::Action::Done);
+                    one.observe_sent(&a.sent(), &cl(t), d(), t);
+                    one.release(a, t);
+                    store.run(&mut procs[p], t, |c, now| {
+                        c.observe_sent(&b.sent(), &cl(now), d(), now);
+                        c.release(b, now);
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    // Not a vacuous agreement: both answers occur often.
+    assert!(goes > 500 && waits > 500, "{goes} admitted, {waits} waits");
+}
