@@ -118,7 +118,7 @@ fn a_record_round_trips_through_json_and_decides_alike() {
         b.snapshot(tb.scope, t).unwrap().levels
     );
     let later = now_at(700);
-    let mut rb = req.clone();
+    let mut rb = req;
     rb.target = tb;
     assert_eq!(
         seen(&a.admit(&req, later), later),
