@@ -18,13 +18,14 @@
 //!    settles per second of `Shared`'s own work, and asks per admission.
 //! 2. **1,000 waiting jobs**, 2 threads, each driving 500 of them: a thread
 //!    settles its oldest job in flight, then wakes waiters. *Wake all* is
-//!    what `ratewise-tower`'s `wake.rs` does today (`notify(usize::MAX)` on
-//!    every settle): every waiting job of each thread asks again once per
+//!    what `ratewise-tower` did before its per-scope FIFO queues
+//!    (`notify(usize::MAX)` to every waiter on every settle): every waiting job of each thread asks again once per
 //!    wave (a wave after any settle since its last, by either thread;
 //!    settles during a wave coalesce into the next one, as a listener
 //!    notified twice before it runs asks once, so with two threads a
 //!    settle costs about one thread's 500 asks, not 1,000).
-//!    *Wake exact* stops a wave at the first `Wait`: the jobs that could be
+//!    *Wake exact* (what the layer's queues do now: the head asks, and
+//!    hands the turn on when admitted) stops a wave at the first `Wait`: the jobs that could be
 //!    admitted, plus the one that learns there is no more room. A thread
 //!    with nothing in flight and nothing admitted sleeps until the earliest
 //!    `until` (the clock moves there: a timer wave).
@@ -323,7 +324,7 @@ fn main() {
             println!(
                 "{WAITING} waiting jobs, {threads} thread(s), wake {}: {} settles",
                 match wake {
-                    Wake::All => "all (wake.rs today)",
+                    Wake::All => "all (before the FIFO queues)",
                     Wake::Exact => "exact",
                 },
                 last.settles
