@@ -3,6 +3,7 @@
 
 mod explain;
 mod http_text;
+mod proxy;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,9 @@ enum Command {
     /// Simulate a workload against a rate-limited provider with ratewise and
     /// common retry strategies side by side (virtual time, reproducible).
     Simulate(simulate::SimulateArgs),
+    /// Serve as the gateway any SDK points its base URL at (retries off in
+    /// the SDK): one retry owner, shared pacing per key.
+    Proxy(proxy::ProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Proxy(args) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

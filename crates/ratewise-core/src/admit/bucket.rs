@@ -477,6 +477,21 @@ impl Bucket {
         self.corrected += self.credit - before;
     }
 
+    /// Raises the credit alone by `amount` (at most to its capacity): the
+    /// server showed it holds more than modelled (a capacity learned
+    /// larger). A correction, like [`refund`](Self::refund), but the pace
+    /// is ours and keeps its level: learning that the provider's bucket is
+    /// bigger does not make us send faster than our pace.
+    pub fn raise_credit(&mut self, amount: u64, now: Instant) {
+        self.refill(now);
+        let before = self.credit;
+        self.credit = self
+            .credit
+            .saturating_add(scaled(amount))
+            .min(self.credit_cap);
+        self.corrected += self.credit - before;
+    }
+
     /// Header sync: corrects the credit to the server's view of its bucket.
     ///
     /// Without a `mark`, the view is compared with the credit now. With the
@@ -852,6 +867,24 @@ mod tests {
         assert_eq!(b.effective_capacity(), 5);
         assert_eq!(b.credit_level(ms(0)), 100);
         assert_eq!(b.level(ms(0)), 5);
+    }
+
+    #[test]
+    fn raising_the_credit_leaves_the_pace_alone() {
+        // 60/min, pace 1, credit 1 then learned to be 10.
+        let mut b = Bucket::with_credit(60, 1, 1, 1000, ms(0));
+        assert!(b.try_take(1, ms(0)).is_ok());
+        b.set_credit_capacity(10, ms(0));
+        b.raise_credit(5, ms(0));
+        assert_eq!(b.credit_level(ms(0)), 5);
+        // The pace still holds the next send a second away.
+        assert_eq!(b.try_take(1, ms(0)), Err(ms(1000)));
+        let mut r = b.clone();
+        r.refund(1, ms(0));
+        assert!(
+            r.try_take(1, ms(0)).is_ok(),
+            "a refund gives the pace back too"
+        );
     }
 
     #[test]

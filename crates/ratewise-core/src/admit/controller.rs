@@ -865,7 +865,7 @@ impl Controller {
                     None => 0,
                 };
                 if up > 0 {
-                    b.refund(up, t);
+                    b.raise_credit(up, t);
                 }
             }
         }
@@ -1240,6 +1240,11 @@ impl Controller {
     pub fn key_of(&self, scope: ScopeId) -> Option<&str> {
         let s = self.scopes.get(scope.0 as usize)?;
         Some(self.keys[s.key as usize].name.as_str())
+    }
+
+    /// Every scope, in the order they were made (for a status page).
+    pub fn scopes(&self) -> Vec<ScopeId> {
+        (0..self.scopes.len() as u32).map(ScopeId).collect()
     }
 
     /// Every scope on the same key as `scope` (including it).

@@ -1,0 +1,198 @@
+//! The admin listener (`--admin`, loopback by default, never the callers'
+//! port):
+//!
+//! * `GET /status` — per key fingerprint (with its last four characters)
+//!   and model class: limits set or learned, bucket levels, ramp, pause,
+//!   stop with cause and since when; jobs in flight; attempts whose outcome
+//!   is unknown since the last restart;
+//! * `POST /resume?key=FP` — lifts a key's stop;
+//! * `POST /stop?key=FP` — stops a key (cause `user_limit`) until resumed;
+//! * `GET /metrics` — Prometheus text;
+//! * `GET /healthz` — `ok`.
+
+use crate::App;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use http::{HeaderValue, StatusCode};
+use ratewise_core::Cause;
+use serde::Deserialize;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// The admin routes.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics))
+        .route("/resume", post(resume))
+        .route("/stop", post(stop))
+        .with_state(app)
+}
+
+#[derive(Deserialize)]
+struct KeyQuery {
+    key: Option<String>,
+}
+
+fn json(status: StatusCode, v: serde_json::Value) -> Response {
+    let mut r = (status, v.to_string()).into_response();
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn status(State(app): State<Arc<App>>) -> Response {
+    let now = app.layer.now();
+    let mut scopes = Vec::new();
+    {
+        let mut c = app.store.lock();
+        for id in c.scopes() {
+            if let Some(s) = c.snapshot(id, now) {
+                scopes.push(s);
+            }
+        }
+    }
+    let stops = app.stops.all();
+    let mut keys: std::collections::BTreeMap<String, Vec<serde_json::Value>> = Default::default();
+    for s in scopes {
+        let l = s.limits;
+        keys.entry(s.key.clone())
+            .or_default()
+            .push(serde_json::json!({
+                "class": s.class,
+                "limits": {
+                    "requests": l.requests, "input_tokens": l.input_tokens,
+                    "output_tokens": l.output_tokens, "tokens": l.tokens,
+                },
+                "levels": {
+                    "requests": s.levels[0], "input_tokens": s.levels[1],
+                    "output_tokens": s.levels[2], "tokens": s.levels[3],
+                },
+                "ramp_percent": f64::from(s.ramp_permille) / 10.0,
+                "paused_for_ms": s.paused_until.map(|p| (p - now.instant).as_millis() as u64),
+                "stopped": s.stopped.map(|st| serde_json::json!({
+                    "cause": st.cause.as_str(),
+                    "until_ms": st.until.map(unix_ms),
+                })),
+            }));
+    }
+    let seen = app.keys.all();
+    let key_list: Vec<serde_json::Value> = keys
+        .into_iter()
+        .map(|(fp, classes)| {
+            let last4 = seen.iter().find(|(f, _)| *f == fp).map(|(_, l)| l.clone());
+            let stop = stops.iter().find(|(k, _, _)| *k == fp).map(|(_, c, since)| {
+                serde_json::json!({"cause": c.as_str(), "since_ms": unix_ms(*since)})
+            });
+            serde_json::json!({
+                "fingerprint": fp,
+                "last_four": last4,
+                "stop": stop,
+                "classes": classes,
+            })
+        })
+        .collect();
+    let ledger = app.store.ledger();
+    json(
+        StatusCode::OK,
+        serde_json::json!({
+            "keys": key_list,
+            "jobs_in_flight": app.metrics.in_flight.load(Ordering::Relaxed),
+            "reservations_outstanding": ledger.outstanding.requests,
+            "unknown_outcomes": app.unknown,
+        }),
+    )
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let now = app.layer.now();
+    let mut gauges = Vec::new();
+    {
+        let mut c = app.store.lock();
+        for id in c.scopes() {
+            if let Some(s) = c.snapshot(id, now) {
+                for (i, dim) in ["requests", "input_tokens", "output_tokens", "tokens"]
+                    .iter()
+                    .enumerate()
+                {
+                    if let Some(level) = s.levels[i] {
+                        gauges.push((
+                            format!(
+                                "ratewise_bucket_level{{key=\"{}\",class=\"{}\",dimension=\"{dim}\"}}",
+                                s.key, s.class
+                            ),
+                            level as f64,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let ledger = app.store.ledger();
+    gauges.push((
+        "ratewise_tokens_charged{kind=\"input\"}".into(),
+        ledger.charged.input as f64,
+    ));
+    gauges.push((
+        "ratewise_tokens_charged{kind=\"output\"}".into(),
+        ledger.charged.output as f64,
+    ));
+    let mut r = app.metrics.render(&gauges).into_response();
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+/// The `?key=` of a request; `None` when missing or empty.
+fn key_of(q: &KeyQuery) -> Option<String> {
+    q.key
+        .as_deref()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+}
+
+fn no_key() -> Response {
+    json(
+        StatusCode::BAD_REQUEST,
+        serde_json::json!({"error": "give ?key=FINGERPRINT (see GET /status)"}),
+    )
+}
+
+async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
+    let Some(key) = key_of(&q) else {
+        return no_key();
+    };
+    app.layer.resume(&key).await;
+    app.stops.forget(&key);
+    if let Some(j) = &app.journal {
+        j.resume(&key);
+    }
+    tracing::warn!(key = %key, "key resumed by an operator");
+    json(StatusCode::OK, serde_json::json!({"resumed": key}))
+}
+
+async fn stop(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
+    let Some(key) = key_of(&q) else {
+        return no_key();
+    };
+    app.stop_key(&key, Cause::UserLimit, None);
+    if let Some(j) = &app.journal {
+        j.stop(&key, Cause::UserLimit, None);
+    }
+    tracing::warn!(key = %key, "key stopped by an operator");
+    json(StatusCode::OK, serde_json::json!({"stopped": key}))
+}

@@ -1,0 +1,290 @@
+//! What a caller gets back when its job did not end in a success: always
+//! in the provider's own error shape, so the SDK raises the typed error it
+//! raises for the provider's own answer, with `x-should-retry: false` (the
+//! proxy already retried what was worth retrying) and `x-ratewise-action`.
+//!
+//! * stopped (spend cap, billing, authentication): the provider's own
+//!   answer for that cause — this job's, or the one that stopped the key
+//!   ([`StopAnswers`]) — at once, nothing sent;
+//! * deferred or shed: 429 with `retry-after` = when it may come back;
+//! * given up on its deadline: a 504 timeout naming the last cause seen and
+//!   how long ago;
+//! * a request body over the bound: 413;
+//! * anything else with an answer of its own (a 400, a retry budget spent):
+//!   that answer, passed through.
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use ratewise_core::{ActionKind, Cause, GiveUpReason, Provider};
+use ratewise_tower::Error;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+/// The header naming what ratewise did.
+pub const ACTION_HEADER: &str = "x-ratewise-action";
+
+/// The answers that stopped each key, replayed to the jobs that find the
+/// key stopped: the SDK gets the same typed error the provider gave.
+#[derive(Debug, Default)]
+pub struct StopAnswers(Mutex<HashMap<String, Recorded>>);
+
+/// A provider answer kept for replay (its status, content type and body).
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    status: StatusCode,
+    content_type: Option<HeaderValue>,
+    body: Bytes,
+    /// Why the key stopped.
+    pub cause: Cause,
+    /// When.
+    pub since: SystemTime,
+}
+
+impl StopAnswers {
+    /// Keeps `e`'s answer as the one that stopped `key`.
+    pub fn keep(&self, key: &str, e: &Error, cause: Cause) {
+        let (Some(status), Some(body)) = (e.status(), e.body()) else {
+            return;
+        };
+        let rec = Recorded {
+            status,
+            content_type: e
+                .headers()
+                .and_then(|h| h.get(http::header::CONTENT_TYPE).cloned()),
+            body: body.clone(),
+            cause,
+            since: SystemTime::now(),
+        };
+        self.lock().insert(key.to_owned(), rec);
+    }
+
+    /// Notes a stop without an answer (an operator's, or one read back
+    /// from the journal).
+    pub fn note(&self, key: &str, cause: Cause, since: SystemTime) {
+        self.lock().entry(key.to_owned()).or_insert(Recorded {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            content_type: None,
+            body: Bytes::new(),
+            cause,
+            since,
+        });
+    }
+
+    /// Forgets `key`'s stop (resumed).
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    /// The answer that stopped `key`.
+    pub fn get(&self, key: &str) -> Option<Recorded> {
+        self.lock().get(key).cloned()
+    }
+
+    /// Every stopped key and why.
+    pub fn all(&self) -> Vec<(String, Cause, SystemTime)> {
+        self.lock()
+            .iter()
+            .map(|(k, r)| (k.clone(), r.cause, r.since))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Recorded>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The answer for a job that ended in `e`, for a caller of `provider`'s
+/// API, billed to `key`.
+pub fn for_error(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Response {
+    let action = e.action();
+    let mut resp = if e.is_body_too_large() {
+        shaped(
+            provider,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            "ratewise: the request body is larger than the proxy accepts (bounds.max_request_body)",
+        )
+    } else if e.is_request_body() {
+        shaped(
+            provider,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "ratewise: the request body could not be read",
+        )
+    } else {
+        match action {
+            Some(ActionKind::StopQueue) => stopped(e, provider, key, stops),
+            Some(ActionKind::Defer) => {
+                let mut r = shaped(
+                    provider,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "ratewise: deferred: the key's limits cannot take this job now; come back after retry-after",
+                );
+                retry_after(r.headers_mut(), e.until());
+                r
+            }
+            Some(ActionKind::GiveUp) if e.give_up_reason() == Some(GiveUpReason::Deadline) => {
+                deadline(e, provider)
+            }
+            Some(ActionKind::HoldUnknown) => shaped(
+                provider,
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout_error",
+                "ratewise: the request was sent and no answer came; it may have been processed, so it was not sent again",
+            ),
+            _ => match passthrough(e) {
+                Some(r) => r,
+                None => shaped(
+                    provider,
+                    StatusCode::BAD_GATEWAY,
+                    "api_error",
+                    &format!("ratewise: {e}"),
+                ),
+            },
+        }
+    };
+    let h = resp.headers_mut();
+    h.insert("x-should-retry", HeaderValue::from_static("false"));
+    let word = action.map_or("error", |a| a.as_str());
+    h.insert(ACTION_HEADER, HeaderValue::from_static(word));
+    resp
+}
+
+/// A stopped key: this job's own answer when it was the one that stopped
+/// it (kept for the next jobs), else the kept answer, else one in the
+/// provider's shape for the cause.
+fn stopped(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Response {
+    if let Some(r) = passthrough(e) {
+        let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
+        stops.keep(key, e, cause);
+        return r;
+    }
+    let kept = stops.get(key);
+    if let Some(k) = kept.as_ref().filter(|k| !k.body.is_empty()) {
+        let mut r = Response::new(Body::from(k.body.clone()));
+        *r.status_mut() = k.status;
+        if let Some(ct) = &k.content_type {
+            r.headers_mut()
+                .insert(http::header::CONTENT_TYPE, ct.clone());
+        }
+        return r;
+    }
+    let cause = kept.map_or(Cause::UserLimit, |k| k.cause);
+    let mut r = match cause {
+        Cause::Authentication => shaped(
+            provider,
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "ratewise: this key was refused by the provider; sending is stopped until it is resumed",
+        ),
+        Cause::Billing => shaped(
+            provider,
+            StatusCode::PAYMENT_REQUIRED,
+            "billing_error",
+            "ratewise: the provider reported a billing problem; sending is stopped until it is resumed",
+        ),
+        _ => shaped(
+            provider,
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "ratewise: sending with this key is stopped (a spend or usage limit); it resumes at the limit's reset or when an operator resumes it",
+        ),
+    };
+    if matches!(provider, Provider::Openai) && cause == Cause::SpendCap {
+        r = openai(
+            StatusCode::TOO_MANY_REQUESTS,
+            "insufficient_quota",
+            Some("insufficient_quota"),
+            "ratewise: sending with this key is stopped: quota exhausted",
+        );
+    }
+    retry_after(r.headers_mut(), e.until());
+    r
+}
+
+/// Given up on its deadline: a timeout naming the last cause seen and how
+/// long ago it was. The provider's body is passed through only when it is
+/// that attempt's own answer — here it never is: the deadline ended the
+/// job, not the answer.
+fn deadline(e: &Error, provider: Provider) -> Response {
+    let last = e.attempts().last();
+    let msg = match last {
+        Some(r) => {
+            let age = ratewise_core::time::parse_rfc3339(&r.time_utc)
+                .and_then(|t| SystemTime::now().duration_since(t).ok())
+                .unwrap_or(Duration::ZERO);
+            format!(
+                "ratewise: the job's deadline passed before an answer could come; last cause {} {:.1} s ago (attempt {})",
+                r.cause,
+                age.as_secs_f64(),
+                r.attempt
+            )
+        }
+        None => "ratewise: the job's deadline passed before it could be sent".to_owned(),
+    };
+    shaped(provider, StatusCode::GATEWAY_TIMEOUT, "timeout_error", &msg)
+}
+
+/// The provider's own answer carried by `e`, as it was sent.
+fn passthrough(e: &Error) -> Option<Response> {
+    let (status, headers, body) = (e.status()?, e.headers()?, e.body()?);
+    let mut r = Response::new(Body::from(body.clone()));
+    *r.status_mut() = status;
+    *r.headers_mut() = headers.clone();
+    // The body may have been cut at the layer's bound, and it is sent as
+    // read (decoded framing).
+    let h = r.headers_mut();
+    h.remove(http::header::CONTENT_LENGTH);
+    h.remove(http::header::TRANSFER_ENCODING);
+    h.remove(http::header::CONNECTION);
+    Some(r)
+}
+
+fn retry_after(h: &mut HeaderMap, until: Option<SystemTime>) {
+    if let Some(u) = until {
+        let secs = u
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+            .as_secs_f64()
+            .ceil()
+            .max(1.0) as u64;
+        h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+}
+
+/// An error in `provider`'s shape (Anthropic's for generic providers).
+pub fn shaped(provider: Provider, status: StatusCode, kind: &str, message: &str) -> Response {
+    match provider {
+        Provider::Openai => openai(status, kind, None, message),
+        _ => anthropic(status, kind, message),
+    }
+}
+
+fn anthropic(status: StatusCode, kind: &str, message: &str) -> Response {
+    let body = serde_json::json!({
+        "type": "error",
+        "error": {"type": kind, "message": message},
+    });
+    json(status, &body)
+}
+
+fn openai(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> Response {
+    let body = serde_json::json!({
+        "error": {"message": message, "type": kind, "param": null, "code": code},
+    });
+    json(status, &body)
+}
+
+fn json(status: StatusCode, body: &serde_json::Value) -> Response {
+    let mut r = Response::new(Body::from(body.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}

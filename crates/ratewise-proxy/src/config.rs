@@ -1,0 +1,617 @@
+//! The proxy's configuration: the command line (`--listen`, `--upstream`,
+//! `--config`, `--redis`, `--journal`, `--admin`) and an optional TOML
+//! file for everything else. Flags win over the file.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8787"
+//! admin = "127.0.0.1:8788"
+//! log = "json"                      # or "text" (default)
+//!
+//! [[upstream]]                      # the first is the default
+//! name = "anthropic"
+//! url = "https://api.anthropic.com"
+//!
+//! [[upstream]]
+//! name = "openai"
+//! url = "https://api.openai.com"
+//! provider = "openai"               # anthropic | openai | generic (default: detected)
+//! paths = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"]
+//! # ca_file = "test-ca.pem"         # extra roots, e.g. a test CA
+//! # roots = "native"                # webpki (default) or the system's
+//!
+//! [policy]
+//! max_attempts = 3
+//! default_deadline_ms = 120000
+//! max_inline_wait_ms = 60000
+//! # send_timeout_ms = 600000
+//!
+//! [limits]                          # every key without its own entry
+//! requests = 50
+//! input_tokens = 30000
+//! output_tokens = 8000
+//!
+//! [[key]]                           # by fingerprint (see /status) …
+//! fingerprint = "fp-0123456789abcdef"
+//! limits = { requests = 4000, input_tokens = 2000000, output_tokens = 400000 }
+//!
+//! [[key]]                           # … or by the variable holding the key
+//! env = "ACME_BATCH_KEY"
+//! group = "acme"                    # keys of one organisation share its limits
+//!
+//! [[group]]
+//! name = "acme"
+//! limits = { requests = 1000 }
+//!
+//! [spend]
+//! window_s = 86400
+//! max_tokens = 50000000
+//!
+//! [bounds]
+//! max_request_body = 33554432
+//! max_waiting = 1000                # per key and model class; more are shed
+//! grace_s = 30                      # in-flight jobs on shutdown
+//! ```
+//!
+//! A request chooses its upstream by the `x-ratewise-upstream` header (an
+//! upstream's name), else by the longest `paths` prefix that matches, else
+//! the first upstream.
+
+use crate::keys::fingerprint;
+use ratewise_core::admit::{self, KeyLimits, Limits, SpendConfig};
+use ratewise_core::Provider;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What went wrong reading the configuration; the proxy does not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    Read(PathBuf, std::io::Error),
+    /// The file is not valid TOML for this schema.
+    Parse(PathBuf, String),
+    /// A value is wrong (which and why).
+    Invalid(String),
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
+            ConfigError::Parse(p, e) => write!(f, "{}: {e}", p.display()),
+            ConfigError::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn invalid(why: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(why.into())
+}
+
+/// The command line's part.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--upstream`.
+    pub upstream: Option<String>,
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// `--redis`.
+    pub redis: Option<String>,
+    /// `--journal`.
+    pub journal: Option<PathBuf>,
+    /// `--admin`.
+    pub admin: Option<String>,
+}
+
+/// How logs are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (default).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Which roots an HTTPS upstream's certificate is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Roots {
+    /// Mozilla's roots, built in (default).
+    #[default]
+    Webpki,
+    /// The operating system's store.
+    Native,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    listen: Option<String>,
+    admin: Option<String>,
+    log: Option<LogFormat>,
+    journal: Option<PathBuf>,
+    redis: Option<String>,
+    #[serde(default)]
+    upstream: Vec<UpstreamFile>,
+    policy: Option<PolicyFile>,
+    limits: Option<LimitsFile>,
+    #[serde(default)]
+    class: Vec<ClassFile>,
+    #[serde(default)]
+    key: Vec<KeyFile>,
+    #[serde(default)]
+    group: Vec<GroupFile>,
+    spend: Option<SpendFile>,
+    bounds: Option<BoundsFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpstreamFile {
+    name: Option<String>,
+    url: String,
+    provider: Option<String>,
+    #[serde(default)]
+    paths: Vec<String>,
+    ca_file: Option<PathBuf>,
+    #[serde(default)]
+    roots: Roots,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    max_attempts: Option<u32>,
+    default_deadline_ms: Option<u64>,
+    max_inline_wait_ms: Option<u64>,
+    send_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    requests: Option<u64>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    tokens: Option<u64>,
+}
+
+impl LimitsFile {
+    fn limits(self) -> Limits {
+        Limits {
+            requests: self.requests,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            tokens: self.tokens,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClassFile {
+    /// A model-name prefix that makes the class (`claude-sonnet`), and its
+    /// limits.
+    name: String,
+    limits: LimitsFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    fingerprint: Option<String>,
+    env: Option<String>,
+    group: Option<String>,
+    limits: Option<LimitsFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupFile {
+    name: String,
+    limits: Option<LimitsFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpendFile {
+    window_s: Option<u64>,
+    max_tokens: Option<u64>,
+    max_micros: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BoundsFile {
+    max_request_body: Option<usize>,
+    max_waiting: Option<usize>,
+    grace_s: Option<u64>,
+}
+
+/// One upstream.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Its name (for `x-ratewise-upstream` and logs).
+    pub name: String,
+    /// Its base URL, without a trailing slash (`https://api.anthropic.com`).
+    pub url: String,
+    /// How its answers are read (`None`: detected per answer).
+    pub provider: Option<Provider>,
+    /// Path prefixes routed to it.
+    pub paths: Vec<String>,
+    /// Extra root certificates (PEM), e.g. a test CA.
+    pub ca_file: Option<PathBuf>,
+    /// Which roots its certificate is checked against.
+    pub roots: Roots,
+}
+
+impl Upstream {
+    /// Whether it is reached over TLS.
+    pub fn is_https(&self) -> bool {
+        self.url.starts_with("https://")
+    }
+}
+
+/// The proxy's whole configuration, checked.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Where callers connect.
+    pub listen: SocketAddr,
+    /// The admin listener (never the callers' port).
+    pub admin: SocketAddr,
+    /// The upstreams; the first is the default.
+    pub upstreams: Vec<Upstream>,
+    /// The layer: policy, admission (limits per key, group and class,
+    /// spend), bounds.
+    pub layer: ratewise_tower::Config,
+    /// The journal file, when one is kept.
+    pub journal: Option<PathBuf>,
+    /// A Redis URL for a shared store (not available yet).
+    pub redis: Option<String>,
+    /// Log format.
+    pub log: LogFormat,
+    /// How long in-flight jobs may take to finish on shutdown.
+    pub grace: Duration,
+}
+
+/// The default deadline of a job when nothing sets one.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
+
+impl ProxyConfig {
+    /// The configuration from the flags and the file they name; `env`
+    /// looks up the variables that `[[key]] env = …` names.
+    pub fn load(
+        flags: &Flags,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ProxyConfig, ConfigError> {
+        let file = match &flags.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError::Read(path.clone(), e))?;
+                toml::from_str::<File>(&text)
+                    .map_err(|e| ConfigError::Parse(path.clone(), e.to_string()))?
+            }
+            None => File::default(),
+        };
+        Self::from_parts(flags, file, env)
+    }
+
+    /// The configuration from a TOML text (tests, embedding).
+    pub fn from_toml(
+        flags: &Flags,
+        text: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ProxyConfig, ConfigError> {
+        let file = toml::from_str::<File>(text)
+            .map_err(|e| ConfigError::Parse(PathBuf::from("<config>"), e.to_string()))?;
+        Self::from_parts(flags, file, env)
+    }
+
+    fn from_parts(
+        flags: &Flags,
+        file: File,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ProxyConfig, ConfigError> {
+        let listen = address(
+            flags.listen.as_deref().or(file.listen.as_deref()),
+            "127.0.0.1:8787",
+            "listen",
+        )?;
+        let admin = address(
+            flags.admin.as_deref().or(file.admin.as_deref()),
+            "127.0.0.1:8788",
+            "admin",
+        )?;
+        if admin == listen {
+            return Err(invalid(
+                "--admin must not be the callers' address (--listen)",
+            ));
+        }
+
+        let mut upstreams = Vec::new();
+        if let Some(url) = &flags.upstream {
+            upstreams.push(Upstream {
+                name: "default".into(),
+                url: base_url(url)?,
+                provider: None,
+                paths: Vec::new(),
+                ca_file: None,
+                roots: Roots::Webpki,
+            });
+        }
+        for (i, u) in file.upstream.into_iter().enumerate() {
+            let provider = match u.provider.as_deref() {
+                None => None,
+                Some(p) => Some(Provider::from_word(p).ok_or_else(|| {
+                    invalid(format!(
+                        "upstream {}: provider {p:?} is not anthropic, openai or generic",
+                        i + 1
+                    ))
+                })?),
+            };
+            for p in &u.paths {
+                if !p.starts_with('/') {
+                    return Err(invalid(format!("upstream path {p:?} must start with /")));
+                }
+            }
+            upstreams.push(Upstream {
+                name: u.name.unwrap_or_else(|| format!("upstream-{}", i + 1)),
+                url: base_url(&u.url)?,
+                provider,
+                paths: u.paths,
+                ca_file: u.ca_file,
+                roots: u.roots,
+            });
+        }
+        if upstreams.is_empty() {
+            return Err(invalid(
+                "no upstream: give --upstream URL or an [[upstream]] in --config",
+            ));
+        }
+
+        let mut layer = ratewise_tower::Config::default();
+        let policy = file.policy.unwrap_or_default();
+        if let Some(n) = policy.max_attempts {
+            if n == 0 {
+                return Err(invalid("policy.max_attempts must be at least 1"));
+            }
+            layer.policy.max_attempts = n;
+        }
+        layer.policy.default_deadline = Some(
+            policy
+                .default_deadline_ms
+                .map_or(DEFAULT_DEADLINE, Duration::from_millis),
+        );
+        if let Some(ms) = policy.max_inline_wait_ms {
+            layer.policy.max_inline_wait = Duration::from_millis(ms);
+        }
+        layer.policy.send_timeout = policy.send_timeout_ms.map(Duration::from_millis);
+        // The provider is read per upstream, from the answer when unset.
+        layer.provider = None;
+        let bounds = file.bounds.unwrap_or_default();
+        if let Some(n) = bounds.max_request_body {
+            layer.max_request_body = n;
+        }
+        layer.max_waiting = bounds.max_waiting;
+
+        let adm = &mut layer.admission;
+        if let Some(l) = file.limits {
+            adm.limits = l.limits();
+        }
+        for c in file.class {
+            adm.classes.set(c.name.clone(), c.name.clone());
+            adm.class_limits.push((c.name, c.limits.limits()));
+        }
+        for g in &file.group {
+            if let Some(l) = g.limits {
+                adm.key_limits.push(KeyLimits {
+                    key: g.name.clone(),
+                    class: None,
+                    limits: l.limits(),
+                });
+            }
+        }
+        for (i, k) in file.key.into_iter().enumerate() {
+            let fp = match (&k.fingerprint, &k.env) {
+                (Some(fp), None) => {
+                    if !fp.starts_with("fp-") {
+                        return Err(invalid(format!(
+                            "key {}: a fingerprint looks like fp-0123456789abcdef (see /status)",
+                            i + 1
+                        )));
+                    }
+                    fp.clone()
+                }
+                (None, Some(var)) => match env(var) {
+                    Some(key) if !key.trim().is_empty() => fingerprint(key.trim()),
+                    _ => {
+                        return Err(invalid(format!(
+                            "key {}: environment variable {var} is not set",
+                            i + 1
+                        )))
+                    }
+                },
+                _ => {
+                    return Err(invalid(format!(
+                        "key {}: give exactly one of fingerprint or env",
+                        i + 1
+                    )))
+                }
+            };
+            if let Some(g) = &k.group {
+                adm.key_groups.push((fp.clone(), g.clone()));
+            }
+            if let Some(l) = k.limits {
+                adm.key_limits.push(KeyLimits {
+                    key: k.group.clone().unwrap_or(fp),
+                    class: None,
+                    limits: l.limits(),
+                });
+            }
+        }
+        if let Some(s) = file.spend {
+            let mut sc = SpendConfig::default();
+            if let Some(w) = s.window_s {
+                sc.window = Duration::from_secs(w.max(1));
+            }
+            sc.max_tokens = s.max_tokens;
+            sc.max_micros = s.max_micros;
+            adm.spend = Some(sc);
+        }
+        // Limits the operator gave are known: the ramp starts warm only for
+        // learned ones (admit's default).
+        let _: &admit::Config = adm;
+
+        let redis = flags.redis.clone().or(file.redis);
+        Ok(ProxyConfig {
+            listen,
+            admin,
+            upstreams,
+            layer,
+            journal: flags.journal.clone().or(file.journal),
+            redis,
+            log: file.log.unwrap_or_default(),
+            grace: Duration::from_secs(bounds.grace_s.unwrap_or(30)),
+        })
+    }
+}
+
+fn address(given: Option<&str>, default: &str, what: &str) -> Result<SocketAddr, ConfigError> {
+    let text = given.unwrap_or(default);
+    text.parse().map_err(|_| {
+        invalid(format!(
+            "{what}: {text:?} is not an address like 127.0.0.1:8787"
+        ))
+    })
+}
+
+fn base_url(url: &str) -> Result<String, ConfigError> {
+    let url = url.trim().trim_end_matches('/');
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| invalid(format!("upstream {url:?} is not a URL")))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(_)) => {}
+        _ => {
+            return Err(invalid(format!(
+                "upstream {url:?} must be http:// or https:// with a host"
+            )))
+        }
+    }
+    if uri.query().is_some() {
+        return Err(invalid(format!("upstream {url:?} must not have a query")));
+    }
+    Ok(url.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(upstream: &str) -> Flags {
+        Flags {
+            upstream: Some(upstream.into()),
+            ..Flags::default()
+        }
+    }
+
+    #[test]
+    fn two_flags_are_enough() {
+        let c = ProxyConfig::from_toml(&flags("https://api.anthropic.com/"), "", |_| None).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8787");
+        assert_eq!(c.admin.to_string(), "127.0.0.1:8788");
+        assert_eq!(c.upstreams[0].url, "https://api.anthropic.com");
+        assert!(c.upstreams[0].is_https());
+        assert_eq!(c.layer.policy.default_deadline, Some(DEFAULT_DEADLINE));
+    }
+
+    #[test]
+    fn the_file_sets_keys_groups_limits_and_policy() {
+        let text = r#"
+            [[upstream]]
+            name = "openai"
+            url = "http://127.0.0.1:9"
+            provider = "openai"
+            paths = ["/v1/chat/completions"]
+            [policy]
+            max_attempts = 5
+            default_deadline_ms = 30000
+            [limits]
+            requests = 50
+            [[key]]
+            env = "TEAM_KEY"
+            group = "acme"
+            [[key]]
+            fingerprint = "fp-0123456789abcdef"
+            limits = { requests = 4000 }
+            [[group]]
+            name = "acme"
+            limits = { requests = 1000 }
+            [bounds]
+            max_waiting = 10
+        "#;
+        let c = ProxyConfig::from_toml(&flags("http://127.0.0.1:8"), text, |v| {
+            (v == "TEAM_KEY").then(|| "sk-team".to_owned())
+        })
+        .unwrap();
+        assert_eq!(c.upstreams.len(), 2);
+        assert_eq!(c.upstreams[1].provider, Some(Provider::Openai));
+        assert_eq!(c.layer.policy.max_attempts, 5);
+        assert_eq!(c.layer.max_waiting, Some(10));
+        let adm = &c.layer.admission;
+        assert_eq!(adm.limits.requests, Some(50));
+        assert_eq!(
+            adm.key_groups,
+            vec![(fingerprint("sk-team"), "acme".to_owned())]
+        );
+        assert!(adm
+            .key_limits
+            .iter()
+            .any(|k| k.key == "acme" && k.limits.requests == Some(1000)));
+        assert!(adm
+            .key_limits
+            .iter()
+            .any(|k| k.key == "fp-0123456789abcdef" && k.limits.requests == Some(4000)));
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error() {
+        let cases = [
+            ("", "ftp://x", "http:// or https://"),
+            ("", "not a url", "URL"),
+            (
+                "[[key]]\nenv = \"MISSING\"",
+                "http://x",
+                "MISSING is not set",
+            ),
+            ("[[key]]\nfingerprint = \"abc\"", "http://x", "fp-"),
+            ("[policy]\nmax_attempts = 0", "http://x", "at least 1"),
+            ("unknown = 1", "http://x", "unknown"),
+            (
+                "[[upstream]]\nurl = \"http://x\"\nprovider = \"acme\"",
+                "http://y",
+                "provider",
+            ),
+        ];
+        for (text, up, want) in cases {
+            let e = ProxyConfig::from_toml(&flags(up), text, |_| None).unwrap_err();
+            assert!(e.to_string().contains(want), "{text:?}: {e}");
+        }
+        let same = Flags {
+            listen: Some("127.0.0.1:9000".into()),
+            admin: Some("127.0.0.1:9000".into()),
+            ..flags("http://x")
+        };
+        assert!(ProxyConfig::from_toml(&same, "", |_| None).is_err());
+        let none = ProxyConfig::from_toml(&Flags::default(), "", |_| None).unwrap_err();
+        assert!(none.to_string().contains("no upstream"), "{none}");
+    }
+}

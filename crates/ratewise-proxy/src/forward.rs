@@ -1,0 +1,262 @@
+//! The callers' side: every request is one job on the layer, run on its
+//! own task, forwarded to its upstream.
+//!
+//! A caller that goes away costs the others nothing:
+//!
+//! * before its request was handed upstream, the job is dropped — the
+//!   machine releases its reservation;
+//! * after, the job finishes in the background, bounded by its deadline,
+//!   and its body is read to the end, so its usage settles exactly and is
+//!   recorded. The same holds for a caller that stops reading a body.
+
+use crate::answer;
+use crate::keys::caller_key;
+use crate::upstream::{self, SentFlag, UpBody};
+use crate::App;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use bytes::Bytes;
+use http::{StatusCode, Uri};
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use ratewise_core::Provider;
+use ratewise_tower::{Deadline, JobId, KeyLabel};
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// The header a caller sets to give its job a deadline, in milliseconds
+/// from now.
+pub const DEADLINE_HEADER: &str = "x-ratewise-deadline-ms";
+
+/// The key label of requests without a key.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// Forwards one request as one job.
+pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
+    let n = app.metrics.jobs.fetch_add(1, Ordering::Relaxed) + 1;
+    let (mut parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let Some(ui) = upstream::choose(&app.config.upstreams, &parts.headers, &path) else {
+        return answer::shaped(
+            Provider::Anthropic,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "ratewise: x-ratewise-upstream names no configured upstream",
+        );
+    };
+    let up = &app.config.upstreams[ui];
+    let provider = up.provider.unwrap_or_else(|| guess_provider(&path));
+
+    // The key: its fingerprint names the shared state; the key itself
+    // stays in the request, for the upstream alone.
+    let key = match caller_key(&parts.headers) {
+        Some(k) => app.keys.note(k),
+        None => ANONYMOUS.to_owned(),
+    };
+    parts.extensions.insert(KeyLabel::new(&key));
+    // Job ids unique across restarts, so the journal's attempts never
+    // collide with an earlier run's.
+    parts
+        .extensions
+        .insert(JobId::new(format!("{}-{n}", app.boot)));
+    let mut deadline = app
+        .config
+        .layer
+        .policy
+        .default_deadline
+        .unwrap_or(crate::config::DEFAULT_DEADLINE);
+    if let Some(v) = parts.headers.remove(DEADLINE_HEADER) {
+        match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            Some(ms) if ms > 0 => {
+                deadline = Duration::from_millis(ms);
+                parts.extensions.insert(Deadline(deadline));
+            }
+            _ => return answer::shaped(
+                provider,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "ratewise: x-ratewise-deadline-ms must be a positive whole number of milliseconds",
+            ),
+        }
+    }
+    parts.headers.remove("x-ratewise-upstream");
+    parts.headers.remove(http::header::HOST);
+    parts.uri = match format!("{}{path}", up.url).parse::<Uri>() {
+        Ok(u) => u,
+        Err(_) => {
+            return answer::shaped(
+                provider,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "ratewise: the request path is not valid",
+            )
+        }
+    };
+    let sent = SentFlag::default();
+    parts.extensions.insert(sent.clone());
+    let req = http::Request::from_parts(parts, body.boxed_unsync() as UpBody);
+
+    let svc = app.services[ui].clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let metrics = app.metrics.clone();
+    metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    let task = tokio::spawn(async move {
+        let result = svc.oneshot(req).await;
+        if let Err(back) = tx.send(result) {
+            // The caller went away after the send: read the answer to its
+            // end so its usage settles exactly.
+            metrics.abandoned.fetch_add(1, Ordering::Relaxed);
+            if let Ok(resp) = back {
+                let _ = tokio::time::timeout(deadline, drain(resp.into_body())).await;
+            }
+        }
+        metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+    });
+    let mut guard = CallerGone {
+        task: Some(task.abort_handle()),
+        sent,
+        metrics: app.metrics.clone(),
+    };
+    let result = rx.await;
+    guard.task = None;
+    match result {
+        Ok(Ok(resp)) => resp.map(|b| Body::new(ReadToEnd::new(b, deadline))),
+        Ok(Err(e)) => {
+            let r = answer::for_error(&e, provider, &key, &app.stops);
+            if e.is_stop_queue() {
+                app.stopped(&key, &e);
+            }
+            r
+        }
+        // The job's task ended without an answer (it panicked).
+        Err(_) => answer::shaped(
+            provider,
+            StatusCode::BAD_GATEWAY,
+            "api_error",
+            "ratewise: the job failed inside the proxy",
+        ),
+    }
+}
+
+/// Which provider's shape a caller of `path` expects, when the upstream
+/// does not say: OpenAI's paths, else Anthropic's.
+fn guess_provider(path: &str) -> Provider {
+    let p = path.split('?').next().unwrap_or(path);
+    if p.starts_with("/v1/chat/")
+        || p.starts_with("/v1/responses")
+        || p.starts_with("/v1/embeddings")
+        || p.starts_with("/v1/completions")
+    {
+        Provider::Openai
+    } else {
+        Provider::Anthropic
+    }
+}
+
+/// Dropped with the handler when its caller goes away before the answer:
+/// a job not yet sent is cancelled (its reservation released); a sent one
+/// is left to finish.
+struct CallerGone {
+    task: Option<tokio::task::AbortHandle>,
+    sent: SentFlag,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl Drop for CallerGone {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            if !self.sent.is_set() {
+                task.abort();
+                self.metrics.abandoned.fetch_add(1, Ordering::Relaxed);
+                // An aborted task never reaches its own decrement.
+                self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+async fn drain<B: http_body::Body + Unpin>(mut body: B) {
+    while let Some(frame) = body.frame().await {
+        if frame.is_err() {
+            break;
+        }
+    }
+}
+
+/// A response body that, dropped before its end (the caller stopped
+/// reading), is read to its end in the background, bounded by the job's
+/// deadline: the metered body then settles the usage the provider reports.
+struct ReadToEnd<B: http_body::Body + Send + Unpin + 'static> {
+    inner: Option<B>,
+    ended: bool,
+    deadline: Duration,
+}
+
+impl<B: http_body::Body + Send + Unpin + 'static> ReadToEnd<B> {
+    fn new(inner: B, deadline: Duration) -> Self {
+        ReadToEnd {
+            inner: Some(inner),
+            ended: false,
+            deadline,
+        }
+    }
+}
+
+impl<B> http_body::Body for ReadToEnd<B>
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.ended = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map(|b| b.size_hint())
+            .unwrap_or_default()
+    }
+}
+
+impl<B: http_body::Body + Send + Unpin + 'static> Drop for ReadToEnd<B> {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        if self.ended || inner.is_end_stream() {
+            return;
+        }
+        let deadline = self.deadline;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(deadline, drain(inner)).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The journal (`--journal FILE`): one JSON line per attempt *before* it is
+//! sent and one when it ends (the allow-listed [`AttemptRecord`]), and
+//! every stop and resume of a key. Lines are written and flushed to the
+//! operating system before the send, so they survive the process being
+//! killed (not a power cut: there is no fsync per line).
+//!
+//! On start the proxy reads it back ([`recover`]): an attempt that started
+//! and never ended is reported as `outcome_unknown` — it may have been
+//! generated and billed — and closed in the journal so the next start does
+//! not report it again; a stop still in force stays in force.
+
+use ratewise_core::record::AttemptRecord;
+use ratewise_core::Cause;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+/// One line of the journal.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum Line {
+    AttemptStarted {
+        job_id: String,
+        attempt: u32,
+        at_ms: u64,
+    },
+    AttemptEnded {
+        job_id: String,
+        attempt: u32,
+        cause: String,
+        action: String,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        status: Option<u16>,
+    },
+    Stop {
+        key: String,
+        cause: String,
+        at_ms: u64,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        until_ms: Option<u64>,
+    },
+    Resume {
+        key: String,
+        at_ms: u64,
+    },
+}
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn at(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// An attempt that started and never ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unknown {
+    /// The job.
+    pub job_id: String,
+    /// Which send.
+    pub attempt: u32,
+    /// When it started, Unix milliseconds.
+    pub started_ms: u64,
+}
+
+/// A stop read back from the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptStop {
+    /// The key's fingerprint.
+    pub key: String,
+    /// Why.
+    pub cause: Cause,
+    /// Since when.
+    pub since: SystemTime,
+    /// Until when, when known.
+    pub until: Option<SystemTime>,
+}
+
+/// What a journal says after a restart.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Attempts that started and never ended: outcome unknown.
+    pub unknown: Vec<Unknown>,
+    /// Stops still in force.
+    pub stops: Vec<KeptStop>,
+    /// Lines that could not be read (a line cut by a crash, say).
+    pub unreadable: usize,
+}
+
+/// Reads the journal at `path` (none yet: nothing to recover).
+pub fn recover(path: &Path) -> std::io::Result<Recovered> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::default()),
+        Err(e) => return Err(e),
+    };
+    let mut open: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    let mut stops: HashMap<String, KeptStop> = HashMap::new();
+    let mut unreadable = 0;
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Line>(&line) {
+            Ok(Line::AttemptStarted {
+                job_id,
+                attempt,
+                at_ms,
+            }) => {
+                open.insert((job_id, attempt), at_ms);
+            }
+            Ok(Line::AttemptEnded {
+                job_id, attempt, ..
+            }) => {
+                open.remove(&(job_id, attempt));
+            }
+            Ok(Line::Stop {
+                key,
+                cause,
+                at_ms,
+                until_ms,
+            }) => {
+                let cause = Cause::from_word(&cause).unwrap_or(Cause::Unknown);
+                stops.insert(
+                    key.clone(),
+                    KeptStop {
+                        key,
+                        cause,
+                        since: at(at_ms),
+                        until: until_ms.map(at),
+                    },
+                );
+            }
+            Ok(Line::Resume { key, .. }) => {
+                stops.remove(&key);
+            }
+            Err(_) => unreadable += 1,
+        }
+    }
+    let now = SystemTime::now();
+    let mut stops: Vec<KeptStop> = stops
+        .into_values()
+        .filter(|s| s.until.is_none_or(|u| u > now))
+        .collect();
+    stops.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(Recovered {
+        unknown: open
+            .into_iter()
+            .map(|((job_id, attempt), started_ms)| Unknown {
+                job_id,
+                attempt,
+                started_ms,
+            })
+            .collect(),
+        stops,
+        unreadable,
+    })
+}
+
+/// The journal file, appended to.
+#[derive(Debug)]
+pub struct FileJournal {
+    path: PathBuf,
+    file: Mutex<std::fs::File>,
+}
+
+impl FileJournal {
+    /// Opens (creates) the journal at `path` for appending.
+    pub fn open(path: &Path) -> std::io::Result<FileJournal> {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)?;
+        // A line cut by a crash is ended, so the next one starts clean.
+        let len = file.metadata()?.len();
+        if len > 0 {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut last = [0u8; 1];
+            file.seek(SeekFrom::Start(len - 1))?;
+            file.read_exact(&mut last)?;
+            if last[0] != b'\n' {
+                file.write_all(b"\n")?;
+            }
+        }
+        Ok(FileJournal {
+            path: path.to_owned(),
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&self, line: &Line) {
+        let Ok(mut text) = serde_json::to_string(line) else {
+            return;
+        };
+        text.push('\n');
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = f.write_all(text.as_bytes()).and_then(|()| f.flush()) {
+            tracing::error!(error = %e, path = %self.path.display(), "journal write failed");
+        }
+    }
+
+    /// Closes an attempt found unfinished at start: it is reported once.
+    pub fn close_unknown(&self, u: &Unknown) {
+        self.write(&Line::AttemptEnded {
+            job_id: u.job_id.clone(),
+            attempt: u.attempt,
+            cause: Cause::OutcomeUnknown.as_str().to_owned(),
+            action: "hold_unknown".to_owned(),
+            status: None,
+        });
+    }
+
+    /// A key stopped.
+    pub fn stop(&self, key: &str, cause: Cause, until: Option<SystemTime>) {
+        self.write(&Line::Stop {
+            key: key.to_owned(),
+            cause: cause.as_str().to_owned(),
+            at_ms: ms(SystemTime::now()),
+            until_ms: until.map(ms),
+        });
+    }
+
+    /// A key resumed.
+    pub fn resume(&self, key: &str) {
+        self.write(&Line::Resume {
+            key: key.to_owned(),
+            at_ms: ms(SystemTime::now()),
+        });
+    }
+
+    /// Flushes what is written (on shutdown).
+    pub fn sync(&self) {
+        let f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = f.sync_all();
+    }
+}
+
+impl ratewise_tower::Journal for FileJournal {
+    fn attempt_started(&self, job_id: &str, attempt: u32, at: SystemTime) {
+        self.write(&Line::AttemptStarted {
+            job_id: job_id.to_owned(),
+            attempt,
+            at_ms: ms(at),
+        });
+    }
+
+    fn attempt_ended(&self, record: &AttemptRecord) {
+        self.write(&Line::AttemptEnded {
+            job_id: record.job_id.clone().unwrap_or_default(),
+            attempt: record.attempt,
+            cause: record.cause.as_str().to_owned(),
+            action: record.action.as_str().to_owned(),
+            status: record.status,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewise_tower::Journal;
+
+    #[test]
+    fn unfinished_attempts_and_stops_in_force_come_back() {
+        let dir = std::env::temp_dir().join(format!("ratewise-journal-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let j = FileJournal::open(&dir).unwrap();
+        let now = SystemTime::now();
+        j.attempt_started("a", 1, now);
+        j.attempt_started("b", 1, now);
+        j.stop("fp-1", Cause::SpendCap, None);
+        j.stop("fp-2", Cause::Billing, None);
+        j.resume("fp-2");
+        j.stop("fp-3", Cause::UserLimit, Some(now - Duration::from_secs(1)));
+        // "a" ends; "b" never does; a crash cuts the last line.
+        let rec = serde_json::to_string(&Line::AttemptEnded {
+            job_id: "a".into(),
+            attempt: 1,
+            cause: "success".into(),
+            action: "done".into(),
+            status: Some(200),
+        })
+        .unwrap();
+        {
+            let mut f = std::fs::OpenOptions::new().append(true).open(&dir).unwrap();
+            writeln!(f, "{rec}").unwrap();
+            write!(f, "{{\"event\":\"attempt_sta").unwrap();
+        }
+        let r = recover(&dir).unwrap();
+        assert_eq!(r.unknown.len(), 1);
+        assert_eq!(r.unknown[0].job_id, "b");
+        assert_eq!(r.unreadable, 1);
+        let keys: Vec<_> = r.stops.iter().map(|s| (s.key.as_str(), s.cause)).collect();
+        assert_eq!(
+            keys,
+            vec![("fp-1", Cause::SpendCap)],
+            "resumed and expired stops are gone"
+        );
+        // Closed once, reported once.
+        let j = FileJournal::open(&dir).unwrap();
+        j.close_unknown(&r.unknown[0]);
+        let again = recover(&dir).unwrap();
+        assert!(again.unknown.is_empty());
+        let _ = std::fs::remove_file(&dir);
+        assert!(
+            recover(&dir).unwrap().unknown.is_empty(),
+            "no file: nothing"
+        );
+    }
+}

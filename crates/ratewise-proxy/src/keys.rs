@@ -1,0 +1,107 @@
+//! Callers' API keys, fingerprinted: the fingerprint names the shared
+//! admission state (buckets, pauses, stops) of a key; the key itself is
+//! never stored or logged.
+//!
+//! A fingerprint is `fp-` and the first 16 hex digits of the key's
+//! SHA-256: the same in every process and after a restart, so replicas
+//! and a journal agree on it. `/status` shows it with the key's last four
+//! characters, so an operator can tell keys apart.
+
+use http::HeaderMap;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// The fingerprint of a key.
+pub fn fingerprint(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut out = String::with_capacity(19);
+    out.push_str("fp-");
+    for b in &digest[..8] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// The caller's key: `x-api-key` (Anthropic), else `Authorization:
+/// Bearer …` (OpenAI and compatible). `None` when neither is there or
+/// readable.
+pub fn caller_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(k) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        let k = k.trim();
+        if !k.is_empty() {
+            return Some(k);
+        }
+    }
+    let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = auth.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The last four characters of a key (fewer for a shorter one), for an
+/// operator to recognise it.
+pub fn last_four(key: &str) -> String {
+    let chars: Vec<char> = key.chars().collect();
+    let from = chars.len().saturating_sub(4);
+    chars[from..].iter().collect()
+}
+
+/// The fingerprints seen, each with its key's last four characters.
+#[derive(Debug, Default)]
+pub struct Seen(Mutex<BTreeMap<String, String>>);
+
+impl Seen {
+    /// Notes a caller's key; returns its fingerprint.
+    pub fn note(&self, key: &str) -> String {
+        let fp = fingerprint(key);
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !seen.contains_key(&fp) {
+            seen.insert(fp.clone(), last_four(key));
+        }
+        fp
+    }
+
+    /// Every fingerprint seen, with its key's last four characters.
+    pub fn all(&self) -> Vec<(String, String)> {
+        let seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.iter().map(|(a, b)| (a.clone(), b.clone())).collect()
+    }
+
+    /// The last four characters of the key behind `fp`, when seen.
+    pub fn last_four_of(&self, fp: &str) -> Option<String> {
+        let seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get(fp).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fingerprint_is_stable_and_hides_the_key() {
+        let fp = fingerprint("sk-ant-api03-SECRET");
+        assert_eq!(fp, fingerprint("sk-ant-api03-SECRET"));
+        assert_ne!(fp, fingerprint("sk-ant-api03-SECRET2"));
+        assert!(fp.starts_with("fp-") && fp.len() == 19, "{fp}");
+        assert!(!fp.contains("SECRET"));
+        // SHA-256("abc") starts ba7816bf8f01cfea.
+        assert_eq!(fingerprint("abc"), "fp-ba7816bf8f01cfea");
+    }
+
+    #[test]
+    fn keys_come_from_either_header() {
+        let mut h = HeaderMap::new();
+        assert_eq!(caller_key(&h), None);
+        h.insert("authorization", "Bearer sk-proj-1234".parse().unwrap());
+        assert_eq!(caller_key(&h), Some("sk-proj-1234"));
+        h.insert("x-api-key", "sk-ant-9876".parse().unwrap());
+        assert_eq!(caller_key(&h), Some("sk-ant-9876"));
+        let mut basic = HeaderMap::new();
+        basic.insert("authorization", "Basic abc".parse().unwrap());
+        assert_eq!(caller_key(&basic), None);
+        assert_eq!(last_four("sk-ant-9876"), "9876");
+        assert_eq!(last_four("ab"), "ab");
+    }
+}

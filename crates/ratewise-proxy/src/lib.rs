@@ -1,0 +1,336 @@
+//! # ratewise-proxy
+//!
+//! `ratewise proxy`: a gateway any language's SDK points its base URL at,
+//! with the SDK's own retries off. Each request is one job on the
+//! [`RetryLayer`](ratewise_tower::RetryLayer): paced by the key's shared
+//! buckets, retried no earlier than the server says, stopped when money
+//! runs out, and answered in the provider's own error shape when it ends
+//! without a success.
+//!
+//! ```text
+//! ratewise proxy --listen 127.0.0.1:8787 --upstream https://api.anthropic.com
+//!                [--config ratewise.toml] [--journal FILE] [--admin 127.0.0.1:8788]
+//! ```
+//!
+//! ```python
+//! client = anthropic.Anthropic(base_url="http://127.0.0.1:8787", max_retries=0)
+//! ```
+//!
+//! * [`config`]: the flags and the TOML file.
+//! * [`forward`]: the callers' side — one job per request, on its own task.
+//! * [`answer`]: what a caller gets when its job did not succeed.
+//! * [`keys`]: callers' keys, fingerprinted.
+//! * [`upstream`]: HTTP(S) clients and routing.
+//! * [`admin`]: `/status`, `/resume`, `/stop`, `/metrics`, `/healthz` on
+//!   their own listener.
+//! * [`journal`]: attempts and stops written down, read back on start.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod admin;
+pub mod answer;
+pub mod config;
+pub mod forward;
+pub mod journal;
+pub mod keys;
+pub mod metrics;
+pub mod upstream;
+
+use config::ProxyConfig;
+use ratewise_core::admit::{Controller, Shared};
+use ratewise_core::Cause;
+use ratewise_tower::{RetryLayer, RetryService, TokioClock};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::net::TcpListener;
+use tower::Layer;
+
+/// Everything a request handler needs.
+pub struct App {
+    /// The configuration.
+    pub config: ProxyConfig,
+    /// The layer (shared state, queues, clock).
+    pub layer: RetryLayer,
+    /// The in-memory store behind it.
+    pub store: Arc<Shared>,
+    /// One service per upstream, in the configuration's order.
+    pub services: Vec<RetryService<upstream::Marking>>,
+    /// Keys seen.
+    pub keys: keys::Seen,
+    /// Answers that stopped keys.
+    pub stops: answer::StopAnswers,
+    /// Counters.
+    pub metrics: Arc<metrics::Metrics>,
+    /// The journal file.
+    pub journal: Option<Arc<journal::FileJournal>>,
+    /// Attempts found unfinished at start.
+    pub unknown: Vec<journal::Unknown>,
+    /// This run's prefix of job ids (its start, Unix milliseconds in hex).
+    pub boot: String,
+}
+
+impl App {
+    /// A job's answer stopped `key`: kept for the next jobs and journaled.
+    pub fn stopped(&self, key: &str, e: &ratewise_tower::Error) {
+        let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
+        if self.stops.get(key).is_none() {
+            self.stops.note(key, cause, SystemTime::now());
+            if let Some(j) = &self.journal {
+                j.stop(key, cause, e.until());
+            }
+            tracing::warn!(key, cause = cause.as_str(), "key stopped");
+        }
+    }
+
+    /// Stops `key` (an operator, or a stop read back from the journal).
+    pub fn stop_key(&self, key: &str, cause: Cause, until: Option<SystemTime>) {
+        let now = self.layer.now();
+        {
+            let mut c = self.store.lock();
+            let scope = c.scope_of(key, "default");
+            c.stop(scope, cause, until, now);
+        }
+        self.stops.note(key, cause, SystemTime::now());
+    }
+}
+
+/// Why the proxy did not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The configuration is wrong.
+    Config(config::ConfigError),
+    /// An upstream's TLS setup failed.
+    Tls(upstream::TlsSetupError),
+    /// A listener could not be bound.
+    Bind(SocketAddr, std::io::Error),
+    /// The journal could not be read or opened.
+    Journal(std::path::PathBuf, std::io::Error),
+    /// `--redis` was given: the shared Redis store is not available yet.
+    RedisUnavailable,
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "configuration: {e}"),
+            StartError::Tls(e) => write!(f, "{e}"),
+            StartError::Bind(a, e) => write!(f, "cannot listen on {a}: {e}"),
+            StartError::Journal(p, e) => write!(f, "journal {}: {e}", p.display()),
+            StartError::RedisUnavailable => f.write_str(
+                "--redis: the shared Redis store is not available in this version yet; \
+                 start without --redis (each process then paces on its own)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A running proxy.
+pub struct Running {
+    /// Where callers connect.
+    pub addr: SocketAddr,
+    /// The admin listener.
+    pub admin_addr: SocketAddr,
+    /// The shared state, for tests and embedding.
+    pub app: Arc<App>,
+    stop: tokio::sync::watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    admin: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests finish within the grace
+    /// period, flushes the journal.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let grace = self.app.config.grace;
+        if tokio::time::timeout(grace, self.server).await.is_err() {
+            tracing::warn!(
+                grace_s = grace.as_secs(),
+                "in-flight requests cut at the end of the grace period"
+            );
+        }
+        self.admin.abort();
+        if let Some(j) = &self.app.journal {
+            j.sync();
+        }
+    }
+}
+
+/// Starts the proxy: reads the journal, binds both listeners, serves.
+/// Nothing is sent anywhere at start.
+pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
+    if config.redis.is_some() {
+        return Err(StartError::RedisUnavailable);
+    }
+    let mut recovered = journal::Recovered::default();
+    let journal = match &config.journal {
+        Some(path) => {
+            recovered = journal::recover(path).map_err(|e| StartError::Journal(path.clone(), e))?;
+            Some(Arc::new(
+                journal::FileJournal::open(path)
+                    .map_err(|e| StartError::Journal(path.clone(), e))?,
+            ))
+        }
+        None => None,
+    };
+    let store = Arc::new(Shared::new(Controller::new(config.layer.admission.clone())));
+    let metrics = Arc::new(metrics::Metrics::default());
+    let hook = Arc::new(metrics::Hook {
+        metrics: metrics.clone(),
+        file: journal.clone(),
+    });
+    let layer = RetryLayer::from_parts(
+        config.layer.clone(),
+        store.clone(),
+        Arc::new(TokioClock::new()),
+    )
+    .with_journal(hook);
+    let mut services = Vec::new();
+    for up in &config.upstreams {
+        let client = upstream::client(up).map_err(StartError::Tls)?;
+        services.push(layer.layer(upstream::Marking(client)));
+    }
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| StartError::Bind(config.listen, e))?;
+    let admin_listener = TcpListener::bind(config.admin)
+        .await
+        .map_err(|e| StartError::Bind(config.admin, e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError::Bind(config.listen, e))?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|e| StartError::Bind(config.admin, e))?;
+
+    let app = Arc::new(App {
+        config,
+        layer,
+        store,
+        services,
+        keys: keys::Seen::default(),
+        stops: answer::StopAnswers::default(),
+        metrics,
+        journal,
+        unknown: recovered.unknown.clone(),
+        boot: format!(
+            "{:x}",
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
+        ),
+    });
+    for u in &recovered.unknown {
+        tracing::warn!(job_id = %u.job_id, attempt = u.attempt, started_ms = u.started_ms,
+            "outcome_unknown: an attempt started before a restart and never ended; it may have been processed");
+        if let Some(j) = &app.journal {
+            j.close_unknown(u);
+        }
+    }
+    for s in &recovered.stops {
+        tracing::warn!(key = %s.key, cause = s.cause.as_str(), "stop still in force from before the restart");
+        app.stop_key(&s.key, s.cause, s.until);
+    }
+    if recovered.unreadable > 0 {
+        tracing::warn!(
+            lines = recovered.unreadable,
+            "journal lines that could not be read were skipped"
+        );
+    }
+
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let router = axum::Router::new()
+        .fallback(forward::forward)
+        .with_state(app.clone());
+    let mut rx = stop_rx.clone();
+    let server = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "proxy listener failed");
+        }
+    });
+    let admin_router = admin::router(app.clone());
+    let mut rx = stop_rx;
+    let admin = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let _ = axum::serve(admin_listener, admin_router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    });
+    tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), "ratewise proxy listening");
+    Ok(Running {
+        addr,
+        admin_addr,
+        app,
+        stop,
+        server,
+        admin,
+    })
+}
+
+/// Runs the proxy until SIGINT or SIGTERM, then shuts down gracefully.
+/// Returns the process's exit code.
+pub async fn run(config: ProxyConfig) -> i32 {
+    let running = match start(config).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ratewise proxy: {e}");
+            return 2;
+        }
+    };
+    eprintln!(
+        "ratewise proxy on http://{} (admin http://{}): point an SDK's base_url here, with its retries off",
+        running.addr, running.admin_addr
+    );
+    wait_for_signal().await;
+    tracing::info!("shutting down: no new requests; in-flight ones finish");
+    running.shutdown().await;
+    0
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        match term {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Sets up logging to stderr: text or JSON lines, no secrets, no bodies
+/// (the layer's events carry allow-listed fields only). `RUST_LOG`-style
+/// filtering is not pulled in: `info` and above.
+pub fn init_logging(format: config::LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO);
+    let _ = match format {
+        config::LogFormat::Text => builder.try_init(),
+        config::LogFormat::Json => builder.json().try_init(),
+    };
+}

@@ -1,0 +1,144 @@
+//! Counters for `GET /metrics` (Prometheus text format), fed by the
+//! layer's journal hook: sends, answers by status and cause, actions,
+//! 429s, retries; jobs in flight and waiting are gauges the proxy keeps.
+
+use ratewise_core::record::AttemptRecord;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// The proxy's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Attempts handed to an upstream.
+    pub sends: AtomicU64,
+    /// Attempts that were retries.
+    pub retries: AtomicU64,
+    /// Jobs received.
+    pub jobs: AtomicU64,
+    /// Jobs in flight now.
+    pub in_flight: AtomicI64,
+    /// Jobs whose caller went away before their answer.
+    pub abandoned: AtomicU64,
+    answers: Mutex<BTreeMap<(String, &'static str), u64>>,
+    actions: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Metrics {
+    fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
+        let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(k).or_insert(0) += 1;
+    }
+
+    /// Prometheus text; `gauges` are added as they are.
+    pub fn render(&self, gauges: &[(String, f64)]) -> String {
+        let mut out = String::new();
+        let c = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        };
+        c(
+            &mut out,
+            "ratewise_sends_total",
+            "Attempts handed to an upstream.",
+            self.sends.load(Ordering::Relaxed),
+        );
+        c(
+            &mut out,
+            "ratewise_retries_total",
+            "Attempts that were retries.",
+            self.retries.load(Ordering::Relaxed),
+        );
+        c(
+            &mut out,
+            "ratewise_jobs_total",
+            "Jobs received.",
+            self.jobs.load(Ordering::Relaxed),
+        );
+        c(
+            &mut out,
+            "ratewise_abandoned_total",
+            "Jobs whose caller went away before their answer.",
+            self.abandoned.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP ratewise_jobs_in_flight Jobs being handled now.\n# TYPE ratewise_jobs_in_flight gauge\nratewise_jobs_in_flight {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP ratewise_answers_total Answers by status and cause.\n# TYPE ratewise_answers_total counter"
+        );
+        for ((status, cause), n) in self
+            .answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "ratewise_answers_total{{status=\"{status}\",cause=\"{cause}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP ratewise_actions_total Decisions by action.\n# TYPE ratewise_actions_total counter"
+        );
+        for (action, n) in self
+            .actions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(out, "ratewise_actions_total{{action=\"{action}\"}} {n}");
+        }
+        let mut last = String::new();
+        for (line, v) in gauges {
+            let name = line.split('{').next().unwrap_or(line);
+            if name != last {
+                let _ = writeln!(out, "# TYPE {name} gauge");
+                last = name.to_owned();
+            }
+            let _ = writeln!(out, "{line} {v}");
+        }
+        out
+    }
+}
+
+/// The layer's journal hook feeding [`Metrics`], and the file journal
+/// when there is one.
+pub struct Hook {
+    /// The counters.
+    pub metrics: Arc<Metrics>,
+    /// The file journal.
+    pub file: Option<Arc<crate::journal::FileJournal>>,
+}
+
+impl ratewise_tower::Journal for Hook {
+    fn attempt_started(&self, job_id: &str, attempt: u32, at: SystemTime) {
+        self.metrics.sends.fetch_add(1, Ordering::Relaxed);
+        if attempt > 1 {
+            self.metrics.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(f) = &self.file {
+            f.attempt_started(job_id, attempt, at);
+        }
+    }
+
+    fn attempt_ended(&self, record: &AttemptRecord) {
+        let status = record.status.map_or_else(
+            || record.transport.unwrap_or("none").to_owned(),
+            |s| s.to_string(),
+        );
+        Metrics::bump(&self.metrics.answers, (status, record.cause.as_str()));
+        Metrics::bump(&self.metrics.actions, record.action.as_str());
+        if let Some(f) = &self.file {
+            f.attempt_ended(record);
+        }
+    }
+}

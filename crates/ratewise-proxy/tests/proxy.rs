@@ -1,0 +1,341 @@
+//! `ratewise proxy` end to end on loopback, against the mock provider:
+//! what a caller gets back in each situation, what reaches the upstream,
+//! and that nothing stays reserved.
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer, RetryAfterFormat};
+use ratewise_proxy::config::{Flags, ProxyConfig};
+use ratewise_proxy::keys::fingerprint;
+use ratewise_proxy::Running;
+use std::time::Duration;
+
+const KEY: &str = "sk-ant-api03-test-KEY1";
+const BODY: &str =
+    r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+
+fn roomy() -> MockConfig {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    cfg.anthropic_limits.input_tokens_per_minute = Some(100_000_000);
+    cfg.anthropic_limits.output_tokens_per_minute = Some(100_000_000);
+    cfg
+}
+
+async fn proxy(upstream: &str, toml: &str) -> Running {
+    let flags = Flags {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:1".into()),
+        upstream: Some(upstream.into()),
+        ..Flags::default()
+    };
+    let mut config = ProxyConfig::from_toml(&flags, toml, |_| None).expect("config");
+    // Both on ephemeral ports.
+    config.admin = "127.0.0.1:0".parse().unwrap();
+    ratewise_proxy::start(config).await.expect("proxy starts")
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+async fn call(p: &Running, extra: &[(&str, &str)], body: &str) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::post(format!("http://{}/v1/messages", p.addr))
+        .header("content-type", "application/json")
+        .header("x-api-key", KEY);
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    let resp = client
+        .request(req.body(Full::new(Bytes::from(body.to_owned()))).unwrap())
+        .await
+        .expect("the proxy answers");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+async fn admin(p: &Running, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", p.admin_addr))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn action(a: &Answer) -> &str {
+    a.headers
+        .get("x-ratewise-action")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+fn assert_clean(p: &Running) {
+    let l = p.app.store.ledger();
+    assert!(l.conserved(), "{l:?}");
+    assert_eq!(l.outstanding.requests, 0, "{l:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_passes_through_and_its_key_is_only_a_fingerprint() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    let a = call(&p, &[], BODY).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains("\"usage\""));
+    assert_eq!(mock.records().len(), 1);
+    let (s, status) = admin(&p, "GET", "/status").await;
+    assert_eq!(s, 200);
+    let text = status.to_string();
+    assert!(text.contains(&fingerprint(KEY)), "{text}");
+    assert!(text.contains("\"last_four\":\"KEY1\""), "{text}");
+    assert!(!text.contains(KEY), "the key itself never shows");
+    let (_, m) = admin(&p, "GET", "/healthz").await;
+    assert_eq!(m, serde_json::Value::Null, "healthz is plain text");
+    // Its usage settled exactly.
+    let l = p.app.store.ledger();
+    assert_eq!(l.charged.output, mock.records()[0].output_tokens, "{l:?}");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_cap_stops_the_key_every_later_job_gets_the_same_typed_error_with_no_send() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    mock.set_spend_cap(Some(0.0));
+    let p = proxy(&mock.base_url(), "").await;
+    let first = call(&p, &[], BODY).await;
+    assert_eq!(action(&first), "stop_queue", "{}", first.body);
+    assert_eq!(first.headers.get("x-should-retry").unwrap(), "false");
+    assert_eq!(mock.records().len(), 1);
+    for _ in 0..3 {
+        let later = call(&p, &[], BODY).await;
+        assert_eq!(later.status, first.status);
+        assert_eq!(
+            later.body, first.body,
+            "the provider's own answer, replayed"
+        );
+        assert_eq!(action(&later), "stop_queue");
+    }
+    assert_eq!(mock.records().len(), 1, "zero sends after the cap");
+    let (_, status) = admin(&p, "GET", "/status").await;
+    assert!(status.to_string().contains("spend_cap"), "{status}");
+    // A human raises the cap and resumes the key.
+    mock.set_spend_cap(None);
+    let fp = fingerprint(KEY);
+    let (s, _) = admin(&p, "POST", &format!("/resume?key={fp}")).await;
+    assert_eq!(s, 200);
+    let after = call(&p, &[], BODY).await;
+    assert_eq!(after.status, 200, "{}", after.body);
+    let (s, _) = admin(&p, "POST", "/resume").await;
+    assert_eq!(s, 400, "a key is required");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_stop_holds_until_resumed() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    let fp = fingerprint(KEY);
+    let (s, _) = admin(&p, "POST", &format!("/stop?key={fp}")).await;
+    assert_eq!(s, 200);
+    let a = call(&p, &[], BODY).await;
+    assert_eq!(a.status, 429, "{}", a.body);
+    assert_eq!(action(&a), "stop_queue");
+    assert!(
+        a.body.contains("\"type\":\"error\""),
+        "Anthropic's shape: {}",
+        a.body
+    );
+    assert_eq!(mock.records().len(), 0);
+    admin(&p, "POST", &format!("/resume?key={fp}")).await;
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_gives_up_with_a_timeout_naming_the_last_cause() {
+    let mut cfg = roomy();
+    cfg.faults = vec![FaultRule::always(Fault::RetryAfter {
+        format: RetryAfterFormat::Seconds,
+        secs: 5,
+    })];
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    let a = call(&p, &[("x-ratewise-deadline-ms", "1500")], BODY).await;
+    assert_eq!(a.status, 504, "{}", a.body);
+    assert_eq!(action(&a), "give_up");
+    assert!(a.body.contains("timeout_error"), "{}", a.body);
+    assert!(
+        a.body.contains("rate_limited"),
+        "names the last cause: {}",
+        a.body
+    );
+    assert_eq!(mock.records().len(), 1, "no retry that cannot fit");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_past_the_inline_limit_is_deferred_with_retry_after() {
+    let mut cfg = roomy();
+    cfg.faults = vec![FaultRule::always(Fault::RetryAfter {
+        format: RetryAfterFormat::Seconds,
+        secs: 20,
+    })];
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "[policy]\nmax_inline_wait_ms = 1000\n").await;
+    let a = call(&p, &[], BODY).await;
+    assert_eq!(a.status, 429, "{}", a.body);
+    assert_eq!(action(&a), "defer");
+    let secs: u64 = a.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    // Never before the server's 20 s; the jitter only adds (≤ 1 s + 25 %).
+    assert!((20..=27).contains(&secs), "retry-after {secs}");
+    assert!(a.body.contains("rate_limit_error"), "{}", a.body);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_answer_and_the_next_request_is_served() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "[bounds]\nmax_request_body = 200\n").await;
+    let big = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(500)
+    );
+    let a = call(&p, &[], &big).await;
+    assert_eq!(a.status, 413, "{}", a.body);
+    let a = call(&p, &[("x-ratewise-deadline-ms", "soon")], BODY).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    // Malformed JSON goes upstream; the provider's own 400 comes back.
+    let a = call(&p, &[], "{not json").await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(action(&a), "fail");
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_gone_during_the_send_costs_nothing_and_its_usage_settles() {
+    let mut cfg = roomy();
+    cfg.latency.first_byte_ms = 400;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    // The first answer teaches the key's limits (a cold key sends one
+    // request first).
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    mock.clear_records();
+    let before = p.app.store.ledger().charged.output;
+    for _ in 0..3 {
+        let r = tokio::time::timeout(Duration::from_millis(100), call(&p, &[], BODY)).await;
+        assert!(r.is_err(), "the caller gave up first");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let recs = mock.records();
+    assert_eq!(recs.len(), 3, "each sent once");
+    let l = p.app.store.ledger();
+    let used: u64 = recs.iter().map(|r| r.output_tokens).sum();
+    assert_eq!(
+        l.charged.output - before,
+        used,
+        "settled from the usage: {l:?}"
+    );
+    assert_clean(&p);
+    // Capacity did not drain: the next caller is served at once.
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_gone_before_the_send_releases_its_reservation() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    // 20 requests a minute, ramping up from 10 %: the second request
+    // waits about 30 s for admission.
+    let p = proxy(&mock.base_url(), "[limits]\nrequests = 20\n").await;
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    let r = tokio::time::timeout(Duration::from_millis(300), call(&p, &[], BODY)).await;
+    if let Ok(a) = &r {
+        panic!("answered at once: {} {}", a.status, a.body);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(mock.records().len(), 1, "never sent");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_endpoints_pass_through() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::get(format!("http://{}/v1/models", p.addr))
+        .header("x-api-key", KEY)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    // Whatever the upstream says about the path, it is the upstream's
+    // answer, never the proxy's "unknown path".
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        !String::from_utf8_lossy(&body).contains("ratewise"),
+        "{status}"
+    );
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_request_in_flight_finish() {
+    let mut cfg = roomy();
+    cfg.latency.first_byte_ms = 300;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    let addr = p.addr;
+    let in_flight = tokio::spawn(async move {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let req = Request::post(format!("http://{addr}/v1/messages"))
+            .header("content-type", "application/json")
+            .header("x-api-key", KEY)
+            .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+            .unwrap();
+        client.request(req).await.map(|r| r.status())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    p.shutdown().await;
+    assert_eq!(in_flight.await.unwrap().unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_is_refused_clearly_until_it_exists() {
+    let flags = Flags {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:1".into()),
+        upstream: Some("http://127.0.0.1:9".into()),
+        redis: Some("redis://127.0.0.1:6379".into()),
+        ..Flags::default()
+    };
+    let config = ProxyConfig::from_toml(&flags, "", |_| None).unwrap();
+    let e = ratewise_proxy::start(config).await.err().expect("refused");
+    assert!(e.to_string().contains("--redis"), "{e}");
+}
