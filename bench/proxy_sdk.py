@@ -1,4 +1,4 @@
-"""Drive `examples/proxy.rs` with the official Python SDKs, as a user would.
+"""Drive `ratewise proxy` with the official Python SDKs, as a user would.
 
     python bench/proxy_sdk.py --proxy http://127.0.0.1:PORT --mock http://127.0.0.1:PORT \
         --shape anthropic --jobs 150 --concurrency 16 --itpm 300000 --capacity-seconds 10

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The official Python SDKs (retries off) through `examples/proxy.rs` against
+# The official Python SDKs (retries off) through `ratewise proxy` against
 # the mock provider as a provider we did not write would behave: buckets
 # holding 10 s of refill, JSON bodies framed with `Content-Length`, latency,
 # and (OpenAI shape) rejected requests that still count and a TPM charged
@@ -29,9 +29,9 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import anthropic, ope
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade anthropic openai
 fi
 
-(cd "$ROOT" && cargo build --quiet -p ratewise-mock && cargo build --quiet --example proxy --features tower)
+(cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
 MOCK_BIN="$TARGET/debug/ratewise-mock"
-PROXY_BIN="$TARGET/debug/examples/proxy"
+PROXY_BIN="$TARGET/debug/ratewise"
 
 WORK="$(mktemp -d)"
 PIDS=()
@@ -90,7 +90,8 @@ run_shape() {
     PIDS+=("$mock_pid")
     local mock_addr
     mock_addr="$(wait_addr "$WORK/$shape.mock.out" "$mock_pid")"
-    RATEWISE_UPSTREAM="http://$mock_addr" "$PROXY_BIN" --serve >"$WORK/$shape.proxy.out" 2>&1 &
+    "$PROXY_BIN" proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 \
+        --upstream "http://$mock_addr" >"$WORK/$shape.proxy.out" 2>&1 &
     local proxy_pid=$!
     PIDS+=("$proxy_pid")
     local proxy_addr

@@ -330,7 +330,7 @@ impl ProxyConfig {
             "127.0.0.1:8788",
             "admin",
         )?;
-        if admin == listen {
+        if admin == listen && listen.port() != 0 {
             return Err(invalid(
                 "--admin must not be the callers' address (--listen)",
             ));
