@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The official anthropic and openai Python SDKs (retries off) through
+# `ratewise proxy` against ratewise-mock: success and streams, retries owned
+# by the proxy, a spend cap (typed error, zero sends after it), a deadline,
+# disconnecting callers, kill -9 and a restart with --journal, and an HTTPS
+# upstream behind a test CA.
+#
+#   tests/conformance/proxy.sh
+#
+# Exits 0 when every check passes, 1 on any failure; prints "SKIPPED:
+# <reason>" and exits 0 only when PyPI cannot be reached.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$ROOT/tests/conformance"
+VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
+PYTHON="${PYTHON:-python3}"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import anthropic, openai" 2>/dev/null; then
+    if ! "$PYTHON" -c "import urllib.request; urllib.request.urlopen('${PIP_INDEX_URL:-https://pypi.org/simple}'.rstrip('/') + '/anthropic/', timeout=15).read(1)" 2>/dev/null; then
+        echo "SKIPPED: PyPI is unreachable (the official SDKs come from there)"
+        exit 0
+    fi
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade anthropic openai
+fi
+command -v openssl >/dev/null || { echo "FAIL: openssl is needed for the test CA" >&2; exit 1; }
+
+(cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
+MOCK_BIN="$TARGET/debug/ratewise-mock"
+RATEWISE="$TARGET/debug/ratewise"
+
+WORK="$(mktemp -d)"
+cleanup() {
+    for f in "$WORK"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() {
+    for _ in $(seq 1 100); do
+        "$PYTHON" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "FAIL: $1 never answered" >&2
+    return 1
+}
+
+"$MOCK_BIN" --config "$HERE/mock.json" --addr 127.0.0.1:0 >"$WORK/mock.out" 2>&1 &
+echo $! >"$WORK/mock.pid"; disown
+for _ in $(seq 1 100); do MOCK="$(head -n1 "$WORK/mock.out" 2>/dev/null || true)"; [ -n "$MOCK" ] && break; sleep 0.1; done
+[ -n "$MOCK" ] || { echo "FAIL: no mock address" >&2; exit 1; }
+
+PORT=$(free_port); ADMIN=$(free_port)
+cat >"$WORK/start.sh" <<SH
+#!/usr/bin/env bash
+"$RATEWISE" proxy --listen 127.0.0.1:$PORT --admin 127.0.0.1:$ADMIN \\
+    --upstream http://$MOCK --journal "$WORK/journal.jsonl" >>"$WORK/proxy.out" 2>&1 &
+echo \$! >"$WORK/proxy.pid"
+SH
+cat >"$WORK/restart.sh" <<SH
+#!/usr/bin/env bash
+kill -9 "\$(cat "$WORK/proxy.pid")"
+sleep 0.3
+bash "$WORK/start.sh"
+for _ in \$(seq 1 100); do
+    "$PYTHON" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$ADMIN/healthz', timeout=1)" 2>/dev/null && exit 0
+    sleep 0.1
+done
+exit 1
+SH
+bash "$WORK/start.sh"
+wait_http "http://127.0.0.1:$ADMIN/healthz"
+
+# The mock behind TLS, its certificate signed by a throwaway CA.
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=ratewise test CA" \
+    -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$WORK/leaf.key" \
+    -out "$WORK/leaf.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost\n' >"$WORK/leaf.ext"
+openssl x509 -req -in "$WORK/leaf.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
+    -days 1 -extfile "$WORK/leaf.ext" -out "$WORK/leaf.pem" 2>/dev/null
+"$PYTHON" "$HERE/tls_relay.py" "$WORK/leaf.pem" "$WORK/leaf.key" "${MOCK##*:}" >"$WORK/relay.out" 2>&1 &
+echo $! >"$WORK/relay.pid"; disown
+for _ in $(seq 1 100); do RELAY="$(head -n1 "$WORK/relay.out" 2>/dev/null || true)"; [ -n "$RELAY" ] && break; sleep 0.1; done
+TLS_PORT=$(free_port); TLS_ADMIN=$(free_port)
+cat >"$WORK/tls.toml" <<TOML
+[[upstream]]
+url = "https://localhost:$RELAY"
+ca_file = "$WORK/ca.pem"
+TOML
+"$RATEWISE" proxy --listen 127.0.0.1:$TLS_PORT --admin 127.0.0.1:$TLS_ADMIN \
+    --config "$WORK/tls.toml" >"$WORK/tls-proxy.out" 2>&1 &
+echo $! >"$WORK/tls-proxy.pid"; disown
+wait_http "http://127.0.0.1:$TLS_ADMIN/healthz"
+
+rc=0
+"$VENV/bin/python" "$HERE/proxy_check.py" --proxy "http://127.0.0.1:$PORT" \
+    --admin "http://127.0.0.1:$ADMIN" --mock "http://$MOCK" \
+    --restart "bash $WORK/restart.sh" --tls-proxy "http://127.0.0.1:$TLS_PORT" || rc=$?
+if [ "$rc" -ne 0 ]; then
+    echo "--- proxy log (last 40 lines)"; tail -n 40 "$WORK/proxy.out"
+fi
+exit "$rc"

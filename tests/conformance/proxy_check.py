@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""The official `anthropic` and `openai` Python SDKs (retries off) through
+`ratewise proxy` against ratewise-mock: what an application sees.
+
+Usage: proxy_check.py --proxy URL --admin URL --mock URL --restart CMD
+
+`--restart` is a shell command that kills the proxy with SIGKILL and starts
+it again on the same addresses with the same journal (run.sh provides it).
+`--tls-proxy URL` (optional) is a second proxy whose upstream is the mock
+behind TLS with a test CA. Exit status 1 if any check fails.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.request
+
+import anthropic
+import openai
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--proxy", required=True)
+ap.add_argument("--admin", required=True)
+ap.add_argument("--mock", required=True)
+ap.add_argument("--restart", required=True)
+ap.add_argument("--tls-proxy")
+args = ap.parse_args()
+
+KEY_ANT = "sk-ant-proxy-conformance"
+KEY_OAI = "sk-proj-proxy-conformance"
+MSGS = [{"role": "user", "content": "Say hello through the proxy."}]
+RESULTS = []
+
+
+def ant(timeout=30, base=None):
+    return anthropic.Anthropic(api_key=KEY_ANT, base_url=base or args.proxy, max_retries=0, timeout=timeout)
+
+
+def oai(timeout=30):
+    return openai.OpenAI(api_key=KEY_OAI, base_url=args.proxy + "/v1", max_retries=0, timeout=timeout)
+
+
+def http(method, url, value=...):
+    data = None if value is ... else json.dumps(value).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        body = r.read()
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode()
+
+
+def mock(method, path, value=...):
+    return http(method, args.mock + path, value)
+
+
+def admin(method, path):
+    return http(method, args.admin + path)
+
+
+def sends():
+    return len(mock("GET", "/mock/records"))
+
+
+def fingerprint(key):
+    import hashlib
+
+    return "fp-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def reset():
+    mock("PUT", "/mock/faults", [])
+    mock("PUT", "/mock/spend-cap", None)
+    mock("PUT", "/mock/billing", False)
+    for key in (KEY_ANT, KEY_OAI):
+        admin("POST", "/resume?key=" + fingerprint(key))
+
+
+def check(fn):
+    name = fn.__name__
+    try:
+        reset()
+        fn()
+        RESULTS.append((name, None))
+        print(f"PASS {name}")
+    except Exception:  # noqa: BLE001 - report every failure
+        RESULTS.append((name, traceback.format_exc()))
+        print(f"FAIL {name}\n{traceback.format_exc()}")
+    return fn
+
+
+def ant_create(client=None, **kw):
+    return (client or ant()).messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=MSGS, **kw)
+
+
+def oai_create(client=None, **kw):
+    return (client or oai()).chat.completions.create(model="gpt-4o-mini", max_tokens=64, messages=MSGS, **kw)
+
+
+def raises(cls, fn):
+    try:
+        fn()
+    except cls as e:
+        return e
+    raise AssertionError(f"expected {cls.__name__}")
+
+
+@check
+def success_both_shapes_and_streams():
+    m = ant_create()
+    assert m.usage.output_tokens > 0
+    c = oai_create()
+    assert c.usage.completion_tokens > 0
+    with ant().messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=MSGS) as s:
+        text = "".join(s.text_stream)
+    assert text
+    chunks = list(oai().chat.completions.create(
+        model="gpt-4o-mini", max_tokens=64, messages=MSGS, stream=True,
+        stream_options={"include_usage": True}))
+    assert chunks and chunks[-1].usage is not None
+
+
+@check
+def a_429_and_an_overload_are_retried_by_the_proxy_not_the_sdk():
+    # The mock counts every request it ever received.
+    before = sends()
+    mock("PUT", "/mock/faults", [
+        {"fault": {"retry_after": {"format": "seconds", "secs": 1}}, "when": {"nth": [before + 1]}},
+        {"fault": "overloaded", "when": {"nth": [before + 2]}},
+    ])
+    m = ant_create()
+    assert m.usage.output_tokens > 0
+    assert sends() - before == 3, sends() - before
+
+
+@check
+def a_spend_cap_gives_every_later_job_the_typed_error_with_zero_sends():
+    mock("PUT", "/mock/spend-cap", 0)
+    first = raises(anthropic.RateLimitError, ant_create)
+    assert first.error_code == "enforced_spend_limit_reached", first.error_code
+    assert first.response.headers.get("x-ratewise-action") == "stop_queue"
+    assert first.response.headers.get("x-should-retry") == "false"
+    after_cap = sends()
+    for _ in range(3):
+        e = raises(anthropic.RateLimitError, ant_create)
+        assert e.error_code == "enforced_spend_limit_reached", e.error_code
+    assert sends() == after_cap, "zero sends after the cap"
+    status = admin("GET", "/status")
+    assert "spend_cap" in json.dumps(status), status
+    # OpenAI's shape: insufficient_quota, typed the same way.
+    e = raises(openai.RateLimitError, oai_create)
+    assert e.code == "insufficient_quota", e.code
+    e = raises(openai.RateLimitError, oai_create)
+    assert e.code == "insufficient_quota", e.code
+
+
+@check
+def a_deadline_ends_in_a_timeout_error_naming_the_last_cause():
+    mock("PUT", "/mock/faults", [{"fault": {"retry_after": {"format": "seconds", "secs": 5}}, "when": "always"}])
+    e = raises(anthropic.APIStatusError, lambda: ant_create(extra_headers={"x-ratewise-deadline-ms": "1500"}))
+    assert e.status_code == 504, e.status_code
+    assert "rate_limited" in str(e.body), e.body
+
+
+@check
+def disconnecting_callers_do_not_drain_capacity():
+    mock("PUT", "/mock/faults", [{"fault": {"stall": {"ms": 1500}}, "when": "always"}])
+    threads = []
+    errors = []
+
+    def impatient():
+        try:
+            ant_create(client=ant(timeout=0.3))
+        except anthropic.APITimeoutError:
+            errors.append("timeout")
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    for _ in range(8):
+        t = threading.Thread(target=impatient)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    assert errors.count("timeout") == 8, errors
+    mock("PUT", "/mock/faults", [])
+    time.sleep(2.5)
+    status = admin("GET", "/status")
+    assert status["reservations_outstanding"] == 0, status
+    t0 = time.monotonic()
+    ant_create()
+    assert time.monotonic() - t0 < 3, "the next caller is served at once"
+
+
+@check
+def kill_9_then_restart_reports_unknown_outcomes_and_keeps_a_stop():
+    fp = fingerprint(KEY_ANT)
+    admin("POST", "/stop?key=" + fp)
+    # A request in flight when the proxy dies: started, never ended.
+    mock("PUT", "/mock/faults", [{"fault": {"stall": {"ms": 4000}}, "when": "always"}])
+    holder = threading.Thread(target=lambda: raises(Exception, lambda: oai_create(client=oai(timeout=10))))
+    holder.start()
+    time.sleep(0.8)
+    subprocess.run(args.restart, shell=True, check=True)
+    holder.join()
+    mock("PUT", "/mock/faults", [])
+    status = admin("GET", "/status")
+    assert status["unknown_outcomes"], status
+    before = sends()
+    e = raises(anthropic.RateLimitError, ant_create)
+    assert e.response.headers.get("x-ratewise-action") == "stop_queue"
+    assert sends() == before, "the stop survived the restart"
+    admin("POST", "/resume?key=" + fp)
+    ant_create()
+
+
+@check
+def an_https_upstream_with_a_test_ca():
+    if not args.tls_proxy:
+        raise AssertionError("no --tls-proxy given")
+    m = ant_create(client=ant(base=args.tls_proxy))
+    assert m.usage.output_tokens > 0
+
+
+failed = [n for n, err in RESULTS if err]
+print(f"\n{len(RESULTS) - len(failed)}/{len(RESULTS)} SDK-through-proxy checks passed")
+sys.exit(1 if failed else 0)
