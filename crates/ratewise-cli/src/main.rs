@@ -7,6 +7,11 @@ mod proxy;
 mod simulate;
 
 use clap::{Parser, Subcommand};
+
+/// The proxy serves many requests on every worker thread; mimalloc keeps
+/// their allocations off one global lock.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 /// Read LLM API responses whole and act on them.
