@@ -336,6 +336,8 @@ async fn redis_is_refused_clearly_until_it_exists() {
         ..Flags::default()
     };
     let config = ProxyConfig::from_toml(&flags, "", |_| None).unwrap();
-    let e = ratewise_proxy::start(config).await.err().expect("refused");
+    let Err(e) = ratewise_proxy::start(config).await else {
+        panic!("--redis is refused until the store exists")
+    };
     assert!(e.to_string().contains("--redis"), "{e}");
 }
