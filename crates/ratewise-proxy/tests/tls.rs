@@ -141,9 +141,9 @@ fn a_ca_file_without_certificates_is_a_start_error() {
         ca_file: Some(ca_file),
         roots: ratewise_proxy::config::Roots::Webpki,
     };
-    let e = ratewise_proxy::upstream::client(&up)
-        .err()
-        .expect("refused");
+    let Err(e) = ratewise_proxy::upstream::client(&up) else {
+        panic!("a CA file without certificates is refused")
+    };
     assert!(e.to_string().contains("no PEM certificate"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
