@@ -109,6 +109,7 @@ async fn status(State(app): State<Arc<App>>) -> Response {
         serde_json::json!({
             "keys": key_list,
             "jobs_in_flight": app.metrics.in_flight.load(Ordering::Relaxed),
+            "jobs_waiting": app.metrics.waiting.load(Ordering::Relaxed),
             "reservations_outstanding": ledger.outstanding.requests,
             "unknown_outcomes": app.unknown,
         }),

@@ -50,6 +50,7 @@
 //! max_request_body = 33554432
 //! max_waiting = 1000                # per key and model class; more are shed
 //! grace_s = 30                      # in-flight jobs on shutdown
+//! body_timeout_ms = 30000           # a request body must arrive by then
 //! ```
 //!
 //! A request chooses its upstream by the `x-ratewise-upstream` header (an
@@ -234,6 +235,7 @@ struct BoundsFile {
     max_request_body: Option<usize>,
     max_waiting: Option<usize>,
     grace_s: Option<u64>,
+    body_timeout_ms: Option<u64>,
 }
 
 /// One upstream.
@@ -280,6 +282,8 @@ pub struct ProxyConfig {
     pub log: LogFormat,
     /// How long in-flight jobs may take to finish on shutdown.
     pub grace: Duration,
+    /// How long a caller may take to send its request body (default 30 s).
+    pub body_timeout: Duration,
 }
 
 /// The default deadline of a job when nothing sets one.
@@ -480,6 +484,7 @@ impl ProxyConfig {
             redis,
             log: file.log.unwrap_or_default(),
             grace: Duration::from_secs(bounds.grace_s.unwrap_or(30)),
+            body_timeout: Duration::from_millis(bounds.body_timeout_ms.unwrap_or(30_000).max(1)),
         })
     }
 }

@@ -101,15 +101,51 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
             )
         }
     };
-    let sent = SentFlag::default();
+    // The body, read whole before anything is reserved: bounded in size,
+    // and in time, so a caller that trickles it ties up nothing but its
+    // own connection.
+    let limit = app.config.layer.max_request_body;
+    let read = http_body_util::Limited::new(body, limit).collect();
+    let bytes = match tokio::time::timeout(app.config.body_timeout, read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return answer::shaped(
+            provider,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            "ratewise: the request body is larger than the proxy accepts (bounds.max_request_body)",
+        ),
+        Ok(Err(_)) => {
+            return answer::shaped(
+                provider,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "ratewise: the request body could not be read",
+            )
+        }
+        Err(_) => {
+            return answer::shaped(
+                provider,
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout_error",
+                "ratewise: the request body did not arrive in time",
+            )
+        }
+    };
+    let sent = SentFlag::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
-    let req = http::Request::from_parts(parts, body.boxed_unsync() as UpBody);
+    let body: UpBody = http_body_util::Full::new(bytes)
+        .map_err(|never: std::convert::Infallible| -> axum::Error { match never {} })
+        .boxed_unsync();
+    let req = http::Request::from_parts(parts, body);
 
     let svc = app.services[ui].clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let metrics = app.metrics.clone();
     metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    let unsent = sent.clone();
     let task = tokio::spawn(async move {
+        // Whatever way the job ends, it no longer waits for a send.
+        let _unsent = crate::upstream::NoLongerWaiting(unsent);
         let result = svc.oneshot(req).await;
         if let Err(back) = tx.send(result) {
             // The caller went away after the send: read the answer to its

@@ -20,6 +20,8 @@ pub struct Metrics {
     pub jobs: AtomicU64,
     /// Jobs in flight now.
     pub in_flight: AtomicI64,
+    /// Jobs in flight that wait for their first send (admission).
+    pub waiting: AtomicI64,
     /// Jobs whose caller went away before their answer.
     pub abandoned: AtomicU64,
     answers: Mutex<BTreeMap<(String, &'static str), u64>>,
@@ -69,6 +71,11 @@ impl Metrics {
             out,
             "# HELP ratewise_jobs_in_flight Jobs being handled now.\n# TYPE ratewise_jobs_in_flight gauge\nratewise_jobs_in_flight {}",
             self.in_flight.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP ratewise_jobs_waiting Jobs waiting for their first send.\n# TYPE ratewise_jobs_waiting gauge\nratewise_jobs_waiting {}",
+            self.waiting.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

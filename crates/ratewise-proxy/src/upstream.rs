@@ -99,13 +99,53 @@ pub fn client(up: &Upstream) -> Result<HttpClient, TlsSetupError> {
 
 /// Set when a job's request is handed to the upstream client: from then on
 /// a caller that goes away does not cancel the job (its usage must settle).
-#[derive(Debug, Clone, Default)]
-pub struct SentFlag(Arc<AtomicBool>);
+/// Until then the job counts as waiting (`Metrics::waiting`).
+#[derive(Debug, Clone)]
+pub struct SentFlag(Arc<Flag>);
+
+#[derive(Debug)]
+struct Flag {
+    sent: AtomicBool,
+    /// Whether it still counts as waiting.
+    counted: AtomicBool,
+    metrics: Arc<crate::metrics::Metrics>,
+}
 
 impl SentFlag {
+    /// A job that waits for its first send, counted in `metrics.waiting`.
+    pub fn waiting(metrics: Arc<crate::metrics::Metrics>) -> Self {
+        metrics.waiting.fetch_add(1, Ordering::Relaxed);
+        SentFlag(Arc::new(Flag {
+            sent: AtomicBool::new(false),
+            counted: AtomicBool::new(true),
+            metrics,
+        }))
+    }
+
     /// Whether the request was handed to the client.
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.sent.load(Ordering::Acquire)
+    }
+
+    fn mark(&self) {
+        self.0.sent.store(true, Ordering::Release);
+        self.uncount();
+    }
+
+    fn uncount(&self) {
+        if self.0.counted.swap(false, Ordering::AcqRel) {
+            self.0.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Held by a job's task: when the job ends, however (answered, failed,
+/// aborted), it no longer counts as waiting.
+pub struct NoLongerWaiting(pub SentFlag);
+
+impl Drop for NoLongerWaiting {
+    fn drop(&mut self) {
+        self.0.uncount();
     }
 }
 
@@ -124,7 +164,7 @@ impl Service<http::Request<UpBody>> for Marking {
 
     fn call(&mut self, req: http::Request<UpBody>) -> Self::Future {
         if let Some(flag) = req.extensions().get::<SentFlag>() {
-            flag.0.store(true, Ordering::Release);
+            flag.mark();
         }
         Service::call(&mut self.0, req)
     }

@@ -273,12 +273,51 @@ async fn a_caller_gone_before_the_send_releases_its_reservation() {
     // waits about 30 s for admission.
     let p = proxy(&mock.base_url(), "[limits]\nrequests = 20\n").await;
     assert_eq!(call(&p, &[], BODY).await.status, 200);
-    let r = tokio::time::timeout(Duration::from_millis(300), call(&p, &[], BODY)).await;
-    if let Ok(a) = &r {
-        panic!("answered at once: {} {}", a.status, a.body);
-    }
+    let waiting = tokio::time::timeout(Duration::from_millis(300), async {
+        let call = call(&p, &[], BODY);
+        tokio::pin!(call);
+        // While it waits, /status counts it.
+        tokio::select! {
+            a = &mut call => panic!("answered at once: {} {}", a.status, a.body),
+            _ = tokio::time::sleep(Duration::from_millis(150)) => {}
+        }
+        let (_, s) = admin(&p, "GET", "/status").await;
+        assert_eq!(s["jobs_waiting"], 1, "{s}");
+        call.await
+    })
+    .await;
+    assert!(waiting.is_err(), "the caller gave up first");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(mock.records().len(), 1, "never sent");
+    let (_, s) = admin(&p, "GET", "/status").await;
+    assert_eq!(s["jobs_waiting"], 0, "{s}");
+    assert_eq!(s["jobs_in_flight"], 0, "{s}");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_is_cut_without_holding_anything() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "[bounds]\nbody_timeout_ms = 300\n").await;
+    // A raw connection that promises a body and never sends it.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\ncontent-length: 100\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("answered")
+        .unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert_eq!(mock.records().len(), 0);
+    // The next caller is served.
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
     assert_clean(&p);
     p.shutdown().await;
 }
