@@ -1,5 +1,7 @@
-//! A tiny self-hosted gateway: an axum reverse proxy that applies
-//! `RetryLayer` to every request before forwarding it upstream. Point any
+//! The layer inside an axum reverse proxy, in a page: how `ratewise proxy`
+//! (the `ratewise-proxy` crate: config, fingerprints, answers in the
+//! provider's shape, admin, journal, HTTPS) is built. For a gateway to run,
+//! use `ratewise proxy --upstream URL`. Point any
 //! language's SDK at it (`base_url = "http://127.0.0.1:PORT"`) with the
 //! SDK's own retries off (`max_retries=0` in the Anthropic and OpenAI
 //! SDKs): the proxy is the one retry owner.
