@@ -323,6 +323,39 @@ async fn a_body_that_trickles_in_is_cut_without_holding_anything() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_answer_reaches_the_caller_as_asked_and_its_usage_settles() {
+    let mut cfg = roomy();
+    cfg.compression = true;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    assert_eq!(
+        call(&p, &[], BODY).await.status,
+        200,
+        "the cold-start probe"
+    );
+    let before = p.app.store.ledger().charged.output;
+    let a = call(&p, &[("accept-encoding", "gzip")], BODY).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        a.headers
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap()),
+        Some("gzip"),
+        "the caller gets what it asked for"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let l = p.app.store.ledger();
+    let last = mock.records().last().unwrap().output_tokens;
+    assert_eq!(
+        l.charged.output - before,
+        last,
+        "usage read from the gzip body: {l:?}"
+    );
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_endpoints_pass_through() {
     let mock = MockServer::start(roomy()).await.unwrap();
     let p = proxy(&mock.base_url(), "").await;
