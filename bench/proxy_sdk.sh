@@ -20,14 +20,7 @@ PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ $# -gt 0 ]; then SHAPES=("$@"); else SHAPES=(anthropic openai); fi
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import anthropic, openai" 2>/dev/null; then
-    if ! "$PYTHON" -c "import urllib.request; urllib.request.urlopen('${PIP_INDEX_URL:-https://pypi.org/simple}'.rstrip('/') + '/anthropic/', timeout=15).read(1)" 2>/dev/null; then
-        echo "SKIPPED: PyPI is unreachable (the official SDKs come from there)"
-        exit 0
-    fi
-    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade anthropic openai
-fi
+. "$ROOT/tests/conformance/venv.sh"
 
 (cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
 MOCK_BIN="$TARGET/debug/ratewise-mock"

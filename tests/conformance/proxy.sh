@@ -17,14 +17,7 @@ VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import anthropic, openai" 2>/dev/null; then
-    if ! "$PYTHON" -c "import urllib.request; urllib.request.urlopen('${PIP_INDEX_URL:-https://pypi.org/simple}'.rstrip('/') + '/anthropic/', timeout=15).read(1)" 2>/dev/null; then
-        echo "SKIPPED: PyPI is unreachable (the official SDKs come from there)"
-        exit 0
-    fi
-    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade anthropic openai
-fi
+. "$HERE/venv.sh"
 command -v openssl >/dev/null || { echo "FAIL: openssl is needed for the test CA" >&2; exit 1; }
 
 (cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)

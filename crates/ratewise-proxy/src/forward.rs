@@ -167,11 +167,11 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     match result {
         Ok(Ok(resp)) => resp.map(|b| Body::new(ReadToEnd::new(b, deadline))),
         Ok(Err(e)) => {
-            let r = answer::for_error(&e, provider, &key, &app.stops);
             if e.is_stop_queue() {
+                // Journaled and logged once, before the answer is kept.
                 app.stopped(&key, &e);
             }
-            r
+            answer::for_error(&e, provider, &key, &app.stops)
         }
         // The job's task ended without an answer (it panicked).
         Err(_) => answer::shaped(

@@ -65,19 +65,13 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
     let journal = dir.join("journal.jsonl");
     let _ = std::fs::remove_file(&journal);
 
-    // A first run: one job done, then a stop by an operator.
+    // A first run: one job done, then the provider's spend cap stops the
+    // key.
     let p = start(&mock.base_url(), &journal).await;
     assert_eq!(call(&p).await.0, 200);
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    mock.set_spend_cap(Some(0.0));
+    assert_eq!(call(&p).await.1, "stop_queue");
     let fp = fingerprint(KEY);
-    client
-        .request(
-            Request::post(format!("http://{}/stop?key={fp}", p.admin_addr))
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
     p.shutdown().await;
     // ... and, as if the process had been killed mid-send, an attempt that
     // started and never ended (a line cut short after it, too).
@@ -91,7 +85,9 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
     }
     let text = std::fs::read_to_string(&journal).unwrap();
     assert!(!text.contains(KEY), "no key in the journal");
-    assert!(text.contains(&fp));
+    assert!(text.contains(&fp) && text.contains("spend_cap"), "{text}");
+    // The cap is lifted at the provider, but nobody resumed the key.
+    mock.set_spend_cap(None);
 
     // The restart: the unknown outcome is reported, the stop holds.
     let sends = mock.records().len();
