@@ -4,7 +4,8 @@
 //! * `GET /status` — per key fingerprint (with its last four characters)
 //!   and model class: limits set or learned, bucket levels, ramp, pause,
 //!   stop with cause and since when; jobs in flight; attempts whose outcome
-//!   is unknown since the last restart;
+//!   is unknown (cut by a crash before the last start, or sent with no
+//!   answer since);
 //! * `POST /resume?key=FP` — lifts a key's stop;
 //! * `POST /stop?key=FP` — stops a key (cause `user_limit`) until resumed;
 //! * `GET /metrics` — Prometheus text;
@@ -111,7 +112,7 @@ async fn status(State(app): State<Arc<App>>) -> Response {
             "jobs_in_flight": app.metrics.in_flight.load(Ordering::Relaxed),
             "jobs_waiting": app.metrics.waiting.load(Ordering::Relaxed),
             "reservations_outstanding": ledger.outstanding.requests,
-            "unknown_outcomes": app.unknown,
+            "unknown_outcomes": *app.unknown.lock().unwrap_or_else(|p| p.into_inner()),
         }),
     )
 }

@@ -171,6 +171,9 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
                 // Journaled and logged once, before the answer is kept.
                 app.stopped(&key, &e);
             }
+            if e.is_hold_unknown() {
+                app.unknown_outcome(&e);
+            }
             answer::for_error(&e, provider, &key, &app.stops)
         }
         // The job's task ended without an answer (it panicked).

@@ -64,13 +64,34 @@ pub struct App {
     pub metrics: Arc<metrics::Metrics>,
     /// The journal file.
     pub journal: Option<Arc<journal::FileJournal>>,
-    /// Attempts found unfinished at start.
-    pub unknown: Vec<journal::Unknown>,
+    /// Attempts whose outcome is unknown: found unfinished at start, or
+    /// sent with no answer during this run (at most the last 1,000).
+    pub unknown: std::sync::Mutex<Vec<journal::Unknown>>,
     /// This run's prefix of job ids (its start, Unix milliseconds in hex).
     pub boot: String,
 }
 
 impl App {
+    /// Notes a job held as `outcome_unknown`: it was sent and no answer
+    /// came, so it may have been processed.
+    pub fn unknown_outcome(&self, e: &ratewise_tower::Error) {
+        let Some(last) = e.attempts().last() else {
+            return;
+        };
+        let at = ratewise_core::time::parse_rfc3339(&last.time_utc)
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut list = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
+        if list.len() >= 1000 {
+            list.remove(0);
+        }
+        list.push(journal::Unknown {
+            job_id: e.job_id().to_owned(),
+            attempt: last.attempt,
+            started_ms: at,
+        });
+    }
+
     /// A job's answer stopped `key`: kept for the next jobs and journaled.
     pub fn stopped(&self, key: &str, e: &ratewise_tower::Error) {
         let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
@@ -216,7 +237,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         stops: answer::StopAnswers::default(),
         metrics,
         journal,
-        unknown: recovered.unknown.clone(),
+        unknown: std::sync::Mutex::new(recovered.unknown.clone()),
         boot: format!(
             "{:x}",
             SystemTime::now()

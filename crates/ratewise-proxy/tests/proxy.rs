@@ -356,6 +356,27 @@ async fn a_compressed_answer_reaches_the_caller_as_asked_and_its_usage_settles()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_cut_at_its_timeout_is_an_unknown_outcome_listed_in_status() {
+    let mut cfg = roomy();
+    cfg.latency.first_byte_ms = 1500;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "[policy]\nsend_timeout_ms = 300\n").await;
+    let a = call(&p, &[], BODY).await;
+    assert_eq!(a.status, 504, "{}", a.body);
+    assert_eq!(action(&a), "hold_unknown");
+    assert!(a.body.contains("not sent again"), "{}", a.body);
+    assert_eq!(mock.records().len(), 1, "never resent");
+    let (_, s) = admin(&p, "GET", "/status").await;
+    assert_eq!(
+        s["unknown_outcomes"].as_array().map(Vec::len),
+        Some(1),
+        "{s}"
+    );
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_endpoints_pass_through() {
     let mock = MockServer::start(roomy()).await.unwrap();
     let p = proxy(&mock.base_url(), "").await;
