@@ -291,8 +291,10 @@ impl Job {
     /// The store's answer to the [`Step::Admit`] just asked: `Send` with
     /// the granted reservation, `Wait` (ask [`next`](Self::next) again
     /// then), or `End` (stopped, refused, or a wait past the inline limit:
-    /// deferred). An answer nobody asked for is given back untouched as an
-    /// update ([`Step::Pending`] stays).
+    /// deferred). Call it only with the answer to the machine's own
+    /// [`Step::Admit`]: an answer it did not ask for is ignored
+    /// ([`Step::Pending`]), and a reservation in it is left to the store's
+    /// lease.
     pub fn admission(&mut self, answer: Admission, policy: &Policy, now: Now) -> Step {
         if !matches!(self.state, State::Admitting) {
             return Step::Pending;

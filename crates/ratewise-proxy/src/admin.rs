@@ -132,7 +132,8 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
                         gauges.push((
                             format!(
                                 "ratewise_bucket_level{{key=\"{}\",class=\"{}\",dimension=\"{dim}\"}}",
-                                s.key, s.class
+                                crate::metrics::label(&s.key),
+                                crate::metrics::label(&s.class)
                             ),
                             level as f64,
                         ));

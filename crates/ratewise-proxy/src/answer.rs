@@ -41,6 +41,17 @@ pub struct Recorded {
     pub cause: Cause,
     /// When.
     pub since: SystemTime,
+    /// When the stop lifts by itself, if it does.
+    pub until: Option<SystemTime>,
+}
+
+/// Whether `e` ended on its own last answer's stop (rather than at an
+/// admission that found the key stopped, carrying an earlier answer).
+pub fn stopped_by_its_answer(e: &Error) -> bool {
+    e.attempts()
+        .last()
+        .is_some_and(|r| r.action == ActionKind::StopQueue)
+        && e.status().is_some()
 }
 
 impl StopAnswers {
@@ -57,19 +68,21 @@ impl StopAnswers {
             body: body.clone(),
             cause,
             since: SystemTime::now(),
+            until: e.until(),
         };
         self.lock().insert(key.to_owned(), rec);
     }
 
     /// Notes a stop without an answer (an operator's, or one read back
     /// from the journal).
-    pub fn note(&self, key: &str, cause: Cause, since: SystemTime) {
+    pub fn note(&self, key: &str, cause: Cause, since: SystemTime, until: Option<SystemTime>) {
         self.lock().entry(key.to_owned()).or_insert(Recorded {
             status: StatusCode::TOO_MANY_REQUESTS,
             content_type: None,
             body: Bytes::new(),
             cause,
             since,
+            until,
         });
     }
 
@@ -78,17 +91,26 @@ impl StopAnswers {
         self.lock().remove(key);
     }
 
-    /// The answer that stopped `key`.
+    /// The answer that stopped `key`, while the stop holds (one whose end
+    /// has passed is forgotten).
     pub fn get(&self, key: &str) -> Option<Recorded> {
-        self.lock().get(key).cloned()
+        let mut map = self.lock();
+        Self::forget_lifted(&mut map);
+        map.get(key).cloned()
     }
 
     /// Every stopped key and why.
     pub fn all(&self) -> Vec<(String, Cause, SystemTime)> {
-        self.lock()
-            .iter()
+        let mut map = self.lock();
+        Self::forget_lifted(&mut map);
+        map.iter()
             .map(|(k, r)| (k.clone(), r.cause, r.since))
             .collect()
+    }
+
+    fn forget_lifted(map: &mut HashMap<String, Recorded>) {
+        let now = SystemTime::now();
+        map.retain(|_, r| r.until.is_none_or(|u| u > now));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Recorded>> {
@@ -158,10 +180,12 @@ pub fn for_error(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) 
 /// it (kept for the next jobs), else the kept answer, else one in the
 /// provider's shape for the cause.
 fn stopped(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Response {
-    if let Some(r) = passthrough(e) {
-        let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
-        stops.keep(key, e, cause);
-        return r;
+    if stopped_by_its_answer(e) {
+        if let Some(r) = passthrough(e) {
+            let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
+            stops.keep(key, e, cause);
+            return r;
+        }
     }
     let kept = stops.get(key);
     if let Some(k) = kept.as_ref().filter(|k| !k.body.is_empty()) {

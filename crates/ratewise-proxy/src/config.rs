@@ -389,6 +389,14 @@ impl ProxyConfig {
             }
             layer.policy.max_attempts = n;
         }
+        for (name, v) in [
+            ("policy.default_deadline_ms", policy.default_deadline_ms),
+            ("policy.send_timeout_ms", policy.send_timeout_ms),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(format!("{name} must be more than 0")));
+            }
+        }
         layer.policy.default_deadline = Some(
             policy
                 .default_deadline_ms
@@ -401,6 +409,18 @@ impl ProxyConfig {
         // The provider is read per upstream, from the answer when unset.
         layer.provider = None;
         let bounds = file.bounds.unwrap_or_default();
+        for (name, v) in [
+            ("bounds.max_request_body", bounds.max_request_body),
+            ("bounds.max_waiting", bounds.max_waiting),
+            (
+                "bounds.body_timeout_ms",
+                bounds.body_timeout_ms.map(|v| v as usize),
+            ),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(format!("{name} must be more than 0")));
+            }
+        }
         if let Some(n) = bounds.max_request_body {
             layer.max_request_body = n;
         }
@@ -599,6 +619,12 @@ mod tests {
             ),
             ("[[key]]\nfingerprint = \"abc\"", "http://x", "fp-"),
             ("[policy]\nmax_attempts = 0", "http://x", "at least 1"),
+            (
+                "[policy]\ndefault_deadline_ms = 0",
+                "http://x",
+                "more than 0",
+            ),
+            ("[bounds]\nmax_waiting = 0", "http://x", "more than 0"),
             ("unknown = 1", "http://x", "unknown"),
             (
                 "[[upstream]]\nurl = \"http://x\"\nprovider = \"acme\"",

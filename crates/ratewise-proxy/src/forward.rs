@@ -33,6 +33,13 @@ use tower::ServiceExt;
 /// from now.
 pub const DEADLINE_HEADER: &str = "x-ratewise-deadline-ms";
 
+/// How long a job may outlive its deadline: its last send's answer and
+/// body, read in the background when its caller has left.
+pub const JOB_SLACK: Duration = Duration::from_secs(60);
+
+/// The longest deadline a caller may ask for.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(3600);
+
 /// The key label of requests without a key.
 pub const ANONYMOUS: &str = "anonymous";
 
@@ -58,7 +65,7 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
 
     // The key: its fingerprint names the shared state; the key itself
     // stays in the request, for the upstream alone.
-    let key = match caller_key(&parts.headers) {
+    let key = match caller_key(&parts.headers, provider) {
         Some(k) => app.keys.note(k),
         None => ANONYMOUS.to_owned(),
     };
@@ -77,7 +84,7 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     if let Some(v) = parts.headers.remove(DEADLINE_HEADER) {
         match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(ms) if ms > 0 => {
-                deadline = Duration::from_millis(ms);
+                deadline = Duration::from_millis(ms).min(MAX_DEADLINE);
                 parts.extensions.insert(Deadline(deadline));
             }
             _ => return answer::shaped(
@@ -90,6 +97,7 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     }
     parts.headers.remove("x-ratewise-upstream");
     parts.headers.remove(http::header::HOST);
+    strip_hop_by_hop(&mut parts.headers);
     parts.uri = match format!("{}{path}", up.url).parse::<Uri>() {
         Ok(u) => u,
         Err(_) => {
@@ -141,21 +149,32 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     let svc = app.services[ui].clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let metrics = app.metrics.clone();
-    metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-    let unsent = sent.clone();
+    // Built before the spawn and moved into the job's future: however the
+    // future ends (done, aborted before its first poll, a panic), dropping
+    // it ends the job's place in the gauges exactly once.
+    let gauges = (
+        crate::upstream::NoLongerWaiting(sent.clone()),
+        crate::metrics::InFlight::enter(app.metrics.clone()),
+    );
+    // The whole job, background included, is bounded by its deadline plus
+    // a grace for the last answer to arrive and be read.
+    let bound = deadline.saturating_add(JOB_SLACK);
     let task = tokio::spawn(async move {
-        // Whatever way the job ends, it no longer waits for a send.
-        let _unsent = crate::upstream::NoLongerWaiting(unsent);
-        let result = svc.oneshot(req).await;
-        if let Err(back) = tx.send(result) {
-            // The caller went away after the send: read the answer to its
-            // end so its usage settles exactly.
-            metrics.abandoned.fetch_add(1, Ordering::Relaxed);
-            if let Ok(resp) = back {
-                let _ = tokio::time::timeout(deadline, drain(resp.into_body())).await;
+        let _gauges = gauges;
+        let job = async {
+            let result = svc.oneshot(req).await;
+            if let Err(back) = tx.send(result) {
+                // The caller went away after the send: read the answer to
+                // its end so its usage settles exactly.
+                metrics.abandoned.fetch_add(1, Ordering::Relaxed);
+                if let Ok(resp) = back {
+                    drain(resp.into_body()).await;
+                }
             }
+        };
+        if tokio::time::timeout(bound, job).await.is_err() {
+            tracing::warn!("a job outlived its deadline and was cut");
         }
-        metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
     });
     let mut guard = CallerGone {
         task: Some(task.abort_handle()),
@@ -165,7 +184,10 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     let result = rx.await;
     guard.task = None;
     match result {
-        Ok(Ok(resp)) => resp.map(|b| Body::new(ReadToEnd::new(b, deadline))),
+        Ok(Ok(mut resp)) => {
+            strip_hop_by_hop(resp.headers_mut());
+            resp.map(|b| Body::new(ReadToEnd::new(b, deadline)))
+        }
         Ok(Err(e)) => {
             if e.is_stop_queue() {
                 // Journaled and logged once, before the answer is kept.
@@ -186,6 +208,35 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     }
 }
 
+/// Removes the hop-by-hop headers (RFC 9110 §7.6.1), and those the
+/// `Connection` header names: they describe one connection, not the
+/// message, and are not forwarded.
+fn strip_hop_by_hop(h: &mut http::HeaderMap) {
+    let named: Vec<http::HeaderName> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| http::HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        h.remove(n);
+    }
+}
+
 /// Which provider's shape a caller of `path` expects, when the upstream
 /// does not say: OpenAI's paths, else Anthropic's.
 fn guess_provider(path: &str) -> Provider {
@@ -203,7 +254,7 @@ fn guess_provider(path: &str) -> Provider {
 
 /// Dropped with the handler when its caller goes away before the answer:
 /// a job not yet sent is cancelled (its reservation released); a sent one
-/// is left to finish.
+/// is left to finish its send, and sends no retry nobody will read.
 struct CallerGone {
     task: Option<tokio::task::AbortHandle>,
     sent: SentFlag,
@@ -213,11 +264,11 @@ struct CallerGone {
 impl Drop for CallerGone {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
-            if !self.sent.is_set() {
+            // One atomic step decides between "never sent" (abort: the
+            // machine releases) and "sent" (let it finish).
+            if self.sent.cancel() {
                 task.abort();
                 self.metrics.abandoned.fetch_add(1, Ordering::Relaxed);
-                // An aborted task never reaches its own decrement.
-                self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }

@@ -13,7 +13,7 @@ use ratewise_core::record::AttemptRecord;
 use ratewise_core::Cause;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -102,8 +102,13 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
     let mut open: BTreeMap<(String, u32), u64> = BTreeMap::new();
     let mut stops: HashMap<String, KeptStop> = HashMap::new();
     let mut unreadable = 0;
-    for line in std::io::BufReader::new(file).lines() {
-        let line = line?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::BufReader::new(file), &mut bytes)?;
+    // Split on newlines ourselves: a line cut by a crash (even inside a
+    // multi-byte character) is one unreadable line, not the end of the
+    // journal.
+    for raw in bytes.split(|b| *b == b'\n') {
+        let line = String::from_utf8_lossy(raw);
         if line.trim().is_empty() {
             continue;
         }
@@ -167,7 +172,8 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
 #[derive(Debug)]
 pub struct FileJournal {
     path: PathBuf,
-    file: Mutex<std::fs::File>,
+    /// The file, and whether the last write may have left half a line.
+    file: Mutex<(std::fs::File, bool)>,
 }
 
 impl FileJournal {
@@ -191,7 +197,7 @@ impl FileJournal {
         }
         Ok(FileJournal {
             path: path.to_owned(),
-            file: Mutex::new(file),
+            file: Mutex::new((file, false)),
         })
     }
 
@@ -205,9 +211,18 @@ impl FileJournal {
             return;
         };
         text.push('\n');
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = f.write_all(text.as_bytes()).and_then(|()| f.flush()) {
-            tracing::error!(error = %e, path = %self.path.display(), "journal write failed");
+        let mut guard = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let (f, torn) = &mut *guard;
+        if *torn {
+            // After a failed write, start on a fresh line.
+            text.insert(0, '\n');
+        }
+        match f.write_all(text.as_bytes()).and_then(|()| f.flush()) {
+            Ok(()) => *torn = false,
+            Err(e) => {
+                *torn = true;
+                tracing::error!(error = %e, path = %self.path.display(), "journal write failed");
+            }
         }
     }
 
@@ -242,8 +257,8 @@ impl FileJournal {
 
     /// Flushes what is written (on shutdown).
     pub fn sync(&self) {
-        let f = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = f.sync_all();
+        let guard = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = guard.0.sync_all();
     }
 }
 
@@ -296,7 +311,8 @@ mod tests {
         {
             let mut f = std::fs::OpenOptions::new().append(true).open(&dir).unwrap();
             writeln!(f, "{rec}").unwrap();
-            write!(f, "{{\"event\":\"attempt_sta").unwrap();
+            // Cut inside a multi-byte character, as a crash can.
+            f.write_all(b"{\"event\":\"stop\",\"key\":\"\xc3").unwrap();
         }
         let r = recover(&dir).unwrap();
         assert_eq!(r.unknown.len(), 1);

@@ -8,6 +8,7 @@
 //! characters, so an operator can tell keys apart.
 
 use http::HeaderMap;
+use ratewise_core::Provider;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -23,20 +24,28 @@ pub fn fingerprint(key: &str) -> String {
     out
 }
 
-/// The caller's key: `x-api-key` (Anthropic), else `Authorization:
-/// Bearer …` (OpenAI and compatible). `None` when neither is there or
-/// readable.
-pub fn caller_key(headers: &HeaderMap) -> Option<&str> {
-    if let Some(k) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
-        let k = k.trim();
-        if !k.is_empty() {
-            return Some(k);
-        }
+/// The caller's key as the upstream reads it: for OpenAI (and
+/// compatible) APIs `Authorization: Bearer …` first, for the others
+/// `x-api-key` first; the other header when the first is absent. `None`
+/// when neither is there or readable.
+pub fn caller_key(headers: &HeaderMap, provider: Provider) -> Option<&str> {
+    let api_key = || {
+        headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+    };
+    let bearer = || {
+        let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+        let (scheme, token) = auth.trim().split_once(' ')?;
+        let token = token.trim();
+        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    };
+    match provider {
+        Provider::Openai => bearer().or_else(api_key),
+        _ => api_key().or_else(bearer),
     }
-    let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = auth.trim().split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// The last four characters of a key (fewer for a shorter one), for an
@@ -92,15 +101,18 @@ mod tests {
 
     #[test]
     fn keys_come_from_either_header() {
+        let (a, o) = (Provider::Anthropic, Provider::Openai);
         let mut h = HeaderMap::new();
-        assert_eq!(caller_key(&h), None);
+        assert_eq!(caller_key(&h, a), None);
         h.insert("authorization", "Bearer sk-proj-1234".parse().unwrap());
-        assert_eq!(caller_key(&h), Some("sk-proj-1234"));
+        assert_eq!(caller_key(&h, a), Some("sk-proj-1234"));
         h.insert("x-api-key", "sk-ant-9876".parse().unwrap());
-        assert_eq!(caller_key(&h), Some("sk-ant-9876"));
+        assert_eq!(caller_key(&h, a), Some("sk-ant-9876"));
+        // The key the upstream reads is the one paced and stopped.
+        assert_eq!(caller_key(&h, o), Some("sk-proj-1234"));
         let mut basic = HeaderMap::new();
         basic.insert("authorization", "Basic abc".parse().unwrap());
-        assert_eq!(caller_key(&basic), None);
+        assert_eq!(caller_key(&basic, o), None);
         assert_eq!(last_four("sk-ant-9876"), "9876");
         assert_eq!(last_four("ab"), "ab");
     }

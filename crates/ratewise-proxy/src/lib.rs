@@ -92,16 +92,35 @@ impl App {
         });
     }
 
-    /// A job's answer stopped `key`: kept for the next jobs and journaled.
+    /// A job ended stopped: the first time a stop of `key` is seen, it is
+    /// noted, journaled and logged, with its cause — the job's own answer's,
+    /// or the store's for a stop found at admission.
     pub fn stopped(&self, key: &str, e: &ratewise_tower::Error) {
-        let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
-        if self.stops.get(key).is_none() {
-            self.stops.note(key, cause, SystemTime::now());
-            if let Some(j) = &self.journal {
-                j.stop(key, cause, e.until());
-            }
-            tracing::warn!(key, cause = cause.as_str(), "key stopped");
+        if self.stops.get(key).is_some() {
+            return;
         }
+        let cause = if answer::stopped_by_its_answer(e) {
+            e.classification().map_or(Cause::Unknown, |c| c.cause)
+        } else {
+            self.stop_cause(key).unwrap_or(Cause::Unknown)
+        };
+        self.stops.note(key, cause, SystemTime::now(), e.until());
+        if let Some(j) = &self.journal {
+            j.stop(key, cause, e.until());
+        }
+        tracing::warn!(key, cause = cause.as_str(), "key stopped");
+    }
+
+    /// The cause of `key`'s stop in the store, when it is stopped.
+    fn stop_cause(&self, key: &str) -> Option<Cause> {
+        let now = self.layer.now();
+        let mut c = self.store.lock();
+        c.scopes()
+            .into_iter()
+            .filter_map(|id| c.snapshot(id, now))
+            .find(|s| s.key == key)
+            .and_then(|s| s.stopped)
+            .map(|st| st.cause)
     }
 
     /// Stops `key` (an operator, or a stop read back from the journal).
@@ -112,7 +131,7 @@ impl App {
             let scope = c.scope_of(key, "default");
             c.stop(scope, cause, until, now);
         }
-        self.stops.note(key, cause, SystemTime::now());
+        self.stops.note(key, cause, SystemTime::now(), until);
     }
 }
 
@@ -160,6 +179,7 @@ pub struct Running {
     stop: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     admin: tokio::task::JoinHandle<()>,
+    expiry: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
@@ -168,13 +188,27 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let grace = self.app.config.grace;
-        if tokio::time::timeout(grace, self.server).await.is_err() {
+        let metrics = self.app.metrics.clone();
+        let server = self.server;
+        let abort = server.abort_handle();
+        // The callers' connections, then the jobs that run on without a
+        // caller (their answers read so their usage settles).
+        let drained = tokio::time::timeout(grace, async move {
+            let _ = server.await;
+            while metrics.in_flight.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        if drained.is_err() {
             tracing::warn!(
                 grace_s = grace.as_secs(),
-                "in-flight requests cut at the end of the grace period"
+                "in-flight jobs cut at the end of the grace period"
             );
+            abort.abort();
         }
         self.admin.abort();
+        self.expiry.abort();
         if let Some(j) = &self.app.journal {
             j.sync();
         }
@@ -289,6 +323,26 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
             .with_graceful_shutdown(shutdown)
             .await;
     });
+    // The lease backstop: a reservation no job ended (a bug, a store that
+    // lost an update) goes back after the lease.
+    let lease_app = app.clone();
+    let expiry = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+        loop {
+            tick.tick().await;
+            let now = lease_app.layer.now();
+            let n = lease_app.store.lock().expire(now);
+            if n > 0 {
+                tracing::warn!(
+                    reservations = n,
+                    "reservations released at the end of their lease"
+                );
+            }
+        }
+    });
+    if !admin_addr.ip().is_loopback() {
+        tracing::warn!(%admin_addr, "the admin listener is not on loopback: /stop and /resume have no authentication");
+    }
     tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), "ratewise proxy listening");
     Ok(Running {
         addr,
@@ -297,6 +351,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         stop,
         server,
         admin,
+        expiry,
     })
 }
 

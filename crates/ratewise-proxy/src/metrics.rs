@@ -117,6 +117,31 @@ impl Metrics {
     }
 }
 
+/// A job's place in `in_flight`: entered when it starts, left when the
+/// guard drops (with the job's future, however it ends).
+pub struct InFlight(Arc<Metrics>);
+
+impl InFlight {
+    /// Counts one more job in flight.
+    pub fn enter(m: Arc<Metrics>) -> Self {
+        m.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(m)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Escapes a Prometheus label value (`\`, `"`, newline).
+pub fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// The layer's journal hook feeding [`Metrics`], and the file journal
 /// when there is one.
 pub struct Hook {

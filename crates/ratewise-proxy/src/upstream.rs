@@ -8,7 +8,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
@@ -97,39 +97,76 @@ pub fn client(up: &Upstream) -> Result<HttpClient, TlsSetupError> {
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
-/// Set when a job's request is handed to the upstream client: from then on
-/// a caller that goes away does not cancel the job (its usage must settle).
-/// Until then the job counts as waiting (`Metrics::waiting`).
+/// Where a job stands with its upstream, one atomic state: waiting for its
+/// first send, sent (a caller that leaves then does not cancel it: its
+/// usage must settle), or cancelled because its caller left (before any
+/// send: the job is aborted; after one: no further send is made). Until
+/// its first send the job counts as waiting (`Metrics::waiting`).
 #[derive(Debug, Clone)]
 pub struct SentFlag(Arc<Flag>);
 
 #[derive(Debug)]
 struct Flag {
-    sent: AtomicBool,
+    state: AtomicU8,
     /// Whether it still counts as waiting.
     counted: AtomicBool,
     metrics: Arc<crate::metrics::Metrics>,
 }
+
+const WAITING: u8 = 0;
+const SENT: u8 = 1;
+const CANCELLED: u8 = 2;
+const GONE_AFTER_SEND: u8 = 3;
 
 impl SentFlag {
     /// A job that waits for its first send, counted in `metrics.waiting`.
     pub fn waiting(metrics: Arc<crate::metrics::Metrics>) -> Self {
         metrics.waiting.fetch_add(1, Ordering::Relaxed);
         SentFlag(Arc::new(Flag {
-            sent: AtomicBool::new(false),
+            state: AtomicU8::new(WAITING),
             counted: AtomicBool::new(true),
             metrics,
         }))
     }
 
-    /// Whether the request was handed to the client.
+    /// Whether a request was handed to the client.
     pub fn is_set(&self) -> bool {
-        self.0.sent.load(Ordering::Acquire)
+        matches!(self.0.state.load(Ordering::Acquire), SENT | GONE_AFTER_SEND)
     }
 
-    fn mark(&self) {
-        self.0.sent.store(true, Ordering::Release);
-        self.uncount();
+    /// The caller left. Returns `true` when nothing was sent (the job is
+    /// to be aborted: no send can start from now on); `false` when a send
+    /// was made (the job finishes it, and makes no other).
+    pub fn cancel(&self) -> bool {
+        match self
+            .0
+            .state
+            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(_) => {
+                self.0.state.store(GONE_AFTER_SEND, Ordering::Release);
+                false
+            }
+        }
+    }
+
+    /// A send is about to start: `false` when the caller has left (the
+    /// send must not be made).
+    fn try_send(&self) -> bool {
+        let first =
+            self.0
+                .state
+                .compare_exchange(WAITING, SENT, Ordering::AcqRel, Ordering::Acquire);
+        let ok = match first {
+            Ok(_) => true,
+            Err(SENT) => true,
+            Err(_) => false,
+        };
+        if ok {
+            self.uncount();
+        }
+        ok
     }
 
     fn uncount(&self) {
@@ -139,7 +176,7 @@ impl SentFlag {
     }
 }
 
-/// Held by a job's task: when the job ends, however (answered, failed,
+/// Held by a job's future: when the job ends, however (answered, failed,
 /// aborted), it no longer counts as waiting.
 pub struct NoLongerWaiting(pub SentFlag);
 
@@ -149,24 +186,49 @@ impl Drop for NoLongerWaiting {
     }
 }
 
+/// A send refused because its caller left: nothing reached the upstream.
+#[derive(Debug)]
+pub struct CallerLeft;
+
+impl std::fmt::Display for CallerLeft {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the caller left: not sent")
+    }
+}
+
+impl std::error::Error for CallerLeft {}
+
 /// The upstream client, marking each request's [`SentFlag`] as it sends.
 #[derive(Clone)]
 pub struct Marking(pub HttpClient);
 
+type ClientFuture = <HttpClient as Service<http::Request<UpBody>>>::Future;
+
 impl Service<http::Request<UpBody>> for Marking {
     type Response = <HttpClient as Service<http::Request<UpBody>>>::Response;
-    type Error = <HttpClient as Service<http::Request<UpBody>>>::Error;
-    type Future = <HttpClient as Service<http::Request<UpBody>>>::Future;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = futures::future::Either<
+        futures::future::MapErr<ClientFuture, fn(hyper_util::client::legacy::Error) -> Self::Error>,
+        futures::future::Ready<Result<Self::Response, Self::Error>>,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Service::poll_ready(&mut self.0, cx)
+        Service::poll_ready(&mut self.0, cx).map_err(Into::into)
     }
 
     fn call(&mut self, req: http::Request<UpBody>) -> Self::Future {
+        use futures::TryFutureExt;
         if let Some(flag) = req.extensions().get::<SentFlag>() {
-            flag.mark();
+            if !flag.try_send() {
+                // Refused before anything was written: the layer reads a
+                // connection that never opened, so nothing is charged.
+                let refused =
+                    std::io::Error::new(std::io::ErrorKind::ConnectionRefused, CallerLeft);
+                return futures::future::Either::Right(futures::future::ready(Err(refused.into())));
+            }
         }
-        Service::call(&mut self.0, req)
+        let boxed: fn(hyper_util::client::legacy::Error) -> Self::Error = |e| Box::new(e);
+        futures::future::Either::Left(Service::call(&mut self.0, req).map_err(boxed))
     }
 }
 

@@ -152,6 +152,53 @@ async fn a_spend_cap_stops_the_key_every_later_job_gets_the_same_typed_error_wit
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stopped_at_admission_gets_the_stopping_answer_not_its_own_earlier_one() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    assert_eq!(
+        call(&p, &[], BODY).await.status,
+        200,
+        "the cold-start probe"
+    );
+    // Job A's first send is overloaded; while it backs off, job B meets a
+    // billing error that stops the key.
+    let n = mock.records().len() as u64;
+    mock.set_faults(vec![FaultRule::nth(Fault::Overloaded, [n + 1])]);
+    let a = {
+        let addr = p.addr;
+        tokio::spawn(async move {
+            let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+            let req = Request::post(format!("http://{addr}/v1/messages"))
+                .header("content-type", "application/json")
+                .header("x-api-key", KEY)
+                .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+                .unwrap();
+            let resp = client.request(req).await.unwrap();
+            let status = resp.status();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    mock.set_billing_error(true);
+    let b = call(&p, &[], BODY).await;
+    assert_eq!(action(&b), "stop_queue", "{}", b.body);
+    assert_eq!(b.status, 402, "{}", b.body);
+    let (status, body) = a.await.unwrap();
+    if status != 200 {
+        assert_eq!(
+            status, 402,
+            "A ends with the answer that stopped the key: {body}"
+        );
+        assert!(!body.contains("overloaded"), "{body}");
+    }
+    let later = call(&p, &[], BODY).await;
+    assert_eq!(later.status, 402, "{}", later.body);
+    assert_eq!(later.body, b.body);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_stop_holds_until_resumed() {
     let mock = MockServer::start(roomy()).await.unwrap();
     let p = proxy(&mock.base_url(), "").await;

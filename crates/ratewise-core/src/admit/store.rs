@@ -262,6 +262,12 @@ pub trait Store: Send + Sync {
     /// Applies one job event in one step: the answer's evidence, then the
     /// reservation's end. Returns the answer's decision as amended by
     /// queue-wide bounds (the retry budget), when the update carried one.
+    ///
+    /// The update owns the reservation it ends: a store that awaits must
+    /// apply it even when the returned future is dropped before it
+    /// finishes (a caller's timeout above the driver) — send it before the
+    /// first await, or hand it to a task — or the reservation and the
+    /// answer's evidence are lost until the lease.
     fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>>;
 
     /// [`update`](Self::update) from where nothing can await (a `Drop`):

@@ -70,7 +70,8 @@ where
         &inner.config.key_label,
         &bytes,
     );
-    let span = tracing::info_span!("ratewise_job", job_id = %job.id, model = %job.model);
+    // Debug formatting: a model name is the caller's text, escaped.
+    let span = tracing::info_span!("ratewise_job", job_id = %job.id, model = ?job.model);
     attempts(inner, svc, parts, bytes, job)
         .instrument(span)
         .await
