@@ -147,42 +147,23 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     let req = http::Request::from_parts(parts, body);
 
     let svc = app.services[ui].clone();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let metrics = app.metrics.clone();
-    // Built before the spawn and moved into the job's future: however the
-    // future ends (done, aborted before its first poll, a panic), dropping
-    // it ends the job's place in the gauges exactly once.
-    let gauges = (
-        crate::upstream::NoLongerWaiting(sent.clone()),
-        crate::metrics::InFlight::enter(app.metrics.clone()),
-    );
-    // The whole job, background included, is bounded by its deadline plus
-    // a grace for the last answer to arrive and be read.
-    let bound = deadline.saturating_add(JOB_SLACK);
-    let task = tokio::spawn(async move {
-        let _gauges = gauges;
-        let job = async {
-            let result = svc.oneshot(req).await;
-            if let Err(back) = tx.send(result) {
-                // The caller went away after the send: read the answer to
-                // its end so its usage settles exactly.
-                metrics.abandoned.fetch_add(1, Ordering::Relaxed);
-                if let Ok(resp) = back {
-                    drain(resp.into_body()).await;
-                }
-            }
-        };
-        if tokio::time::timeout(bound, job).await.is_err() {
-            tracing::warn!("a job outlived its deadline and was cut");
-        }
-    });
-    let mut guard = CallerGone {
-        task: Some(task.abort_handle()),
+    // The job runs inside this handler; only when its caller goes away
+    // after a send does it move to a task of its own (see `Job`).
+    let mut job = Job {
+        future: Some(Box::pin(svc.oneshot(req))),
+        gauges: Some((
+            crate::upstream::NoLongerWaiting(sent.clone()),
+            crate::metrics::InFlight::enter(app.metrics.clone()),
+        )),
         sent,
         metrics: app.metrics.clone(),
+        bound: deadline.saturating_add(JOB_SLACK),
     };
-    let result = rx.await;
-    guard.task = None;
+    let result = match tokio::time::timeout(job.bound, job.run()).await {
+        Ok(r) => Ok(r),
+        Err(_) => Err(()),
+    };
+    job.finished();
     match result {
         Ok(Ok(mut resp)) => {
             strip_hop_by_hop(resp.headers_mut());
@@ -198,12 +179,12 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
             }
             answer::for_error(&e, provider, &key, &app.stops)
         }
-        // The job's task ended without an answer (it panicked).
-        Err(_) => answer::shaped(
+        // The job outlived its deadline and the slack after it.
+        Err(()) => answer::shaped(
             provider,
-            StatusCode::BAD_GATEWAY,
-            "api_error",
-            "ratewise: the job failed inside the proxy",
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout_error",
+            "ratewise: the job outlived its deadline and was cut",
         ),
     }
 }
@@ -252,24 +233,74 @@ fn guess_provider(path: &str) -> Provider {
     }
 }
 
-/// Dropped with the handler when its caller goes away before the answer:
-/// a job not yet sent is cancelled (its reservation released); a sent one
-/// is left to finish its send, and sends no retry nobody will read.
-struct CallerGone {
-    task: Option<tokio::task::AbortHandle>,
+type JobFuture = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<
+                    http::Response<ratewise_tower::MeteredBody<hyper::body::Incoming>>,
+                    ratewise_tower::Error,
+                >,
+            > + Send,
+    >,
+>;
+
+/// One job, polled by its caller's handler. Dropped before it finished
+/// (the caller went away): a job not yet sent is dropped with it (the
+/// machine releases its reservation); a sent one moves to a task of its
+/// own, finishes its send (making no other: see [`SentFlag::cancel`]) and
+/// reads its answer to the end, so its usage settles — bounded by the
+/// job's deadline and slack. The gauges end with the job, however it ends.
+struct Job {
+    future: Option<JobFuture>,
+    gauges: Option<(crate::upstream::NoLongerWaiting, crate::metrics::InFlight)>,
     sent: SentFlag,
     metrics: Arc<crate::metrics::Metrics>,
+    bound: Duration,
 }
 
-impl Drop for CallerGone {
+impl Job {
+    async fn run(
+        &mut self,
+    ) -> Result<
+        http::Response<ratewise_tower::MeteredBody<hyper::body::Incoming>>,
+        ratewise_tower::Error,
+    > {
+        match self.future.as_mut() {
+            Some(f) => f.as_mut().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The job answered (or was cut): nothing runs on.
+    fn finished(&mut self) {
+        self.future = None;
+        self.gauges = None;
+    }
+}
+
+impl Drop for Job {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            // One atomic step decides between "never sent" (abort: the
-            // machine releases) and "sent" (let it finish).
-            if self.sent.cancel() {
-                task.abort();
-                self.metrics.abandoned.fetch_add(1, Ordering::Relaxed);
-            }
+        let Some(future) = self.future.take() else {
+            return;
+        };
+        self.metrics.abandoned.fetch_add(1, Ordering::Relaxed);
+        // One atomic step decides between "never sent" (dropped here:
+        // released) and "sent" (finished in the background).
+        if self.sent.cancel() {
+            return;
+        }
+        let gauges = self.gauges.take();
+        let bound = self.bound;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _gauges = gauges;
+                let _ = tokio::time::timeout(bound, async move {
+                    if let Ok(resp) = future.await {
+                        drain(resp.into_body()).await;
+                    }
+                })
+                .await;
+            });
         }
     }
 }

@@ -24,7 +24,8 @@ pub struct Metrics {
     pub waiting: AtomicI64,
     /// Jobs whose caller went away before their answer.
     pub abandoned: AtomicU64,
-    answers: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// By (status, or the transport failure's word; cause).
+    answers: Mutex<BTreeMap<(Status, &'static str), u64>>,
     actions: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -117,6 +118,23 @@ impl Metrics {
     }
 }
 
+/// An answer's status, or the transport failure's word when there was
+/// none: kept without formatting on the request path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Status {
+    Http(u16),
+    Transport(&'static str),
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::Http(s) => write!(f, "{s}"),
+            Status::Transport(w) => f.write_str(w),
+        }
+    }
+}
+
 /// A job's place in `in_flight`: entered when it starts, left when the
 /// guard drops (with the job's future, however it ends).
 pub struct InFlight(Arc<Metrics>);
@@ -164,8 +182,8 @@ impl ratewise_tower::Journal for Hook {
 
     fn attempt_ended(&self, record: &AttemptRecord) {
         let status = record.status.map_or_else(
-            || record.transport.unwrap_or("none").to_owned(),
-            |s| s.to_string(),
+            || Status::Transport(record.transport.unwrap_or("none")),
+            Status::Http,
         );
         Metrics::bump(&self.metrics.answers, (status, record.cause.as_str()));
         Metrics::bump(&self.metrics.actions, record.action.as_str());
