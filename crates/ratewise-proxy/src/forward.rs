@@ -1,13 +1,14 @@
-//! The callers' side: every request is one job on the layer, run on its
-//! own task, forwarded to its upstream.
+//! The callers' side: every request is one job on the layer, forwarded to
+//! its upstream, run inside its caller's handler.
 //!
 //! A caller that goes away costs the others nothing:
 //!
 //! * before its request was handed upstream, the job is dropped — the
 //!   machine releases its reservation;
-//! * after, the job finishes in the background, bounded by its deadline,
-//!   and its body is read to the end, so its usage settles exactly and is
-//!   recorded. The same holds for a caller that stops reading a body.
+//! * after, the job moves to a task of its own, finishes that send (and
+//!   makes no other), bounded by its deadline, and its body is read to the
+//!   end, so its usage settles exactly and is recorded. The same holds for
+//!   a caller that stops reading a body.
 
 use crate::answer;
 use crate::keys::caller_key;

@@ -17,7 +17,7 @@
 //! ```
 //!
 //! * [`config`]: the flags and the TOML file.
-//! * [`forward`]: the callers' side — one job per request, on its own task.
+//! * [`forward`]: the callers' side — one job per request.
 //! * [`answer`]: what a caller gets when its job did not succeed.
 //! * [`keys`]: callers' keys, fingerprinted.
 //! * [`upstream`]: HTTP(S) clients and routing.
