@@ -129,11 +129,6 @@ impl SentFlag {
         }))
     }
 
-    /// Whether a request was handed to the client.
-    pub fn is_set(&self) -> bool {
-        matches!(self.0.state.load(Ordering::Acquire), SENT | GONE_AFTER_SEND)
-    }
-
     /// The caller left. Returns `true` when nothing was sent (the job is
     /// to be aborted: no send can start from now on); `false` when a send
     /// was made (the job finishes it, and makes no other).

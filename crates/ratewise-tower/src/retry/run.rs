@@ -154,13 +154,7 @@ where
     let mut retry_delay = false;
     // A waiter that is not the head asks out of turn at its admission
     // deadline: the queue never holds a job past it.
-    let admit_by = job.deadline.map(|d| {
-        Instant::from_origin(
-            (job.arrived + d)
-                .since_origin()
-                .saturating_sub(policy.expected_attempt_time),
-        )
-    });
+    let admit_by = m.job.admit_deadline();
 
     loop {
         // Wait for the job's turn: only the head of the scope's queue asks.
@@ -230,7 +224,7 @@ where
             }
             // Only while a send, a body or an update is in progress, which
             // this driver always finishes before asking again.
-            Step::Admit(_) | Step::Pending | _ => {
+            _ => {
                 return Err(Error::decided(
                     job.id.clone(),
                     Decision::new(Action::Inspect).with_note("job machine pending with no send"),
