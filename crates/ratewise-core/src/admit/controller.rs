@@ -297,9 +297,16 @@ pub const PROBE_RECHECK: Duration = Duration::from_millis(200);
 /// Admission control for many (key, model class) scopes. Plain `&mut self`
 /// and explicit time: wrap it in a lock (see
 /// [`Shared`](super::shared::Shared)) to share it between threads.
-#[derive(Debug)]
+///
+/// It is `Clone` so that a store shared between processes can run a batch
+/// of operations on a copy and keep the copy only when its write is
+/// accepted (`ratewise-redis`); the configuration is shared, not copied.
+#[derive(Debug, Clone)]
 pub struct Controller {
-    cfg: Config,
+    cfg: Arc<Config>,
+    /// Per-mille of every effective limit this process paces at (1,000:
+    /// the whole; a store cut off from its peers paces at its share).
+    share_permille: u32,
     keys: Vec<KeyState>,
     key_index: HashMap<String, u32>,
     scopes: Vec<ScopeState>,
@@ -324,7 +331,8 @@ impl Controller {
             scope_index: HashMap::new(),
             slab: Slab::default(),
             prices: Vec::new(),
-            cfg,
+            share_permille: 1000,
+            cfg: Arc::new(cfg),
         }
     }
 
@@ -434,7 +442,7 @@ impl Controller {
             probe: None,
             heard: false,
         };
-        rebuild_buckets(&mut st, self.cfg.burst, Instant::ZERO);
+        rebuild_buckets(&mut st, self.cfg.burst, self.share_permille, Instant::ZERO);
         let id = self.scopes.len() as u32;
         self.scopes.push(st);
         self.keys[k as usize].scopes.push(id);
@@ -446,7 +454,7 @@ impl Controller {
     pub fn set_limits(&mut self, scope: ScopeId, limits: Limits, now: Now) {
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             s.configured = limits;
-            rebuild_buckets(s, self.cfg.burst, now.instant);
+            rebuild_buckets(s, self.cfg.burst, self.share_permille, now.instant);
         }
     }
 
@@ -583,6 +591,10 @@ impl Controller {
     /// billed total. Like an admission, a settle lets the ramp take the
     /// growth steps of the calm time since its last change.
     pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
+        self.settle_ref(&res, usage, now);
+    }
+
+    fn settle_ref(&mut self, res: &Reservation, usage: &Usage, now: Now) {
         let t = now.instant;
         let actual = Amounts {
             requests: 1,
@@ -639,6 +651,10 @@ impl Controller {
     /// Releases a reservation that was never sent (or whose send provably
     /// did not reach the provider): everything it held goes back.
     pub fn release(&mut self, res: Reservation, now: Now) {
+        self.release_ref(&res, now);
+    }
+
+    fn release_ref(&mut self, res: &Reservation, now: Now) {
         if let Some(e) = self.slab.remove(res.id, Exit::Released) {
             self.give_back(&e, now.instant);
         }
@@ -768,6 +784,7 @@ impl Controller {
     ) {
         let t = now.instant;
         let burst = self.cfg.burst;
+        let share = self.share_permille;
         let band = self.cfg.token_dead_band;
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;
@@ -806,7 +823,7 @@ impl Controller {
         if merged != s.learned || grown.iter().any(|g| *g > 0) {
             s.learned = merged;
             let before = credit_capacities(s);
-            rebuild_buckets(s, burst, t);
+            rebuild_buckets(s, burst, share, t);
             let after = credit_capacities(s);
             for i in 0..4 {
                 grown[i] = match (before[i], after[i]) {
@@ -1123,6 +1140,52 @@ impl Controller {
         decision
     }
 
+    /// [`apply`](Self::apply) without consuming the event: for a store
+    /// that runs an operation on a copy of the controller and may have to
+    /// run the same event again on a fresher record when its
+    /// compare-and-set loses (`ratewise-redis`). On one controller, apply
+    /// an event once: the reservation it ends is gone after the first.
+    pub fn apply_ref(&mut self, update: &super::Update, now: Now) -> Option<Decision> {
+        let decision = update.observed.as_ref().map(|o| {
+            self.observe_view(
+                o.scope,
+                o.sent.as_ref(),
+                &o.classification,
+                o.decision.clone(),
+                now,
+            )
+        });
+        match &update.end {
+            Some(super::End::Settle { reservation, usage }) => {
+                self.settle_ref(reservation, usage, now)
+            }
+            Some(super::End::Release { reservation }) => self.release_ref(reservation, now),
+            None => {}
+        }
+        decision
+    }
+
+    /// Paces every scope at `permille` of its effective limits (1,000 by
+    /// default): what a process cut off from the store it shares a key
+    /// through may use alone — its share of the key, when N processes
+    /// share it. Bucket levels are kept (clamped to the smaller capacity).
+    pub fn set_share(&mut self, permille: u32, now: Now) {
+        let permille = permille.clamp(1, 1000);
+        if permille == self.share_permille {
+            return;
+        }
+        self.share_permille = permille;
+        for s in &mut self.scopes {
+            rebuild_buckets(s, self.cfg.burst, permille, now.instant);
+        }
+    }
+
+    /// The per-mille of its limits this process paces at
+    /// ([`set_share`](Self::set_share)).
+    pub fn share_permille(&self) -> u32 {
+        self.share_permille
+    }
+
     /// The shared state of `key` (or its group) as a record, with times
     /// made absolute at `now` (see [`KeyRecord`](super::KeyRecord)); `None`
     /// when the key has not been used.
@@ -1170,6 +1233,7 @@ impl Controller {
         use super::record::{limits_of, TimeBase};
         let base = TimeBase::at(now);
         let burst = self.cfg.burst;
+        let share = self.share_permille;
         for sr in &rec.scopes {
             let id = self.scope_of(&rec.key, &sr.class);
             let s = &mut self.scopes[id.0 as usize];
@@ -1191,7 +1255,7 @@ impl Controller {
             s.seen = sr.seen;
             s.heard = sr.heard;
             // This process's configured limits decide which buckets exist.
-            rebuild_buckets(s, burst, now.instant);
+            rebuild_buckets(s, burst, share, now.instant);
         }
         if let Some(k) = self.key_index.get(rec.key.as_str()).copied() {
             self.keys[k as usize].stop = rec.stop.as_ref().map(|st| st.to_stop(now));
@@ -1353,15 +1417,24 @@ fn restart_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
 /// Makes the buckets match the effective limits: new dimensions get a full
 /// bucket (at the ramp factor), changed ones keep their level, dropped ones
 /// go.
-fn rebuild_buckets(s: &mut ScopeState, burst: Burst, t: Instant) {
+fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
     let eff = Limits::combine(&s.configured, &s.learned);
     let p = s.ramp.permille();
+    let share = |v: u64| {
+        if share_permille >= 1000 {
+            v
+        } else {
+            let part = u128::from(v) * u128::from(share_permille) / 1000;
+            u64::try_from(part).unwrap_or(u64::MAX).max(1)
+        }
+    };
     for d in DIMENSIONS {
         let i = index(d);
-        match (eff.get(d), &mut s.buckets[i]) {
+        let seen = if s.seen[i] == 0 { 0 } else { share(s.seen[i]) };
+        match (eff.get(d).map(share), &mut s.buckets[i]) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
-                let credit = burst.credit_units(l, s.seen[i]);
+                let credit = burst.credit_units(l, seen);
                 if b.limit() != l {
                     b.set_limit(l, capacity_for(l, burst.of(d)), credit, t);
                 } else if b.credit_capacity() != credit {
@@ -1370,7 +1443,7 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, t: Instant) {
             }
             (Some(l), slot) => {
                 let pace = capacity_for(l, burst.of(d));
-                let credit = burst.credit_units(l, s.seen[i]);
+                let credit = burst.credit_units(l, seen);
                 *slot = Some(Bucket::with_credit(l, pace, credit, p, t));
             }
         }

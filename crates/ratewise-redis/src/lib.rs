@@ -1,0 +1,492 @@
+//! One API key's limits shared by every process, on Redis.
+//!
+//! An API key's limits belong to an organisation, not a process: four
+//! workers that each pace on their own send four times too much, and a
+//! spend cap one of them hits must stop all of them. [`RedisStore`] is
+//! ratewise's admission [`Store`] kept in Redis, so every process using a
+//! key admits against the same buckets, pauses on the same 429 and stops on
+//! the same spend cap.
+//!
+//! # How it works
+//!
+//! Each key (or key group) is one Redis hash: the core's
+//! [`KeyRecord`](ratewise_core::admit::KeyRecord) — per model class the
+//! bucket levels, the pause, the ramp, the learned limits; the key's stop —
+//! and a version. Every operation runs the core's own controller on this
+//! process's copy of the record and writes the result back with one
+//! compare-and-set script, **one round trip** when nobody else wrote
+//! meanwhile. When somebody did, the refusal carries the fresh record and
+//! the operation is applied again to it: no answer is given on stale
+//! state. The arithmetic and the policy exist once, in the core, exact
+//! (integers, no floating point), so processes sharing a key decide as one
+//! in-memory store would (the property test in `tests/agree.rs`). Under
+//! load, operations queued on one key share a round trip.
+//!
+//! * **Keys** are hash-tagged by the key's fingerprint alone
+//!   (`ratewise:{fp-…}:record`), so every class of one key and its stop
+//!   live in one Redis Cluster slot. A key name is fingerprinted with
+//!   SHA-256 unless it already is one (`fp-` and 16 hex digits, as
+//!   `ratewise proxy` names keys); key names are never secrets.
+//! * **Time** is Redis's `TIME` by default ([`Clock::Redis`]): each reply
+//!   carries it and this process reads the record's times against it, so
+//!   hosts whose clocks disagree still agree on a bucket's level.
+//! * **Reservations** stay with the process that took them. A process that
+//!   crashes leaves its takes charged at their estimates — the provider may
+//!   have run them — and the buckets refill them at the key's rate. A
+//!   reservation a live process abandons is given back by its own lease
+//!   ([`RedisStore::expire`]); a settle that arrives after it corrects to
+//!   the actual usage and never counts twice.
+//! * **Stops and pauses** are in the record: the next operation of every
+//!   process sees them, and a wait is never longer than
+//!   [`Config::recheck`] (1 s), so a process waiting on a key another
+//!   process stopped learns it within a second.
+//! * **Redis unavailable**: nothing panics and no job is lost. The process
+//!   paces on its own at its share of the limits ([`Config::fallback_share`];
+//!   by default one over the number of processes Redis last saw on the
+//!   key), says so in its logs and in [`RedisStore::health`], and goes back
+//!   to Redis when it answers. A stop known before the outage stays in
+//!   force, and a stop learned during it is written back.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use ratewise_redis::{Config, RedisStore};
+//! use ratewise_tower::RetryLayer;
+//! use std::sync::Arc;
+//!
+//! # async fn run() -> Result<(), ratewise_redis::Error> {
+//! let mut config = Config::default();
+//! config.admission.limits.requests = Some(4_000);
+//! let store = RedisStore::connect("redis://127.0.0.1:6379/", config).await?;
+//! let layer = RetryLayer::builder().store(Arc::new(store)).build();
+//! # let _ = layer;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod actor;
+mod clock;
+mod ops;
+mod script;
+
+pub use clock::Clock;
+
+use ops::{Op, Reply, Request};
+use ratewise_core::admit::{
+    Admission, AdmitRequest, Controller, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture,
+    Target, Update,
+};
+use ratewise_core::{Cause, Decision, Now};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, oneshot};
+
+/// How a [`RedisStore`] behaves. Start from [`Config::default`] and set
+/// what differs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// The admission settings (limits, classes, ramp, lease…) this process
+    /// runs the shared record with. Every process sharing a key should
+    /// configure the same limits.
+    pub admission: ratewise_core::admit::Config,
+    /// Prefix of every Redis key (default `ratewise`).
+    pub prefix: String,
+    /// Whose wall clock the record's times are read against (default
+    /// Redis's).
+    pub clock: Clock,
+    /// The longest wait an admission answers (default 1 s): a waiting
+    /// process asks again at least this often, and so learns a stop, a
+    /// pause or a resume made by another process within it. `None`: waits
+    /// as long as the buckets say.
+    pub recheck: Option<Duration>,
+    /// Bound on connecting and on each round trip (default 500 ms); past
+    /// it Redis counts as unavailable.
+    pub timeout: Duration,
+    /// While Redis is unavailable, how often it is tried again (default
+    /// 1 s).
+    pub reconnect_every: Duration,
+    /// The share of the limits this process paces at while Redis is
+    /// unavailable, in (0, 1]. `None` (the default): one over the number of
+    /// processes Redis last saw using the key.
+    pub fallback_share: Option<f64>,
+    /// A process counts towards that number for this long after its last
+    /// call (default 60 s).
+    pub alive: Duration,
+    /// Records of keys nobody used for this long are dropped by Redis
+    /// (default 7 days).
+    pub record_ttl: Duration,
+    /// Most operations on one key sharing one round trip (default 64).
+    pub max_batch: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            admission: ratewise_core::admit::Config::default(),
+            prefix: "ratewise".to_owned(),
+            clock: Clock::Redis,
+            recheck: Some(Duration::from_secs(1)),
+            timeout: Duration::from_millis(500),
+            reconnect_every: Duration::from_secs(1),
+            fallback_share: None,
+            alive: Duration::from_secs(60),
+            record_ttl: Duration::from_secs(7 * 24 * 3600),
+            max_batch: 64,
+        }
+    }
+}
+
+/// Why a store could not be made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URL is not a Redis URL (it is not repeated here: it may hold a
+    /// password).
+    Url,
+    /// Not called inside a tokio runtime, which runs the store's task.
+    NoRuntime,
+    /// Redis answered with an error, or the connection failed.
+    Redis(redis::RedisError),
+    /// Redis did not answer within [`Config::timeout`].
+    Timeout,
+    /// Redis answered something that is not the script's reply.
+    Reply,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Url => f.write_str("not a Redis URL (redis://host:port/db or rediss://…)"),
+            Error::NoRuntime => f.write_str("a RedisStore must be made inside a tokio runtime"),
+            Error::Redis(e) => write!(f, "Redis: {}", e.kind_str()),
+            Error::Timeout => f.write_str("Redis did not answer in time"),
+            Error::Reply => f.write_str("Redis answered something other than the store's script"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+trait KindStr {
+    fn kind_str(&self) -> String;
+}
+
+impl KindStr for redis::RedisError {
+    /// The error without any detail that could echo a URL.
+    fn kind_str(&self) -> String {
+        if self.is_connection_refusal() {
+            "connection refused".to_owned()
+        } else if self.is_timeout() {
+            "timed out".to_owned()
+        } else if self.is_io_error() || self.is_connection_dropped() {
+            "connection lost".to_owned()
+        } else {
+            format!("{:?}", self.kind())
+        }
+    }
+}
+
+/// How the store is doing, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Health {
+    /// Redis is unavailable and this process paces on its own.
+    pub degraded: bool,
+    /// The per-mille of the limits it paces at (1,000 unless degraded).
+    pub share_permille: u32,
+    /// Processes Redis last saw on a key this process uses (the most over
+    /// its keys).
+    pub peers: u32,
+    /// Writes accepted.
+    pub writes: u64,
+    /// Writes refused because another process wrote first (each costs one
+    /// more round trip).
+    pub conflicts: u64,
+    /// Round trips that failed (connection lost, timeout).
+    pub errors: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct HealthCell {
+    degraded: AtomicBool,
+    share_permille: AtomicU32,
+    peers: AtomicU32,
+    writes: AtomicU64,
+    conflicts: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Admission state shared through Redis. See the [crate docs](crate).
+///
+/// Cheap to clone: clones share one connection and one task. The task
+/// ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct RedisStore {
+    tx: mpsc::UnboundedSender<Op>,
+    mirror: Arc<Shared>,
+    health: Arc<HealthCell>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("health", &self.health())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on the Redis at `url`, connecting on first use. An
+    /// unreachable Redis is not an error here: the store paces on its own
+    /// until Redis answers. Must be called inside a tokio runtime.
+    pub fn new(url: &str, config: Config) -> Result<RedisStore, Error> {
+        let client = redis::Client::open(url).map_err(|_| Error::Url)?;
+        Self::start(client, None, config)
+    }
+
+    /// A store on the Redis at `url`, after one successful round trip: an
+    /// unreachable Redis is an error.
+    pub async fn connect(url: &str, config: Config) -> Result<RedisStore, Error> {
+        let client = redis::Client::open(url).map_err(|_| Error::Url)?;
+        let mut conn =
+            tokio::time::timeout(config.timeout, client.get_multiplexed_async_connection())
+                .await
+                .map_err(|_| Error::Timeout)?
+                .map_err(Error::Redis)?;
+        let script = redis::Script::new(script::CAS);
+        tokio::time::timeout(
+            config.timeout,
+            script.prepare_invoke().load_async(&mut conn),
+        )
+        .await
+        .map_err(|_| Error::Timeout)?
+        .map_err(Error::Redis)?;
+        Self::start(client, Some(conn), config)
+    }
+
+    fn start(
+        client: redis::Client,
+        conn: Option<redis::aio::MultiplexedConnection>,
+        config: Config,
+    ) -> Result<RedisStore, Error> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mirror = Arc::new(Shared::new(Controller::new(config.admission.clone())));
+        let health = Arc::new(HealthCell {
+            degraded: AtomicBool::new(false),
+            share_permille: AtomicU32::new(1000),
+            peers: AtomicU32::new(1),
+            writes: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        });
+        let actor = actor::Actor {
+            rx,
+            pending: VecDeque::new(),
+            mirror: mirror.clone(),
+            health: health.clone(),
+            client,
+            conn,
+            script: redis::Script::new(script::CAS),
+            clock: clock::ClockSync::new(config.clock),
+            cfg: config,
+            proc_id: format!("{:016x}", fastrand::u64(..)),
+            versions: HashMap::new(),
+            peers: HashMap::new(),
+            retry_at: None,
+            stale: HashSet::new(),
+        };
+        handle.spawn(actor.run());
+        Ok(RedisStore { tx, mirror, health })
+    }
+
+    /// This process's view: the controller the store runs, as of its last
+    /// round trip. For status pages and metrics (levels, stops,
+    /// outstanding reservations); write through the store, never here.
+    pub fn local(&self) -> &Arc<Shared> {
+        &self.mirror
+    }
+
+    /// How the store is doing.
+    pub fn health(&self) -> Health {
+        let h = &self.health;
+        Health {
+            degraded: h.degraded.load(Ordering::Relaxed),
+            share_permille: h.share_permille.load(Ordering::Relaxed),
+            peers: h.peers.load(Ordering::Relaxed),
+            writes: h.writes.load(Ordering::Relaxed),
+            conflicts: h.conflicts.load(Ordering::Relaxed),
+            errors: h.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops `key` for every process (an operator's stop): until `until`,
+    /// or until [`resume`](Store::resume).
+    pub async fn stop(&self, key: &str, cause: Cause, until: Option<SystemTime>, now: Now) {
+        let req = Request::Stop {
+            key: key.to_owned(),
+            cause,
+            until,
+        };
+        self.ask(req, now, Reply::Done, move |c, now| {
+            let scope = c.scope_of(key, "default");
+            c.stop(scope, cause, until, now);
+        })
+        .await
+    }
+
+    /// Gives back this process's reservations held past their lease (their
+    /// owner went away without ending them). The give-back is written with
+    /// the key's next operation; should another process write first, the
+    /// reservations stay charged at their estimates, as a crashed
+    /// process's do. Returns how many.
+    pub async fn expire(&self, now: Now) -> usize {
+        self.ask(Request::Expire, now, Reply::Count, |c, now| c.expire(now))
+            .await
+    }
+
+    /// Queues an operation; hands it back when the task is gone (its
+    /// runtime shut down), for the caller to apply here.
+    fn send(&self, req: Request, now: Now, reply: Reply) -> Option<Op> {
+        match self.tx.send(Op { req, now, reply }) {
+            Ok(()) => None,
+            Err(mpsc::error::SendError(op)) => Some(op),
+        }
+    }
+
+    /// Sends `req` and awaits its answer. When the task is gone (its
+    /// runtime shut down) the answer is worked out here by `lost`, on this
+    /// process's controller, so nothing waits forever.
+    async fn ask<T>(
+        &self,
+        req: Request,
+        now: Now,
+        reply: impl FnOnce(oneshot::Sender<T>) -> Reply,
+        lost: impl FnOnce(&mut Controller, Now) -> T,
+    ) -> T {
+        let (tx, rx) = oneshot::channel();
+        if self.send(req, now, reply(tx)).is_none() {
+            if let Ok(v) = rx.await {
+                return v;
+            }
+        }
+        lost(&mut self.mirror.lock(), now)
+    }
+}
+
+/// `now` for a request that does not read the time (resolving a target).
+const NO_TIME: Now = Now::new(ratewise_core::Instant::ZERO, SystemTime::UNIX_EPOCH);
+
+impl Store for RedisStore {
+    fn target<'a>(&'a self, key: &'a str, model: &'a str) -> StoreFuture<'a, Target> {
+        let req = Request::Target {
+            key: key.to_owned(),
+            model: model.to_owned(),
+        };
+        StoreFuture::new(self.ask(req, NO_TIME, Reply::Target, move |c, _| {
+            c.target(key, model)
+        }))
+    }
+
+    fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
+        StoreFuture::new(
+            self.ask(Request::Admit(req), now, Reply::Admission, move |c, now| {
+                c.admit(&req, now)
+            }),
+        )
+    }
+
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+        // Queued before the first await: applied even if the caller drops
+        // the answer's future.
+        let (tx, rx) = oneshot::channel();
+        if let Some(op) = self.send(
+            Request::Update(Box::new(update)),
+            now,
+            Reply::Decision(Some(tx)),
+        ) {
+            let out = op.req.apply(&mut self.mirror.lock(), now);
+            return StoreFuture::ready(match out {
+                ops::Outcome::Decision(d) => d,
+                _ => None,
+            });
+        }
+        StoreFuture::new(async move { rx.await.unwrap_or(None) })
+    }
+
+    fn update_detached(&self, update: Update, now: Now) {
+        if let Some(op) = self.send(
+            Request::Update(Box::new(update)),
+            now,
+            Reply::Decision(None),
+        ) {
+            let _ = op.req.apply(&mut self.mirror.lock(), now);
+        }
+    }
+
+    fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
+        StoreFuture::new(self.ask(
+            Request::Resume(key.to_owned()),
+            now,
+            Reply::Done,
+            move |c, now| c.resume(key, now),
+        ))
+    }
+
+    fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {
+        StoreFuture::new(self.ask(
+            Request::Snapshot(scope),
+            now,
+            Reply::Snapshot,
+            move |c, now| c.snapshot(scope, now),
+        ))
+    }
+}
+
+/// The tag a key's Redis keys carry: its fingerprint, `fp-` and the first
+/// 16 hex digits of its name's SHA-256, or the name itself when it already
+/// is one.
+pub fn key_tag(name: &str) -> String {
+    let is_fp = name.len() == 19
+        && name.starts_with("fp-")
+        && name[3..].bytes().all(|b| b.is_ascii_hexdigit());
+    if is_fp {
+        return name.to_owned();
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    let mut s = String::with_capacity(19);
+    s.push_str("fp-");
+    for b in &digest[..8] {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_tagged_by_its_fingerprint_alone() {
+        assert_eq!(key_tag("fp-0123456789abcdef"), "fp-0123456789abcdef");
+        let t = key_tag("team-a");
+        assert!(t.starts_with("fp-") && t.len() == 19, "{t}");
+        assert_ne!(t, key_tag("team-b"));
+        assert!(!key_tag("sk-ant-secret").contains("secret"));
+        // Not a fingerprint: fingerprinted, braces and all.
+        assert_ne!(key_tag("fp-{x}"), "fp-{x}");
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_without_echoing_it() {
+        let e = RedisStore::new("http://user:hunter2@host", Config::default()).unwrap_err();
+        assert!(matches!(e, Error::Url));
+        assert!(!e.to_string().contains("hunter2"));
+    }
+}

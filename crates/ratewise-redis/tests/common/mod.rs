@@ -1,0 +1,105 @@
+//! A Redis server for the tests: `RATEWISE_REDIS_URL` when set (what
+//! `.ci/run` starts), else a `redis-server` of our own on a free loopback
+//! port. Without one the tests say they are skipped — and fail loudly where
+//! Redis is required (`RATEWISE_REQUIRE_REDIS`, set by `.ci/run`).
+#![allow(dead_code)]
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` this test started; killed when dropped.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl Server {
+    /// A new server on a free loopback port, or `None` (skipped) where
+    /// `redis-server` is missing and Redis is not required.
+    pub fn start() -> Option<Server> {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        Self::start_on(port)
+    }
+
+    /// A new server on `port` (a restart of a killed one).
+    pub fn start_on(port: u16) -> Option<Server> {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                skip_or_fail(&format!("redis-server could not be started: {e}"));
+                return None;
+            }
+        };
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let started = Instant::now();
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(Server {
+            child: Some(child),
+            port,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills it at once (SIGKILL): its data is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis to share: CI's (`RATEWISE_REDIS_URL`) or one of our own. The
+/// server, when ours, must be kept alive by the caller.
+pub fn redis() -> Option<(String, Option<Server>)> {
+    if let Ok(url) = std::env::var("RATEWISE_REDIS_URL") {
+        return Some((url, None));
+    }
+    let s = Server::start()?;
+    Some((s.url(), Some(s)))
+}
+
+/// A prefix no other test uses, for tests sharing one Redis.
+pub fn prefix() -> String {
+    format!("ratewise-test-{:016x}", fastrand::u64(..))
+}
+
+fn skip_or_fail(why: &str) {
+    if std::env::var_os("RATEWISE_REQUIRE_REDIS").is_some() {
+        panic!("Redis is required here (RATEWISE_REQUIRE_REDIS) and missing: {why}");
+    }
+    eprintln!("SKIPPED: {why} (install redis-server, or set RATEWISE_REDIS_URL)");
+}
