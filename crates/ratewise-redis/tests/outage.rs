@@ -1,0 +1,234 @@
+//! Redis going away and coming back: no panic, no lost job; each process
+//! paces at its share meanwhile; stops survive.
+
+mod common;
+
+use bytes::Bytes;
+use common::Server;
+use http::{Request, Response};
+use http_body_util::Full;
+use ratewise_core::admit::{self, Admission, AdmitRequest, Limits, Store};
+use ratewise_core::{Cause, Instant, Now, Provider};
+use ratewise_redis::{Clock, Config, RedisStore};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::{service_fn, Layer, ServiceExt};
+
+const MODEL: &str = "claude-sonnet-4-5";
+
+fn config(prefix: &str, rpm: u64) -> Config {
+    let mut c = Config::default();
+    c.admission = {
+        let mut a = admit::Config::default();
+        a.limits = Limits {
+            requests: Some(rpm),
+            ..Limits::NONE
+        };
+        a.ramp.warm_start = true;
+        a.seed = Some(9);
+        a
+    };
+    c.prefix = prefix.to_owned();
+    c.timeout = Duration::from_millis(200);
+    c.reconnect_every = Duration::from_millis(200);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_mid_run_loses_no_job() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let port = server.port;
+    let cfg = config("outage", 60_000);
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut stores = Vec::new();
+    let mut layers = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(&server.url(), cfg.clone())
+            .await
+            .unwrap();
+        layers.push(
+            ratewise_tower::RetryLayer::builder()
+                .provider(Provider::Anthropic)
+                .store(Arc::new(store.clone()))
+                .build(),
+        );
+        stores.push(store);
+    }
+    let mut jobs = Vec::new();
+    for i in 0..120u64 {
+        let c = calls.clone();
+        let svc = layers[(i % 2) as usize].layer(service_fn(move |_req: Request<Full<Bytes>>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok::<_, std::io::Error>(
+                    Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from_static(
+                            br#"{"type":"message","content":[],"usage":{"input_tokens":30,"output_tokens":9}}"#,
+                        )))
+                        .unwrap(),
+                )
+            }
+        }));
+        jobs.push(tokio::spawn(async move {
+            // Spread over about 1.2 s.
+            tokio::time::sleep(Duration::from_millis(i * 10)).await;
+            let req = Request::post("http://provider.invalid/v1/messages")
+                .body(Full::new(Bytes::from_static(
+                    br#"{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[]}"#,
+                )))
+                .unwrap();
+            let resp = svc.oneshot(req).await.expect("every job succeeds");
+            assert_eq!(resp.status(), 200);
+            http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = stores[0].health();
+    let restarted = Server::start_on(port).expect("redis-server restarts");
+    for j in jobs {
+        j.await.expect("no job panicked or was lost");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 120, "every job sent once");
+    assert!(during.degraded, "the outage was noticed: {during:?}");
+    assert!(during.errors > 0);
+    // Back on Redis: the next operations go there again.
+    for s in &stores {
+        let t = s.target("k", MODEL).await;
+        let n = Now::new(
+            Instant::from_millis(10_000_000),
+            std::time::SystemTime::now(),
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let _ = s.admit(AdmitRequest::new(t), n).await;
+        let h = s.health();
+        assert!(!h.degraded, "back on Redis: {h:?}");
+        let l = s.local().ledger();
+        assert!(l.conserved(), "{l:?}");
+    }
+    drop(restarted);
+}
+
+#[tokio::test]
+async fn stops_survive_the_outage_and_one_learned_during_it_is_written_back() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let port = server.port;
+    let mut cfg = config("stops", 600);
+    cfg.clock = Clock::Caller;
+    let a = RedisStore::connect(&server.url(), cfg.clone())
+        .await
+        .unwrap();
+    let b = RedisStore::connect(&server.url(), cfg.clone())
+        .await
+        .unwrap();
+    let t = |ms| Now::new(Instant::from_millis(ms), std::time::SystemTime::now());
+    // Both know key k1; a stops it before the outage.
+    let ta = a.target("k1", MODEL).await;
+    let tb = b.target("k1", MODEL).await;
+    a.stop("k1", Cause::SpendCap, None, t(1_000)).await;
+    assert!(matches!(
+        b.admit(AdmitRequest::new(tb), t(1_100)).await,
+        Admission::Stopped { .. }
+    ));
+    server.kill();
+    // During the outage: the stop stays in force for both.
+    for (s, target) in [(&a, ta), (&b, tb)] {
+        assert!(matches!(
+            s.admit(AdmitRequest::new(target), t(2_000)).await,
+            Admission::Stopped { .. }
+        ));
+        assert!(s.health().degraded);
+    }
+    // b learns a stop of k2 meanwhile.
+    b.stop("k2", Cause::UserLimit, None, t(2_100)).await;
+    // Redis comes back empty.
+    let _restarted = Server::start_on(port).expect("redis-server restarts");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // b writes its view back with its next operations on each key.
+    let b2 = b.target("k2", MODEL).await;
+    let _ = b.admit(AdmitRequest::new(b2), t(3_000)).await;
+    let _ = b.admit(AdmitRequest::new(tb), t(3_000)).await;
+    assert!(!b.health().degraded, "{:?}", b.health());
+    // a, which never saw k2, finds it stopped; k1 is still stopped for a.
+    let a2 = a.target("k2", MODEL).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    match a.admit(AdmitRequest::new(a2), t(3_100)).await {
+        Admission::Stopped { cause, .. } => assert_eq!(cause, Cause::UserLimit),
+        other => panic!("{other:?} {:?}", a.health()),
+    }
+    assert!(matches!(
+        a.admit(AdmitRequest::new(ta), t(3_200)).await,
+        Admission::Stopped { .. }
+    ));
+}
+
+#[tokio::test]
+async fn cut_off_a_process_paces_at_its_share() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    // 120 per minute: 2 per second. Two processes used the key.
+    let mut cfg = config("share", 120);
+    cfg.clock = Clock::Caller;
+    cfg.recheck = None;
+    let a = RedisStore::connect(&server.url(), cfg.clone())
+        .await
+        .unwrap();
+    let b = RedisStore::connect(&server.url(), cfg.clone())
+        .await
+        .unwrap();
+    let t = |ms| Now::new(Instant::from_millis(ms), std::time::SystemTime::now());
+    let ta = a.target("k", MODEL).await;
+    let tb = b.target("k", MODEL).await;
+    let _ = b.admit(AdmitRequest::new(tb), t(0)).await;
+    let _ = a.admit(AdmitRequest::new(ta), t(0)).await;
+    assert_eq!(a.health().peers, 2);
+    server.kill();
+    // Over a minute of steady asking, a admits about half the limit.
+    let mut admitted = 0;
+    let mut ms = 1_000;
+    while ms < 61_000 {
+        if let Admission::Go(r) = a.admit(AdmitRequest::new(ta), t(ms)).await {
+            admitted += 1;
+            std::mem::forget(r);
+        }
+        ms += 50;
+    }
+    let h = a.health();
+    assert!(h.degraded && h.share_permille == 500, "{h:?}");
+    assert!(
+        (55..=70).contains(&admitted),
+        "half of 120 a minute (plus the half burst): {admitted}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_at_start_is_an_error_to_connect_and_local_pacing_to_new() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let cfg = config("down", 60);
+    assert!(RedisStore::connect(&url, cfg.clone()).await.is_err());
+    let s = RedisStore::new(&url, cfg).unwrap();
+    let target = s.target("k", MODEL).await;
+    let now = Now::new(Instant::from_millis(0), std::time::SystemTime::now());
+    assert!(matches!(
+        s.admit(AdmitRequest::new(target), now).await,
+        Admission::Go(_)
+    ));
+    assert!(s.health().degraded);
+}

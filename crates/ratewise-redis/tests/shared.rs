@@ -1,0 +1,278 @@
+//! What sharing a key through Redis means for the processes that share it:
+//! one limit between them, a pause or a stop seen by one holding for all,
+//! and the layer taking the store as its own.
+
+mod common;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use ratewise_core::admit::{
+    self, Admission, AdmitRequest, Controller, End, Limits, Observed, Shared, Store, Update,
+};
+use ratewise_core::classify::{classify_response, ResponseView};
+use ratewise_core::{Action, Cause, Decision, Instant, Now, Provider};
+use ratewise_redis::{Clock, Config, RedisStore};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::{service_fn, Layer, ServiceExt};
+
+const MODEL: &str = "claude-sonnet-4-5";
+
+fn admission() -> admit::Config {
+    let mut c = admit::Config::default();
+    c.limits = Limits {
+        requests: Some(60),
+        ..Limits::NONE
+    };
+    c.ramp.warm_start = true;
+    c.pause_jitter = Duration::ZERO;
+    c.seed = Some(3);
+    c
+}
+
+fn config(prefix: &str) -> Config {
+    let mut c = Config::default();
+    c.admission = admission();
+    c.prefix = prefix.to_owned();
+    c.clock = Clock::Caller;
+    c
+}
+
+fn at(ms: u64) -> Now {
+    let wall0 = ratewise_core::time::parse_rfc3339("2026-12-01T12:00:00Z").unwrap();
+    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
+}
+
+async fn stores(url: &str, n: usize, cfg: &Config) -> Vec<RedisStore> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(RedisStore::connect(url, cfg.clone()).await.unwrap());
+    }
+    v
+}
+
+#[tokio::test]
+async fn three_processes_admit_what_one_store_would_not_three_times_it() {
+    let Some((url, _server)) = common::redis() else {
+        return;
+    };
+    let procs = stores(&url, 3, &config(&common::prefix())).await;
+    let one = Shared::new(Controller::new(admission()));
+    let t = at(10_000);
+    let mut alone = 0;
+    for _ in 0..30 {
+        if let Admission::Go(r) = one.admit(&AdmitRequest::new(one.target("k", MODEL)), t) {
+            alone += 1;
+            std::mem::forget(r);
+        }
+    }
+    // The three together, interleaved, and concurrently within each.
+    let mut together = 0;
+    for _ in 0..10 {
+        let mut futs = Vec::new();
+        for p in &procs {
+            futs.push(async move {
+                let target = p.target("k", MODEL).await;
+                p.admit(AdmitRequest::new(target), t).await
+            });
+        }
+        for a in futures_join(futs).await {
+            if let Admission::Go(r) = a {
+                together += 1;
+                std::mem::forget(r);
+            }
+        }
+    }
+    assert!(alone > 0);
+    assert_eq!(together, alone, "one bucket between the three processes");
+}
+
+/// Awaits every future (the tests need no `futures` dependency for it).
+async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut handles = Vec::new();
+    for f in futs {
+        handles.push(Box::pin(f));
+    }
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await);
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_pause_seen_by_one_process_holds_for_another() {
+    let Some((url, _server)) = common::redis() else {
+        return;
+    };
+    let mut cfg = config(&common::prefix());
+    cfg.recheck = None;
+    let procs = stores(&url, 2, &cfg).await;
+    let t = at(5_000);
+    let target = procs[0].target("k", MODEL).await;
+    let Admission::Go(res) = procs[0].admit(AdmitRequest::new(target), t).await else {
+        panic!("the first request is admitted")
+    };
+    let mut h = HeaderMap::new();
+    h.insert(
+        HeaderName::from_static("retry-after"),
+        HeaderValue::from_static("20"),
+    );
+    let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+    let cl = classify_response(
+        Provider::Anthropic,
+        &ResponseView {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            headers: &h,
+            body,
+        },
+        t.wall,
+    );
+    let observed = Observed::new(res.scope(), cl, Decision::new(Action::Done)).of_sent(res.sent());
+    let answer = Update::answer(observed, Some(End::Release { reservation: res }));
+    Store::update(&procs[0], answer, t).await;
+    // The other process, its clock 3 s behind, waits until the same wall time.
+    let late = Now::new(Instant::from_millis(2_000), t.wall);
+    let target = procs[1].target("k", MODEL).await;
+    match procs[1].admit(AdmitRequest::new(target), late).await {
+        Admission::Wait { until, .. } => {
+            assert_eq!(late.wall_at(until), t.wall + Duration::from_secs(20))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_process_waiting_on_a_key_another_stops_learns_it_within_a_second() {
+    let Some((url, _server)) = common::redis() else {
+        return;
+    };
+    let procs = stores(&url, 2, &config(&common::prefix())).await;
+    let t = at(1_000);
+    let target = procs[1].target("k", MODEL).await;
+    // Empty the bucket: the next admission would wait about a second per
+    // request, far longer for the 30th.
+    let mut last = None;
+    for _ in 0..30 {
+        match procs[1].admit(AdmitRequest::new(target), t).await {
+            Admission::Go(r) => std::mem::forget(r),
+            other => last = Some(other),
+        }
+    }
+    let Some(Admission::Wait { until, .. }) = last else {
+        panic!("the bucket runs dry: {last:?}")
+    };
+    assert!(
+        until <= t.instant + Duration::from_secs(1),
+        "a wait is cut to the recheck interval: {until:?}"
+    );
+    // Another process stops the key (a spend cap) meanwhile.
+    procs[0].stop("k", Cause::SpendCap, None, t).await;
+    // The waiter asks again when its (cut) wait ends, and learns it.
+    match procs[1].admit(AdmitRequest::new(target), at(2_000)).await {
+        Admission::Stopped { cause, .. } => assert_eq!(cause, Cause::SpendCap),
+        other => panic!("{other:?}"),
+    }
+    // A resume by the waiter lifts it for the one that stopped it.
+    procs[1].resume("k", at(2_000)).await;
+    let t0 = procs[0].target("k", MODEL).await;
+    assert!(!matches!(
+        procs[0].admit(AdmitRequest::new(t0), at(70_000)).await,
+        Admission::Stopped { .. }
+    ));
+}
+
+#[tokio::test]
+async fn the_layer_takes_it_as_its_store() {
+    let Some((url, _server)) = common::redis() else {
+        return;
+    };
+    let prefix = common::prefix();
+    let mut cfg = Config::default();
+    cfg.prefix = prefix.clone();
+    cfg.admission = admission();
+    cfg.admission.limits.requests = Some(6_000);
+    let calls = Arc::new(AtomicU32::new(0));
+    let mut layers = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(&url, cfg.clone()).await.unwrap();
+        layers.push((
+            ratewise_tower::RetryLayer::builder()
+                .provider(Provider::Anthropic)
+                .store(Arc::new(store.clone()))
+                .build(),
+            store,
+        ));
+    }
+    let mut jobs = Vec::new();
+    for i in 0..20 {
+        let (layer, _) = &layers[i % 2];
+        let c = calls.clone();
+        let svc = layer.layer(service_fn(move |_req: Request<Full<Bytes>>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok::<_, std::io::Error>(
+                    Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from_static(
+                            br#"{"type":"message","content":[],"usage":{"input_tokens":30,"output_tokens":9}}"#,
+                        )))
+                        .unwrap(),
+                )
+            }
+        }));
+        jobs.push(tokio::spawn(async move {
+            let req = Request::post("http://provider.invalid/v1/messages")
+                .extension(ratewise_tower::KeyLabel("team-a".into()))
+                .body(Full::new(Bytes::from_static(
+                    br#"{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[]}"#,
+                )))
+                .unwrap();
+            let resp = svc.oneshot(req).await.expect("the job succeeds");
+            assert_eq!(resp.status(), 200);
+            http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap();
+        }));
+    }
+    for j in jobs {
+        j.await.unwrap();
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 20, "one send per job");
+    // Both processes wrote the same key's record; nothing outstanding.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut writes = 0;
+    for (_, store) in &layers {
+        let h = store.health();
+        assert!(!h.degraded && h.errors == 0, "{h:?}");
+        writes += h.writes;
+        let l = store.local().ledger();
+        assert!(l.conserved() && l.outstanding.requests == 0, "{l:?}");
+    }
+    // Every write the processes made is one version of the key's record
+    // (operations queued together share one write).
+    let tag = ratewise_redis::key_tag("team-a");
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (version, record): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+        .arg(format!("{prefix}:{{{tag}}}:record"))
+        .arg("v")
+        .arg("r")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(writes > 2, "{writes}");
+    assert_eq!(
+        version,
+        Some(writes),
+        "the record's version counts every write"
+    );
+    let record = record.expect("the key's record is in Redis");
+    assert!(record.contains("claude-sonnet-4"), "{record}");
+}
