@@ -1,1 +1,220 @@
-fn main() {}
+//! Admit + settle pairs against a local `redis-server`: pairs per second
+//! and p50 / p99 per pair, with 1, 4 and 16 concurrent clients.
+//!
+//! Two ways to be 16 clients on one key:
+//!
+//! * **one process**: 16 tasks sharing one `RedisStore` (one connection;
+//!   operations queued together share a round trip);
+//! * **separate stores**: 16 `RedisStore`s, each its own connection and
+//!   copy of the record, as 16 processes would be (every write can lose
+//!   the race to another's).
+//!
+//! `cargo bench -p ratewise-redis --bench pairs` (starts its own
+//! `redis-server` on a free loopback port unless `RATEWISE_REDIS_URL` is
+//! set; `PAIRS_SECS` sets the time per row, default 2).
+
+use ratewise_core::admit::{self, Admission, AdmitRequest, End, Limits, Store, Update};
+use ratewise_core::{Instant, Now, Usage};
+use ratewise_redis::{Config, RedisStore};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+fn main() {
+    let (url, mut server) = match std::env::var("RATEWISE_REDIS_URL") {
+        Ok(u) => (u, None),
+        Err(_) => match start_redis() {
+            Some((u, c)) => (u, Some(c)),
+            None => {
+                eprintln!(
+                    "SKIPPED: redis-server not found (install it, or set RATEWISE_REDIS_URL)"
+                );
+                return;
+            }
+        },
+    };
+    let secs: u64 = std::env::var("PAIRS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("admit + settle pairs on one key, {secs} s per row, 2 worker threads, redis-server on loopback");
+    println!(
+        "{:<34} {:>8} {:>12} {:>10} {:>10} {:>10}",
+        "store", "clients", "pairs/s", "p50 ms", "p99 ms", "writes/refusals per pair"
+    );
+    for clients in [1usize, 4, 16] {
+        rt.block_on(run(&url, clients, Mode::Memory, secs));
+        rt.block_on(run(&url, clients, Mode::OneProcess, secs));
+        rt.block_on(run(&url, clients, Mode::Separate, secs));
+    }
+    if let Some(c) = server.as_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Memory,
+    OneProcess,
+    Separate,
+}
+
+fn config(prefix: &str) -> Config {
+    let mut c = Config::default();
+    c.prefix = prefix.to_owned();
+    c.admission = {
+        let mut a = admit::Config::default();
+        // Limits far above the pace: every admission goes, so the row
+        // measures the store, not the buckets.
+        a.limits = Limits {
+            requests: Some(1_000_000_000),
+            tokens: Some(1_000_000_000_000),
+            ..Limits::NONE
+        };
+        a.ramp.warm_start = true;
+        a
+    };
+    c
+}
+
+async fn run(url: &str, clients: usize, mode: Mode, secs: u64) {
+    let prefix = format!("bench-{:016x}", fastrand::u64(..));
+    let mut redis: Vec<RedisStore> = Vec::new();
+    let stores: Vec<Arc<dyn Store>> = match mode {
+        Mode::Memory => {
+            let s: Arc<dyn Store> = Arc::new(admit::Shared::new(admit::Controller::new(
+                config(&prefix).admission,
+            )));
+            vec![s; clients]
+        }
+        Mode::OneProcess => {
+            let s = RedisStore::connect(url, config(&prefix)).await.unwrap();
+            redis.push(s.clone());
+            vec![Arc::new(s) as Arc<dyn Store>; clients]
+        }
+        Mode::Separate => {
+            let mut v: Vec<Arc<dyn Store>> = Vec::new();
+            for _ in 0..clients {
+                let s = RedisStore::connect(url, config(&prefix)).await.unwrap();
+                redis.push(s.clone());
+                v.push(Arc::new(s));
+            }
+            v
+        }
+    };
+    let origin = std::time::Instant::now();
+    let wall0 = SystemTime::now();
+    let now = move || {
+        let e = origin.elapsed();
+        Now::new(Instant::from_origin(e), wall0 + e)
+    };
+    let end = origin + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for store in stores.iter().cloned() {
+        tasks.push(tokio::spawn(async move {
+            let target = store.target("bench-key", "claude-sonnet-4-5").await;
+            let mut lat = Vec::with_capacity(100_000);
+            while std::time::Instant::now() < end {
+                let t0 = std::time::Instant::now();
+                let mut req = AdmitRequest::new(target);
+                req.max_tokens = Some(100);
+                match store.admit(req, now()).await {
+                    Admission::Go(res) => {
+                        let usage = Usage {
+                            input_tokens: 10,
+                            output_tokens: 50,
+                            ..Usage::default()
+                        };
+                        store
+                            .update(
+                                Update::ending(End::Settle {
+                                    reservation: res,
+                                    usage,
+                                }),
+                                now(),
+                            )
+                            .await;
+                    }
+                    other => panic!("the bench's limits admit everything: {other:?}"),
+                }
+                lat.push(t0.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let elapsed = origin.elapsed().as_secs_f64();
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    // Round trips per pair: writes accepted plus refused, over pairs.
+    let (writes, conflicts) = redis.iter().fold((0, 0), |(w, c), s| {
+        let h = s.health();
+        (w + h.writes, c + h.conflicts)
+    });
+    let conflicts = if redis.is_empty() {
+        "-".to_owned()
+    } else {
+        format!(
+            "{:.2}/{:.2}",
+            writes as f64 / all.len().max(1) as f64,
+            conflicts as f64 / all.len().max(1) as f64
+        )
+    };
+    let name = match mode {
+        Mode::Memory => "in-memory (for scale)",
+        Mode::OneProcess => "redis, one process",
+        Mode::Separate => "redis, separate stores",
+    };
+    println!(
+        "{:<34} {:>8} {:>12.0} {:>10.3} {:>10.3} {:>10}",
+        name,
+        clients,
+        all.len() as f64 / elapsed,
+        pct(0.50),
+        pct(0.99),
+        conflicts
+    );
+}
+
+fn start_redis() -> Option<(String, Child)> {
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    for _ in 0..500 {
+        if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Some((format!("redis://127.0.0.1:{port}/"), child));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}

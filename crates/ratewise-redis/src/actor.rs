@@ -126,7 +126,7 @@ impl Actor {
         if !ops.iter().any(|o| o.req.writes()) {
             return self.apply_here(ops);
         }
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let mut trial = self.mirror.lock().clone();
             let outcomes: Vec<Outcome> = ops
                 .iter()
@@ -155,6 +155,10 @@ impl Actor {
                 }
                 Ok(r) => {
                     self.health.conflicts.fetch_add(1, Ordering::Relaxed);
+                    if attempt >= 2 {
+                        let us = fastrand::u64(0..200 * u64::from(attempt.min(8)));
+                        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+                    }
                     self.absorb(&key, r, now);
                 }
                 Err(e) => {

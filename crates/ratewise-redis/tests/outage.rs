@@ -201,7 +201,7 @@ async fn cut_off_a_process_paces_at_its_share() {
     while ms < 61_000 {
         if let Admission::Go(r) = a.admit(AdmitRequest::new(ta), t(ms)).await {
             admitted += 1;
-            std::mem::forget(r);
+            drop(r);
         }
         ms += 50;
     }

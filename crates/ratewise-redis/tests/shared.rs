@@ -65,7 +65,7 @@ async fn three_processes_admit_what_one_store_would_not_three_times_it() {
     for _ in 0..30 {
         if let Admission::Go(r) = one.admit(&AdmitRequest::new(one.target("k", MODEL)), t) {
             alone += 1;
-            std::mem::forget(r);
+            drop(r);
         }
     }
     // The three together, interleaved, and concurrently within each.
@@ -81,7 +81,7 @@ async fn three_processes_admit_what_one_store_would_not_three_times_it() {
         for a in futures_join(futs).await {
             if let Admission::Go(r) = a {
                 together += 1;
-                std::mem::forget(r);
+                drop(r);
             }
         }
     }
@@ -157,7 +157,7 @@ async fn a_process_waiting_on_a_key_another_stops_learns_it_within_a_second() {
     let mut last = None;
     for _ in 0..30 {
         match procs[1].admit(AdmitRequest::new(target), t).await {
-            Admission::Go(r) => std::mem::forget(r),
+            Admission::Go(r) => drop(r),
             other => last = Some(other),
         }
     }
