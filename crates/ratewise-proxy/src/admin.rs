@@ -64,7 +64,13 @@ async fn status(State(app): State<Arc<App>>) -> Response {
             }
         }
     }
-    let stops = app.stops.all();
+    // A stop another process lifted (through Redis) is not shown.
+    let stops: Vec<_> = app
+        .stops
+        .all()
+        .into_iter()
+        .filter(|(k, _, _)| scopes.iter().any(|s| s.key == *k && s.stopped.is_some()))
+        .collect();
     let mut keys: std::collections::BTreeMap<String, Vec<serde_json::Value>> = Default::default();
     for s in scopes {
         let l = s.limits;
@@ -113,6 +119,7 @@ async fn status(State(app): State<Arc<App>>) -> Response {
             "jobs_waiting": app.metrics.waiting.load(Ordering::Relaxed),
             "reservations_outstanding": ledger.outstanding.requests,
             "unknown_outcomes": *app.unknown.lock().unwrap_or_else(|p| p.into_inner()),
+            "store": store_status(&app),
         }),
     )
 }
@@ -142,6 +149,24 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
             }
         }
     }
+    if let Some(r) = &app.redis {
+        let h = r.health();
+        gauges.push((
+            "ratewise_store_degraded".into(),
+            f64::from(u8::from(h.degraded)),
+        ));
+        gauges.push((
+            "ratewise_store_share".into(),
+            f64::from(h.share_permille) / 1000.0,
+        ));
+        gauges.push(("ratewise_store_processes".into(), f64::from(h.peers)));
+        gauges.push(("ratewise_store_writes_total".into(), h.writes as f64));
+        gauges.push((
+            "ratewise_store_refused_writes_total".into(),
+            h.conflicts as f64,
+        ));
+        gauges.push(("ratewise_store_errors_total".into(), h.errors as f64));
+    }
     let ledger = app.store.ledger();
     gauges.push((
         "ratewise_tokens_charged{kind=\"input\"}".into(),
@@ -157,6 +182,25 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     r
+}
+
+/// Which store the keys' state lives in, and how it is doing.
+fn store_status(app: &App) -> serde_json::Value {
+    match &app.redis {
+        None => serde_json::json!({"kind": "memory"}),
+        Some(r) => {
+            let h = r.health();
+            serde_json::json!({
+                "kind": "redis",
+                "degraded": h.degraded,
+                "share_percent": f64::from(h.share_permille) / 10.0,
+                "processes": h.peers,
+                "writes": h.writes,
+                "refused_writes": h.conflicts,
+                "errors": h.errors,
+            })
+        }
+    }
 }
 
 /// The `?key=` of a request; `None` when missing or empty.
@@ -192,7 +236,7 @@ async fn stop(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respons
     let Some(key) = key_of(&q) else {
         return no_key();
     };
-    app.stop_key(&key, Cause::UserLimit, None);
+    app.stop_key(&key, Cause::UserLimit, None).await;
     if let Some(j) = &app.journal {
         j.stop(&key, Cause::UserLimit, None);
     }

@@ -139,7 +139,7 @@ struct File {
     admin: Option<String>,
     log: Option<LogFormat>,
     journal: Option<PathBuf>,
-    redis: Option<String>,
+    redis: Option<RedisFile>,
     #[serde(default)]
     upstream: Vec<UpstreamFile>,
     policy: Option<PolicyFile>,
@@ -152,6 +152,23 @@ struct File {
     group: Vec<GroupFile>,
     spend: Option<SpendFile>,
     bounds: Option<BoundsFile>,
+}
+
+/// `redis = "redis://…"`, or a table with the URL and its options.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RedisFile {
+    Url(String),
+    Table(RedisTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedisTable {
+    url: String,
+    prefix: Option<String>,
+    /// Share of the limits paced at while Redis is unreachable, in (0, 1].
+    fallback_share: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -276,14 +293,37 @@ pub struct ProxyConfig {
     pub layer: ratewise_tower::Config,
     /// The journal file, when one is kept.
     pub journal: Option<PathBuf>,
-    /// A Redis URL for a shared store (not available yet).
-    pub redis: Option<String>,
+    /// The shared store on Redis, when several processes share the keys'
+    /// limits.
+    pub redis: Option<RedisSettings>,
     /// Log format.
     pub log: LogFormat,
     /// How long in-flight jobs may take to finish on shutdown.
     pub grace: Duration,
     /// How long a caller may take to send its request body (default 30 s).
     pub body_timeout: Duration,
+}
+
+/// Where and how the keys' state is shared through Redis.
+#[derive(Clone, PartialEq)]
+pub struct RedisSettings {
+    /// `redis://host:port/db` (may hold a password: never logged).
+    pub url: String,
+    /// Prefix of the Redis keys (default `ratewise`).
+    pub prefix: Option<String>,
+    /// Share of the limits paced at while Redis is unreachable (default:
+    /// one over the processes Redis last saw on the key).
+    pub fallback_share: Option<f64>,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("RedisSettings")
+            .field("prefix", &self.prefix)
+            .field("fallback_share", &self.fallback_share)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The default deadline of a job when nothing sets one.
@@ -494,7 +534,58 @@ impl ProxyConfig {
         // learned ones (admit's default).
         let _: &admit::Config = adm;
 
-        let redis = flags.redis.clone().or(file.redis);
+        let mut redis = match file.redis {
+            None => None,
+            Some(RedisFile::Url(url)) => Some(RedisSettings {
+                url,
+                prefix: None,
+                fallback_share: None,
+            }),
+            Some(RedisFile::Table(t)) => {
+                if let Some(f) = t.fallback_share {
+                    if !(f > 0.0 && f <= 1.0) {
+                        return Err(invalid(format!(
+                            "redis.fallback_share: {f} is not a share in (0, 1]"
+                        )));
+                    }
+                }
+                if t.prefix
+                    .as_deref()
+                    .is_some_and(|p| p.is_empty() || p.contains(['{', '}']))
+                {
+                    return Err(invalid(
+                        "redis.prefix: must be non-empty and without braces (Redis Cluster hash tags)",
+                    ));
+                }
+                Some(RedisSettings {
+                    url: t.url,
+                    prefix: t.prefix,
+                    fallback_share: t.fallback_share,
+                })
+            }
+        };
+        if let Some(url) = &flags.redis {
+            match &mut redis {
+                Some(r) => r.url = url.clone(),
+                None => {
+                    redis = Some(RedisSettings {
+                        url: url.clone(),
+                        prefix: None,
+                        fallback_share: None,
+                    })
+                }
+            }
+        }
+        if let Some(r) = &redis {
+            if !(r.url.starts_with("redis://")
+                || r.url.starts_with("redis+unix://")
+                || r.url.starts_with("unix://"))
+            {
+                return Err(invalid(
+                    "redis: not a Redis URL (redis://host:port/db)".to_owned(),
+                ));
+            }
+        }
         Ok(ProxyConfig {
             listen,
             admin,

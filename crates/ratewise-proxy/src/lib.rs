@@ -52,8 +52,12 @@ pub struct App {
     pub config: ProxyConfig,
     /// The layer (shared state, queues, clock).
     pub layer: RetryLayer,
-    /// The in-memory store behind it.
+    /// This process's admission state: the store itself, or with
+    /// `--redis` this process's view of the shared one (as of its last
+    /// round trip), for `/status` and `/metrics`.
     pub store: Arc<Shared>,
+    /// The shared store on Redis, with `--redis`.
+    pub redis: Option<ratewise_redis::RedisStore>,
     /// One service per upstream, in the configuration's order.
     pub services: Vec<RetryService<upstream::Marking>>,
     /// Keys seen.
@@ -123,13 +127,17 @@ impl App {
             .map(|st| st.cause)
     }
 
-    /// Stops `key` (an operator, or a stop read back from the journal).
-    pub fn stop_key(&self, key: &str, cause: Cause, until: Option<SystemTime>) {
+    /// Stops `key` (an operator, or a stop read back from the journal):
+    /// for every process sharing it, with `--redis`.
+    pub async fn stop_key(&self, key: &str, cause: Cause, until: Option<SystemTime>) {
         let now = self.layer.now();
-        {
-            let mut c = self.store.lock();
-            let scope = c.scope_of(key, "default");
-            c.stop(scope, cause, until, now);
+        match &self.redis {
+            Some(r) => r.stop(key, cause, until, now).await,
+            None => {
+                let mut c = self.store.lock();
+                let scope = c.scope_of(key, "default");
+                c.stop(scope, cause, until, now);
+            }
         }
         self.stops.note(key, cause, SystemTime::now(), until);
     }
@@ -147,8 +155,8 @@ pub enum StartError {
     Bind(SocketAddr, std::io::Error),
     /// The journal could not be read or opened.
     Journal(std::path::PathBuf, std::io::Error),
-    /// `--redis` was given: the shared Redis store is not available yet.
-    RedisUnavailable,
+    /// The Redis store could not be made (a URL it cannot use).
+    Redis(ratewise_redis::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -158,10 +166,7 @@ impl std::fmt::Display for StartError {
             StartError::Tls(e) => write!(f, "{e}"),
             StartError::Bind(a, e) => write!(f, "cannot listen on {a}: {e}"),
             StartError::Journal(p, e) => write!(f, "journal {}: {e}", p.display()),
-            StartError::RedisUnavailable => f.write_str(
-                "--redis: the shared Redis store is not available in this version yet; \
-                 start without --redis (each process then paces on its own)",
-            ),
+            StartError::Redis(e) => write!(f, "--redis: {e}"),
         }
     }
 }
@@ -215,12 +220,34 @@ impl Running {
     }
 }
 
+/// The shared store on Redis. A Redis that does not answer at start is not
+/// fatal: the proxy paces on its share of the limits until it does.
+async fn redis_store(
+    settings: &config::RedisSettings,
+    admission: &ratewise_core::admit::Config,
+) -> Result<ratewise_redis::RedisStore, StartError> {
+    let mut rc = ratewise_redis::Config::default();
+    rc.admission = admission.clone();
+    if let Some(p) = &settings.prefix {
+        rc.prefix = p.clone();
+    }
+    rc.fallback_share = settings.fallback_share;
+    match ratewise_redis::RedisStore::connect(&settings.url, rc.clone()).await {
+        Ok(r) => {
+            tracing::info!("keys' limits shared through Redis");
+            Ok(r)
+        }
+        Err(ratewise_redis::Error::Url) => Err(StartError::Redis(ratewise_redis::Error::Url)),
+        Err(e) => {
+            tracing::warn!(error = %e, "Redis unavailable at start: pacing on this process's share of the limits until it answers");
+            ratewise_redis::RedisStore::new(&settings.url, rc).map_err(StartError::Redis)
+        }
+    }
+}
+
 /// Starts the proxy: reads the journal, binds both listeners, serves.
 /// Nothing is sent anywhere at start.
 pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
-    if config.redis.is_some() {
-        return Err(StartError::RedisUnavailable);
-    }
     let mut recovered = journal::Recovered::default();
     let journal = match &config.journal {
         Some(path) => {
@@ -232,18 +259,24 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         }
         None => None,
     };
-    let store = Arc::new(Shared::new(Controller::new(config.layer.admission.clone())));
+    let (store, redis, state): (Arc<Shared>, _, Arc<dyn ratewise_tower::State>) =
+        match &config.redis {
+            None => {
+                let s = Arc::new(Shared::new(Controller::new(config.layer.admission.clone())));
+                (s.clone(), None, s)
+            }
+            Some(settings) => {
+                let r = redis_store(settings, &config.layer.admission).await?;
+                (r.local().clone(), Some(r.clone()), Arc::new(r))
+            }
+        };
     let metrics = Arc::new(metrics::Metrics::default());
     let hook = Arc::new(metrics::Hook {
         metrics: metrics.clone(),
         file: journal.clone(),
     });
-    let layer = RetryLayer::from_parts(
-        config.layer.clone(),
-        store.clone(),
-        Arc::new(TokioClock::new()),
-    )
-    .with_journal(hook);
+    let layer = RetryLayer::from_parts(config.layer.clone(), state, Arc::new(TokioClock::new()))
+        .with_journal(hook);
     let mut services = Vec::new();
     for up in &config.upstreams {
         let client = upstream::client(up).map_err(StartError::Tls)?;
@@ -266,6 +299,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         config,
         layer,
         store,
+        redis,
         services,
         keys: keys::Seen::default(),
         stops: answer::StopAnswers::default(),
@@ -288,7 +322,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
     }
     for s in &recovered.stops {
         tracing::warn!(key = %s.key, cause = s.cause.as_str(), "stop still in force from before the restart");
-        app.stop_key(&s.key, s.cause, s.until);
+        app.stop_key(&s.key, s.cause, s.until).await;
     }
     if recovered.unreadable > 0 {
         tracing::warn!(
@@ -331,7 +365,10 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         loop {
             tick.tick().await;
             let now = lease_app.layer.now();
-            let n = lease_app.store.lock().expire(now);
+            let n = match &lease_app.redis {
+                Some(r) => r.expire(now).await,
+                None => lease_app.store.lock().expire(now),
+            };
             if n > 0 {
                 tracing::warn!(
                     reservations = n,

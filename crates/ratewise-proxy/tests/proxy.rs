@@ -467,17 +467,21 @@ async fn shutdown_lets_a_request_in_flight_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_is_refused_clearly_until_it_exists() {
+async fn a_redis_url_it_cannot_use_is_refused_without_echoing_it() {
     let flags = Flags {
         listen: Some("127.0.0.1:0".into()),
         admin: Some("127.0.0.1:1".into()),
         upstream: Some("http://127.0.0.1:9".into()),
-        redis: Some("redis://127.0.0.1:6379".into()),
+        redis: Some("http://user:hunter2@127.0.0.1:6379".into()),
         ..Flags::default()
     };
-    let config = ProxyConfig::from_toml(&flags, "", |_| None).unwrap();
-    let Err(e) = ratewise_proxy::start(config).await else {
-        panic!("--redis is refused until the store exists")
+    let e = ProxyConfig::from_toml(&flags, "", |_| None).unwrap_err();
+    assert!(e.to_string().contains("redis"), "{e}");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    let bad_share = "[redis]\nurl = \"redis://127.0.0.1:1/\"\nfallback_share = 1.5\n";
+    let flags = Flags {
+        redis: None,
+        ..flags
     };
-    assert!(e.to_string().contains("--redis"), "{e}");
+    assert!(ProxyConfig::from_toml(&flags, bad_share, |_| None).is_err());
 }

@@ -16,23 +16,12 @@
 use ratewise_core::admit::{self, Admission, AdmitRequest, End, Limits, Store, Update};
 use ratewise_core::{Instant, Now, Usage};
 use ratewise_redis::{Config, RedisStore};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 fn main() {
-    let (url, mut server) = match std::env::var("RATEWISE_REDIS_URL") {
-        Ok(u) => (u, None),
-        Err(_) => match start_redis() {
-            Some((u, c)) => (u, Some(c)),
-            None => {
-                eprintln!(
-                    "SKIPPED: redis-server not found (install it, or set RATEWISE_REDIS_URL)"
-                );
-                return;
-            }
-        },
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
+        return;
     };
     let secs: u64 = std::env::var("PAIRS_SECS")
         .ok()
@@ -52,10 +41,6 @@ fn main() {
         rt.block_on(run(&url, clients, Mode::Memory, secs));
         rt.block_on(run(&url, clients, Mode::OneProcess, secs));
         rt.block_on(run(&url, clients, Mode::Separate, secs));
-    }
-    if let Some(c) = server.as_mut() {
-        let _ = c.kill();
-        let _ = c.wait();
     }
 }
 
@@ -117,7 +102,7 @@ async fn run(url: &str, clients: usize, mode: Mode, secs: u64) {
     };
     let end = origin + Duration::from_secs(secs);
     let mut tasks = Vec::new();
-    for store in stores.iter().cloned() {
+    for store in stores.clone() {
         tasks.push(tokio::spawn(async move {
             let target = store.target("bench-key", "claude-sonnet-4-5").await;
             let mut lat = Vec::with_capacity(100_000);
@@ -187,34 +172,4 @@ async fn run(url: &str, clients: usize, mode: Mode, secs: u64) {
         pct(0.99),
         conflicts
     );
-}
-
-fn start_redis() -> Option<(String, Child)> {
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .ok()?
-        .local_addr()
-        .ok()?
-        .port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    for _ in 0..500 {
-        if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok() {
-            return Some((format!("redis://127.0.0.1:{port}/"), child));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    None
 }

@@ -70,6 +70,8 @@ mod actor;
 mod clock;
 mod ops;
 mod script;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use clock::Clock;
 

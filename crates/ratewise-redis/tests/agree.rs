@@ -7,8 +7,6 @@
 //! every wait is the same; there is no rounding to allow for (the record
 //! keeps the core's exact integers).
 
-mod common;
-
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ratewise_core::admit::{
     self, Admission, AdmitRequest, Controller, End, Limits, Observed, Reservation, Shared, Store,
@@ -151,13 +149,13 @@ fn update(res: Reservation, ending: &Ending, now: Now) -> Update {
 
 #[tokio::test]
 async fn two_processes_on_redis_decide_as_one_in_memory_store() {
-    let Some((url, _server)) = common::redis() else {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
         return;
     };
     let (mut goes, mut waits, mut stops) = (0, 0, 0);
     for seed in 0..12u64 {
         let mut r = fastrand::Rng::with_seed(seed);
-        let prefix = common::prefix();
+        let prefix = ratewise_redis::testing::prefix();
         let one = Shared::new(Controller::new(admission()));
         let procs = [
             Process {

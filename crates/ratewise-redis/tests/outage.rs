@@ -1,14 +1,12 @@
 //! Redis going away and coming back: no panic, no lost job; each process
 //! paces at its share meanwhile; stops survive.
 
-mod common;
-
 use bytes::Bytes;
-use common::Server;
 use http::{Request, Response};
 use http_body_util::Full;
 use ratewise_core::admit::{self, Admission, AdmitRequest, Limits, Store};
 use ratewise_core::{Cause, Instant, Now, Provider};
+use ratewise_redis::testing::Server;
 use ratewise_redis::{Clock, Config, RedisStore};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

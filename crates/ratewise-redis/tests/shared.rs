@@ -2,8 +2,6 @@
 //! one limit between them, a pause or a stop seen by one holding for all,
 //! and the layer taking the store as its own.
 
-mod common;
-
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -55,10 +53,10 @@ async fn stores(url: &str, n: usize, cfg: &Config) -> Vec<RedisStore> {
 
 #[tokio::test]
 async fn three_processes_admit_what_one_store_would_not_three_times_it() {
-    let Some((url, _server)) = common::redis() else {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
         return;
     };
-    let procs = stores(&url, 3, &config(&common::prefix())).await;
+    let procs = stores(&url, 3, &config(&ratewise_redis::testing::prefix())).await;
     let one = Shared::new(Controller::new(admission()));
     let t = at(10_000);
     let mut alone = 0;
@@ -104,10 +102,10 @@ async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 
 #[tokio::test]
 async fn a_pause_seen_by_one_process_holds_for_another() {
-    let Some((url, _server)) = common::redis() else {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
         return;
     };
-    let mut cfg = config(&common::prefix());
+    let mut cfg = config(&ratewise_redis::testing::prefix());
     cfg.recheck = None;
     let procs = stores(&url, 2, &cfg).await;
     let t = at(5_000);
@@ -146,10 +144,10 @@ async fn a_pause_seen_by_one_process_holds_for_another() {
 
 #[tokio::test]
 async fn a_process_waiting_on_a_key_another_stops_learns_it_within_a_second() {
-    let Some((url, _server)) = common::redis() else {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
         return;
     };
-    let procs = stores(&url, 2, &config(&common::prefix())).await;
+    let procs = stores(&url, 2, &config(&ratewise_redis::testing::prefix())).await;
     let t = at(1_000);
     let target = procs[1].target("k", MODEL).await;
     // Empty the bucket: the next admission would wait about a second per
@@ -186,10 +184,10 @@ async fn a_process_waiting_on_a_key_another_stops_learns_it_within_a_second() {
 
 #[tokio::test]
 async fn the_layer_takes_it_as_its_store() {
-    let Some((url, _server)) = common::redis() else {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
         return;
     };
-    let prefix = common::prefix();
+    let prefix = ratewise_redis::testing::prefix();
     let mut cfg = Config::default();
     cfg.prefix = prefix.clone();
     cfg.admission = admission();

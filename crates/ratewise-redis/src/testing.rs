@@ -1,8 +1,17 @@
-//! A Redis server for the tests: `RATEWISE_REDIS_URL` when set (what
-//! `.ci/run` starts), else a `redis-server` of our own on a free loopback
-//! port. Without one the tests say they are skipped — and fail loudly where
-//! Redis is required (`RATEWISE_REQUIRE_REDIS`, set by `.ci/run`).
-#![allow(dead_code)]
+//! A Redis server for tests (feature `testing`): `RATEWISE_REDIS_URL`
+//! when set (what `.ci/run` starts), else a `redis-server` of the test's
+//! own on a free loopback port. Without one a test says it is skipped —
+//! and fails loudly where Redis is required (`RATEWISE_REQUIRE_REDIS`, set
+//! by `.ci/run`).
+//!
+//! ```no_run
+//! # async fn t() {
+//! let Some((url, _server)) = ratewise_redis::testing::redis() else {
+//!     return; // skipped: no redis-server here
+//! };
+//! # let _ = url;
+//! # }
+//! ```
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -11,6 +20,7 @@ use std::time::{Duration, Instant};
 /// A `redis-server` this test started; killed when dropped.
 pub struct Server {
     child: Option<Child>,
+    /// Its port on 127.0.0.1.
     pub port: u16,
 }
 
@@ -63,6 +73,7 @@ impl Server {
         })
     }
 
+    /// Its URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }

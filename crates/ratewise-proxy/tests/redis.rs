@@ -1,0 +1,159 @@
+//! `ratewise proxy --redis`: replicas of the proxy sharing one key's state
+//! through Redis. A stop one of them meets stops the others with no send;
+//! an operator's stop and resume on one hold for all; `/status` and
+//! `/metrics` say which store is in use and how it is doing.
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use ratewise_mock::{MockConfig, MockServer};
+use ratewise_proxy::config::{Flags, ProxyConfig};
+use ratewise_proxy::keys::fingerprint;
+use ratewise_proxy::Running;
+
+const KEY: &str = "sk-ant-api03-test-REDIS";
+const BODY: &str =
+    r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+
+fn roomy() -> MockConfig {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    cfg.anthropic_limits.input_tokens_per_minute = Some(100_000_000);
+    cfg.anthropic_limits.output_tokens_per_minute = Some(100_000_000);
+    cfg
+}
+
+async fn replica(upstream: &str, redis: &str, prefix: &str) -> Running {
+    let flags = Flags {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:0".into()),
+        upstream: Some(upstream.into()),
+        ..Flags::default()
+    };
+    let toml = format!("[redis]\nurl = \"{redis}\"\nprefix = \"{prefix}\"\n");
+    let config = ProxyConfig::from_toml(&flags, &toml, |_| None).expect("config");
+    ratewise_proxy::start(config)
+        .await
+        .expect("the proxy starts")
+}
+
+async fn call(p: &Running) -> (StatusCode, String, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::post(format!("http://{}/v1/messages", p.addr))
+        .header("content-type", "application/json")
+        .header("x-api-key", KEY)
+        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .unwrap();
+    let resp = client.request(req).await.expect("the proxy answers");
+    let status = resp.status();
+    let action = resp
+        .headers()
+        .get("x-ratewise-action")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, action, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn admin(p: &Running, method: &str, path: &str) -> (StatusCode, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", p.admin_addr))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_cap_met_by_one_replica_stops_the_others_with_no_send() {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
+        return;
+    };
+    let prefix = ratewise_redis::testing::prefix();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let a = replica(&mock.base_url(), &url, &prefix).await;
+    let b = replica(&mock.base_url(), &url, &prefix).await;
+    // Both serve.
+    assert_eq!(call(&a).await.0, 200);
+    assert_eq!(call(&b).await.0, 200);
+    mock.set_spend_cap(Some(0.0));
+    let (_, action, body) = call(&a).await;
+    assert_eq!(action, "stop_queue", "{body}");
+    let sends = mock.records().len();
+    assert_eq!(sends, 3);
+    // The other replica learns it from Redis: stopped, nothing sent.
+    for _ in 0..3 {
+        let (status, action, body) = call(&b).await;
+        assert_eq!(action, "stop_queue", "{status} {body}");
+        assert_eq!(status, 429, "{body}");
+    }
+    assert_eq!(
+        mock.records().len(),
+        sends,
+        "no send after the cap, on either replica"
+    );
+    let (_, status) = admin(&b, "GET", "/status").await;
+    assert!(status.contains("\"kind\":\"redis\""), "{status}");
+    assert!(status.contains("spend_cap"), "{status}");
+    assert!(!status.contains(KEY), "no key in /status");
+    // A human raises the cap and resumes on one replica: both serve again.
+    mock.set_spend_cap(None);
+    let fp = fingerprint(KEY);
+    let (s, _) = admin(&b, "POST", &format!("/resume?key={fp}")).await;
+    assert_eq!(s, 200);
+    let (status, _, body) = call(&a).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = admin(&a, "GET", "/metrics").await;
+    assert!(metrics.contains("ratewise_store_degraded 0"), "{metrics}");
+    assert!(metrics.contains("ratewise_store_processes 2"), "{metrics}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_stop_on_one_replica_holds_on_the_other() {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
+        return;
+    };
+    let prefix = ratewise_redis::testing::prefix();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let a = replica(&mock.base_url(), &url, &prefix).await;
+    let b = replica(&mock.base_url(), &url, &prefix).await;
+    let fp = fingerprint(KEY);
+    let (s, _) = admin(&a, "POST", &format!("/stop?key={fp}")).await;
+    assert_eq!(s, 200);
+    let (status, action, _) = call(&b).await;
+    assert_eq!((status.as_u16(), action.as_str()), (429, "stop_queue"));
+    assert_eq!(mock.records().len(), 0);
+    admin(&b, "POST", &format!("/resume?key={fp}")).await;
+    assert_eq!(call(&a).await.0, 200);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_does_not_answer_at_start_leaves_the_proxy_serving() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = replica(
+        &mock.base_url(),
+        &format!("redis://127.0.0.1:{port}/"),
+        "down",
+    )
+    .await;
+    assert_eq!(call(&p).await.0, 200, "served on local pacing");
+    let (_, metrics) = admin(&p, "GET", "/metrics").await;
+    assert!(metrics.contains("ratewise_store_degraded 1"), "{metrics}");
+    p.shutdown().await;
+}
