@@ -3,6 +3,9 @@
     python bench/proxy_sdk.py --proxy http://127.0.0.1:PORT --mock http://127.0.0.1:PORT \
         --shape anthropic --jobs 150 --concurrency 16 --itpm 300000 --capacity-seconds 10
 
+Several `--proxy` addresses spread the jobs across them in turn (replicas
+of the proxy sharing one key, `bench/redis_procs.sh`).
+
 The SDK's own retries are off (`max_retries=0`): the proxy is the one retry
 owner. Every job is one SDK call. When all are back, the mock's records say
 what reached the provider: sends, 429s, and the input tokens of the sends
@@ -37,10 +40,11 @@ def words(n, salt):
 async def run_anthropic(args, sizes):
     import anthropic
 
-    client = anthropic.AsyncAnthropic(
-        base_url=args.proxy, api_key="sk-ant-bench-key", max_retries=0, timeout=600
-    )
-    return await run_jobs(args, sizes, lambda i, n: client.messages.create(
+    clients = [
+        anthropic.AsyncAnthropic(base_url=p, api_key="sk-ant-bench-key", max_retries=0, timeout=600)
+        for p in args.proxy
+    ]
+    return await run_jobs(args, sizes, lambda i, n: clients[i % len(clients)].messages.create(
         model="claude-sonnet-4-5",
         max_tokens=args.max_tokens,
         messages=[{"role": "user", "content": words(n, i)}],
@@ -50,10 +54,11 @@ async def run_anthropic(args, sizes):
 async def run_openai(args, sizes):
     import openai
 
-    client = openai.AsyncOpenAI(
-        base_url=args.proxy + "/v1", api_key="sk-bench-key", max_retries=0, timeout=600
-    )
-    return await run_jobs(args, sizes, lambda i, n: client.chat.completions.create(
+    clients = [
+        openai.AsyncOpenAI(base_url=p + "/v1", api_key="sk-bench-key", max_retries=0, timeout=600)
+        for p in args.proxy
+    ]
+    return await run_jobs(args, sizes, lambda i, n: clients[i % len(clients)].chat.completions.create(
         model="gpt-4o",
         max_tokens=args.max_tokens,
         messages=[{"role": "user", "content": words(n, i)}],
@@ -78,7 +83,7 @@ async def run_jobs(args, sizes, call):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--proxy", required=True)
+    ap.add_argument("--proxy", required=True, nargs="+")
     ap.add_argument("--mock", required=True)
     ap.add_argument("--shape", choices=["anthropic", "openai"], default="anthropic")
     ap.add_argument("--jobs", type=int, default=150)
@@ -91,6 +96,7 @@ def main():
     ap.add_argument("--capacity-seconds", type=float, default=60.0)
     ap.add_argument("--max-429-share", type=float, default=0.02)
     ap.add_argument("--min-used", type=float, default=0.0)
+    ap.add_argument("--label", default="")
     args = ap.parse_args()
 
     lo, hi = args.input
@@ -119,6 +125,8 @@ def main():
     errors = [e for o, e in outcomes if o == "error"]
     share = r429 / sends if sends else 0.0
     result = {
+        "label": args.label,
+        "proxies": len(args.proxy),
         "shape": args.shape,
         "jobs": args.jobs,
         "concurrency": args.concurrency,
@@ -132,7 +140,7 @@ def main():
         "errors": errors[:5],
     }
     print(json.dumps(result))
-    print(f"| {args.shape} | {done}/{args.jobs} | {sends} sends ({result['sends_per_job']} per job) "
+    print(f"| {args.label or args.shape} | {done}/{args.jobs} | {sends} sends ({result['sends_per_job']} per job) "
           f"| {r429} answered 429 ({100 * share:.2f} %) | used {used:.3f} of the binding limit "
           f"| {wall_s:.1f} s |")
     failed = []
