@@ -29,7 +29,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant as TokioInstant;
 
 /// Refused writes in a row before a batch is applied here and written
@@ -53,6 +53,8 @@ pub(crate) struct Actor {
     pub peers: HashMap<String, u32>,
     /// While Redis is unreachable: when to try it again.
     pub retry_at: Option<TokioInstant>,
+    /// A reconnection under way in the background.
+    pub probe: Option<oneshot::Receiver<Option<MultiplexedConnection>>>,
     /// Keys not read back since an outage: their first refused write
     /// keeps the stops this process learned meanwhile.
     pub stale: HashSet<String>,
@@ -298,11 +300,30 @@ impl Actor {
         );
     }
 
-    /// While Redis is unreachable: tries it again when due. `true` when
-    /// it answered (the key's record is read back, full limits again).
+    /// While Redis is unreachable: `true` once it answers again (the key's
+    /// record is read back, full limits again). The reconnection is tried
+    /// in the background, at most once per [`Config::reconnect_every`], so
+    /// a Redis that does not answer at all (no route, a dropped packet)
+    /// never holds up the operations paced here meanwhile.
     async fn try_return(&mut self, key: &str, now: Now) -> bool {
-        if self.retry_at.is_some_and(|t| TokioInstant::now() < t) {
-            return false;
+        match self.probe.as_mut().map(|rx| rx.try_recv()) {
+            None => {
+                if self.retry_at.is_none_or(|t| TokioInstant::now() >= t) {
+                    self.probe = Some(self.spawn_probe());
+                }
+                return false;
+            }
+            Some(Err(oneshot::error::TryRecvError::Empty)) => return false,
+            Some(Ok(Some(conn))) => {
+                self.probe = None;
+                self.conn = Some(conn);
+            }
+            Some(_) => {
+                self.probe = None;
+                self.health.errors.fetch_add(1, Ordering::Relaxed);
+                self.retry_at = Some(TokioInstant::now() + self.cfg.reconnect_every);
+                return false;
+            }
         }
         match self.call(key, READ, "").await {
             Ok(r) => {
@@ -321,6 +342,30 @@ impl Actor {
                 false
             }
         }
+    }
+
+    /// Connects and pings in a task of its own; the connection, if Redis
+    /// answered, comes back on the channel.
+    fn spawn_probe(&self) -> oneshot::Receiver<Option<MultiplexedConnection>> {
+        let (tx, rx) = oneshot::channel();
+        let client = self.client.clone();
+        let timeout = self.cfg.timeout;
+        tokio::spawn(async move {
+            let conn = async {
+                let mut c =
+                    tokio::time::timeout(timeout, client.get_multiplexed_async_connection())
+                        .await
+                        .ok()?
+                        .ok()?;
+                let pong: redis::RedisResult<String> =
+                    tokio::time::timeout(timeout, redis::cmd("PING").query_async(&mut c))
+                        .await
+                        .ok()?;
+                pong.ok().map(|_| c)
+            };
+            let _ = tx.send(conn.await);
+        });
+        rx
     }
 
     fn share_permille(&self) -> u32 {

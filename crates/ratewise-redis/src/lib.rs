@@ -302,6 +302,7 @@ impl RedisStore {
             versions: HashMap::new(),
             peers: HashMap::new(),
             retry_at: None,
+            probe: None,
             stale: HashSet::new(),
         };
         handle.spawn(actor.run());
