@@ -10,6 +10,8 @@
 //!   retry owner for any tower HTTP client service. The runnable examples
 //!   (`cargo run --example batch --features tower`, `proxy`, `worker`)
 //!   use it against the in-process mock provider.
+//! - [`redis`] (feature `redis`): the admission store on Redis, so every
+//!   process using a key shares its limits, pauses and stops.
 //!
 //! ```
 //! use ratewise::core::classify::{classify_transport, TransportFailure};
@@ -28,3 +30,6 @@ pub use ratewise_streaming as streaming;
 
 #[cfg(feature = "tower")]
 pub use ratewise_tower as tower;
+
+#[cfg(feature = "redis")]
+pub use ratewise_redis as redis;

@@ -112,6 +112,32 @@ async fn a_spend_cap_met_by_one_replica_stops_the_others_with_no_send() {
     assert_eq!(status, 200, "{body}");
     let (_, metrics) = admin(&a, "GET", "/metrics").await;
     assert!(metrics.contains("ratewise_store_degraded 0"), "{metrics}");
+    // What Redis holds names the key by its fingerprint only.
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys.iter().filter(|k| k.ends_with(":record")).count(),
+        1,
+        "{keys:?}"
+    );
+    for k in &keys {
+        assert!(k.contains(&format!("{{{fp}}}")) && !k.contains(KEY), "{k}");
+    }
+    let record: String = redis::cmd("HGET")
+        .arg(format!("{prefix}:{{{fp}}}:record"))
+        .arg("r")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(record.contains(&fp) && !record.contains(KEY), "{record}");
     assert!(metrics.contains("ratewise_store_processes 2"), "{metrics}");
     a.shutdown().await;
     b.shutdown().await;

@@ -274,3 +274,44 @@ async fn the_layer_takes_it_as_its_store() {
     let record = record.expect("the key's record is in Redis");
     assert!(record.contains("claude-sonnet-4"), "{record}");
 }
+
+#[tokio::test]
+async fn a_crashed_processs_reservation_stays_charged_at_its_estimate() {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
+        return;
+    };
+    let mut cfg = config(&ratewise_redis::testing::prefix());
+    cfg.admission.limits = Limits {
+        output_tokens: Some(1_000),
+        ..Limits::NONE
+    };
+    cfg.recheck = None;
+    let t = at(1_000);
+    {
+        // A process admits 900 output tokens' worth and dies before its
+        // answer: the provider may have run it.
+        let crashed = RedisStore::connect(&url, cfg.clone()).await.unwrap();
+        let target = crashed.target("k", MODEL).await;
+        let mut req = AdmitRequest::new(target);
+        req.max_tokens = Some(900);
+        assert!(matches!(crashed.admit(req, t).await, Admission::Go(_)));
+    }
+    let other = RedisStore::connect(&url, cfg).await.unwrap();
+    let target = other.target("k", MODEL).await;
+    let mut req = AdmitRequest::new(target);
+    req.max_tokens = Some(900);
+    // Charged: the survivor waits for the refill of those 900 tokens
+    // (about 54 s at 1,000 a minute), not for nothing.
+    match other.admit(req, t).await {
+        Admission::Wait { until, .. } => {
+            let wait = until - t.instant;
+            assert!(wait > Duration::from_secs(40), "{wait:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // And the refill gives it back: no lease needed to end it.
+    assert!(matches!(
+        other.admit(req, at(1_000 + 61_000)).await,
+        Admission::Go(_)
+    ));
+}
