@@ -268,3 +268,40 @@ fn two_processes_sharing_a_record_decide_as_one_controller() {
     // Not a vacuous agreement: both answers occur often.
     assert!(goes > 500 && waits > 500, "{goes} admitted, {waits} waits");
 }
+
+/// A take made while cut off from the shared record, then a fresh record
+/// imported: the buckets no longer hold it, so its end must not give it
+/// back (a release is nothing, a settle charges what was used).
+#[test]
+fn a_disowned_reservations_end_charges_only_its_usage() {
+    let mut cfg = config();
+    cfg.ramp.warm_start = true;
+    cfg.limits.output_tokens = None;
+    let mut c = Controller::new(cfg);
+    let (t, t2) = (now_at(5_000), now_at(6_000));
+    let target = c.target("k", "claude-sonnet-4-5");
+    let req = AdmitRequest::new(target);
+    let level = |c: &mut Controller| c.snapshot(target.scope, t2).unwrap().credits[0].unwrap();
+    let a = c.admit(&req, t).go().unwrap();
+    let b = c.admit(&req, t2).go().unwrap();
+    let taken = level(&mut c);
+    assert!(c.disown(a.id(), t2));
+    assert!(!c.disown(a.id(), t2), "once");
+    // Disowning changes no level: the caller's record decides them.
+    assert_eq!(level(&mut c), taken);
+    c.release(a, t2);
+    assert_eq!(
+        level(&mut c),
+        taken,
+        "a disowned release gives nothing back"
+    );
+    assert!(c.disown(b.id(), t2));
+    c.settle(b, &Usage::default(), t2);
+    assert_eq!(
+        level(&mut c),
+        taken - 1,
+        "a disowned settle charges its usage (one request)"
+    );
+    let l = c.ledger();
+    assert!(l.conserved() && l.outstanding.requests == 0, "{l:?}");
+}

@@ -214,6 +214,10 @@ impl Running {
         }
         self.admin.abort();
         self.expiry.abort();
+        // The last settles reach the other replicas.
+        if let Some(r) = &self.app.redis {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), r.flush()).await;
+        }
         if let Some(j) = &self.app.journal {
             j.sync();
         }
@@ -321,6 +325,12 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         }
     }
     for s in &recovered.stops {
+        if app.redis.is_some() {
+            // The shared record decides: another replica may have resumed
+            // the key since this one stopped.
+            tracing::warn!(key = %s.key, cause = s.cause.as_str(), "a stop in the journal from before the restart; the shared record decides whether it holds");
+            continue;
+        }
         tracing::warn!(key = %s.key, cause = s.cause.as_str(), "stop still in force from before the restart");
         app.stop_key(&s.key, s.cause, s.until).await;
     }

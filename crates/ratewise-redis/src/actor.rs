@@ -10,10 +10,18 @@
 //!   imported and the batch is applied again to it. Nothing was answered
 //!   yet, so nobody saw the stale answers.
 //! * Redis unreachable: the batch is applied here, the controller paces
-//!   at this process's share of the limits, and Redis is tried again at
-//!   most once per [`Config::reconnect_every`]. A stop known before the
-//!   outage stays; a stop learned during it is written back when Redis
-//!   returns.
+//!   at this process's share of the limits, and Redis is tried again in the
+//!   background at most once per [`Config::reconnect_every`].
+//!
+//! What this process did without writing it (while Redis was away, or when
+//! a write could not be made) is kept apart until it is written:
+//!
+//! * a stop it learned is put back over every record it imports, and so
+//!   reaches the others with its next write — a stop the others lifted
+//!   meanwhile is not: only one learned here, unwritten, is kept;
+//! * a take the shared record never held is *disowned* when a record is
+//!   imported over it ([`Controller::disown`]): its end charges what it
+//!   used and gives back nothing it never took from the others.
 //!
 //! Nothing but this task writes the controller, so a status page may read
 //! it ([`RedisStore::local`](crate::RedisStore::local)) at any time.
@@ -22,19 +30,28 @@ use crate::clock::ClockSync;
 use crate::ops::{Op, Outcome, Reply, Request};
 use crate::script::{self, READ};
 use crate::{Config, Error, HealthCell};
-use ratewise_core::admit::{Admission, Controller, End, Shared, Update};
+use ratewise_core::admit::{Admission, Controller, End, ReservationId, Shared, Update};
 use ratewise_core::{Cause, Now};
 use redis::aio::MultiplexedConnection;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant as TokioInstant;
 
 /// Refused writes in a row before a batch is applied here and written
 /// with the next one (a key so contended that every write loses).
 const MAX_ATTEMPTS: u32 = 16;
+
+/// Most model classes a record read from Redis may hold.
+const MAX_CLASSES: usize = 256;
+
+/// At most one warning per this long for Redis's own errors.
+const SERVER_ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// A stop: its cause and end.
+type StopState = (Cause, Option<SystemTime>);
 
 pub(crate) struct Actor {
     pub rx: mpsc::UnboundedReceiver<Op>,
@@ -49,15 +66,20 @@ pub(crate) struct Actor {
     pub proc_id: String,
     /// The record version this process's controller holds, per key.
     pub versions: HashMap<String, u64>,
+    /// The epoch of each key's record as last read.
+    pub epochs: HashMap<String, String>,
     /// Processes seen on each key in the last call.
     pub peers: HashMap<String, u32>,
     /// While Redis is unreachable: when to try it again.
     pub retry_at: Option<TokioInstant>,
     /// A reconnection under way in the background.
     pub probe: Option<oneshot::Receiver<Option<MultiplexedConnection>>>,
-    /// Keys not read back since an outage: their first refused write
-    /// keeps the stops this process learned meanwhile.
-    pub stale: HashSet<String>,
+    /// Stops learned here and not yet written, per key.
+    pub unwritten_stops: HashMap<String, StopState>,
+    /// Reservations taken here and not yet written, per key.
+    pub local_only: HashMap<String, Vec<ReservationId>>,
+    /// When Redis's own error was last logged.
+    pub server_error_logged: Option<TokioInstant>,
 }
 
 impl Actor {
@@ -75,7 +97,7 @@ impl Actor {
             }
             let key = op.req.key(&self.mirror.lock());
             match key {
-                None => self.apply_here(vec![op]),
+                None => self.apply_here(vec![op], None),
                 Some(key) => {
                     let batch = self.gather(op, &key);
                     self.run_batch(key, batch).await;
@@ -103,6 +125,13 @@ impl Actor {
     }
 
     async fn run_batch(&mut self, key: String, ops: Vec<Op>) {
+        // Connected first, so that the clock offset is known before the
+        // batch's times are read against it.
+        if self.conn.is_none() && self.retry_at.is_none() {
+            if let Err(e) = self.connect().await {
+                self.failed(e, ops[0].now);
+            }
+        }
         let nows: Vec<Now> = ops.iter().map(|o| self.clock.adjust(o.now)).collect();
         let now = nows
             .iter()
@@ -110,23 +139,24 @@ impl Actor {
             .max_by_key(|n| n.instant)
             .unwrap_or(ops[0].now);
         if self.retry_at.is_some() && !self.try_return(&key, now).await {
-            return self.apply_here(ops);
+            return self.apply_here(ops, Some(&key));
         }
         // A key this process has not read yet: its record first (one round
         // trip, once per key), so that an operation on a key it has not
         // used — a resume, say — acts on the shared state.
         let unread = !self.versions.contains_key(&key);
-        if unread || !ops.iter().any(|o| o.req.writes()) {
+        let writes = ops.iter().any(|o| o.req.writes()) || self.unwritten_stops.contains_key(&key);
+        if unread || !writes {
             match self.call(&key, READ, "").await {
                 Ok(r) => self.absorb(&key, r, now),
                 Err(e) => {
-                    self.lose(e, now);
-                    return self.apply_here(ops);
+                    self.failed(e, now);
+                    return self.apply_here(ops, Some(&key));
                 }
             }
         }
-        if !ops.iter().any(|o| o.req.writes()) {
-            return self.apply_here(ops);
+        if !writes {
+            return self.apply_here(ops, None);
         }
         for attempt in 0..MAX_ATTEMPTS {
             let mut trial = self.mirror.lock().clone();
@@ -140,7 +170,8 @@ impl Actor {
                 .map(|r| serde_json::to_string(&r))
             {
                 Some(Ok(b)) => b,
-                // Nothing to write (cannot happen for a known key).
+                // No record to write: the key has no state here (a resume
+                // of a key nobody used).
                 _ => {
                     *self.mirror.lock() = trial;
                     return self.deliver(ops, outcomes);
@@ -151,38 +182,66 @@ impl Actor {
                 Ok(r) if r.written => {
                     self.health.writes.fetch_add(1, Ordering::Relaxed);
                     self.note_peers(&key, r.peers);
-                    self.versions.insert(key, r.version);
+                    self.versions.insert(key.clone(), r.version);
+                    self.epochs.insert(key.clone(), r.epoch);
+                    // Everything this process held of the key is written.
+                    self.unwritten_stops.remove(&key);
+                    self.local_only.remove(&key);
                     *self.mirror.lock() = trial;
                     return self.deliver(ops, outcomes);
                 }
                 Ok(r) => {
                     self.health.conflicts.fetch_add(1, Ordering::Relaxed);
                     if attempt >= 2 {
+                        // A herd of writers on one key: spread out.
                         let us = fastrand::u64(0..200 * u64::from(attempt.min(8)));
-                        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+                        tokio::time::sleep(Duration::from_micros(us)).await;
                     }
                     self.absorb(&key, r, now);
                 }
                 Err(e) => {
-                    self.lose(e, now);
-                    return self.apply_here(ops);
+                    self.failed(e, now);
+                    return self.apply_here(ops, Some(&key));
                 }
             }
         }
         tracing::debug!(
             "a batch lost {MAX_ATTEMPTS} writes in a row; applied here, written with the next"
         );
-        self.apply_here(ops);
+        self.apply_here(ops, Some(&key));
     }
 
     /// Applies operations to the controller itself, with no round trip.
-    fn apply_here(&mut self, ops: Vec<Op>) {
-        let outcomes = {
+    /// With `unwritten` (a keyed batch that could not be written), the
+    /// stops it learned and the takes it made are kept apart until a write
+    /// of the key carries them.
+    fn apply_here(&mut self, ops: Vec<Op>, unwritten: Option<&str>) {
+        let outcomes: Vec<Outcome> = {
             let mut c = self.mirror.lock();
-            ops.iter()
+            let before = unwritten.and_then(|k| stop_of(&mut c, k, ops[0].now));
+            let outcomes = ops
+                .iter()
                 .map(|o| o.req.apply(&mut c, self.clock.adjust(o.now)))
-                .collect()
+                .collect();
+            if let Some(key) = unwritten {
+                let after = stop_of(&mut c, key, ops[0].now);
+                if after.is_some() && after != before {
+                    self.unwritten_stops
+                        .insert(key.to_owned(), after.unwrap_or((Cause::Unknown, None)));
+                }
+            }
+            outcomes
         };
+        if let Some(key) = unwritten {
+            let ids = outcomes.iter().filter_map(|o| match o {
+                Outcome::Admission(Admission::Go(r)) => Some(r.id()),
+                _ => None,
+            });
+            self.local_only
+                .entry(key.to_owned())
+                .or_default()
+                .extend(ids);
+        }
         self.deliver(ops, outcomes);
     }
 
@@ -194,13 +253,7 @@ impl Actor {
                     if let Err(Admission::Go(reservation)) = tx.send(a) {
                         // The caller left while its admission travelled:
                         // the reservation goes straight back.
-                        self.pending.push_front(Op {
-                            req: Request::Update(Box::new(Update::ending(End::Release {
-                                reservation,
-                            }))),
-                            now: op.now,
-                            reply: Reply::Decision(None),
-                        });
+                        self.pending.push_front(release(reservation, op.now));
                     }
                 }
                 (Reply::Decision(tx), Outcome::Decision(d)) => {
@@ -239,33 +292,52 @@ impl Actor {
         }
     }
 
-    /// A refused write's (or a read's) reply: its record becomes this
-    /// process's view of the key.
+    /// A refused write's (or a read's) reply: its record, when it is news,
+    /// becomes this process's view of the key.
     fn absorb(&mut self, key: &str, r: script::Reply, now: Now) {
         self.note_peers(key, r.peers);
-        let before = self.versions.insert(key.to_owned(), r.version);
-        let reset = before.is_some_and(|v| r.version < v);
-        let keep_stop = reset || self.stale.remove(key);
+        let reset = self.epochs.get(key).is_some_and(|e| *e != r.epoch);
+        let held = self.versions.insert(key.to_owned(), r.version);
+        if r.epoch.is_empty() {
+            self.epochs.remove(key);
+        } else {
+            self.epochs.insert(key.to_owned(), r.epoch.clone());
+        }
         if reset {
             tracing::warn!(
-                "the Redis record of a key went back to an older version (Redis restarted \
-                 without its data?); this process's view of the key is written back"
+                "a key's Redis record was lost (Redis restarted without its data, or the \
+                 key was deleted); this process's view of the key is written back"
             );
-        }
-        if r.unreadable {
-            tracing::warn!("a key's Redis record could not be read; it is overwritten with this process's view");
-        }
-        let Some(rec) = r.record else {
+            // The record lost the stop this process holds: write it back.
+            let stop = stop_of(&mut self.mirror.lock(), key, now);
+            if let Some(stop) = stop {
+                self.unwritten_stops.entry(key.to_owned()).or_insert(stop);
+            }
+        } else if held == Some(r.version) {
+            // Nothing written since this process's copy: keep it (with
+            // whatever it holds unwritten).
             return;
+        }
+        let rec = match r.record {
+            Some(rec) if rec.key() == key && rec.classes() <= MAX_CLASSES => rec,
+            Some(_) => {
+                tracing::warn!("a key's Redis record belongs to another key or is too large; it is overwritten with this process's view");
+                return;
+            }
+            None => {
+                if r.unreadable {
+                    tracing::warn!("a key's Redis record could not be read; it is overwritten with this process's view");
+                }
+                return;
+            }
         };
         let mut c = self.mirror.lock();
-        let kept = if keep_stop {
-            stop_of(&mut c, key, now)
-        } else {
-            None
-        };
+        // Takes made here that this record never held.
+        for id in self.local_only.remove(key).unwrap_or_default() {
+            c.disown(id, now);
+        }
         c.import_key(&rec, now);
-        if let Some((cause, until)) = kept {
+        if let Some((cause, until)) = self.unwritten_stops.get(key).copied() {
             if stop_of(&mut c, key, now).is_none() {
                 let scope = c.scope_of(key, "default");
                 c.stop(scope, cause, until, now);
@@ -281,6 +353,25 @@ impl Actor {
         self.health.peers.store(most, Ordering::Relaxed);
     }
 
+    /// A round trip failed. Lost connections and timeouts mean Redis is
+    /// unavailable: this process paces alone until it returns. Redis's own
+    /// errors (a wrong type under the key, out of memory, no permission)
+    /// are logged and the batch is applied here.
+    fn failed(&mut self, e: Error, now: Now) {
+        if e.is_transport() {
+            self.lose(e, now);
+        } else {
+            self.health.errors.fetch_add(1, Ordering::Relaxed);
+            let due = self
+                .server_error_logged
+                .is_none_or(|t| t.elapsed() >= SERVER_ERROR_LOG_EVERY);
+            if due {
+                self.server_error_logged = Some(TokioInstant::now());
+                tracing::warn!(error = %e, "Redis refused the store's script; operations are applied on this process's view until it accepts");
+            }
+        }
+    }
+
     /// Redis did not answer: pace here, at this process's share.
     fn lose(&mut self, e: Error, now: Now) {
         self.conn = None;
@@ -292,7 +383,6 @@ impl Actor {
         let share = self.share_permille();
         self.mirror.lock().set_share(share, now);
         self.health.share_permille.store(share, Ordering::Relaxed);
-        self.stale = self.versions.keys().cloned().collect();
         tracing::warn!(
             error = %e,
             share_percent = f64::from(share) / 10.0,
@@ -335,7 +425,8 @@ impl Actor {
                 tracing::warn!("Redis is back: limits are shared again");
                 true
             }
-            Err(_) => {
+            Err(e) => {
+                tracing::debug!(error = %e, "Redis answered a ping but not the store's read");
                 self.health.errors.fetch_add(1, Ordering::Relaxed);
                 self.conn = None;
                 self.retry_at = Some(TokioInstant::now() + self.cfg.reconnect_every);
@@ -378,22 +469,36 @@ impl Actor {
         }
     }
 
+    /// A new connection, and Redis's clock read on it.
+    async fn connect(&mut self) -> Result<MultiplexedConnection, Error> {
+        let mut c = tokio::time::timeout(
+            self.cfg.timeout,
+            self.client.get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| Error::Timeout)?
+        .map_err(Error::Redis)?;
+        let sent = SystemTime::now();
+        let started = std::time::Instant::now();
+        let time: (String, String) =
+            tokio::time::timeout(self.cfg.timeout, redis::cmd("TIME").query_async(&mut c))
+                .await
+                .map_err(|_| Error::Timeout)?
+                .map_err(Error::Redis)?;
+        if let (Ok(s), Ok(us)) = (time.0.parse::<i128>(), time.1.parse::<i128>()) {
+            self.clock
+                .sample(sent, started.elapsed(), s * 1_000_000_000 + us * 1_000);
+        }
+        self.conn = Some(c.clone());
+        Ok(c)
+    }
+
     /// One call of the script, with the connection made when there is
     /// none, each step bounded by [`Config::timeout`].
     async fn call(&mut self, key: &str, version: i64, blob: &str) -> Result<script::Reply, Error> {
         let mut conn = match &self.conn {
             Some(c) => c.clone(),
-            None => {
-                let c = tokio::time::timeout(
-                    self.cfg.timeout,
-                    self.client.get_multiplexed_async_connection(),
-                )
-                .await
-                .map_err(|_| Error::Timeout)?
-                .map_err(Error::Redis)?;
-                self.conn = Some(c.clone());
-                c
-            }
+            None => self.connect().await?,
         };
         let tag = crate::key_tag(key);
         let record_key = format!("{}:{{{tag}}}:record", self.cfg.prefix);
@@ -406,7 +511,8 @@ impl Actor {
             .arg(blob)
             .arg(self.cfg.record_ttl.as_millis() as u64)
             .arg(&self.proc_id)
-            .arg(self.cfg.alive.as_millis() as u64);
+            .arg(self.cfg.alive.as_millis() as u64)
+            .arg(format!("{:016x}", fastrand::u64(..)));
         let value: redis::Value =
             tokio::time::timeout(self.cfg.timeout, inv.invoke_async(&mut conn))
                 .await
@@ -419,8 +525,17 @@ impl Actor {
     }
 }
 
+/// The operation that gives a reservation back.
+pub(crate) fn release(reservation: ratewise_core::admit::Reservation, now: Now) -> Op {
+    Op {
+        req: Request::Update(Box::new(Update::ending(End::Release { reservation }))),
+        now,
+        reply: Reply::Decision(None),
+    }
+}
+
 /// The stop in force on `key`, if any.
-fn stop_of(c: &mut Controller, key: &str, now: Now) -> Option<(Cause, Option<SystemTime>)> {
+fn stop_of(c: &mut Controller, key: &str, now: Now) -> Option<StopState> {
     let scopes: Vec<_> = c
         .scopes()
         .into_iter()

@@ -82,7 +82,7 @@ use ratewise_core::admit::{
 };
 use ratewise_core::{Cause, Decision, Now};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -144,6 +144,23 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The same, with values that would break the store raised to the
+    /// least that works (a zero time to live would delete each record as
+    /// it is written).
+    fn sanitized(mut self) -> Config {
+        self.record_ttl = self.record_ttl.max(Duration::from_secs(1));
+        self.alive = self.alive.max(Duration::from_secs(1));
+        self.timeout = self.timeout.max(Duration::from_millis(1));
+        self.reconnect_every = self.reconnect_every.max(Duration::from_millis(1));
+        self.max_batch = self.max_batch.max(1);
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            self.prefix = Config::default().prefix;
+        }
+        self
+    }
+}
+
 /// Why a store could not be made.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -164,7 +181,7 @@ pub enum Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::Url => f.write_str("not a Redis URL (redis://host:port/db or rediss://…)"),
+            Error::Url => f.write_str("not a Redis URL (redis://host:port/db)"),
             Error::NoRuntime => f.write_str("a RedisStore must be made inside a tokio runtime"),
             Error::Redis(e) => write!(f, "Redis: {}", e.kind_str()),
             Error::Timeout => f.write_str("Redis did not answer in time"),
@@ -174,6 +191,23 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl Error {
+    /// Whether Redis is out of reach (a lost or refused connection, a
+    /// timeout), as against Redis answering with an error of its own.
+    pub fn is_transport(&self) -> bool {
+        match self {
+            Error::Timeout => true,
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_refusal()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+            }
+            Error::Url | Error::NoRuntime | Error::Reply => false,
+        }
+    }
+}
 
 trait KindStr {
     fn kind_str(&self) -> String;
@@ -189,7 +223,13 @@ impl KindStr for redis::RedisError {
         } else if self.is_io_error() || self.is_connection_dropped() {
             "connection lost".to_owned()
         } else {
-            format!("{:?}", self.kind())
+            // Redis's own error (WRONGTYPE, OOM, NOPERM…): its code and
+            // message, which never carry the URL.
+            match (self.code(), self.detail()) {
+                (Some(code), Some(detail)) => format!("{code} {detail}"),
+                (Some(code), None) => code.to_owned(),
+                _ => format!("{:?}", self.kind()),
+            }
         }
     }
 }
@@ -278,6 +318,7 @@ impl RedisStore {
         config: Config,
     ) -> Result<RedisStore, Error> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let config = config.sanitized();
         let (tx, rx) = mpsc::unbounded_channel();
         let mirror = Arc::new(Shared::new(Controller::new(config.admission.clone())));
         let health = Arc::new(HealthCell {
@@ -303,7 +344,10 @@ impl RedisStore {
             peers: HashMap::new(),
             retry_at: None,
             probe: None,
-            stale: HashSet::new(),
+            epochs: HashMap::new(),
+            unwritten_stops: HashMap::new(),
+            local_only: HashMap::new(),
+            server_error_logged: None,
         };
         handle.spawn(actor.run());
         Ok(RedisStore { tx, mirror, health })
@@ -342,6 +386,14 @@ impl RedisStore {
             c.stop(scope, cause, until, now);
         })
         .await
+    }
+
+    /// Waits until every operation queued before it has been applied (and
+    /// written, when Redis is reachable): for a graceful shutdown, so that
+    /// the last settles reach the others.
+    pub async fn flush(&self) {
+        self.ask(Request::Flush, NO_TIME, Reply::Done, |_, _| ())
+            .await
     }
 
     /// Gives back this process's reservations held past their lease (their
@@ -383,6 +435,25 @@ impl RedisStore {
     }
 }
 
+/// An admission's answer on its way: dropped unread (the caller gave up
+/// while it travelled), a reservation in it is given back.
+struct Answer {
+    rx: Option<oneshot::Receiver<Admission>>,
+    tx: mpsc::UnboundedSender<Op>,
+    now: Now,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            rx.close();
+            if let Ok(Admission::Go(reservation)) = rx.try_recv() {
+                let _ = self.tx.send(actor::release(reservation, self.now));
+            }
+        }
+    }
+}
+
 /// `now` for a request that does not read the time (resolving a target).
 const NO_TIME: Now = Now::new(ratewise_core::Instant::ZERO, SystemTime::UNIX_EPOCH);
 
@@ -398,11 +469,34 @@ impl Store for RedisStore {
     }
 
     fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
-        StoreFuture::new(
-            self.ask(Request::Admit(req), now, Reply::Admission, move |c, now| {
-                c.admit(&req, now)
-            }),
-        )
+        let (tx, rx) = oneshot::channel();
+        if self
+            .send(Request::Admit(req), now, Reply::Admission(tx))
+            .is_some()
+        {
+            // The task is gone (its runtime shut down): answered here.
+            return StoreFuture::ready(self.mirror.lock().admit(&req, now));
+        }
+        // Whoever drops the answer unread gives its reservation back.
+        let mut answer = Answer {
+            rx: Some(rx),
+            tx: self.tx.clone(),
+            now,
+        };
+        StoreFuture::new(async move {
+            let a = match answer.rx.as_mut() {
+                Some(rx) => rx.await.ok(),
+                None => None,
+            };
+            // Read: nothing for the drop to give back.
+            drop(answer.rx.take());
+            match a {
+                Some(a) => a,
+                // The task ended with the request queued (its runtime shut
+                // down): answered here.
+                None => self.mirror.lock().admit(&req, now),
+            }
+        })
     }
 
     fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {

@@ -20,6 +20,8 @@ pub(crate) enum Request {
     /// Release this process's reservations past their lease: local (see
     /// [`RedisStore::expire`](crate::RedisStore::expire)).
     Expire,
+    /// Answered once every operation queued before it is applied.
+    Flush,
     Admit(AdmitRequest),
     Update(Box<Update>),
     Resume(String),
@@ -67,7 +69,7 @@ impl Request {
     /// for a local request, or a scope this process does not know.
     pub(crate) fn key(&self, c: &Controller) -> Option<String> {
         let scope = match self {
-            Request::Target { .. } | Request::Expire => return None,
+            Request::Target { .. } | Request::Expire | Request::Flush => return None,
             Request::Admit(r) => r.target.scope,
             Request::Update(u) => match (&u.observed, &u.end) {
                 (Some(o), _) => o.scope,
@@ -92,6 +94,7 @@ impl Request {
         match self {
             Request::Target { key, model } => Outcome::Target(c.target(key, model)),
             Request::Expire => Outcome::Count(c.expire(now)),
+            Request::Flush => Outcome::Done,
             Request::Admit(r) => Outcome::Admission(c.admit(r, now)),
             Request::Update(u) => Outcome::Decision(c.apply_ref(u, now)),
             Request::Resume(k) => {

@@ -16,17 +16,27 @@
 use ratewise_core::admit::KeyRecord;
 use redis::Value;
 
-/// KEYS\[1\]: the record (hash: `v` version, `r` record JSON).
+/// KEYS\[1\]: the record (hash: `v` version, `r` record JSON, `e` epoch).
 /// KEYS\[2\]: processes by last call (sorted set, score: Unix ms).
 /// ARGV\[1\]: the version the caller's copy is of (0: none; -1: read only).
 /// ARGV\[2\]: the new record.
 /// ARGV\[3\]: time to live of both keys, milliseconds.
 /// ARGV\[4\]: this process's id. ARGV\[5\]: how long a process counts as
 /// alive after its last call, milliseconds.
+/// ARGV\[6\]: an epoch for a record written for the first time.
+///
+/// The epoch is set when a record is created and kept by every later
+/// write: a process that finds another epoch (or none) under a key it knew
+/// learns that Redis lost the record (restarted without its data, the key
+/// expired or was deleted) even when others have written it since.
+///
+/// A version that is not a whole number in range (the hash written by
+/// something else) is read as 0, so the next write repairs it.
 ///
 /// Returns `{written (0|1), version, record or "", peers, seconds,
-/// microseconds}`.
+/// microseconds, epoch or ""}`.
 pub(crate) const CAS: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[2], now_ms, ARGV[4])
@@ -34,13 +44,16 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - tonumber(ARGV[5]))
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 local peers = redis.call('ZCARD', KEYS[2])
 local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0') or 0
+if v < 0 or v ~= math.floor(v) or v >= 4503599627370496 then v = 0 end
+local e = redis.call('HGET', KEYS[1], 'e') or ''
 if tonumber(ARGV[1]) ~= v then
-  return {0, v, redis.call('HGET', KEYS[1], 'r') or '', peers, t[1], t[2]}
+  return {0, v, redis.call('HGET', KEYS[1], 'r') or '', peers, t[1], t[2], e}
 end
 v = v + 1
-redis.call('HSET', KEYS[1], 'v', v, 'r', ARGV[2])
+if e == '' then e = ARGV[6] end
+redis.call('HSET', KEYS[1], 'v', v, 'r', ARGV[2], 'e', e)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {1, v, '', peers, t[1], t[2]}
+return {1, v, '', peers, t[1], t[2], e}
 "#;
 
 /// The version a read-only call sends: never equal to a stored version,
@@ -63,6 +76,8 @@ pub(crate) struct Reply {
     pub peers: u32,
     /// Redis's clock, Unix nanoseconds.
     pub redis_ns: i128,
+    /// The record's epoch ("" when there is none).
+    pub epoch: String,
 }
 
 /// Reads the script's reply; `None` for anything not of its shape.
@@ -70,7 +85,7 @@ pub(crate) fn parse(v: &Value) -> Option<Reply> {
     let Value::Array(items) = v else {
         return None;
     };
-    if items.len() != 6 {
+    if items.len() != 7 {
         return None;
     }
     let int = |v: &Value| -> Option<i64> {
@@ -94,7 +109,13 @@ pub(crate) fn parse(v: &Value) -> Option<Reply> {
     let secs = int(&items[4])?;
     let micros = int(&items[5])?;
     let redis_ns = i128::from(secs) * 1_000_000_000 + i128::from(micros) * 1_000;
+    let epoch = match &items[6] {
+        Value::BulkString(b) if b.len() <= 64 => String::from_utf8_lossy(b).into_owned(),
+        Value::BulkString(_) => return None,
+        _ => String::new(),
+    };
     Some(Reply {
+        epoch,
         written,
         version,
         record,
@@ -121,12 +142,14 @@ mod tests {
             Value::Int(3),
             bulk("1764590000"),
             bulk("250"),
+            bulk("e1"),
         ]))
         .unwrap();
         assert!(w.written);
         assert_eq!((w.version, w.peers), (7, 3));
         assert_eq!(w.redis_ns, 1_764_590_000_000_250_000);
         assert!(w.record.is_none() && !w.unreadable);
+        assert_eq!(w.epoch, "e1");
 
         let r = parse(&Value::Array(vec![
             Value::Int(0),
@@ -135,9 +158,11 @@ mod tests {
             Value::Int(1),
             bulk("1"),
             bulk("0"),
+            bulk(""),
         ]))
         .unwrap();
         assert!(!r.written && r.unreadable && r.record.is_none());
+        assert_eq!(r.epoch, "");
     }
 
     #[test]
@@ -151,6 +176,7 @@ mod tests {
             Value::Int(1),
             bulk("1"),
             bulk("0"),
+            bulk(""),
         ]);
         assert!(parse(&negative).is_none(), "a negative version is not read");
     }

@@ -114,3 +114,66 @@ fn skip_or_fail(why: &str) {
     }
     eprintln!("SKIPPED: {why} (install redis-server, or set RATEWISE_REDIS_URL)");
 }
+
+/// A TCP forwarder in front of a server that a test can cut and restore:
+/// one process cut off from Redis while the others still reach it.
+pub struct Cuttable {
+    /// Where to connect instead of the server.
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Cuttable {
+    /// Forwards a loopback port to `target` (must run in a tokio runtime).
+    pub async fn start(target: u16) -> Cuttable {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("a free port");
+        let port = listener.local_addr().expect("bound").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> =
+            Default::default();
+        let (c, l) = (cut.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                if c.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let link = tokio::spawn(async move {
+                    if let Ok(mut up) =
+                        tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, target)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                    }
+                });
+                l.lock().unwrap_or_else(|e| e.into_inner()).push(link);
+            }
+        });
+        Cuttable { port, cut, links }
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Drops every connection through it and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for link in self
+            .links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            link.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}

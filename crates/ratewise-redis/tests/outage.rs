@@ -283,3 +283,134 @@ async fn a_redis_that_never_answers_holds_up_one_operation_not_every_one() {
         "the reconnection under way has not timed out yet: no operation waited for it"
     );
 }
+
+/// Two processes, `a` behind a connection the test can cut, `b` direct;
+/// `rpm` requests a minute, times injected.
+async fn partitioned(
+    rpm: u64,
+) -> Option<(
+    Server,
+    ratewise_redis::testing::Cuttable,
+    RedisStore,
+    RedisStore,
+)> {
+    let server = Server::start()?;
+    let link = ratewise_redis::testing::Cuttable::start(server.port).await;
+    let mut cfg = config(&ratewise_redis::testing::prefix(), rpm);
+    cfg.clock = Clock::Caller;
+    cfg.recheck = None;
+    cfg.reconnect_every = Duration::from_millis(20);
+    let a = RedisStore::connect(&link.url(), cfg.clone()).await.unwrap();
+    let b = RedisStore::connect(&server.url(), cfg).await.unwrap();
+    Some((server, link, a, b))
+}
+
+fn at(ms: u64) -> Now {
+    let wall0 = ratewise_core::time::parse_rfc3339("2026-12-01T12:00:00Z").unwrap();
+    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
+}
+
+#[tokio::test]
+async fn a_stop_lifted_by_another_while_one_was_cut_off_stays_lifted() {
+    let Some((_server, link, a, b)) = partitioned(600).await else {
+        return;
+    };
+    let (ta, tb) = (a.target("k", MODEL).await, b.target("k", MODEL).await);
+    a.stop("k", Cause::UserLimit, None, at(1_000)).await;
+    link.cut();
+    // a, cut off, still holds the stop it knew.
+    assert!(matches!(
+        a.admit(AdmitRequest::new(ta), at(1_200)).await,
+        Admission::Stopped { .. }
+    ));
+    assert!(a.health().degraded);
+    // Meanwhile a human resumes the key through b.
+    b.resume("k", at(1_300)).await;
+    assert!(matches!(
+        b.admit(AdmitRequest::new(tb), at(1_400)).await,
+        Admission::Go(_)
+    ));
+    link.restore();
+    back_on_redis(&a, ta, at(2_000)).await;
+    // a takes the resume, and does not stop the key again for b.
+    assert!(matches!(
+        a.admit(AdmitRequest::new(ta), at(3_000)).await,
+        Admission::Go(_)
+    ));
+    assert!(matches!(
+        b.admit(AdmitRequest::new(tb), at(3_100)).await,
+        Admission::Go(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_stop_learned_while_cut_off_reaches_the_others_on_return() {
+    let Some((_server, link, a, b)) = partitioned(600).await else {
+        return;
+    };
+    let (ta, tb) = (a.target("k", MODEL).await, b.target("k", MODEL).await);
+    let _ = a.admit(AdmitRequest::new(ta), at(500)).await;
+    link.cut();
+    let _ = a.snapshot(ta.scope, at(900)).await;
+    assert!(a.health().degraded);
+    // a meets a spend cap while cut off.
+    a.stop("k", Cause::SpendCap, None, at(1_000)).await;
+    // b writes meanwhile: a's return reads a newer record.
+    let _ = b.admit(AdmitRequest::new(tb), at(1_100)).await;
+    link.restore();
+    // Back through reads only: the stop must not be lost to them.
+    back_on_redis(&a, ta, at(2_000)).await;
+    let _ = a.snapshot(ta.scope, at(2_100)).await;
+    match a.admit(AdmitRequest::new(ta), at(2_200)).await {
+        Admission::Stopped { cause, .. } => assert_eq!(cause, Cause::SpendCap),
+        other => panic!("a forgot its own spend cap: {other:?}"),
+    }
+    match b.admit(AdmitRequest::new(tb), at(2_300)).await {
+        Admission::Stopped { cause, .. } => assert_eq!(cause, Cause::SpendCap),
+        other => panic!("b never learned it: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_take_made_while_cut_off_is_not_given_back_to_the_others() {
+    let Some((_server, link, a, b)) = partitioned(6_000).await else {
+        return;
+    };
+    let (ta, tb) = (a.target("k", MODEL).await, b.target("k", MODEL).await);
+    let _ = a.snapshot(ta.scope, at(1_000)).await;
+    // b takes everything there is at this instant.
+    let mut held = Vec::new();
+    while let Admission::Go(r) = b.admit(AdmitRequest::new(tb), at(1_000)).await {
+        held.push(r);
+    }
+    assert!(!held.is_empty());
+    link.cut();
+    // a, cut off, paces on its own share: it takes one.
+    let mine = loop {
+        match a.admit(AdmitRequest::new(ta), at(1_000)).await {
+            Admission::Go(r) => break r,
+            Admission::Wait { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(a.health().degraded);
+    link.restore();
+    back_on_redis(&a, ta, at(1_000)).await;
+    // Its release gives back nothing the shared buckets ever held.
+    a.update(
+        ratewise_core::admit::Update::ending(ratewise_core::admit::End::Release {
+            reservation: mine,
+        }),
+        at(1_000),
+    )
+    .await;
+    assert!(
+        matches!(
+            b.admit(AdmitRequest::new(tb), at(1_000)).await,
+            Admission::Wait { .. }
+        ),
+        "the release of a take the record never held credited the others"
+    );
+    let l = a.local().ledger();
+    assert!(l.conserved() && l.outstanding.requests == 0, "{l:?}");
+}

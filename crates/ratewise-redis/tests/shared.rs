@@ -315,3 +315,140 @@ async fn a_crashed_processs_reservation_stays_charged_at_its_estimate() {
         Admission::Go(_)
     ));
 }
+
+#[tokio::test]
+async fn an_admission_dropped_unread_gives_its_reservation_back() {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
+        return;
+    };
+    let store = RedisStore::connect(&url, config(&ratewise_redis::testing::prefix()))
+        .await
+        .unwrap();
+    let target = store.target("k", MODEL).await;
+    let t = at(1_000);
+    for _ in 0..20 {
+        let writes = store.health().writes;
+        let mut fut = Box::pin(store.admit(AdmitRequest::new(target), t));
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        assert!(std::future::Future::poll(fut.as_mut(), &mut cx).is_pending());
+        // The store answers (its write lands) while nobody reads.
+        while store.health().writes == writes {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(fut);
+    }
+    store.flush().await;
+    let l = store.local().ledger();
+    assert!(l.conserved(), "{l:?}");
+    assert_eq!(l.outstanding.requests, 0, "{l:?}");
+    assert_eq!(l.reserved.requests, 20, "{l:?}");
+}
+
+#[tokio::test]
+async fn a_record_that_is_garbage_or_another_keys_is_overwritten_not_trusted() {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
+        return;
+    };
+    let prefix = ratewise_redis::testing::prefix();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Under k's tag: another key's stopped record, then plain garbage with
+    // a version that is not a whole number.
+    let other = RedisStore::connect(&url, config(&prefix)).await.unwrap();
+    other.stop("other", Cause::SpendCap, None, at(1_000)).await;
+    let theirs: String = redis::cmd("HGET")
+        .arg(format!(
+            "{prefix}:{{{}}}:record",
+            ratewise_redis::key_tag("other")
+        ))
+        .arg("r")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mine = format!("{prefix}:{{{}}}:record", ratewise_redis::key_tag("k"));
+    let _: () = redis::cmd("HSET")
+        .arg(&mine)
+        .arg("v")
+        .arg(3)
+        .arg("r")
+        .arg(&theirs)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let store = RedisStore::connect(&url, config(&prefix)).await.unwrap();
+    let target = store.target("k", MODEL).await;
+    assert!(
+        matches!(
+            store.admit(AdmitRequest::new(target), at(1_000)).await,
+            Admission::Go(_)
+        ),
+        "another key's stop does not stop this one"
+    );
+    let _: () = redis::cmd("HSET")
+        .arg(&mine)
+        .arg("v")
+        .arg("2.5")
+        .arg("r")
+        .arg("{not json")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.admit(AdmitRequest::new(target), at(2_000)).await,
+        Admission::Go(_)
+    ));
+    let h = store.health();
+    assert!(!h.degraded && h.errors == 0, "{h:?}");
+    // Repaired: a whole version and this key's record.
+    let (v, r): (String, String) = redis::cmd("HMGET")
+        .arg(&mine)
+        .arg("v")
+        .arg("r")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(v.parse::<u64>().is_ok(), "{v}");
+    assert!(r.contains(r#""key":"k""#), "{r}");
+}
+
+#[tokio::test]
+async fn redis_refusing_the_script_on_one_key_is_not_an_outage() {
+    let Some((url, _server)) = ratewise_redis::testing::redis() else {
+        return;
+    };
+    let prefix = ratewise_redis::testing::prefix();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Something else keeps a plain string under k's record key.
+    let mine = format!("{prefix}:{{{}}}:record", ratewise_redis::key_tag("k"));
+    let _: () = redis::cmd("SET")
+        .arg(&mine)
+        .arg("not a hash")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let store = RedisStore::connect(&url, config(&prefix)).await.unwrap();
+    let (tk, tj) = (
+        store.target("k", MODEL).await,
+        store.target("j", MODEL).await,
+    );
+    // k is served on this process's view, j still through Redis.
+    assert!(matches!(
+        store.admit(AdmitRequest::new(tk), at(1_000)).await,
+        Admission::Go(_)
+    ));
+    assert!(matches!(
+        store.admit(AdmitRequest::new(tj), at(1_000)).await,
+        Admission::Go(_)
+    ));
+    let h = store.health();
+    assert!(!h.degraded, "not an outage: {h:?}");
+    assert!(h.errors >= 1 && h.writes >= 1, "{h:?}");
+}

@@ -669,6 +669,12 @@ impl Bucket {
             updated,
         };
         b.recompute();
+        // A record is read from outside the process: a debt deeper than
+        // ten minutes of refill is not something this controller ever
+        // writes, and is cut to it rather than blocking the key for good.
+        let floor = -(scaled(b.limit) * 10);
+        b.level = b.level.max(floor);
+        b.credit = b.credit.max(floor);
         Some(b)
     }
 }

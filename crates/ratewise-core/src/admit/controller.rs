@@ -1165,6 +1165,25 @@ impl Controller {
         decision
     }
 
+    /// Forgets an outstanding reservation without giving anything back:
+    /// for a store whose shared record replaced the buckets the take was
+    /// made from (a take made while cut off from the others, then a fresh
+    /// record imported), so the buckets never held it. Its end then
+    /// charges what it used and gives back nothing: a release is a no-op,
+    /// a settle charges the actual usage. Returns whether it was
+    /// outstanding.
+    pub fn disown(&mut self, id: ReservationId, now: Now) -> bool {
+        let Some(e) = self.slab.remove(id, Exit::Released) else {
+            return false;
+        };
+        // The spend budget is this process's own: its hold goes, and the
+        // end settles the actual cost.
+        if let Some(sp) = &mut self.spend {
+            sp.unreserve(e.amounts.tokens(), e.cost, now.instant);
+        }
+        true
+    }
+
     /// Paces every scope at `permille` of its effective limits (1,000 by
     /// default): what a process cut off from the store it shares a key
     /// through may use alone — its share of the key, when N processes

@@ -46,6 +46,11 @@ impl KeyRecord {
     pub fn key(&self) -> &str {
         &self.key
     }
+
+    /// How many model classes it holds (a reader from outside bounds it).
+    pub fn classes(&self) -> usize {
+        self.scopes.len()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
