@@ -47,6 +47,32 @@
 //!   to Redis when it answers. A stop known before the outage stays in
 //!   force, and a stop learned during it is written back.
 //!
+//! # What it does not do
+//!
+//! * **One task per process.** Operations on different keys take turns
+//!   (each batch is one round trip); with many busy keys in one process,
+//!   an operation can wait for the other keys' round trips.
+//! * **Separate processes flat out on one key** lose writes to each other:
+//!   each refusal costs a round trip, and the store backs off after the
+//!   second. `cargo bench -p ratewise-redis --bench pairs` shows 4,000 to
+//!   5,000 admit + settle pairs a second with 16 separate stores on one
+//!   key on a 2-core machine, against about 40,000 for 16 tasks of one
+//!   process.
+//! * **The spend budget** ([`admit::Config::spend`](ratewise_core::admit::Config::spend))
+//!   stays per process: N processes may spend N budgets. A spend cap the
+//!   *provider* reports stops every process.
+//! * **Key names are the namespace.** Applications sharing one Redis share
+//!   a key's record when their key names (the tower layer's key labels,
+//!   `"default"` when unset) and [`Config::prefix`] agree: give each
+//!   application its own prefix or its own labels.
+//! * **While Redis is away**, the share is one over the most processes
+//!   seen on any key this process used, for all its keys; a process that
+//!   never reached Redis paces at the whole limit unless
+//!   [`Config::fallback_share`] says otherwise.
+//! * **Leases** are each process's own (10 minutes by default): a stream
+//!   longer than that is given back early, and its settle then charges its
+//!   actual usage, never twice.
+//!
 //! # Example
 //!
 //! ```no_run
