@@ -21,6 +21,7 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ $# -gt 0 ]; then SHAPES=("$@"); else SHAPES=(anthropic openai); fi
 
 . "$ROOT/tests/conformance/venv.sh"
+. "$ROOT/bench/lib.sh"
 
 (cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
 MOCK_BIN="$TARGET/debug/ratewise-mock"
@@ -33,19 +34,6 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-# Waits for the first line of $1 matching $2, prints the address in it.
-wait_addr() {
-    local file=$1 pid=$2 addr=""
-    for _ in $(seq 1 200); do
-        addr="$(grep -oE '127\.0\.0\.1:[0-9]+' "$file" | head -n1 || true)"
-        [ -n "$addr" ] && { echo "$addr"; return 0; }
-        kill -0 "$pid" 2>/dev/null || { echo "FAIL: process exited:" >&2; cat "$file" >&2; return 1; }
-        sleep 0.1
-    done
-    echo "FAIL: no address printed" >&2
-    return 1
-}
 
 run_shape() {
     local shape=$1 config limit binding max_tokens input_lo input_hi

@@ -36,6 +36,7 @@ if ! command -v redis-server >/dev/null; then
 fi
 
 . "$ROOT/tests/conformance/venv.sh"
+. "$ROOT/bench/lib.sh"
 
 (cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
 MOCK_BIN="$TARGET/debug/ratewise-mock"
@@ -67,23 +68,6 @@ start_redis() {
     done
     echo "FAIL: redis-server did not start" >&2
     cat "$WORK/redis.out" >&2
-    return 1
-}
-
-# The address after `$2=` in the first line of $1 that has one.
-wait_addr() {
-    local file=$1 pid=$2 key=${3:-} addr=""
-    for _ in $(seq 1 200); do
-        if [ -n "$key" ]; then
-            addr="$(grep -oE "$key=127\.0\.0\.1:[0-9]+" "$file" | head -n1 | cut -d= -f2 || true)"
-        else
-            addr="$(grep -oE '127\.0\.0\.1:[0-9]+' "$file" | head -n1 || true)"
-        fi
-        [ -n "$addr" ] && { echo "$addr"; return 0; }
-        kill -0 "$pid" 2>/dev/null || { echo "FAIL: process exited:" >&2; cat "$file" >&2; return 1; }
-        sleep 0.1
-    done
-    echo "FAIL: no address printed in $file" >&2
     return 1
 }
 

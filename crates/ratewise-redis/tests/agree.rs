@@ -7,6 +7,9 @@
 //! every wait is the same; there is no rounding to allow for (the record
 //! keeps the core's exact integers).
 
+mod common;
+
+use common::at;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ratewise_core::admit::{
     self, Admission, AdmitRequest, Controller, End, Limits, Observed, Reservation, Shared, Store,
@@ -43,11 +46,6 @@ fn redis_config(prefix: &str) -> Config {
     c.clock = Clock::Caller;
     c.recheck = None;
     c
-}
-
-fn at(ms: u64) -> Now {
-    let wall0 = ratewise_core::time::parse_rfc3339("2026-12-01T12:00:00Z").unwrap();
-    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
 }
 
 fn classify(status: u16, headers: &[(&str, String)], body: &str, now: Now) -> Classification {

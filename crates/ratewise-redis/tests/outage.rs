@@ -1,17 +1,17 @@
 //! Redis going away and coming back: no panic, no lost job; each process
 //! paces at its share meanwhile; stops survive.
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
 use ratewise_core::admit::{self, Admission, AdmitRequest, Limits, Store};
 use ratewise_core::{Cause, Instant, Now, Provider};
+mod common;
+
+use common::at;
 use ratewise_redis::testing::Server;
 use ratewise_redis::{Clock, Config, RedisStore};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tower::{service_fn, Layer, ServiceExt};
+use tower::Layer;
 
 const MODEL: &str = "claude-sonnet-4-5";
 
@@ -57,35 +57,12 @@ async fn redis_killed_and_restarted_mid_run_loses_no_job() {
     }
     let mut jobs = Vec::new();
     for i in 0..120u64 {
-        let c = calls.clone();
-        let svc = layers[(i % 2) as usize].layer(service_fn(move |_req: Request<Full<Bytes>>| {
-            c.fetch_add(1, Ordering::SeqCst);
-            async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                Ok::<_, std::io::Error>(
-                    Response::builder()
-                        .status(200)
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(
-                            br#"{"type":"message","content":[],"usage":{"input_tokens":30,"output_tokens":9}}"#,
-                        )))
-                        .unwrap(),
-                )
-            }
-        }));
+        let svc = layers[(i % 2) as usize]
+            .layer(common::provider(calls.clone(), Duration::from_millis(20)));
         jobs.push(tokio::spawn(async move {
             // Spread over about 1.2 s.
             tokio::time::sleep(Duration::from_millis(i * 10)).await;
-            let req = Request::post("http://provider.invalid/v1/messages")
-                .body(Full::new(Bytes::from_static(
-                    br#"{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[]}"#,
-                )))
-                .unwrap();
-            let resp = svc.oneshot(req).await.expect("every job succeeds");
-            assert_eq!(resp.status(), 200);
-            http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .unwrap();
+            common::job(svc, None).await;
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -303,11 +280,6 @@ async fn partitioned(
     let a = RedisStore::connect(&link.url(), cfg.clone()).await.unwrap();
     let b = RedisStore::connect(&server.url(), cfg).await.unwrap();
     Some((server, link, a, b))
-}
-
-fn at(ms: u64) -> Now {
-    let wall0 = ratewise_core::time::parse_rfc3339("2026-12-01T12:00:00Z").unwrap();
-    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
 }
 
 #[tokio::test]

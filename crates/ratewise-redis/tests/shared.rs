@@ -2,9 +2,10 @@
 //! one limit between them, a pause or a stop seen by one holding for all,
 //! and the layer taking the store as its own.
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
-use http_body_util::Full;
+mod common;
+
+use common::at;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ratewise_core::admit::{
     self, Admission, AdmitRequest, Controller, End, Limits, Observed, Shared, Store, Update,
 };
@@ -14,7 +15,7 @@ use ratewise_redis::{Clock, Config, RedisStore};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tower::{service_fn, Layer, ServiceExt};
+use tower::Layer;
 
 const MODEL: &str = "claude-sonnet-4-5";
 
@@ -36,11 +37,6 @@ fn config(prefix: &str) -> Config {
     c.prefix = prefix.to_owned();
     c.clock = Clock::Caller;
     c
-}
-
-fn at(ms: u64) -> Now {
-    let wall0 = ratewise_core::time::parse_rfc3339("2026-12-01T12:00:00Z").unwrap();
-    Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
 }
 
 async fn stores(url: &str, n: usize, cfg: &Config) -> Vec<RedisStore> {
@@ -207,34 +203,8 @@ async fn the_layer_takes_it_as_its_store() {
     let mut jobs = Vec::new();
     for i in 0..20 {
         let (layer, _) = &layers[i % 2];
-        let c = calls.clone();
-        let svc = layer.layer(service_fn(move |_req: Request<Full<Bytes>>| {
-            c.fetch_add(1, Ordering::SeqCst);
-            async move {
-                Ok::<_, std::io::Error>(
-                    Response::builder()
-                        .status(200)
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(
-                            br#"{"type":"message","content":[],"usage":{"input_tokens":30,"output_tokens":9}}"#,
-                        )))
-                        .unwrap(),
-                )
-            }
-        }));
-        jobs.push(tokio::spawn(async move {
-            let req = Request::post("http://provider.invalid/v1/messages")
-                .extension(ratewise_tower::KeyLabel("team-a".into()))
-                .body(Full::new(Bytes::from_static(
-                    br#"{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[]}"#,
-                )))
-                .unwrap();
-            let resp = svc.oneshot(req).await.expect("the job succeeds");
-            assert_eq!(resp.status(), 200);
-            http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .unwrap();
-        }));
+        let svc = layer.layer(common::provider(calls.clone(), Duration::ZERO));
+        jobs.push(tokio::spawn(common::job(svc, Some("team-a"))));
     }
     for j in jobs {
         j.await.unwrap();
@@ -253,11 +223,7 @@ async fn the_layer_takes_it_as_its_store() {
     // Every write the processes made is one version of the key's record
     // (operations queued together share one write).
     let tag = ratewise_redis::key_tag("team-a");
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = common::conn(&url).await;
     let (version, record): (Option<u64>, Option<String>) = redis::cmd("HMGET")
         .arg(format!("{prefix}:{{{tag}}}:record"))
         .arg("v")
@@ -351,11 +317,7 @@ async fn a_record_that_is_garbage_or_another_keys_is_overwritten_not_trusted() {
         return;
     };
     let prefix = ratewise_redis::testing::prefix();
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = common::conn(&url).await;
     // Under k's tag: another key's stopped record, then plain garbage with
     // a version that is not a whole number.
     let other = RedisStore::connect(&url, config(&prefix)).await.unwrap();
@@ -421,11 +383,7 @@ async fn redis_refusing_the_script_on_one_key_is_not_an_outage() {
         return;
     };
     let prefix = ratewise_redis::testing::prefix();
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = common::conn(&url).await;
     // Something else keeps a plain string under k's record key.
     let mine = format!("{prefix}:{{{}}}:record", ratewise_redis::key_tag("k"));
     let _: () = redis::cmd("SET")
