@@ -353,12 +353,13 @@ impl Actor {
         self.health.peers.store(most, Ordering::Relaxed);
     }
 
-    /// A round trip failed. Lost connections and timeouts mean Redis is
-    /// unavailable: this process paces alone until it returns. Redis's own
-    /// errors (a wrong type under the key, out of memory, no permission)
-    /// are logged and the batch is applied here.
+    /// A round trip failed. Lost connections, timeouts and connections
+    /// that could not be made (a wrong password too) mean Redis is
+    /// unavailable: this process paces alone, at its share, until it
+    /// returns. Redis's own errors on a live connection (a wrong type under
+    /// the key, out of memory) are logged and the batch is applied here.
     fn failed(&mut self, e: Error, now: Now) {
-        if e.is_transport() {
+        if e.is_transport() || self.conn.is_none() {
             self.lose(e, now);
         } else {
             self.health.errors.fetch_add(1, Ordering::Relaxed);

@@ -386,3 +386,24 @@ async fn a_take_made_while_cut_off_is_not_given_back_to_the_others() {
     let l = a.local().ledger();
     assert!(l.conserved() && l.outstanding.requests == 0, "{l:?}");
 }
+
+#[tokio::test]
+async fn a_redis_that_refuses_the_connection_counts_as_unavailable() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    // A password the server does not have: every connection is refused
+    // by Redis itself, not by the network.
+    let url = format!("redis://:wrong-password@127.0.0.1:{}/", server.port);
+    let s = RedisStore::new(&url, config("auth", 600)).unwrap();
+    let target = s.target("k", MODEL).await;
+    assert!(matches!(
+        s.admit(AdmitRequest::new(target), at(1_000)).await,
+        Admission::Go(_)
+    ));
+    let h = s.health();
+    assert!(
+        h.degraded,
+        "paced on its share, not on the whole limit: {h:?}"
+    );
+}
