@@ -21,7 +21,10 @@
 //!   meanwhile is not: only one learned here, unwritten, is kept;
 //! * a take the shared record never held is *disowned* when a record is
 //!   imported over it ([`Controller::disown`]): its end charges what it
-//!   used and gives back nothing it never took from the others.
+//!   used and gives back nothing it never took from the others. When Redis
+//!   lost the record (its epoch changed) every take outstanding here is
+//!   disowned: the new record may not hold them, and charging one twice
+//!   for a while is better than crediting one that was never taken.
 //!
 //! Nothing but this task writes the controller, so a status page may read
 //! it ([`RedisStore::local`](crate::RedisStore::local)) at any time.
@@ -332,8 +335,14 @@ impl Actor {
             }
         };
         let mut c = self.mirror.lock();
-        // Takes made here that this record never held.
-        for id in self.local_only.remove(key).unwrap_or_default() {
+        // Takes this record never held: made here and not written, or, when
+        // the record was lost and another process wrote a new one, every
+        // take outstanding here.
+        let mut never_held = self.local_only.remove(key).unwrap_or_default();
+        if reset {
+            never_held.extend(c.outstanding_on(key));
+        }
+        for id in never_held {
             c.disown(id, now);
         }
         c.import_key(&rec, now);
@@ -513,7 +522,8 @@ impl Actor {
             .arg(self.cfg.record_ttl.as_millis() as u64)
             .arg(&self.proc_id)
             .arg(self.cfg.alive.as_millis() as u64)
-            .arg(format!("{:016x}", fastrand::u64(..)));
+            .arg(format!("{:016x}", fastrand::u64(..)))
+            .arg(self.epochs.get(key).map_or("", String::as_str));
         let value: redis::Value =
             tokio::time::timeout(self.cfg.timeout, inv.invoke_async(&mut conn))
                 .await

@@ -24,11 +24,15 @@ use redis::Value;
 /// ARGV\[4\]: this process's id. ARGV\[5\]: how long a process counts as
 /// alive after its last call, milliseconds.
 /// ARGV\[6\]: an epoch for a record written for the first time.
+/// ARGV\[7\]: the epoch the caller's copy is of ("" for none).
 ///
 /// The epoch is set when a record is created and kept by every later
 /// write: a process that finds another epoch (or none) under a key it knew
 /// learns that Redis lost the record (restarted without its data, the key
-/// expired or was deleted) even when others have written it since.
+/// expired or was deleted) even when others have written it since. A write
+/// must name both the version and the epoch it read: after a loss the
+/// versions start again, and a stale copy whose number happens to match
+/// must not overwrite the new record.
 ///
 /// A version that is not a whole number in range (the hash written by
 /// something else) is read as 0, so the next write repairs it.
@@ -46,7 +50,7 @@ local peers = redis.call('ZCARD', KEYS[2])
 local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0') or 0
 if v < 0 or v ~= math.floor(v) or v >= 4503599627370496 then v = 0 end
 local e = redis.call('HGET', KEYS[1], 'e') or ''
-if tonumber(ARGV[1]) ~= v then
+if tonumber(ARGV[1]) ~= v or ARGV[7] ~= e then
   return {0, v, redis.call('HGET', KEYS[1], 'r') or '', peers, t[1], t[2], e}
 end
 v = v + 1

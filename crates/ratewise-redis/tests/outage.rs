@@ -407,3 +407,83 @@ async fn a_redis_that_refuses_the_connection_counts_as_unavailable() {
         "paced on its share, not on the whole limit: {h:?}"
     );
 }
+
+#[tokio::test]
+async fn a_take_from_before_redis_lost_its_data_is_not_given_to_the_new_record() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let port = server.port;
+    let mut cfg = config(&ratewise_redis::testing::prefix(), 600);
+    cfg.clock = Clock::Caller;
+    cfg.recheck = None;
+    let a = RedisStore::connect(&server.url(), cfg.clone())
+        .await
+        .unwrap();
+    let ta = a.target("k", MODEL).await;
+    let mine = match a.admit(AdmitRequest::new(ta), at(1_000)).await {
+        Admission::Go(r) => r,
+        other => panic!("{other:?}"),
+    };
+    // Redis restarts without its data; a process that never saw a's take
+    // writes a new record and empties the bucket.
+    server.kill();
+    let server = Server::start_on(port).expect("redis-server restarts");
+    let c = RedisStore::connect(&server.url(), cfg).await.unwrap();
+    let tc = c.target("k", MODEL).await;
+    while let Admission::Go(r) = c.admit(AdmitRequest::new(tc), at(1_000)).await {
+        drop(r);
+    }
+    // a finds Redis again (its connection died with the old server), and
+    // its release of the old take lands on a record that never held it.
+    back_on_redis(&a, ta, at(1_000)).await;
+    a.update(
+        ratewise_core::admit::Update::ending(ratewise_core::admit::End::Release {
+            reservation: mine,
+        }),
+        at(1_000),
+    )
+    .await;
+    assert!(
+        matches!(
+            c.admit(AdmitRequest::new(tc), at(1_000)).await,
+            Admission::Wait { .. }
+        ),
+        "a take from before the loss was credited to the new record"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_copy_never_overwrites_a_record_made_after_a_loss() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut cfg = config(&ratewise_redis::testing::prefix(), 600);
+    cfg.clock = Clock::Caller;
+    let a = RedisStore::connect(&server.url(), cfg.clone())
+        .await
+        .unwrap();
+    let ta = a.target("k", MODEL).await;
+    assert!(matches!(
+        a.admit(AdmitRequest::new(ta), at(1_000)).await,
+        Admission::Go(_)
+    ));
+    // The record is lost while a's connection lives on (FLUSHALL, an
+    // eviction); another process writes a new one at the same version
+    // number, with a stop in it.
+    let mut conn = common::conn(&server.url()).await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let c = RedisStore::connect(&server.url(), cfg).await.unwrap();
+    c.stop("k", Cause::SpendCap, None, at(1_100)).await;
+    // a's next write names the version it read, which the new record has
+    // too: it must not overwrite it.
+    assert!(matches!(
+        a.admit(AdmitRequest::new(ta), at(1_200)).await,
+        Admission::Stopped { .. }
+    ));
+    let tc = c.target("k", MODEL).await;
+    assert!(matches!(
+        c.admit(AdmitRequest::new(tc), at(1_300)).await,
+        Admission::Stopped { .. }
+    ));
+}

@@ -1184,6 +1184,21 @@ impl Controller {
         true
     }
 
+    /// The outstanding reservations on `key` (or its group): for a store
+    /// that learns its shared record was lost and replaced by one that
+    /// never held them (to [`disown`](Self::disown) them).
+    pub fn outstanding_on(&self, key: &str) -> Vec<ReservationId> {
+        let Some(k) = self.key_index.get(self.key_name(key)) else {
+            return Vec::new();
+        };
+        let scopes: Vec<ScopeId> = self.keys[*k as usize]
+            .scopes
+            .iter()
+            .map(|i| ScopeId(*i))
+            .collect();
+        self.slab.live_on(&scopes)
+    }
+
     /// Paces every scope at `permille` of its effective limits (1,000 by
     /// default): what a process cut off from the store it shares a key
     /// through may use alone — its share of the key, when N processes

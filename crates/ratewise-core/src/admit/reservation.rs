@@ -384,6 +384,19 @@ impl Slab {
             .collect()
     }
 
+    /// Ids of live entries on one of `scopes` (held ones too).
+    pub fn live_on(&self, scopes: &[super::ScopeId]) -> Vec<ReservationId> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.live && scopes.contains(&e.scope))
+            .map(|(i, e)| ReservationId {
+                slot: i as u32,
+                generation: e.generation,
+            })
+            .collect()
+    }
+
     /// The earliest admission time among live, not held entries.
     pub fn oldest(&self) -> Option<Instant> {
         self.entries
