@@ -241,7 +241,7 @@ async fn redis_store(
             tracing::info!("keys' limits shared through Redis");
             Ok(r)
         }
-        Err(ratewise_redis::Error::Url) => Err(StartError::Redis(ratewise_redis::Error::Url)),
+        Err(e @ ratewise_redis::Error::Url) => Err(StartError::Redis(e)),
         Err(e) => {
             tracing::warn!(error = %e, "Redis unavailable at start: pacing on this process's share of the limits until it answers");
             ratewise_redis::RedisStore::new(&settings.url, rc).map_err(StartError::Redis)

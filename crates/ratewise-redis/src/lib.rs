@@ -209,7 +209,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Url => f.write_str("not a Redis URL (redis://host:port/db)"),
             Error::NoRuntime => f.write_str("a RedisStore must be made inside a tokio runtime"),
-            Error::Redis(e) => write!(f, "Redis: {}", e.kind_str()),
+            Error::Redis(e) => write!(f, "Redis: {}", describe(e)),
             Error::Timeout => f.write_str("Redis did not answer in time"),
             Error::Reply => f.write_str("Redis answered something other than the store's script"),
         }
@@ -235,27 +235,21 @@ impl Error {
     }
 }
 
-trait KindStr {
-    fn kind_str(&self) -> String;
-}
-
-impl KindStr for redis::RedisError {
-    /// The error without any detail that could echo a URL.
-    fn kind_str(&self) -> String {
-        if self.is_connection_refusal() {
-            "connection refused".to_owned()
-        } else if self.is_timeout() {
-            "timed out".to_owned()
-        } else if self.is_io_error() || self.is_connection_dropped() {
-            "connection lost".to_owned()
-        } else {
-            // Redis's own error (WRONGTYPE, OOM, NOPERM…): its code and
-            // message, which never carry the URL.
-            match (self.code(), self.detail()) {
-                (Some(code), Some(detail)) => format!("{code} {detail}"),
-                (Some(code), None) => code.to_owned(),
-                _ => format!("{:?}", self.kind()),
-            }
+/// The error without any detail that could echo a URL.
+fn describe(e: &redis::RedisError) -> String {
+    if e.is_connection_refusal() {
+        "connection refused".to_owned()
+    } else if e.is_timeout() {
+        "timed out".to_owned()
+    } else if e.is_io_error() || e.is_connection_dropped() {
+        "connection lost".to_owned()
+    } else {
+        // Redis's own error (WRONGTYPE, OOM, NOPERM…): its code and
+        // message, which never carry the URL.
+        match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code.to_owned(),
+            _ => format!("{:?}", e.kind()),
         }
     }
 }
