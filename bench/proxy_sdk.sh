@@ -9,8 +9,9 @@
 #   bash bench/proxy_sdk.sh anthropic  # one
 #
 # Fails (exit 1) when a job is not done, more than 2 % of the sends were
-# answered 429, or less than 0.9 of the binding limit was used. Prints "SKIPPED: <reason>" and exits 0 only when PyPI cannot
-# be reached (the SDKs come from there). RATEWISE_CONFORMANCE_VENV overrides
+# # answered 429, or less than 0.9 of the binding limit was used. When PyPI
+# cannot be reached (the SDKs come from there) it fails under CI=true and
+# elsewhere prints "SKIPPED: <what>: <why>" and exits 0. RATEWISE_CONFORMANCE_VENV overrides
 # the virtual environment (shared with tests/conformance).
 set -euo pipefail
 
@@ -20,6 +21,7 @@ PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ $# -gt 0 ]; then SHAPES=("$@"); else SHAPES=(anthropic openai); fi
 
+CHECK="bench/proxy_sdk.sh"
 . "$ROOT/tests/conformance/venv.sh"
 . "$ROOT/bench/lib.sh"
 

@@ -16,9 +16,8 @@
 #   bash bench/redis_procs.sh
 #
 # Starts its own redis-server on a free loopback port. Without one (or
-# without PyPI, where the SDK comes from) it prints "SKIPPED: <reason>" and
-# exits 0 — unless RATEWISE_REQUIRE_REDIS is set (CI), where a missing
-# redis-server fails.
+# without PyPI, where the SDK comes from) it fails under CI=true and
+# elsewhere prints "SKIPPED: <what>: <why>" and exits 0.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,14 +25,9 @@ VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 
-if ! command -v redis-server >/dev/null; then
-    if [ -n "${RATEWISE_REQUIRE_REDIS:-}" ]; then
-        echo "FAIL: redis-server is required (RATEWISE_REQUIRE_REDIS) and missing" >&2
-        exit 1
-    fi
-    echo "SKIPPED: redis-server not found"
-    exit 0
-fi
+CHECK="bench/redis_procs.sh"
+. "$ROOT/tests/conformance/skip.sh"
+command -v redis-server >/dev/null || skip_check "$CHECK" "redis-server not found"
 
 . "$ROOT/tests/conformance/venv.sh"
 . "$ROOT/bench/lib.sh"

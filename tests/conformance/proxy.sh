@@ -7,8 +7,9 @@
 #
 #   tests/conformance/proxy.sh
 #
-# Exits 0 when every check passes, 1 on any failure; prints "SKIPPED:
-# <reason>" and exits 0 only when PyPI cannot be reached.
+# Exits 0 when every check passes, 1 on any failure. When PyPI cannot be
+# reached it fails under CI=true and elsewhere prints "SKIPPED: <what>: <why>"
+# and exits 0 (tests/conformance/skip.sh).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,6 +18,7 @@ VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 
+CHECK="the official Python SDKs through ratewise proxy"
 . "$HERE/venv.sh"
 command -v openssl >/dev/null || { echo "FAIL: openssl is needed for the test CA" >&2; exit 1; }
 

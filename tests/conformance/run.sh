@@ -4,8 +4,9 @@
 #
 #   tests/conformance/run.sh
 #
-# Exits 0 when every check passes, 1 on any failure. Prints
-# "SKIPPED: <reason>" and exits 0 only when PyPI cannot be reached.
+# Exits 0 when every check passes, 1 on any failure. When PyPI cannot be
+# reached it fails under CI=true and elsewhere prints "SKIPPED: <what>: <why>"
+# and exits 0 (tests/conformance/skip.sh).
 # RATEWISE_CONFORMANCE_VENV overrides the venv location
 # (default: target/conformance-venv; reused when present).
 set -euo pipefail
@@ -17,25 +18,8 @@ PYTHON="${PYTHON:-python3}"
 
 command -v "$PYTHON" >/dev/null || { echo "FAIL: $PYTHON not found" >&2; exit 1; }
 
-INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}"
-if ! INDEX_URL="$INDEX_URL" "$PYTHON" - <<'PY'
-import os, sys, urllib.request
-try:
-    url = os.environ["INDEX_URL"].rstrip("/") + "/anthropic/"
-    urllib.request.urlopen(url, timeout=15).read(1)
-except Exception as e:
-    print(f"PyPI unreachable: {e}", file=sys.stderr)
-    sys.exit(1)
-PY
-then
-    echo "SKIPPED: PyPI ($INDEX_URL) is unreachable"
-    exit 0
-fi
-
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade anthropic openai
+CHECK="mock conformance against the official Python SDKs"
+. "$HERE/venv.sh"
 
 (cd "$ROOT" && cargo build --quiet -p ratewise-mock)
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/ratewise-mock"

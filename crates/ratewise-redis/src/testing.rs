@@ -1,16 +1,18 @@
 //! A Redis server for tests (feature `testing`): `RATEWISE_REDIS_URL`
 //! when set (what `.ci/run` starts), else a `redis-server` of the test's
-//! own on a free loopback port. Without one a test says it is skipped —
-//! and fails loudly where Redis is required (`RATEWISE_REQUIRE_REDIS`, set
-//! by `.ci/run`).
+//! own on a free loopback port. Without one the test fails: a test that
+//! needs Redis is marked `#[ignore = "needs redis-server"]`, so a machine
+//! without it shows the test as ignored in cargo's own summary, and
+//! `.ci/run` runs it with `--include-ignored` (DESIGN principle 16: a skip
+//! is not a pass).
 //!
 //! ```no_run
-//! # async fn t() {
-//! let Some((url, _server)) = ratewise_redis::testing::redis() else {
-//!     return; // skipped: no redis-server here
-//! };
-//! # let _ = url;
-//! # }
+//! #[tokio::test]
+//! #[ignore = "needs redis-server"]
+//! async fn shares_a_limit() {
+//!     let (url, _server) = ratewise_redis::testing::redis();
+//!     # let _ = url;
+//! }
 //! ```
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -25,9 +27,12 @@ pub struct Server {
 }
 
 impl Server {
-    /// A new server on a free loopback port, or `None` (skipped) where
-    /// `redis-server` is missing and Redis is not required.
-    pub fn start() -> Option<Server> {
+    /// A new server on a free loopback port.
+    ///
+    /// # Panics
+    ///
+    /// Where `redis-server` cannot be started or does not listen.
+    pub fn start() -> Server {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -36,7 +41,11 @@ impl Server {
     }
 
     /// A new server on `port` (a restart of a killed one).
-    pub fn start_on(port: u16) -> Option<Server> {
+    ///
+    /// # Panics
+    ///
+    /// Where `redis-server` cannot be started or does not listen.
+    pub fn start_on(port: u16) -> Server {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -51,13 +60,12 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
-        let child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                skip_or_fail(&format!("redis-server could not be started: {e}"));
-                return None;
-            }
-        };
+        let child = child.unwrap_or_else(|e| {
+            panic!(
+                "redis-server could not be started: {e} (install redis-server, \
+                 or set RATEWISE_REDIS_URL; tests that need it are #[ignore]d)"
+            )
+        });
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let started = Instant::now();
         while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
@@ -67,10 +75,10 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        Some(Server {
+        Server {
             child: Some(child),
             port,
-        })
+        }
     }
 
     /// Its URL.
@@ -95,24 +103,21 @@ impl Drop for Server {
 
 /// A Redis to share: CI's (`RATEWISE_REDIS_URL`) or one of our own. The
 /// server, when ours, must be kept alive by the caller.
-pub fn redis() -> Option<(String, Option<Server>)> {
+///
+/// # Panics
+///
+/// Where neither is to be had (see [`Server::start`]).
+pub fn redis() -> (String, Option<Server>) {
     if let Ok(url) = std::env::var("RATEWISE_REDIS_URL") {
-        return Some((url, None));
+        return (url, None);
     }
-    let s = Server::start()?;
-    Some((s.url(), Some(s)))
+    let s = Server::start();
+    (s.url(), Some(s))
 }
 
 /// A prefix no other test uses, for tests sharing one Redis.
 pub fn prefix() -> String {
     format!("ratewise-test-{:016x}", fastrand::u64(..))
-}
-
-fn skip_or_fail(why: &str) {
-    if std::env::var_os("RATEWISE_REQUIRE_REDIS").is_some() {
-        panic!("Redis is required here (RATEWISE_REQUIRE_REDIS) and missing: {why}");
-    }
-    eprintln!("SKIPPED: {why} (install redis-server, or set RATEWISE_REDIS_URL)");
 }
 
 /// A TCP forwarder in front of a server that a test can cut and restore:

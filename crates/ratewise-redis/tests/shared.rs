@@ -48,10 +48,9 @@ async fn stores(url: &str, n: usize, cfg: &Config) -> Vec<RedisStore> {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn three_processes_admit_what_one_store_would_not_three_times_it() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let procs = stores(&url, 3, &config(&ratewise_redis::testing::prefix())).await;
     let one = Shared::new(Controller::new(admission()));
     let t = at(10_000);
@@ -97,10 +96,9 @@ async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn a_pause_seen_by_one_process_holds_for_another() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let mut cfg = config(&ratewise_redis::testing::prefix());
     cfg.recheck = None;
     let procs = stores(&url, 2, &cfg).await;
@@ -139,10 +137,9 @@ async fn a_pause_seen_by_one_process_holds_for_another() {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn a_process_waiting_on_a_key_another_stops_learns_it_within_a_second() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let procs = stores(&url, 2, &config(&ratewise_redis::testing::prefix())).await;
     let t = at(1_000);
     let target = procs[1].target("k", MODEL).await;
@@ -179,10 +176,9 @@ async fn a_process_waiting_on_a_key_another_stops_learns_it_within_a_second() {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn the_layer_takes_it_as_its_store() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let prefix = ratewise_redis::testing::prefix();
     let mut cfg = Config::default();
     cfg.prefix = prefix.clone();
@@ -242,10 +238,9 @@ async fn the_layer_takes_it_as_its_store() {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn a_crashed_processs_reservation_stays_charged_at_its_estimate() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let mut cfg = config(&ratewise_redis::testing::prefix());
     cfg.admission.limits = Limits {
         output_tokens: Some(1_000),
@@ -283,10 +278,9 @@ async fn a_crashed_processs_reservation_stays_charged_at_its_estimate() {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn an_admission_dropped_unread_gives_its_reservation_back() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let store = RedisStore::connect(&url, config(&ratewise_redis::testing::prefix()))
         .await
         .unwrap();
@@ -312,10 +306,9 @@ async fn an_admission_dropped_unread_gives_its_reservation_back() {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn a_record_that_is_garbage_or_another_keys_is_overwritten_not_trusted() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let prefix = ratewise_redis::testing::prefix();
     let mut conn = common::conn(&url).await;
     // Under k's tag: another key's stopped record, then plain garbage with
@@ -378,10 +371,9 @@ async fn a_record_that_is_garbage_or_another_keys_is_overwritten_not_trusted() {
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server"]
 async fn redis_refusing_the_script_on_one_key_is_not_an_outage() {
-    let Some((url, _server)) = ratewise_redis::testing::redis() else {
-        return;
-    };
+    let (url, _server) = ratewise_redis::testing::redis();
     let prefix = ratewise_redis::testing::prefix();
     let mut conn = common::conn(&url).await;
     // Something else keeps a plain string under k's record key.
