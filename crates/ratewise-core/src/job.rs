@@ -89,6 +89,7 @@ use crate::admit::{
 use crate::classify::Classification;
 use crate::decide::{decide, JobState, Policy, RandomSource};
 use crate::decision::{Action, Decision};
+use crate::note::Note;
 use crate::time::{Instant, Now};
 use crate::usage::Usage;
 use crate::vocab::{Cause, Provider};
@@ -290,8 +291,9 @@ impl Job {
 
     /// The store's answer to the [`Step::Admit`] just asked: `Send` with
     /// the granted reservation, `Wait` (ask [`next`](Self::next) again
-    /// then), or `End` (stopped, refused, or a wait past the inline limit:
-    /// deferred). Call it only with the answer to the machine's own
+    /// then), or `End` (stopped; refused — for a deadline, with a
+    /// [`Note::TooLate`] saying when it could have gone; or, for a job with
+    /// no deadline, a wait past the inline limit: deferred). Call it only with the answer to the machine's own
     /// [`Step::Admit`]: an answer it did not ask for is ignored
     /// ([`Step::Pending`]), and a reservation in it is left to the store's
     /// lease.
@@ -313,7 +315,11 @@ impl Job {
             }
             Admission::Wait { until, reason } => {
                 let wait = until.saturating_duration_since(now.instant);
-                if wait > policy.max_inline_wait {
+                // A job with a deadline waits as long as its caller will:
+                // the store refuses it when admission would come past its
+                // last moment to send. The inline limit bounds only jobs
+                // with no deadline.
+                if self.admit_deadline.is_none() && wait > policy.max_inline_wait {
                     let d = Decision::new(Action::Defer {
                         until: now.after(wait).wall,
                         not_before: until,
@@ -332,9 +338,15 @@ impl Job {
                     .with_note(format!("sending is stopped ({cause}): nothing sent"));
                 self.end_at_admission(d)
             }
-            Admission::Refused { reason } => {
-                let d = Decision::new(Action::GiveUp { reason })
+            Admission::Refused { reason, earliest } => {
+                let mut d = Decision::new(Action::GiveUp { reason })
                     .with_note("admission refused: waiting cannot help");
+                if let Some(at) = earliest {
+                    d = d.with_note(Note::TooLate {
+                        earliest: now.wall_at(at),
+                        wait: at.saturating_duration_since(now.instant),
+                    });
+                }
                 self.end_at_admission(d)
             }
         }

@@ -69,6 +69,15 @@ pub enum Note {
     },
     /// A stop, until a known time or until a human resumes.
     StoppedUntil(Option<SystemTime>),
+    /// Admission could come only after the last moment to send within the
+    /// job's deadline: the job ends with nothing sent, and the answer says
+    /// when it could have gone.
+    TooLate {
+        /// When it could have been sent.
+        earliest: SystemTime,
+        /// The wait that would have taken.
+        wait: Duration,
+    },
     /// A wait longer than the inline limit: the job is handed back.
     Deferred {
         /// The wait.
@@ -155,6 +164,12 @@ impl fmt::Display for Note {
                 write!(f, "stopped until {}", crate::time::format_rfc3339(*t))
             }
             Note::StoppedUntil(None) => f.write_str("stopped until a human resumes"),
+            Note::TooLate { earliest, wait } => write!(
+                f,
+                "it could be sent in {} (at {}), after the last moment its deadline allows: nothing sent",
+                Human(*wait),
+                crate::time::format_rfc3339(*earliest)
+            ),
             Note::Deferred { wait, limit } => write!(
                 f,
                 "wait {} exceeds the inline limit {}: hand the job back",

@@ -146,6 +146,35 @@ fn a_probe_that_taught_nothing_passes_the_turn() {
 }
 
 #[test]
+fn a_probe_whose_caller_left_before_its_answer_taught_nothing() {
+    let (mut c, target) = full_rate(Limits::NONE);
+    let t = now_at(0);
+    // The probe was sent; its caller went away before the answer: the job
+    // machine charges it at its estimate (a settle, never an observe).
+    let p = c.admit(&AdmitRequest::new(target), t).go().unwrap();
+    let charged = Usage {
+        input_tokens: p.amounts().input,
+        output_tokens: p.amounts().output,
+        ..Usage::default()
+    };
+    c.settle(p, &charged, t);
+    // One new probe, not a burst into limits still unknown.
+    assert!(
+        c.admit(&AdmitRequest::new(target), t).go().is_some(),
+        "the next request is the probe"
+    );
+    for _ in 0..15 {
+        assert!(matches!(
+            c.admit(&AdmitRequest::new(target), t),
+            Admission::Wait {
+                reason: WaitReason::Probe,
+                ..
+            }
+        ));
+    }
+}
+
+#[test]
 fn a_provider_without_rate_limit_headers_is_not_held_after_its_first_answer() {
     let (mut c, target) = full_rate(Limits::NONE);
     let t = now_at(0);

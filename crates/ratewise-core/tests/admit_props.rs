@@ -136,7 +136,7 @@ proptest! {
                             prop_assert_eq!(cause, Cause::SpendCap);
                         }
                         Admission::Wait { until, .. } => prop_assert!(until > t),
-                        Admission::Refused { reason } => prop_assert!(false, "refused {reason}"),
+                        Admission::Refused { reason, .. } => prop_assert!(false, "refused {reason}"),
                         other => prop_assert!(false, "unexpected {other:?}"),
                     }
                 }
@@ -226,7 +226,7 @@ proptest! {
                         );
                     }
                 }
-                Admission::Refused { reason } => {
+                Admission::Refused { reason, .. } => {
                     prop_assert!(is_retry);
                     prop_assert_eq!(reason, GiveUpReason::RetryBudget);
                 }

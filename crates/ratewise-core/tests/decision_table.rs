@@ -572,7 +572,7 @@ fn invalid_hints_are_ignored_and_never_zero() {
 }
 
 #[test]
-fn long_waits_defer_or_give_up_never_truncate() {
+fn long_waits_defer_without_a_deadline_wait_within_one_give_up_past_it_never_truncate() {
     let body = openai_err(
         "requests",
         "rate_limit_exceeded",
@@ -587,21 +587,23 @@ fn long_waits_defer_or_give_up_never_truncate() {
         }
         other => panic!("{other:?}"),
     }
-    // A deadline it fits: still a defer.
+    // A deadline it fits: the caller is still waiting, so the job waits
+    // inline (past the inline limit, which bounds only jobs with no
+    // deadline), never before the server's time.
     let fits = JobState::new(1, Instant::ZERO, Some(Duration::from_secs(600)));
-    assert_eq!(
-        run_with(
-            Provider::Openai,
-            429,
-            &[("retry-after", "120")],
-            &body,
-            fits,
-            1
-        )
-        .action
-        .kind(),
-        ActionKind::Defer
-    );
+    match run_with(
+        Provider::Openai,
+        429,
+        &[("retry-after", "120")],
+        &body,
+        fits,
+        1,
+    )
+    .action
+    {
+        Action::Retry { delay } => assert!(delay >= Duration::from_secs(120), "{delay:?}"),
+        other => panic!("{other:?}"),
+    }
     // A deadline it does not fit: give up, not a shorter wait.
     let tight = JobState::new(1, Instant::ZERO, Some(Duration::from_secs(20)));
     assert_eq!(

@@ -9,7 +9,7 @@ use ratewise_core::admit::{Config, Controller, Limits, RampConfig, Shared};
 use ratewise_core::classify::{classify_transport, TransportFailure};
 use ratewise_core::decide::Policy;
 use ratewise_core::job::{Job, JobSpec, Step, WaitFor};
-use ratewise_core::{Action, Cause, Instant, Provider, Usage};
+use ratewise_core::{Action, Cause, GiveUpReason, Instant, Note, Provider, Usage};
 use std::time::Duration;
 
 fn store(limits: Limits) -> Shared {
@@ -232,11 +232,48 @@ fn admission_endings_come_from_the_machine() {
     assert!(matches!(a.step(&s, &policy, t), Step::Send { .. }));
     a.sending();
     a.end_body(&s, None, t);
+    // With no deadline, a wait past the inline limit defers.
     let mut b = job(&s, "m");
+    let mut spec = *b.spec();
+    spec.deadline = None;
+    b = Job::new(spec, &policy);
     match b.step(&s, &policy, t) {
         Step::End(e) => {
             assert!(e.at_admission);
             assert!(matches!(e.decision.action, Action::Defer { .. }), "{e:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A job whose caller waits 600 s waits for its turn, past the inline
+    // limit (the next request unit comes in a minute).
+    let mut waits = job(&s, "m");
+    match waits.step(&s, &policy, t) {
+        Step::Wait { until, .. } => assert!(until > t.instant + policy.max_inline_wait),
+        other => panic!("{other:?}"),
+    }
+    // One whose deadline comes first ends at once, nothing sent, saying
+    // when it could have gone.
+    spec.deadline = Some(Duration::from_secs(10));
+    let mut late = Job::new(spec, &policy);
+    match late.step(&s, &policy, t) {
+        Step::End(e) => {
+            assert!(e.at_admission);
+            assert_eq!(e.attempts, 0);
+            assert!(
+                matches!(
+                    e.decision.action,
+                    Action::GiveUp {
+                        reason: GiveUpReason::Deadline
+                    }
+                ),
+                "{e:?}"
+            );
+            assert!(
+                e.decision.notes.iter().any(
+                    |n| matches!(n, Note::TooLate { wait, .. } if *wait > Duration::from_secs(10))
+                ),
+                "{e:?}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -210,6 +210,9 @@ pub enum Admission {
     Refused {
         /// Which bound.
         reason: GiveUpReason,
+        /// For `deadline`: the instant it could have been admitted (the
+        /// predicted wait), so the answer can say when it could have gone.
+        earliest: Option<Instant>,
     },
 }
 
@@ -467,6 +470,7 @@ impl Controller {
         let Some(s) = self.scopes.get_mut(req.target.scope.0 as usize) else {
             return Admission::Refused {
                 reason: GiveUpReason::Deadline,
+                earliest: None,
             };
         };
         let key = &mut self.keys[s.key as usize];
@@ -488,6 +492,7 @@ impl Controller {
         if req.is_retry && !self.retry.can_retry(t) {
             return Admission::Refused {
                 reason: GiveUpReason::RetryBudget,
+                earliest: None,
             };
         }
         let idle = s
@@ -604,11 +609,14 @@ impl Controller {
         let removed = self.slab.remove(res.id, Exit::Settled);
         let live = removed.is_some();
         if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
-            // The probe was answered: whatever its headers taught (a driver
-            // that never observes taught nothing, and waits no longer).
+            // The probe's reservation ended. An answer teaches through
+            // `observe` (which marks the scope heard); a settle alone —
+            // a caller that left before the answer, a send cut with no
+            // answer, charged at its estimate — taught nothing: the next
+            // request becomes the probe, and nothing else goes out into
+            // limits still unknown.
             if s.probe == Some(res.id) {
                 s.probe = None;
-                s.heard = true;
             }
         }
         // A held reservation's buckets may have part of it back already.
@@ -1421,6 +1429,7 @@ fn wait_or_refuse(until: Instant, reason: WaitReason, deadline: Option<Instant>)
     if deadline.is_some_and(|d| until > d) {
         Admission::Refused {
             reason: GiveUpReason::Deadline,
+            earliest: Some(until),
         }
     } else {
         Admission::Wait { until, reason }

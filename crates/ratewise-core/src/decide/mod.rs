@@ -161,7 +161,10 @@ fn retry_action(
         }
     };
 
-    if delay > policy.max_inline_wait {
+    // A job with a deadline waits inline as long as the deadline allows
+    // (checked above): its caller is still there. Only a job with no
+    // deadline is handed back past the inline limit.
+    if room.is_none() && delay > policy.max_inline_wait {
         let later = now.after(delay);
         notes.push(Note::Deferred {
             wait: delay,

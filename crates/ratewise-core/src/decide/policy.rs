@@ -90,7 +90,11 @@ pub enum UnknownOutcome {
 pub struct Policy {
     /// Sends per job, the first included.
     pub max_attempts: u32,
-    /// Longest wait held inline; longer waits that fit the deadline defer.
+    /// Longest wait held inline for a job with **no deadline**; a longer
+    /// wait defers (the job is handed back with the time to try again). A
+    /// job with a deadline waits as long as its deadline allows — its
+    /// caller is still waiting — and ends with `give_up(deadline)` only
+    /// when it cannot be sent in time.
     pub max_inline_wait: Duration,
     /// Backoff without a hint.
     pub backoff: Backoff,
