@@ -93,8 +93,8 @@ fn slow_down_cuts_the_rate_of_the_key() {
     let mut c = controller();
     let target = c.target("k", "gpt-4o");
     let t = now_at(0);
-    // Ramp to the peak first.
-    for i in 0..10 {
+    // Ramp to the peak first (nine calm seconds to full, one more to it).
+    for i in 0..11 {
         let now = now_at(i * 1_000);
         let r = c.admit(&AdmitRequest::new(target), now).go().unwrap();
         c.settle(r, &Default::default(), now);

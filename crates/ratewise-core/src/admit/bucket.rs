@@ -329,6 +329,21 @@ impl Bucket {
         }
     }
 
+    /// When the provider's credit alone would hold `amount` (the credit
+    /// half of [`wait_for`](Self::wait_for), [`EDGE_MARGIN`] included):
+    /// the part of a wait that no ramp of the pace can shorten.
+    pub fn credit_wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
+        let need_credit = scaled(amount).min(self.credit_cap);
+        if self.credit >= need_credit {
+            return None;
+        }
+        let credit = ns_to_fill(need_credit - self.credit, self.credit_rate());
+        let from = ns(now).max(self.updated);
+        Some(Instant::from_origin(duration_from_nanos(
+            u128::from(from) + credit + EDGE_MARGIN.as_nanos(),
+        )))
+    }
+
     /// Removes `amount` regardless of the levels (may leave a debt).
     #[inline]
     pub fn take(&mut self, amount: u64) {

@@ -516,8 +516,8 @@ impl Controller {
         }
         if idle {
             restart_ramp(s, &self.cfg.ramp, t);
-        } else if s.ramp.calm(&self.cfg.ramp, t) {
-            apply_ramp(s, t);
+        } else {
+            grow_ramp(s, &self.cfg.ramp, t);
         }
         let input = req
             .input_estimate
@@ -527,17 +527,11 @@ impl Controller {
             input,
             output: self.cfg.output.output_estimate(req.max_tokens, input),
         };
-        let mut wait: Option<(Instant, usize)> = None;
-        for (i, b) in s.buckets.iter_mut().enumerate() {
-            if let Some(b) = b {
-                b.refill(t);
-                if let Some(w) = b.wait_for(amounts.by_index(i), t) {
-                    if wait.is_none_or(|(x, _)| w > x) {
-                        wait = Some((w, i));
-                    }
-                }
-            }
+        for b in s.buckets.iter_mut().flatten() {
+            b.refill(t);
         }
+        let wait = bucket_wait(&s.buckets, &amounts, t)
+            .map(|w| ramped_wait(&s.buckets, s.ramp, &self.cfg.ramp, &amounts, t, w));
         if let Some((until, i)) = wait {
             return wait_or_refuse(until, WaitReason::Bucket(DIMENSIONS[i]), req.deadline);
         }
@@ -651,9 +645,7 @@ impl Controller {
                 .unwrap_or(0);
             sp.settle(usage.total_tokens(), cost, t);
         }
-        if s.ramp.calm(&self.cfg.ramp, t) {
-            apply_ramp(s, t);
-        }
+        grow_ramp(s, &self.cfg.ramp, t);
     }
 
     /// Releases a reservation that was never sent (or whose send provably
@@ -1442,6 +1434,109 @@ fn jitter(rng: &mut fastrand::Rng, max: Duration) -> Duration {
         Duration::ZERO
     } else {
         Duration::from_nanos(rng.u64(0..=max_ns))
+    }
+}
+
+/// The latest of the buckets' waits for `amounts` (levels refilled to
+/// `t`), with the bucket it is for; `None` when every bucket has room.
+fn bucket_wait(
+    buckets: &[Option<Bucket>; 4],
+    amounts: &Amounts,
+    t: Instant,
+) -> Option<(Instant, usize)> {
+    let mut wait: Option<(Instant, usize)> = None;
+    for (i, b) in buckets.iter().enumerate() {
+        if let Some(w) = b.as_ref().and_then(|b| b.wait_for(amounts.by_index(i), t)) {
+            if wait.is_none_or(|(x, _)| w > x) {
+                wait = Some((w, i));
+            }
+        }
+    }
+    wait
+}
+
+/// The wait that will happen, not the wait at this instant's pace: while
+/// the ramp is below its peak it grows at every calm step, and the pace
+/// (rate and capacity) with it. A cold scope's first large request at the
+/// start fraction — 1,024 output tokens at 10 % of 8,000 a minute — would
+/// be predicted at 76.8 s, when the ramp reaches full rate within six
+/// seconds and the request goes after about ten; a prediction that long
+/// turned jobs away (a defer, a refused deadline) that could have waited.
+/// Replays the ramp's steps on copies of the buckets until the wait ends
+/// before the next step (at most 64 steps: the ramp is at its peak long
+/// before). An acceleration 429 meanwhile cuts the ramp; the waiting job
+/// then asks again and gets the longer wait.
+fn ramped_wait(
+    buckets: &[Option<Bucket>; 4],
+    ramp: Ramp,
+    cfg: &RampConfig,
+    amounts: &Amounts,
+    t: Instant,
+    first: (Instant, usize),
+) -> (Instant, usize) {
+    let mut wait = first;
+    let Some(mut next) = ramp.next_step(cfg) else {
+        return wait;
+    };
+    if wait.0 <= next {
+        return wait;
+    }
+    // The provider's credit is not scaled by the ramp: its wait stands.
+    let credit = buckets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            b.as_ref()?
+                .credit_wait_for(amounts.by_index(i), t)
+                .map(|w| (w, i))
+        })
+        .max();
+    let mut buckets = buckets.clone();
+    let mut ramp = ramp;
+    for _ in 0..64 {
+        let at = next.max(t);
+        ramp.calm(cfg, at);
+        for b in buckets.iter_mut().flatten() {
+            b.set_permille(ramp.permille(), at);
+        }
+        wait = bucket_wait(&buckets, amounts, at).unwrap_or((at, wait.1));
+        match ramp.next_step(cfg) {
+            Some(n) if wait.0 > n => next = n,
+            _ => break,
+        }
+    }
+    match credit {
+        Some(c) if c.0 > wait.0 => c,
+        _ => wait,
+    }
+}
+
+/// Lets the ramp take the growth steps due by `t`, one at a time: the
+/// buckets refill at each step's pace up to the step, then at the next
+/// one's. Growth follows the clock, so the pace between two admissions is
+/// what it was at each instant — the same pace [`ramped_wait`] predicts —
+/// not the start fraction until someone asks.
+fn grow_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
+    if s.ramp.permille() >= cfg.peak() {
+        return;
+    }
+    if s.ramp.last_step().is_none() {
+        // The first call starts the ramp's clock.
+        s.ramp.calm(cfg, t);
+        return;
+    }
+    for _ in 0..64 {
+        match s.ramp.next_step(cfg) {
+            Some(at) if at <= t => {
+                s.ramp.calm(cfg, at);
+                apply_ramp(s, at);
+            }
+            _ => return,
+        }
+    }
+    // Past 64 steps the ramp is at its peak whatever remains.
+    if s.ramp.calm(cfg, t) {
+        apply_ramp(s, t);
     }
 }
 

@@ -38,8 +38,13 @@ pub struct RampConfig {
     /// Starting fraction of the rate (default 100 = 10 %). 1000 starts at
     /// full rate (no ramp below the limit).
     pub start: u32,
-    /// Growth per calm step of time (default 1500 = ×1.5 per second: from
-    /// 10 % to full in six seconds without an acceleration 429).
+    /// Growth per calm step of time (default 1300 = ×1.3 per second: from
+    /// 10 % to full in nine seconds without an acceleration 429). The
+    /// growth is exact — the pace between two admissions is what the ramp
+    /// was at each instant, and a wait is predicted at that pace — so the
+    /// factor is what the provider sees: ×1.5 sent 7 requests in the first
+    /// 10 s of a cold 60 RPM key, past the simulated acceleration limit (5
+    /// in 10 s after an idle minute); ×1.3 sends 5.
     pub grow: u32,
     /// Cut on an acceleration 429 (default 500 = ×0.5).
     pub cut: u32,
@@ -65,7 +70,7 @@ impl Default for RampConfig {
     fn default() -> Self {
         RampConfig {
             start: 100,
-            grow: 1500,
+            grow: 1300,
             cut: 500,
             step: Duration::from_secs(1),
             idle_after: Duration::from_secs(60),
@@ -125,6 +130,16 @@ impl Ramp {
             permille,
             last_step,
         }
+    }
+
+    /// When the next growth step is due (`None`: at the peak, or the
+    /// clock not started): where a prediction of a wait must let the pace
+    /// grow.
+    pub(crate) fn next_step(&self, cfg: &RampConfig) -> Option<Instant> {
+        if self.permille >= cfg.peak() {
+            return None;
+        }
+        self.last_step.map(|t| t + cfg.step)
     }
 
     /// Back to the start fraction (idle, stop lifted).
@@ -203,7 +218,7 @@ mod tests {
             assert!(r.calm(&cfg, t));
             steps += 1;
         }
-        assert_eq!(steps, 6);
+        assert_eq!(steps, 9);
         // One more calm second reaches the peak, and it stays there.
         assert!(r.calm(&cfg, t + Duration::from_secs(1)));
         assert_eq!(r.permille(), 1200);
@@ -224,10 +239,10 @@ mod tests {
         assert!(!r.calm(&cfg, Instant::from_millis(999)));
         assert_eq!(r.permille(), 100);
         assert!(r.calm(&cfg, Instant::from_millis(1500)));
-        assert_eq!(r.permille(), 150);
+        assert_eq!(r.permille(), 130);
         // 1.5 s + 0.5 s = the second whole step since the restart.
         assert!(r.calm(&cfg, Instant::from_millis(2000)));
-        assert_eq!(r.permille(), 225);
+        assert_eq!(r.permille(), 169);
     }
 
     #[test]
@@ -236,8 +251,8 @@ mod tests {
         let mut r = Ramp::new(&cfg);
         r.restart(&cfg, Instant::ZERO);
         assert!(r.calm(&cfg, Instant::from_millis(3000)));
-        // 100 -> 150 -> 225 -> 338 (rounded up).
-        assert_eq!(r.permille(), 338);
+        // 100 -> 130 -> 169 -> 220 (rounded up).
+        assert_eq!(r.permille(), 220);
         assert!(r.calm(&cfg, Instant::from_millis(3_600_000)));
         assert_eq!(r.permille(), 1200);
     }
