@@ -111,6 +111,9 @@ pub struct JobSpec {
     pub body_bytes: u64,
     /// The request's `max_tokens`.
     pub max_tokens: Option<u64>,
+    /// Whether the answer streams (its first byte comes with the first
+    /// token, not after the whole generation).
+    pub streamed: bool,
 }
 
 impl JobSpec {
@@ -124,6 +127,7 @@ impl JobSpec {
             input_estimate: None,
             body_bytes: 0,
             max_tokens: None,
+            streamed: false,
         }
     }
 }
@@ -286,6 +290,7 @@ impl Job {
             max_tokens: self.spec.max_tokens,
             is_retry: self.attempts > 0,
             deadline: self.admit_deadline,
+            streamed: self.spec.streamed,
         })
     }
 

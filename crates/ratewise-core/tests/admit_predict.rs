@@ -102,3 +102,68 @@ fn a_deadline_is_refused_only_when_the_ramped_wait_misses_it() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A 200 from Anthropic with no rate-limit headers, classified at `now`.
+fn ok(now: Now) -> ratewise_core::classify::Classification {
+    let headers = http::HeaderMap::new();
+    let view = ratewise_core::classify::ResponseView {
+        status: http::StatusCode::OK,
+        headers: &headers,
+        body: br#"{"type":"message","usage":{"input_tokens":10,"output_tokens":10}}"#,
+    };
+    ratewise_core::classify::classify_response(ratewise_core::Provider::Anthropic, &view, now.wall)
+}
+
+#[test]
+fn a_job_is_never_sent_later_than_its_deadline_less_the_time_to_its_first_byte() {
+    // 6 RPM at full rate: one request every 10 s.
+    let mut config = Config::default();
+    config.seed = Some(1);
+    config.ramp.start = 1000;
+    config.limits = Limits {
+        requests: Some(6),
+        ..Limits::NONE
+    };
+    config.burst = ratewise_core::admit::Burst::uniform(Duration::from_secs(1));
+    let mut c = Controller::new(config);
+    let target = c.target("k", "claude-sonnet-4-5");
+    let req = AdmitRequest::new(target);
+    // A non-streamed answer whose head came 8 s after the send.
+    let t0 = now_at(Instant::ZERO);
+    let r = c.admit(&req, t0).go().expect("the first goes");
+    let t8 = now_at(Instant::from_millis(8_000));
+    c.observe_sent(
+        &r.sent(),
+        &ok(t8),
+        ratewise_core::Decision::new(ratewise_core::Action::Done),
+        t8,
+    );
+    c.settle(r, &ratewise_core::Usage::default(), t8);
+    // The next request unit comes at 10 s. A caller whose first byte must
+    // come by 17 s cannot have it (10 s + 8 s to the head): refused at once,
+    // nothing sent, saying it could have gone at 10 s.
+    let mut late = req;
+    late.deadline = Some(Instant::from_millis(17_000));
+    match c.clone().admit(&late, t8) {
+        Admission::Refused {
+            earliest: Some(at), ..
+        } => assert_eq!(at.since_origin().as_secs(), 10),
+        other => panic!("{other:?}"),
+    }
+    // By 20 s it can (10 s + 8 s + a margin of 1 s ≤ 20 s): it waits.
+    let mut fits = req;
+    fits.deadline = Some(Instant::from_millis(20_000));
+    assert!(matches!(c.clone().admit(&fits, t8), Admission::Wait { .. }));
+    // A streamed request's head comes with its first token: the 8 s of a
+    // whole generation do not count against it.
+    let mut streamed = late;
+    streamed.streamed = true;
+    assert!(matches!(
+        c.clone().admit(&streamed, t8),
+        Admission::Wait { .. }
+    ));
+    // With room in the bucket, a send past the last moment is still
+    // refused: at 12 s of a 17 s deadline the head would come at 20 s.
+    let t12 = now_at(Instant::from_millis(12_000));
+    assert!(matches!(c.admit(&late, t12), Admission::Refused { .. }));
+}

@@ -7,8 +7,10 @@
 //!   answer for that cause — this job's, or the one that stopped the key
 //!   ([`StopAnswers`]) — at once, nothing sent;
 //! * deferred or shed: 429 with `retry-after` = when it may come back;
-//! * given up on its deadline: a 504 timeout naming the last cause seen and
-//!   how long ago;
+//! * given up on its deadline: a 504 `timeout_error` naming the last cause
+//!   seen and how long ago — or, when it could not be sent in time at all,
+//!   when it could have gone (`x-ratewise-earliest`), with nothing sent and
+//!   no `retry-after`;
 //! * a request body over the bound: 413;
 //! * anything else with an answer of its own (a 400, a retry budget spent):
 //!   that answer, passed through.
@@ -248,10 +250,33 @@ fn deadline(e: &Error, provider: Provider) -> Response {
                 r.attempt
             )
         }
-        None => "ratewise: the job's deadline passed before it could be sent".to_owned(),
+        None => match e.earliest() {
+            Some(at) => format!(
+                "ratewise: this request cannot be sent before its deadline: the key's limits let it go in {:.1} s (at {}), after the caller's timeout allows; nothing was sent",
+                at.duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO)
+                    .as_secs_f64(),
+                ratewise_core::time::format_rfc3339(at)
+            ),
+            None => "ratewise: the job's deadline passed before it could be sent".to_owned(),
+        },
     };
-    shaped(provider, StatusCode::GATEWAY_TIMEOUT, "timeout_error", &msg)
+    let mut r = shaped(provider, StatusCode::GATEWAY_TIMEOUT, "timeout_error", &msg);
+    // No retry-after: the caller's own timeout is what ran out, and an
+    // invitation to come back is one a caller without retries cannot take.
+    // When it could have gone is said for a caller that can.
+    if let Some(v) = e
+        .earliest()
+        .and_then(|at| HeaderValue::from_str(&ratewise_core::time::format_rfc3339(at)).ok())
+    {
+        r.headers_mut().insert(EARLIEST_HEADER, v);
+    }
+    r
 }
+
+/// The header saying when a job answered for its deadline could have
+/// been sent (RFC 3339).
+pub const EARLIEST_HEADER: &str = "x-ratewise-earliest";
 
 /// The provider's own answer carried by `e`, as it was sent.
 fn passthrough(e: &Error) -> Option<Response> {

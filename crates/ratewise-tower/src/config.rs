@@ -73,10 +73,14 @@ pub struct Config {
     /// [`Builder`](crate::Builder)). A store given to the layer is
     /// configured by whoever made it.
     pub admission: ratewise_core::admit::Config,
-    /// Load shedding: most jobs waiting for admission on one scope (default
-    /// `None`: unbounded). A job that arrives with this many already
-    /// queued ahead of it ends at once with `defer` — nothing sent — so its
-    /// caller can route or retry it later instead of waiting behind them.
+    /// Load shedding for jobs with **no deadline**: most such jobs waiting
+    /// for admission on one scope (default `None`: unbounded). A job that
+    /// arrives with this many already queued ahead of it ends at once with
+    /// `defer` — nothing sent — so its caller can route or retry it later
+    /// instead of waiting behind them. A job with a deadline (its own
+    /// [`Deadline`](crate::Deadline) or `policy.default_deadline`) is never
+    /// shed: its caller is still waiting, so it waits its turn and ends
+    /// with `give_up(deadline)` only when it cannot be sent in time.
     pub max_waiting: Option<usize>,
 }
 

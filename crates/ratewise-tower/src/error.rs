@@ -168,6 +168,20 @@ impl Error {
         self.inner.decision.as_ref().and_then(|d| d.action.until())
     }
 
+    /// For a job ended at admission because it could not be sent before
+    /// its deadline: when it could have gone (the predicted admission).
+    pub fn earliest(&self) -> Option<SystemTime> {
+        self.inner
+            .decision
+            .as_ref()?
+            .notes
+            .iter()
+            .find_map(|n| match n {
+                ratewise_core::Note::TooLate { earliest, .. } => Some(*earliest),
+                _ => None,
+            })
+    }
+
     /// The reason of a `give_up`.
     pub fn give_up_reason(&self) -> Option<GiveUpReason> {
         self.inner.decision.as_ref().and_then(|d| d.action.reason())

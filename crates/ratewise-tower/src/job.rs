@@ -17,6 +17,9 @@ pub(crate) struct Job {
     pub max_tokens: Option<u64>,
     pub input_estimate: Option<u64>,
     pub body_bytes: u64,
+    /// `"stream": true` in the body: the answer's head comes with its
+    /// first token.
+    pub streamed: bool,
 }
 
 /// The request body fields admission reads (unknown fields are skipped).
@@ -24,6 +27,7 @@ pub(crate) struct Job {
 pub(crate) struct BodyFields {
     pub model: Option<String>,
     pub max_tokens: Option<u64>,
+    pub streamed: bool,
 }
 
 /// The fields read from a request body, borrowed where possible; every
@@ -38,6 +42,8 @@ struct Wire<'a> {
     max_completion_tokens: Option<u64>,
     #[serde(default)]
     max_output_tokens: Option<u64>,
+    #[serde(default)]
+    stream: Option<bool>,
 }
 
 /// Reads `model` and `max_tokens` (Anthropic), `max_completion_tokens` or
@@ -59,6 +65,7 @@ pub(crate) fn body_fields(body: &[u8]) -> BodyFields {
             .max_tokens
             .or(wire.max_completion_tokens)
             .or(wire.max_output_tokens),
+        streamed: wire.stream == Some(true),
     }
 }
 
@@ -92,6 +99,7 @@ impl Job {
             max_tokens: fields.max_tokens,
             input_estimate: ext.get::<TokenEstimate>().map(|t| t.input_tokens),
             body_bytes: body.len() as u64,
+            streamed: fields.streamed,
         }
     }
 }

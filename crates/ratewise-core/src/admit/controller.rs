@@ -147,10 +147,16 @@ pub struct AdmitRequest {
     pub max_tokens: Option<u64>,
     /// A retry (counts against the retry budget) or a first attempt.
     pub is_retry: bool,
-    /// The latest instant the request may be admitted; a wait past it is
-    /// refused at once with `give_up(deadline)`. Callers subtract the
-    /// expected attempt time from the job's deadline.
+    /// The caller's deadline for the answer's first byte (the job machine
+    /// passes its deadline less the policy's `expected_attempt_time`). The
+    /// last moment to send is this less the scope's learned time to the
+    /// first byte and a margin ([`Controller::last_send`]); a wait past that
+    /// is refused at once with `give_up(deadline)`.
     pub deadline: Option<Instant>,
+    /// Whether the answer streams: its first byte comes with the first
+    /// token. A non-streamed answer's head comes after the whole
+    /// generation, and its time to first byte is learned apart.
+    pub streamed: bool,
 }
 
 impl AdmitRequest {
@@ -163,6 +169,7 @@ impl AdmitRequest {
             max_tokens: None,
             is_retry: false,
             deadline: None,
+            streamed: false,
         }
     }
 }
@@ -282,9 +289,37 @@ struct ScopeState {
     /// limit known after it, the provider publishes none and there is
     /// nothing to wait for.
     heard: bool,
+    /// The learned time from a send to its answer's head, non-streamed
+    /// `[0]` and streamed `[1]`: quick to rise, slow to fall.
+    head_latency: [Option<Duration>; 2],
 }
 
+/// The margin kept before the caller's deadline beyond the expected time
+/// to the first byte: at least this, or a tenth of that time.
+pub const SEND_MARGIN: Duration = Duration::from_secs(1);
+
 impl ScopeState {
+    /// The last moment to send for the first byte to come by `deadline`:
+    /// less the learned time to the first byte and a margin. Never a send
+    /// at 599 s of a 600 s timeout, which the provider would bill after
+    /// the caller has gone.
+    fn last_send(&self, deadline: Instant, streamed: bool) -> Instant {
+        let head = self.head_latency[usize::from(streamed)].unwrap_or(Duration::ZERO);
+        let before = head.saturating_add(SEND_MARGIN.max(head / 10));
+        Instant::from_origin(deadline.since_origin().saturating_sub(before))
+    }
+
+    /// Learns the time from a send to its answer's head: a slower answer
+    /// is believed at once (a deadline missed costs a billed answer nobody
+    /// reads), a faster one moves the estimate an eighth of the way.
+    fn learn_head_latency(&mut self, took: Duration, streamed: bool) {
+        let slot = &mut self.head_latency[usize::from(streamed)];
+        *slot = Some(match *slot {
+            Some(est) if took < est => est - (est - took) / 8,
+            _ => took,
+        });
+    }
+
     /// Whether admissions must wait for a first answer: no limit is
     /// configured or learned, and none has been heard yet.
     fn needs_probe(&self) -> bool {
@@ -444,6 +479,7 @@ impl Controller {
             seen: [0; 4],
             probe: None,
             heard: false,
+            head_latency: [None; 2],
         };
         rebuild_buckets(&mut st, self.cfg.burst, self.share_permille, Instant::ZERO);
         let id = self.scopes.len() as u32;
@@ -489,6 +525,15 @@ impl Controller {
             }
         }
         let s = &mut self.scopes[req.target.scope.0 as usize];
+        let deadline = req.deadline.map(|d| s.last_send(d, req.streamed));
+        if deadline.is_some_and(|d| t > d) {
+            // Past the last moment to send: the answer could not come in
+            // time, whatever the buckets hold.
+            return Admission::Refused {
+                reason: GiveUpReason::Deadline,
+                earliest: None,
+            };
+        }
         if req.is_retry && !self.retry.can_retry(t) {
             return Admission::Refused {
                 reason: GiveUpReason::RetryBudget,
@@ -502,7 +547,7 @@ impl Controller {
         if let Some(p) = s.paused_until {
             if t < p {
                 let jitter = jitter(&mut self.rng, self.cfg.pause_jitter);
-                return wait_or_refuse(p + jitter, WaitReason::Paused, req.deadline);
+                return wait_or_refuse(p + jitter, WaitReason::Paused, deadline);
             }
             s.paused_until = None;
         }
@@ -510,7 +555,7 @@ impl Controller {
         if probing {
             if let Some(p) = s.probe {
                 if self.slab.is_live(p) {
-                    return wait_or_refuse(t + PROBE_RECHECK, WaitReason::Probe, req.deadline);
+                    return wait_or_refuse(t + PROBE_RECHECK, WaitReason::Probe, deadline);
                 }
             }
         }
@@ -533,7 +578,7 @@ impl Controller {
         let wait = bucket_wait(&s.buckets, &amounts, t)
             .map(|w| ramped_wait(&s.buckets, s.ramp, &self.cfg.ramp, &amounts, t, w));
         if let Some((until, i)) = wait {
-            return wait_or_refuse(until, WaitReason::Bucket(DIMENSIONS[i]), req.deadline);
+            return wait_or_refuse(until, WaitReason::Bucket(DIMENSIONS[i]), deadline);
         }
         let cost = req
             .target
@@ -546,7 +591,7 @@ impl Controller {
                 SpendCheck::Fits => sp.reserve(amounts.tokens(), cost, t),
                 SpendCheck::InFlight => {
                     let until = t + sp.config().recheck;
-                    return wait_or_refuse(until, WaitReason::SpendInFlight, req.deadline);
+                    return wait_or_refuse(until, WaitReason::SpendInFlight, deadline);
                 }
                 SpendCheck::Spent { until } => {
                     return Admission::Stopped {
@@ -579,6 +624,7 @@ impl Controller {
             cost,
             price: req.target.price,
             admitted_at: t,
+            streamed: req.streamed,
             marks,
             released: s.released.map(|r| r as u32),
         })
@@ -1041,6 +1087,13 @@ impl Controller {
         mut d: Decision,
         now: Now,
     ) -> Decision {
+        if let (Some(sent), Some(_)) = (sent, c.status) {
+            // An answer's head came: how long that took, per kind of answer.
+            let took = now.instant.saturating_duration_since(sent.admitted_at);
+            if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+                s.learn_head_latency(took, sent.streamed);
+            }
+        }
         if !c.hints.ratelimit.is_empty() {
             // Only a success was charged; an error answer's view is of the
             // bucket without it.

@@ -63,6 +63,9 @@ pub struct Reservation {
     pub(crate) cost: u64,
     pub(crate) price: Option<super::controller::PriceId>,
     pub(crate) admitted_at: Instant,
+    /// Whether the request streams its answer (its head comes at the
+    /// first token, not after the whole generation).
+    pub(crate) streamed: bool,
     /// Each bucket's credit right after the take ([`CreditMark::NONE`]: no
     /// bucket).
     pub(crate) marks: [CreditMark; 4],
@@ -81,6 +84,7 @@ pub struct Sent {
     pub(crate) scope: super::ScopeId,
     pub(crate) amounts: Amounts,
     pub(crate) admitted_at: Instant,
+    pub(crate) streamed: bool,
     pub(crate) marks: [CreditMark; 4],
     pub(crate) released: [u32; 4],
 }
@@ -114,6 +118,7 @@ impl Reservation {
             cost: 0,
             price: None,
             admitted_at,
+            streamed: false,
             marks: [CreditMark::NONE; 4],
             released: [0; 4],
         }
@@ -153,6 +158,7 @@ impl Reservation {
             scope: self.scope,
             amounts: self.amounts,
             admitted_at: self.admitted_at,
+            streamed: self.streamed,
             marks: self.marks,
             released: self.released,
         }

@@ -131,6 +131,7 @@ where
         input_estimate: job.input_estimate,
         body_bytes: job.body_bytes,
         max_tokens: job.max_tokens,
+        streamed: job.streamed,
     };
     // A dropped call future cancels the machine: nothing stays reserved.
     let mut m = Driven::new(
@@ -162,10 +163,15 @@ where
             None
         } else {
             if queued.is_none() {
-                match inner
-                    .queues
-                    .join_within(target.scope, place, cfg.max_waiting)
-                {
+                // Load shedding bounds only jobs with no deadline: a job
+                // whose caller waits is bounded by its deadline (it ends
+                // when it cannot be sent in time), not turned away.
+                let bound = if admit_by.is_some() {
+                    None
+                } else {
+                    cfg.max_waiting
+                };
+                match inner.queues.join_within(target.scope, place, bound) {
                     Ok(t) => queued = Some(t),
                     Err(ahead) => {
                         let d = shed(&inner, target.scope, ahead).await;
