@@ -159,6 +159,9 @@ async fn no_job_is_lost_across_every_outcome() {
     let server = mock(cfg).await;
     let mut policy = fast_policy();
     policy.max_inline_wait = Duration::from_millis(300);
+    // A worker with no deadline per job: long waits hand the job back
+    // (defer) instead of waiting inline.
+    policy.default_deadline = None;
     let layer = layer_with({
         let mut config = Config::default();
         config.policy = policy;

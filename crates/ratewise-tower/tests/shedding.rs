@@ -18,6 +18,17 @@ use tower::{service_fn, Layer, ServiceExt};
 const OK: &str = r#"{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":4}}"#;
 
 async fn run(max_waiting: Option<usize>) -> (u32, Vec<Option<ActionKind>>) {
+    run_jobs(max_waiting, None).await
+}
+
+async fn run_with_deadline(max_waiting: Option<usize>) -> (u32, Vec<Option<ActionKind>>) {
+    run_jobs(max_waiting, Some(Duration::from_secs(30))).await
+}
+
+async fn run_jobs(
+    max_waiting: Option<usize>,
+    deadline: Option<Duration>,
+) -> (u32, Vec<Option<ActionKind>>) {
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
     let provider = service_fn(move |_req: Request<Full<Bytes>>| {
@@ -35,9 +46,13 @@ async fn run(max_waiting: Option<usize>) -> (u32, Vec<Option<ActionKind>>) {
     });
     // 60 RPM at full rate from the start: one send a second after the
     // first, so arrivals queue.
+    // Load shedding bounds only jobs with no deadline (a job whose caller
+    // waits is bounded by its deadline instead).
+    let mut policy = common::fast_policy();
+    policy.default_deadline = deadline;
     let mut b = RetryLayer::builder()
         .provider(Provider::Anthropic)
-        .policy(common::fast_policy())
+        .policy(policy)
         .seed(4);
     let mut admission = ratewise_core::admit::Config::default();
     admission.limits = Limits {
@@ -95,6 +110,15 @@ async fn arrivals_behind_max_waiting_jobs_are_deferred_at_once() {
 #[tokio::test(start_paused = true)]
 async fn without_a_bound_every_job_waits_its_turn() {
     let (sent, ends) = run(None).await;
+    assert_eq!(sent, 8);
+    assert!(ends.iter().all(Option::is_none), "{ends:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn jobs_whose_callers_wait_are_not_shed_but_wait_their_turn() {
+    // Same arrivals with a 30 s deadline each and max_waiting 3: nobody is
+    // turned away, every job is sent in its turn (one a second at 60 RPM).
+    let (sent, ends) = run_with_deadline(Some(3)).await;
     assert_eq!(sent, 8);
     assert!(ends.iter().all(Option::is_none), "{ends:?}");
 }

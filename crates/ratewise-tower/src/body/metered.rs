@@ -616,7 +616,16 @@ mod tests {
     const JSON: &[u8] = br#"{"type":"message","usage":{"input_tokens":3,"output_tokens":4}}"#;
 
     fn state() -> Arc<Shared> {
-        Arc::new(Shared::new(Controller::new(admit::Config::default())))
+        // Known limits, at full rate: many bodies may be open at once (a
+        // scope with no limit known would send one probe at a time, and
+        // these bodies never observe an answer).
+        let mut config = admit::Config::default();
+        config.limits = admit::Limits {
+            requests: Some(1_000_000),
+            ..admit::Limits::NONE
+        };
+        config.ramp.start = 1000;
+        Arc::new(Shared::new(Controller::new(config)))
     }
 
     fn ctx(state: &Arc<Shared>) -> MeterCtx {
