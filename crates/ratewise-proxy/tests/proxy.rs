@@ -560,6 +560,80 @@ async fn a_redis_url_it_cannot_use_is_refused_without_echoing_it() {
     assert!(ProxyConfig::from_toml(&flags, bad_share, |_| None).is_err());
 }
 
+/// The input-token level `/status` shows for `KEY`'s only class.
+fn input_level(status: &serde_json::Value) -> i64 {
+    let fp = fingerprint(KEY);
+    let key = status["keys"]
+        .as_array()
+        .and_then(|ks| ks.iter().find(|k| k["fingerprint"] == fp.as_str()))
+        .unwrap_or_else(|| panic!("{fp} in {status}"));
+    key["classes"][0]["levels"]["input_tokens"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("an input level in {key}"))
+}
+
+/// The input-token level `/metrics` shows for `KEY`.
+fn metrics_input_level(text: &str) -> f64 {
+    let fp = fingerprint(KEY);
+    text.lines()
+        .find(|l| {
+            l.starts_with("ratewise_bucket_level{")
+                && l.contains(&fp)
+                && l.contains("dimension=\"input_tokens\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("an input level in {text}"))
+}
+
+async fn metrics_text(p: &Running) -> String {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::get(format!("http://{}/metrics", p.admin_addr))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_show_levels_refilled_to_the_moment_they_are_read() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    // 60 000 input tokens a minute: 1 000 a second refill; a request of
+    // ~10 000 tokens takes ten seconds to refill.
+    let p = proxy(
+        &mock.base_url(),
+        "[limits]\nrequests = 6000\ninput_tokens = 60000\noutput_tokens = 600000\n",
+    )
+    .await;
+    let big = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "lorem ipsum ".repeat(3000)
+    );
+    let a = call(&p, &[], &big).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let (_, first) = admin(&p, "GET", "/status").await;
+    let first_metric = metrics_input_level(&metrics_text(&p).await);
+    let drained = input_level(&first);
+    assert!(drained < 60_000, "the request drained the bucket: {first}");
+    // No traffic in between: only time passes.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (_, second) = admin(&p, "GET", "/status").await;
+    let second_metric = metrics_input_level(&metrics_text(&p).await);
+    let refilled = input_level(&second);
+    assert!(
+        refilled > drained,
+        "/status refilled to now: {drained} then {refilled}"
+    );
+    assert!(
+        second_metric > first_metric,
+        "/metrics refilled to now: {first_metric} then {second_metric}"
+    );
+    assert_eq!(mock.records().len(), 1);
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
 /// An upstream that keeps the headers of every request and answers a
 /// small Anthropic message.
 async fn recording_upstream() -> (
