@@ -1,6 +1,13 @@
 //! The callers' side: every request is one job on the layer, forwarded to
 //! its upstream, run inside its caller's handler.
 //!
+//! A job waits as long as its caller will: its first-byte deadline is the
+//! caller's own (`x-ratewise-deadline-ms`, else the timeout the official
+//! SDKs send, else `policy.default_deadline_ms`; at most
+//! `policy.max_deadline_ms`: see [`caller_deadline`]). Every answer, the
+//! upstream's or the proxy's own, says the deadline its job was given in
+//! `x-ratewise-deadline-ms` (milliseconds).
+//!
 //! A caller that goes away costs the others nothing:
 //!
 //! * before its request was handed upstream, the job is dropped — the
