@@ -8,7 +8,7 @@ Starts a recording upstream (a small HTTP server in this process that
 answers like the provider and keeps the headers of every request), then a
 `ratewise proxy` in front of it. For each SDK (`messages.create`,
 `chat.completions.create`), with the default client, a client with
-`timeout=30`, a call with `timeout=30` and a client with `timeout=None`:
+`timeout=30`, a call with `timeout=30`, and `timeout=None` on each:
 
 * calls the recording upstream directly: what the SDK sends
   (`x-stainless-read-timeout`, `x-stainless-timeout`);
@@ -156,6 +156,7 @@ CLIENTS = {
     "create(timeout=30)": ({}, {"timeout": 30}, 30_000),
     # No timeout at all: nothing numeric is sent, the proxy's default holds.
     "timeout=None": ({"timeout": None}, {}, DEFAULT_MS),
+    "create(timeout=None)": ({}, {"timeout": None}, DEFAULT_MS),
 }
 RESULTS = []
 TABLE = []

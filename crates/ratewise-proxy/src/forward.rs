@@ -129,6 +129,10 @@ const SOURCES: [(DeadlineSource, &str, f64); 3] = [
 /// | openai-python 3.57.0 | `chat.completions.create` | client `timeout=30` | `30` | — | 30 000 ms |
 /// | openai-python 3.57.0 | `chat.completions.create` | call `timeout=30` | `30` | — | 30 000 ms |
 /// | openai-python 3.57.0 | `chat.completions.create` | client `timeout=None` | — | — | default |
+/// | openai-python 3.57.0 | `chat.completions.create` | call `timeout=None` | — | — | default |
+///
+/// The `httpx.Timeout` row was captured by hand with the same recording
+/// upstream; the others are asserted by the script on every run.
 ///
 /// The TypeScript SDKs send a numeric `x-stainless-timeout` in seconds
 /// (as issue 23 reports; not captured by the test, which drives the Python
