@@ -99,4 +99,7 @@ rc=0
 if [ "$rc" -ne 0 ]; then
     echo "--- proxy log (last 40 lines)"; tail -n 40 "$WORK/proxy.out"
 fi
+# What each SDK sends as its timeout, and the deadline the proxy derives
+# (its own proxy, in front of a recording upstream).
+"$VENV/bin/python" "$HERE/sdk_timeouts.py" --ratewise "$RATEWISE" --table || rc=1
 exit "$rc"

@@ -2,13 +2,16 @@
 //! port):
 //!
 //! * `GET /status` — per key fingerprint (with its last four characters)
-//!   and model class: limits set or learned, bucket levels, ramp, pause,
+//!   and model class: limits set or learned, bucket levels as of the moment
+//!   of the read (refilled to then; with `--redis`, the shared record's),
+//!   ramp, pause,
 //!   stop with cause and since when; jobs in flight; attempts whose outcome
 //!   is unknown (cut by a crash before the last start, or sent with no
 //!   answer since);
 //! * `POST /resume?key=FP` — lifts a key's stop;
 //! * `POST /stop?key=FP` — stops a key (cause `user_limit`) until resumed;
-//! * `GET /metrics` — Prometheus text;
+//! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
+//!   them);
 //! * `GET /healthz` — `ok`.
 
 use crate::App;
@@ -17,6 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use http::{HeaderValue, StatusCode};
+use ratewise_core::admit::{ScopeSnapshot, Store};
+use ratewise_core::time::Now;
 use ratewise_core::Cause;
 use serde::Deserialize;
 use std::sync::atomic::Ordering;
@@ -53,17 +58,34 @@ fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-async fn status(State(app): State<Arc<App>>) -> Response {
-    let now = app.layer.now();
-    let mut scopes = Vec::new();
-    {
-        let mut c = app.store.lock();
-        for id in c.scopes() {
-            if let Some(s) = c.snapshot(id, now) {
-                scopes.push(s);
+/// Every scope as the model has it at `now`, its buckets refilled to that
+/// moment: from the store itself in one process; with `--redis`, from the
+/// shared record (one read per scope, so another replica's takes show),
+/// or this process's view when Redis does not answer.
+async fn snapshots(app: &App, now: Now) -> Vec<ScopeSnapshot> {
+    let ids = app.store.lock().scopes();
+    match &app.redis {
+        None => {
+            let mut c = app.store.lock();
+            ids.into_iter()
+                .filter_map(|id| c.snapshot(id, now))
+                .collect()
+        }
+        Some(r) => {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                if let Some(s) = Store::snapshot(r, id, now).await {
+                    out.push(s);
+                }
             }
+            out
         }
     }
+}
+
+async fn status(State(app): State<Arc<App>>) -> Response {
+    let now = app.layer.now();
+    let scopes = snapshots(&app, now).await;
     // A stop another process lifted (through Redis) is not shown.
     let stops: Vec<_> = app
         .stops
@@ -127,25 +149,20 @@ async fn status(State(app): State<Arc<App>>) -> Response {
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let now = app.layer.now();
     let mut gauges = Vec::new();
-    {
-        let mut c = app.store.lock();
-        for id in c.scopes() {
-            if let Some(s) = c.snapshot(id, now) {
-                for (i, dim) in ["requests", "input_tokens", "output_tokens", "tokens"]
-                    .iter()
-                    .enumerate()
-                {
-                    if let Some(level) = s.levels[i] {
-                        gauges.push((
-                            format!(
-                                "ratewise_bucket_level{{key=\"{}\",class=\"{}\",dimension=\"{dim}\"}}",
-                                crate::metrics::label(&s.key),
-                                crate::metrics::label(&s.class)
-                            ),
-                            level as f64,
-                        ));
-                    }
-                }
+    for s in snapshots(&app, now).await {
+        for (i, dim) in ["requests", "input_tokens", "output_tokens", "tokens"]
+            .iter()
+            .enumerate()
+        {
+            if let Some(level) = s.levels[i] {
+                gauges.push((
+                    format!(
+                        "ratewise_bucket_level{{key=\"{}\",class=\"{}\",dimension=\"{dim}\"}}",
+                        crate::metrics::label(&s.key),
+                        crate::metrics::label(&s.class)
+                    ),
+                    level as f64,
+                ));
             }
         }
     }

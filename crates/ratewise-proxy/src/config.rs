@@ -21,7 +21,8 @@
 //!
 //! [policy]
 //! max_attempts = 3
-//! default_deadline_ms = 120000
+//! default_deadline_ms = 120000    # a job's deadline when its caller gives none
+//! max_deadline_ms = 3600000         # the longest a caller's timeout is waited (default 1 h)
 //! max_inline_wait_ms = 60000
 //! # send_timeout_ms = 600000
 //!
@@ -56,6 +57,12 @@
 //! A request chooses its upstream by the `x-ratewise-upstream` header (an
 //! upstream's name), else by the longest `paths` prefix that matches, else
 //! the first upstream.
+//!
+//! A job's first-byte deadline is its caller's: `x-ratewise-deadline-ms`,
+//! else the read timeout the official SDKs send (`x-stainless-read-timeout`,
+//! then a numeric `x-stainless-timeout`, in seconds), else
+//! `policy.default_deadline_ms`; whichever it is, at most
+//! `policy.max_deadline_ms` (see [`crate::forward::caller_deadline`]).
 
 use crate::keys::fingerprint;
 use ratewise_core::admit::{self, KeyLimits, Limits, SpendConfig};
@@ -189,6 +196,7 @@ struct UpstreamFile {
 struct PolicyFile {
     max_attempts: Option<u32>,
     default_deadline_ms: Option<u64>,
+    max_deadline_ms: Option<u64>,
     max_inline_wait_ms: Option<u64>,
     send_timeout_ms: Option<u64>,
 }
@@ -302,6 +310,9 @@ pub struct ProxyConfig {
     pub grace: Duration,
     /// How long a caller may take to send its request body (default 30 s).
     pub body_timeout: Duration,
+    /// The longest first-byte deadline a job gets, whatever its caller
+    /// asks (`policy.max_deadline_ms`, default [`MAX_DEADLINE`]).
+    pub max_deadline: Duration,
 }
 
 /// Where and how the keys' state is shared through Redis.
@@ -328,6 +339,10 @@ impl std::fmt::Debug for RedisSettings {
 
 /// The default deadline of a job when nothing sets one.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The longest deadline a caller may ask for, when the file does not say
+/// (`policy.max_deadline_ms`).
+pub const MAX_DEADLINE: Duration = Duration::from_secs(3600);
 
 impl ProxyConfig {
     /// The configuration from the flags and the file they name; `env`
@@ -431,6 +446,7 @@ impl ProxyConfig {
         }
         for (name, v) in [
             ("policy.default_deadline_ms", policy.default_deadline_ms),
+            ("policy.max_deadline_ms", policy.max_deadline_ms),
             ("policy.send_timeout_ms", policy.send_timeout_ms),
         ] {
             if v == Some(0) {
@@ -596,6 +612,9 @@ impl ProxyConfig {
             log: file.log.unwrap_or_default(),
             grace: Duration::from_secs(bounds.grace_s.unwrap_or(30)),
             body_timeout: Duration::from_millis(bounds.body_timeout_ms.unwrap_or(30_000).max(1)),
+            max_deadline: policy
+                .max_deadline_ms
+                .map_or(MAX_DEADLINE, Duration::from_millis),
         })
     }
 }
@@ -647,6 +666,7 @@ mod tests {
         assert_eq!(c.upstreams[0].url, "https://api.anthropic.com");
         assert!(c.upstreams[0].is_https());
         assert_eq!(c.layer.policy.default_deadline, Some(DEFAULT_DEADLINE));
+        assert_eq!(c.max_deadline, MAX_DEADLINE);
     }
 
     #[test]
@@ -660,6 +680,7 @@ mod tests {
             [policy]
             max_attempts = 5
             default_deadline_ms = 30000
+            max_deadline_ms = 900000
             [limits]
             requests = 50
             [[key]]
@@ -681,6 +702,7 @@ mod tests {
         assert_eq!(c.upstreams.len(), 2);
         assert_eq!(c.upstreams[1].provider, Some(Provider::Openai));
         assert_eq!(c.layer.policy.max_attempts, 5);
+        assert_eq!(c.max_deadline, Duration::from_secs(900));
         assert_eq!(c.layer.max_waiting, Some(10));
         let adm = &c.layer.admission;
         assert_eq!(adm.limits.requests, Some(50));
@@ -714,6 +736,11 @@ mod tests {
                 "[policy]\ndefault_deadline_ms = 0",
                 "http://x",
                 "more than 0",
+            ),
+            (
+                "[policy]\nmax_deadline_ms = 0",
+                "http://x",
+                "max_deadline_ms must be more than 0",
             ),
             ("[bounds]\nmax_waiting = 0", "http://x", "more than 0"),
             ("unknown = 1", "http://x", "unknown"),

@@ -1,6 +1,13 @@
 //! The callers' side: every request is one job on the layer, forwarded to
 //! its upstream, run inside its caller's handler.
 //!
+//! A job waits as long as its caller will: its first-byte deadline is the
+//! caller's own (`x-ratewise-deadline-ms`, else the timeout the official
+//! SDKs send, else `policy.default_deadline_ms`; at most
+//! `policy.max_deadline_ms`: see [`caller_deadline`]). Every answer, the
+//! upstream's or the proxy's own, says the deadline its job was given in
+//! `x-ratewise-deadline-ms` (milliseconds).
+//!
 //! A caller that goes away costs the others nothing:
 //!
 //! * before its request was handed upstream, the job is dropped — the
@@ -31,21 +38,218 @@ use std::time::Duration;
 use tower::ServiceExt;
 
 /// The header a caller sets to give its job a deadline, in milliseconds
-/// from now.
+/// from now. It is not forwarded. Every answer the proxy gives carries it
+/// too: the deadline the job was given, whatever its source.
 pub const DEADLINE_HEADER: &str = "x-ratewise-deadline-ms";
+
+/// The read timeout the official Python SDKs send on every request, in
+/// seconds (forwarded as it is).
+pub const STAINLESS_READ_TIMEOUT: &str = "x-stainless-read-timeout";
+
+/// The timeout the official TypeScript SDKs (and anthropic-python on some
+/// calls) send, in seconds; may be the literal `NOT_GIVEN` (forwarded as it
+/// is).
+pub const STAINLESS_TIMEOUT: &str = "x-stainless-timeout";
 
 /// How long a job may outlive its deadline: its last send's answer and
 /// body, read in the background when its caller has left.
 pub const JOB_SLACK: Duration = Duration::from_secs(60);
 
-/// The longest deadline a caller may ask for.
-pub const MAX_DEADLINE: Duration = Duration::from_secs(3600);
+/// The longest deadline a caller may ask for, unless the configuration
+/// says otherwise (`policy.max_deadline_ms`).
+pub const MAX_DEADLINE: Duration = crate::config::MAX_DEADLINE;
+
+/// The longest header value read as a timeout: anything longer is junk.
+const MAX_TIMEOUT_LEN: usize = 32;
+
+/// Where a job's first-byte deadline came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeadlineSource {
+    /// `x-ratewise-deadline-ms`, set by the caller for ratewise.
+    Ratewise,
+    /// `x-stainless-read-timeout`, the SDK's read timeout.
+    StainlessReadTimeout,
+    /// `x-stainless-timeout`, the SDK's timeout.
+    StainlessTimeout,
+    /// None of them (or only junk): `policy.default_deadline_ms`.
+    Default,
+}
+
+impl DeadlineSource {
+    /// The header it was read from, or `default`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadlineSource::Ratewise => DEADLINE_HEADER,
+            DeadlineSource::StainlessReadTimeout => STAINLESS_READ_TIMEOUT,
+            DeadlineSource::StainlessTimeout => STAINLESS_TIMEOUT,
+            DeadlineSource::Default => "default",
+        }
+    }
+}
+
+/// The sources read, in order: header, and how many of its units make a
+/// second.
+const SOURCES: [(DeadlineSource, &str, f64); 3] = [
+    (DeadlineSource::Ratewise, DEADLINE_HEADER, 1000.0),
+    (
+        DeadlineSource::StainlessReadTimeout,
+        STAINLESS_READ_TIMEOUT,
+        1.0,
+    ),
+    (DeadlineSource::StainlessTimeout, STAINLESS_TIMEOUT, 1.0),
+];
+
+/// A job's first-byte deadline: as long as its caller will wait for the
+/// answer to start, from the first source that holds a usable value —
+///
+/// 1. `x-ratewise-deadline-ms` (milliseconds);
+/// 2. `x-stainless-read-timeout` (seconds, maybe fractional: `600`,
+///    `600.0`);
+/// 3. `x-stainless-timeout` (seconds);
+/// 4. `default` —
+///
+/// capped at `max`. A value that is not a number, is ≤ 0, NaN or infinite,
+/// is `NOT_GIVEN`, or is longer than 32 bytes is junk: the next source is
+/// read. Pure: no clock, no logging (see [`ignored_deadline_headers`]).
+///
+/// What the official SDKs send (captured by
+/// `tests/conformance/sdk_timeouts.py`, which asserts the deadline the
+/// proxy derives; `—`: not sent):
+///
+/// | SDK (version tested) | call | timeout | `x-stainless-read-timeout` | `x-stainless-timeout` | deadline |
+/// |---|---|---|---|---|---|
+/// | anthropic-python 2.15.0 | `messages.create` | default (600 s) | `600` | `600` | 600 000 ms |
+/// | anthropic-python 2.15.0 | `messages.create` | client `timeout=30` | `30` | `NOT_GIVEN` | 30 000 ms |
+/// | anthropic-python 2.15.0 | `messages.create` | call `timeout=30` | `30` | `30` | 30 000 ms |
+/// | anthropic-python 2.15.0 | `messages.create` | client `timeout=httpx.Timeout(100, read=50)` | `50` | `NOT_GIVEN` | 50 000 ms |
+/// | anthropic-python 2.15.0 | `messages.create` | client `timeout=None` | — | `NOT_GIVEN` | default |
+/// | anthropic-python 2.15.0 | `messages.create` | call `timeout=None` | — | `None` | default |
+/// | openai-python 3.57.0 | `chat.completions.create` | default (600 s) | `600` | — | 600 000 ms |
+/// | openai-python 3.57.0 | `chat.completions.create` | client `timeout=30` | `30` | — | 30 000 ms |
+/// | openai-python 3.57.0 | `chat.completions.create` | call `timeout=30` | `30` | — | 30 000 ms |
+/// | openai-python 3.57.0 | `chat.completions.create` | client `timeout=None` | — | — | default |
+/// | openai-python 3.57.0 | `chat.completions.create` | call `timeout=None` | — | — | default |
+///
+/// The `httpx.Timeout` row was captured by hand with the same recording
+/// upstream; the others are asserted by the script on every run.
+///
+/// The TypeScript SDKs send a numeric `x-stainless-timeout` in seconds
+/// (as issue 23 reports; not captured by the test, which drives the Python
+/// SDKs).
+///
+/// The `x-stainless-*` headers belong to the SDK: they go upstream as they
+/// came. Only `x-ratewise-deadline-ms` is removed.
+pub fn caller_deadline(
+    headers: &http::HeaderMap,
+    default: Duration,
+    max: Duration,
+) -> (Duration, DeadlineSource) {
+    for (source, name, per_second) in SOURCES {
+        if let Some(Ok(d)) = headers.get(name).map(|v| timeout_value(v, per_second, max)) {
+            return (d, source);
+        }
+    }
+    (default.min(max), DeadlineSource::Default)
+}
+
+/// The timeout headers present but not usable (junk), each with why, for
+/// a debug line.
+pub fn ignored_deadline_headers(headers: &http::HeaderMap) -> Vec<(&'static str, &'static str)> {
+    SOURCES
+        .iter()
+        .filter_map(|(_, name, per_second)| {
+            let v = headers.get(*name)?;
+            timeout_value(v, *per_second, MAX_DEADLINE)
+                .err()
+                .map(|why| (*name, why.as_str()))
+        })
+        .collect()
+}
+
+/// Why a timeout header's value was not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Junk {
+    /// Longer than [`MAX_TIMEOUT_LEN`], or not text.
+    Unreadable,
+    /// Not a number (`NOT_GIVEN`, `soon`), NaN or infinite.
+    NotANumber,
+    /// Zero or negative.
+    NotPositive,
+}
+
+impl Junk {
+    fn as_str(self) -> &'static str {
+        match self {
+            Junk::Unreadable => "unreadable or too long",
+            Junk::NotANumber => "not a finite number",
+            Junk::NotPositive => "not more than 0",
+        }
+    }
+}
+
+/// One header's value as a duration of `1 / per_second` units, capped at
+/// `max`.
+fn timeout_value(v: &http::HeaderValue, per_second: f64, max: Duration) -> Result<Duration, Junk> {
+    let text = v.to_str().map_err(|_| Junk::Unreadable)?.trim();
+    if text.len() > MAX_TIMEOUT_LEN {
+        return Err(Junk::Unreadable);
+    }
+    let n: f64 = text.parse().map_err(|_| Junk::NotANumber)?;
+    if !n.is_finite() {
+        return Err(Junk::NotANumber);
+    }
+    if n <= 0.0 {
+        return Err(Junk::NotPositive);
+    }
+    let secs = n / per_second;
+    if secs >= max.as_secs_f64() {
+        return Ok(max);
+    }
+    // Below the cap, so representable; never shorter than a millisecond.
+    Ok(Duration::try_from_secs_f64(secs)
+        .unwrap_or(max)
+        .max(Duration::from_millis(1))
+        .min(max))
+}
 
 /// The key label of requests without a key.
 pub const ANONYMOUS: &str = "anonymous";
 
-/// Forwards one request as one job.
+/// Forwards one request as one job. Every answer says the job's deadline
+/// in `x-ratewise-deadline-ms`.
 pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
+    let default = app
+        .config
+        .layer
+        .policy
+        .default_deadline
+        .unwrap_or(crate::config::DEFAULT_DEADLINE);
+    let (deadline, source) = caller_deadline(req.headers(), default, app.config.max_deadline);
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let ignored = ignored_deadline_headers(req.headers());
+        if !ignored.is_empty() {
+            tracing::debug!(
+                ?ignored,
+                "timeout headers that are not a positive number: ignored"
+            );
+        }
+        tracing::debug!(
+            deadline_ms = deadline.as_millis() as u64,
+            source = source.as_str(),
+            "job deadline"
+        );
+    }
+    let mut resp = job(app, req, deadline).await;
+    resp.headers_mut().insert(
+        DEADLINE_HEADER,
+        http::HeaderValue::from(deadline.as_millis() as u64),
+    );
+    resp
+}
+
+/// One request as one job with its deadline.
+async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
     let n = app.metrics.jobs.fetch_add(1, Ordering::Relaxed) + 1;
     let (mut parts, body) = req.into_parts();
     let path = parts
@@ -76,26 +280,9 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     parts
         .extensions
         .insert(JobId::new(format!("{}-{n}", app.boot)));
-    let mut deadline = app
-        .config
-        .layer
-        .policy
-        .default_deadline
-        .unwrap_or(crate::config::DEFAULT_DEADLINE);
-    if let Some(v) = parts.headers.remove(DEADLINE_HEADER) {
-        match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
-            Some(ms) if ms > 0 => {
-                deadline = Duration::from_millis(ms).min(MAX_DEADLINE);
-                parts.extensions.insert(Deadline(deadline));
-            }
-            _ => return answer::shaped(
-                provider,
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "ratewise: x-ratewise-deadline-ms must be a positive whole number of milliseconds",
-            ),
-        }
-    }
+    // Read in `forward`; ratewise's alone, never forwarded.
+    parts.headers.remove(DEADLINE_HEADER);
+    parts.extensions.insert(Deadline(deadline));
     parts.headers.remove("x-ratewise-upstream");
     parts.headers.remove(http::header::HOST);
     strip_hop_by_hop(&mut parts.headers);
@@ -380,5 +567,207 @@ impl<B: http_body::Body + Send + Unpin + 'static> Drop for ReadToEnd<B> {
                 let _ = tokio::time::timeout(deadline, drain(inner)).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULT: Duration = Duration::from_secs(120);
+    const MAX: Duration = Duration::from_secs(3600);
+
+    fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn of(pairs: &[(&str, &str)]) -> (Duration, DeadlineSource) {
+        caller_deadline(&headers(pairs), DEFAULT, MAX)
+    }
+
+    const JUNK: [&str; 13] = [
+        "soon",
+        "NOT_GIVEN",
+        "",
+        "0",
+        "0.0",
+        "-5",
+        "NaN",
+        "nan",
+        "inf",
+        "-inf",
+        "infinity",
+        "1_000",
+        "1111111111111111111111111111111111111111",
+    ];
+
+    #[test]
+    fn nothing_sent_is_the_default() {
+        assert_eq!(of(&[]), (DEFAULT, DeadlineSource::Default));
+    }
+
+    #[test]
+    fn each_source_in_its_unit() {
+        assert_eq!(
+            of(&[("x-ratewise-deadline-ms", "1500")]),
+            (Duration::from_millis(1500), DeadlineSource::Ratewise)
+        );
+        assert_eq!(
+            of(&[("x-stainless-read-timeout", "600")]),
+            (
+                Duration::from_secs(600),
+                DeadlineSource::StainlessReadTimeout
+            )
+        );
+        assert_eq!(
+            of(&[("x-stainless-read-timeout", "600.0")]),
+            (
+                Duration::from_secs(600),
+                DeadlineSource::StainlessReadTimeout
+            )
+        );
+        assert_eq!(
+            of(&[("x-stainless-read-timeout", "2.5")]),
+            (
+                Duration::from_millis(2500),
+                DeadlineSource::StainlessReadTimeout
+            )
+        );
+        assert_eq!(
+            of(&[("x-stainless-timeout", "30")]),
+            (Duration::from_secs(30), DeadlineSource::StainlessTimeout)
+        );
+        assert_eq!(
+            of(&[("x-stainless-timeout", " 45.5 ")]),
+            (
+                Duration::from_millis(45_500),
+                DeadlineSource::StainlessTimeout
+            )
+        );
+    }
+
+    #[test]
+    fn sources_are_read_in_order() {
+        let all = [
+            ("x-ratewise-deadline-ms", "1500"),
+            ("x-stainless-read-timeout", "600"),
+            ("x-stainless-timeout", "30"),
+        ];
+        assert_eq!(of(&all).1, DeadlineSource::Ratewise);
+        assert_eq!(of(&all[1..]).1, DeadlineSource::StainlessReadTimeout);
+        assert_eq!(of(&all[2..]).1, DeadlineSource::StainlessTimeout);
+    }
+
+    #[test]
+    fn junk_falls_through_to_the_next_source() {
+        for junk in JUNK {
+            assert_eq!(
+                of(&[
+                    ("x-ratewise-deadline-ms", junk),
+                    ("x-stainless-read-timeout", "600")
+                ]),
+                (
+                    Duration::from_secs(600),
+                    DeadlineSource::StainlessReadTimeout
+                ),
+                "{junk:?}"
+            );
+            assert_eq!(
+                of(&[
+                    ("x-stainless-read-timeout", junk),
+                    ("x-stainless-timeout", "30")
+                ]),
+                (Duration::from_secs(30), DeadlineSource::StainlessTimeout),
+                "{junk:?}"
+            );
+            assert_eq!(
+                of(&[("x-stainless-timeout", junk)]),
+                (DEFAULT, DeadlineSource::Default),
+                "{junk:?}"
+            );
+            assert_eq!(
+                of(&[
+                    ("x-ratewise-deadline-ms", junk),
+                    ("x-stainless-read-timeout", junk),
+                    ("x-stainless-timeout", junk)
+                ]),
+                (DEFAULT, DeadlineSource::Default),
+                "{junk:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_that_is_not_text_falls_through() {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            "x-stainless-read-timeout",
+            http::HeaderValue::from_bytes(b"6\xff0").unwrap(),
+        );
+        assert_eq!(
+            caller_deadline(&h, DEFAULT, MAX),
+            (DEFAULT, DeadlineSource::Default)
+        );
+        assert_eq!(
+            ignored_deadline_headers(&h),
+            vec![("x-stainless-read-timeout", "unreadable or too long")]
+        );
+    }
+
+    #[test]
+    fn junk_is_named_for_the_debug_line() {
+        let h = headers(&[
+            ("x-ratewise-deadline-ms", "soon"),
+            ("x-stainless-read-timeout", "600"),
+            ("x-stainless-timeout", "NOT_GIVEN"),
+        ]);
+        assert_eq!(
+            ignored_deadline_headers(&h),
+            vec![
+                ("x-ratewise-deadline-ms", "not a finite number"),
+                ("x-stainless-timeout", "not a finite number"),
+            ]
+        );
+        let h = headers(&[("x-stainless-timeout", "-1")]);
+        assert_eq!(
+            ignored_deadline_headers(&h),
+            vec![("x-stainless-timeout", "not more than 0")]
+        );
+        assert!(ignored_deadline_headers(&headers(&[("x-stainless-timeout", "5")])).is_empty());
+    }
+
+    #[test]
+    fn everything_is_capped_at_the_maximum() {
+        let max = Duration::from_secs(60);
+        for pairs in [
+            [("x-ratewise-deadline-ms", "60001")],
+            [("x-stainless-read-timeout", "600")],
+            [("x-stainless-timeout", "1e300")],
+        ] {
+            let (d, _) = caller_deadline(&headers(&pairs), DEFAULT, max);
+            assert_eq!(d, max, "{pairs:?}");
+        }
+        // The default too.
+        assert_eq!(
+            caller_deadline(&headers(&[]), DEFAULT, max),
+            (max, DeadlineSource::Default)
+        );
+        // Huge values never overflow.
+        assert_eq!(
+            of(&[("x-ratewise-deadline-ms", "18446744073709551615")]),
+            (MAX, DeadlineSource::Ratewise)
+        );
+        // Below the cap, as given; never below a millisecond.
+        assert_eq!(
+            of(&[("x-stainless-timeout", "0.0000001")]),
+            (Duration::from_millis(1), DeadlineSource::StainlessTimeout)
+        );
     }
 }

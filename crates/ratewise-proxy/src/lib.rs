@@ -17,7 +17,8 @@
 //! ```
 //!
 //! * [`config`]: the flags and the TOML file.
-//! * [`forward`]: the callers' side — one job per request.
+//! * [`forward`]: the callers' side — one job per request, with its
+//!   caller's timeout as its deadline.
 //! * [`answer`]: what a caller gets when its job did not succeed.
 //! * [`keys`]: callers' keys, fingerprinted.
 //! * [`upstream`]: HTTP(S) clients and routing.

@@ -243,6 +243,78 @@ async fn a_deadline_gives_up_with_a_timeout_naming_the_last_cause() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_read_timeout_is_the_jobs_deadline() {
+    let mut cfg = roomy();
+    cfg.faults = vec![FaultRule::always(Fault::RetryAfter {
+        format: RetryAfterFormat::Seconds,
+        secs: 5,
+    })];
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    // What anthropic-python sends with `timeout=1.5` on the client.
+    let a = call(
+        &p,
+        &[
+            ("x-stainless-read-timeout", "1.5"),
+            ("x-stainless-timeout", "NOT_GIVEN"),
+        ],
+        BODY,
+    )
+    .await;
+    assert_eq!(a.status, 504, "{}", a.body);
+    assert_eq!(action(&a), "give_up");
+    assert_eq!(a.headers["x-ratewise-deadline-ms"], "1500");
+    assert_eq!(mock.records().len(), 1, "no retry that cannot fit");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_says_the_deadline_its_job_was_given() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(
+        &mock.base_url(),
+        "[policy]\ndefault_deadline_ms = 90000\nmax_deadline_ms = 700000\n",
+    )
+    .await;
+    let cases: [(&[(&str, &str)], &str); 7] = [
+        (&[], "90000"),
+        (&[("x-stainless-read-timeout", "600.0")], "600000"),
+        (&[("x-stainless-timeout", "30")], "30000"),
+        (&[("x-stainless-timeout", "NOT_GIVEN")], "90000"),
+        // The caller's own header first; junk falls through.
+        (
+            &[
+                ("x-ratewise-deadline-ms", "2500"),
+                ("x-stainless-read-timeout", "600"),
+            ],
+            "2500",
+        ),
+        (
+            &[
+                ("x-ratewise-deadline-ms", "-1"),
+                ("x-stainless-read-timeout", "nan"),
+                ("x-stainless-timeout", "45"),
+            ],
+            "45000",
+        ),
+        // Capped at policy.max_deadline_ms.
+        (&[("x-stainless-read-timeout", "86400")], "700000"),
+    ];
+    for (headers, want) in cases {
+        let a = call(&p, headers, BODY).await;
+        assert_eq!(a.status, 200, "{headers:?}: {}", a.body);
+        assert_eq!(a.headers["x-ratewise-deadline-ms"], want, "{headers:?}");
+    }
+    // An answer of the proxy's own too.
+    let a = call(&p, &[("x-ratewise-upstream", "nowhere")], BODY).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.headers["x-ratewise-deadline-ms"], "90000");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_past_the_inline_limit_is_deferred_with_retry_after() {
     let mut cfg = roomy();
     cfg.faults = vec![FaultRule::always(Fault::RetryAfter {
@@ -271,8 +343,10 @@ async fn bad_input_gets_a_clear_answer_and_the_next_request_is_served() {
     );
     let a = call(&p, &[], &big).await;
     assert_eq!(a.status, 413, "{}", a.body);
+    // A junk deadline is no reason to refuse: it falls to the default.
     let a = call(&p, &[("x-ratewise-deadline-ms", "soon")], BODY).await;
-    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.headers["x-ratewise-deadline-ms"], "120000");
     // Malformed JSON goes upstream; the provider's own 400 comes back.
     let a = call(&p, &[], "{not json").await;
     assert_eq!(a.status, 400, "{}", a.body);
@@ -484,4 +558,129 @@ async fn a_redis_url_it_cannot_use_is_refused_without_echoing_it() {
         ..flags
     };
     assert!(ProxyConfig::from_toml(&flags, bad_share, |_| None).is_err());
+}
+
+/// The input-token level `/status` shows for `KEY`'s only class.
+fn input_level(status: &serde_json::Value) -> i64 {
+    let fp = fingerprint(KEY);
+    let key = status["keys"]
+        .as_array()
+        .and_then(|ks| ks.iter().find(|k| k["fingerprint"] == fp.as_str()))
+        .unwrap_or_else(|| panic!("{fp} in {status}"));
+    key["classes"][0]["levels"]["input_tokens"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("an input level in {key}"))
+}
+
+/// The input-token level `/metrics` shows for `KEY`.
+fn metrics_input_level(text: &str) -> f64 {
+    let fp = fingerprint(KEY);
+    text.lines()
+        .find(|l| {
+            l.starts_with("ratewise_bucket_level{")
+                && l.contains(&fp)
+                && l.contains("dimension=\"input_tokens\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("an input level in {text}"))
+}
+
+async fn metrics_text(p: &Running) -> String {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::get(format!("http://{}/metrics", p.admin_addr))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_show_levels_refilled_to_the_moment_they_are_read() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    // 60 000 input tokens a minute: 1 000 a second refill; a request of
+    // ~10 000 tokens takes ten seconds to refill.
+    let p = proxy(
+        &mock.base_url(),
+        "[limits]\nrequests = 6000\ninput_tokens = 60000\noutput_tokens = 600000\n",
+    )
+    .await;
+    let big = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "lorem ipsum ".repeat(3000)
+    );
+    let a = call(&p, &[], &big).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let (_, first) = admin(&p, "GET", "/status").await;
+    let first_metric = metrics_input_level(&metrics_text(&p).await);
+    let drained = input_level(&first);
+    assert!(drained < 60_000, "the request drained the bucket: {first}");
+    // No traffic in between: only time passes.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (_, second) = admin(&p, "GET", "/status").await;
+    let second_metric = metrics_input_level(&metrics_text(&p).await);
+    let refilled = input_level(&second);
+    assert!(
+        refilled > drained,
+        "/status refilled to now: {drained} then {refilled}"
+    );
+    assert!(
+        second_metric > first_metric,
+        "/metrics refilled to now: {first_metric} then {second_metric}"
+    );
+    assert_eq!(mock.records().len(), 1);
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+/// An upstream that keeps the headers of every request and answers a
+/// small Anthropic message.
+async fn recording_upstream() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<http::HeaderMap>>>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let kept = kept.clone();
+        async move {
+            kept.lock().unwrap().push(req.headers().clone());
+            (
+                [("content-type", "application/json")],
+                r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}"#,
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_timeout_headers_go_upstream_as_sent_and_ratewises_does_not() {
+    let (url, seen) = recording_upstream().await;
+    let p = proxy(&url, "").await;
+    let a = call(
+        &p,
+        &[
+            ("x-ratewise-deadline-ms", "5000"),
+            ("x-stainless-read-timeout", "600"),
+            ("x-stainless-timeout", "NOT_GIVEN"),
+        ],
+        BODY,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.headers["x-ratewise-deadline-ms"], "5000");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let h = &seen[0];
+    assert_eq!(h["x-stainless-read-timeout"], "600");
+    assert_eq!(h["x-stainless-timeout"], "NOT_GIVEN");
+    assert!(h.get("x-ratewise-deadline-ms").is_none(), "{h:?}");
+    p.shutdown().await;
 }

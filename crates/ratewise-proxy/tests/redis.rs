@@ -26,13 +26,17 @@ fn roomy() -> MockConfig {
 }
 
 async fn replica(upstream: &str, redis: &str, prefix: &str) -> Running {
+    replica_with(upstream, redis, prefix, "").await
+}
+
+async fn replica_with(upstream: &str, redis: &str, prefix: &str, extra: &str) -> Running {
     let flags = Flags {
         listen: Some("127.0.0.1:0".into()),
         admin: Some("127.0.0.1:0".into()),
         upstream: Some(upstream.into()),
         ..Flags::default()
     };
-    let toml = format!("[redis]\nurl = \"{redis}\"\nprefix = \"{prefix}\"\n");
+    let toml = format!("{extra}[redis]\nurl = \"{redis}\"\nprefix = \"{prefix}\"\n");
     let config = ProxyConfig::from_toml(&flags, &toml, |_| None).expect("config");
     ratewise_proxy::start(config)
         .await
@@ -40,11 +44,15 @@ async fn replica(upstream: &str, redis: &str, prefix: &str) -> Running {
 }
 
 async fn call(p: &Running) -> (StatusCode, String, String) {
+    call_with(p, BODY).await
+}
+
+async fn call_with(p: &Running, body: &str) -> (StatusCode, String, String) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let req = Request::post(format!("http://{}/v1/messages", p.addr))
         .header("content-type", "application/json")
         .header("x-api-key", KEY)
-        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .body(Full::new(Bytes::from(body.to_owned())))
         .unwrap();
     let resp = client.request(req).await.expect("the proxy answers");
     let status = resp.status();
@@ -180,4 +188,49 @@ async fn a_redis_that_does_not_answer_at_start_leaves_the_proxy_serving() {
     let (_, metrics) = admin(&p, "GET", "/metrics").await;
     assert!(metrics.contains("ratewise_store_degraded 1"), "{metrics}");
     p.shutdown().await;
+}
+
+/// The input-token level `/status` shows for `KEY`'s only class.
+fn input_level(status: &str) -> i64 {
+    let v: serde_json::Value = serde_json::from_str(status).expect("/status is JSON");
+    let fp = fingerprint(KEY);
+    v["keys"]
+        .as_array()
+        .and_then(|ks| ks.iter().find(|k| k["fingerprint"] == fp.as_str()))
+        .and_then(|k| k["classes"][0]["levels"]["input_tokens"].as_i64())
+        .unwrap_or_else(|| panic!("an input level for {fp} in {status}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server"]
+async fn status_shows_the_shared_levels_refilled_to_now() {
+    let (url, _server) = ratewise_redis::testing::redis();
+    let prefix = ratewise_redis::testing::prefix();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    // 1 000 input tokens a second; the big request takes ~9 000.
+    let limits = "[limits]\nrequests = 6000\ninput_tokens = 60000\noutput_tokens = 600000\n";
+    let a = replica_with(&mock.base_url(), &url, &prefix, limits).await;
+    let b = replica_with(&mock.base_url(), &url, &prefix, limits).await;
+    let big = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "lorem ipsum ".repeat(3000)
+    );
+    // a knows the key from a small request; b then takes far more than the
+    // bucket holds (it goes, and leaves a debt of some seconds' refill).
+    assert_eq!(call(&a).await.0, 200);
+    let (_, before) = admin(&a, "GET", "/status").await;
+    assert!(input_level(&before) > 0, "{before}");
+    assert_eq!(call_with(&b, &big).await.0, 200);
+    // b's take shows on a's /status: it reads the shared model, not its
+    // view as of its own last answer.
+    let (_, first) = admin(&a, "GET", "/status").await;
+    let first = input_level(&first);
+    assert!(first < 0, "b's debt shows on a: {first}");
+    // No traffic: only time passes.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let (_, second) = admin(&a, "GET", "/status").await;
+    let second = input_level(&second);
+    assert!(second > first, "refilled to now: {first} then {second}");
+    a.shutdown().await;
+    b.shutdown().await;
 }
