@@ -46,6 +46,9 @@ pub(crate) struct Log {
 pub(crate) struct RunLog {
     pub(crate) log: Mutex<Log>,
     pub(crate) clock: ScaledClock,
+    /// Calls the layer handed back (`defer`): each a job its caller had to
+    /// call again.
+    pub(crate) handed_back: std::sync::atomic::AtomicU64,
 }
 
 impl RunLog {

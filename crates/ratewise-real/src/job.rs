@@ -72,6 +72,7 @@ pub(crate) async fn one_job<S>(
     job: &Job,
     deadline: Option<Duration>,
     clock: &ScaledClock,
+    handed_back: &std::sync::atomic::AtomicU64,
     mut stop: Stop,
 ) -> Terminal
 where
@@ -128,6 +129,7 @@ where
         let now = clock.now();
         match decision.action {
             Action::Defer { not_before, .. } => {
+                handed_back.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Called again at `not_before`, or at once when the queue
                 // stops (the layer then answers stop_queue, sending nothing).
                 tokio::select! {

@@ -134,6 +134,8 @@ pub struct RealRun {
     /// Sends the layer started that the mock has no record of, plus mock
     /// records no send of the layer explains (0 on loopback).
     pub unmatched_sends: u64,
+    /// Calls the layer handed back (`defer`), which the run called again.
+    pub handed_back: u64,
 }
 
 /// Runs `scenario` end to end on a new two-thread tokio runtime;
@@ -217,6 +219,7 @@ pub async fn run(
     let shared = Arc::new(RunLog {
         log: Mutex::new(Log::default()),
         clock,
+        handed_back: Default::default(),
     });
     let state = Arc::new(Shared::new(Controller::new(controller_config(scenario))));
     let mut config = Config::default();
@@ -315,6 +318,7 @@ pub async fn run(
                         &job,
                         deadline,
                         &shared.clock,
+                        &shared.handed_back,
                         stop,
                     )
                     .await;
@@ -362,5 +366,8 @@ pub async fn run(
         report,
         real_elapsed: started.elapsed(),
         unmatched_sends: unmatched + unrecorded,
+        handed_back: shared
+            .handed_back
+            .load(std::sync::atomic::Ordering::Relaxed),
     })
 }
