@@ -213,8 +213,22 @@ pub struct ProviderModel {
     buckets: HashMap<BucketKey, Vec<(Dimension, Bucket)>>,
     ramps: HashMap<(Provider, String), Ramp>,
     spend_usd: f64,
+    settled: Settled,
     seen: u64,
     faults: FaultPlan,
+}
+
+/// Tokens the model billed for successes that ended: what a client's
+/// accounting is compared against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Successes settled (a cut or failed stream included).
+    pub requests: u64,
+    /// Input tokens billed.
+    pub input_tokens: u64,
+    /// Output tokens billed: what was generated and sent, so a stream cut
+    /// after some events counts only the tokens of the events it sent.
+    pub output_tokens: u64,
 }
 
 impl ProviderModel {
@@ -239,6 +253,7 @@ impl ProviderModel {
             buckets: HashMap::new(),
             ramps: HashMap::new(),
             spend_usd: 0.0,
+            settled: Settled::default(),
             seen: 0,
             faults: FaultPlan::new(config.faults.clone(), config.seed),
         }
@@ -268,6 +283,11 @@ impl ProviderModel {
     /// Total spend so far, USD.
     pub fn spend_usd(&self) -> f64 {
         self.spend_usd
+    }
+
+    /// What the model billed for the successes that ended so far.
+    pub fn settled(&self) -> Settled {
+        self.settled
     }
 
     /// Requests handled so far.
@@ -413,6 +433,9 @@ impl ProviderModel {
                 }
             }
         }
+        self.settled.requests += 1;
+        self.settled.input_tokens = self.settled.input_tokens.saturating_add(grant.input_tokens);
+        self.settled.output_tokens = self.settled.output_tokens.saturating_add(actual_output);
         self.spend_usd += grant.input_tokens as f64 * self.spend_cfg.input_usd_per_mtok / 1e6
             + actual_output as f64 * self.spend_cfg.output_usd_per_mtok / 1e6;
     }

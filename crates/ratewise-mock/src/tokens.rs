@@ -78,9 +78,15 @@ pub fn output_tokens_for(seed: u64, body: &[u8], min: u64, max: u64, max_tokens:
     pick.min(max_tokens)
 }
 
+/// The words of generated text: 2 to 4 letters, 3 on average, so a token
+/// with its leading space is 4 bytes on average — the same bytes/4 rule of
+/// thumb the input count uses, and about what real tokenizers give on
+/// English. (Longer words would make the mock's text cost 1.5× more bytes
+/// per token than its own input rule, which no provider's text does.) The
+/// lengths vary, so a byte count only estimates the tokens.
 const WORDS: &[&str] = &[
-    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
-    "kilo", "lima", "mike", "november", "oscar", "papa",
+    "of", "to", "in", "is", "the", "and", "for", "was", "are", "but", "not", "can", "rate", "wait",
+    "time", "sent",
 ];
 
 /// The `i`-th word of a generated answer (each word is one output token).
@@ -128,5 +134,15 @@ mod tests {
     fn text_has_one_word_per_token() {
         assert_eq!(text(3, 7).split(' ').count(), 7);
         assert_eq!(text(3, 0), "");
+    }
+
+    #[test]
+    fn text_is_about_four_bytes_per_token() {
+        let n = 1000;
+        let bytes = text(3, n).len() as f64;
+        let per = bytes / n as f64;
+        assert!((3.8..=4.2).contains(&per), "{per} bytes per token");
+        let mean = WORDS.iter().map(|w| w.len() + 1).sum::<usize>() as f64 / WORDS.len() as f64;
+        assert_eq!(mean, 4.0);
     }
 }

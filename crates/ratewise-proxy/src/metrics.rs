@@ -1,6 +1,10 @@
 //! Counters for `GET /metrics` (Prometheus text format), fed by the
 //! layer's journal hook: sends, answers by status and cause, actions,
 //! 429s, retries; jobs in flight and waiting are gauges the proxy keeps.
+//!
+//! A streamed answer is counted once, when its body ends: `200 success`
+//! if it completed, `200 mid_stream` if it was cut, failed in band or was
+//! dropped — its headers alone cannot tell (a counter never goes back).
 
 use ratewise_core::record::AttemptRecord;
 use std::collections::BTreeMap;
@@ -80,7 +84,7 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
-            "# HELP ratewise_answers_total Answers by status and cause.\n# TYPE ratewise_answers_total counter"
+            "# HELP ratewise_answers_total Answers by status and cause (a stream counts when it ends: mid_stream unless it completed).\n# TYPE ratewise_answers_total counter"
         );
         for ((status, cause), n) in self
             .answers
@@ -181,14 +185,37 @@ impl ratewise_tower::Journal for Hook {
     }
 
     fn attempt_ended(&self, record: &AttemptRecord) {
+        self.count_answer(record);
+        Metrics::bump(&self.metrics.actions, record.action.as_str());
+        if let Some(f) = &self.file {
+            f.attempt_ended(record);
+        }
+    }
+
+    /// A stream's headers said `success`, but only its end says whether it
+    /// was one: its answer is counted in [`Hook::stream_ended`]. The
+    /// decision (`done`: handed over) and the journal line are written now,
+    /// so a restart never replays a stream that reached its caller.
+    fn stream_started(&self, record: &AttemptRecord) {
+        Metrics::bump(&self.metrics.actions, record.action.as_str());
+        if let Some(f) = &self.file {
+            f.attempt_ended(record);
+        }
+    }
+
+    /// A stream ended: its answer counts as `success` when it completed and
+    /// `mid_stream` when it did not (cut, failed in band, dropped).
+    fn stream_ended(&self, record: &AttemptRecord) {
+        self.count_answer(record);
+    }
+}
+
+impl Hook {
+    fn count_answer(&self, record: &AttemptRecord) {
         let status = record.status.map_or_else(
             || Status::Transport(record.transport.unwrap_or("none")),
             Status::Http,
         );
         Metrics::bump(&self.metrics.answers, (status, record.cause.as_str()));
-        Metrics::bump(&self.metrics.actions, record.action.as_str());
-        if let Some(f) = &self.file {
-            f.attempt_ended(record);
-        }
     }
 }

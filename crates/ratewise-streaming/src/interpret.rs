@@ -127,6 +127,8 @@ pub struct Interpreter {
     provider: Provider,
     usage: Option<Usage>,
     content_delivered: bool,
+    /// Bytes of generated text seen (see [`Interpreter::delivered_text_bytes`]).
+    text_bytes: u64,
 }
 
 impl Interpreter {
@@ -136,6 +138,7 @@ impl Interpreter {
             provider,
             usage: None,
             content_delivered: false,
+            text_bytes: 0,
         }
     }
 
@@ -152,6 +155,29 @@ impl Interpreter {
     /// Whether any content event was interpreted.
     pub fn content_delivered(&self) -> bool {
         self.content_delivered
+    }
+
+    /// UTF-8 bytes of generated content seen so far: text, tool-call
+    /// arguments (`input_json_delta`, `tool_calls[].function.arguments`),
+    /// thinking and refusals — what the model produced, as the caller got
+    /// it. A stream cut before its usage arrives is charged from this count
+    /// (see [`crate::cut_stream_usage`]): the provider bills what it
+    /// generated, and the usage so far (Anthropic's `message_start` says 1
+    /// output token) lags far behind. A counter only; nothing is kept.
+    ///
+    /// `None` for a provider whose events are not interpreted
+    /// ([`Provider::Generic`]): its content is not known, not empty.
+    pub fn delivered_text_bytes(&self) -> Option<u64> {
+        match self.provider {
+            Provider::Anthropic | Provider::Openai => Some(self.text_bytes),
+            _ => None,
+        }
+    }
+
+    fn count_text(&mut self, text: Option<&str>) {
+        if let Some(t) = text {
+            self.text_bytes = self.text_bytes.saturating_add(t.len() as u64);
+        }
     }
 
     /// Interprets one SSE event.
@@ -190,6 +216,12 @@ impl Interpreter {
             "content_block_start" => StreamEvent::ContentBlockStart { index: index(&v) },
             "content_block_delta" => {
                 let delta = v.get("delta");
+                // Generated content of every kind; `signature_delta` (an
+                // opaque checksum of thinking) and citations are not text
+                // the model wrote.
+                for field in ["text", "partial_json", "thinking"] {
+                    self.count_text(delta.and_then(|d| d.get(field)).and_then(Value::as_str));
+                }
                 let delta_type = delta
                     .and_then(|d| d.get("type"))
                     .and_then(Value::as_str)
@@ -271,6 +303,30 @@ impl Interpreter {
             self.usage = usage;
         }
         let choices = v.get("choices").and_then(Value::as_array);
+        // Every choice's content counts (n > 1 is billed for each), not
+        // only the one the typed event names.
+        for delta in choices.into_iter().flatten().filter_map(|c| c.get("delta")) {
+            self.count_text(delta.get("content").and_then(Value::as_str));
+            self.count_text(delta.get("refusal").and_then(Value::as_str));
+            self.count_text(
+                delta
+                    .get("function_call")
+                    .and_then(|f| f.get("arguments"))
+                    .and_then(Value::as_str),
+            );
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                self.count_text(
+                    call.get("function")
+                        .and_then(|f| f.get("arguments"))
+                        .and_then(Value::as_str),
+                );
+            }
+        }
         let mut content: Option<StreamEvent> = None;
         for choice in choices.into_iter().flatten() {
             let Some(delta) = choice.get("delta") else {
@@ -306,6 +362,15 @@ impl Interpreter {
     }
 
     fn openai_responses(&mut self, kind: &str, v: &Value, event: SseEvent) -> StreamEvent {
+        // Text, refusal, function-call arguments, reasoning: every
+        // `response.*.delta` carries its fragment in `delta`; audio's is
+        // base64 sound, billed as audio tokens, not text.
+        if kind.starts_with("response.")
+            && kind.ends_with(".delta")
+            && kind != "response.audio.delta"
+        {
+            self.count_text(v.get("delta").and_then(Value::as_str));
+        }
         let response_usage = || {
             v.get("response")
                 .and_then(|r| r.get("usage"))
@@ -550,5 +615,69 @@ mod tests {
         };
         assert_eq!(e.message.unwrap().len(), MAX_ERROR_MESSAGE_CHARS);
         assert_eq!(e.cause, Cause::ServerError);
+    }
+
+    #[test]
+    fn anthropic_counts_text_tool_json_and_thinking_bytes() {
+        let mut i = Interpreter::new(Provider::Anthropic);
+        for data in [
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm."}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM"}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"h\u00e9llo"}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":7}}"#,
+        ] {
+            i.interpret(sse("content_block_delta", data));
+        }
+        // "hmm." 4 + "héllo" 6 (é is 2 bytes) + `{"a"` 4; the signature
+        // and a non-string text are not counted.
+        assert_eq!(i.delivered_text_bytes(), Some(14));
+    }
+
+    #[test]
+    fn openai_chat_counts_every_choice_and_tool_arguments() {
+        let mut i = Interpreter::new(Provider::Openai);
+        i.interpret(sse(
+            "message",
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+        ));
+        i.interpret(sse(
+            "message",
+            r#"{"choices":[{"index":0,"delta":{"content":"abc"}},{"index":1,"delta":{"content":"defg"}}]}"#,
+        ));
+        i.interpret(sse(
+            "message",
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"x\":"}},{"index":1,"function":{"arguments":"1}"}}]}}]}"#,
+        ));
+        i.interpret(sse(
+            "message",
+            r#"{"choices":[{"index":0,"delta":{"refusal":"no"}}]}"#,
+        ));
+        assert_eq!(i.delivered_text_bytes(), Some(3 + 4 + 5 + 2 + 2));
+    }
+
+    #[test]
+    fn openai_responses_counts_deltas_but_not_audio() {
+        let mut i = Interpreter::new(Provider::Openai);
+        for data in [
+            r#"{"type":"response.output_text.delta","content_index":0,"delta":"Hello"}"#,
+            r#"{"type":"response.function_call_arguments.delta","delta":"{}"}"#,
+            r#"{"type":"response.reasoning_summary_text.delta","delta":"why"}"#,
+            r#"{"type":"response.audio.delta","delta":"UklGRiQAAABXQVZF"}"#,
+            r#"{"type":"response.output_text.done","text":"Hello"}"#,
+        ] {
+            i.interpret(sse("message", data));
+        }
+        assert_eq!(i.delivered_text_bytes(), Some(5 + 2 + 3));
+    }
+
+    #[test]
+    fn generic_delivered_text_is_unknown() {
+        let mut i = Interpreter::new(Provider::Generic);
+        i.interpret(sse(
+            "message",
+            r#"{"choices":[{"delta":{"content":"abc"}}]}"#,
+        ));
+        assert_eq!(i.delivered_text_bytes(), None);
     }
 }

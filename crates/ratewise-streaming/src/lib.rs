@@ -48,6 +48,6 @@ pub mod tracker;
 pub use body::{ByteStreamBody, SseStream, StreamError, StreamItem, WithOutcome};
 pub use commit::{CommitPoint, CommitState};
 pub use interpret::{InBandError, Interpreter, StreamEvent};
-pub use outcome::{InterruptReason, StreamOutcome};
+pub use outcome::{cut_stream_usage, InterruptReason, StreamOutcome, BYTES_PER_TOKEN};
 pub use sse::{is_event_stream, SseDecoder, SseError, SseEvent, SseLimits};
 pub use tracker::{StreamTracker, TrackerConfig};

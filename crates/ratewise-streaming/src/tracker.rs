@@ -78,6 +78,7 @@ enum Terminal {
         content_delivered: bool,
         events_delivered: u64,
         usage_so_far: Option<Usage>,
+        delivered_text_bytes: Option<u64>,
     },
 }
 
@@ -153,6 +154,7 @@ impl StreamTracker {
                         content_delivered: self.commit.content_delivered(),
                         events_delivered: self.events_delivered,
                         usage_so_far: self.interpreter.usage(),
+                        delivered_text_bytes: self.interpreter.delivered_text_bytes(),
                     })
                 }
                 _ => {}
@@ -180,6 +182,12 @@ impl StreamTracker {
     /// Bytes fed so far.
     pub fn bytes_seen(&self) -> u64 {
         self.bytes
+    }
+
+    /// Bytes of generated content seen so far
+    /// ([`Interpreter::delivered_text_bytes`]).
+    pub fn delivered_text_bytes(&self) -> Option<u64> {
+        self.interpreter.delivered_text_bytes()
     }
 
     /// The usage reported so far.
@@ -211,6 +219,7 @@ impl StreamTracker {
                 content_delivered,
                 events_delivered,
                 usage_so_far,
+                delivered_text_bytes,
             }) => StreamOutcome::MidStream {
                 cause: error.cause,
                 error: error.clone(),
@@ -218,6 +227,7 @@ impl StreamTracker {
                 content_delivered: *content_delivered,
                 events_delivered: *events_delivered,
                 usage_so_far: *usage_so_far,
+                delivered_text_bytes: *delivered_text_bytes,
             },
             None => {
                 let reason = match (self.decode_error, ended_cleanly) {
@@ -237,6 +247,7 @@ impl StreamTracker {
                     content_delivered: self.commit.content_delivered(),
                     events_delivered: self.events_delivered,
                     usage_so_far: self.interpreter.usage(),
+                    delivered_text_bytes: self.interpreter.delivered_text_bytes(),
                 }
             }
         }

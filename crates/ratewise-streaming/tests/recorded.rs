@@ -113,3 +113,29 @@ fn a_transport_failure_after_the_end_event_is_still_completed() {
         }
     }
 }
+
+/// A failed recorded stream counts the bytes of the text it delivered (the
+/// recordings carry text deltas only), whatever the chunking: the count a
+/// cut stream is charged from.
+#[test]
+fn a_failed_stream_counts_the_text_it_delivered() {
+    for rec in recorded() {
+        let (events, outcome, _) = run(rec.provider, CommitPoint::FirstByte, [&rec.bytes[..]]);
+        let (_, bytewise, _) = run(rec.provider, CommitPoint::FirstByte, rec.bytes.chunks(1));
+        if matches!(outcome, StreamOutcome::Completed { .. }) {
+            assert_eq!(outcome.delivered_text_bytes(), None, "{}", rec.name);
+            continue;
+        }
+        let text = common::text(&events);
+        assert_eq!(
+            outcome.delivered_text_bytes(),
+            Some(text.len() as u64),
+            "{}",
+            rec.name
+        );
+        assert_eq!(
+            bytewise.delivered_text_bytes(),
+            outcome.delivered_text_bytes()
+        );
+    }
+}

@@ -26,9 +26,16 @@
 //! over the bound — a decompression bomb) or whose compressed stream is
 //! truncated gives up metering: the reservation settles at its estimate.
 //!
-//! A body dropped before its end settles what it must: the usage seen so
-//! far, or the reservation's estimate when none was seen (the provider may
-//! have generated and billed the answer).
+//! A JSON body dropped before its end settles at the reservation's
+//! estimate: the provider may have generated and billed the whole answer.
+//! A stream that does not complete — an in-band error, a cut, a body
+//! error, a caller that drops it — settles what it delivered: the larger of
+//! the usage reported so far and ⌈delivered text bytes / 4⌉, capped at the
+//! request's `max_tokens`
+//! ([`cut_stream_usage`](ratewise_streaming::cut_stream_usage)). Its
+//! attempt is journaled again when it ends
+//! ([`Journal::stream_ended`](crate::Journal::stream_ended)), as
+//! `mid_stream` unless it completed.
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
@@ -36,6 +43,7 @@ use pin_project_lite::pin_project;
 use ratewise_core::admit::{End, Observed, Reservation, Target, Update};
 use ratewise_core::classify::{BodyReading, Classification, Evidence, Hints};
 use ratewise_core::parse::body::parse_usage;
+use ratewise_core::record::AttemptRecord;
 use ratewise_core::{Action, Cause, Decision, Provider, Usage};
 use ratewise_streaming::{StreamOutcome, StreamTracker};
 use std::collections::VecDeque;
@@ -45,6 +53,7 @@ use std::task::{ready, Context, Poll};
 
 use super::decode::{Coding, Decoder};
 use crate::clock::Clock;
+use crate::journal::Journal;
 use crate::state::State;
 
 /// What the body's end said about cost and completion.
@@ -90,6 +99,14 @@ pub(crate) struct MeterCtx {
     pub provider: Provider,
     pub job_id: String,
     pub attempt: u32,
+    /// The request's `max_tokens` (or OpenAI's `max_completion_tokens` /
+    /// `max_output_tokens`): a cut stream is never charged more. Carried
+    /// because the reservation's output amount is whatever the pluggable
+    /// estimator chose, not necessarily the request's cap.
+    pub max_tokens: Option<u64>,
+    /// For a stream: the journal and the attempt's record, reported again
+    /// when the stream ends ([`Journal::stream_ended`]).
+    pub stream_journal: Option<(Arc<dyn Journal>, AttemptRecord)>,
 }
 
 pub(crate) enum MeterKind {
@@ -219,9 +236,16 @@ impl Meter {
         };
         // A stream read to its end event is trusted even if the bytes after
         // it did not decode; anything else metering gave up on settles at
-        // the estimate.
+        // the estimate. A stream that did not complete is charged what it
+        // delivered (`StreamOutcome::charge`), not its first event's count
+        // nor the whole reservation.
         let usage = match (&result, side.gave_up) {
-            (Metered::Stream(StreamOutcome::Completed { .. }), _) | (_, false) => result.usage(),
+            (Metered::Stream(o @ StreamOutcome::Completed { .. }), _) => o.usage(),
+            (Metered::Stream(o), false) => self
+                .ctx
+                .as_ref()
+                .and_then(|ctx| o.charge(ctx.max_tokens, ctx.reservation.amounts().input)),
+            (_, false) => result.usage(),
             _ => None,
         };
         // Nothing more is read: free the side copy now.
@@ -256,7 +280,13 @@ fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
         provider,
         job_id,
         attempt,
+        max_tokens: _,
+        stream_journal,
     } = ctx;
+    if let (Some((journal, mut record)), Metered::Stream(outcome)) = (stream_journal, result) {
+        end_stream_record(&mut record, outcome, usage);
+        journal.stream_ended(&record);
+    }
     let end = End::Settle { reservation, usage };
     let observed = match result {
         Metered::Stream(outcome) => report_stream(target, provider, &job_id, attempt, outcome),
@@ -272,6 +302,22 @@ fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
         None => Update::ending(end),
     };
     state.update_detached(update, now);
+}
+
+/// The attempt's record as the stream ended: `success` only for a stream
+/// that completed; any other ending is `mid_stream` (with the in-band
+/// error's type and code when there was one). `usage` is what was charged.
+fn end_stream_record(record: &mut AttemptRecord, outcome: &StreamOutcome, usage: Usage) {
+    record.usage = Some(usage);
+    match outcome {
+        StreamOutcome::Completed { .. } => {}
+        StreamOutcome::MidStream { error, .. } => {
+            record.cause = Cause::MidStream;
+            record.error_type.clone_from(&error.error_type);
+            record.error_code.clone_from(&error.code);
+        }
+        _ => record.cause = Cause::MidStream,
+    }
 }
 
 /// Traces how a stream ended. A failed stream is reported to the shared
@@ -646,6 +692,8 @@ mod tests {
             provider: Provider::Anthropic,
             job_id: "j".into(),
             attempt: 1,
+            max_tokens: Some(MAX_TOKENS),
+            stream_journal: None,
         }
     }
 
@@ -962,5 +1010,48 @@ mod tests {
         );
         serve(&mut body);
         assert_eq!(settled(&st), (1, MAX_TOKENS, 0));
+    }
+
+    fn stream(provider: Provider) -> Side {
+        let tracker = StreamTracker::new(provider, Default::default());
+        Side::new(
+            MeterKind::Stream(Box::new(tracker)),
+            Coding::Identity,
+            1 << 20,
+        )
+    }
+
+    #[test]
+    fn a_cut_stream_settles_what_it_delivered_not_its_first_count() {
+        let st = state();
+        // 80 bytes of text after message_start's 1 output token, then the
+        // body ends without message_stop.
+        let text = "x".repeat(80);
+        let cut = format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":3,\"output_tokens\":1}}}}}}\n\n\
+             event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n"
+        );
+        let mut body = metered(
+            &st,
+            Pieces::new(cut.as_bytes(), 3, false),
+            stream(Provider::Anthropic),
+        );
+        serve(&mut body);
+        assert!(poll(&mut body).is_none());
+        assert_eq!(settled(&st), (1, 20, 0), "⌈80 / 4⌉, not 1");
+        assert_eq!(st.lock().ledger().charged.input, 3, "input as reported");
+    }
+
+    #[test]
+    fn a_stream_dropped_before_any_content_is_charged_no_output() {
+        let st = state();
+        let chat = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        let mut body = metered(&st, Pieces::new(chat, 1, false), stream(Provider::Openai));
+        assert!(poll(&mut body).is_some());
+        drop(body);
+        // Nothing generated reached anyone: output 0, input the estimate
+        // (10), not max_tokens.
+        assert_eq!(settled(&st), (1, 0, 0));
+        assert_eq!(st.lock().ledger().charged.input, 10);
     }
 }

@@ -582,8 +582,23 @@ where
     let coding = Coding::of(resp.headers());
     // The metered body owns the reservation once it exists; until then
     // (while a stream is held back to its commit point) the machine does.
+    // A stream's record is journaled as started here and again when its
+    // body ends: only then is it known whether it completed.
     let deliver = |m: &mut Driven, d: Decision, records: &mut Vec<AttemptRecord>| {
-        record(inner, job, attempt, &c, &d, now, records);
+        let rec = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
+        trace_attempt(&rec);
+        let stream_journal = match &inner.journal {
+            Some(journal) if stream => {
+                journal.stream_started(&rec);
+                Some((journal.clone(), rec.clone()))
+            }
+            Some(journal) => {
+                journal.attempt_ended(&rec);
+                None
+            }
+            None => None,
+        };
+        records.push(rec);
         m.job.take_reservation().map(|reservation| MeterCtx {
             state: inner.state.clone(),
             clock: inner.clock.clone(),
@@ -592,6 +607,8 @@ where
             provider,
             job_id: job.id.clone(),
             attempt,
+            max_tokens: job.max_tokens,
+            stream_journal,
         })
     };
     let side;
