@@ -92,7 +92,7 @@ def main():
     ap.add_argument("--input", type=int, nargs=2, default=[1000, 3000])
     ap.add_argument("--limit", type=int, required=True,
                     help="the binding limit per minute (input tokens or tokens)")
-    ap.add_argument("--binding", choices=["input", "tokens"], default="input")
+    ap.add_argument("--binding", choices=["input", "output", "tokens"], default="input")
     ap.add_argument("--capacity-seconds", type=float, default=60.0)
     ap.add_argument("--max-429-share", type=float, default=0.02)
     ap.add_argument("--min-used", type=float, default=0.0)
@@ -113,6 +113,8 @@ def main():
     ok = [x for x in records if x.get("status") == 200]
     if args.binding == "input":
         used_tokens = sum(x["input_tokens"] for x in ok)
+    elif args.binding == "output":
+        used_tokens = sum(x["output_tokens"] for x in ok)
     else:
         # OpenAI-style TPM: input plus output (the max_tokens charged at
         # admission is corrected to the output when the answer ends).
