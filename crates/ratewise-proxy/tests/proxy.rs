@@ -315,21 +315,65 @@ async fn every_answer_says_the_deadline_its_job_was_given() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_past_the_inline_limit_is_deferred_with_retry_after() {
+async fn a_retry_after_past_the_callers_deadline_ends_at_once_without_an_invitation_to_retry() {
     let mut cfg = roomy();
     cfg.faults = vec![FaultRule::always(Fault::RetryAfter {
         format: RetryAfterFormat::Seconds,
         secs: 20,
     })];
     let mock = MockServer::start(cfg).await.unwrap();
+    // The inline limit no longer ends a job whose caller still waits; its
+    // deadline does. A caller that waits 5 s cannot wait out 20 s.
     let p = proxy(&mock.base_url(), "[policy]\nmax_inline_wait_ms = 1000\n").await;
-    let a = call(&p, &[], BODY).await;
-    assert_eq!(a.status, 429, "{}", a.body);
-    assert_eq!(action(&a), "defer");
-    let secs: u64 = a.headers["retry-after"].to_str().unwrap().parse().unwrap();
-    // Never before the server's 20 s; the jitter only adds (≤ 1 s + 25 %).
-    assert!((20..=27).contains(&secs), "retry-after {secs}");
-    assert!(a.body.contains("rate_limit_error"), "{}", a.body);
+    let started = std::time::Instant::now();
+    let a = call(&p, &[("x-ratewise-deadline-ms", "5000")], BODY).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "answered at once"
+    );
+    assert_eq!(a.status, 504, "{}", a.body);
+    assert_eq!(action(&a), "give_up");
+    assert_eq!(a.headers["x-should-retry"], "false");
+    assert!(a.headers.get("retry-after").is_none(), "{:?}", a.headers);
+    assert!(a.body.contains("timeout_error"), "{}", a.body);
+    assert_eq!(mock.records().len(), 1, "sent once, not again");
+    assert_clean(&p);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_cannot_be_sent_before_its_deadline_is_answered_at_once_and_nothing_is_sent() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    // One request a minute: after the first, the next unit is a minute
+    // (or more, from the ramp's start) away.
+    let p = proxy(&mock.base_url(), "[limits]\nrequests = 1\n").await;
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    let started = std::time::Instant::now();
+    let a = call(&p, &[("x-ratewise-deadline-ms", "3000")], BODY).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered at once"
+    );
+    assert_eq!(a.status, 504, "{}", a.body);
+    assert_eq!(action(&a), "give_up");
+    assert_eq!(a.headers["x-should-retry"], "false");
+    assert!(a.headers.get("retry-after").is_none(), "{:?}", a.headers);
+    let earliest = a.headers["x-ratewise-earliest"].to_str().unwrap();
+    let at = ratewise_core::time::parse_rfc3339(earliest).expect("an RFC 3339 instant");
+    let wait = at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    assert!(wait > Duration::from_secs(3), "{earliest}: {wait:?}");
+    assert!(a.body.contains("timeout_error"), "{}", a.body);
+    assert!(a.body.contains("nothing was sent"), "{}", a.body);
+    assert_eq!(mock.records().len(), 1, "the second was never sent");
+    // One whose caller waits long enough is not turned away: it waits.
+    let waits = tokio::time::timeout(
+        Duration::from_millis(500),
+        call(&p, &[("x-ratewise-deadline-ms", "600000")], BODY),
+    )
+    .await;
+    assert!(waits.is_err(), "still waiting for its turn, not answered");
     p.shutdown().await;
 }
 
