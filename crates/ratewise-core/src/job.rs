@@ -79,8 +79,7 @@
 //!     store.apply(update, now);
 //! }
 //! assert!(matches!(job.next(now), Step::End(_)));
-//! assert!(store.ledger().conserved());
-//! assert_eq!(store.ledger().outstanding.requests, 0);
+//! assert!(store.ledger().is_clean());
 //! ```
 
 use crate::admit::{

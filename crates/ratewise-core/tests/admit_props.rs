@@ -176,7 +176,9 @@ proptest! {
                 }
                 _ => {}
             }
-            prop_assert!(c.ledger().conserved(), "{:?}", c.ledger());
+            // (`ledger()` also checks its counters against the live
+            // reservations in debug builds.)
+            prop_assert_eq!(c.ledger().refused_ends, 0, "{:?}", c.ledger());
         }
         let l = c.ledger();
         prop_assert_eq!(l.outstanding.requests, (open.len() + held.len()) as u64);

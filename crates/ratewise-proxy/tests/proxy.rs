@@ -88,10 +88,27 @@ fn action(a: &Answer) -> &str {
         .unwrap_or("")
 }
 
+/// Every reservation ended, none twice.
 fn assert_clean(p: &Running) {
     let l = p.app.store.ledger();
-    assert!(l.conserved(), "{l:?}");
-    assert_eq!(l.outstanding.requests, 0, "{l:?}");
+    assert!(l.is_clean(), "{l:?}");
+}
+
+/// The jitter seed of the stopped-at-admission test.
+const SEED: u64 = 2;
+
+/// Waits until `cond` holds: for what the proxy does after the caller has
+/// its answer (a settle as the body ends, a release once the caller is
+/// gone). Not a timing assertion: the bound only turns a hang into a
+/// failure.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..2_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("never happened: {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,19 +168,43 @@ async fn a_spend_cap_stops_the_key_every_later_job_gets_the_same_typed_error_wit
     p.shutdown().await;
 }
 
+/// Job A's first send is overloaded; while A backs off, job B meets a
+/// billing error that stops the key. A's retry is stopped at admission and
+/// A gets B's answer (the stopping one), not its own 529, with no second
+/// send.
+///
+/// The order is held, not raced: A's backoff is drawn from a fixed seed
+/// (`SEED`: the second call's draw in a 4 s window is about 2.5 s), and B
+/// runs only once the mock has recorded A's first send — so B's stop, a
+/// loopback round trip, lands inside A's backoff, before A asks for
+/// admission again. Should the order ever be lost (another draw, a change
+/// in the jitter), A's retry reaches the mock and the test fails on A's
+/// status and the send count; nothing is skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_stopped_at_admission_gets_the_stopping_answer_not_its_own_earlier_one() {
+    const BACKOFF: Duration = Duration::from_secs(4);
     let mock = MockServer::start(roomy()).await.unwrap();
-    let p = proxy(&mock.base_url(), "").await;
+    let p = {
+        let flags = Flags {
+            listen: Some("127.0.0.1:0".into()),
+            admin: Some("127.0.0.1:1".into()),
+            upstream: Some(mock.base_url()),
+            ..Flags::default()
+        };
+        let mut config = ProxyConfig::from_toml(&flags, "", |_| None).expect("config");
+        config.admin = "127.0.0.1:0".parse().unwrap();
+        config.layer.seed = Some(SEED);
+        config.layer.policy.backoff.transient_base = BACKOFF;
+        config.layer.policy.backoff.cap = BACKOFF;
+        ratewise_proxy::start(config).await.expect("proxy starts")
+    };
     assert_eq!(
         call(&p, &[], BODY).await.status,
         200,
         "the cold-start probe"
     );
-    // Job A's first send is overloaded; while it backs off, job B meets a
-    // billing error that stops the key.
-    let n = mock.records().len() as u64;
-    mock.set_faults(vec![FaultRule::nth(Fault::Overloaded, [n + 1])]);
+    let n = mock.records().len();
+    mock.set_faults(vec![FaultRule::nth(Fault::Overloaded, [n as u64 + 1])]);
     let a = {
         let addr = p.addr;
         tokio::spawn(async move {
@@ -174,27 +215,45 @@ async fn a_job_stopped_at_admission_gets_the_stopping_answer_not_its_own_earlier
                 .body(Full::new(Bytes::from_static(BODY.as_bytes())))
                 .unwrap();
             let resp = client.request(req).await.unwrap();
-            let status = resp.status();
-            let body = resp.into_body().collect().await.unwrap().to_bytes();
-            (status, String::from_utf8_lossy(&body).into_owned())
+            let (parts, body) = resp.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            Answer {
+                status: parts.status,
+                headers: parts.headers,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            }
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A's first send has reached the mock (and is answered 529 at once).
+    let mut polls = 0;
+    while mock.records().len() == n {
+        polls += 1;
+        assert!(polls < 1_000, "A's first send never reached the mock");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     mock.set_billing_error(true);
     let b = call(&p, &[], BODY).await;
     assert_eq!(action(&b), "stop_queue", "{}", b.body);
     assert_eq!(b.status, 402, "{}", b.body);
-    let (status, body) = a.await.unwrap();
-    if status != 200 {
-        assert_eq!(
-            status, 402,
-            "A ends with the answer that stopped the key: {body}"
-        );
-        assert!(!body.contains("overloaded"), "{body}");
-    }
+    let a = a.await.unwrap();
+    assert_eq!(
+        a.status, 402,
+        "A ends with the answer that stopped the key: {}",
+        a.body
+    );
+    assert_eq!(a.body, b.body, "B's answer, replayed");
+    assert_eq!(action(&a), "stop_queue");
+    let records = mock.records();
+    assert_eq!(
+        records.len(),
+        n + 2,
+        "A's first send and B's, and no retry of A: {records:?}"
+    );
     let later = call(&p, &[], BODY).await;
     assert_eq!(later.status, 402, "{}", later.body);
     assert_eq!(later.body, b.body);
+    assert_eq!(mock.records().len(), n + 2, "zero sends once stopped");
+    assert_clean(&p);
     p.shutdown().await;
 }
 
@@ -415,7 +474,10 @@ async fn a_caller_gone_during_the_send_costs_nothing_and_its_usage_settles() {
         let r = tokio::time::timeout(Duration::from_millis(100), call(&p, &[], BODY)).await;
         assert!(r.is_err(), "the caller gave up first");
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    until("each sent and settled", || {
+        mock.records().len() == 3 && p.app.store.ledger().all_ended()
+    })
+    .await;
     let recs = mock.records();
     assert_eq!(recs.len(), 3, "each sent once");
     let l = p.app.store.ledger();
@@ -452,7 +514,14 @@ async fn a_caller_gone_before_the_send_releases_its_reservation() {
     })
     .await;
     assert!(waiting.is_err(), "the caller gave up first");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until("the gone caller's job ended", || {
+        p.app
+            .metrics
+            .waiting
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+    })
+    .await;
     assert_eq!(mock.records().len(), 1, "never sent");
     let (_, s) = admin(&p, "GET", "/status").await;
     assert_eq!(s["jobs_waiting"], 0, "{s}");
@@ -508,7 +577,7 @@ async fn a_compressed_answer_reaches_the_caller_as_asked_and_its_usage_settles()
         Some("gzip"),
         "the caller gets what it asked for"
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until("settled", || p.app.store.ledger().all_ended()).await;
     let l = p.app.store.ledger();
     let last = mock.records().last().unwrap().output_tokens;
     assert_eq!(
@@ -541,8 +610,12 @@ async fn a_send_cut_at_its_timeout_is_an_unknown_outcome_listed_in_status() {
     p.shutdown().await;
 }
 
+/// Another endpoint (`GET /v1/models`) goes to the upstream as it came,
+/// and the caller gets the upstream's own answer: the mock serves no such
+/// path and says which request reached it ("Not found: GET /v1/models",
+/// its 404). The 404 is final (not retried), and its reservation ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_endpoints_pass_through() {
+async fn other_endpoints_pass_through_to_the_upstream_and_its_answer_comes_back() {
     let mock = MockServer::start(roomy()).await.unwrap();
     let p = proxy(&mock.base_url(), "").await;
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
@@ -551,14 +624,29 @@ async fn other_endpoints_pass_through() {
         .body(Full::new(Bytes::new()))
         .unwrap();
     let resp = client.request(req).await.unwrap();
-    // Whatever the upstream says about the path, it is the upstream's
-    // answer, never the proxy's "unknown path".
     let status = resp.status();
+    let headers = resp.headers().clone();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 404, "the upstream's status: {body}");
     assert!(
-        !String::from_utf8_lossy(&body).contains("ratewise"),
-        "{status}"
+        body.contains("Not found: GET /v1/models"),
+        "the upstream saw this method and path: {body}"
     );
+    assert!(
+        body.contains("\"type\":\"error\""),
+        "the upstream's (Anthropic-shaped) body: {body}"
+    );
+    assert_eq!(
+        headers
+            .get("x-ratewise-action")
+            .map(|v| v.to_str().unwrap()),
+        Some("fail"),
+        "a 404 is final: {headers:?}"
+    );
+    // (The mock records API calls only; its 404 body above names the
+    // request it got.)
+    assert!(mock.records().is_empty());
     assert_clean(&p);
     p.shutdown().await;
 }
@@ -579,7 +667,11 @@ async fn shutdown_lets_a_request_in_flight_finish() {
             .unwrap();
         client.request(req).await.map(|r| r.status())
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // In flight: it reached the upstream, which answers after 300 ms.
+    until("the request reached the upstream", || {
+        mock.records().len() == 1
+    })
+    .await;
     p.shutdown().await;
     assert_eq!(in_flight.await.unwrap().unwrap(), 200);
 }

@@ -241,7 +241,7 @@ async fn two_processes_on_redis_decide_as_one_in_memory_store() {
         // Every reservation ended: nothing outstanding in either process.
         for p in &procs {
             let l = p.store.local().ledger();
-            assert!(l.conserved() && l.outstanding.requests == 0, "{l:?}");
+            assert!(l.is_clean(), "{l:?}");
         }
         for p in &procs {
             let h = p.store.health();

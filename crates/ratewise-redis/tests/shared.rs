@@ -206,15 +206,16 @@ async fn the_layer_takes_it_as_its_store() {
         j.await.unwrap();
     }
     assert_eq!(calls.load(Ordering::SeqCst), 20, "one send per job");
-    // Both processes wrote the same key's record; nothing outstanding.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Both processes wrote the same key's record; nothing outstanding
+    // once the settles queued from the jobs' ends are applied and written.
     let mut writes = 0;
     for (_, store) in &layers {
+        store.flush().await;
         let h = store.health();
         assert!(!h.degraded && h.errors == 0, "{h:?}");
         writes += h.writes;
         let l = store.local().ledger();
-        assert!(l.conserved() && l.outstanding.requests == 0, "{l:?}");
+        assert!(l.is_clean(), "{l:?}");
     }
     // Every write the processes made is one version of the key's record
     // (operations queued together share one write).
@@ -292,17 +293,17 @@ async fn an_admission_dropped_unread_gives_its_reservation_back() {
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         assert!(std::future::Future::poll(fut.as_mut(), &mut cx).is_pending());
-        // The store answers (its write lands) while nobody reads.
-        while store.health().writes == writes {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        // The store answers (its write lands) while nobody reads: the
+        // flush returns once the admission queued before it is applied.
+        store.flush().await;
+        assert!(store.health().writes > writes, "the take was written");
         drop(fut);
     }
     store.flush().await;
     let l = store.local().ledger();
-    assert!(l.conserved(), "{l:?}");
-    assert_eq!(l.outstanding.requests, 0, "{l:?}");
+    assert!(l.is_clean(), "{l:?}");
     assert_eq!(l.reserved.requests, 20, "{l:?}");
+    assert_eq!(l.released.requests, 20, "each given back: {l:?}");
 }
 
 #[tokio::test]

@@ -19,7 +19,9 @@ use tower::{service_fn, Layer, ServiceExt};
 
 /// The in-memory state, slow to apply an answer: widens the window in
 /// which a give-back before the answer's evidence would let a waiter
-/// through (the update is one step, so there is none).
+/// through (the update is one step, so there is none). The delay is an
+/// await before the update is applied, not a blocked worker thread: the
+/// runtime keeps running the waiter meanwhile.
 struct SlowObserve(Arc<Shared>);
 
 impl Store for SlowObserve {
@@ -36,10 +38,12 @@ impl Store for SlowObserve {
         Store::admit(&*self.0, req, now)
     }
     fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
-        if update.observed.is_some() {
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        Store::update(&*self.0, update, now)
+        StoreFuture::new(async move {
+            if update.observed.is_some() {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Store::update(&*self.0, update, now).await
+        })
     }
     fn update_detached(&self, update: Update, now: Now) {
         self.0.update_detached(update, now)
@@ -53,9 +57,10 @@ const OK: &str = r#"{"type":"message","content":[],"usage":{"input_tokens":3,"ou
 async fn a_waiter_woken_by_a_429s_give_back_waits_out_its_pause() {
     let sends: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let answered_429: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let (s, a) = (sends.clone(), answered_429.clone());
+    let probe_sent = Arc::new(tokio::sync::Notify::new());
+    let (s, a, p) = (sends.clone(), answered_429.clone(), probe_sent.clone());
     let inner = service_fn(move |_req: Request<Full<Bytes>>| {
-        let (s, a) = (s.clone(), a.clone());
+        let (s, a, p) = (s.clone(), a.clone(), p.clone());
         async move {
             let first = {
                 let mut s = s.lock().unwrap();
@@ -64,6 +69,7 @@ async fn a_waiter_woken_by_a_429s_give_back_waits_out_its_pause() {
             };
             let resp = if first {
                 *a.lock().unwrap() = Some(Instant::now());
+                p.notify_one();
                 Response::builder()
                     .status(429)
                     .header("retry-after", "2")
@@ -100,10 +106,11 @@ async fn a_waiter_woken_by_a_429s_give_back_waits_out_its_pause() {
         let resp = svc.oneshot(req).await.expect("done after the pause");
         resp.into_body().collect().await.expect("body");
     };
-    // The first call is the probe (no limits known); the second waits for
-    // its answer, and is woken when the 429's reservation is given back.
+    // The first call is the probe (no limits known); the second comes
+    // once the probe is answered, while its update is being applied,
+    // waits for it, and is woken when the 429's reservation is given back.
     let first = tokio::spawn(call(svc.clone()));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    probe_sent.notified().await;
     let second = tokio::spawn(call(svc.clone()));
     first.await.unwrap();
     second.await.unwrap();

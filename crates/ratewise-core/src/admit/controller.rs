@@ -53,7 +53,10 @@ pub struct Config {
     /// Output tokens to reserve.
     pub output: Arc<dyn OutputEstimator>,
     /// A reservation neither settled, released nor held for this long is
-    /// released by [`Controller::expire`] (default 10 min).
+    /// released by [`Controller::expire`] (default 10 min). Its owner's
+    /// end within one more lease is still taken (a settle charges its
+    /// usage); a later one is refused and counted in
+    /// [`Ledger::refused_ends`].
     pub lease: Duration,
     /// Up to this much is added to a pause for each waiting job, so
     /// released jobs do not stampede (default 500 ms).
@@ -635,6 +638,12 @@ impl Controller {
     /// reads), output counts `output_tokens`; the spend window gets the
     /// billed total. Like an admission, a settle lets the ramp take the
     /// growth steps of the calm time since its last change.
+    ///
+    /// A reservation that already ended is not charged again: the settle
+    /// is refused and counted in [`Ledger::refused_ends`]. The exception
+    /// is the owner's one end of a reservation that ended without it
+    /// (lease expired, [`disown`](Self::disown)ed): that settle charges
+    /// the actual usage, which was spent all the same.
     pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
         self.settle_ref(&res, usage, now);
     }
@@ -648,6 +657,13 @@ impl Controller {
         };
         let removed = self.slab.remove(res.id, Exit::Settled);
         let live = removed.is_some();
+        // Not live: the owner's late end of a reservation that ended
+        // without it (lease expired, disowned) charges its usage, once;
+        // any other end of an ended reservation is refused and counted —
+        // a second settle never charges twice.
+        if !live && !self.slab.end_stale(res.id) {
+            return;
+        }
         if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
             // The probe's reservation ended. An answer teaches through
             // `observe` (which marks the scope heard); a settle alone —
@@ -695,14 +711,22 @@ impl Controller {
     }
 
     /// Releases a reservation that was never sent (or whose send provably
-    /// did not reach the provider): everything it held goes back.
+    /// did not reach the provider): everything it held goes back. A
+    /// release of a reservation that already ended gives nothing back and,
+    /// unless it is the owner's end of one that ended without it, is
+    /// counted in [`Ledger::refused_ends`].
     pub fn release(&mut self, res: Reservation, now: Now) {
         self.release_ref(&res, now);
     }
 
     fn release_ref(&mut self, res: &Reservation, now: Now) {
-        if let Some(e) = self.slab.remove(res.id, Exit::Released) {
-            self.give_back(&e, now.instant);
+        match self.slab.remove(res.id, Exit::Released) {
+            Some(e) => self.give_back(&e, now.instant),
+            // Already ended: an orphan's late release gives nothing back
+            // (its end gave it back); any other is refused and counted.
+            None => {
+                self.slab.end_stale(res.id);
+            }
         }
     }
 
@@ -759,10 +783,14 @@ impl Controller {
         let ids = self.slab.expired(Instant::from_origin(cutoff));
         let n = ids.len();
         for id in ids {
-            if let Some(e) = self.slab.remove(id, Exit::Released) {
+            if let Some(e) = self.slab.remove(id, Exit::Orphaned(t)) {
                 self.give_back(&e, t);
             }
         }
+        // An owner gets one more lease after its reservation ended without
+        // it to end it (a late settle charges its usage); after that it is
+        // taken as gone.
+        self.slab.forget_orphans(Instant::from_origin(cutoff));
         n
     }
 
@@ -1226,7 +1254,7 @@ impl Controller {
     /// a settle charges the actual usage. Returns whether it was
     /// outstanding.
     pub fn disown(&mut self, id: ReservationId, now: Now) -> bool {
-        let Some(e) = self.slab.remove(id, Exit::Released) else {
+        let Some(e) = self.slab.remove(id, Exit::Orphaned(now.instant)) else {
             return false;
         };
         // The spend budget is this process's own: its hold goes, and the
@@ -1377,7 +1405,8 @@ impl Controller {
         self.spend.as_mut().map(|s| s.totals(now.instant))
     }
 
-    /// The conservation counters.
+    /// The reservation counters ([`Ledger::is_clean`]: every reservation
+    /// ended, none twice).
     pub fn ledger(&self) -> Ledger {
         self.slab.ledger()
     }

@@ -9,8 +9,8 @@
 //! * [`Limits`] — per-minute limits, configured or learned from headers.
 //! * [`ModelClasses`] — which models share a bucket.
 //! * [`estimate`] — input and output estimates before a send.
-//! * [`Reservation`] and [`Ledger`] — reservations and the conservation
-//!   ledger.
+//! * [`Reservation`] and [`Ledger`] — reservations and their ledger
+//!   (every one ended, none ended twice).
 //! * the ramp ([`RampConfig`]), the retry budget, the spend budget and
 //!   stops ([`Stop`]) — one idea each.
 //! * [`Controller`] — composing them per (key, class).
@@ -42,7 +42,7 @@
 //! }
 //! let usage = Usage { input_tokens: 12, output_tokens: 300, ..Usage::default() };
 //! c.settle(res, &usage, now.after(Duration::from_millis(800)));
-//! assert!(c.ledger().conserved());
+//! assert!(c.ledger().is_clean());
 //! ```
 
 pub mod bucket;

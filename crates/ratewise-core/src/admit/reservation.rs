@@ -1,9 +1,10 @@
 //! Reservations: what one admitted request holds, and the ledger that
-//! proves every unit reserved is either settled, released or still
-//! outstanding.
+//! shows every unit reserved settled, released or still outstanding, and
+//! every end of a reservation that had already ended refused.
 
 use super::bucket::CreditMark;
 use crate::time::Instant;
+use std::collections::HashMap;
 
 /// Units held by one reservation, per dimension. The combined-tokens bucket
 /// takes `input + output`.
@@ -41,7 +42,9 @@ impl Amounts {
 }
 
 /// Identifies a reservation: a slot and its generation, so a stale handle
-/// (already settled, released or expired) is recognised and ignored.
+/// (already settled, released or expired) is recognised: its end is
+/// refused, except the one end still due from the owner of a reservation
+/// that ended without it (lease expiry, disowned).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ReservationId {
     /// Slot in the ledger.
@@ -165,9 +168,14 @@ impl Reservation {
     }
 }
 
-/// Conservation counters: `reserved == settled + released + outstanding`
-/// at all times, per dimension (`held` is the part of `outstanding` whose
-/// outcome is unknown).
+/// The reservation counters, per dimension: `reserved == settled +
+/// released + outstanding` (`held` is the part of `outstanding` whose
+/// outcome is unknown), and how many ends were refused because their
+/// reservation had already ended.
+///
+/// What a test of a driver should check once its requests are done is
+/// [`is_clean`](Self::is_clean): every reservation ended, none ended
+/// twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Ledger {
     /// Everything ever reserved.
@@ -183,15 +191,26 @@ pub struct Ledger {
     pub held: Amounts,
     /// Actual usage charged by settles (input = rate-limited input).
     pub charged: Amounts,
+    /// Settles and releases refused because their reservation had already
+    /// ended (settled or released by its owner before, or its late end
+    /// already taken): each charged and gave back nothing. Not 0 means a
+    /// driver ended one reservation twice — a bug a test should see, not a
+    /// second charge.
+    pub refused_ends: u64,
 }
 
 impl Ledger {
-    /// True when `reserved == settled + released + outstanding`.
-    pub fn conserved(&self) -> bool {
-        let mut sum = self.settled;
-        sum.add(&self.released);
-        sum.add(&self.outstanding);
-        sum == self.reserved
+    /// True when no reservation is outstanding (nor held) on any
+    /// dimension: every admitted request was settled or released.
+    pub fn all_ended(&self) -> bool {
+        self.outstanding == Amounts::default() && self.held == Amounts::default()
+    }
+
+    /// True when every reservation ended ([`all_ended`](Self::all_ended))
+    /// and none was ended twice (`refused_ends == 0`): the state a driver
+    /// must leave the ledger in once its requests are done.
+    pub fn is_clean(&self) -> bool {
+        self.all_ended() && self.refused_ends == 0
     }
 }
 
@@ -219,11 +238,17 @@ pub(crate) struct Removed {
     pub refunded: [u64; 4],
 }
 
-/// Outstanding reservations in a slab: O(1) insert and remove, no hashing.
+/// Outstanding reservations in a slab: O(1) insert and remove, no hashing
+/// on the common path (only reservations ended without their owner are
+/// hashed, in `orphans`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Slab {
     entries: Vec<Entry>,
     free: Vec<u32>,
+    /// Reservations ended without their owner (lease expired, disowned),
+    /// with when: the owner's one late end is taken (a settle charges its
+    /// usage), any other end of an ended reservation is refused.
+    orphans: HashMap<ReservationId, Instant>,
     pub ledger: Ledger,
     /// Live held entries: header sync looks for refunds only when there
     /// are some.
@@ -233,8 +258,13 @@ pub(crate) struct Slab {
 /// How a reservation leaves the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Exit {
+    /// Settled by its owner.
     Settled,
+    /// Released by its owner.
     Released,
+    /// Released without its owner (lease expired, disowned) at this
+    /// time: the owner's end is still due, and is taken once.
+    Orphaned(Instant),
 }
 
 impl Slab {
@@ -301,9 +331,32 @@ impl Slab {
         match how {
             Exit::Settled => self.ledger.settled.add(&out.amounts),
             Exit::Released => self.ledger.released.add(&out.amounts),
+            Exit::Orphaned(at) => {
+                self.ledger.released.add(&out.amounts);
+                self.orphans.insert(id, at);
+            }
         }
         self.free.push(id.slot);
         Some(out)
+    }
+
+    /// The end of a reservation that is no longer live: `true` when it is
+    /// the owner's late end of an orphaned reservation (taken, once);
+    /// `false` when it is refused (the reservation had already ended, or
+    /// was never this slab's), and then counted in `refused_ends`.
+    pub fn end_stale(&mut self, id: ReservationId) -> bool {
+        if self.orphans.remove(&id).is_some() {
+            return true;
+        }
+        self.ledger.refused_ends += 1;
+        false
+    }
+
+    /// Forgets orphans orphaned at or before `cutoff`: their owners are
+    /// taken as gone (a late end after that is refused and counted), so
+    /// abandoned reservations do not pile up.
+    pub fn forget_orphans(&mut self, cutoff: Instant) {
+        self.orphans.retain(|_, at| *at > cutoff);
     }
 
     pub fn hold(&mut self, id: ReservationId) -> bool {
@@ -354,8 +407,9 @@ impl Slab {
     }
 
     /// The ledger, with `outstanding` and `held` summed from the live
-    /// entries themselves (not from counters), so that `conserved()`
-    /// cross-checks two independent sources.
+    /// entries themselves (not from counters); in debug builds it checks
+    /// them against the counters (`reserved == settled + released +
+    /// outstanding`), a check of this slab's own bookkeeping.
     pub fn ledger(&self) -> Ledger {
         let mut l = self.ledger;
         l.outstanding = Amounts::default();
@@ -366,6 +420,7 @@ impl Slab {
                 l.held.add(&e.amounts);
             }
         }
+        debug_assert!(balanced(&l), "the slab lost track of a reservation: {l:?}");
         l
     }
 
@@ -411,4 +466,13 @@ impl Slab {
             .map(|e| e.admitted_at)
             .min()
     }
+}
+
+/// `reserved == settled + released + outstanding`: the slab's counters
+/// agree with its live entries.
+fn balanced(l: &Ledger) -> bool {
+    let mut sum = l.settled;
+    sum.add(&l.released);
+    sum.add(&l.outstanding);
+    sum == l.reserved
 }

@@ -44,7 +44,7 @@ use parking_lot::{Mutex, MutexGuard};
 /// shared.settle(a, &Usage::default(), now);
 /// shared.settle(b, &Usage::default(), now);
 /// let ledger = shared.lock().ledger();
-/// assert!(ledger.conserved());
+/// assert!(ledger.is_clean());
 /// assert_eq!((ledger.reserved.requests, ledger.settled.requests), (2, 2));
 /// ```
 #[derive(Debug)]
@@ -64,7 +64,7 @@ impl Shared {
         self.0.lock()
     }
 
-    /// The conservation counters (a short lock).
+    /// The reservation counters (a short lock).
     pub fn ledger(&self) -> super::Ledger {
         self.lock().ledger()
     }

@@ -46,7 +46,7 @@
 //! let store = Shared::new(Controller::new(config));
 //! let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
 //! futures_lite_block_on(one_send(&store, now));
-//! assert!(store.ledger().conserved());
+//! assert!(store.ledger().is_clean());
 //! # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     // The in-memory store is always ready: one poll finishes it.
 //! #     let waker = std::task::Waker::noop();
