@@ -144,6 +144,37 @@ fn the_shipped_table_is_what_simulate_gives() {
 #[test]
 fn the_scenario_figures_in_the_prose() {
     let readme = readme();
+    // The demo's key: "(50 RPM, 30 000 ITPM, 8 000 OTPM)".
+    let demo = Scenario::default_scenario();
+    let thousands = |n: u64| {
+        if n >= 1000 {
+            format!("{} {:03}", n / 1000, n % 1000)
+        } else {
+            n.to_string()
+        }
+    };
+    assert_says(
+        &readme,
+        &format!(
+            "({} RPM, {} ITPM, {} OTPM)",
+            demo.limits.requests_per_min.unwrap(),
+            thousands(demo.limits.input_tokens_per_min.unwrap()),
+            thousands(demo.limits.output_tokens_per_min.unwrap())
+        ),
+    );
+    // "it starts as if a second, ... and spends a full bucket at 1.2× the
+    // limit": the core's defaults.
+    let burst = ratewise_core::admit::Burst::default();
+    assert_eq!(burst.credit_start, std::time::Duration::from_secs(1));
+    assert_says(&readme, "it starts as if a second");
+    let peak = ratewise_core::admit::RampConfig::default().peak;
+    assert_says(
+        &readme,
+        &format!(
+            "spends a full bucket at {}× the limit",
+            f64::from(peak) / 1000.0
+        ),
+    );
     // "On the cold start its ramp starts at 10 %".
     let start = ratewise_core::admit::RampConfig::default().start;
     assert_says(
