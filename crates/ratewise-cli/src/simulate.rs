@@ -94,18 +94,10 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
             writeln!(out, "{line}").map_err(|e| e.to_string())?;
         }
     } else {
-        writeln!(
+        write!(
             out,
-            "scenario {}: {} jobs; {}\n",
-            scenario.name, scenario.jobs.count, scenario.description
-        )
-        .map_err(|e| e.to_string())?;
-        write!(out, "{}", ratewise_sim::table::table(&reports)).map_err(|e| e.to_string())?;
-        let r0 = &reports[0];
-        writeln!(
-            out,
-            "\nbinding dimension: {}; injected fault rate {:.3} -> at best {:.3} sends per done job; virtual time",
-            r0.binding_dimension, r0.fault_rate, r0.min_sends_per_done_job
+            "{}",
+            ratewise_sim::table::text_report(&scenario, &reports)
         )
         .map_err(|e| e.to_string())?;
     }

@@ -54,10 +54,10 @@
 //!   an operation can wait for the other keys' round trips.
 //! * **Separate processes flat out on one key** lose writes to each other:
 //!   each refusal costs a round trip, and the store backs off after the
-//!   second. `cargo bench -p ratewise-redis --bench pairs` shows 4,000 to
-//!   5,000 admit + settle pairs a second with 16 separate stores on one
-//!   key on a 2-core machine, against about 40,000 for 16 tasks of one
-//!   process.
+//!   second, so 16 separate stores on one key make several times fewer
+//!   admit + settle pairs a second than 16 tasks of one process.
+//!   `cargo bench -p ratewise-redis --bench pairs` prints both (the
+//!   README gives its measured figures).
 //! * **The spend budget** ([`admit::Config::spend`](ratewise_core::admit::Config::spend))
 //!   stays per process: N processes may spend N budgets. A spend cap the
 //!   *provider* reports stops every process.

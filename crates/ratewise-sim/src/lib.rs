@@ -42,6 +42,8 @@ pub mod engine;
 pub mod metrics;
 pub mod plot;
 pub mod provider;
+#[cfg(test)]
+mod readme;
 pub mod scenario;
 pub mod strategy;
 pub mod table;

@@ -1,7 +1,28 @@
 //! The human table: one row per strategy.
 
 use crate::metrics::Report;
+use crate::scenario::Scenario;
 use std::fmt::Write;
+
+/// What `ratewise simulate` prints for `scenario`: a line naming it, the
+/// [`table`] of `reports`, and a line with the binding dimension and the
+/// least sends per done job the fault rate allows (from the first
+/// report). The README's demo is this text for the default scenario.
+pub fn text_report(scenario: &Scenario, reports: &[Report]) -> String {
+    let mut out = format!(
+        "scenario {}: {} jobs; {}\n\n",
+        scenario.name, scenario.jobs.count, scenario.description
+    );
+    out.push_str(&table(reports));
+    if let Some(r0) = reports.first() {
+        let _ = writeln!(
+            out,
+            "\nbinding dimension: {}; injected fault rate {:.3} -> at best {:.3} sends per done job; virtual time",
+            r0.binding_dimension, r0.fault_rate, r0.min_sends_per_done_job
+        );
+    }
+    out
+}
 
 /// Renders reports as an aligned text table (a Markdown table, so the
 /// README can show it verbatim).
