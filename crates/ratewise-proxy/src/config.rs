@@ -23,7 +23,7 @@
 //! max_attempts = 3
 //! default_deadline_ms = 120000    # a job's deadline when its caller gives none
 //! max_deadline_ms = 3600000         # the longest a caller's timeout is waited (default 1 h)
-//! max_inline_wait_ms = 60000
+//! max_inline_wait_ms = 60000       # bounds only jobs with no deadline: none here
 //! # send_timeout_ms = 600000
 //!
 //! [limits]                          # every key without its own entry
@@ -49,7 +49,7 @@
 //!
 //! [bounds]
 //! max_request_body = 33554432
-//! max_waiting = 1000                # per key and model class; more are shed
+//! max_waiting = 1000                # sheds only jobs with no deadline: none here
 //! grace_s = 30                      # in-flight jobs on shutdown
 //! body_timeout_ms = 30000           # a request body must arrive by then
 //! ```
