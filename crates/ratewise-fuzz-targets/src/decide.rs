@@ -251,9 +251,12 @@ fn check_decision(policy: &Policy, job: &JobState, now: Now, c: &Classification,
     };
     match d.action {
         Action::Retry { delay } => {
+            // The inline limit bounds only jobs with no deadline: a job
+            // whose caller waits retries inline as long as its deadline
+            // allows (checked by `fits` below).
             assert!(
-                delay <= policy.max_inline_wait,
-                "{delay:?} over the inline limit"
+                job.deadline.is_some() || delay <= policy.max_inline_wait,
+                "{delay:?} over the inline limit without a deadline"
             );
             if let Some(h) = hint {
                 assert!(delay >= h, "retry {delay:?} shorter than the hint {h:?}");
@@ -268,6 +271,7 @@ fn check_decision(policy: &Policy, job: &JobState, now: Now, c: &Classification,
         }
         Action::Defer { until, not_before } => {
             let wait = not_before - now.instant;
+            assert!(job.deadline.is_none(), "a job with a deadline deferred");
             assert!(
                 wait > policy.max_inline_wait,
                 "deferred {wait:?} fits inline"
