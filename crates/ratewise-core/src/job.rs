@@ -282,7 +282,14 @@ impl Job {
             State::Ready { .. } => {}
         }
         self.state = State::Admitting;
-        Step::Admit(AdmitRequest {
+        Step::Admit(self.admit_request())
+    }
+
+    /// The request the next [`Step::Admit`] will ask with, without asking:
+    /// for a store's [`predict`](crate::admit::Store::predict) while the
+    /// job waits behind others.
+    pub fn admit_request(&self) -> AdmitRequest {
+        AdmitRequest {
             target: self.spec.target,
             input_estimate: self.spec.input_estimate,
             body_bytes: self.spec.body_bytes,
@@ -290,7 +297,23 @@ impl Job {
             is_retry: self.attempts > 0,
             deadline: self.admit_deadline,
             streamed: self.spec.streamed,
-        })
+        }
+    }
+
+    /// A store's prediction for this job while it waits behind others
+    /// ([`admit_request`](Self::admit_request)): a refusal — it cannot be
+    /// sent before its deadline — ends it at once, nothing sent, as a
+    /// refused admission does (`Some(Step::End)`); anything else changes
+    /// nothing (`None`): the job waits for its turn.
+    pub fn predicted(&mut self, answer: Admission, now: Now) -> Option<Step> {
+        match answer {
+            Admission::Refused { reason, earliest }
+                if matches!(self.state, State::Ready { .. }) =>
+            {
+                Some(self.end_at_admission(refused(reason, earliest, now)))
+            }
+            _ => None,
+        }
     }
 
     /// The store's answer to the [`Step::Admit`] just asked: `Send` with
@@ -343,15 +366,7 @@ impl Job {
                 self.end_at_admission(d)
             }
             Admission::Refused { reason, earliest } => {
-                let mut d = Decision::new(Action::GiveUp { reason })
-                    .with_note("admission refused: waiting cannot help");
-                if let Some(at) = earliest {
-                    d = d.with_note(Note::TooLate {
-                        earliest: now.wall_at(at),
-                        wait: at.saturating_duration_since(now.instant),
-                    });
-                }
-                self.end_at_admission(d)
+                self.end_at_admission(refused(reason, earliest, now))
             }
         }
     }
@@ -605,6 +620,20 @@ impl Job {
             at_admission: false,
         };
     }
+}
+
+/// The decision for a refused admission; for a deadline, with when the job
+/// could have gone.
+fn refused(reason: crate::vocab::GiveUpReason, earliest: Option<Instant>, now: Now) -> Decision {
+    let mut d = Decision::new(Action::GiveUp { reason })
+        .with_note("admission refused: waiting cannot help");
+    if let Some(at) = earliest {
+        d = d.with_note(Note::TooLate {
+            earliest: now.wall_at(at),
+            wait: at.saturating_duration_since(now.instant),
+        });
+    }
+    d
 }
 
 /// Whether the provider keeps a rejected request's request unit: OpenAI

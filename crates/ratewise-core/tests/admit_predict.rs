@@ -167,3 +167,41 @@ fn a_job_is_never_sent_later_than_its_deadline_less_the_time_to_its_first_byte()
     let t12 = now_at(Instant::from_millis(12_000));
     assert!(matches!(c.admit(&late, t12), Admission::Refused { .. }));
 }
+
+#[test]
+fn a_prediction_counts_the_jobs_ahead_and_takes_nothing() {
+    // 6 RPM at full rate: one request every 10 s.
+    let mut config = Config::default();
+    config.ramp.start = 1000;
+    config.limits = Limits {
+        requests: Some(6),
+        ..Limits::NONE
+    };
+    let mut c = Controller::new(config);
+    let target = c.target("k", "m");
+    let t = now_at(Instant::ZERO);
+    let mut req = AdmitRequest::new(target);
+    assert!(c.admit(&req, t).go().is_some());
+    // Two ahead: its turn is the third unit from now, 30 s.
+    match c.predict(&req, 2, t) {
+        Some(Admission::Wait { until, .. }) => {
+            assert_eq!(until.since_origin().as_secs(), 30, "{until:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Past a 25 s deadline (less the 1 s margin): refused, saying when.
+    req.deadline = Some(Instant::from_millis(25_000));
+    assert!(matches!(
+        c.predict(&req, 2, t),
+        Some(Admission::Refused {
+            earliest: Some(_),
+            ..
+        })
+    ));
+    // Nothing was taken: the next unit is still 10 s away.
+    req.deadline = None;
+    match c.admit(&req, t) {
+        Admission::Wait { until, .. } => assert_eq!(until.since_origin().as_secs(), 10),
+        other => panic!("{other:?}"),
+    }
+}

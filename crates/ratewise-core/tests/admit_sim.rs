@@ -131,11 +131,10 @@ fn sixty_rpm_cold_start_ramps_to_one_per_second() {
         Some(100),
     );
     assert_eq!(times.len(), 600);
-    // Cold start: the first 10 s admit a handful, not a minute's worth —
-    // no more than the simulated acceleration limit (5 in the 10 s after
-    // an idle minute) lets through.
+    // Cold start: the first 10 s admit a handful, not a minute's worth:
+    // from 10 % growing ×1.4 per calm second, six (×1.5 admitted seven).
     let first_10s = times.iter().filter(|t| **t < ms(10_000)).count();
-    assert!(first_10s <= 5, "cold start admitted {first_10s} in 10 s");
+    assert!(first_10s <= 6, "cold start admitted {first_10s} in 10 s");
     // Never more than the pace allows: capacity 1 + 1.2 per second.
     assert!(max_in_window(&times, Duration::from_secs(1)) <= 2);
     for pair in times.windows(2) {

@@ -89,6 +89,16 @@ fn action(a: &Answer) -> &str {
 }
 
 /// Every reservation ended, none twice.
+/// The answer that ends a job for its caller's deadline: a 504
+/// `timeout_error` in the provider's shape that invites no retry.
+fn assert_ends_for_its_deadline(a: &Answer) {
+    assert_eq!(a.status, 504, "{}", a.body);
+    assert_eq!(action(a), "give_up");
+    assert_eq!(a.headers["x-should-retry"], "false");
+    assert!(a.headers.get("retry-after").is_none(), "{:?}", a.headers);
+    assert!(a.body.contains("timeout_error"), "{}", a.body);
+}
+
 fn assert_clean(p: &Running) {
     let l = p.app.store.ledger();
     assert!(l.is_clean(), "{l:?}");
@@ -378,23 +388,21 @@ async fn a_retry_after_past_the_callers_deadline_ends_at_once_without_an_invitat
     let mut cfg = roomy();
     cfg.faults = vec![FaultRule::always(Fault::RetryAfter {
         format: RetryAfterFormat::Seconds,
-        secs: 20,
+        secs: 60,
     })];
     let mock = MockServer::start(cfg).await.unwrap();
     // The inline limit no longer ends a job whose caller still waits; its
-    // deadline does. A caller that waits 5 s cannot wait out 20 s.
+    // deadline does. A caller that waits 15 s cannot wait out 60 s.
     let p = proxy(&mock.base_url(), "[policy]\nmax_inline_wait_ms = 1000\n").await;
     let started = std::time::Instant::now();
-    let a = call(&p, &[("x-ratewise-deadline-ms", "5000")], BODY).await;
+    let a = call(&p, &[("x-ratewise-deadline-ms", "15000")], BODY).await;
+    // Answered on the 429, not held until the deadline (a generous bound:
+    // what it rules out is a wait of 15 s).
     assert!(
-        started.elapsed() < Duration::from_secs(4),
+        started.elapsed() < Duration::from_secs(10),
         "answered at once"
     );
-    assert_eq!(a.status, 504, "{}", a.body);
-    assert_eq!(action(&a), "give_up");
-    assert_eq!(a.headers["x-should-retry"], "false");
-    assert!(a.headers.get("retry-after").is_none(), "{:?}", a.headers);
-    assert!(a.body.contains("timeout_error"), "{}", a.body);
+    assert_ends_for_its_deadline(&a);
     assert_eq!(mock.records().len(), 1, "sent once, not again");
     assert_clean(&p);
     p.shutdown().await;
@@ -408,22 +416,20 @@ async fn a_job_that_cannot_be_sent_before_its_deadline_is_answered_at_once_and_n
     let p = proxy(&mock.base_url(), "[limits]\nrequests = 1\n").await;
     assert_eq!(call(&p, &[], BODY).await.status, 200);
     let started = std::time::Instant::now();
-    let a = call(&p, &[("x-ratewise-deadline-ms", "3000")], BODY).await;
+    let a = call(&p, &[("x-ratewise-deadline-ms", "20000")], BODY).await;
+    // Answered as it arrives, not held until its deadline (a generous
+    // bound: what it rules out is a wait of 20 s).
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(10),
         "answered at once"
     );
-    assert_eq!(a.status, 504, "{}", a.body);
-    assert_eq!(action(&a), "give_up");
-    assert_eq!(a.headers["x-should-retry"], "false");
-    assert!(a.headers.get("retry-after").is_none(), "{:?}", a.headers);
+    assert_ends_for_its_deadline(&a);
     let earliest = a.headers["x-ratewise-earliest"].to_str().unwrap();
     let at = ratewise_core::time::parse_rfc3339(earliest).expect("an RFC 3339 instant");
     let wait = at
         .duration_since(std::time::SystemTime::now())
         .unwrap_or_default();
-    assert!(wait > Duration::from_secs(3), "{earliest}: {wait:?}");
-    assert!(a.body.contains("timeout_error"), "{}", a.body);
+    assert!(wait > Duration::from_secs(20), "{earliest}: {wait:?}");
     assert!(a.body.contains("nothing was sent"), "{}", a.body);
     assert_eq!(mock.records().len(), 1, "the second was never sent");
     // One whose caller waits long enough is not turned away: it waits.

@@ -145,6 +145,14 @@ impl Ticket {
             == Some(&self.place)
     }
 
+    /// How many jobs wait ahead of this one in its queue.
+    pub fn ahead(&self) -> usize {
+        self.queues
+            .lock()
+            .get(&self.scope)
+            .map_or(0, |q| q.range(..self.place).count())
+    }
+
     /// A listener for this job's next signal (its turn, or capacity back
     /// while it is the head). Listen before checking, then await.
     pub fn listen(&self) -> EventListener {

@@ -59,6 +59,15 @@ impl Store for Waking {
         self.inner.admit(req, now)
     }
 
+    fn predict(
+        &self,
+        req: AdmitRequest,
+        ahead: u32,
+        now: Now,
+    ) -> StoreFuture<'_, Option<Admission>> {
+        self.inner.predict(req, ahead, now)
+    }
+
     fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
         let gave_back = update.wakes_waiters();
         // The wake comes after the store applied the whole update: a woken

@@ -192,6 +192,9 @@ pub enum WaitReason {
     /// sends one request, not the whole backlog). Waiters are woken when
     /// it ends; `until` is a recheck.
     Probe,
+    /// Jobs queued ahead of this one go first: a prediction of when its
+    /// turn comes ([`Controller::predict`]).
+    Queue,
 }
 
 /// The answer to [`Controller::admit`].
@@ -631,6 +634,57 @@ impl Controller {
             marks,
             released: s.released.map(|r| r as u32),
         })
+    }
+
+    /// When a request with `ahead` requests like it queued before it (this
+    /// process's FIFO for the scope) will have its turn, at the pace the
+    /// buckets and the ramp will really go: `Wait { until, reason: Queue }`,
+    /// or — when that is past its last moment to send — `Refused` with
+    /// `give_up(deadline)` and `earliest`, so a job that cannot be sent in
+    /// time is answered at once instead of at its deadline. Each job ahead
+    /// is assumed to cost what this one does. Nothing is taken and nothing
+    /// changes. `None` where there is nothing to predict: an unknown scope,
+    /// a stop, a probe out into unknown limits (the head learns those).
+    pub fn predict(&self, req: &AdmitRequest, ahead: u32, now: Now) -> Option<Admission> {
+        let t = now.instant;
+        let s = self.scopes.get(req.target.scope.0 as usize)?;
+        if self.keys[s.key as usize]
+            .stop
+            .is_some_and(|stop| !stop.expired(t))
+            || s.needs_probe()
+        {
+            return None;
+        }
+        let mut s = s.clone();
+        grow_ramp(&mut s, &self.cfg.ramp, t);
+        for b in s.buckets.iter_mut().flatten() {
+            b.refill(t);
+        }
+        let input = req
+            .input_estimate
+            .unwrap_or_else(|| input_from_bytes(req.body_bytes));
+        let one = Amounts {
+            requests: 1,
+            input,
+            output: self.cfg.output.output_estimate(req.max_tokens, input),
+        };
+        // The jobs ahead go first: each takes its amounts (a debt, when
+        // the bucket has less), then this one waits for its own room, as
+        // the head of the queue will.
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                b.take(one.by_index(i).saturating_mul(u64::from(ahead)));
+            }
+        }
+        let paused = s.paused_until.filter(|p| *p > t);
+        let bucket = bucket_wait(&s.buckets, &one, t)
+            .map(|w| ramped_wait(&s.buckets, s.ramp, &self.cfg.ramp, &one, t, w).0);
+        let until = match (paused, bucket) {
+            (Some(p), Some(b)) => p.max(b),
+            (p, b) => p.or(b).unwrap_or(t),
+        };
+        let deadline = req.deadline.map(|d| s.last_send(d, req.streamed));
+        Some(wait_or_refuse(until, WaitReason::Queue, deadline))
     }
 
     /// Corrects a reservation to the actual usage of its response: input

@@ -131,6 +131,14 @@ impl Store for Shared {
     fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
         StoreFuture::ready(Shared::admit(self, &req, now))
     }
+    fn predict(
+        &self,
+        req: AdmitRequest,
+        ahead: u32,
+        now: Now,
+    ) -> StoreFuture<'_, Option<Admission>> {
+        StoreFuture::ready(self.lock().predict(&req, ahead, now))
+    }
     fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
         StoreFuture::ready(self.apply(update, now))
     }

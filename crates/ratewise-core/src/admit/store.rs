@@ -259,6 +259,21 @@ pub trait Store: Send + Sync {
     /// leave it to the lease.
     fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission>;
 
+    /// When `req`, with `ahead` requests like it queued before it in this
+    /// process, will have its turn — or that it cannot be sent before its
+    /// deadline ([`Controller::predict`](super::Controller::predict)).
+    /// Nothing is taken. The default predicts nothing (`None`): such a
+    /// store's queued jobs wait for their turn, bounded by their deadline.
+    fn predict(
+        &self,
+        req: AdmitRequest,
+        ahead: u32,
+        now: Now,
+    ) -> StoreFuture<'_, Option<Admission>> {
+        let _ = (req, ahead, now);
+        StoreFuture::ready(None)
+    }
+
     /// Applies one job event in one step: the answer's evidence, then the
     /// reservation's end. Returns the answer's decision as amended by
     /// queue-wide bounds (the retry budget), when the update carried one.

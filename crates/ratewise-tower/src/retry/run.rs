@@ -172,7 +172,25 @@ where
                     cfg.max_waiting
                 };
                 match inner.queues.join_within(target.scope, place, bound) {
-                    Ok(t) => queued = Some(t),
+                    Ok(t) => {
+                        // Behind others with a deadline: when will its
+                        // turn come, at the pace the jobs ahead will go?
+                        // One that cannot be sent in time is answered now,
+                        // not at its deadline.
+                        let ahead = t.ahead();
+                        if ahead > 0 && admit_by.is_some() {
+                            let now = clock.now();
+                            let req = m.job.admit_request();
+                            let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
+                            if let Some(answer) = inner.state.predict(req, ahead, now).await {
+                                if let Some(Step::End(end)) = m.job.predicted(answer, now) {
+                                    drop(t);
+                                    return Err(ended(&job, end, records, last.take()));
+                                }
+                            }
+                        }
+                        queued = Some(t)
+                    }
                     Err(ahead) => {
                         let d = shed(&inner, target.scope, ahead).await;
                         if let Step::End(end) = m.job.end_before_admission(d) {
