@@ -2,7 +2,7 @@
 //! measures ratewise against.
 //!
 //! The oracle reads the provider model's true state (its buckets and its
-//! acceleration ramp, through [`crate::engine::Sim::admission_at`]) and
+//! acceleration ramp, through [`SimProvider::admission_at`]) and
 //! sends the oldest waiting job the first instant every dimension would
 //! admit it. No real client can see that state: it only has the answers'
 //! headers, rounded, late and incomplete. So the oracle never gets a 429
@@ -158,5 +158,75 @@ impl Client for Oracle {
 
     fn on_wake(&mut self, sim: &mut Sim) {
         self.dispatch(sim);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::provider::Verdict;
+    use crate::{simulate, Scenario, Strategy};
+
+    /// Send times (ms) and verdicts of the oracle on `json`.
+    fn sends(json: &str) -> Vec<(u64, Verdict)> {
+        let s = Scenario::from_json(json).unwrap();
+        let r = simulate(&s, Strategy::Oracle, &mut |_, _| {});
+        assert_eq!(r.jobs_done, r.jobs_total);
+        r.timeline.iter().map(|x| (x.t_ms, x.verdict)).collect()
+    }
+
+    #[test]
+    fn sends_exactly_when_the_bucket_allows() {
+        // 60 RPM held over 2 s: a full bucket of 2 requests, then one
+        // request a second. Ten jobs at once: two at 0 s, then one each
+        // second, every one admitted.
+        let got = sends(
+            r#"{"seed": 1,
+                "limits": {"requests_per_min": 60, "capacity_seconds": 2},
+                "jobs": {"count": 10, "arrival": "burst", "input_tokens": [10, 10],
+                         "max_tokens": 10, "output_tokens": [5, 5]}}"#,
+        );
+        let want: Vec<(u64, Verdict)> = [0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+            .into_iter()
+            .map(|s| (s * 1000, Verdict::Success))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn waits_out_the_acceleration_window_on_a_cold_key() {
+        // A cold key: the acceleration limit lets 5 requests through in the
+        // first 10 s, though the requests bucket holds 60; the rest go the
+        // instant the window ends, none refused.
+        let got = sends(
+            r#"{"seed": 1, "warm": false,
+                "limits": {"requests_per_min": 60},
+                "jobs": {"count": 10, "arrival": "burst", "input_tokens": [10, 10],
+                         "max_tokens": 10, "output_tokens": [5, 5]},
+                "faults": {"acceleration": true}}"#,
+        );
+        let want: Vec<(u64, Verdict)> = [0, 0, 0, 0, 0, 10, 10, 10, 10, 10]
+            .into_iter()
+            .map(|s| (s * 1000, Verdict::Success))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn stops_before_the_spend_cap_answers() {
+        // The cap is reached by answers that completed: the oracle sends
+        // nothing after, and keeps the rest of the jobs.
+        let s = Scenario::from_json(
+            r#"{"seed": 2,
+                "limits": {"requests_per_min": 60},
+                "jobs": {"count": 50, "arrival": "burst", "input_tokens": [100, 100],
+                         "max_tokens": 100, "output_tokens": [100, 100]},
+                "faults": {"spend_cap_after_tokens": 2000}, "workers": 4}"#,
+        )
+        .unwrap();
+        let r = simulate(&s, Strategy::Oracle, &mut |_, _| {});
+        assert_eq!(r.sends_429, 0);
+        assert!(r.jobs_stopped > 0 && r.jobs_done >= 10, "{r:?}");
+        assert_eq!(r.jobs_done + r.jobs_stopped, r.jobs_total);
+        assert_eq!(r.sends, r.jobs_done);
     }
 }
