@@ -111,6 +111,22 @@ impl Sim {
         self.queue.push(Reverse((at.max(self.now), self.seq, ev)));
     }
 
+    /// The first instant at or after now at which the provider would admit
+    /// the job's request, read from its true state (see
+    /// [`SimProvider::admission_at`]). For the `oracle` strategy only: the
+    /// others see nothing but the answers they get.
+    pub(crate) fn admission_at(&self, id: u32) -> Instant {
+        self.provider
+            .admission_at(&self.jobs[id as usize], self.now)
+    }
+
+    /// True once the provider would answer every send for money (its true
+    /// state, see [`SimProvider::refuses_for_money`]). For the `oracle`
+    /// strategy only.
+    pub(crate) fn refuses_for_money(&self) -> bool {
+        self.provider.refuses_for_money()
+    }
+
     /// Sends the job's request now; its answer arrives after the latency.
     pub fn send(&mut self, id: u32) {
         let i = id as usize;

@@ -3,7 +3,10 @@
 //! A deterministic discrete-event simulation of an application sending a
 //! workload to a rate-limited LLM provider, with four client strategies
 //! side by side: `ratewise` (the default policy), `sdk-naive`,
-//! `backoff-only` and `rpm-only`. It is the engine of `ratewise simulate`.
+//! `backoff-only` and `rpm-only`, and a yardstick, `oracle`, that reads
+//! the provider's true state and sends each job the first instant it
+//! fits (the best any client could do; [`targets`] measures ratewise's
+//! goodput against it). It is the engine of `ratewise simulate`.
 //!
 //! * The provider is the mock's pure [`ProviderModel`](ratewise_mock::model::ProviderModel)
 //!   (continuous buckets holding the scenario's `capacity_seconds` of

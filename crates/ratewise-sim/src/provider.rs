@@ -214,6 +214,31 @@ impl SimProvider {
         self.model.settle(grant, grant.output_tokens, at);
     }
 
+    /// The first run time at or after `now` at which the provider would
+    /// admit `job` on every dimension, the acceleration limit included,
+    /// if nothing else were sent or settled before then (faults and money
+    /// left out). The provider's true state, read through
+    /// [`ProviderModel::admission_at`]: only the `oracle` strategy uses it,
+    /// as the yardstick no real client can reach.
+    pub fn admission_at(&self, job: &Job, now: Instant) -> Instant {
+        let meta = RequestMeta::new(
+            self.provider,
+            KEY,
+            self.model_name.clone(),
+            job.input_tokens,
+            job.max_tokens,
+            job.output_tokens,
+        );
+        let at = self.model.admission_at(&meta, self.ptime(now));
+        Instant::from_nanos(at.as_nanos().saturating_sub(self.offset.as_nanos() as u64)).max(now)
+    }
+
+    /// True once every send would be answered for money (billing, spend
+    /// cap): the provider's true state, for the `oracle` strategy only.
+    pub fn refuses_for_money(&self) -> bool {
+        self.model.refuses_for_money()
+    }
+
     /// Whole units left in the run's bucket of `dimension` at `now` (a
     /// full bucket, `limit × capacity_seconds / 60` rounded down, when the
     /// bucket was never used).

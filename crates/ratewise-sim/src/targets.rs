@@ -1,8 +1,10 @@
 //! The claims the `ratewise` strategy must meet on a shipped scenario,
-//! checked against the other strategies of the same run.
+//! checked against the oracle and the other strategies of the same run.
 //!
-//! * `goodput_ratio ≥ 0.95` on every scenario, and no more than
-//!   [`GOODPUT_TOLERANCE`] below any other strategy's;
+//! * goodput at least [`ORACLE_SHARE`] of the oracle's
+//!   ([`crate::strategy::oracle`]: a client that reads the provider's true
+//!   state and sends each job the first instant it fits, with the same
+//!   workers and faults);
 //! * on a cold start, no acceleration 429s;
 //! * at most 1 % of sends answered 429;
 //! * `sends_per_done_job ≤ 1.02 × 1 / (1 − fault_rate)`, and no more than
@@ -10,34 +12,63 @@
 //! * at least as many jobs done as any other strategy;
 //! * no send after a money answer; no lost job.
 //!
-//! Why a tolerance on goodput and not a strict win: a strategy that
-//! hammers the provider keeps its bucket empty and so uses it to the last
-//! token while it loses half its jobs; a careful client that keeps a
-//! margin against a bucket of a few seconds trails it by a few thousandths
-//! while finishing every job with no 429. The goodput claim is that
-//! ratewise leaves no more than 1 % of the limit on the table; the other
-//! claims say what that buys.
+//! Why the oracle and not a fixed floor or the other strategies: a fixed
+//! 0.95 of the limit says nothing where the provider's own rules bind
+//! first (`max_tokens` reservations filling a short output bucket hold
+//! back every client, the oracle too), and a strategy that hammers the
+//! provider keeps its bucket empty and so uses it to the last token while
+//! it gives up half its jobs — a bar ratewise should not be measured
+//! against. The oracle does neither: it is the best any client could do
+//! on this provider, so the goodput claim is that ratewise leaves at most
+//! a tenth of what was reachable on the table (DESIGN, performance
+//! targets: "≥ 0.9 of the simulator's oracle"). The oracle is excluded
+//! from the jobs-done and sends-per-job comparisons: its faults fall on
+//! other sends (they are drawn per send), so a held reset or an extra
+//! overload there is luck, not skill.
 
 use crate::metrics::Report;
 use crate::scenario::Scenario;
+use crate::strategy::{simulate, Strategy};
 
-/// Goodput floor.
-pub const MIN_GOODPUT: f64 = 0.95;
-/// How far below another strategy's goodput ratewise's may be.
-pub const GOODPUT_TOLERANCE: f64 = 0.01;
+/// Least share of the oracle's goodput ratewise's must reach.
+pub const ORACLE_SHARE: f64 = 0.9;
 /// Largest share of sends answered 429.
 pub const MAX_429_SHARE: f64 = 0.01;
 /// Sends per done job over the unavoidable minimum.
 pub const MAX_SENDS_FACTOR: f64 = 1.02;
 /// Every claim `ratewise` (the first report named `ratewise`) misses on
-/// this run; empty when all hold.
+/// this run; empty when all hold. The oracle is the report named
+/// `oracle`; without one, it is simulated here (the run is a pure
+/// function of the scenario, so this is the same report).
+///
+/// ```
+/// use ratewise_sim::{simulate, targets, Scenario, Strategy};
+/// let mut s = Scenario::default_scenario();
+/// s.jobs.count = 200;
+/// let rw = simulate(&s, Strategy::Ratewise, &mut |_, _| {});
+/// assert_eq!(targets::check(&s, &[rw]), Vec::<String>::new());
+/// ```
 pub fn check(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
     let mut miss = Vec::new();
     let Some(r) = reports.iter().find(|r| r.strategy == "ratewise") else {
         return vec!["no ratewise report".to_owned()];
     };
-    if r.goodput_ratio < MIN_GOODPUT {
-        miss.push(format!("goodput {:.3} < {MIN_GOODPUT}", r.goodput_ratio));
+    let simulated;
+    let oracle = match reports
+        .iter()
+        .find(|o| o.strategy == Strategy::Oracle.name())
+    {
+        Some(o) => o,
+        None => {
+            simulated = simulate(scenario, Strategy::Oracle, &mut |_, _| {});
+            &simulated
+        }
+    };
+    if r.goodput_ratio < ORACLE_SHARE * oracle.goodput_ratio {
+        miss.push(format!(
+            "goodput {:.4} < {ORACLE_SHARE} × the oracle's {:.4}",
+            r.goodput_ratio, oracle.goodput_ratio
+        ));
     }
     if !scenario.warm && r.sends_429_acceleration > 0 {
         miss.push(format!(
@@ -61,13 +92,10 @@ pub fn check(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
     if r.jobs_lost > 0 {
         miss.push(format!("{} jobs lost", r.jobs_lost));
     }
-    for o in reports.iter().filter(|o| o.strategy != "ratewise") {
-        if r.goodput_ratio < o.goodput_ratio - GOODPUT_TOLERANCE {
-            miss.push(format!(
-                "goodput {:.4} more than {GOODPUT_TOLERANCE} below {}'s {:.4}",
-                r.goodput_ratio, o.strategy, o.goodput_ratio
-            ));
-        }
+    let others = reports
+        .iter()
+        .filter(|o| o.strategy != "ratewise" && o.strategy != Strategy::Oracle.name());
+    for o in others {
         if o.jobs_done > 0 && r.sends_per_done_job > o.sends_per_done_job {
             miss.push(format!(
                 "sends per done job {:.4} above {}'s {:.4}",

@@ -1,6 +1,8 @@
 //! Every shipped scenario, full size: the ratewise strategy meets the
-//! targets of the issue against the other strategies of the same run.
-//! Behavioural properties of a deterministic virtual-time run, not timing.
+//! targets of the issue against the oracle and the other strategies of
+//! the same run, and the oracle is what it claims to be (no 429, goodput
+//! at least ratewise's). Behavioural properties of a deterministic
+//! virtual-time run, not timing.
 
 use ratewise_sim::{simulate, targets, Report, Scenario, Strategy, SHIPPED};
 
@@ -11,7 +13,7 @@ fn run(name: &str) -> (Scenario, Vec<Report>) {
         .map(|(_, t)| *t)
         .expect("shipped");
     let s = Scenario::from_json(text).expect("valid");
-    let reports = Strategy::ALL
+    let reports = Strategy::WITH_ORACLE
         .iter()
         .map(|st| simulate(&s, *st, &mut |_, _| {}))
         .collect();
@@ -26,6 +28,7 @@ fn assert_targets(name: &str) -> Vec<Report> {
 fn assert_targets_except(name: &str, known: &[&str]) -> Vec<Report> {
     let (s, reports) = run(name);
     assert_sound(name, &reports);
+    assert_oracle(name, &reports);
     let missed: Vec<String> = targets::check(&s, &reports)
         .into_iter()
         .filter(|m| !known.iter().any(|k| m.starts_with(k)))
@@ -36,6 +39,35 @@ fn assert_targets_except(name: &str, known: &[&str]) -> Vec<Report> {
         ratewise_sim::table::table(&reports)
     );
     reports
+}
+
+/// The report of `strategy`.
+fn find<'a>(reports: &'a [Report], strategy: &str) -> &'a Report {
+    reports
+        .iter()
+        .find(|r| r.strategy == strategy)
+        .expect("every strategy ran")
+}
+
+/// The oracle sees the provider's true state: it is never refused for a
+/// rate limit (nor, as it also sees the spend cap, for money), and no
+/// client of the same provider gets more of it than the oracle does.
+fn assert_oracle(name: &str, reports: &[Report]) {
+    let (oracle, rw) = (find(reports, "oracle"), find(reports, "ratewise"));
+    assert_eq!(oracle.sends_429, 0, "{name}: the oracle got a 429");
+    assert_eq!(oracle.sends_after_stop, 0, "{name}");
+    assert!(
+        oracle.goodput_ratio >= rw.goodput_ratio,
+        "{name}: oracle goodput {} below ratewise's {}",
+        oracle.goodput_ratio,
+        rw.goodput_ratio
+    );
+    println!(
+        "{name}: goodput ratewise {:.4}, oracle {:.4}, ratio {:.4}",
+        rw.goodput_ratio,
+        oracle.goodput_ratio,
+        rw.goodput_ratio / oracle.goodput_ratio
+    );
 }
 
 /// What holds for every strategy, whatever its figures.
@@ -128,7 +160,7 @@ fn cold_start() {
     assert_eq!(r[0].sends_429_acceleration, 0);
     assert!(r
         .iter()
-        .filter(|o| o.strategy != "ratewise" && o.strategy != "rpm-only")
+        .filter(|o| !["ratewise", "rpm-only", "oracle"].contains(&o.strategy.as_str()))
         .all(|o| o.sends_429_acceleration > 0));
 }
 
@@ -140,7 +172,10 @@ fn short_buckets_10s() {
     assert_sound("short-buckets-10s.json", &reports);
     // A burst against a sixth of a minute's bucket: every client without
     // admission control is refused far more often than not.
-    for o in reports.iter().filter(|o| o.strategy != "ratewise") {
+    for o in reports
+        .iter()
+        .filter(|o| o.strategy != "ratewise" && o.strategy != "oracle")
+    {
         assert!(o.sends_429 * 4 > o.sends, "{}: {}", o.strategy, o.sends_429);
     }
     assert_targets("short-buckets-10s.json");
