@@ -178,8 +178,10 @@ def disconnecting_callers_do_not_drain_capacity():
             # The SDK says its 0.3 s (x-stainless-read-timeout), and the
             # proxy would answer within it; a longer deadline of ratewise's
             # own wins, so these callers leave first, as callers that do not
-            # say their timeout do.
-            ant_create(client=ant(timeout=0.3), extra_headers={"x-ratewise-deadline-ms": "10000"})
+            # say their timeout do. Long enough that every one of the eight
+            # could be sent in its turn (a shorter one is answered at once
+            # when its turn, behind the others, comes too late).
+            ant_create(client=ant(timeout=0.3), extra_headers={"x-ratewise-deadline-ms": "120000"})
         except anthropic.APITimeoutError:
             errors.append("timeout")
         except Exception as e:  # noqa: BLE001
