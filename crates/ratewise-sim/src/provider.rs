@@ -147,16 +147,21 @@ impl SimProvider {
         SystemTime::UNIX_EPOCH + Duration::from_secs(WALL_ORIGIN_SECS) + t.since_origin()
     }
 
-    /// Handles one send of `job` at run time `now`.
-    pub fn send(&mut self, job: &Job, now: Instant) -> Answered {
-        let meta = RequestMeta::new(
+    /// What the provider model is told of one send of `job`.
+    fn meta(&self, job: &Job) -> RequestMeta {
+        RequestMeta::new(
             self.provider,
             KEY,
             self.model_name.clone(),
             job.input_tokens,
             job.max_tokens,
             job.output_tokens,
-        );
+        )
+    }
+
+    /// Handles one send of `job` at run time `now`.
+    pub fn send(&mut self, job: &Job, now: Instant) -> Answered {
+        let meta = self.meta(job);
         let answer = self.model.handle(&meta, self.ptime(now));
         let (verdict, grant, latency) = match &answer.outcome {
             Outcome::Success(g) => (
@@ -221,14 +226,7 @@ impl SimProvider {
     /// [`ProviderModel::admission_at`]: only the `oracle` strategy uses it,
     /// as the yardstick no real client can reach.
     pub fn admission_at(&self, job: &Job, now: Instant) -> Instant {
-        let meta = RequestMeta::new(
-            self.provider,
-            KEY,
-            self.model_name.clone(),
-            job.input_tokens,
-            job.max_tokens,
-            job.output_tokens,
-        );
+        let meta = self.meta(job);
         let at = self.model.admission_at(&meta, self.ptime(now));
         Instant::from_nanos(at.as_nanos().saturating_sub(self.offset.as_nanos() as u64)).max(now)
     }

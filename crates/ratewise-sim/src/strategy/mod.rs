@@ -125,3 +125,21 @@ pub(crate) fn retryable_status(status: u16) -> bool {
 pub(crate) fn rng_for(scenario: &Scenario, salt: u64) -> fastrand::Rng {
     fastrand::Rng::with_seed(scenario.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt)
 }
+
+/// How a decision that ends a job ends it in the simulation (`None`: a
+/// retry or a defer, which wait and send again). Shared by the clients that
+/// follow the core's decisions, so they end jobs alike.
+pub(crate) fn ending(action: &ratewise_core::Action) -> Option<crate::engine::Terminal> {
+    use crate::engine::Terminal;
+    use ratewise_core::Action;
+    match action {
+        Action::Retry { .. } | Action::Defer { .. } => None,
+        Action::Done => Some(Terminal::Done),
+        Action::StopQueue { .. } => Some(Terminal::Stopped),
+        Action::GiveUp { .. } => Some(Terminal::GivenUp),
+        Action::HoldUnknown => Some(Terminal::HeldUnknown),
+        // Fail, Inspect, and an action added later: the job stops, as
+        // `Inspect` does.
+        _ => Some(Terminal::Failed),
+    }
+}

@@ -135,19 +135,16 @@ impl Client for Oracle {
             Delivery::Reset => classify_transport(self.provider, TransportFailure::ResetAfterSend),
         };
         let job = JobState::new(sim.attempts(id), sim.job(id).arrival, self.deadline);
-        match decide(&self.policy, &job, &c, now, &mut self.rng).action {
-            Action::Done => sim.finish(id, Terminal::Done),
+        let action = decide(&self.policy, &job, &c, now, &mut self.rng).action;
+        match action {
             Action::Retry { delay } => sim.timer(id, now.instant + delay),
             Action::Defer { not_before, .. } => sim.timer(id, not_before),
-            Action::StopQueue { .. } => {
-                self.stopped = true;
-                sim.finish(id, Terminal::Stopped);
+            ref ends => {
+                if let Some(how) = super::ending(ends) {
+                    self.stopped |= how == Terminal::Stopped;
+                    sim.finish(id, how);
+                }
             }
-            Action::Fail | Action::Inspect => sim.finish(id, Terminal::Failed),
-            Action::GiveUp { .. } => sim.finish(id, Terminal::GivenUp),
-            Action::HoldUnknown => sim.finish(id, Terminal::HeldUnknown),
-            // An action added later: stop the job, as `Inspect` does.
-            _ => sim.finish(id, Terminal::Failed),
         }
         self.dispatch(sim);
     }

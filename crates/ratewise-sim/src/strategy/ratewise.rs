@@ -242,18 +242,16 @@ impl Client for Ratewise {
             }
         };
         match decision.action {
-            Action::Done => sim.finish(id, Terminal::Done),
             Action::Retry { delay } => sim.timer(id, now.instant + delay),
             Action::Defer { not_before, .. } => {
                 m.requeue(Some(not_before));
                 sim.timer(id, not_before);
             }
-            Action::StopQueue { .. } => sim.finish(id, Terminal::Stopped),
-            Action::Fail | Action::Inspect => sim.finish(id, Terminal::Failed),
-            Action::GiveUp { .. } => sim.finish(id, Terminal::GivenUp),
-            Action::HoldUnknown => sim.finish(id, Terminal::HeldUnknown),
-            // An action added later: stop the job, as `Inspect` does.
-            _ => sim.finish(id, Terminal::Failed),
+            ref ends => {
+                if let Some(how) = super::ending(ends) {
+                    sim.finish(id, how);
+                }
+            }
         }
         self.dispatch(sim);
     }
