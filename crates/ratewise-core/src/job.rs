@@ -91,7 +91,7 @@ use crate::decision::{Action, Decision};
 use crate::note::Note;
 use crate::time::{Instant, Now};
 use crate::usage::Usage;
-use crate::vocab::{Cause, Provider};
+use crate::vocab::Cause;
 use std::time::Duration;
 
 /// What a job is: where it goes, when it arrived, how long it may take,
@@ -638,9 +638,12 @@ fn refused(reason: crate::vocab::GiveUpReason, earliest: Option<Instant>, now: N
 
 /// Whether the provider keeps a rejected request's request unit: OpenAI
 /// documents that requests answered 429 still count against the
-/// per-minute request limit. Their tokens are given back either way.
+/// per-minute request limit ([`Profile::rejected_requests_count`]). Their
+/// tokens are given back either way.
+///
+/// [`Profile::rejected_requests_count`]: crate::admit::Profile::rejected_requests_count
 pub fn rejected_request_counts(c: &Classification) -> bool {
-    c.provider == Provider::Openai && c.status == Some(429)
+    crate::admit::Profile::of(c.provider).rejected_requests_count && c.status == Some(429)
 }
 
 /// A reservation's amounts as usage: what a send that may have run is

@@ -221,9 +221,11 @@ fn configured_limits_need_no_probe_but_the_capacity_starts_at_a_second() {
 
 #[test]
 fn a_reset_with_the_remaining_shows_the_capacity_of_a_bucket_that_is_not_full() {
-    // 600 000 ITPM = 10 000 per second. The server: 20 000 left, full in
-    // 4 s: it holds at least 20 000 + 3 s of refill (a second is taken off
-    // the reset in its favour) = 50 000.
+    // 600 000 ITPM = 10 000 per second. The server: 20 000 left, rounded
+    // to the nearest thousand as Anthropic documents (at least 19 500),
+    // full in 4 s, a whole-second reset: it holds at least 19 500 + 3 s of
+    // refill (the second the reset may be off is taken in its favour) =
+    // 49 500.
     let (mut c, target) = full_rate(Limits {
         input_tokens: Some(600_000),
         ..Limits::NONE
@@ -244,13 +246,13 @@ fn a_reset_with_the_remaining_shows_the_capacity_of_a_bucket_that_is_not_full() 
     );
     c.observe(target.scope, &cl, d, t);
     let snap = c.snapshot(target.scope, t).unwrap();
-    assert_eq!(snap.credits[1], Some(20_000));
-    // Refilling at 10 000/s, the credit stops at the learned 50 000 (not
+    assert_eq!(snap.credits[1], Some(19_500));
+    // Refilling at 10 000/s, the credit stops at the learned 49 500 (not
     // at a minute's 600 000).
     let later = now_at(60_000);
     assert_eq!(
         c.snapshot(target.scope, later).unwrap().credits[1],
-        Some(50_000)
+        Some(49_500)
     );
 }
 

@@ -306,7 +306,7 @@ proptest! {
         at_ms in 0u64..5_000,
         openai in any::<bool>(),
     ) {
-        use ratewise_core::admit::{RESET_HORIZON, RESET_SLACK};
+        use ratewise_core::admit::{Profile, RESET_HORIZON};
         use ratewise_core::parse::ratelimit::{RateLimitSnapshot, Reset, Window};
         use ratewise_core::Provider;
         const LIMIT: u64 = 60_000;
@@ -316,7 +316,6 @@ proptest! {
         config.ramp = ratewise_core::admit::RampConfig::default();
         config.ramp.start = 1000;
         let mut c = Controller::new(config);
-        let band = c.config().token_dead_band;
         let target = c.target("k", "m");
         // Spend some of the bucket first.
         let mut t = Instant::ZERO;
@@ -346,21 +345,23 @@ proptest! {
         c.sync_headers(target.scope, &snap, provider, now);
         let after = c.snapshot(target.scope, now).unwrap().credits[1].unwrap();
         prop_assert!(after <= before, "raised: {before} -> {after}");
-        // What remaining alone allows: a whole number rounded down, so the
-        // server holds less than `r + 1` (`r + band` when `r` is a multiple
-        // of the band: it may be rounded to thousands); the credit goes to
-        // `r` when it reaches that.
+        // What remaining alone allows, read as the provider documents it
+        // (Anthropic: a multiple of 1,000 is the nearest thousand, the
+        // truth in [r − 500, r + 500); OpenAI: exact); the credit goes to
+        // the range's lowest level when it is at or above its highest.
+        let profile = Profile::of(provider);
         let by_remaining = match remaining {
             Some(r) => {
-                let step = if band > 0 && r % band == 0 { band } else { 1 };
-                if before >= (r + step) as i64 { r as i64 } else { before }
+                let (lo, hi) = profile.token_remaining.range(r);
+                if before >= hi as i64 { lo as i64 } else { before }
             }
             None => before,
         };
         let wait = reset.map(|r| r.wait_from(now.wall));
         match wait {
             Some(w) if !w.is_zero() && w <= RESET_HORIZON => {
-                let left = Duration::from_secs(60).saturating_sub(w.saturating_sub(RESET_SLACK));
+                let slack = profile.reset_uncertainty(reset.unwrap());
+                let left = Duration::from_secs(60).saturating_sub(w.saturating_sub(slack));
                 let implied = (u128::from(LIMIT) * left.as_nanos() / 60_000_000_000) as i64;
                 // Either the reset's view won, or remaining's did, or the
                 // credit was at or below both already.

@@ -4,14 +4,16 @@
 //! * `GET /status` — per key fingerprint (with its last four characters)
 //!   and model class: limits set or learned, bucket levels as of the moment
 //!   of the read (refilled to then; with `--redis`, the shared record's),
-//!   ramp, pause,
-//!   stop with cause and since when; jobs in flight; attempts whose outcome
+//!   the capacity taken for each bucket, the margin learned from 429s the
+//!   model did not expect and how many there were, advice where the
+//!   provider's own rule binds (`max_tokens` reservations filling the
+//!   output bucket), ramp, pause, stop with cause and since when; jobs in flight; attempts whose outcome
 //!   is unknown (cut by a crash before the last start, or sent with no
 //!   answer since);
 //! * `POST /resume?key=FP` — lifts a key's stop;
 //! * `POST /stop?key=FP` — stops a key (cause `user_limit`) until resumed;
 //! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
-//!   them);
+//!   them, capacities, learned margins and surprises);
 //! * `GET /healthz` — `ok`.
 
 use crate::App;
@@ -108,6 +110,19 @@ async fn status(State(app): State<Arc<App>>) -> Response {
                     "requests": s.levels[0], "input_tokens": s.levels[1],
                     "output_tokens": s.levels[2], "tokens": s.levels[3],
                 },
+                "capacities": {
+                    "requests": s.capacities[0], "input_tokens": s.capacities[1],
+                    "output_tokens": s.capacities[2], "tokens": s.capacities[3],
+                },
+                "margins": {
+                    "requests": s.margins[0], "input_tokens": s.margins[1],
+                    "output_tokens": s.margins[2], "tokens": s.margins[3],
+                },
+                "surprises": {
+                    "requests": s.surprises[0], "input_tokens": s.surprises[1],
+                    "output_tokens": s.surprises[2], "tokens": s.surprises[3],
+                },
+                "advice": s.advice(),
                 "ramp_percent": f64::from(s.ramp_permille) / 10.0,
                 "paused_for_ms": s.paused_until.map(|p| (p - now.instant).as_millis() as u64),
                 "stopped": s.stopped.map(|st| serde_json::json!({
@@ -154,15 +169,23 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
             .iter()
             .enumerate()
         {
+            let labels = format!(
+                "{{key=\"{}\",class=\"{}\",dimension=\"{dim}\"}}",
+                crate::metrics::label(&s.key),
+                crate::metrics::label(&s.class)
+            );
             if let Some(level) = s.levels[i] {
+                gauges.push((format!("ratewise_bucket_level{labels}"), level as f64));
+            }
+            if let Some(margin) = s.margins[i] {
+                gauges.push((format!("ratewise_bucket_margin{labels}"), margin as f64));
                 gauges.push((
-                    format!(
-                        "ratewise_bucket_level{{key=\"{}\",class=\"{}\",dimension=\"{dim}\"}}",
-                        crate::metrics::label(&s.key),
-                        crate::metrics::label(&s.class)
-                    ),
-                    level as f64,
+                    format!("ratewise_bucket_surprises_total{labels}"),
+                    s.surprises[i] as f64,
                 ));
+            }
+            if let Some(cap) = s.capacities[i] {
+                gauges.push((format!("ratewise_bucket_capacity{labels}"), cap as f64));
             }
         }
     }

@@ -37,6 +37,7 @@
 //! at most `min(credit + L·w/1 min, capacity + L·(permille/1000)·w/1 min)`
 //! plus `max(0, largest take − capacity)`: see [`Bucket::try_take`].
 
+use super::profile::Rounding;
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -84,8 +85,8 @@ const MARK_SHIFT: u32 = 32;
 /// took the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ServerView {
-    /// `*-remaining`: whole units left (rounded down; token counts may be
-    /// rounded to thousands, which the dead band absorbs).
+    /// `*-remaining`: whole units left, as the provider reports them (read
+    /// through its [`Rounding`]).
     pub remaining: Option<u64>,
     /// `*-reset` with its limit: the bucket of `limit` units per minute is
     /// full again after this long.
@@ -94,18 +95,14 @@ pub struct ServerView {
 
 impl ServerView {
     /// The levels the view allows, in scaled units: `[lo, hi)`. A remaining
-    /// is a whole number rounded down; one that is a multiple of the
-    /// rounding granularity may have been rounded down by up to it. A
-    /// reset implies one level: the bucket is full (`credit_cap`, the
-    /// capacity as modelled) after `until_full` of refill at its limit.
-    fn range(&self, rounding: u64, credit_cap: i128) -> Option<(i128, i128)> {
+    /// is read through the provider's [`Rounding`]: exact, or — for a
+    /// multiple of the rounding step — a range around it. A reset implies
+    /// one level: the bucket is full (`credit_cap`, the capacity as
+    /// modelled) after `until_full` of refill at its limit.
+    fn range(&self, rounding: Rounding, credit_cap: i128) -> Option<(i128, i128)> {
         let mut range: Option<(i128, i128)> = self.remaining.map(|r| {
-            let step = if rounding > 0 && r % rounding == 0 {
-                rounding
-            } else {
-                1
-            };
-            (scaled(r), scaled(r.saturating_add(step)))
+            let (lo, hi) = rounding.range(r);
+            (scaled(lo), scaled(hi))
         });
         if let Some((limit, until_full)) = self.until_full {
             let limit = limit.clamp(1, MAX_LIMIT);
@@ -160,9 +157,35 @@ pub struct Bucket {
     /// the credit at its send plus the corrections made since, so one
     /// discrepancy is corrected once, however many answers report it.
     corrected: i128,
+    /// The learned margin in scaled units, as of `margin_at`: kept free in
+    /// the credit beyond every request's own amount, because 429s showed
+    /// the model above the provider's level ([`surprise`](Self::surprise)).
+    /// It halves every [`margin_half_life`](Self::margin_half_life) of calm.
+    margin: i128,
+    /// Nanoseconds since the origin when `margin` was last set.
+    margin_at: u64,
     /// Nanoseconds since the origin of the last refill (u64: 584 years).
     updated: u64,
 }
+
+/// A learned margin halves after this many refills of the credit from
+/// empty to full without a surprise: slow enough that a steady bias (a
+/// provider reporting more than it holds) is not paid for again and again,
+/// fast enough that one unlucky 429 is forgotten within minutes on a short
+/// bucket.
+pub const MARGIN_HALF_LIFE_FILLS: u32 = 20;
+
+/// A learned margin halves after at least this long.
+pub const MARGIN_MIN_HALF_LIFE: Duration = Duration::from_secs(60);
+
+/// A learned margin grows by at least this share of the credit capacity per
+/// surprise (1/16), and is never more than half of it
+/// ([`MARGIN_MAX_SHARE`]): both scale with the bucket, never a fixed amount
+/// or a fixed second.
+pub const MARGIN_STEP_SHARE: u64 = 16;
+
+/// The largest margin, as a divisor of the credit capacity (a half).
+pub const MARGIN_MAX_SHARE: u64 = 2;
 
 /// An instant as nanoseconds since the origin.
 #[inline]
@@ -218,6 +241,8 @@ impl Bucket {
             credit_cap: 0,
             credit: 0,
             corrected: 0,
+            margin: 0,
+            margin_at: ns(now),
             updated: ns(now),
         };
         b.recompute();
@@ -309,7 +334,7 @@ impl Bucket {
     pub fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
         let want = scaled(amount);
         let need_pace = want.min(self.cap_scaled);
-        let need_credit = want.min(self.credit_cap);
+        let need_credit = self.credit_need(want, now);
         // After a refill at `now` the levels are current (`updated` never
         // lies ahead of the caller's clock: pauses are debts, not a moved
         // refill start).
@@ -333,7 +358,7 @@ impl Bucket {
     /// half of [`wait_for`](Self::wait_for), [`EDGE_MARGIN`] included):
     /// the part of a wait that no ramp of the pace can shorten.
     pub fn credit_wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
-        let need_credit = scaled(amount).min(self.credit_cap);
+        let need_credit = self.credit_need(scaled(amount), now);
         if self.credit >= need_credit {
             return None;
         }
@@ -342,6 +367,91 @@ impl Bucket {
         Some(Instant::from_origin(duration_from_nanos(
             u128::from(from) + credit + EDGE_MARGIN.as_nanos(),
         )))
+    }
+
+    /// What the credit must hold for a take of `want` scaled units: the
+    /// amount and the learned margin, at most a full credit (a request
+    /// larger than the bucket goes when it is full, as the providers admit
+    /// it).
+    fn credit_need(&self, want: i128, now: Instant) -> i128 {
+        want.saturating_add(self.margin_scaled(ns(now)))
+            .min(self.credit_cap)
+    }
+
+    /// How long a learned margin takes to halve: [`MARGIN_HALF_LIFE_FILLS`]
+    /// refills of the credit, at least [`MARGIN_MIN_HALF_LIFE`].
+    pub fn margin_half_life(&self) -> Duration {
+        let fill = duration_from_nanos(ns_to_fill(self.credit_cap, self.credit_rate()));
+        fill.saturating_mul(MARGIN_HALF_LIFE_FILLS)
+            .max(MARGIN_MIN_HALF_LIFE)
+    }
+
+    fn margin_scaled(&self, now: u64) -> i128 {
+        if self.margin <= 0 {
+            return 0;
+        }
+        let calm = now.saturating_sub(self.margin_at);
+        let half_life = self.margin_half_life().as_nanos().max(1) as f64;
+        // Deterministic (the same inputs give the same margin on every
+        // replica); below one unit it is gone.
+        let m = (self.margin as f64) * (-(calm as f64) / half_life).exp2();
+        if m < SCALE as f64 {
+            0
+        } else {
+            m as i128
+        }
+    }
+
+    /// The learned margin now, in whole units (the nearest: a margin is
+    /// learned against a [`CreditMark`], a hair below the credit).
+    pub fn margin(&self, now: Instant) -> u64 {
+        u64::try_from((self.margin_scaled(ns(now)) + SCALE / 2) / SCALE).unwrap_or(0)
+    }
+
+    /// A 429 on this dimension for the request whose take left `mark` (the
+    /// credit after it) and that needed `amount`: the provider's level was
+    /// below `amount` when it took the request. When the credit then held
+    /// `amount` or more, the model was wrong — a surprise:
+    ///
+    /// * the credit is lowered at once to the evidence, `amount − 1` at the
+    ///   send (then as [`sync`](Self::sync) lowers it: a correction, views
+    ///   taken before it count it);
+    /// * the margin grows by what the model believed beyond the truth (at
+    ///   least a sixteenth of the capacity), at most to half the capacity.
+    ///
+    /// Returns the over-belief in whole units (at least 1), or `None` when
+    /// the credit already held less than `amount` (no surprise: a request
+    /// larger than the bucket, sent on a full credit, is one).
+    ///
+    /// ```
+    /// use ratewise_core::admit::bucket::Bucket;
+    /// use ratewise_core::Instant;
+    /// // 60 000 a minute, a credit of 10 000 (a 10 s bucket).
+    /// let mut b = Bucket::with_credit(60_000, 60_000, 10_000, 1000, Instant::ZERO);
+    /// assert!(b.try_take(4_000, Instant::ZERO).is_ok());
+    /// let mark = b.mark();
+    /// // The provider held less than 4 000: we believed in 10 000.
+    /// assert_eq!(b.surprise(4_000, mark, Instant::ZERO), Some(6_001));
+    /// assert_eq!(b.credit_level(Instant::ZERO), -1);
+    /// assert_eq!(b.margin(Instant::ZERO), 5_000); // half the capacity at most
+    /// ```
+    pub fn surprise(&mut self, amount: u64, mark: CreditMark, now: Instant) -> Option<u64> {
+        mark.get()?;
+        self.refill(now);
+        let want = scaled(amount);
+        let before = self.credit_then(mark).saturating_add(want);
+        if before < want.min(self.credit_cap) {
+            return None;
+        }
+        let gap = before - (want - SCALE).max(0);
+        self.credit = self.credit.saturating_sub(gap);
+        self.corrected = self.corrected.saturating_sub(gap);
+        let t = ns(now);
+        let step = (self.credit_cap / i128::from(MARGIN_STEP_SHARE)).max(SCALE);
+        let max = self.credit_cap / i128::from(MARGIN_MAX_SHARE);
+        self.margin = self.margin_scaled(t).saturating_add(gap.max(step)).min(max);
+        self.margin_at = t;
+        Some(u64::try_from((gap + SCALE - 1) / SCALE).unwrap_or(u64::MAX))
     }
 
     /// Removes `amount` regardless of the levels (may leave a debt).
@@ -418,16 +528,16 @@ impl Bucket {
     }
 
     /// Header sync: the server says `remaining` units are left. When the
-    /// local credit is above what the server can hold — `remaining + 1` (a
-    /// whole number, rounded down), or `remaining + rounding` when it is a
-    /// multiple of `rounding` — the server wins; otherwise nothing changes.
-    /// The credit is never raised, so values rounded to thousands cannot
-    /// make it oscillate. Returns whether the credit was lowered.
+    /// local credit is above the highest level that value allows read
+    /// through `rounding` (`remaining + 1` for an exact value), the server
+    /// wins; otherwise nothing changes. The credit is never raised, so
+    /// rounded values cannot make it oscillate. Returns whether the credit
+    /// was lowered.
     ///
     /// The view is compared with the credit *now*; a view taken when the
     /// request was sent is better compared with the credit then:
     /// [`sync`](Self::sync) with a [`CreditMark`].
-    pub fn sync_remaining(&mut self, remaining: u64, rounding: u64, now: Instant) -> bool {
+    pub fn sync_remaining(&mut self, remaining: u64, rounding: Rounding, now: Instant) -> bool {
         let view = ServerView {
             remaining: Some(remaining),
             until_full: None,
@@ -464,7 +574,7 @@ impl Bucket {
             remaining: None,
             until_full: Some((limit, until_full)),
         };
-        self.sync(&view, None, 0, now)
+        self.sync(&view, None, Rounding::Exact, now)
     }
 
     /// The credit now, to compare a later server view with: take it right
@@ -476,6 +586,14 @@ impl Bucket {
         // resolution of 1/14 000 of a unit, a range of ±2⁴⁵ units.
         let m = (self.credit - self.corrected) >> MARK_SHIFT;
         CreditMark(m.clamp(i128::from(i64::MIN + 1), i128::from(i64::MAX)) as i64)
+    }
+
+    /// What the credit held after the take that left `mark` (corrections
+    /// since counted), as a share of the credit capacity in per-mille:
+    /// how loaded this bucket was at that send, to compare buckets when a
+    /// 429 names no dimension.
+    pub fn room_permille(&self, mark: CreditMark) -> i128 {
+        self.credit_then(mark).saturating_mul(1000) / self.credit_cap.max(1)
     }
 
     /// The credit at `mark`, plus the corrections made since.
@@ -526,10 +644,11 @@ impl Bucket {
     /// lowest level the view allows. The credit is never raised, so
     /// nothing oscillates. Returns whether it was lowered. The view allows:
     ///
-    /// * from a remaining `r` (a whole number, rounded down): `[r, r + 1)`;
-    ///   when `r` is a multiple of `rounding` (token counts some providers
-    ///   round to thousands) `[r, r + rounding)`. Any other value is exact,
-    ///   so a small difference is corrected rather than kept: differences
+    /// * from a remaining `r`: `[r, r + 1)` for an exact value; for a
+    ///   multiple of the rounding step, what the provider's [`Rounding`]
+    ///   allows (Anthropic's nearest thousand: `[r − 500, r + 500)`). Any
+    ///   other value is exact, so a small difference is corrected rather
+    ///   than kept: differences
     ///   the size of a second of refill otherwise pile up unseen, and a
     ///   client running at the edge of the limit gets 429s from them;
     /// * from a reset: the level it implies, already taken in the server's
@@ -537,6 +656,7 @@ impl Bucket {
     ///
     /// ```
     /// use ratewise_core::admit::bucket::{Bucket, ServerView};
+    /// use ratewise_core::admit::profile::Rounding::Exact;
     /// use ratewise_core::Instant;
     /// // 60 per minute; a request is sent at 0 and answered 5 s later.
     /// let mut b = Bucket::new(60, 10, Instant::ZERO);
@@ -545,18 +665,18 @@ impl Bucket {
     /// let later = Instant::from_millis(5_000);
     /// let view = ServerView { remaining: Some(59), until_full: None };
     /// // The server agreed then: nothing changes, though 59 < 60 now.
-    /// assert!(!b.sync(&view, Some(mark), 0, later));
+    /// assert!(!b.sync(&view, Some(mark), Exact, later));
     /// assert_eq!(b.credit_level(later), 60);
     /// // Another client had taken 20: the credit loses 20, not the refill.
     /// let view = ServerView { remaining: Some(39), until_full: None };
-    /// assert!(b.sync(&view, Some(mark), 0, later));
+    /// assert!(b.sync(&view, Some(mark), Exact, later));
     /// assert_eq!(b.credit_level(later), 40);
     /// ```
     pub fn sync(
         &mut self,
         view: &ServerView,
         mark: Option<CreditMark>,
-        rounding: u64,
+        rounding: Rounding,
         now: Instant,
     ) -> bool {
         let Some((lo, hi)) = view.range(rounding, self.credit_cap) else {
@@ -586,16 +706,17 @@ impl Bucket {
     ///
     /// ```
     /// use ratewise_core::admit::bucket::{Bucket, ServerView};
+    /// use ratewise_core::admit::profile::Rounding::Exact;
     /// use ratewise_core::Instant;
     /// let mut b = Bucket::new(60, 10, Instant::ZERO);
     /// assert!(b.try_take(2, Instant::ZERO).is_ok());
     /// let mark = b.mark(); // 58
     /// let view = |r| ServerView { remaining: Some(r), until_full: None };
-    /// assert_eq!(b.surplus(&view(58), mark, 0), Some(0));
-    /// assert_eq!(b.surplus(&view(59), mark, 0), Some(1));
-    /// assert_eq!(b.surplus(&view(40), mark, 0), Some(0));
+    /// assert_eq!(b.surplus(&view(58), mark, Exact), Some(0));
+    /// assert_eq!(b.surplus(&view(59), mark, Exact), Some(1));
+    /// assert_eq!(b.surplus(&view(40), mark, Exact), Some(0));
     /// ```
-    pub fn surplus(&self, view: &ServerView, mark: CreditMark, rounding: u64) -> Option<u64> {
+    pub fn surplus(&self, view: &ServerView, mark: CreditMark, rounding: Rounding) -> Option<u64> {
         let (lo, _) = view.range(rounding, self.credit_cap)?;
         let then = self.credit_then(mark);
         let over = (lo - then).max(0);
@@ -648,13 +769,25 @@ pub(crate) struct BucketRecord {
     credit: String,
     corrected: String,
     updated: i64,
+    /// The learned margin (scaled units) as of `margin_at` (Unix ns).
+    /// Record version 3; an older record has none.
+    #[serde(default = "zero_string")]
+    margin: String,
+    #[serde(default)]
+    margin_at: i64,
+}
+
+fn zero_string() -> String {
+    "0".to_owned()
 }
 
 impl Bucket {
     /// The record of this bucket; `shift`: Unix nanoseconds of the origin.
     pub(crate) fn to_record(&self, shift: i128) -> BucketRecord {
-        let updated = (i128::from(self.updated) + shift)
-            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        let unix = |t: u64| {
+            (i128::from(t) + shift).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+        };
+        let updated = unix(self.updated);
         BucketRecord {
             limit: self.limit,
             capacity: self.capacity,
@@ -664,12 +797,15 @@ impl Bucket {
             credit: self.credit.to_string(),
             corrected: self.corrected.to_string(),
             updated,
+            margin: self.margin.to_string(),
+            margin_at: unix(self.margin_at),
         }
     }
 
     /// A bucket from its record (`None` when the record is malformed).
     pub(crate) fn from_record(r: &BucketRecord, shift: i128) -> Option<Bucket> {
-        let updated = u64::try_from((i128::from(r.updated) - shift).max(0)).unwrap_or(u64::MAX);
+        let local = |t: i64| u64::try_from((i128::from(t) - shift).max(0)).unwrap_or(u64::MAX);
+        let updated = local(r.updated);
         let mut b = Bucket {
             limit: r.limit.clamp(1, MAX_LIMIT),
             capacity: r.capacity.max(1),
@@ -681,9 +817,15 @@ impl Bucket {
             level: r.level.parse().ok()?,
             credit: r.credit.parse().ok()?,
             corrected: r.corrected.parse().ok()?,
+            margin: r.margin.parse().ok()?,
+            margin_at: local(r.margin_at),
             updated,
         };
         b.recompute();
+        // Never more than this controller would keep.
+        b.margin = b
+            .margin
+            .clamp(0, b.credit_cap / i128::from(MARGIN_MAX_SHARE));
         // A record is read from outside the process: a debt deeper than
         // ten minutes of refill is not something this controller ever
         // writes, and is cut to it rather than blocking the key for good.
@@ -756,26 +898,48 @@ mod tests {
 
     #[test]
     fn sync_only_lowers_and_reads_rounded_values_as_ranges() {
+        let down = Rounding::Down(1000);
         let mut b = Bucket::new(600_000, 10_000, ms(0));
         // A multiple of 1 000 may be rounded down: up to 599 999 — the
         // credit of 600 000 is above it by one, so it goes.
-        assert!(b.sync_remaining(599_000, 1000, ms(0)));
+        assert!(b.sync_remaining(599_000, down, ms(0)));
         assert_eq!(b.credit_level(ms(0)), 599_000);
-        assert!(!b.sync_remaining(599_000, 1000, ms(0)));
-        assert!(b.sync_remaining(5_000, 1000, ms(0)));
+        assert!(!b.sync_remaining(599_000, down, ms(0)));
+        assert!(b.sync_remaining(5_000, down, ms(0)));
         assert_eq!(b.level(ms(0)), 5_000);
         // Higher views never raise it.
-        assert!(!b.sync_remaining(5_999, 1000, ms(0)));
-        assert!(!b.sync_remaining(8_000, 1000, ms(0)));
+        assert!(!b.sync_remaining(5_999, down, ms(0)));
+        assert!(!b.sync_remaining(8_000, down, ms(0)));
         // 4 000 may be anything up to 4 999: the credit of 5 000 is above.
-        assert!(b.sync_remaining(4_000, 1000, ms(0)));
+        assert!(b.sync_remaining(4_000, down, ms(0)));
         assert_eq!(b.level(ms(0)), 4_000);
         // Anything else is exact: 3 950 lowers by 50.
-        assert!(b.sync_remaining(3_950, 1000, ms(0)));
+        assert!(b.sync_remaining(3_950, down, ms(0)));
         assert_eq!(b.level(ms(0)), 3_950);
         // The same view again: the credit is inside [3 950, 3 951).
-        assert!(!b.sync_remaining(3_950, 1000, ms(0)));
+        assert!(!b.sync_remaining(3_950, down, ms(0)));
         assert_eq!(b.level(ms(0)), 3_950);
+    }
+
+    #[test]
+    fn a_value_rounded_to_the_nearest_thousand_is_read_on_both_sides() {
+        let nearest = Rounding::Nearest(1000);
+        let mut b = Bucket::new(60_000, 60_000, ms(0));
+        assert!(b.try_take(57_600, ms(0)).is_ok());
+        // 2 400 left; the provider reports 2 000 (the truth in [1 500,
+        // 2 500)): the model is inside, nothing changes.
+        assert!(!b.sync_remaining(2_000, nearest, ms(0)));
+        assert_eq!(b.credit_level(ms(0)), 2_400);
+        // Read as rounded down the same 2 000 would have allowed up to
+        // 2 999 and let a model 500 too high stand; read as nearest, 3 000
+        // reported for a truth of 2 600 is no reason to raise anything.
+        assert!(!b.sync_remaining(3_000, nearest, ms(0)));
+        // A model above the range goes to its lowest level.
+        assert!(b.sync_remaining(1_000, nearest, ms(0)));
+        assert_eq!(b.credit_level(ms(0)), 500);
+        // 0 is [0, 500): never below empty.
+        assert!(b.sync_remaining(0, nearest, ms(0)));
+        assert_eq!(b.credit_level(ms(0)), 0);
     }
 
     #[test]
@@ -793,9 +957,9 @@ mod tests {
         // lower and would cost those 2 000; read against the send, it
         // agrees and nothing changes.
         let mut stale = b.clone();
-        assert!(stale.sync(&view, None, 1000, ms(2_000)));
+        assert!(stale.sync(&view, None, Rounding::Down(1000), ms(2_000)));
         assert_eq!(stale.credit_level(ms(2_000)), 50_000);
-        assert!(!b.sync(&view, Some(mark), 1000, ms(2_000)));
+        assert!(!b.sync(&view, Some(mark), Rounding::Down(1000), ms(2_000)));
         assert_eq!(b.credit_level(ms(2_000)), 52_000);
         // Another client had taken 3 210 before our request reached the
         // server: the credit loses 3 210, not the refill.
@@ -803,7 +967,7 @@ mod tests {
             remaining: Some(46_790),
             until_full: None,
         };
-        assert!(b.sync(&view, Some(mark), 1000, ms(2_000)));
+        assert!(b.sync(&view, Some(mark), Rounding::Down(1000), ms(2_000)));
         assert_eq!(b.credit_level(ms(2_000)), 48_790);
     }
 
@@ -881,7 +1045,7 @@ mod tests {
     #[test]
     fn sync_lowers_the_credit_only_and_a_cut_keeps_it() {
         let mut b = Bucket::with_credit(600, 50, 600, 1200, ms(0));
-        assert!(b.sync_remaining(100, 0, ms(0)));
+        assert!(b.sync_remaining(100, Rounding::Exact, ms(0)));
         assert_eq!(b.credit_level(ms(0)), 100);
         assert_eq!(b.level(ms(0)), 50);
         b.set_permille(100, ms(0));

@@ -5,6 +5,7 @@ use super::bucket::{capacity_for, Bucket, CreditMark, ServerView};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
+use super::profile::{Profile, Rounding};
 use super::ramp::{Ramp, RampConfig};
 use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, ReservationId, Sent, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
@@ -61,11 +62,12 @@ pub struct Config {
     /// Up to this much is added to a pause for each waiting job, so
     /// released jobs do not stampede (default 500 ms).
     pub pause_jitter: Duration,
-    /// Rounding of token `remaining` values: one that is a multiple of this
-    /// may have been rounded down by up to this many tokens (providers
-    /// round them to thousands), so it is read as a range; any other value
-    /// is exact (default 1000).
-    pub token_dead_band: u64,
+    /// Learn from surprises (default on): a 429 on a dimension the model
+    /// believed had room lowers the credit to what the 429 proves and grows
+    /// a margin kept free in that bucket ([`Bucket::surprise`]). Off, a
+    /// 429 teaches only through its headers and its hint (the behaviour
+    /// before margins existed; for comparisons).
+    pub learn_margins: bool,
     /// Seed of the jitter source: `None` (the default) draws one from the
     /// operating system's entropy when the controller is built, so replicas
     /// of a fleet spread their jitter; a fixed seed makes every decision
@@ -89,7 +91,7 @@ impl Default for Config {
             output: Arc::new(MaxTokens::default()),
             lease: Duration::from_secs(600),
             pause_jitter: Duration::from_millis(500),
-            token_dead_band: 1000,
+            learn_margins: true,
             seed: None,
         }
     }
@@ -255,12 +257,65 @@ pub struct ScopeSnapshot {
     /// Whole units of the provider's credit, as modelled, in each bucket:
     /// what header sync corrects.
     pub credits: [Option<i64>; 4],
+    /// The learned margin of each bucket, in whole units: kept free in the
+    /// credit beyond each request's amount, because 429s showed the model
+    /// above the provider's level.
+    pub margins: [Option<u64>; 4],
+    /// 429s on a dimension the model believed had room (surprises), per
+    /// bucket, since the scope was created in this process.
+    pub surprises: [u64; 4],
+    /// The credit capacity of each bucket: what the provider's bucket is
+    /// taken to hold.
+    pub capacities: [Option<u64>; 4],
+    /// Output tokens the last admitted request reserved (its `max_tokens`,
+    /// which the providers charge when a request starts).
+    pub output_reserved: Option<u64>,
     /// Ramp factor, per-mille.
     pub ramp_permille: u32,
     /// Pause end.
     pub paused_until: Option<Instant>,
     /// The key's stop.
     pub stopped: Option<Stop>,
+}
+
+impl ScopeSnapshot {
+    /// Advice a user can act on where the provider's own rule binds rather
+    /// than ratewise: a request's `max_tokens` is charged in full when it
+    /// starts (Anthropic: "estimated based on `max_tokens` at the
+    /// beginning", see [`Profile`]), so when one reservation takes half the
+    /// output bucket or more, at most one or two requests fit at once and
+    /// the output limit is reached in reservations, not in tokens
+    /// generated. `None` when nothing binds that way.
+    ///
+    /// ```
+    /// # use ratewise_core::admit::{ScopeSnapshot, Limits};
+    /// # let mut s = ScopeSnapshot {
+    /// #     key: "k".into(), class: "c".into(), limits: Limits::NONE,
+    /// #     levels: [None; 4], credits: [None; 4], margins: [None; 4],
+    /// #     surprises: [0; 4], capacities: [None, None, Some(1_667), None],
+    /// #     output_reserved: Some(1_024), ramp_permille: 1000,
+    /// #     paused_until: None, stopped: None,
+    /// # };
+    /// let advice = s.advice().unwrap();
+    /// assert!(advice.contains("max_tokens 1024"), "{advice}");
+    /// s.output_reserved = Some(400);
+    /// assert_eq!(s.advice(), None);
+    /// ```
+    pub fn advice(&self) -> Option<String> {
+        let cap = self.capacities[2]?;
+        let reserved = self.output_reserved?;
+        if cap == 0 || reserved.saturating_mul(2) < cap {
+            return None;
+        }
+        let fit = cap / reserved.max(1);
+        Some(format!(
+            "max_tokens {reserved} reserves {}% of the output bucket ({cap} tokens): the provider \
+             charges max_tokens when a request starts, so {fit} request(s) fit at once and the \
+             output limit binds on reservations, not on tokens generated; a max_tokens closer \
+             to the outputs you expect sends more at a time",
+            reserved.saturating_mul(100) / cap
+        ))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -298,6 +353,10 @@ struct ScopeState {
     /// The learned time from a send to its answer's head, non-streamed
     /// `[0]` and streamed `[1]`: quick to rise, slow to fall.
     head_latency: [Option<Duration>; 2],
+    /// Surprises per bucket (see [`ScopeSnapshot::surprises`]).
+    surprises: [u64; 4],
+    /// See [`ScopeSnapshot::output_reserved`].
+    output_reserved: Option<u64>,
 }
 
 /// The margin kept before the caller's deadline beyond the expected time
@@ -486,6 +545,8 @@ impl Controller {
             probe: None,
             heard: false,
             head_latency: [None; 2],
+            surprises: [0; 4],
+            output_reserved: None,
         };
         rebuild_buckets(&mut st, self.cfg.burst, self.share_permille, Instant::ZERO);
         let id = self.scopes.len() as u32;
@@ -620,6 +681,7 @@ impl Controller {
             self.retry.record_first(t);
         }
         let id = self.slab.insert(req.target.scope, amounts, cost, t);
+        s.output_reserved = Some(amounts.output);
         if probing {
             s.probe = Some(id);
         }
@@ -849,8 +911,9 @@ impl Controller {
     }
 
     /// Header sync: learns `*-limit` values and lowers local credits to the
-    /// server's view where it is lower (a token count that is a multiple of
-    /// [`Config::token_dead_band`] is read as rounded down). The server's
+    /// server's view where it is lower (every value read as the provider
+    /// documents it: its [`Profile`], e.g. Anthropic's token counts rounded
+    /// to the nearest thousand). The server's
     /// view is the lower of
     ///
     /// * its `*-remaining`, and
@@ -865,8 +928,8 @@ impl Controller {
     /// nothing oscillates. A reset that has passed (or is "now"), or is
     /// further away than [`RESET_HORIZON`] (more than a per-minute bucket
     /// needs to refill: a per-day limit, a wrong clock, garbage), is
-    /// ignored; [`RESET_SLACK`] is given to the server's benefit for
-    /// whole-second timestamps and clock skew.
+    /// ignored; a whole-second reset is read in the server's favour by the
+    /// second it may be off ([`Profile::reset_uncertainty`]).
     pub fn sync_headers(
         &mut self,
         scope: ScopeId,
@@ -913,7 +976,14 @@ impl Controller {
         let t = now.instant;
         let burst = self.cfg.burst;
         let share = self.share_permille;
-        let band = self.cfg.token_dead_band;
+        let profile = Profile::of(provider);
+        let rounding = |d: Dimension| {
+            if d == Dimension::Requests {
+                Rounding::Exact
+            } else {
+                profile.token_remaining
+            }
+        };
         let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
             return;
         };
@@ -940,8 +1010,9 @@ impl Controller {
             let i = index(d);
             let w = snap.window(d);
             let limit = w.limit.or_else(|| merged.get(d)).filter(|l| *l > 0);
-            let until_full = w.reset.and_then(|r| reset_wait(r, view_wall));
-            if let Some(seen) = capacity_evidence(w.remaining, until_full, limit, charged, d) {
+            let until_full = w.reset.and_then(|r| reset_wait(r, view_wall, profile));
+            let lowest = w.remaining.map(|r| rounding(d).range(r).0);
+            if let Some(seen) = capacity_evidence(lowest, until_full, limit, charged, d) {
                 if seen > s.seen[i] {
                     grown[i] = seen - s.seen[i];
                     s.seen[i] = seen;
@@ -972,12 +1043,15 @@ impl Controller {
             let w = snap.window(d);
             let view = ServerView {
                 remaining: w.remaining,
-                until_full: w.reset.and_then(|r| reset_wait(r, view_wall)).map(|until| {
-                    let limit = w.limit.filter(|l| *l > 0).unwrap_or(b.limit());
-                    (limit, until)
-                }),
+                until_full: w
+                    .reset
+                    .and_then(|r| reset_wait(r, view_wall, profile))
+                    .map(|until| {
+                        let limit = w.limit.filter(|l| *l > 0).unwrap_or(b.limit());
+                        (limit, until)
+                    }),
             };
-            let dead_band = if d == Dimension::Requests { 0 } else { band };
+            let dead_band = rounding(d);
             // An error answer's view does not count the request itself.
             let mark = sent.and_then(|x| {
                 let own = if charged { 0 } else { x.amounts.by_index(i) };
@@ -1017,6 +1091,36 @@ impl Controller {
         if let Some(x) = sent {
             self.refund_unconfirmed(x, surplus, t);
         }
+    }
+
+    /// A 429 on the request admitted as `sent` is evidence: the provider's
+    /// level on the dimension it names (with none named, or one this scope
+    /// has no bucket for, the bucket that was most loaded at the send) was
+    /// below this request's charge there. When the model believed it had
+    /// room, the bucket learns from it ([`Bucket::surprise`]: the credit
+    /// lowered at once, a margin kept from then on) and the surprise is
+    /// counted. Returns the dimension and how many units the model was
+    /// over, for a surprise.
+    fn surprise(
+        &mut self,
+        sent: &Sent,
+        named: Option<Dimension>,
+        now: Now,
+    ) -> Option<(Dimension, u64)> {
+        let s = self.scopes.get_mut(sent.scope.0 as usize)?;
+        let has = |i: usize| s.buckets[i].is_some() && sent.marks[i].get().is_some();
+        let i = match named.map(index) {
+            Some(i) if has(i) => i,
+            _ => (0..4).filter(|i| has(*i)).min_by_key(|i| {
+                s.buckets[*i]
+                    .as_ref()
+                    .map_or(i128::MAX, |b| b.room_permille(sent.marks[*i]))
+            })?,
+        };
+        let b = s.buckets[i].as_mut()?;
+        let over = b.surprise(sent.amounts.by_index(i), sent.marks[i], now.instant)?;
+        s.surprises[i] = s.surprises[i].saturating_add(1);
+        Some((DIMENSIONS[i], over))
     }
 
     /// An outcome held as unknown keeps its worst case, in case the server
@@ -1176,6 +1280,20 @@ impl Controller {
                 s.learn_head_latency(took, sent.streamed);
             }
         }
+        // The 429 itself first: what it proves, then what its headers say.
+        let mut surprised = None;
+        if let (Cause::RateLimited, Some(sent), true) = (c.cause, sent, self.cfg.learn_margins) {
+            surprised = self.surprise(sent, c.dimension, now);
+            if let Some((dim, over)) = surprised {
+                d.notes.push(
+                    format!(
+                        "admission: {} 429 where {over} more were believed free; margin learned",
+                        dim.as_str()
+                    )
+                    .into(),
+                );
+            }
+        }
         if !c.hints.ratelimit.is_empty() {
             // Only a success was charged; an error answer's view is of the
             // bucket without it.
@@ -1199,12 +1317,18 @@ impl Controller {
         match c.cause {
             Cause::RateLimited => {
                 if let Some(until) = hint_end {
-                    // The answer's own view corrected those credits.
+                    // The answer's own view corrected those credits, and
+                    // a surprise corrected its bucket to what the 429
+                    // proves: their pace alone is held to the hint, so the
+                    // wait is the longer of the hint and the evidence.
                     let mut synced = [false; 4];
                     for d in DIMENSIONS {
                         let w = c.hints.ratelimit.window(d);
                         synced[index(d)] = headers_describe(d, c.provider)
                             && (w.remaining.is_some() || w.reset.is_some());
+                    }
+                    if let Some((dim, _)) = surprised {
+                        synced[index(dim)] = true;
                     }
                     for s in &affected {
                         let own = if *s == scope { synced } else { [false; 4] };
@@ -1387,6 +1511,7 @@ impl Controller {
             })
             .collect();
         Some(super::KeyRecord {
+            format: super::record::RECORD_FORMAT,
             key: ks.name.clone(),
             stop: ks.stop.as_ref().map(StopRecord::of),
             scopes,
@@ -1513,9 +1638,13 @@ impl Controller {
         let s = self.scopes.get_mut(scope.0 as usize)?;
         let mut levels = [None; 4];
         let mut credits = [None; 4];
+        let mut margins = [None; 4];
+        let mut capacities = [None; 4];
         for (i, b) in s.buckets.iter_mut().enumerate() {
             levels[i] = b.as_mut().map(|b| b.level(now.instant));
             credits[i] = b.as_mut().map(|b| b.credit_level(now.instant));
+            margins[i] = b.as_ref().map(|b| b.margin(now.instant));
+            capacities[i] = b.as_ref().map(Bucket::credit_capacity);
         }
         let key = &self.keys[s.key as usize];
         Some(ScopeSnapshot {
@@ -1524,6 +1653,10 @@ impl Controller {
             limits: Limits::combine(&s.configured, &s.learned),
             levels,
             credits,
+            margins,
+            surprises: s.surprises,
+            capacities,
+            output_reserved: s.output_reserved,
             ramp_permille: s.ramp.permille(),
             paused_until: s.paused_until.filter(|p| *p > now.instant),
             stopped: key.stop.filter(|st| !st.expired(now.instant)),
@@ -1539,18 +1672,18 @@ pub use super::bucket::EDGE_MARGIN;
 /// a few seconds for clock skew).
 pub const RESET_HORIZON: Duration = Duration::from_secs(65);
 
-/// Taken off every `*-reset` wait in the server's favour: Anthropic's
-/// resets are whole-second RFC 3339 instants, and the wall clocks differ.
-pub const RESET_SLACK: Duration = Duration::from_secs(1);
-
 /// How long until the server's bucket is full, when the reset is usable:
 /// `None` when it has passed (or is now) or lies beyond [`RESET_HORIZON`].
-fn reset_wait(r: Reset, wall: SystemTime) -> Option<Duration> {
+/// Taken in the server's favour by as much as the value may be off
+/// ([`Profile::reset_uncertainty`]: a second for a whole-second value, a
+/// millisecond for one with sub-second digits) — never a fixed second,
+/// which on a 5 s bucket is a fifth of it.
+fn reset_wait(r: Reset, wall: SystemTime, profile: &Profile) -> Option<Duration> {
     let wait = r.wait_from(wall);
     if wait.is_zero() || wait > RESET_HORIZON {
         return None;
     }
-    Some(wait.saturating_sub(RESET_SLACK))
+    Some(wait.saturating_sub(profile.reset_uncertainty(r)))
 }
 
 fn wait_or_refuse(until: Instant, reason: WaitReason, deadline: Option<Instant>) -> Admission {
@@ -1726,12 +1859,14 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Ins
 
 /// What one view shows of the provider's bucket capacity, a lower bound:
 ///
-/// * the server held at least its `remaining`, plus the request itself in
+/// * the server held at least the lowest level its `remaining` allows
+///   (read through the provider's rounding: Anthropic's 12,000 is at least
+///   11,500), plus the request itself in
 ///   the requests bucket when the view counts it (tokens are not added:
 ///   what the server has charged for them by then — an estimate from
 ///   `max_tokens`, the input as it counts it — is not known);
-/// * with a reset, `remaining` plus the refill until the bucket is full
-///   again (`until_full` already has [`RESET_SLACK`] taken off in the
+/// * with a reset and a level above zero, `remaining` plus the refill until
+///   the bucket is full again (a level of zero may be a debt) (`until_full` already has the reset's uncertainty taken off in the
 ///   server's favour, which also covers clock skew and the upload time
 ///   between the admission and the server's view).
 ///
@@ -1747,6 +1882,10 @@ fn capacity_evidence(
     let r = remaining?;
     let own = u64::from(charged && d == Dimension::Requests);
     let refill = match (until_full, limit) {
+        // A bucket that may be empty may be in debt (a request larger than
+        // it was admitted on a full bucket): its reset counts the debt's
+        // refill too, and says nothing of the capacity.
+        (Some(_), Some(_)) if r == 0 => 0,
         (Some(u), Some(l)) => {
             let units = u128::from(l) * u.as_nanos() / super::bucket::NS_PER_MIN;
             u64::try_from(units).unwrap_or(u64::MAX)

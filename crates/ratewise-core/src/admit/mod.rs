@@ -9,6 +9,8 @@
 //! * [`Limits`] — per-minute limits, configured or learned from headers.
 //! * [`ModelClasses`] — which models share a bucket.
 //! * [`estimate`] — input and output estimates before a send.
+//! * [`profile`] — what each provider documents about its signals, with
+//!   the sources quoted.
 //! * [`Reservation`] and [`Ledger`] — reservations and their ledger
 //!   (every one ended, none ended twice).
 //! * the ramp ([`RampConfig`]), the retry budget, the spend budget and
@@ -50,6 +52,7 @@ mod controller;
 pub mod estimate;
 mod limits;
 mod model_class;
+pub mod profile;
 mod ramp;
 mod record;
 mod reservation;
@@ -61,13 +64,14 @@ mod store;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
-    WaitReason, EDGE_MARGIN, PROBE_RECHECK, RESET_HORIZON, RESET_SLACK,
+    WaitReason, EDGE_MARGIN, PROBE_RECHECK, RESET_HORIZON,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
 pub use model_class::ModelClasses;
+pub use profile::{Profile, Rounding};
 pub use ramp::RampConfig;
-pub use record::KeyRecord;
+pub use record::{KeyRecord, RECORD_FORMAT};
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
 pub use retry_budget::{RetryBudgetConfig, SLOTS as RETRY_BUDGET_SLOTS};
 pub use shared::Shared;

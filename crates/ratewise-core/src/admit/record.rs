@@ -35,13 +35,32 @@ use std::time::{Duration, SystemTime};
 /// [`Controller::import_key`](super::Controller::import_key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
+    /// The record's format ([`RECORD_FORMAT`] when written by this
+    /// version; 1 for records written before the field existed). A reader
+    /// ignores fields it does not know, so an older process reads a newer
+    /// record and keeps what it understands.
+    #[serde(default = "format_one")]
+    pub(crate) format: u32,
     /// The key's name as state is kept under it (its group's, when grouped).
     pub(crate) key: String,
     pub(crate) stop: Option<StopRecord>,
     pub(crate) scopes: Vec<ScopeRecord>,
 }
 
+/// The format of the records this version writes: 2 added each bucket's
+/// learned margin (`margin`, `margin_at`).
+pub const RECORD_FORMAT: u32 = 2;
+
+fn format_one() -> u32 {
+    1
+}
+
 impl KeyRecord {
+    /// The record's format (see [`RECORD_FORMAT`]).
+    pub fn format(&self) -> u32 {
+        self.format
+    }
+
     /// The key (or group) it belongs to.
     pub fn key(&self) -> &str {
         &self.key
