@@ -366,6 +366,26 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "short-buckets-2s.json",
         include_str!("../../../scenarios/short-buckets-2s.json"),
     ),
+    (
+        "cold-key-5s.json",
+        include_str!("../../../scenarios/cold-key-5s.json"),
+    ),
+    (
+        "anthropic-tier1.json",
+        include_str!("../../../scenarios/anthropic-tier1.json"),
+    ),
+    (
+        "bias-remaining-high.json",
+        include_str!("../../../scenarios/bias-remaining-high.json"),
+    ),
+    (
+        "bias-capacity-short.json",
+        include_str!("../../../scenarios/bias-capacity-short.json"),
+    ),
+    (
+        "bias-second-client.json",
+        include_str!("../../../scenarios/bias-second-client.json"),
+    ),
 ];
 
 impl Scenario {
