@@ -21,6 +21,13 @@
 //! The level also goes below zero when an end-of-request correction
 //! charges more than was reserved (the provider's rule for output tokens),
 //! and when a rejected request is charged (`MockConfig::count_rejected`).
+//!
+//! **Biases** ([`Bucket::biased`], `MockConfig::bias`): a bucket may really
+//! hold less than its headers imply (a *shortfall*: [`Bucket::shown_remaining`]
+//! adds what is missing), and a second client on the key may take a share
+//! of the refill while the level is above zero (an *other client*). Both
+//! change the true state, so admission, [`Bucket::wait_for`] and
+//! [`Bucket::until_full`] account for them.
 
 use ratewise_core::Instant;
 use std::time::Duration;
@@ -35,7 +42,14 @@ pub const MINUTE_SECS: f64 = 60.0;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bucket {
     limit: u64,
+    /// What the bucket really holds when full.
     capacity: f64,
+    /// What the headers add to the level: the capacity they imply minus
+    /// the real one (0 without a shortfall).
+    shown_extra: f64,
+    /// Share of the refill a second client takes while the level is above
+    /// zero (0 without one).
+    other_share: f64,
     level: f64,
     at: Instant,
 }
@@ -67,9 +81,45 @@ impl Bucket {
         Bucket {
             limit,
             capacity,
+            shown_extra: 0.0,
+            other_share: 0.0,
             level: capacity,
             at: now,
         }
+    }
+
+    /// This (full, unused) bucket with the biases of `MockConfig::bias`:
+    /// it really holds `(1 − shortfall)` of its capacity, while
+    /// [`Bucket::shown_remaining`] reports as if it held all of it; and a
+    /// second client takes `other_share` of the refill while the level is
+    /// above zero (only what is there: none of a debt's payback). Shares
+    /// are clamped to `[0, MAX_SHARE]` (0.99), a value that is not finite meaning 0.
+    ///
+    /// ```
+    /// use ratewise_core::Instant;
+    /// use ratewise_mock::bucket::Bucket;
+    /// let t0 = Instant::ZERO;
+    /// // 120 per minute over 10 s: 20 implied, 16 real
+    /// let mut b = Bucket::with_capacity_secs(120, 10.0, t0).biased(0.2, 0.0);
+    /// assert_eq!((b.remaining(t0), b.shown_remaining(t0)), (16, 20));
+    /// b.take(16, t0);
+    /// assert!(!b.fits(1, t0));
+    /// assert_eq!(b.shown_remaining(t0), 4); // the headers still offer 4
+    /// ```
+    pub fn biased(mut self, shortfall: f64, other_share: f64) -> Self {
+        let share = |x: f64| {
+            if x.is_finite() && x > 0.0 {
+                x.min(crate::config::MAX_SHARE)
+            } else {
+                0.0
+            }
+        };
+        let implied = self.capacity;
+        self.capacity = implied * (1.0 - share(shortfall));
+        self.shown_extra = implied - self.capacity;
+        self.other_share = share(other_share);
+        self.level = self.capacity;
+        self
     }
 
     /// The per-minute limit.
@@ -77,7 +127,7 @@ impl Bucket {
         self.limit
     }
 
-    /// What the bucket holds when full (may be fractional).
+    /// What the bucket really holds when full (may be fractional).
     pub fn capacity(&self) -> f64 {
         self.capacity
     }
@@ -86,10 +136,32 @@ impl Bucket {
         self.limit as f64 / MINUTE_SECS
     }
 
+    /// The refill left to this key while the level is above zero.
+    fn net_per_sec(&self) -> f64 {
+        self.per_sec() * (1.0 - self.other_share)
+    }
+
     fn refill(&mut self, now: Instant) {
         if now > self.at {
-            let dt = (now - self.at).as_secs_f64();
-            self.level = (self.level + dt * self.per_sec()).min(self.capacity);
+            let mut dt = (now - self.at).as_secs_f64();
+            if self.other_share > 0.0 && self.level < 0.0 {
+                // A debt is paid back at the full rate: the other client
+                // takes only what is there.
+                let to_zero = -self.level / self.per_sec();
+                if dt <= to_zero {
+                    self.level += dt * self.per_sec();
+                    dt = 0.0;
+                } else {
+                    self.level = 0.0;
+                    dt -= to_zero;
+                }
+            }
+            let rate = if self.other_share > 0.0 {
+                self.net_per_sec()
+            } else {
+                self.per_sec()
+            };
+            self.level = (self.level + dt * rate).min(self.capacity);
             self.at = now;
         }
     }
@@ -100,10 +172,18 @@ impl Bucket {
         (amount as f64).min(self.capacity)
     }
 
-    /// Whole units available at `now` (never negative).
+    /// Whole units available at `now` (never negative): the truth.
     pub fn remaining(&mut self, now: Instant) -> u64 {
         self.refill(now);
         self.level.max(0.0).floor() as u64
+    }
+
+    /// Whole units the headers report at `now` (never negative): the true
+    /// level plus what a capacity shortfall hides ([`Bucket::biased`]);
+    /// the same as [`Bucket::remaining`] without one.
+    pub fn shown_remaining(&mut self, now: Instant) -> u64 {
+        self.refill(now);
+        (self.level + self.shown_extra).max(0.0).floor() as u64
     }
 
     /// Time until a cost of `amount` fits (an amount above the capacity
@@ -113,25 +193,38 @@ impl Bucket {
         if self.limit == 0 && amount > 0 {
             return MAX_WAIT;
         }
-        let need = self.need(amount) - self.level;
-        self.wait_secs(need)
+        self.wait_secs(self.need(amount))
     }
 
     /// Time until the bucket is full again (at most `capacity_secs`, more
-    /// while it is paying back a debt).
+    /// while it is paying back a debt or a second client shares the
+    /// refill). With a capacity shortfall this is also when the full-size
+    /// bucket the headers describe would be full.
     pub fn until_full(&mut self, now: Instant) -> Duration {
         self.refill(now);
-        self.wait_secs(self.capacity - self.level)
+        self.wait_secs(self.capacity)
     }
 
-    fn wait_secs(&self, need: f64) -> Duration {
+    /// Time until the (refilled) level reaches `target`.
+    fn wait_secs(&self, target: f64) -> Duration {
+        let need = target - self.level;
         if need <= 0.0 {
             return Duration::ZERO;
         }
         if self.limit == 0 {
             return MAX_WAIT;
         }
-        Duration::try_from_secs_f64(need / self.per_sec())
+        let secs = if self.other_share == 0.0 {
+            need / self.per_sec()
+        } else if self.level >= 0.0 {
+            need / self.net_per_sec()
+        } else if target <= 0.0 {
+            need / self.per_sec()
+        } else {
+            // The debt at the full rate, then the rest at the net rate.
+            -self.level / self.per_sec() + target / self.net_per_sec()
+        };
+        Duration::try_from_secs_f64(secs)
             .unwrap_or(MAX_WAIT)
             .min(MAX_WAIT)
     }

@@ -21,6 +21,7 @@
 //! ```
 
 use crate::faults::FaultRule;
+use ratewise_core::{Dimension, Provider};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -54,12 +55,30 @@ pub struct MockConfig {
     /// again. A cost above a bucket's capacity is admitted by a full bucket
     /// and leaves a debt (see [`crate::bucket`]). A value that is not a
     /// positive finite number means 60; at most 86 400 (a day).
+    ///
+    /// **A choice, not a documented value.** Anthropic documents a token
+    /// bucket ("your capacity is continuously replenished up to your
+    /// maximum limit") and that "a rate of 60 requests per minute (RPM)
+    /// might be enforced as 1 request per second"
+    /// (<https://platform.claude.com/docs/en/api/rate-limits>); OpenAI that
+    /// "Rate limits can be applied over shorter periods - for example, 1
+    /// request per second for a 60 RPM limit"
+    /// (<https://help.openai.com/en/articles/5955604-how-can-i-solve-429-too-many-requests-errors>).
+    /// Neither says how much a bucket holds, so the mock's 60 is a choice:
+    /// vary it (scenarios do) rather than trust it.
     pub capacity_seconds: f64,
     /// A request answered 429 for a rate limit (a per-minute limit or the
     /// acceleration limit) still takes a request from the requests bucket,
     /// as OpenAI documents; it is charged no tokens (default false: rejected
     /// requests cost nothing).
     pub count_rejected: bool,
+    /// What the token `*-remaining` headers show (default
+    /// [`RemainingRounding::Documented`]: Anthropic's rounded to the nearest
+    /// thousand, as Anthropic documents; OpenAI's exact).
+    pub remaining_rounding: RemainingRounding,
+    /// Departures from the documentation, to test clients against a
+    /// provider whose headers are not the whole truth (none by default).
+    pub bias: BiasConfig,
     /// Prices and the spend cap (no cap by default).
     pub spend: SpendConfig,
     /// Answer every request with 402 `billing_error` (default false;
@@ -110,6 +129,8 @@ impl Default for MockConfig {
             acceleration: None,
             capacity_seconds: 60.0,
             count_rejected: false,
+            remaining_rounding: RemainingRounding::default(),
+            bias: BiasConfig::default(),
             spend: SpendConfig::default(),
             billing_error: false,
             output_tokens: OutputRange::default(),
@@ -122,6 +143,128 @@ impl Default for MockConfig {
             max_body_bytes: 4 << 20,
             max_records: 100_000,
             max_keys: 10_000,
+        }
+    }
+}
+
+/// What the token `*-remaining` headers show. Only what the headers
+/// *say* changes: the buckets, admissions and [`crate::model::WindowView`]'s
+/// true `remaining` are the same either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RemainingRounding {
+    /// As documented (the default). Anthropic's token headers
+    /// (`anthropic-ratelimit-input-tokens-remaining`, `-output-tokens-`,
+    /// `-tokens-`) are "The number of input tokens remaining (rounded to
+    /// the nearest thousand) before being rate limited."
+    /// (<https://platform.claude.com/docs/en/api/rate-limits>, response
+    /// headers table): half up, so 1 500 shows 2 000 and 499 shows 0.
+    /// `anthropic-ratelimit-requests-remaining` is exact ("The number of
+    /// requests remaining before being rate limited."), and so is every
+    /// OpenAI header: OpenAI documents no rounding ("The remaining number
+    /// of tokens that are permitted before exhausting the rate limit.",
+    /// <https://platform.openai.com/docs/guides/rate-limits>).
+    #[default]
+    Documented,
+    /// Every header exact (the mock before issue #24): for tests that are
+    /// about something else and need exact numbers.
+    Exact,
+}
+
+impl RemainingRounding {
+    /// What a `*-remaining` header of `dimension` shows for `value` units.
+    ///
+    /// ```
+    /// use ratewise_core::{Dimension, Provider};
+    /// use ratewise_mock::RemainingRounding::{Documented, Exact};
+    /// let a = Provider::Anthropic;
+    /// assert_eq!(Documented.show(a, Dimension::OutputTokens, 1_500), 2_000);
+    /// assert_eq!(Documented.show(a, Dimension::InputTokens, 499), 0);
+    /// assert_eq!(Documented.show(a, Dimension::Requests, 499), 499);
+    /// assert_eq!(Documented.show(Provider::Openai, Dimension::Tokens, 1_500), 1_500);
+    /// assert_eq!(Exact.show(a, Dimension::OutputTokens, 1_500), 1_500);
+    /// ```
+    pub fn show(self, provider: Provider, dimension: Dimension, value: u64) -> u64 {
+        let rounded = matches!(self, RemainingRounding::Documented)
+            && provider != Provider::Openai
+            && is_token_dimension(dimension);
+        if rounded {
+            value.saturating_add(500) / 1000 * 1000
+        } else {
+            value
+        }
+    }
+}
+
+/// Input, output or combined tokens (not requests).
+pub fn is_token_dimension(dimension: Dimension) -> bool {
+    matches!(
+        dimension,
+        Dimension::InputTokens | Dimension::OutputTokens | Dimension::Tokens
+    )
+}
+
+/// Biases the providers' documentation does not describe, each off by
+/// default. They exist because a client tuned against a provider that
+/// tells the exact truth may fail against one that does not; each is a
+/// plausible way for headers to mislead.
+///
+/// Out-of-range shares are clamped, like [`MockConfig::capacity_seconds`]:
+/// not a finite number or below 0 means 0, above [`MAX_SHARE`] means
+/// [`MAX_SHARE`] (a share of 1 would leave the key nothing, or no bucket).
+///
+/// ```
+/// let cfg: ratewise_mock::MockConfig = serde_json::from_str(r#"{
+///     "bias": {"remaining_tokens_high": 400, "capacity_shortfall": 0.2, "other_client_share": 0.3}
+/// }"#).unwrap();
+/// assert_eq!(cfg.bias.remaining_tokens_high, 400);
+/// assert_eq!(ratewise_mock::BiasConfig { capacity_shortfall: 7.0, ..Default::default() }
+///     .clamped().capacity_shortfall, ratewise_mock::config::MAX_SHARE);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct BiasConfig {
+    /// Every token `*-remaining` header (input, output, combined; both
+    /// providers) reports this many tokens above the truth, before any
+    /// rounding. Requests are told exactly.
+    pub remaining_tokens_high: u64,
+    /// Share (0..1) of [`MockConfig::capacity_seconds`] every bucket lacks:
+    /// it really holds `(1 − x)` of it, while its headers imply the full
+    /// capacity. The headers are those of a full-size bucket charged like
+    /// the real one: `*-remaining` is the true level plus `x` of the full
+    /// capacity (a full bucket shows the full capacity; an empty one still
+    /// shows `x` of it), and `*-reset` is when that full-size bucket would
+    /// be full — the instant the real one is. `0.2` is "a bucket whose
+    /// capacity is 20 % below what its headers imply".
+    pub capacity_shortfall: f64,
+    /// Share (0..1) of every per-minute limit a second client on the same
+    /// key takes, continuously (0.3 = 30 % of the key's requests and
+    /// tokens per minute). It takes only what is there: while a bucket is
+    /// above zero it refills at `(1 − x)` of its rate, while it pays back a
+    /// debt at the full rate. It is seen only in the headers (`*-remaining`
+    /// and `*-reset` show the level it leaves); it sends no requests the
+    /// mock records or answers.
+    pub other_client_share: f64,
+}
+
+/// Largest [`BiasConfig`] share: a bucket keeps at least 1 % of its
+/// capacity and of its refill.
+pub const MAX_SHARE: f64 = 0.99;
+
+impl BiasConfig {
+    /// The bias with its shares made valid (see [`BiasConfig`]).
+    pub fn clamped(self) -> Self {
+        let share = |x: f64| {
+            if x.is_finite() && x > 0.0 {
+                x.min(MAX_SHARE)
+            } else {
+                0.0
+            }
+        };
+        BiasConfig {
+            remaining_tokens_high: self.remaining_tokens_high,
+            capacity_shortfall: share(self.capacity_shortfall),
+            other_client_share: share(self.other_client_share),
         }
     }
 }

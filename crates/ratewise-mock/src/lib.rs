@@ -66,7 +66,8 @@ pub mod tokens;
 
 pub use clock::TimeScale;
 pub use config::{
-    AccelerationConfig, Framing, LatencyConfig, Limits, MockConfig, OutputRange, SpendConfig,
+    AccelerationConfig, BiasConfig, Framing, LatencyConfig, Limits, MockConfig, OutputRange,
+    RemainingRounding, SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use model::{Answer, Outcome, ProviderModel, RequestMeta};

@@ -25,6 +25,13 @@
 //!   that bucket is full, the whole cost is taken and the level goes
 //!   negative: the refill pays the debt before anything else fits. So it is
 //!   never refused forever, and the long-run rate stays the limit.
+//! * **What the headers show** ([`MockConfig::remaining_rounding`]):
+//!   Anthropic's token `*-remaining` are rounded to the nearest thousand by
+//!   default, as documented; [`WindowView`] carries both the true level and
+//!   what the headers report.
+//! * **Biases the documentation does not describe** ([`MockConfig::bias`]):
+//!   headers reporting more tokens than there are, buckets smaller than
+//!   their headers imply, and a second client on the key. Off by default.
 //! * **Rejected requests** ([`MockConfig::count_rejected`]): a request
 //!   answered 429 for a rate limit (per-minute or acceleration) takes a
 //!   request from the requests bucket — before its `retry-after` is
@@ -52,7 +59,10 @@
 //! ```
 
 use crate::bucket::Bucket;
-use crate::config::{AccelerationConfig, Limits, MockConfig, SpendConfig};
+use crate::config::{
+    is_token_dimension, AccelerationConfig, BiasConfig, Limits, MockConfig, RemainingRounding,
+    SpendConfig,
+};
 use crate::faults::{Fault, FaultPlan, FaultRule};
 use ratewise_core::{Dimension, Instant, Provider};
 use std::collections::{BTreeMap, HashMap};
@@ -138,7 +148,7 @@ pub enum Outcome {
         limit: u64,
         /// What was used of it: limit − remaining, as the headers say it
         /// (with a bucket shorter than a minute, the part of the limit not
-        /// on offer counts as used).
+        /// on offer counts as used; biases and rounding as in the headers).
         used: u64,
         /// What the request asked for.
         requested: u64,
@@ -159,15 +169,21 @@ pub enum Outcome {
     Fault(Fault),
 }
 
-/// One rate-limit window as the headers report it.
+/// One rate-limit window: what the headers report, and the true level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowView {
     /// Which bucket.
     pub dimension: Dimension,
     /// Per-minute limit.
     pub limit: u64,
-    /// Whole units left.
+    /// Whole units really left (the other client's consumption included):
+    /// what a simulator's metrics and the oracle reason about.
     pub remaining: u64,
+    /// What the `*-remaining` header says: `remaining`, plus what a
+    /// capacity shortfall hides and [`BiasConfig::remaining_tokens_high`]
+    /// (token dimensions), then rounded per
+    /// [`MockConfig::remaining_rounding`].
+    pub reported_remaining: u64,
     /// Provider time until the bucket is full again: at most its
     /// [`MockConfig::capacity_seconds`], more while it pays back a debt.
     pub reset: Duration,
@@ -207,6 +223,8 @@ pub struct ProviderModel {
     acceleration: Option<AccelerationConfig>,
     capacity_secs: f64,
     count_rejected: bool,
+    rounding: RemainingRounding,
+    bias: BiasConfig,
     spend_cfg: SpendConfig,
     billing: bool,
     max_keys: usize,
@@ -247,6 +265,8 @@ impl ProviderModel {
             acceleration: config.acceleration,
             capacity_secs: capacity_secs(config.capacity_seconds),
             count_rejected: config.count_rejected,
+            rounding: config.remaining_rounding,
+            bias: config.bias.clamped(),
             spend_cfg: config.spend,
             billing: config.billing_error,
             max_keys: config.max_keys,
@@ -327,10 +347,29 @@ impl ProviderModel {
             .is_some_and(|cap| self.spend_usd >= cap)
     }
 
-    /// Seconds of refill each bucket holds (the configured
-    /// [`MockConfig::capacity_seconds`], made valid).
+    /// Seconds of refill each bucket's headers imply (the configured
+    /// [`MockConfig::capacity_seconds`], made valid); a
+    /// [`BiasConfig::capacity_shortfall`] makes the real buckets smaller.
     pub fn capacity_seconds(&self) -> f64 {
         self.capacity_secs
+    }
+
+    /// The biases in effect ([`MockConfig::bias`], clamped).
+    pub fn bias(&self) -> BiasConfig {
+        self.bias
+    }
+
+    /// What a `*-remaining` header of `dimension` says for a bucket whose
+    /// headers show `shown` units (the level plus a shortfall's hidden
+    /// part): [`BiasConfig::remaining_tokens_high`] added to token
+    /// dimensions, then rounded per [`MockConfig::remaining_rounding`].
+    fn report(&self, provider: Provider, dimension: Dimension, shown: u64) -> u64 {
+        let biased = if is_token_dimension(dimension) {
+            shown.saturating_add(self.bias.remaining_tokens_high)
+        } else {
+            shown
+        };
+        self.rounding.show(provider, dimension, biased)
     }
 
     /// Decides the answer to one request at provider time `now`, charging
@@ -377,7 +416,7 @@ impl ProviderModel {
                 return answer;
             }
             let limits = self.limits_for(meta.provider, &bkey.class);
-            let set = new_buckets(limits, self.capacity_secs, now);
+            let set = new_buckets(limits, self.capacity_secs, self.bias, now);
             self.buckets.insert(bkey.clone(), set);
         }
         if let Some(slow) = self.acceleration_check(meta, now) {
@@ -394,13 +433,16 @@ impl ProviderModel {
             self.charge_rejected(&bkey, now);
             let set = self.buckets.get_mut(&bkey).expect("inserted above");
             let (dim, bucket) = &mut set[i];
-            let need = charge(*dim, meta.input_tokens, meta.max_tokens);
+            let dim = *dim;
+            let need = charge(dim, meta.input_tokens, meta.max_tokens);
             let limit = bucket.limit();
+            let retry_after = whole_secs(bucket.wait_for(need, now));
+            let shown = bucket.shown_remaining(now);
             answer.outcome = Outcome::RateLimited {
-                dimension: *dim,
-                retry_after: whole_secs(bucket.wait_for(need, now)),
+                dimension: dim,
+                retry_after,
                 limit,
-                used: limit.saturating_sub(bucket.remaining(now)),
+                used: limit.saturating_sub(self.report(meta.provider, dim, shown)),
                 requested: need,
             };
             answer.windows = self.windows(&bkey, now);
@@ -440,17 +482,31 @@ impl ProviderModel {
             + actual_output as f64 * self.spend_cfg.output_usd_per_mtok / 1e6;
     }
 
-    /// The rate-limit windows of a bucket set at `now`.
+    /// The rate-limit windows of a bucket set at `now`: the true levels
+    /// and what the headers report.
     pub fn windows(&mut self, bkey: &BucketKey, now: Instant) -> Vec<WindowView> {
         let Some(set) = self.buckets.get_mut(bkey) else {
             return Vec::new();
         };
-        set.iter_mut()
-            .map(|(dim, b)| WindowView {
-                dimension: *dim,
-                limit: b.limit(),
-                remaining: b.remaining(now),
-                reset: b.until_full(now),
+        let raw: Vec<(Dimension, u64, u64, u64, Duration)> = set
+            .iter_mut()
+            .map(|(dim, b)| {
+                (
+                    *dim,
+                    b.limit(),
+                    b.remaining(now),
+                    b.shown_remaining(now),
+                    b.until_full(now),
+                )
+            })
+            .collect();
+        raw.into_iter()
+            .map(|(dimension, limit, remaining, shown, reset)| WindowView {
+                dimension,
+                limit,
+                remaining,
+                reported_remaining: self.report(bkey.provider, dimension, shown),
+                reset,
             })
             .collect()
     }
@@ -472,6 +528,10 @@ impl ProviderModel {
     /// Why it exists: the simulator's `oracle` client reads the provider's
     /// true state through it, to measure the best any client could do — a
     /// yardstick, not something a client of a real provider can know.
+    /// It reads the true state, so the biases of [`MockConfig::bias`] are
+    /// in: a capacity shortfall (the real, smaller buckets) and a second
+    /// client's share of the refill; a header reporting more tokens than
+    /// there are changes nothing here.
     /// Money (billing, spend cap) and injected faults are left out: they
     /// are not pacing, and a fault draw is random. Both parts only get
     /// better with time (buckets refill; an acceleration window ends or a
@@ -512,6 +572,7 @@ impl ProviderModel {
             None => new_buckets(
                 self.limits_for(meta.provider, &bkey.class),
                 self.capacity_secs,
+                self.bias,
                 now,
             ),
         };
@@ -625,7 +686,12 @@ fn capacity_secs(s: f64) -> f64 {
     }
 }
 
-fn new_buckets(limits: Limits, capacity_secs: f64, now: Instant) -> Vec<(Dimension, Bucket)> {
+fn new_buckets(
+    limits: Limits,
+    capacity_secs: f64,
+    bias: BiasConfig,
+    now: Instant,
+) -> Vec<(Dimension, Bucket)> {
     [
         (Dimension::Requests, limits.requests_per_minute),
         (Dimension::InputTokens, limits.input_tokens_per_minute),
@@ -633,7 +699,13 @@ fn new_buckets(limits: Limits, capacity_secs: f64, now: Instant) -> Vec<(Dimensi
         (Dimension::Tokens, limits.tokens_per_minute),
     ]
     .into_iter()
-    .filter_map(|(d, l)| l.map(|l| (d, Bucket::with_capacity_secs(l, capacity_secs, now))))
+    .filter_map(|(d, l)| {
+        l.map(|l| {
+            let b = Bucket::with_capacity_secs(l, capacity_secs, now)
+                .biased(bias.capacity_shortfall, bias.other_client_share);
+            (d, b)
+        })
+    })
     .collect()
 }
 
@@ -704,7 +776,9 @@ mod tests {
                 assert_eq!(dimension, Dimension::InputTokens);
                 // 200 more tokens at 10/s
                 assert_eq!(retry_after, Duration::from_secs(20));
-                assert_eq!((limit, used, requested), (600, 500, 300));
+                // 100 left, which Anthropic's headers round to 0: used
+                // is what the headers say
+                assert_eq!((limit, used, requested), (600, 600, 300));
             }
             other => panic!("{other:?}"),
         }

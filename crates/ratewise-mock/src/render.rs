@@ -6,6 +6,11 @@
 //! `retry-after` in decimal seconds rounded up to the millisecond,
 //! `anthropic-ratelimit-*-reset` as RFC 3339 instants on the real wall
 //! clock, `x-ratelimit-reset-*` as Go durations.
+//!
+//! `*-remaining` headers print [`WindowView::reported_remaining`]: what the
+//! model says the headers show (Anthropic's token values rounded to the
+//! nearest thousand by default, as documented; biases applied), never the
+//! true level.
 
 mod sse;
 
@@ -151,7 +156,7 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
                     _ => continue,
                 };
                 h.push((l, w.limit.to_string()));
-                h.push((r, w.remaining.to_string()));
+                h.push((r, w.reported_remaining.to_string()));
                 h.push((t, go_duration_ms(real_reset)));
             }
             _ => {
@@ -184,7 +189,7 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
                     .checked_add(ceil_ms(real_reset))
                     .unwrap_or(ctx.wall_now);
                 h.push((l, w.limit.to_string()));
-                h.push((r, w.remaining.to_string()));
+                h.push((r, w.reported_remaining.to_string()));
                 h.push((t, format_rfc3339(at)));
             }
         }
@@ -579,6 +584,7 @@ mod tests {
             dimension: Dimension::InputTokens,
             limit: 30_000,
             remaining: 0,
+            reported_remaining: 0,
             reset: Duration::from_secs(30),
         };
         let r = render_answer(

@@ -31,6 +31,7 @@ fn answer(outcome: Outcome) -> Answer {
         dimension,
         limit: 100,
         remaining: 0,
+        reported_remaining: 0,
         reset: Duration::from_secs(12),
     })
     .collect();

@@ -6,7 +6,8 @@ use common::*;
 use ratewise_core::parse::retry_after::parse_retry_after;
 use ratewise_core::{Cause, Dimension};
 use ratewise_mock::{
-    sends_per_job, AccelerationConfig, Limits, MockConfig, MockServer, ATTEMPT_HEADER, JOB_HEADER,
+    sends_per_job, AccelerationConfig, Limits, MockConfig, MockServer, RemainingRounding,
+    ATTEMPT_HEADER, JOB_HEADER,
 };
 use std::time::{Duration, SystemTime};
 
@@ -110,6 +111,8 @@ async fn openai_token_limit_429_has_x_ratelimit_headers() {
 async fn output_is_charged_from_max_tokens_and_corrected_at_the_end() {
     let cfg = MockConfig {
         anthropic_limits: limits(None, None, Some(1000)),
+        // the charge is read off the header: exact, not to the thousand
+        remaining_rounding: RemainingRounding::Exact,
         ..MockConfig::default()
     };
     let server = MockServer::start(cfg).await.unwrap();
@@ -140,6 +143,8 @@ async fn output_is_charged_from_max_tokens_and_corrected_at_the_end() {
 async fn input_token_limit() {
     let cfg = MockConfig {
         anthropic_limits: limits(None, Some(100), None),
+        // the level is read off the header: exact, not to the thousand
+        remaining_rounding: RemainingRounding::Exact,
         ..MockConfig::default()
     };
     let server = MockServer::start(cfg).await.unwrap();

@@ -144,10 +144,13 @@ pub struct Recorder {
     timeline: Vec<SendSample>,
 }
 
-/// Units the provider's bucket of `limit` per minute holds when full:
-/// `capacity_seconds` of the limit (a minute by default).
+/// Units the provider's bucket of `limit` per minute really holds when
+/// full: `capacity_seconds` of the limit (a minute by default), less a
+/// `bias.capacity_shortfall` (the same as [`crate::provider::SimProvider::level`]
+/// of a bucket never used).
 pub fn full_bucket(scenario: &Scenario, limit: u64) -> u64 {
-    (limit as f64 * scenario.limits.capacity_seconds / 60.0).floor() as u64
+    let real = 1.0 - scenario.bias.map_or(0.0, |b| b.capacity_shortfall);
+    (limit as f64 * scenario.limits.capacity_seconds / 60.0 * real).floor() as u64
 }
 
 /// The binding dimension of a workload and its limit.
@@ -460,6 +463,25 @@ mod tests {
         let rep = r.finish("t", at(120));
         // Greedy: 60 + 10 the first time; min(60, 100) + 10 the second.
         assert_eq!(rep.goodput_ratio, round4(2.0 / 140.0));
+    }
+
+    #[test]
+    fn a_full_bucket_is_the_real_one() {
+        let mut s = Scenario::default_scenario();
+        s.limits.capacity_seconds = 10.0;
+        assert_eq!(full_bucket(&s, 12_000), 2_000);
+        s.bias = Some(ratewise_mock::BiasConfig {
+            capacity_shortfall: 0.2,
+            ..Default::default()
+        });
+        assert_eq!(full_bucket(&s, 12_000), 1_600);
+        // and the simulated provider agrees on a bucket never used
+        let mut p = crate::provider::SimProvider::new(&s);
+        let limit = s.limits.input_tokens_per_min.unwrap();
+        assert_eq!(
+            p.level(ratewise_core::Dimension::InputTokens, limit, Instant::ZERO),
+            full_bucket(&s, limit)
+        );
     }
 
     #[test]

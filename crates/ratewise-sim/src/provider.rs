@@ -237,12 +237,14 @@ impl SimProvider {
         self.model.refuses_for_money()
     }
 
-    /// Whole units left in the run's bucket of `dimension` at `now` (a
-    /// full bucket, `limit × capacity_seconds / 60` rounded down, when the
-    /// bucket was never used).
+    /// Whole units really left in the run's bucket of `dimension` at `now`
+    /// (a full bucket, `limit × capacity_seconds / 60 × (1 − shortfall)`
+    /// rounded down, when the bucket was never used). The truth, not what
+    /// the headers report: rounding and biases are left out.
     pub fn level(&mut self, dimension: Dimension, limit: u64, now: Instant) -> u64 {
         let at = self.ptime(now);
-        let full = (limit as f64 * self.capacity_secs / 60.0).floor() as u64;
+        let real = 1.0 - self.model.bias().capacity_shortfall;
+        let full = (limit as f64 * self.capacity_secs / 60.0 * real).floor() as u64;
         let windows = self.model.windows(&self.bucket, at);
         windows
             .iter()

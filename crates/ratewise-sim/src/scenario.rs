@@ -36,6 +36,11 @@
 //! | `faults.spend_cap_after_tokens` | the provider's spend cap, in billed tokens (input + output); `null` = none | `null` |
 //! | `faults.acceleration` | the provider's acceleration limit (after 60 s idle, 5 requests in the next 10 s) | `false` |
 //! | `faults.count_rejected` | a request answered 429 for a rate limit still takes a request from the provider's requests bucket (OpenAI documents this); no tokens | `false` |
+//! | `remaining_rounding` | what the token `*-remaining` headers show: `"documented"` (Anthropic's input, output and combined token values rounded to the nearest thousand, half up, as Anthropic documents; OpenAI's and requests exact) or `"exact"` (every value exact, the mock before issue #24). Only the headers change, never the buckets | `"documented"` |
+//! | `bias` | departures from the documentation, each off when absent: `{"remaining_tokens_high": 400, "capacity_shortfall": 0.2, "other_client_share": 0.3}` (see [`ratewise_mock::BiasConfig`]); the `oracle` reads the true state, so it accounts for them | `null` (none) |
+//! | `bias.remaining_tokens_high` | every token `*-remaining` header reports this many tokens above the truth, before rounding | `0` |
+//! | `bias.capacity_shortfall` | in `[0, 0.99]`: every bucket really holds `(1 − x)` of `capacity_seconds`, while its headers (remaining, reset) imply the full capacity | `0` |
+//! | `bias.other_client_share` | in `[0, 0.99]`: a second client on the key takes this share of every per-minute limit, continuously, taking only what is there; seen only in the headers | `0` |
 //! | `warm` | the key was busy just before the run (the acceleration window is already over); `false` = a cold start after idle | `true` |
 //! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
 //! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4, "error_ms": 100}`: a success answers after `base_ms + output × per_output_token_ms`, an error or reset after `error_ms` | as shown |
@@ -54,8 +59,12 @@
 
 use ratewise_core::admit::Limits as CoreLimits;
 use ratewise_core::{Dimension, Provider};
+use ratewise_mock::config::MAX_SHARE;
 use ratewise_mock::model::MAX_CAPACITY_SECS;
-use ratewise_mock::{AccelerationConfig, FaultRule, Limits as MockLimits, MockConfig, Trigger};
+use ratewise_mock::{
+    AccelerationConfig, BiasConfig, FaultRule, Limits as MockLimits, MockConfig, RemainingRounding,
+    Trigger,
+};
 use serde::{Deserialize, Serialize};
 
 /// The largest job count a scenario may ask for (bounds memory and time).
@@ -87,6 +96,14 @@ pub struct Scenario {
     /// Faults the provider injects.
     #[serde(default)]
     pub faults: FaultsSpec,
+    /// What the provider's token `*-remaining` headers show (default:
+    /// as documented, Anthropic's rounded to the nearest thousand).
+    #[serde(default)]
+    pub remaining_rounding: RemainingRounding,
+    /// Biases of the provider the documentation does not describe
+    /// (default none).
+    #[serde(default)]
+    pub bias: Option<BiasConfig>,
     /// The key was busy just before the run.
     #[serde(default = "yes")]
     pub warm: bool,
@@ -349,6 +366,26 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "short-buckets-2s.json",
         include_str!("../../../scenarios/short-buckets-2s.json"),
     ),
+    (
+        "cold-key-5s.json",
+        include_str!("../../../scenarios/cold-key-5s.json"),
+    ),
+    (
+        "anthropic-tier1.json",
+        include_str!("../../../scenarios/anthropic-tier1.json"),
+    ),
+    (
+        "bias-remaining-high.json",
+        include_str!("../../../scenarios/bias-remaining-high.json"),
+    ),
+    (
+        "bias-capacity-short.json",
+        include_str!("../../../scenarios/bias-capacity-short.json"),
+    ),
+    (
+        "bias-second-client.json",
+        include_str!("../../../scenarios/bias-second-client.json"),
+    ),
 ];
 
 impl Scenario {
@@ -420,6 +457,18 @@ impl Scenario {
         if !(cap.is_finite() && cap > 0.0 && cap <= MAX_CAPACITY_SECS) {
             return bad("limits.capacity_seconds must be in (0, 86400]");
         }
+        if let Some(b) = &self.bias {
+            for (name, x) in [
+                ("bias.capacity_shortfall", b.capacity_shortfall),
+                ("bias.other_client_share", b.other_client_share),
+            ] {
+                if !(x.is_finite() && (0.0..=MAX_SHARE).contains(&x)) {
+                    return Err(ScenarioError::Invalid(format!(
+                        "{name} must be in [0, {MAX_SHARE}]"
+                    )));
+                }
+            }
+        }
         if self.workers == 0 || self.workers > 10_000 {
             return bad("workers must be 1..=10000");
         }
@@ -486,6 +535,8 @@ impl Scenario {
         cfg.acceleration = self.faults.acceleration.then(AccelerationConfig::default);
         cfg.capacity_seconds = self.limits.capacity_seconds;
         cfg.count_rejected = self.faults.count_rejected;
+        cfg.remaining_rounding = self.remaining_rounding;
+        cfg.bias = self.bias.unwrap_or_default();
         cfg.spend.input_usd_per_mtok = 1.0;
         cfg.spend.output_usd_per_mtok = 1.0;
         cfg.spend.cap_usd = self.faults.spend_cap_after_tokens.map(|t| t as f64 / 1e6);
@@ -541,6 +592,40 @@ mod tests {
         assert_eq!(ScenarioLimits::default().capacity_seconds, 60.0);
         let cfg = s.mock_config();
         assert_eq!((cfg.capacity_seconds, cfg.count_rejected), (60.0, false));
+        assert_eq!(s.remaining_rounding, RemainingRounding::Documented);
+        assert_eq!(s.bias, None);
+        assert_eq!(cfg.remaining_rounding, RemainingRounding::Documented);
+        assert_eq!(cfg.bias, BiasConfig::default());
+    }
+
+    #[test]
+    fn rounding_and_bias_reach_the_provider() {
+        let s = Scenario::from_json(
+            r#"{"limits": {"requests_per_min": 50},
+                "jobs": {"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]},
+                "remaining_rounding": "exact",
+                "bias": {"remaining_tokens_high": 400, "capacity_shortfall": 0.2, "other_client_share": 0.3}}"#,
+        )
+        .unwrap();
+        let cfg = s.mock_config();
+        assert_eq!(cfg.remaining_rounding, RemainingRounding::Exact);
+        assert_eq!(
+            cfg.bias,
+            BiasConfig {
+                remaining_tokens_high: 400,
+                capacity_shortfall: 0.2,
+                other_client_share: 0.3
+            }
+        );
+        // a partial bias leaves the rest off
+        let s = Scenario::from_json(
+            r#"{"limits": {"requests_per_min": 50},
+                "jobs": {"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]},
+                "bias": {"other_client_share": 0.3}}"#,
+        )
+        .unwrap();
+        assert_eq!(s.mock_config().bias.capacity_shortfall, 0.0);
+        assert_eq!(s.mock_config().bias.other_client_share, 0.3);
     }
 
     #[test]
@@ -573,6 +658,12 @@ mod tests {
             r#", "typo": 1"#,
             r#", "deadline_ms": 0"#,
             r#", "faults": {"count_rejected": true, "typo": 1}"#,
+            r#", "remaining_rounding": "nearest""#,
+            r#", "bias": {"capacity_shortfall": 1.0}"#,
+            r#", "bias": {"capacity_shortfall": -0.1}"#,
+            r#", "bias": {"other_client_share": 1.5}"#,
+            r#", "bias": {"remaining_tokens_high": -1}"#,
+            r#", "bias": {"typo": 1}"#,
         ] {
             assert!(Scenario::from_json(&base(patch)).is_err(), "{patch}");
         }

@@ -24,14 +24,15 @@ fn assert_targets(name: &str) -> Vec<Report> {
     assert_targets_except(name, &[])
 }
 
-/// `known`: misses that are stated in the report and the docs.
+/// `known`: misses that are stated in the report and the docs (a miss
+/// is known when it contains one of these words).
 fn assert_targets_except(name: &str, known: &[&str]) -> Vec<Report> {
     let (s, reports) = run(name);
     assert_sound(name, &reports);
     assert_oracle(name, &reports);
     let missed: Vec<String> = targets::check(&s, &reports)
         .into_iter()
-        .filter(|m| !known.iter().any(|k| m.starts_with(k)))
+        .filter(|m| !known.iter().any(|k| m.contains(k)))
         .collect();
     assert!(
         missed.is_empty(),
@@ -100,7 +101,18 @@ const TESTED: &[&str] = &[
     "cold-start.json",
     "short-buckets-10s.json",
     "short-buckets-2s.json",
+    "cold-key-5s.json",
+    "anthropic-tier1.json",
+    "bias-remaining-high.json",
+    "bias-capacity-short.json",
+    "bias-second-client.json",
 ];
+
+/// ratewise's misses on the scenarios of issue #24 (token `*-remaining`
+/// rounded to the thousand as Anthropic documents, and headers that
+/// mislead), stated in the report: the core's closed-loop pacing is the
+/// fix. Every other target is asserted.
+const ISSUE_24: &[&str] = &["sends answered 429", "sends per done job"];
 
 #[test]
 fn every_shipped_scenario_is_tested() {
@@ -201,4 +213,59 @@ fn short_buckets_2s() {
         );
     }
     assert_targets("short-buckets-2s.json");
+}
+
+#[test]
+fn cold_key_5s() {
+    // A cold key against 5 s buckets: max_tokens 1000 is 60 % of the
+    // output bucket, and the acceleration limit holds the first burst.
+    let r = assert_targets_except("cold-key-5s.json", ISSUE_24);
+    assert_eq!(
+        r[0].sends_429_acceleration, 0,
+        "no ramp 429 on a cold start"
+    );
+}
+
+#[test]
+fn anthropic_tier1() {
+    assert_targets("anthropic-tier1.json");
+}
+
+#[test]
+fn bias_remaining_high() {
+    // Headers reporting 400 tokens more than there are: the oracle,
+    // which reads the truth, is never refused.
+    assert_targets_except("bias-remaining-high.json", ISSUE_24);
+}
+
+#[test]
+fn bias_capacity_short() {
+    // Buckets 20 % smaller than their headers imply: a burst sized from
+    // the headers overshoots; the oracle sizes it from the real bucket.
+    let mut known = ISSUE_24.to_vec();
+    known.push("goodput");
+    let r = assert_targets_except("bias-capacity-short.json", &known);
+    let oracle = find(&r, "oracle");
+    assert_eq!(oracle.jobs_done, oracle.jobs_total);
+}
+
+#[test]
+fn bias_second_client() {
+    // A second client takes 30 % of every limit: nobody gets more than
+    // 70 % of the key's allowance, and the oracle gets all of that.
+    let r = assert_targets_except("bias-second-client.json", ISSUE_24);
+    let oracle = find(&r, "oracle");
+    assert!(
+        (0.69..=0.71).contains(&oracle.goodput_ratio),
+        "{}",
+        oracle.goodput_ratio
+    );
+    for o in &r {
+        assert!(
+            o.goodput_ratio <= 0.72,
+            "{}: {}",
+            o.strategy,
+            o.goodput_ratio
+        );
+    }
 }

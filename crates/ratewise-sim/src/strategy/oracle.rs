@@ -209,6 +209,27 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_true_state_under_every_bias() {
+        // 60 RPM over 2 s, a bucket 50 % smaller than its headers imply
+        // (1 request, not 2) and a second client taking 50 % of the refill:
+        // the key really gets one request at 0 s, then one every 2 s. The
+        // headers say otherwise; the oracle is never refused.
+        let got = sends(
+            r#"{"seed": 1,
+                "limits": {"requests_per_min": 60, "capacity_seconds": 2},
+                "jobs": {"count": 5, "arrival": "burst", "input_tokens": [10, 10],
+                         "max_tokens": 10, "output_tokens": [5, 5]},
+                "bias": {"remaining_tokens_high": 400, "capacity_shortfall": 0.5,
+                         "other_client_share": 0.5}}"#,
+        );
+        let want: Vec<(u64, Verdict)> = [0, 2, 4, 6, 8]
+            .into_iter()
+            .map(|s| (s * 1000, Verdict::Success))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn stops_before_the_spend_cap_answers() {
         // The cap is reached by answers that completed: the oracle sends
         // nothing after, and keeps the rest of the jobs.
