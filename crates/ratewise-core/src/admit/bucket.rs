@@ -94,15 +94,19 @@ pub struct ServerView {
 }
 
 impl ServerView {
-    /// The levels the view allows, in scaled units: `[lo, hi)`. A remaining
-    /// is read through the provider's [`Rounding`]: exact, or — for a
-    /// multiple of the rounding step — a range around it. A reset implies
-    /// one level: the bucket is full (`credit_cap`, the capacity as
-    /// modelled) after `until_full` of refill at its limit.
-    fn range(&self, rounding: Rounding, credit_cap: i128) -> Option<(i128, i128)> {
-        let mut range: Option<(i128, i128)> = self.remaining.map(|r| {
+    /// The levels the view allows, in scaled units: `[lo, hi)`, and the
+    /// level a credit above them is corrected `to`. A remaining is read
+    /// through the provider's [`Rounding`]: exact, or — for a multiple of
+    /// the rounding step — a range around it, corrected to the value
+    /// reported (the middle of a nearest-thousand range: lowering to its
+    /// bottom throws away half a step on every correction, a third of a
+    /// 5 s bucket, and what is left over is what the learned margin is
+    /// for). A reset implies one level: the bucket is full (`credit_cap`,
+    /// the capacity as modelled) after `until_full` of refill at its limit.
+    fn range(&self, rounding: Rounding, credit_cap: i128) -> Option<(i128, i128, i128)> {
+        let mut range: Option<(i128, i128, i128)> = self.remaining.map(|r| {
             let (lo, hi) = rounding.range(r);
-            (scaled(lo), scaled(hi))
+            (scaled(lo), scaled(hi), scaled(r.clamp(lo, hi - 1)))
         });
         if let Some((limit, until_full)) = self.until_full {
             let limit = limit.clamp(1, MAX_LIMIT);
@@ -114,7 +118,9 @@ impl ServerView {
             // Read like a whole-unit remaining: a credit that has refilled
             // to the implied level exactly is within the view.
             let (ilo, ihi) = (implied, implied + SCALE);
-            range = Some(range.map_or((ilo, ihi), |(lo, hi)| (lo.min(ilo), hi.min(ihi))));
+            range = Some(range.map_or((ilo, ihi, ilo), |(lo, hi, to)| {
+                (lo.min(ilo), hi.min(ihi), to.min(ilo))
+            }));
         }
         range
     }
@@ -679,7 +685,7 @@ impl Bucket {
         rounding: Rounding,
         now: Instant,
     ) -> bool {
-        let Some((lo, hi)) = view.range(rounding, self.credit_cap) else {
+        let Some((lo, hi, to)) = view.range(rounding, self.credit_cap) else {
             return false;
         };
         self.refill(now);
@@ -688,9 +694,10 @@ impl Bucket {
             None => self.credit,
         };
         // The range is half-open: a remaining `r` allows less than `r + 1`.
-        if then >= hi && then > lo {
-            self.credit = self.credit.saturating_sub(then - lo);
-            self.corrected = self.corrected.saturating_sub(then - lo);
+        if then >= hi && then > to {
+            debug_assert!(to >= lo);
+            self.credit = self.credit.saturating_sub(then - to);
+            self.corrected = self.corrected.saturating_sub(then - to);
             true
         } else {
             false
@@ -717,7 +724,7 @@ impl Bucket {
     /// assert_eq!(b.surplus(&view(40), mark, Exact), Some(0));
     /// ```
     pub fn surplus(&self, view: &ServerView, mark: CreditMark, rounding: Rounding) -> Option<u64> {
-        let (lo, _) = view.range(rounding, self.credit_cap)?;
+        let (lo, _, _) = view.range(rounding, self.credit_cap)?;
         let then = self.credit_then(mark);
         let over = (lo - then).max(0);
         // Rounding up, less a mark's resolution: a mark is the credit

@@ -1012,7 +1012,13 @@ impl Controller {
             let limit = w.limit.or_else(|| merged.get(d)).filter(|l| *l > 0);
             let until_full = w.reset.and_then(|r| reset_wait(r, view_wall, profile));
             let lowest = w.remaining.map(|r| rounding(d).range(r).0);
-            if let Some(seen) = capacity_evidence(lowest, until_full, limit, charged, d) {
+            // A level that may be zero may be a debt, unless the view is of
+            // a success whose own charge there was smaller than the
+            // capacity already known: the provider admitted it on a level
+            // that held it, so it left no debt behind.
+            let no_debt = charged && sent.is_some_and(|x| x.amounts.by_index(i) < s.seen[i].max(1));
+            let evidence = capacity_evidence(lowest, until_full, limit, charged, no_debt, d);
+            if let Some(seen) = evidence {
                 if seen > s.seen[i] {
                     grown[i] = seen - s.seen[i];
                     s.seen[i] = seen;
@@ -1865,8 +1871,9 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Ins
 ///   the requests bucket when the view counts it (tokens are not added:
 ///   what the server has charged for them by then — an estimate from
 ///   `max_tokens`, the input as it counts it — is not known);
-/// * with a reset and a level above zero, `remaining` plus the refill until
-///   the bucket is full again (a level of zero may be a debt) (`until_full` already has the reset's uncertainty taken off in the
+/// * with a reset and a level above zero (or `no_debt`: a level of zero may
+///   be a debt), `remaining` plus the refill until the bucket is full again
+///   (`until_full` already has the reset's uncertainty taken off in the
 ///   server's favour, which also covers clock skew and the upload time
 ///   between the admission and the server's view).
 ///
@@ -1877,6 +1884,7 @@ fn capacity_evidence(
     until_full: Option<Duration>,
     limit: Option<u64>,
     charged: bool,
+    no_debt: bool,
     d: Dimension,
 ) -> Option<u64> {
     let r = remaining?;
@@ -1884,8 +1892,9 @@ fn capacity_evidence(
     let refill = match (until_full, limit) {
         // A bucket that may be empty may be in debt (a request larger than
         // it was admitted on a full bucket): its reset counts the debt's
-        // refill too, and says nothing of the capacity.
-        (Some(_), Some(_)) if r == 0 => 0,
+        // refill too, and says nothing of the capacity — unless the caller
+        // knows there is no debt.
+        (Some(_), Some(_)) if r == 0 && !no_debt => 0,
         (Some(u), Some(l)) => {
             let units = u128::from(l) * u.as_nanos() / super::bucket::NS_PER_MIN;
             u64::try_from(units).unwrap_or(u64::MAX)

@@ -241,6 +241,15 @@ impl Client for Ratewise {
                 m.applied(self.store.apply(update, now), now)
             }
         };
+        if std::env::var_os("RW_DEBUG").is_some() {
+            let snap = self.store.lock().snapshot(self.target.scope, now);
+            if let Some(s) = snap {
+                eprintln!(
+                    "DBG t={:?} cap={:?} cred={:?} lev={:?} m={:?} ramp={}",
+                    now.instant, s.capacities, s.credits, s.levels, s.margins, s.ramp_permille
+                );
+            }
+        }
         match decision.action {
             Action::Retry { delay } => sim.timer(id, now.instant + delay),
             Action::Defer { not_before, .. } => {
