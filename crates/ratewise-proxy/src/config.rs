@@ -25,6 +25,7 @@
 //! max_deadline_ms = 3600000         # the longest a caller's timeout is waited (default 1 h)
 //! max_inline_wait_ms = 60000       # bounds only jobs with no deadline: none here
 //! # send_timeout_ms = 600000
+//! # learn_margins = false           # a 429 the model did not expect teaches (default true)
 //!
 //! [limits]                          # every key without its own entry
 //! requests = 50
@@ -199,6 +200,7 @@ struct PolicyFile {
     max_deadline_ms: Option<u64>,
     max_inline_wait_ms: Option<u64>,
     send_timeout_ms: Option<u64>,
+    learn_margins: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
@@ -483,6 +485,9 @@ impl ProxyConfig {
         layer.max_waiting = bounds.max_waiting;
 
         let adm = &mut layer.admission;
+        if let Some(on) = policy.learn_margins {
+            adm.learn_margins = on;
+        }
         if let Some(l) = file.limits {
             adm.limits = l.limits();
         }
