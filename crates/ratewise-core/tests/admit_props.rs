@@ -301,7 +301,7 @@ proptest! {
     #[test]
     fn reset_sync_only_lowers_and_ignores_garbage(
         ops in proptest::collection::vec((0u64..3_000, 0u64..4_000), 0..20),
-        remaining in proptest::option::of(0u64..80_000),
+        remaining in proptest::option::of(prop_oneof![0u64..80_000, (0u64..80).prop_map(|k| k * 1000)]),
         reset_ms in proptest::option::of(-120_000i64..400_000),
         at_ms in 0u64..5_000,
         openai in any::<bool>(),
@@ -348,12 +348,12 @@ proptest! {
         // What remaining alone allows, read as the provider documents it
         // (Anthropic: a multiple of 1,000 is the nearest thousand, the
         // truth in [r − 500, r + 500); OpenAI: exact); the credit goes to
-        // the range's lowest level when it is at or above its highest.
+        // the value reported when it is at or above the range's highest.
         let profile = Profile::of(provider);
         let by_remaining = match remaining {
             Some(r) => {
-                let (lo, hi) = profile.token_remaining.range(r);
-                if before >= hi as i64 { lo as i64 } else { before }
+                let (_, hi) = profile.token_remaining.range(r);
+                if before >= hi as i64 { r as i64 } else { before }
             }
             None => before,
         };

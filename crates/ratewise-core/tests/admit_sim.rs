@@ -416,16 +416,16 @@ fn header_sync_lowers_to_the_server_view_without_oscillating() {
     assert_eq!(s.levels[0], Some(3), "server view lower: it wins");
     // 29 000 is rounded to the nearest thousand (Anthropic documents it):
     // the truth is in [28 500, 29 500). The full credit of 30 000 is above
-    // that, so it goes to 28 500.
-    assert_eq!(s.levels[1], Some(28_500), "a rounded view: its floor");
+    // that, so it goes to the value reported.
+    assert_eq!(s.levels[1], Some(29_000), "a rounded view: its value");
     // Rounded values bouncing between 20 000 and 21 000 do not oscillate.
     snap.input_tokens.remaining = Some(20_000);
     c.sync_headers(target.scope, &snap, Provider::Anthropic, t);
-    assert_eq!(c.snapshot(target.scope, t).unwrap().levels[1], Some(19_500));
+    assert_eq!(c.snapshot(target.scope, t).unwrap().levels[1], Some(20_000));
     for bounce in [21_000, 20_000, 21_000, 20_000] {
         snap.input_tokens.remaining = Some(bounce);
         c.sync_headers(target.scope, &snap, Provider::Anthropic, t);
-        assert_eq!(c.snapshot(target.scope, t).unwrap().levels[1], Some(19_500));
+        assert_eq!(c.snapshot(target.scope, t).unwrap().levels[1], Some(20_000));
     }
     // A value that is not a multiple of the rounding is exact: it wins.
     snap.input_tokens.remaining = Some(19_450);

@@ -85,6 +85,13 @@ pub struct Report {
     pub sends_429: u64,
     /// Sends answered 429 by the acceleration limit.
     pub sends_429_acceleration: u64,
+    /// Sends after the tenth 429 (0 until then): how a client does once it
+    /// has had ten chances to learn (the closed-loop claim).
+    #[serde(default)]
+    pub sends_after_tenth_429: u64,
+    /// Of those, answered 429.
+    #[serde(default)]
+    pub sends_429_after_tenth: u64,
     /// Sends whose connection reset after sending.
     pub sends_reset: u64,
     /// Sends made after the client received a money answer.
@@ -126,6 +133,8 @@ pub struct Recorder {
     ends: [u64; 5],
     sends: u64,
     sends_429: u64,
+    sends_after_tenth: u64,
+    sends_429_after_tenth: u64,
     sends_accel: u64,
     sends_reset: u64,
     sends_after_stop: u64,
@@ -212,6 +221,8 @@ impl Recorder {
             ends: [0; 5],
             sends: 0,
             sends_429: 0,
+            sends_after_tenth: 0,
+            sends_429_after_tenth: 0,
             sends_accel: 0,
             sends_reset: 0,
             sends_after_stop: 0,
@@ -248,8 +259,15 @@ impl Recorder {
         if self.money_seen {
             self.sends_after_stop += 1;
         }
+        let after_tenth = self.sends_429 >= 10;
+        if after_tenth {
+            self.sends_after_tenth += 1;
+        }
         if a.delivery.status() == Some(429) {
             self.sends_429 += 1;
+            if after_tenth {
+                self.sends_429_after_tenth += 1;
+            }
         }
         match a.verdict {
             Verdict::SlowDown => self.sends_accel += 1,
@@ -373,6 +391,8 @@ impl Recorder {
             sends: self.sends,
             sends_429: self.sends_429,
             sends_429_acceleration: self.sends_accel,
+            sends_after_tenth_429: self.sends_after_tenth,
+            sends_429_after_tenth: self.sends_429_after_tenth,
             sends_reset: self.sends_reset,
             sends_after_stop: self.sends_after_stop,
             sends_per_done_job: round4(if done == 0 {

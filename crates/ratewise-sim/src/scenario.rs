@@ -41,6 +41,7 @@
 //! | `bias.remaining_tokens_high` | every token `*-remaining` header reports this many tokens above the truth, before rounding | `0` |
 //! | `bias.capacity_shortfall` | in `[0, 0.99]`: every bucket really holds `(1 − x)` of `capacity_seconds`, while its headers (remaining, reset) imply the full capacity | `0` |
 //! | `bias.other_client_share` | in `[0, 0.99]`: a second client on the key takes this share of every per-minute limit, continuously, taking only what is there; seen only in the headers | `0` |
+//! | `learn_margins` | the `ratewise` strategy learns from 429s its model did not expect (`false`: without, for comparison) | `true` |
 //! | `warm` | the key was busy just before the run (the acceleration window is already over); `false` = a cold start after idle | `true` |
 //! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
 //! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4, "error_ms": 100}`: a success answers after `base_ms + output × per_output_token_ms`, an error or reset after `error_ms` | as shown |
@@ -107,6 +108,11 @@ pub struct Scenario {
     /// The key was busy just before the run.
     #[serde(default = "yes")]
     pub warm: bool,
+    /// The `ratewise` strategy learns from 429s its model did not expect
+    /// (`Config::learn_margins`; default true): `false` runs it without,
+    /// to measure what learning costs or gains.
+    #[serde(default = "yes")]
+    pub learn_margins: bool,
     /// Each job's deadline from its arrival, milliseconds.
     #[serde(default)]
     pub deadline_ms: Option<u64>,
@@ -496,6 +502,14 @@ impl Scenario {
             return bad("name (128) or description (4096) too long");
         }
         Ok(())
+    }
+
+    /// Whether the provider's headers are biased in a way the
+    /// documentation does not describe (a nonzero `bias`).
+    pub fn is_biased(&self) -> bool {
+        self.bias.is_some_and(|b| {
+            b.remaining_tokens_high > 0 || b.capacity_shortfall > 0.0 || b.other_client_share > 0.0
+        })
     }
 
     /// The injected per-send fault probability: overloads plus resets.

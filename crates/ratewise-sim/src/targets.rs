@@ -6,8 +6,10 @@
 //!   state and sends each job the first instant it fits, with the same
 //!   workers and faults);
 //! * on a cold start, no acceleration 429s;
-//! * at most 1 % of sends answered 429;
-//! * `sends_per_done_job ≤ 1.02 × 1 / (1 − fault_rate)`, and no more than
+//! * at most 1 % of sends answered 429 (3 % where the scenario's headers
+//!   are biased: `bias`), and at most 1 % of the sends after the tenth 429;
+//! * `sends_per_done_job ≤ 1.02 × 1 / (1 − fault_rate)` (× 1.03 where
+//!   biased: the 429s allowed are sends too), and no more than
 //!   any other strategy's (one that finished no job has none);
 //! * at least as many jobs done as any other strategy;
 //! * no send after a money answer; no lost job.
@@ -34,6 +36,13 @@ use crate::strategy::{simulate, Strategy};
 pub const ORACLE_SHARE: f64 = 0.9;
 /// Largest share of sends answered 429.
 pub const MAX_429_SHARE: f64 = 0.01;
+/// Largest share of sends answered 429 where the provider's headers are
+/// biased in a way no client models (a scenario's `bias`): every 429 the
+/// model did not expect teaches it, but the first few are paid.
+pub const MAX_429_SHARE_BIASED: f64 = 0.03;
+/// Largest share of sends answered 429 after the tenth 429, biased or not:
+/// a client that keeps paying the same 429 learns nothing.
+pub const MAX_429_SHARE_AFTER_TENTH: f64 = 0.01;
 /// Sends per done job over the unavoidable minimum.
 pub const MAX_SENDS_FACTOR: f64 = 1.02;
 /// Every claim `ratewise` (the first report named `ratewise`) misses on
@@ -76,10 +85,27 @@ pub fn check(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
             r.sends_429_acceleration
         ));
     }
-    if r.sends_429 as f64 > MAX_429_SHARE * r.sends as f64 {
+    let biased = scenario.is_biased();
+    let share = if biased {
+        MAX_429_SHARE_BIASED
+    } else {
+        MAX_429_SHARE
+    };
+    if r.sends_429 as f64 > share * r.sends as f64 {
         miss.push(format!("{} of {} sends answered 429", r.sends_429, r.sends));
     }
-    let bound = MAX_SENDS_FACTOR * r.min_sends_per_done_job;
+    if r.sends_429_after_tenth as f64 > MAX_429_SHARE_AFTER_TENTH * r.sends_after_tenth_429 as f64 {
+        miss.push(format!(
+            "{} of the {} sends after the tenth 429 answered 429",
+            r.sends_429_after_tenth, r.sends_after_tenth_429
+        ));
+    }
+    let factor = if biased {
+        1.0 + MAX_429_SHARE_BIASED
+    } else {
+        MAX_SENDS_FACTOR
+    };
+    let bound = factor * r.min_sends_per_done_job;
     if r.sends_per_done_job > bound {
         miss.push(format!(
             "sends per done job {:.4} > {bound:.4}",

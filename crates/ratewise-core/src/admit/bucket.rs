@@ -185,10 +185,10 @@ pub const MARGIN_HALF_LIFE_FILLS: u32 = 20;
 pub const MARGIN_MIN_HALF_LIFE: Duration = Duration::from_secs(60);
 
 /// A learned margin grows by at least this share of the credit capacity per
-/// surprise (1/16), and is never more than half of it
+/// surprise (1/8), and is never more than half of it
 /// ([`MARGIN_MAX_SHARE`]): both scale with the bucket, never a fixed amount
 /// or a fixed second.
-pub const MARGIN_STEP_SHARE: u64 = 16;
+pub const MARGIN_STEP_SHARE: u64 = 8;
 
 /// The largest margin, as a divisor of the credit capacity (a half).
 pub const MARGIN_MAX_SHARE: u64 = 2;
@@ -417,17 +417,16 @@ impl Bucket {
     /// A 429 on this dimension for the request whose take left `mark` (the
     /// credit after it) and that needed `amount`: the provider's level was
     /// below `amount` when it took the request. When the credit then held
-    /// `amount` or more, the model was wrong — a surprise:
+    /// `amount` or more, the model was wrong — a surprise — and the credit
+    /// is lowered at once to the evidence, `amount − 1` at the send (as
+    /// [`sync`](Self::sync) lowers it: a correction, views taken before it
+    /// count it). The caller then grows the margin by everything the
+    /// model turned out to be over ([`learn_margin`](Self::learn_margin)):
+    /// this, and what the 429's own headers lower it by after.
     ///
-    /// * the credit is lowered at once to the evidence, `amount − 1` at the
-    ///   send (then as [`sync`](Self::sync) lowers it: a correction, views
-    ///   taken before it count it);
-    /// * the margin grows by what the model believed beyond the truth (at
-    ///   least a sixteenth of the capacity), at most to half the capacity.
-    ///
-    /// Returns the over-belief in whole units (at least 1), or `None` when
-    /// the credit already held less than `amount` (no surprise: a request
-    /// larger than the bucket, sent on a full credit, is one).
+    /// Returns what the credit held before the take, in whole units, or
+    /// `None` when it already held less than `amount` (no surprise: a
+    /// request larger than the bucket, sent on a full credit, is one).
     ///
     /// ```
     /// use ratewise_core::admit::bucket::Bucket;
@@ -437,8 +436,12 @@ impl Bucket {
     /// assert!(b.try_take(4_000, Instant::ZERO).is_ok());
     /// let mark = b.mark();
     /// // The provider held less than 4 000: we believed in 10 000.
-    /// assert_eq!(b.surprise(4_000, mark, Instant::ZERO), Some(6_001));
+    /// let before = b.corrected_total();
+    /// assert_eq!(b.surprise(4_000, mark, Instant::ZERO), Some(10_000));
     /// assert_eq!(b.credit_level(Instant::ZERO), -1);
+    /// let over = b.lowered_since(before);
+    /// assert_eq!(over, 6_001);
+    /// b.learn_margin(over, Instant::ZERO);
     /// assert_eq!(b.margin(Instant::ZERO), 5_000); // half the capacity at most
     /// ```
     pub fn surprise(&mut self, amount: u64, mark: CreditMark, now: Instant) -> Option<u64> {
@@ -452,12 +455,37 @@ impl Bucket {
         let gap = before - (want - SCALE).max(0);
         self.credit = self.credit.saturating_sub(gap);
         self.corrected = self.corrected.saturating_sub(gap);
+        Some(u64::try_from((before + SCALE / 2) / SCALE).unwrap_or(u64::MAX))
+    }
+
+    /// The running total of corrections, to measure what a sequence of
+    /// them lowered the credit by ([`lowered_since`](Self::lowered_since)).
+    pub fn corrected_total(&self) -> i128 {
+        self.corrected
+    }
+
+    /// Whole units the credit was lowered by since `corrected_total` was
+    /// `before` (rounded up; raises count against it).
+    pub fn lowered_since(&self, before: i128) -> u64 {
+        let down = (before - self.corrected).max(0);
+        u64::try_from((down + SCALE - 1) / SCALE).unwrap_or(u64::MAX)
+    }
+
+    /// Grows the margin by `over` units — what the model believed beyond
+    /// the provider's level — and at least a sixteenth of the capacity; a
+    /// margin that did not prevent this surprise at least doubles (a bias
+    /// the model cannot see is paid for a few times, not for the whole
+    /// run); at most half the capacity.
+    pub fn learn_margin(&mut self, over: u64, now: Instant) {
         let t = ns(now);
         let step = (self.credit_cap / i128::from(MARGIN_STEP_SHARE)).max(SCALE);
         let max = self.credit_cap / i128::from(MARGIN_MAX_SHARE);
-        self.margin = self.margin_scaled(t).saturating_add(gap.max(step)).min(max);
+        let was = self.margin_scaled(t);
+        self.margin = was
+            .saturating_add(scaled(over).max(step))
+            .max(was.saturating_mul(2))
+            .min(max);
         self.margin_at = t;
-        Some(u64::try_from((gap + SCALE - 1) / SCALE).unwrap_or(u64::MAX))
     }
 
     /// Removes `amount` regardless of the levels (may leave a debt).
@@ -941,9 +969,12 @@ mod tests {
         // 2 999 and let a model 500 too high stand; read as nearest, 3 000
         // reported for a truth of 2 600 is no reason to raise anything.
         assert!(!b.sync_remaining(3_000, nearest, ms(0)));
-        // A model above the range goes to its lowest level.
+        // A model above the range goes to the value reported (the middle
+        // of the range: its bottom would throw half a step away).
         assert!(b.sync_remaining(1_000, nearest, ms(0)));
-        assert_eq!(b.credit_level(ms(0)), 500);
+        assert_eq!(b.credit_level(ms(0)), 1_000);
+        // Inside the range [500, 1 500) again: nothing changes.
+        assert!(!b.sync_remaining(1_000, nearest, ms(0)));
         // 0 is [0, 500): never below empty.
         assert!(b.sync_remaining(0, nearest, ms(0)));
         assert_eq!(b.credit_level(ms(0)), 0);

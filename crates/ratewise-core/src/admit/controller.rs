@@ -357,6 +357,19 @@ struct ScopeState {
     surprises: [u64; 4],
     /// See [`ScopeSnapshot::output_reserved`].
     output_reserved: Option<u64>,
+    /// A capacity cut by a surprise: header evidence above it is not
+    /// believed while the bucket's learned margin lasts.
+    ceiling: [Option<u64>; 4],
+}
+
+/// A 429 the model did not expect, between its lowering and the margin's
+/// learning.
+#[derive(Debug, Clone, Copy)]
+struct Surprise {
+    /// Which bucket.
+    bucket: usize,
+    /// Its corrections total before the lowering.
+    corrected: i128,
 }
 
 /// The margin kept before the caller's deadline beyond the expected time
@@ -547,6 +560,7 @@ impl Controller {
             head_latency: [None; 2],
             surprises: [0; 4],
             output_reserved: None,
+            ceiling: [None; 4],
         };
         rebuild_buckets(&mut st, self.cfg.burst, self.share_permille, Instant::ZERO);
         let id = self.scopes.len() as u32;
@@ -1018,7 +1032,12 @@ impl Controller {
             // that held it, so it left no debt behind.
             let no_debt = charged && sent.is_some_and(|x| x.amounts.by_index(i) < s.seen[i].max(1));
             let evidence = capacity_evidence(lowest, until_full, limit, charged, no_debt, d);
-            if let Some(seen) = evidence {
+            if s.ceiling[i].is_some() && s.buckets[i].as_ref().is_none_or(|b| b.margin(t) == 0) {
+                // Calm long enough that the margin is gone: headers are
+                // believed again.
+                s.ceiling[i] = None;
+            }
+            if let Some(seen) = evidence.map(|e| s.ceiling[i].map_or(e, |c| e.min(c))) {
                 if seen > s.seen[i] {
                     grown[i] = seen - s.seen[i];
                     s.seen[i] = seen;
@@ -1103,16 +1122,10 @@ impl Controller {
     /// level on the dimension it names (with none named, or one this scope
     /// has no bucket for, the bucket that was most loaded at the send) was
     /// below this request's charge there. When the model believed it had
-    /// room, the bucket learns from it ([`Bucket::surprise`]: the credit
-    /// lowered at once, a margin kept from then on) and the surprise is
-    /// counted. Returns the dimension and how many units the model was
-    /// over, for a surprise.
-    fn surprise(
-        &mut self,
-        sent: &Sent,
-        named: Option<Dimension>,
-        now: Now,
-    ) -> Option<(Dimension, u64)> {
+    /// room, the credit is lowered at once ([`Bucket::surprise`]); the
+    /// margin learns after the 429's headers have had their say
+    /// ([`learn_from_surprise`](Self::learn_from_surprise)).
+    fn surprise(&mut self, sent: &Sent, named: Option<Dimension>, now: Now) -> Option<Surprise> {
         let s = self.scopes.get_mut(sent.scope.0 as usize)?;
         let has = |i: usize| s.buckets[i].is_some() && sent.marks[i].get().is_some();
         let i = match named.map(index) {
@@ -1124,9 +1137,45 @@ impl Controller {
             })?,
         };
         let b = s.buckets[i].as_mut()?;
-        let over = b.surprise(sent.amounts.by_index(i), sent.marks[i], now.instant)?;
+        let corrected = b.corrected_total();
+        b.surprise(sent.amounts.by_index(i), sent.marks[i], now.instant)?;
+        Some(Surprise {
+            bucket: i,
+            corrected,
+        })
+    }
+
+    /// After a surprise and the 429's headers: the margin grows by all the
+    /// model turned out to be over; the surprise is counted; and the
+    /// capacity learned from headers is cut by as much (never below the
+    /// request) and held there while the margin lasts — headers that imply
+    /// more than the provider holds would teach it again. A cut that was
+    /// not needed (the level, not the capacity, was wrong) costs a smaller
+    /// burst until the margin decays, never a 429.
+    fn learn_from_surprise(&mut self, sent: &Sent, x: Surprise, now: Now) -> (Dimension, u64) {
+        let t = now.instant;
+        let burst = self.cfg.burst;
+        let share = self.share_permille;
+        let i = x.bucket;
+        let Some(s) = self.scopes.get_mut(sent.scope.0 as usize) else {
+            return (DIMENSIONS[i], 0);
+        };
+        let Some(b) = s.buckets[i].as_mut() else {
+            return (DIMENSIONS[i], 0);
+        };
+        let over = b.lowered_since(x.corrected);
+        b.learn_margin(over, t);
         s.surprises[i] = s.surprises[i].saturating_add(1);
-        Some((DIMENSIONS[i], over))
+        let amount = sent.amounts.by_index(i);
+        if s.seen[i] > 0 {
+            let cut = s.seen[i].saturating_sub(over).max(amount.min(s.seen[i]));
+            if cut < s.seen[i] {
+                s.seen[i] = cut;
+                s.ceiling[i] = Some(cut);
+                rebuild_buckets(s, burst, share, t);
+            }
+        }
+        (DIMENSIONS[i], over)
     }
 
     /// An outcome held as unknown keeps its worst case, in case the server
@@ -1286,25 +1335,27 @@ impl Controller {
                 s.learn_head_latency(took, sent.streamed);
             }
         }
-        // The 429 itself first: what it proves, then what its headers say.
+        // The 429 itself first: what it proves, then what its headers say;
+        // the margin learns from both.
         let mut surprised = None;
         if let (Cause::RateLimited, Some(sent), true) = (c.cause, sent, self.cfg.learn_margins) {
             surprised = self.surprise(sent, c.dimension, now);
-            if let Some((dim, over)) = surprised {
-                d.notes.push(
-                    format!(
-                        "admission: {} 429 where {over} more were believed free; margin learned",
-                        dim.as_str()
-                    )
-                    .into(),
-                );
-            }
         }
         if !c.hints.ratelimit.is_empty() {
             // Only a success was charged; an error answer's view is of the
             // bucket without it.
             let charged = c.cause == Cause::Success;
             self.sync_view(scope, sent, charged, &c.hints.ratelimit, c.provider, now);
+        }
+        if let (Some(sent), Some(x)) = (sent, surprised) {
+            let (dim, over) = self.learn_from_surprise(sent, x, now);
+            d.notes.push(
+                format!(
+                    "admission: {} 429 where the model was {over} over the provider's level; margin learned",
+                    dim.as_str()
+                )
+                .into(),
+            );
         }
         // The probe's question is answered by any success, and by any
         // answer that carried rate-limit headers; an error without them
@@ -1333,8 +1384,8 @@ impl Controller {
                         synced[index(d)] = headers_describe(d, c.provider)
                             && (w.remaining.is_some() || w.reset.is_some());
                     }
-                    if let Some((dim, _)) = surprised {
-                        synced[index(dim)] = true;
+                    if let Some(x) = surprised {
+                        synced[x.bucket] = true;
                     }
                     for s in &affected {
                         let own = if *s == scope { synced } else { [false; 4] };
@@ -1512,6 +1563,7 @@ impl Controller {
                     last_call: s.last_call.map(|t| base.out(t)),
                     released: s.released,
                     seen: s.seen,
+                    ceiling: s.ceiling,
                     heard: s.heard,
                 }
             })
@@ -1553,6 +1605,7 @@ impl Controller {
             s.last_call = sr.last_call.map(|t| base.back(t));
             s.released = sr.released;
             s.seen = sr.seen;
+            s.ceiling = sr.ceiling;
             s.heard = sr.heard;
             // This process's configured limits decide which buckets exist.
             rebuild_buckets(s, burst, share, now.instant);

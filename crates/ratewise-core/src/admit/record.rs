@@ -48,7 +48,8 @@ pub struct KeyRecord {
 }
 
 /// The format of the records this version writes: 2 added each bucket's
-/// learned margin (`margin`, `margin_at`).
+/// learned margin (`margin`, `margin_at`) and each scope's capacity
+/// `ceiling`.
 pub const RECORD_FORMAT: u32 = 2;
 
 fn format_one() -> u32 {
@@ -90,6 +91,9 @@ pub(crate) struct ScopeRecord {
     pub last_call: Option<i64>,
     pub released: [u64; 4],
     pub seen: [u64; 4],
+    /// A capacity cut by a 429 the model did not expect (format 2).
+    #[serde(default)]
+    pub ceiling: [Option<u64>; 4],
     pub heard: bool,
 }
 

@@ -85,6 +85,7 @@ pub fn controller_config(scenario: &Scenario) -> Config {
     config.limits = limits;
     config.seed = Some(scenario.seed);
     config.ramp = ramp;
+    config.learn_margins = scenario.learn_margins;
     config
 }
 
@@ -241,15 +242,6 @@ impl Client for Ratewise {
                 m.applied(self.store.apply(update, now), now)
             }
         };
-        if std::env::var_os("RW_DEBUG").is_some() {
-            let snap = self.store.lock().snapshot(self.target.scope, now);
-            if let Some(s) = snap {
-                eprintln!(
-                    "DBG t={:?} cap={:?} cred={:?} lev={:?} m={:?} ramp={}",
-                    now.instant, s.capacities, s.credits, s.levels, s.margins, s.ramp_permille
-                );
-            }
-        }
         match decision.action {
             Action::Retry { delay } => sim.timer(id, now.instant + delay),
             Action::Defer { not_before, .. } => {
@@ -273,3 +265,4 @@ impl Client for Ratewise {
         self.dispatch(sim);
     }
 }
+
