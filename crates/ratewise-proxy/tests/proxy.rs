@@ -826,3 +826,85 @@ async fn the_sdks_timeout_headers_go_upstream_as_sent_and_ratewises_does_not() {
     assert!(h.get("x-ratewise-deadline-ms").is_none(), "{h:?}");
     p.shutdown().await;
 }
+
+/// The margin learned from a 429 ratewise did not expect, for `KEY`, as
+/// `/metrics` shows it: (dimension, margin, surprises) where either is set.
+fn metrics_margins(text: &str) -> Vec<(String, f64, f64)> {
+    let fp = fingerprint(KEY);
+    let value = |prefix: &str, dim: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix) && l.contains(&fp) && l.contains(dim))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    ["requests", "input_tokens", "output_tokens", "tokens"]
+        .iter()
+        .filter_map(|d| {
+            let dim = format!("dimension=\"{d}\"");
+            let m = value("ratewise_bucket_margin{", &dim)?;
+            let s = value("ratewise_bucket_surprises_total{", &dim)?;
+            Some((d.to_string(), m, s))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_the_model_did_not_expect_shows_as_a_margin_in_status_and_metrics() {
+    // The provider publishes roomy limits, then answers the second request
+    // 429: the model believed every bucket had room — a surprise.
+    let mut cfg = roomy();
+    cfg.faults = vec![FaultRule::nth(
+        Fault::RetryAfter {
+            format: RetryAfterFormat::Seconds,
+            secs: 1,
+        },
+        [2],
+    )];
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    let before = metrics_margins(&metrics_text(&p).await);
+    assert!(before.iter().all(|(_, m, s)| *m == 0.0 && *s == 0.0), "{before:?}");
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    let a = call(&p, &[], BODY).await;
+    assert_eq!(a.status, 200, "retried after the 429: {}", a.body);
+    assert_eq!(mock.records().len(), 3);
+    let (_, status) = admin(&p, "GET", "/status").await;
+    let class = &status["keys"][0]["classes"][0];
+    let dims = ["requests", "input_tokens", "output_tokens", "tokens"];
+    let surprises: u64 = dims
+        .iter()
+        .filter_map(|d| class["surprises"][d].as_u64())
+        .sum();
+    assert_eq!(surprises, 1, "{class}");
+    let margin: u64 = dims
+        .iter()
+        .filter_map(|d| class["margins"][d].as_u64())
+        .sum();
+    assert!(margin > 0, "{class}");
+    assert!(class["capacities"]["requests"].as_u64().is_some(), "{class}");
+    let after = metrics_margins(&metrics_text(&p).await);
+    assert!(
+        after.iter().any(|(_, m, s)| *m > 0.0 && *s == 1.0),
+        "{after:?}"
+    );
+    p.shutdown().await;
+
+    // The switch: learning off, the same 429 teaches only its hint.
+    mock.set_faults(vec![FaultRule::nth(
+        Fault::RetryAfter {
+            format: RetryAfterFormat::Seconds,
+            secs: 1,
+        },
+        [5],
+    )]);
+    let p = proxy(&mock.base_url(), "[policy]\nlearn_margins = false").await;
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    assert_eq!(mock.records().len(), 6);
+    let off = metrics_margins(&metrics_text(&p).await);
+    assert!(
+        !off.is_empty() && off.iter().all(|(_, m, s)| *m == 0.0 && *s == 0.0),
+        "{off:?}"
+    );
+    p.shutdown().await;
+}
