@@ -38,6 +38,12 @@ const HERE: &[(&str, u64, f64)] = &[
     ("short-buckets-10s.json", 100, 6.0),
     // Enough jobs that one stray 429 stays under 1 % of the sends.
     ("short-buckets-2s.json", 200, 2.0),
+    // Issue #24's scenarios: short buckets, rounded headers, biases.
+    ("cold-key-5s.json", 200, 12.0),
+    ("anthropic-tier1.json", 60, 6.0),
+    ("bias-remaining-high.json", 100, 6.0),
+    ("bias-capacity-short.json", 100, 6.0),
+    ("bias-second-client.json", 150, 6.0),
 ];
 
 #[test]
@@ -119,4 +125,29 @@ fn short_buckets_2s_agrees_but_for_the_429_share() {
         real.sends_429,
         real.sends
     );
+}
+
+#[test]
+fn cold_key_5s_agrees() {
+    agrees("cold-key-5s.json", &[]);
+}
+
+#[test]
+fn anthropic_tier1_agrees() {
+    agrees("anthropic-tier1.json", &[]);
+}
+
+/// Headers that mislead, end to end: the mock renders the same biases
+/// over loopback, and the layer learns from the same 429s as the virtual
+/// run (its 429 share within a point of it: the simulator's own test holds
+/// the virtual run to 3 %).
+#[test]
+fn biased_headers_agree() {
+    for name in [
+        "bias-remaining-high.json",
+        "bias-capacity-short.json",
+        "bias-second-client.json",
+    ] {
+        agrees(name, &[]);
+    }
 }
