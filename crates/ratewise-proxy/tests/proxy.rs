@@ -863,7 +863,10 @@ async fn a_429_the_model_did_not_expect_shows_as_a_margin_in_status_and_metrics(
     let mock = MockServer::start(cfg).await.unwrap();
     let p = proxy(&mock.base_url(), "").await;
     let before = metrics_margins(&metrics_text(&p).await);
-    assert!(before.iter().all(|(_, m, s)| *m == 0.0 && *s == 0.0), "{before:?}");
+    assert!(
+        before.iter().all(|(_, m, s)| *m == 0.0 && *s == 0.0),
+        "{before:?}"
+    );
     assert_eq!(call(&p, &[], BODY).await.status, 200);
     let a = call(&p, &[], BODY).await;
     assert_eq!(a.status, 200, "retried after the 429: {}", a.body);
@@ -881,7 +884,10 @@ async fn a_429_the_model_did_not_expect_shows_as_a_margin_in_status_and_metrics(
         .filter_map(|d| class["margins"][d].as_u64())
         .sum();
     assert!(margin > 0, "{class}");
-    assert!(class["capacities"]["requests"].as_u64().is_some(), "{class}");
+    assert!(
+        class["capacities"]["requests"].as_u64().is_some(),
+        "{class}"
+    );
     let after = metrics_margins(&metrics_text(&p).await);
     assert!(
         after.iter().any(|(_, m, s)| *m > 0.0 && *s == 1.0),

@@ -274,7 +274,7 @@ impl Actor {
                     let _ = tx.send(());
                 }
                 (Reply::Snapshot(tx), Outcome::Snapshot(s)) => {
-                    let _ = tx.send(s);
+                    let _ = tx.send(*s);
                 }
                 // A request answers in its own kind (ops.rs).
                 (_, _) => {}

@@ -61,7 +61,7 @@ pub(crate) enum Outcome {
     Admission(Admission),
     Decision(Option<Decision>),
     Done,
-    Snapshot(Option<ScopeSnapshot>),
+    Snapshot(Box<Option<ScopeSnapshot>>),
 }
 
 impl Request {
@@ -106,7 +106,7 @@ impl Request {
                 c.stop(scope, *cause, *until, now);
                 Outcome::Done
             }
-            Request::Snapshot(s) => Outcome::Snapshot(c.snapshot(*s, now)),
+            Request::Snapshot(s) => Outcome::Snapshot(Box::new(c.snapshot(*s, now))),
         }
     }
 }

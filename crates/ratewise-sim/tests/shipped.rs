@@ -224,7 +224,11 @@ fn cold_key_5s() {
     let r = assert_targets_except("cold-key-5s.json", COLD_KEY_5S);
     let (rw, oracle) = (find(&r, "ratewise"), find(&r, "oracle"));
     // The miss is small and stays small.
-    assert!(rw.goodput_ratio >= 0.88 * oracle.goodput_ratio, "{}", rw.goodput_ratio);
+    assert!(
+        rw.goodput_ratio >= 0.88 * oracle.goodput_ratio,
+        "{}",
+        rw.goodput_ratio
+    );
     assert_eq!(rw.sends_429, 0);
     assert_eq!(
         r[0].sends_429_acceleration, 0,

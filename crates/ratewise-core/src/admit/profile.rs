@@ -90,13 +90,21 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Anthropic Messages API, from <https://docs.anthropic.com/en/api/rate-limits>:
+    /// Anthropic Messages API, from <https://docs.anthropic.com/en/api/rate-limits>
+    /// (now <https://platform.claude.com/docs/en/api/rate-limits>):
     ///
     /// * token `*-remaining`: "rounded to the nearest thousand" (the
     ///   response headers table) — [`Rounding::Nearest`]`(1000)`;
     /// * "OTPM rate limits are estimated based on `max_tokens` at the
-    ///   beginning of each request and adjusted at the end of the request"
-    ///   — [`output_charged_from_max_tokens`](Self::output_charged_from_max_tokens);
+    ///   beginning of each request, and the estimate is adjusted at the end
+    ///   of the request to reflect the actual number of output tokens used"
+    ///   — [`output_charged_from_max_tokens`](Self::output_charged_from_max_tokens).
+    ///   The page has since changed: it now says OTPM limits "are evaluated
+    ///   in real time as output tokens are produced" and that "the
+    ///   `max_tokens` parameter does not factor into OTPM rate limit
+    ///   calculations". Reserving `max_tokens` never sends into a 429 under
+    ///   either reading and costs throughput under the new one; it is kept
+    ///   until the change can be checked against the live API;
     /// * "your capacity is continuously replenished up to your maximum
     ///   limit, rather than being reset at fixed intervals" (the token
     ///   bucket algorithm) — every bucket refills continuously;

@@ -265,4 +265,3 @@ impl Client for Ratewise {
         self.dispatch(sim);
     }
 }
-
