@@ -207,6 +207,11 @@ def main():
         "wall_s": round(wall_s, 1),
         "errors": errors[:5],
     }
+    if r429:
+        # When (provider seconds from the first send) and on which bucket.
+        t0 = min(x["provider_ms"] for x in records)
+        result["429s"] = [[round((x["provider_ms"] - t0) / 1000.0, 1), x.get("dimension")]
+                          for x in records if x.get("status") == 429][:20]
     if args.impatient:
         gave_up = sum(1 for o, e in impatient if o == "error" and "Timeout" in e)
         result["impatient"] = args.impatient

@@ -77,6 +77,7 @@ PROXY_BIN="$TARGET/debug/ratewise"
 WORK="$(mktemp -d)"
 PIDS=()
 REDIS_PID=""
+# shellcheck disable=SC2329  # run by the EXIT trap
 cleanup() {
     for p in "${PIDS[@]:-}" "$REDIS_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
     rm -rf "$WORK"
