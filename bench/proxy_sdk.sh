@@ -39,7 +39,8 @@
 #                     the mock takes to answer (a 4 s stall; ratewise told
 #                     it may wait 120 s) give up mid-request, queued or
 #                     sent; then 60 normal jobs: all 60 done;
-#                     <= 1 %; sends and tokens count all 84 callers.
+#                     <= 1 %; sends and tokens count all 84 callers (the
+#                     later 60 on their own are printed, not judged).
 #   The redis shapes need redis-server: without it they fail under CI=true
 #   and are skipped ("SKIPPED: ...") elsewhere.
 #
