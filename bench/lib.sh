@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the bench scripts: sourced, not run.
 
 # Prints the first loopback address that appears in file $1 (written by

@@ -18,8 +18,19 @@ where `span` is the provider time from the first send to the last answer
 and `capacity` what the provider's bucket held at the start (a client that
 took all of it at once and then the limit's refill could not use more).
 
-Prints one JSON object and a table; exits 1 when a job did not finish or
-more than `--max-429-share` of the sends were answered 429.
+`--stream` makes every Anthropic call a stream (`stream=True`), read to
+its end. `--impatient N` first sends N callers whose own timeout
+(`--impatient-timeout`, seconds) is shorter than the mock takes to answer
+(a `stall` of `--impatient-stall-ms` is injected for them, and
+`x-ratewise-deadline-ms` says ratewise may wait longer, so the callers leave
+first, mid-request): they give up, then the `--jobs` normal jobs run. The
+sends, 429s and tokens used count all of them; "done" counts the normal
+jobs.
+
+Prints one JSON object and a table; exits 1 when a job did not finish, more
+than `--max-429-share` of the sends were answered 429, less than
+`--min-used` of the binding limit was used, or (when given) there were more
+than `--max-sends-per-job` sends per job.
 """
 
 import argparse
@@ -30,6 +41,13 @@ import time
 import urllib.request
 
 
+def mock_put(base, path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="PUT",
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+
+
 def words(n, salt):
     # ~4 bytes per token: n tokens of text, distinct per job.
     base = f"job{salt} lorem ipsum dolor sit amet consectetur "
@@ -37,18 +55,37 @@ def words(n, salt):
     return text
 
 
-async def run_anthropic(args, sizes):
+async def run_anthropic(args, sizes, timeout=600, headers=None, salt=0):
     import anthropic
 
     clients = [
-        anthropic.AsyncAnthropic(base_url=p, api_key="sk-ant-bench-key", max_retries=0, timeout=600)
+        anthropic.AsyncAnthropic(base_url=p, api_key="sk-ant-bench-key", max_retries=0, timeout=timeout)
         for p in args.proxy
     ]
-    return await run_jobs(args, sizes, lambda i, n: clients[i % len(clients)].messages.create(
-        model="claude-sonnet-4-5",
-        max_tokens=args.max_tokens,
-        messages=[{"role": "user", "content": words(n, i)}],
-    ))
+
+    async def call(i, n):
+        client = clients[i % len(clients)]
+        kw = dict(
+            model="claude-sonnet-4-5",
+            max_tokens=args.max_tokens,
+            messages=[{"role": "user", "content": words(n, salt + i)}],
+            extra_headers=headers or {},
+        )
+        if not args.stream:
+            return await client.messages.create(**kw)
+        stream = await client.messages.create(stream=True, **kw)
+        events = 0
+        async for _ in stream:
+            events += 1
+        if events == 0:
+            raise RuntimeError("empty stream")
+        return events
+
+    try:
+        return await run_jobs(args, sizes, call)
+    finally:
+        for c in clients:
+            await c.close()
 
 
 async def run_openai(args, sizes):
@@ -96,12 +133,29 @@ def main():
     ap.add_argument("--capacity-seconds", type=float, default=60.0)
     ap.add_argument("--max-429-share", type=float, default=0.02)
     ap.add_argument("--min-used", type=float, default=0.0)
+    ap.add_argument("--max-sends-per-job", type=float, default=None)
+    ap.add_argument("--stream", action="store_true", help="Anthropic only: stream=True, read to the end")
+    ap.add_argument("--impatient", type=int, default=0,
+                    help="Anthropic only: callers that give up mid-request before the jobs")
+    ap.add_argument("--impatient-timeout", type=float, default=1.5)
+    ap.add_argument("--impatient-stall-ms", type=int, default=4000)
     ap.add_argument("--label", default="")
     args = ap.parse_args()
+    if (args.stream or args.impatient) and args.shape != "anthropic":
+        ap.error("--stream and --impatient are for --shape anthropic")
 
     lo, hi = args.input
     sizes = [lo + (i * 7919) % (hi - lo + 1) for i in range(args.jobs)]
     started = time.monotonic()
+    impatient = []
+    if args.impatient:
+        # Every answer is held back longer than these callers wait; ratewise
+        # is told it may wait two minutes, so the callers are the ones to go.
+        mock_put(args.mock, "/mock/faults", [{"fault": {"stall": {"ms": args.impatient_stall_ms}}, "when": "always"}])
+        isizes = [lo + (i * 104729) % (hi - lo + 1) for i in range(args.impatient)]
+        impatient = asyncio.run(run_anthropic(args, isizes, timeout=args.impatient_timeout,
+                                              headers={"x-ratewise-deadline-ms": "120000"}, salt=100000))
+        mock_put(args.mock, "/mock/faults", [])
     runner = run_anthropic if args.shape == "anthropic" else run_openai
     outcomes = asyncio.run(runner(args, sizes))
     wall_s = time.monotonic() - started
@@ -119,13 +173,25 @@ def main():
         # OpenAI-style TPM: input plus output (the max_tokens charged at
         # admission is corrected to the output when the answer ends).
         used_tokens = sum(x["input_tokens"] + x["output_tokens"] for x in ok)
-    times = [x["provider_ms"] for x in records]
-    span_min = (max(times) - min(times)) / 60000.0 if times else 0.0
-    offered = args.limit * args.capacity_seconds / 60.0 + args.limit * span_min
-    used = used_tokens / offered if offered else 0.0
+
+    def share_used(recs):
+        oks = [x for x in recs if x.get("status") == 200]
+        if args.binding == "input":
+            n = sum(x["input_tokens"] for x in oks)
+        elif args.binding == "output":
+            n = sum(x["output_tokens"] for x in oks)
+        else:
+            n = sum(x["input_tokens"] + x["output_tokens"] for x in oks)
+        times = [x["provider_ms"] for x in recs]
+        span = (max(times) - min(times)) / 60000.0 if times else 0.0
+        offered = args.limit * args.capacity_seconds / 60.0 + args.limit * span
+        return n / offered if offered else 0.0
+
+    used = share_used(records)
     done = sum(1 for o, _ in outcomes if o == "done")
     errors = [e for o, e in outcomes if o == "error"]
     share = r429 / sends if sends else 0.0
+    total_jobs = args.jobs + args.impatient
     result = {
         "label": args.label,
         "proxies": len(args.proxy),
@@ -134,15 +200,41 @@ def main():
         "concurrency": args.concurrency,
         "done": done,
         "sends": sends,
-        "sends_per_job": round(sends / max(done, 1), 3),
+        "sends_per_job": round(sends / max(total_jobs, 1), 3),
         "answered_429": r429,
         "share_429": round(share, 4),
         "used_of_binding_limit": round(used, 3),
         "wall_s": round(wall_s, 1),
         "errors": errors[:5],
     }
+    if r429:
+        # When (provider seconds from the first send) and on which bucket.
+        t0 = min(x["provider_ms"] for x in records)
+        result["429s"] = [[round((x["provider_ms"] - t0) / 1000.0, 1), x.get("dimension")]
+                          for x in records if x.get("status") == 429][:20]
+    if args.impatient:
+        gave_up = sum(1 for o, e in impatient if o == "error" and "Timeout" in e)
+        result["impatient"] = args.impatient
+        result["impatient_timed_out"] = gave_up
+        result["impatient_other"] = [e for o, e in impatient if not (o == "error" and "Timeout" in e)][:5]
+        # For reading, not judged: what the impatient callers sent, and the
+        # later jobs on their own (their sends per job, 429s, share used).
+        # (the stall was on for the impatient callers' sends only).
+        early = [x for x in records if x.get("fault")]
+        later = [x for x in records if not x.get("fault")]
+        result["impatient_sends"] = len(early)
+        result["impatient_sends_answered"] = {}
+        for x in early:
+            k = str(x.get("status"))
+            result["impatient_sends_answered"][k] = result["impatient_sends_answered"].get(k, 0) + 1
+        result["later_sends_per_job"] = round(len(later) / max(args.jobs, 1), 3)
+        result["later_429"] = sum(1 for x in later if x.get("status") == 429)
+        result["later_used_of_binding_limit"] = round(share_used(later), 3)
     print(json.dumps(result))
-    print(f"| {args.label or args.shape} | {done}/{args.jobs} | {sends} sends ({result['sends_per_job']} per job) "
+    extra = ""
+    if args.impatient:
+        extra = f" (after {args.impatient} callers who gave up: {result['impatient_timed_out']} timed out)"
+    print(f"| {args.label or args.shape} | {done}/{args.jobs}{extra} | {sends} sends ({result['sends_per_job']} per job) "
           f"| {r429} answered 429 ({100 * share:.2f} %) | used {used:.3f} of the binding limit "
           f"| {wall_s:.1f} s |")
     failed = []
@@ -152,8 +244,10 @@ def main():
         failed.append(f"429 share {share:.4f} > {args.max_429_share}")
     if used < args.min_used:
         failed.append(f"used {used:.3f} < {args.min_used}")
+    if args.max_sends_per_job is not None and result["sends_per_job"] > args.max_sends_per_job:
+        failed.append(f"{result['sends_per_job']} sends per job > {args.max_sends_per_job}")
     if failed:
-        print("FAIL: " + "; ".join(failed), file=sys.stderr)
+        print(f"FAIL: {args.label or args.shape}: " + "; ".join(failed), file=sys.stderr)
         sys.exit(1)
 
 
