@@ -109,8 +109,13 @@ impl Metrics {
         {
             let _ = writeln!(out, "ratewise_actions_total{{action=\"{action}\"}} {n}");
         }
+        // One `# TYPE` per metric: the series of one name together, in the
+        // order given (a stable sort by name).
+        let name_of = |line: &str| line.split('{').next().unwrap_or(line).to_owned();
+        let mut sorted: Vec<&(String, f64)> = gauges.iter().collect();
+        sorted.sort_by_key(|(line, _)| name_of(line));
         let mut last = String::new();
-        for (line, v) in gauges {
+        for (line, v) in sorted {
             let name = line.split('{').next().unwrap_or(line);
             if name != last {
                 let _ = writeln!(out, "# TYPE {name} gauge");

@@ -914,3 +914,20 @@ async fn a_429_the_model_did_not_expect_shows_as_a_margin_in_status_and_metrics(
     );
     p.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_name_each_type_once() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
+    let text = metrics_text(&p).await;
+    let mut seen = std::collections::HashSet::new();
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        assert!(seen.insert(line.to_owned()), "twice: {line}\n{text}");
+    }
+    assert!(
+        seen.iter().any(|l| l.contains("ratewise_bucket_margin")),
+        "{text}"
+    );
+    p.shutdown().await;
+}
