@@ -265,6 +265,12 @@ impl Bucket {
         self.level = self.level.min(self.cap_scaled);
         self.credit_cap = scaled(self.credit_capacity);
         self.credit = self.credit.min(self.credit_cap);
+        // A margin is never more than half of the bucket it is kept in:
+        // a capacity cut cuts it too (the same here and in a record read
+        // back, so every process agrees).
+        self.margin = self
+            .margin
+            .clamp(0, self.credit_cap / i128::from(MARGIN_MAX_SHARE));
     }
 
     /// Units per minute at full rate.
@@ -856,11 +862,8 @@ impl Bucket {
             margin_at: local(r.margin_at),
             updated,
         };
+        // (Clamps the margin to what this controller would keep.)
         b.recompute();
-        // Never more than this controller would keep.
-        b.margin = b
-            .margin
-            .clamp(0, b.credit_cap / i128::from(MARGIN_MAX_SHARE));
         // A record is read from outside the process: a debt deeper than
         // ten minutes of refill is not something this controller ever
         // writes, and is cut to it rather than blocking the key for good.
