@@ -39,8 +39,10 @@
 #                     the mock takes to answer (a 4 s stall; ratewise told
 #                     it may wait 120 s) give up mid-request, queued or
 #                     sent; then 60 normal jobs: all 60 done;
-#                     <= 1 %; sends and tokens count all 84 callers (the
-#                     later 60 on their own are printed, not judged).
+#                     <= 1 %; sends count all 84 callers; the share of the
+#                     limit is judged on the later 60 (the run's claim:
+#                     the callers who left cost them nothing), the whole
+#                     run's is printed beside it.
 #   The redis shapes need redis-server: without it they fail under CI=true
 #   and are skipped ("SKIPPED: ...") elsewhere.
 #

@@ -10,7 +10,6 @@ use ratewise_core::admit::{
     Admission, AdmitRequest, Burst, Config, Controller, Limits, RampConfig, Target, WaitReason,
 };
 use ratewise_core::classify::Classification;
-use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::{Decision, Instant, Now, Provider, Usage};
 use std::time::Duration;
 
@@ -20,16 +19,7 @@ fn respond(
     body: &str,
     now: Now,
 ) -> (Classification, Decision) {
-    let c = common::classify(Provider::Anthropic, status, headers, body, now);
-    let job = JobState::new(1, now.instant, None);
-    let d = decide(
-        &Policy::default(),
-        &job,
-        &c,
-        now,
-        &mut fastrand::Rng::with_seed(7),
-    );
-    (c, d)
+    common::respond(Provider::Anthropic, status, headers, body, now)
 }
 
 const OK_BODY: &str =

@@ -3,33 +3,13 @@
 
 mod common;
 
-use common::now_at;
+use common::{now_at, respond};
 use ratewise_core::admit::{
     Admission, AdmitRequest, Config, Controller, Limits, WaitReason, EDGE_MARGIN,
 };
 use ratewise_core::classify::Classification;
-use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::{Action, Cause, Decision, GiveUpReason, Instant, Now, Provider};
 use std::time::Duration;
-
-fn respond(
-    provider: Provider,
-    status: u16,
-    headers: &[(&str, &str)],
-    body: &str,
-    now: Now,
-) -> (Classification, Decision) {
-    let c = common::classify(provider, status, headers, body, now);
-    let job = JobState::new(1, now.instant, None);
-    let d = decide(
-        &Policy::default(),
-        &job,
-        &c,
-        now,
-        &mut fastrand::Rng::with_seed(7),
-    );
-    (c, d)
-}
 
 fn controller() -> Controller {
     Controller::new({

@@ -12,7 +12,6 @@ use ratewise_core::admit::{
     WaitReason,
 };
 use ratewise_core::classify::Classification;
-use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::{Decision, Dimension, Instant, Now, Provider};
 use std::time::Duration;
 
@@ -26,16 +25,7 @@ fn respond(
     body: &str,
     now: Now,
 ) -> (Classification, Decision) {
-    let c = common::classify(Provider::Anthropic, status, headers, body, now);
-    let job = JobState::new(1, now.instant, None);
-    let d = decide(
-        &Policy::default(),
-        &job,
-        &c,
-        now,
-        &mut fastrand::Rng::with_seed(7),
-    );
-    (c, d)
+    common::respond(Provider::Anthropic, status, headers, body, now)
 }
 
 /// 600 RPM, 12 000 OTPM held in a 10 s bucket (2 000 tokens), at full rate.

@@ -55,6 +55,15 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response {
     r
 }
 
+/// One value per bucket, named by its dimension.
+fn per_dimension<T: serde::Serialize>(v: [T; 4]) -> serde_json::Value {
+    let [requests, input_tokens, output_tokens, tokens] = v;
+    serde_json::json!({
+        "requests": requests, "input_tokens": input_tokens,
+        "output_tokens": output_tokens, "tokens": tokens,
+    })
+}
+
 fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -106,22 +115,10 @@ async fn status(State(app): State<Arc<App>>) -> Response {
                     "requests": l.requests, "input_tokens": l.input_tokens,
                     "output_tokens": l.output_tokens, "tokens": l.tokens,
                 },
-                "levels": {
-                    "requests": s.levels[0], "input_tokens": s.levels[1],
-                    "output_tokens": s.levels[2], "tokens": s.levels[3],
-                },
-                "capacities": {
-                    "requests": s.capacities[0], "input_tokens": s.capacities[1],
-                    "output_tokens": s.capacities[2], "tokens": s.capacities[3],
-                },
-                "margins": {
-                    "requests": s.margins[0], "input_tokens": s.margins[1],
-                    "output_tokens": s.margins[2], "tokens": s.margins[3],
-                },
-                "surprises": {
-                    "requests": s.surprises[0], "input_tokens": s.surprises[1],
-                    "output_tokens": s.surprises[2], "tokens": s.surprises[3],
-                },
+                "levels": per_dimension(s.levels),
+                "capacities": per_dimension(s.capacities),
+                "margins": per_dimension(s.margins),
+                "surprises": per_dimension(s.surprises),
                 "advice": s.advice(),
                 "ramp_percent": f64::from(s.ramp_permille) / 10.0,
                 "paused_for_ms": s.paused_until.map(|p| (p - now.instant).as_millis() as u64),

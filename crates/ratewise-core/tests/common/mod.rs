@@ -16,6 +16,27 @@ pub fn now_at(ms: u64) -> Now {
     Now::new(Instant::from_millis(ms), wall0 + Duration::from_millis(ms))
 }
 
+/// A response classified as `provider`'s at `now`, and the default
+/// policy's decision for a first attempt of it.
+pub fn respond(
+    provider: Provider,
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &str,
+    now: Now,
+) -> (Classification, Decision) {
+    let c = classify(provider, status, headers, body, now);
+    let job = ratewise_core::decide::JobState::new(1, now.instant, None);
+    let d = ratewise_core::decide::decide(
+        &Policy::default(),
+        &job,
+        &c,
+        now,
+        &mut fastrand::Rng::with_seed(7),
+    );
+    (c, d)
+}
+
 /// A response with these status, headers and body, classified as
 /// `provider`'s at `now`.
 pub fn classify(
