@@ -219,3 +219,32 @@ fn the_margin_travels_in_the_key_record_and_old_records_still_read() {
     reader.import_key(&newer, t);
     assert_eq!(output(&mut reader, reader_target, t).1, 977);
 }
+
+#[test]
+fn a_remaining_of_u64_max_is_read_without_a_panic() {
+    // A header may say anything; the largest number it can say is still
+    // a range to read, for every provider's rounding.
+    for provider in [Provider::Anthropic, Provider::Openai, Provider::Generic] {
+        let (mut c, target) = controller(true);
+        let t = now_at(0);
+        let r = c.admit(&ask(100, target), t).go().unwrap();
+        let max = u64::MAX.to_string();
+        let (cl, d) = (
+            common::classify(
+                provider,
+                200,
+                &[
+                    ("anthropic-ratelimit-output-tokens-remaining", max.as_str()),
+                    ("x-ratelimit-remaining-tokens", max.as_str()),
+                    ("x-ratelimit-remaining-requests", max.as_str()),
+                ],
+                r#"{"type":"message","content":[],"usage":{"input_tokens":10,"output_tokens":5}}"#,
+                t,
+            ),
+            Decision::new(ratewise_core::Action::Done),
+        );
+        c.observe_sent(&r.sent(), &cl, d, t);
+        c.release(r, t);
+        assert!(c.ledger().is_clean());
+    }
+}

@@ -106,7 +106,7 @@ impl ServerView {
     fn range(&self, rounding: Rounding, credit_cap: i128) -> Option<(i128, i128, i128)> {
         let mut range: Option<(i128, i128, i128)> = self.remaining.map(|r| {
             let (lo, hi) = rounding.range(r);
-            (scaled(lo), scaled(hi), scaled(r.clamp(lo, hi - 1)))
+            (scaled(lo), scaled(hi), scaled(r.max(lo).min(hi - 1)))
         });
         if let Some((limit, until_full)) = self.until_full {
             let limit = limit.clamp(1, MAX_LIMIT);

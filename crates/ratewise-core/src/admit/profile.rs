@@ -50,7 +50,10 @@ impl Rounding {
     /// The half-open range `[lo, hi)` of whole units a reported `r` allows.
     /// Never below zero; `hi > lo` always.
     pub fn range(self, r: u64) -> (u64, u64) {
-        let exact = (r, r.saturating_add(1));
+        // A header may say anything up to `u64::MAX`: the range stays
+        // non-empty there too (a reader clamps into it).
+        let r = r.min(u64::MAX - 1);
+        let exact = (r, r + 1);
         match self {
             Rounding::Exact => exact,
             Rounding::Down(step) if step > 1 && r % step == 0 => (r, r.saturating_add(step)),
@@ -209,6 +212,18 @@ mod tests {
             n.range(u64::MAX - (u64::MAX % 1000)).0,
             u64::MAX - (u64::MAX % 1000) - 500
         );
+        // Whatever a header says, the range is never empty.
+        for r in [0, 1, 999, 1000, u64::MAX - 1, u64::MAX] {
+            for rounding in [
+                Rounding::Exact,
+                Rounding::Down(1000),
+                Rounding::Nearest(1000),
+                Rounding::Down(5),
+            ] {
+                let (lo, hi) = rounding.range(r);
+                assert!(hi > lo, "{rounding:?} {r}");
+            }
+        }
     }
 
     #[test]
