@@ -645,14 +645,7 @@ impl Controller {
         } else {
             grow_ramp(s, &self.cfg.ramp, t);
         }
-        let input = req
-            .input_estimate
-            .unwrap_or_else(|| input_from_bytes(req.body_bytes));
-        let amounts = Amounts {
-            requests: 1,
-            input,
-            output: self.cfg.output.output_estimate(req.max_tokens, input),
-        };
+        let amounts = amounts_of(&self.cfg, req);
         for b in s.buckets.iter_mut().flatten() {
             b.refill(t);
         }
@@ -736,14 +729,7 @@ impl Controller {
         for b in s.buckets.iter_mut().flatten() {
             b.refill(t);
         }
-        let input = req
-            .input_estimate
-            .unwrap_or_else(|| input_from_bytes(req.body_bytes));
-        let one = Amounts {
-            requests: 1,
-            input,
-            output: self.cfg.output.output_estimate(req.max_tokens, input),
-        };
+        let one = amounts_of(&self.cfg, req);
         // The jobs ahead go first: each takes its amounts (a debt, when
         // the bucket has less), then this one waits for its own room, as
         // the head of the queue will.
@@ -1743,6 +1729,19 @@ fn reset_wait(r: Reset, wall: SystemTime, profile: &Profile) -> Option<Duration>
         return None;
     }
     Some(wait.saturating_sub(profile.reset_uncertainty(r)))
+}
+
+/// What `req` reserves: one request, its input estimate (the byte
+/// heuristic without one), and the configured output estimate.
+fn amounts_of(cfg: &Config, req: &AdmitRequest) -> Amounts {
+    let input = req
+        .input_estimate
+        .unwrap_or_else(|| input_from_bytes(req.body_bytes));
+    Amounts {
+        requests: 1,
+        input,
+        output: cfg.output.output_estimate(req.max_tokens, input),
+    }
 }
 
 fn wait_or_refuse(until: Instant, reason: WaitReason, deadline: Option<Instant>) -> Admission {
