@@ -297,3 +297,126 @@ fn controllers_draw_their_own_jitter_unless_a_seed_is_fixed() {
     // A fixed seed repeats exactly.
     assert_eq!(pause_jitter(Some(42)), pause_jitter(Some(42)));
 }
+
+/// Requests read exactly, output tokens rounded to the nearest thousand:
+/// 1,200 RPM and 24,000 OTPM over buckets of 5 s (100 requests, 2,000
+/// tokens). The requests view shows their bucket's horizon; the output
+/// view alone proves only 1,499 (at least 500 left, 2.5 s of refill to
+/// full) and allows up to 2,500.
+fn horizon_views(c: &mut Controller, target: &Target, t: Now) {
+    let (cl, d) = respond(
+        200,
+        &[
+            ("anthropic-ratelimit-requests-limit", "1200"),
+            ("anthropic-ratelimit-requests-remaining", "59"),
+            (
+                "anthropic-ratelimit-requests-reset",
+                "2026-11-29T12:00:02.001Z",
+            ),
+            ("anthropic-ratelimit-output-tokens-limit", "24000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "1000"),
+            (
+                "anthropic-ratelimit-output-tokens-reset",
+                "2026-11-29T12:00:02.500Z",
+            ),
+        ],
+        OK_BODY,
+        t,
+    );
+    c.observe(target.scope, &cl, d, t);
+}
+
+fn horizon_controller(learn: bool) -> (Controller, Target) {
+    let mut c = Controller::new({
+        let mut config = Config::default();
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.learn_margins = learn;
+        config.seed = Some(1);
+        config
+    });
+    let target = c.target("k", "claude-sonnet-4-5");
+    (c, target)
+}
+
+#[test]
+fn a_rounded_capacity_takes_the_horizon_its_exact_sibling_shows() {
+    let t = now_at(0);
+    let (mut off, target) = horizon_controller(false);
+    horizon_views(&mut off, &target, t);
+    let (mut on, target) = horizon_controller(true);
+    horizon_views(&mut on, &target, t);
+    let [requests, _, output_off, _] = off.snapshot(target.scope, t).unwrap().capacities;
+    let output_on = on.snapshot(target.scope, t).unwrap().capacities[2];
+    // What the rounded view proves, alone (the reset's millisecond of
+    // precision taken in the server's favour: 1,499.6).
+    assert_eq!(output_off, Some(1_499));
+    // The requests' horizon: 59 left + 2.001 s at 20/s (+ the request
+    // itself) ≈ 100 of 1,200 a minute, 5 s; the output bucket is taken at
+    // the same 5 s of its 24,000 a minute, inside what its view allows.
+    let requests = requests.unwrap();
+    assert!((99..=101).contains(&requests), "{requests}");
+    let output_on = output_on.unwrap();
+    assert!((1_950..=2_020).contains(&output_on), "{output_on}");
+}
+
+#[test]
+fn a_sibling_horizon_never_passes_what_the_views_allow() {
+    // A second output view: 0 left (under 500), full in 3.5 s: the
+    // bucket holds less than 500 + 1,400 = 1,900. The horizon's 2,000 is
+    // above that: the capacity stops below the bracket's top.
+    let t = now_at(0);
+    let (mut c, target) = horizon_controller(true);
+    horizon_views(&mut c, &target, t);
+    let later = now_at(1_000);
+    let (cl, d) = respond(
+        200,
+        &[
+            ("anthropic-ratelimit-output-tokens-limit", "24000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "0"),
+            (
+                "anthropic-ratelimit-output-tokens-reset",
+                "2026-11-29T12:00:04.500Z",
+            ),
+        ],
+        OK_BODY,
+        later,
+    );
+    c.observe(target.scope, &cl, d, later);
+    let output = c.snapshot(target.scope, later).unwrap().capacities[2].unwrap();
+    assert!(output < 1_900, "{output}");
+    assert!(output >= 1_500, "{output}");
+}
+
+#[test]
+fn a_429_on_a_sibling_horizon_takes_the_hypothesis_back() {
+    // The output bucket really holds 4 s (1,600 tokens: the view's 1,000
+    // left is 600, full in 2.5 s), not the requests' 5 s. The hypothesis
+    // sizes it at ~1,980; a 1,700-token request the model has room for is
+    // answered 429 on output tokens.
+    let t = now_at(0);
+    let (mut c, target) = horizon_controller(true);
+    horizon_views(&mut c, &target, t);
+    let full = now_at(10_000);
+    assert!(c.snapshot(target.scope, full).unwrap().capacities[2].unwrap() > 1_900);
+    let mut req = AdmitRequest::new(target);
+    req.max_tokens = Some(1_700);
+    req.input_estimate = Some(10);
+    let r = c.admit(&req, full).go().expect("the model has room");
+    let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit of 24,000 output tokens per minute."}}"#;
+    let (cl, d) = respond(429, &[("retry-after", "1")], body, full);
+    c.observe_sent(&r.sent(), &cl, d, full);
+    c.release(r, full);
+    let after = c.snapshot(target.scope, full).unwrap();
+    assert!(after.capacities[2].unwrap() <= 1_700, "{after:?}");
+    assert_eq!(after.surprises[2], 1);
+    // The same views again: the hypothesis stays under what the 429
+    // proved while the learned margin lasts.
+    let later = now_at(11_000);
+    horizon_views(&mut c, &target, later);
+    let cap = c.snapshot(target.scope, later).unwrap().capacities[2].unwrap();
+    assert!(cap <= 1_700, "{cap}");
+}

@@ -141,12 +141,13 @@ fn short_buckets_2s_agrees_but_for_the_429_share_and_goodput() {
 #[test]
 fn cold_key_5s_agrees_but_for_goodput() {
     // 5 s buckets, a fifth of which is the slack a late timer eats on a
-    // loaded machine. Measured 2026-12-01 at half this test's scale:
-    // virtual 0.863 of the limit; real 0.81–0.83 on an idle machine, 0.688
-    // in a CI run (no more 429s in any). The floor catches a collapse (the
-    // issue measured 0.53 before #24), not the machine's load.
+    // loaded machine. Measured 2026-12-01 at this scale, three builds
+    // running beside it: virtual 0.968 of the limit, real 0.955, no 429.
+    // Before the capacity hypothesis (virtual 0.863) a CI run measured
+    // 0.688 at half this scale; the floor catches a collapse (the issue
+    // measured 0.53 before #24), not the machine's load.
     let (_, real) = agrees("cold-key-5s.json", &["goodput_ratio"]);
-    assert!(real.goodput_ratio >= 0.65, "{}", real.goodput_ratio);
+    assert!(real.goodput_ratio >= 0.75, "{}", real.goodput_ratio);
 }
 
 #[test]

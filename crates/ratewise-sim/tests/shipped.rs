@@ -21,19 +21,10 @@ fn run(name: &str) -> (Scenario, Vec<Report>) {
 }
 
 fn assert_targets(name: &str) -> Vec<Report> {
-    assert_targets_except(name, &[])
-}
-
-/// `known`: misses that are stated in the report and the docs (a miss
-/// is known when it contains one of these words).
-fn assert_targets_except(name: &str, known: &[&str]) -> Vec<Report> {
     let (s, reports) = run(name);
     assert_sound(name, &reports);
     assert_oracle(name, &reports);
-    let missed: Vec<String> = targets::check(&s, &reports)
-        .into_iter()
-        .filter(|m| !known.iter().any(|k| m.contains(k)))
-        .collect();
+    let missed = targets::check(&s, &reports);
     assert!(
         missed.is_empty(),
         "{name}: {missed:?}\n{}",
@@ -107,14 +98,6 @@ const TESTED: &[&str] = &[
     "bias-capacity-short.json",
     "bias-second-client.json",
 ];
-
-/// ratewise's one known miss, stated in the README: on `cold-key-5s` it
-/// reaches 0.89 of the oracle's goodput, not 0.9. Anthropic's token
-/// `*-remaining` is rounded to the nearest thousand, a third of the 1,667-
-/// token output bucket; ratewise paces on what the headers prove (the
-/// bucket's capacity learned as a lower bound, 1,499), and the top of the
-/// rounding range stays unseen. Every other target is asserted.
-const COLD_KEY_5S: &[&str] = &["goodput"];
 
 #[test]
 fn every_shipped_scenario_is_tested() {
@@ -221,12 +204,26 @@ fn short_buckets_2s() {
 fn cold_key_5s() {
     // A cold key against 5 s buckets: max_tokens 1000 is 60 % of the
     // output bucket, and the acceleration limit holds the first burst.
-    let r = assert_targets_except("cold-key-5s.json", COLD_KEY_5S);
+    let r = assert_targets("cold-key-5s.json");
     let (rw, oracle) = (find(&r, "ratewise"), find(&r, "oracle"));
-    // The miss is small and stays small.
     assert!(
-        rw.goodput_ratio >= 0.88 * oracle.goodput_ratio,
+        rw.goodput_ratio >= 0.95 * oracle.goodput_ratio,
         "{}",
+        rw.goodput_ratio
+    );
+    // What does it: Anthropic rounds the output bucket's `remaining` to the
+    // nearest thousand, a third of this 1,667-token bucket, and the views
+    // alone prove 1,499; the requests and input buckets show the 5 s
+    // horizon, taken as the output bucket's inside what its views allow
+    // (on with `learn_margins`, which corrects a wrong hypothesis).
+    let (s, _) = run("cold-key-5s.json");
+    let mut off = s.clone();
+    off.learn_margins = false;
+    let without = simulate(&off, Strategy::Ratewise, &mut |_, _| {});
+    assert!(
+        without.goodput_ratio + 0.05 < rw.goodput_ratio,
+        "without the hypothesis {}, with it {}",
+        without.goodput_ratio,
         rw.goodput_ratio
     );
     assert_eq!(rw.sends_429, 0);
@@ -280,7 +277,11 @@ fn bias_second_client() {
 
 /// Learning from 429s the model did not expect costs next to nothing where
 /// the model is right (≤ 0.02 of goodput on every shipped scenario without
-/// a bias), and where the headers mislead it is what keeps the 429s down.
+/// a bias), and where the headers mislead it is what keeps the 429s down:
+/// never more of them than without it, but for the capacity hypothesis it
+/// enables (a sibling bucket's horizon), which may cost one 429 and is
+/// held to the 1 % target (`bias-remaining-high`: 1 of 151 sends, for
+/// 0.994 of the limit instead of 0.991).
 #[test]
 fn learning_costs_nothing_without_a_bias_and_pays_with_one() {
     for (name, text) in SHIPPED {
@@ -291,7 +292,7 @@ fn learning_costs_nothing_without_a_bias_and_pays_with_one() {
         let b = simulate(&off, Strategy::Ratewise, &mut |_, _| {});
         if on.is_biased() {
             assert!(
-                a.sends_429 <= b.sends_429,
+                a.sends_429 <= b.sends_429.max(a.sends / 100),
                 "{name}: learning on {} × 429, off {}",
                 a.sends_429,
                 b.sends_429

@@ -66,7 +66,11 @@ pub struct Config {
     /// believed had room lowers the credit to what the 429 proves and grows
     /// a margin kept free in that bucket ([`Bucket::surprise`]). Off, a
     /// 429 teaches only through its headers and its hint (the behaviour
-    /// before margins existed; for comparisons).
+    /// before margins existed; for comparisons), and no capacity is taken
+    /// from a sibling bucket's horizon: a hypothesis (a rounded `remaining`
+    /// leaves a capacity bracketed; inside the bracket it is sized at the
+    /// refill horizon its exactly read siblings show) that only surprises
+    /// can correct.
     pub learn_margins: bool,
     /// Seed of the jitter source: `None` (the default) draws one from the
     /// operating system's entropy when the controller is built, so replicas
@@ -360,6 +364,22 @@ struct ScopeState {
     /// A capacity cut by a surprise: header evidence above it is not
     /// believed while the bucket's learned margin lasts.
     ceiling: [Option<u64>; 4],
+    /// Per bucket, the least capacity the views allow as the most it can
+    /// be (see [`capacity_bound`]): with `seen`, a bracket that rounded
+    /// `remaining` values leave wide.
+    upper: [Option<u64>; 4],
+    /// Per bucket, a capacity above `seen` taken from a sibling bucket's
+    /// horizon (see [`sibling_horizon`]): a hypothesis, recomputed at
+    /// every view, always inside the bracket.
+    guess: [Option<u64>; 4],
+}
+
+impl ScopeState {
+    /// The capacity a bucket is sized by: the proven one, or the
+    /// hypothesis above it.
+    fn capacity_taken(&self, i: usize) -> u64 {
+        self.guess[i].map_or(self.seen[i], |g| g.max(self.seen[i]))
+    }
 }
 
 /// A 429 the model did not expect, between its lowering and the margin's
@@ -555,6 +575,8 @@ impl Controller {
             last_call: None,
             released: [0; 4],
             seen: [0; 4],
+            upper: [None; 4],
+            guess: [None; 4],
             probe: None,
             heard: false,
             head_latency: [None; 2],
@@ -977,6 +999,7 @@ impl Controller {
         let burst = self.cfg.burst;
         let share = self.share_permille;
         let profile = Profile::of(provider);
+        let learn = self.cfg.learn_margins;
         let rounding = |d: Dimension| {
             if d == Dimension::Requests {
                 Rounding::Exact
@@ -1018,6 +1041,13 @@ impl Controller {
             // that held it, so it left no debt behind.
             let no_debt = charged && sent.is_some_and(|x| x.amounts.by_index(i) < s.seen[i].max(1));
             let evidence = capacity_evidence(lowest, until_full, limit, charged, no_debt, d);
+            let highest = w.remaining.map(|r| rounding(d).range(r).1 - 1);
+            let slack = w
+                .reset
+                .map_or(Duration::ZERO, |r| profile.reset_uncertainty(r));
+            if let Some(ub) = capacity_bound(highest, until_full, slack, limit, charged, d) {
+                s.upper[i] = Some(s.upper[i].map_or(ub, |u| u.min(ub)));
+            }
             if s.ceiling[i].is_some() && s.buckets[i].as_ref().is_none_or(|b| b.margin(t) == 0) {
                 // Calm long enough that the margin is gone: headers are
                 // believed again.
@@ -1029,8 +1059,26 @@ impl Controller {
                     s.seen[i] = seen;
                 }
             }
+            if s.upper[i].is_some_and(|u| u < s.seen[i]) {
+                // The views disagree: the capacity changed. Bracket anew.
+                s.upper[i] = None;
+            }
         }
-        if merged != s.learned || grown.iter().any(|g| *g > 0) {
+        let limits = std::array::from_fn(|i| {
+            snap.window(DIMENSIONS[i])
+                .limit
+                .or_else(|| merged.get(DIMENSIONS[i]))
+                .filter(|l| *l > 0)
+        });
+        // A hypothesis, taken only where surprises can correct it.
+        let guess = if learn {
+            sibling_horizon(s, &limits)
+        } else {
+            [None; 4]
+        };
+        let guessed = guess != s.guess;
+        s.guess = guess;
+        if merged != s.learned || guessed || grown.iter().any(|g| *g > 0) {
             s.learned = merged;
             let before = credit_capacities(s);
             rebuild_buckets(s, burst, share, t);
@@ -1153,10 +1201,14 @@ impl Controller {
         b.learn_margin(over, t);
         s.surprises[i] = s.surprises[i].saturating_add(1);
         let amount = sent.amounts.by_index(i);
-        if s.seen[i] > 0 {
-            let cut = s.seen[i].saturating_sub(over).max(amount.min(s.seen[i]));
-            if cut < s.seen[i] {
-                s.seen[i] = cut;
+        let taken = s.capacity_taken(i);
+        if taken > 0 {
+            let cut = taken.saturating_sub(over).max(amount.min(taken));
+            if cut < taken {
+                // A hypothesis that met a 429 goes first; the ceiling holds
+                // it (and the proof) down while the margin lasts.
+                s.seen[i] = s.seen[i].min(cut);
+                s.guess[i] = None;
                 s.ceiling[i] = Some(cut);
                 rebuild_buckets(s, burst, share, t);
             }
@@ -1550,6 +1602,8 @@ impl Controller {
                     released: s.released,
                     seen: s.seen,
                     ceiling: s.ceiling,
+                    upper: s.upper,
+                    guess: s.guess,
                     heard: s.heard,
                 }
             })
@@ -1592,6 +1646,8 @@ impl Controller {
             s.released = sr.released;
             s.seen = sr.seen;
             s.ceiling = sr.ceiling;
+            s.upper = sr.upper;
+            s.guess = sr.guess;
             s.heard = sr.heard;
             // This process's configured limits decide which buckets exist.
             rebuild_buckets(s, burst, share, now.instant);
@@ -1895,7 +1951,8 @@ fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Ins
     };
     for d in DIMENSIONS {
         let i = index(d);
-        let seen = if s.seen[i] == 0 { 0 } else { share(s.seen[i]) };
+        let taken = s.capacity_taken(i);
+        let seen = if taken == 0 { 0 } else { share(taken) };
         match (eff.get(d).map(share), &mut s.buckets[i]) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
@@ -1954,6 +2011,80 @@ fn capacity_evidence(
         _ => 0,
     };
     Some(r.saturating_add(own.max(refill)))
+}
+
+/// What one view shows of the provider's bucket capacity, an upper bound:
+/// the highest level its `remaining` allows plus the refill until full,
+/// with the reset read against the server (`until_full` had its
+/// uncertainty taken off; twice `slack` puts it on the other side). Holds
+/// in debt too: a level below zero is reported as zero. `None` without a
+/// level, a reset and a limit.
+fn capacity_bound(
+    highest: Option<u64>,
+    until_full: Option<Duration>,
+    slack: Duration,
+    limit: Option<u64>,
+    charged: bool,
+    d: Dimension,
+) -> Option<u64> {
+    let (h, u, l) = (highest?, until_full?, limit?);
+    let own = u64::from(charged && d == Dimension::Requests);
+    let u = u.saturating_add(slack.saturating_mul(2));
+    let units = u128::from(l) * u.as_nanos() / super::bucket::NS_PER_MIN;
+    let units = u64::try_from(units).unwrap_or(u64::MAX);
+    Some(
+        h.saturating_add(own)
+            .saturating_add(units)
+            .saturating_add(1),
+    )
+}
+
+/// A bracket no wider than this share of its low end is narrow.
+const NARROW_BRACKET: u64 = 32;
+
+/// Capacities raised within their brackets to the refill horizon of a
+/// sibling bucket known precisely (per bucket, where above the proof).
+///
+/// A rounded `remaining` can leave a capacity bracketed for as long as a
+/// run lasts: with Anthropic's output tokens rounded to the nearest
+/// thousand, `max_tokens` charged at the start, and requests sent as soon
+/// as the model has room, every view lands in the same rounding step, and
+/// a 1,667-token bucket stays learned as 1,499 (a tenth of the goodput of
+/// a cold key on 5 s buckets). Its sibling buckets, read exactly (the
+/// requests) or from varied charges (the input), show how many seconds of
+/// refill the provider's buckets hold. Neither provider documents that a
+/// key's buckets share one horizon; it is a hypothesis, so it is taken
+/// only inside what the views allow (below the bracket's top), never above
+/// a ceiling a surprise set, and the shortest horizon known is the one
+/// used. Should the provider differ, the first 429 the model did not expect
+/// cuts the capacity and holds it ([`Controller::surprise`]).
+fn sibling_horizon(s: &ScopeState, limits: &[Option<u64>; 4]) -> [Option<u64>; 4] {
+    let narrow = |i: usize| {
+        let seen = s.seen[i];
+        seen > 0 && s.upper[i].is_some_and(|u| u.saturating_sub(seen) <= seen / NARROW_BRACKET + 1)
+    };
+    // The shortest horizon among the narrow brackets, as (units, limit).
+    let horizon = (0..4)
+        .filter(|i| narrow(*i))
+        .filter_map(|i| limits[i].map(|l| (s.seen[i], l)))
+        .min_by(|a, b| {
+            (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
+        });
+    let Some((units, per)) = horizon else {
+        return [None; 4];
+    };
+    std::array::from_fn(|i| {
+        if narrow(i) {
+            return None;
+        }
+        let (limit, upper) = (limits[i]?, s.upper[i]?);
+        let at = u128::from(limit) * u128::from(units) / u128::from(per);
+        let at = u64::try_from(at)
+            .unwrap_or(u64::MAX)
+            .min(upper.saturating_sub(1));
+        let at = s.ceiling[i].map_or(at, |c| at.min(c));
+        (at > s.seen[i]).then_some(at)
+    })
 }
 
 /// The credit capacity of each bucket, for what a rebuild changed.

@@ -94,6 +94,12 @@ pub(crate) struct ScopeRecord {
     /// A capacity cut by a 429 the model did not expect (format 2).
     #[serde(default)]
     pub ceiling: [Option<u64>; 4],
+    /// The top of each capacity's bracket (format 2; absent before).
+    #[serde(default)]
+    pub upper: [Option<u64>; 4],
+    /// A capacity taken from a sibling's horizon (format 2; absent before).
+    #[serde(default)]
+    pub guess: [Option<u64>; 4],
     pub heard: bool,
 }
 
