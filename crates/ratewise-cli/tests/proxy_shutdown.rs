@@ -76,6 +76,8 @@ fn proxy(grace: &str) -> (Child, SocketAddr, SocketAddr, mpsc::Receiver<TcpStrea
             return (child, addr, admin, rx);
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("the proxy never said where it listens");
 }
 
@@ -110,6 +112,7 @@ fn exit_code(child: &mut Child, limit: Duration) -> Option<i32> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("the proxy did not exit");
 }
 
