@@ -2,7 +2,8 @@
 //! at the end of `--grace` is answered 504 `hold_unknown` and the exit code
 //! says something was cut (3); `/healthz` answers 503 `draining` during
 //! the grace; a second signal ends it at once (4). The upstream is a bare
-//! listener that reads a request and never answers.
+//! listener that reads a request and never answers. And a proxy out of
+//! descriptors says so and serves again once connections close.
 
 #![cfg(unix)]
 
@@ -177,4 +178,96 @@ fn a_second_signal_exits_at_once() {
     signal(&child, "-INT");
     // Far less than the 600 s grace.
     assert_eq!(exit_code(&mut child, Duration::from_secs(30)), Some(4));
+}
+
+/// Out of descriptors (a limit far below the connection cap, set with
+/// `prlimit`): the accept loop says so and keeps going — once connections
+/// close, the proxy serves again.
+#[test]
+fn out_of_descriptors_is_logged_and_survived() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: prlimit (util-linux) is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ratewise-emfile-{}", std::process::id()));
+    std::fs::write(&dir, "[bounds]\nmax_connections = 1000\n").unwrap();
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=64:64", "--"])
+        .arg(env!("CARGO_BIN_EXE_ratewise"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--config",
+        ])
+        .arg(&dir)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel::<String>();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while err.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            if tx.send(std::mem::take(&mut line)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut addrs = None;
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(20)) {
+        if let Some(rest) = line.split("ratewise proxy on http://").nth(1) {
+            let addr: SocketAddr = rest.split_whitespace().next().unwrap().parse().unwrap();
+            let admin: SocketAddr = rest
+                .split("(admin http://")
+                .nth(1)
+                .unwrap()
+                .split(')')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            addrs = Some((addr, admin));
+            break;
+        }
+    }
+    let Some((addr, admin)) = addrs else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the proxy never said where it listens");
+    };
+    // More connections than it has descriptors for.
+    let conns: Vec<TcpStream> = (0..100)
+        .filter_map(|_| TcpStream::connect(addr).ok())
+        .collect();
+    let mut logged = false;
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(20)) {
+        if line.contains("out of file descriptors") {
+            logged = true;
+            break;
+        }
+    }
+    drop(conns);
+    let mut health = String::new();
+    for _ in 0..200 {
+        health = get(admin, "/healthz");
+        if health.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&child, "-TERM");
+    let code = exit_code(&mut child, Duration::from_secs(30));
+    let _ = std::fs::remove_file(&dir);
+    assert!(logged, "EMFILE was logged");
+    assert!(
+        health.starts_with("HTTP/1.1 200"),
+        "serving again: {health}"
+    );
+    assert_eq!(code, Some(0));
 }

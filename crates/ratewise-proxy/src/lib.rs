@@ -10,6 +10,7 @@
 //! ```text
 //! ratewise proxy --listen 127.0.0.1:8787 --upstream https://api.anthropic.com
 //!                [--config ratewise.toml] [--journal FILE] [--admin 127.0.0.1:8788]
+//!                [--grace SECONDS]
 //! ```
 //!
 //! ```python

@@ -5,10 +5,10 @@
 //! * **Connection cap** (`bounds.max_connections`): a connection is
 //!   accepted only with a free place; beyond the cap new connections wait
 //!   in the kernel's listen backlog (and are refused by it when that is
-//!   full). Reaching the cap is logged, once each time it is reached.
-//! * **Accept errors**: out of descriptors (`EMFILE`, `ENFILE`) or any
-//!   other failure is logged and retried after a backoff, never in a busy
-//!   loop.
+//!   full). Reaching the cap is logged (at most every 10 s).
+//! * **Accept errors**: out of descriptors (`EMFILE`, `ENFILE`: logged at
+//!   most every 10 s) or any other failure is logged and retried after a
+//!   100 ms backoff, never in a busy loop.
 //! * **Header read timeout** (`bounds.header_read_timeout_ms`): from the
 //!   first byte of a request's head to its end. A connection that sends
 //!   half a header is closed then.
@@ -104,15 +104,21 @@ async fn accept_loop(
 ) {
     let places = Arc::new(Semaphore::new(bounds.max_connections.max(1)));
     let mut conns = tokio::task::JoinSet::new();
+    // The cap and the descriptor limit are logged at most once per
+    // LOG_EVERY each, so a listener held at its cap does not flood the log.
+    let mut cap_logged: Option<Instant> = None;
+    let mut emfile_logged: Option<Instant> = None;
     loop {
         let place = match places.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                tracing::warn!(
-                    listener = name,
-                    max_connections = bounds.max_connections,
-                    "connection cap reached: new connections wait in the listen backlog (bounds.max_connections)"
-                );
+                if due(&mut cap_logged) {
+                    tracing::warn!(
+                        listener = name,
+                        max_connections = bounds.max_connections,
+                        "connection cap reached: new connections wait in the listen backlog (bounds.max_connections)"
+                    );
+                }
                 tokio::select! {
                     p = places.clone().acquire_owned() => match p {
                         Ok(p) => p,
@@ -132,8 +138,10 @@ async fn accept_loop(
             Ok((s, _)) => s,
             Err(e) => {
                 if is_out_of_descriptors(&e) {
-                    tracing::warn!(listener = name, error = %e,
-                        "out of file descriptors: accepting again after a pause (lower bounds.max_connections or raise the limit)");
+                    if due(&mut emfile_logged) {
+                        tracing::warn!(listener = name, error = %e,
+                            "out of file descriptors: accepting again after a pause (lower bounds.max_connections or raise the limit)");
+                    }
                 } else {
                     tracing::warn!(listener = name, error = %e, "accept failed: accepting again after a pause");
                 }
@@ -153,6 +161,19 @@ async fn accept_loop(
     }
     // Closed: every connection ends now.
     conns.shutdown().await;
+}
+
+/// How often a listener at its cap, or out of descriptors, says so.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Whether a warning last given at `last` is due again (and notes it).
+fn due(last: &mut Option<Instant>) -> bool {
+    let now = Instant::now();
+    if last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
+        return false;
+    }
+    *last = Some(now);
+    true
 }
 
 fn is_out_of_descriptors(e: &io::Error) -> bool {
