@@ -112,9 +112,9 @@ struct Flag {
     counted: AtomicBool,
     metrics: Arc<crate::metrics::Metrics>,
     /// Its send is on the wire (counted in [`Wire::on_wire`]): from the
-    /// moment it is handed to the client until an answer that is not a
-    /// success comes back (the layer then decides on it), or until the job
-    /// ends (a success: its body is the job's answer).
+    /// moment it is handed to the client until an error answer comes back
+    /// (the layer then decides on it), a later send is refused by the
+    /// gate, or the job ends.
     on_wire: AtomicBool,
     /// The gate it was sent through, once sent.
     wire: std::sync::OnceLock<Arc<Wire>>,
@@ -349,6 +349,7 @@ impl Service<http::Request<UpBody>> for Marking {
             // that never opened: nothing charged, the attempt journaled as
             // ended); the caller's handler, woken, answers it at once.
             if let Some(flag) = &flag {
+                flag.off_wire();
                 flag.0.changed.notify_one();
             }
             let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, Draining);
@@ -369,10 +370,15 @@ impl Service<http::Request<UpBody>> for Marking {
             async move {
                 let answered = call.await;
                 if let Some(flag) = flag {
-                    // A success stays on the wire until its job ends; any
-                    // other answer is the layer's to decide on (an answer,
-                    // or a retry that the gate will refuse while draining).
-                    if !matches!(&answered, Ok(r) if r.status().is_success()) {
+                    // An error answer came back: the provider did not take
+                    // the request, and what follows is the layer's to
+                    // decide (the answer, or a retry the gate refuses while
+                    // draining). A success stays on the wire until its job
+                    // ends; so does a transport failure, which may have
+                    // reached the provider (the layer holds it as unknown,
+                    // or retries one that never left, which the gate
+                    // refuses).
+                    if matches!(&answered, Ok(r) if !r.status().is_success()) {
                         flag.off_wire();
                         flag.0.changed.notify_one();
                     }

@@ -290,11 +290,21 @@ async fn many_large_uploads_stay_within_the_body_memory_bound() {
         p.app.body_memory.available_permits() == room
     })
     .await;
-    // Three more: no room.
+    // Three more: no room. One of them chunked, its size unknown ahead:
+    // held as it arrives, until there is no room for the next piece.
     let mut refused = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..2 {
         refused.push(upload(None).await);
     }
+    let mut chunked = TcpStream::connect(p.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-api-key: {KEY}\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n",
+        300_000
+    );
+    chunked.write_all(head.as_bytes()).await.unwrap();
+    chunked.write_all(&[b'x'; 300_000]).await.unwrap();
+    chunked.write_all(b"\r\n").await.unwrap();
+    refused.push(chunked);
     for s in &mut refused {
         let answer = read_answer(s).await;
         assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
