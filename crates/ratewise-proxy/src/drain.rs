@@ -3,7 +3,7 @@
 //! * **Draining**: the callers' listener stays open and answers every new
 //!   request at once with a 503 in the provider's shape, `retry-after`
 //!   and `connection: close`, sending nothing; every job not yet sent gets
-//!   the same; the [`Wire`](crate::upstream::Wire) gate refuses every
+//!   the same; the [`Wire`] gate refuses every
 //!   send, retries included; sends on the wire finish.
 //! * **Cut** (the grace is over): a job whose send is still on the wire
 //!   gets a 504 with `x-ratewise-action: hold_unknown` and is journaled as
