@@ -1,6 +1,7 @@
 //! The listeners' bounds, black-box over raw TCP: a slow header and an
 //! idle keep-alive connection are closed at their (short, test-set)
-//! timeouts while a request waiting for admission far longer is not; the
+//! timeouts while a request waiting for admission far longer is not, nor a
+//! stream with long gaps between its events; the
 //! connection cap holds new connections back and says so in the logs;
 //! many large uploads stay within the body-memory bound.
 
@@ -331,4 +332,28 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("never happened: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_with_gaps_longer_than_the_idle_timeout_is_not_idle() {
+    let mut cfg = roomy();
+    // 400 ms between deltas; the idle timeout is 300 ms.
+    cfg.latency.per_output_token_ms = 400.0;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = proxy(
+        &mock.base_url(),
+        "[bounds]\nidle_timeout_ms = 300\nheader_read_timeout_ms = 300\n",
+    )
+    .await;
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let head = request(body).replace("HTTP/1.1\r\n", "HTTP/1.1\r\nconnection: close\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let got = closed_within(&mut s, Duration::from_secs(30))
+        .await
+        .expect("the stream ends");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("message_stop"), "streamed to its end: {text}");
+    p.shutdown().await;
 }
