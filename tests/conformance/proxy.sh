@@ -2,8 +2,9 @@
 # The official anthropic and openai Python SDKs (retries off) through
 # `ratewise proxy` against ratewise-mock: success and streams, retries owned
 # by the proxy, a spend cap (typed error, zero sends after it), a deadline,
-# disconnecting callers, kill -9 and a restart with --journal, and an HTTPS
-# upstream behind a test CA.
+# disconnecting callers, kill -9 and a restart with --journal, an HTTPS
+# upstream behind a test CA, and SIGTERM with jobs waiting and in flight
+# (every caller answered, nothing new sent, exit code 0).
 #
 #   tests/conformance/proxy.sh
 #
@@ -92,12 +93,28 @@ TOML
 echo $! >"$WORK/tls-proxy.pid"; disown
 wait_http "http://127.0.0.1:$TLS_ADMIN/healthz"
 
+# A third proxy, for SIGTERM: jobs after the first wait for admission; its
+# exit code is written down when it exits.
+TERM_PORT=$(free_port); TERM_ADMIN=$(free_port)
+printf '[limits]\nrequests = 20\n' >"$WORK/term.toml"
+(
+    "$RATEWISE" proxy --listen 127.0.0.1:$TERM_PORT --admin 127.0.0.1:$TERM_ADMIN \
+        --upstream "http://$MOCK" --config "$WORK/term.toml" --grace 20 >"$WORK/term-proxy.out" 2>&1 &
+    echo $! >"$WORK/term.pid"
+    wait $! && echo 0 >"$WORK/term.rc" || echo $? >"$WORK/term.rc"
+) &
+disown
+wait_http "http://127.0.0.1:$TERM_ADMIN/healthz"
+
 rc=0
 "$VENV/bin/python" "$HERE/proxy_check.py" --proxy "http://127.0.0.1:$PORT" \
     --admin "http://127.0.0.1:$ADMIN" --mock "http://$MOCK" \
-    --restart "bash $WORK/restart.sh" --tls-proxy "http://127.0.0.1:$TLS_PORT" || rc=$?
+    --restart "bash $WORK/restart.sh" --tls-proxy "http://127.0.0.1:$TLS_PORT" \
+    --term-proxy "http://127.0.0.1:$TERM_PORT" --term-admin "http://127.0.0.1:$TERM_ADMIN" \
+    --term-pid "$WORK/term.pid" --term-rc "$WORK/term.rc" || rc=$?
 if [ "$rc" -ne 0 ]; then
     echo "--- proxy log (last 40 lines)"; tail -n 40 "$WORK/proxy.out"
+    echo "--- SIGTERM proxy log (last 20 lines)"; tail -n 20 "$WORK/term-proxy.out"
 fi
 # What each SDK sends as its timeout, and the deadline the proxy derives
 # (its own proxy, in front of a recording upstream).

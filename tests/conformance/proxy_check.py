@@ -7,7 +7,10 @@ Usage: proxy_check.py --proxy URL --admin URL --mock URL --restart CMD
 `--restart` is a shell command that kills the proxy with SIGKILL and starts
 it again on the same addresses with the same journal (run.sh provides it).
 `--tls-proxy URL` (optional) is a second proxy whose upstream is the mock
-behind TLS with a test CA. Exit status 1 if any check fails.
+behind TLS with a test CA. `--term-proxy URL --term-admin URL --term-pid FILE
+--term-rc FILE` (optional) is a third, with `[limits] requests = 20`, that the
+SIGTERM check signals (its pid in one file, its exit code written to the
+other). Exit status 1 if any check fails.
 """
 
 import argparse
@@ -28,6 +31,10 @@ ap.add_argument("--admin", required=True)
 ap.add_argument("--mock", required=True)
 ap.add_argument("--restart", required=True)
 ap.add_argument("--tls-proxy")
+ap.add_argument("--term-proxy")
+ap.add_argument("--term-admin")
+ap.add_argument("--term-pid")
+ap.add_argument("--term-rc")
 args = ap.parse_args()
 
 KEY_ANT = "sk-ant-proxy-conformance"
@@ -231,6 +238,72 @@ def an_https_upstream_with_a_test_ca():
         raise AssertionError("no --tls-proxy given")
     m = ant_create(client=ant(base=args.tls_proxy))
     assert m.usage.output_tokens > 0
+
+
+@check
+def sigterm_answers_every_caller_and_sends_nothing_new():
+    if not args.term_proxy:
+        raise AssertionError("no --term-proxy given")
+    import os
+    import signal
+    import urllib.error
+
+    base = args.term_proxy
+    # The send in flight takes 2 s; the others wait for admission (20
+    # requests a minute, ramping up: about 30 s).
+    mock("PUT", "/mock/faults", [{"fault": {"stall": {"ms": 2000}}, "when": "always"}])
+    out = {}
+
+    def run(name):
+        try:
+            out[name] = ant_create(client=ant(base=base, timeout=60))
+        except Exception as e:  # noqa: BLE001 - what the caller saw
+            out[name] = e
+
+    start = sends()
+    a = threading.Thread(target=run, args=("in_flight",))
+    a.start()
+    for _ in range(100):
+        if sends() == start + 1:
+            break
+        time.sleep(0.02)
+    assert sends() == start + 1, "the first is on the wire"
+    waiting = [threading.Thread(target=run, args=(f"waiting{i}",)) for i in range(2)]
+    for t in waiting:
+        t.start()
+    time.sleep(0.5)
+    before = sends()
+    assert before == start + 1, "the others wait"
+    pid = int(open(args.term_pid).read().strip())
+    os.kill(pid, signal.SIGTERM)
+    for t in waiting:
+        t.join(10)
+        assert not t.is_alive(), "a waiting caller was answered at once"
+    for i in range(2):
+        e = out[f"waiting{i}"]
+        assert isinstance(e, anthropic.APIStatusError) and e.status_code == 503, repr(e)
+        assert e.response.headers.get("retry-after"), e.response.headers
+        assert e.response.headers.get("connection") == "close", e.response.headers
+    # A new caller during the grace: 503 at once; the admin: draining.
+    e = raises(anthropic.APIStatusError, lambda: ant_create(client=ant(base=base)))
+    assert e.status_code == 503, e
+    try:
+        http("GET", args.term_admin + "/healthz")
+        raise AssertionError("healthz answered 200 while draining")
+    except urllib.error.HTTPError as h:
+        assert h.code == 503 and h.read().decode().strip() == "draining", h
+    # The one in flight: its upstream's answer.
+    a.join(30)
+    m = out["in_flight"]
+    assert not isinstance(m, Exception), repr(m)
+    assert m.usage.output_tokens > 0
+    # Nothing was cut: exit 0.
+    for _ in range(300):
+        if os.path.exists(args.term_rc) and open(args.term_rc).read().strip():
+            break
+        time.sleep(0.1)
+    assert open(args.term_rc).read().strip() == "0", "exit code"
+    assert sends() == before, "nothing sent after the signal"
 
 
 failed = [n for n, err in RESULTS if err]

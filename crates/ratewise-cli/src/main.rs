@@ -46,7 +46,10 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args),
         Command::Simulate(args) => simulate::run(args),
-        Command::Proxy(args) => proxy::run(args),
+        Command::Proxy(args) => match proxy::run(args) {
+            Ok(code) => return ExitCode::from(code),
+            Err(message) => Err(message),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

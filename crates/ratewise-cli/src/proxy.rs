@@ -28,10 +28,18 @@ pub struct ProxyArgs {
     /// (default 127.0.0.1:8788).
     #[arg(long)]
     admin: Option<String>,
+    /// On SIGTERM or SIGINT, how long sends in flight get to finish, in
+    /// seconds (default 30, or `bounds.grace_s`); a second signal exits at
+    /// once.
+    #[arg(long, value_name = "SECONDS")]
+    grace: Option<f64>,
 }
 
-/// Runs the proxy until SIGINT or SIGTERM.
-pub fn run(args: &ProxyArgs) -> Result<(), String> {
+/// Runs the proxy until SIGINT or SIGTERM; its exit code (see
+/// `ratewise_proxy::run`: 0 nothing cut, 2 did not start, 3 answers cut at
+/// the end of the grace, 4 a second signal), or why it could not be
+/// configured.
+pub fn run(args: &ProxyArgs) -> Result<u8, String> {
     let flags = Flags {
         listen: args.listen.clone(),
         upstream: args.upstream.clone(),
@@ -40,14 +48,20 @@ pub fn run(args: &ProxyArgs) -> Result<(), String> {
         journal: args.journal.clone(),
         admin: args.admin.clone(),
     };
-    let config = ProxyConfig::load(&flags, |v| std::env::var(v).ok()).map_err(|e| e.to_string())?;
+    let mut config =
+        ProxyConfig::load(&flags, |v| std::env::var(v).ok()).map_err(|e| e.to_string())?;
+    if let Some(g) = args.grace {
+        config.grace = std::time::Duration::try_from_secs_f64(g)
+            .map_err(|_| format!("--grace {g}: not a number of seconds"))?;
+    }
     ratewise_proxy::init_logging(config.log);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    match rt.block_on(ratewise_proxy::run(config)) {
-        0 => Ok(()),
-        _ => Err("the proxy did not start".into()),
-    }
+    let code = rt.block_on(ratewise_proxy::run(config));
+    // Tasks still running (a send cut at the end of the grace) are not
+    // waited for.
+    rt.shutdown_background();
+    Ok(u8::try_from(code).unwrap_or(1))
 }

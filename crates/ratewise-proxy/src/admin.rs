@@ -33,7 +33,7 @@ use std::time::SystemTime;
 /// The admin routes.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(crate::healthz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/resume", post(resume))

@@ -51,8 +51,12 @@
 //! [bounds]
 //! max_request_body = 33554432
 //! max_waiting = 1000                # sheds only jobs with no deadline: none here
-//! grace_s = 30                      # in-flight jobs on shutdown
+//! grace_s = 30                      # in-flight sends on shutdown (or --grace)
 //! body_timeout_ms = 30000           # a request body must arrive by then
+//! header_read_timeout_ms = 10000    # a request's head must arrive by then (at most 30 s)
+//! idle_timeout_ms = 60000           # a keep-alive connection with no request is closed
+//! # max_connections = 4000          # per listener; default: from the descriptor limit
+//! max_body_memory = 268435456       # request bodies held at once, all callers (256 MiB)
 //! ```
 //!
 //! A request chooses its upstream by the `x-ratewise-upstream` header (an
@@ -263,6 +267,10 @@ struct BoundsFile {
     max_waiting: Option<usize>,
     grace_s: Option<u64>,
     body_timeout_ms: Option<u64>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
+    max_body_memory: Option<usize>,
 }
 
 /// One upstream.
@@ -315,6 +323,61 @@ pub struct ProxyConfig {
     /// The longest first-byte deadline a job gets, whatever its caller
     /// asks (`policy.max_deadline_ms`, default [`MAX_DEADLINE`]).
     pub max_deadline: Duration,
+    /// How long a connection may take to send a request's head, from the
+    /// first byte of it (`bounds.header_read_timeout_ms`, default
+    /// [`HEADER_READ_TIMEOUT`], at most 30 s): a slow caller ties up a
+    /// connection for no longer.
+    pub header_read_timeout: Duration,
+    /// How long a connection with no request in progress stays open
+    /// (`bounds.idle_timeout_ms`, default [`IDLE_TIMEOUT`]). A request
+    /// waiting for its turn, or streaming its answer, is in progress.
+    pub idle_timeout: Duration,
+    /// Connections each listener serves at once (`bounds.max_connections`;
+    /// default: see [`default_max_connections`]). Beyond it, new
+    /// connections wait in the listen backlog.
+    pub max_connections: usize,
+    /// Bytes of request bodies held at once, all callers together
+    /// (`bounds.max_body_memory`, default [`MAX_BODY_MEMORY`]). Over it a
+    /// request waits up to the body timeout, then gets a 503.
+    pub max_body_memory: usize,
+}
+
+/// The default of `bounds.header_read_timeout_ms`.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest `bounds.header_read_timeout_ms` accepted.
+pub const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default of `bounds.idle_timeout_ms`.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The default of `bounds.max_body_memory`: 256 MiB.
+pub const MAX_BODY_MEMORY: usize = 256 << 20;
+
+/// The connection cap used when the descriptor limit cannot be read.
+pub const FALLBACK_MAX_CONNECTIONS: usize = 1024;
+
+/// The default connection cap of each listener: a third of the soft
+/// descriptor limit (`RLIMIT_NOFILE`, read from `/proc/self/limits`), so
+/// that the callers' connections, one upstream connection per send and
+/// the admin's still fit; [`FALLBACK_MAX_CONNECTIONS`] where the limit
+/// cannot be read (not Linux) or is unlimited.
+pub fn default_max_connections() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| nofile_soft_limit(&t))
+        .map_or(FALLBACK_MAX_CONNECTIONS, |n| (n / 3).max(16))
+}
+
+/// The soft `Max open files` of a `/proc/self/limits` text (`None`:
+/// absent or unlimited).
+fn nofile_soft_limit(limits: &str) -> Option<usize> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Where and how the keys' state is shared through Redis.
@@ -479,8 +542,44 @@ impl ProxyConfig {
                 return Err(invalid(format!("{name} must be more than 0")));
             }
         }
+        for (name, v) in [
+            (
+                "bounds.header_read_timeout_ms",
+                bounds.header_read_timeout_ms,
+            ),
+            ("bounds.idle_timeout_ms", bounds.idle_timeout_ms),
+            (
+                "bounds.max_connections",
+                bounds.max_connections.map(|v| v as u64),
+            ),
+            (
+                "bounds.max_body_memory",
+                bounds.max_body_memory.map(|v| v as u64),
+            ),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(format!("{name} must be more than 0")));
+            }
+        }
+        let header_read_timeout = bounds
+            .header_read_timeout_ms
+            .map_or(HEADER_READ_TIMEOUT, Duration::from_millis);
+        if header_read_timeout > MAX_HEADER_READ_TIMEOUT {
+            return Err(invalid(
+                "bounds.header_read_timeout_ms must be at most 30000",
+            ));
+        }
         if let Some(n) = bounds.max_request_body {
             layer.max_request_body = n;
+        }
+        // Acquired in one piece per request: one body must fit, and the
+        // count fits the semaphore's u32.
+        let max_body_memory = bounds.max_body_memory.unwrap_or(MAX_BODY_MEMORY);
+        if max_body_memory < layer.max_request_body || max_body_memory > u32::MAX as usize {
+            return Err(invalid(format!(
+                "bounds.max_body_memory must be at least bounds.max_request_body ({}) and below 4 GiB",
+                layer.max_request_body
+            )));
         }
         layer.max_waiting = bounds.max_waiting;
 
@@ -620,6 +719,14 @@ impl ProxyConfig {
             max_deadline: policy
                 .max_deadline_ms
                 .map_or(MAX_DEADLINE, Duration::from_millis),
+            header_read_timeout,
+            idle_timeout: bounds
+                .idle_timeout_ms
+                .map_or(IDLE_TIMEOUT, Duration::from_millis),
+            max_connections: bounds
+                .max_connections
+                .unwrap_or_else(default_max_connections),
+            max_body_memory,
         })
     }
 }
@@ -655,6 +762,48 @@ fn base_url(url: &str) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_descriptor_limit_is_read_from_proc() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\n";
+        assert_eq!(nofile_soft_limit(text), Some(1024));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(nofile_soft_limit(unlimited), None);
+        assert_eq!(nofile_soft_limit(""), None);
+        assert!(default_max_connections() >= 16);
+    }
+
+    #[test]
+    fn the_bounds_have_defaults_and_limits() {
+        let c = ProxyConfig::from_toml(&flags("http://127.0.0.1:9"), "", |_| None).unwrap();
+        assert_eq!(c.header_read_timeout, HEADER_READ_TIMEOUT);
+        assert_eq!(c.idle_timeout, IDLE_TIMEOUT);
+        assert_eq!(c.max_body_memory, MAX_BODY_MEMORY);
+        assert!(c.max_connections > 0);
+        for bad in [
+            "[bounds]\nheader_read_timeout_ms = 30001",
+            "[bounds]\nheader_read_timeout_ms = 0",
+            "[bounds]\nidle_timeout_ms = 0",
+            "[bounds]\nmax_connections = 0",
+            "[bounds]\nmax_request_body = 2000\nmax_body_memory = 1000",
+        ] {
+            assert!(
+                ProxyConfig::from_toml(&flags("http://127.0.0.1:9"), bad, |_| None).is_err(),
+                "{bad}"
+            );
+        }
+        let c = ProxyConfig::from_toml(
+            &flags("http://127.0.0.1:9"),
+            "[bounds]\nheader_read_timeout_ms = 500\nidle_timeout_ms = 700\nmax_connections = 5\nmax_body_memory = 40000000",
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.header_read_timeout, Duration::from_millis(500));
+        assert_eq!(c.idle_timeout, Duration::from_millis(700));
+        assert_eq!(c.max_connections, 5);
+        assert_eq!(c.max_body_memory, 40_000_000);
+    }
 
     fn flags(upstream: &str) -> Flags {
         Flags {

@@ -18,6 +18,7 @@
 //!   a caller that stops reading a body.
 
 use crate::answer;
+use crate::drain::Phase;
 use crate::keys::caller_key;
 use crate::upstream::{self, SentFlag, UpBody};
 use crate::App;
@@ -240,12 +241,58 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
             "job deadline"
         );
     }
-    let mut resp = job(app, req, deadline).await;
+    let mut resp = job(app.clone(), req, deadline).await;
     resp.headers_mut().insert(
         DEADLINE_HEADER,
         http::HeaderValue::from(deadline.as_millis() as u64),
     );
+    if app.drain.is_draining() {
+        // The connection ends with this answer: the next request goes to
+        // the proxy that replaces this one.
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
     resp
+}
+
+/// The answer to a request the proxy will not send because it is shutting
+/// down: a 503 in the provider's shape, with `retry-after` (the grace, at
+/// least a second) and `connection: close`. Nothing was sent.
+pub fn shutting_down(provider: Provider, grace: Duration) -> Response {
+    let mut r = answer::shaped(
+        provider,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "api_error",
+        "ratewise: the proxy is shutting down; the request was not sent, retry it",
+    );
+    r.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from(grace.as_secs().max(1)),
+    );
+    r.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+/// The answer of a job whose send was still on the wire at the end of the
+/// shutdown's grace: a 504 with `x-ratewise-action: hold_unknown` — it may
+/// have been processed (and billed); do not resend it blindly.
+fn cut_at_grace(provider: Provider) -> Response {
+    let mut r = answer::shaped(
+        provider,
+        StatusCode::GATEWAY_TIMEOUT,
+        "timeout_error",
+        "ratewise: the proxy shut down while this request was with the provider; its outcome is unknown",
+    );
+    r.headers_mut().insert(
+        answer::ACTION_HEADER,
+        http::HeaderValue::from_static("hold_unknown"),
+    );
+    r
 }
 
 /// One request as one job with its deadline.
@@ -267,6 +314,9 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
     };
     let up = &app.config.upstreams[ui];
     let provider = up.provider.unwrap_or_else(|| guess_provider(&path));
+    if app.drain.is_draining() {
+        return shutting_down(provider, app.config.grace);
+    }
 
     // The key: its fingerprint names the shared state; the key itself
     // stays in the request, for the upstream alone.
@@ -277,9 +327,8 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
     parts.extensions.insert(KeyLabel::new(&key));
     // Job ids unique across restarts, so the journal's attempts never
     // collide with an earlier run's.
-    parts
-        .extensions
-        .insert(JobId::new(format!("{}-{n}", app.boot)));
+    let job_id = format!("{}-{n}", app.boot);
+    parts.extensions.insert(JobId::new(job_id.clone()));
     // Read in `forward`; ratewise's alone, never forwarded.
     parts.headers.remove(DEADLINE_HEADER);
     parts.extensions.insert(Deadline(deadline));
@@ -298,19 +347,29 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
         }
     };
     // The body, read whole before anything is reserved: bounded in size,
-    // and in time, so a caller that trickles it ties up nothing but its
-    // own connection.
+    // in time (a caller that trickles it ties up nothing but its own
+    // connection), and with every other body held, in memory
+    // (`bounds.max_body_memory`). A drain ends the wait.
     let limit = app.config.layer.max_request_body;
-    let read = http_body_util::Limited::new(body, limit).collect();
-    let bytes = match tokio::time::timeout(app.config.body_timeout, read).await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return answer::shaped(
+    let by = tokio::time::Instant::now() + app.config.body_timeout;
+    let read = read_body(&app.body_memory, body, limit, &parts.headers, by);
+    let mut phase = app.drain.subscribe();
+    let drained = async move {
+        let _ = phase.wait_for(|p| *p != Phase::Serving).await;
+    };
+    let read = tokio::select! {
+        r = read => r,
+        _ = drained => return shutting_down(provider, app.config.grace),
+    };
+    let (bytes, held) = match read {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => return answer::shaped(
             provider,
             StatusCode::PAYLOAD_TOO_LARGE,
             "request_too_large",
             "ratewise: the request body is larger than the proxy accepts (bounds.max_request_body)",
         ),
-        Ok(Err(_)) => {
+        Err(BodyError::Unreadable) => {
             return answer::shaped(
                 provider,
                 StatusCode::BAD_REQUEST,
@@ -318,7 +377,19 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
                 "ratewise: the request body could not be read",
             )
         }
-        Err(_) => {
+        Err(BodyError::NoMemory) => {
+            tracing::warn!(
+                max_body_memory = app.config.max_body_memory,
+                "request bodies held reached bounds.max_body_memory: a request waited the body timeout and was turned away"
+            );
+            return answer::shaped(
+                provider,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded_error",
+                "ratewise: the proxy holds as many request bodies as it may (bounds.max_body_memory); retry later",
+            );
+        }
+        Err(BodyError::Late) => {
             return answer::shaped(
                 provider,
                 StatusCode::REQUEST_TIMEOUT,
@@ -343,19 +414,53 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
             crate::upstream::NoLongerWaiting(sent.clone()),
             crate::metrics::InFlight::enter(app.metrics.clone()),
         )),
-        sent,
+        held,
+        sent: sent.clone(),
         metrics: app.metrics.clone(),
         bound: deadline.saturating_add(JOB_SLACK),
     };
-    let result = match tokio::time::timeout(job.bound, job.run()).await {
+    let result = match tokio::time::timeout(job.bound, run_or_drain(&app, &mut job)).await {
         Ok(r) => Ok(r),
         Err(_) => Err(()),
     };
     job.finished();
+    let result = match result {
+        Ok(Ran::Answered(r)) => Ok(r),
+        Ok(Ran::NotSent) => return shutting_down(provider, app.config.grace),
+        Ok(Ran::Cut) => {
+            let (attempt, started_ms) = sent.last_send();
+            app.cut_unknown(crate::journal::Unknown {
+                job_id,
+                attempt,
+                started_ms,
+            });
+            return cut_at_grace(provider);
+        }
+        Err(()) => Err(()),
+    };
     match result {
         Ok(Ok(mut resp)) => {
             strip_hop_by_hop(resp.headers_mut());
-            resp.map(|b| Body::new(ReadToEnd::new(b, deadline)))
+            let sse = resp
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let phase = app.drain.subscribe();
+            let app = app.clone();
+            resp.map(|b| {
+                Body::new(CutAtGrace {
+                    inner: ReadToEnd::new(b, deadline),
+                    cut: Some(Box::pin(async move {
+                        let mut phase = phase;
+                        if phase.wait_for(|p| *p == Phase::Cut).await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    })),
+                    sse: sse.then_some(provider),
+                    app,
+                })
+            })
         }
         Ok(Err(e)) => {
             if e.is_stop_queue() {
@@ -441,6 +546,9 @@ type JobFuture = std::pin::Pin<
 struct Job {
     future: Option<JobFuture>,
     gauges: Option<(crate::upstream::NoLongerWaiting, crate::metrics::InFlight)>,
+    /// Its body's place in `bounds.max_body_memory`, held while the job
+    /// may still send it.
+    held: Vec<tokio::sync::OwnedSemaphorePermit>,
     sent: SentFlag,
     metrics: Arc<crate::metrics::Metrics>,
     bound: Duration,
@@ -463,7 +571,202 @@ impl Job {
     fn finished(&mut self) {
         self.future = None;
         self.gauges = None;
+        self.held.clear();
+        self.sent.ended();
     }
+}
+
+/// How a job ended in its caller's handler (a value passed once, on the
+/// stack: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+enum Ran {
+    /// Its own answer (or the layer's error).
+    Answered(
+        Result<
+            http::Response<ratewise_tower::MeteredBody<hyper::body::Incoming>>,
+            ratewise_tower::Error,
+        >,
+    ),
+    /// The proxy drains and the job has nothing on the wire: never sent,
+    /// or between attempts (no further one will be made).
+    NotSent,
+    /// The grace ended with its send on the wire: outcome unknown.
+    Cut,
+}
+
+/// Runs `job` to its end, unless the proxy drains: then a job with nothing
+/// on the wire is answered at once ([`Ran::NotSent`]), and one whose send
+/// is on the wire runs on until it ends or the grace does ([`Ran::Cut`]).
+/// The job is polled before each look at the drain, so an answer that is
+/// already there is given.
+async fn run_or_drain(app: &App, job: &mut Job) -> Ran {
+    let mut phase = app.drain.subscribe();
+    let sent = job.sent.clone();
+    loop {
+        if let Poll::Ready(r) = futures::poll!(std::pin::pin!(job.run())) {
+            return Ran::Answered(r);
+        }
+        let now = *phase.borrow_and_update();
+        if now != Phase::Serving {
+            if sent.hold() || !sent.on_wire() {
+                return Ran::NotSent;
+            }
+            if now == Phase::Cut {
+                return Ran::Cut;
+            }
+        }
+        tokio::select! {
+            biased;
+            r = job.run() => return Ran::Answered(r),
+            c = phase.changed() => {
+                if c.is_err() {
+                    // The proxy itself is gone: the job runs to its end.
+                    return Ran::Answered(job.run().await);
+                }
+            }
+            _ = sent.changed() => {}
+        }
+    }
+}
+
+/// Why a request body was not read.
+enum BodyError {
+    /// Larger than `bounds.max_request_body`.
+    TooLarge,
+    /// The connection failed while sending it.
+    Unreadable,
+    /// Not all there by the body timeout.
+    Late,
+    /// No room in `bounds.max_body_memory` by the body timeout.
+    NoMemory,
+}
+
+/// Reads a request body whole, by `by`, holding its bytes' place in the
+/// shared body memory: all of a declared `content-length` before reading,
+/// else chunk by chunk as they arrive.
+async fn read_body(
+    memory: &Arc<tokio::sync::Semaphore>,
+    mut body: axum::body::Body,
+    limit: usize,
+    headers: &http::HeaderMap,
+    by: tokio::time::Instant,
+) -> Result<(Bytes, Vec<tokio::sync::OwnedSemaphorePermit>), BodyError> {
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut held = Vec::new();
+    let mut room = 0usize;
+    let take = |n: usize| {
+        let memory = memory.clone();
+        async move {
+            let n = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
+            match tokio::time::timeout_at(by, memory.acquire_many_owned(n)).await {
+                Ok(Ok(p)) => Ok(p),
+                _ => Err(BodyError::NoMemory),
+            }
+        }
+    };
+    if let Some(n) = declared {
+        held.push(take(n as usize).await?);
+        room = n as usize;
+    }
+    let mut buf = bytes::BytesMut::with_capacity(room);
+    loop {
+        let frame = match tokio::time::timeout_at(by, body.frame()).await {
+            Err(_) => return Err(BodyError::Late),
+            Ok(None) => break,
+            Ok(Some(Err(_))) => return Err(BodyError::Unreadable),
+            Ok(Some(Ok(f))) => f,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let total = buf.len() + data.len();
+        if total > limit {
+            return Err(BodyError::TooLarge);
+        }
+        if total > room {
+            held.push(take(total - room).await?);
+            room = total;
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok((buf.freeze(), held))
+}
+
+/// A successful answer's body, cut at the end of a shutdown's grace: a
+/// stream then gets the provider's SSE `error` event and ends cleanly.
+struct CutAtGrace<B> {
+    inner: B,
+    cut: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    /// The provider whose `error` event ends a cut stream (`None`: not a
+    /// stream).
+    sse: Option<Provider>,
+    app: Arc<App>,
+}
+
+impl<B> http_body::Body for CutAtGrace<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        let Some(cut) = this.cut.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if cut.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.cut = None;
+        self.app.drain.note_cut();
+        tracing::warn!("a streamed answer was cut at the end of the shutdown's grace");
+        match self.sse {
+            Some(provider) => Poll::Ready(Some(Ok(Frame::data(sse_error(provider))))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.cut.is_none() || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.cut.is_none() {
+            return SizeHint::with_exact(0);
+        }
+        self.inner.size_hint()
+    }
+}
+
+/// The `error` event that ends a stream cut by a shutdown, in the
+/// provider's shape (after a blank line, so a half-written event before it
+/// ends first).
+fn sse_error(provider: Provider) -> Bytes {
+    let message = "ratewise: the proxy shut down before the stream ended";
+    let text = match provider {
+        Provider::Openai => format!(
+            "\n\ndata: {}\n\n",
+            serde_json::json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}})
+        ),
+        _ => format!(
+            "\n\nevent: error\ndata: {}\n\n",
+            serde_json::json!({"type": "error", "error": {"type": "api_error", "message": message}})
+        ),
+    };
+    Bytes::from(text)
 }
 
 impl Drop for Job {
@@ -478,10 +781,12 @@ impl Drop for Job {
             return;
         }
         let gauges = self.gauges.take();
+        let held = std::mem::take(&mut self.held);
         let bound = self.bound;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 let _gauges = gauges;
+                let _held = held;
                 let _ = tokio::time::timeout(bound, async move {
                     if let Ok(resp) = future.await {
                         drain(resp.into_body()).await;

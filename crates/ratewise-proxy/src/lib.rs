@@ -10,6 +10,7 @@
 //! ```text
 //! ratewise proxy --listen 127.0.0.1:8787 --upstream https://api.anthropic.com
 //!                [--config ratewise.toml] [--journal FILE] [--admin 127.0.0.1:8788]
+//!                [--grace SECONDS]
 //! ```
 //!
 //! ```python
@@ -25,16 +26,21 @@
 //! * [`admin`]: `/status`, `/resume`, `/stop`, `/metrics`, `/healthz` on
 //!   their own listener.
 //! * [`journal`]: attempts and stops written down, read back on start.
+//! * [`serve`]: the listeners, bounded (connections, header and idle
+//!   timeouts).
+//! * [`drain`]: the shutdown (SIGTERM, SIGINT) and its grace.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod admin;
 pub mod answer;
 pub mod config;
+pub mod drain;
 pub mod forward;
 pub mod journal;
 pub mod keys;
 pub mod metrics;
+pub mod serve;
 pub mod upstream;
 
 use config::ProxyConfig;
@@ -74,6 +80,11 @@ pub struct App {
     pub unknown: std::sync::Mutex<Vec<journal::Unknown>>,
     /// This run's prefix of job ids (its start, Unix milliseconds in hex).
     pub boot: String,
+    /// The shutdown's state: draining, cut, and the gate of every send.
+    pub drain: drain::Drain,
+    /// Bytes of request bodies that may be held at once
+    /// (`bounds.max_body_memory`).
+    pub body_memory: Arc<tokio::sync::Semaphore>,
 }
 
 impl App {
@@ -95,6 +106,23 @@ impl App {
             attempt: last.attempt,
             started_ms: at,
         });
+    }
+
+    /// A job whose send was on the wire at the end of the shutdown's grace:
+    /// noted, journaled and logged as an unknown outcome (it may have been
+    /// processed and billed).
+    pub fn cut_unknown(&self, u: journal::Unknown) {
+        self.drain.note_cut();
+        tracing::warn!(job_id = %u.job_id, attempt = u.attempt, started_ms = u.started_ms,
+            "outcome_unknown: a send was on the wire at the end of the shutdown's grace; it may have been processed");
+        if let Some(j) = &self.journal {
+            j.close_unknown(&u);
+        }
+        let mut list = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
+        if list.len() >= 1000 {
+            list.remove(0);
+        }
+        list.push(u);
     }
 
     /// A job ended stopped: the first time a stop of `key` is seen, it is
@@ -182,45 +210,92 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     /// The shared state, for tests and embedding.
     pub app: Arc<App>,
-    stop: tokio::sync::watch::Sender<bool>,
-    server: tokio::task::JoinHandle<()>,
-    admin: tokio::task::JoinHandle<()>,
+    server: serve::Served,
+    admin: serve::Served,
     expiry: tokio::task::JoinHandle<()>,
 }
 
+/// How long, once the grace is over, the cut answers (504s, a stream's
+/// `error` event) get to be written before the connections close.
+const CUT_WRITE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How a shutdown ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stopped {
+    /// Answers cut at the end of the grace: callers answered 504
+    /// `hold_unknown`, streams ended with an `error` event, and sends of
+    /// callers that had left still on the wire. 0: nothing was cut.
+    pub cut: usize,
+}
+
+/// The exit code of a shutdown that cut something at the end of its grace.
+pub const EXIT_CUT: i32 = 3;
+
+/// The exit code when a second signal ended the shutdown at once.
+pub const EXIT_SECOND_SIGNAL: i32 = 4;
+
+/// `GET /healthz` on the admin listener: `ok`, or 503 `draining` once a
+/// shutdown has started.
+pub async fn healthz(
+    axum::extract::State(app): axum::extract::State<Arc<App>>,
+) -> (http::StatusCode, &'static str) {
+    if app.drain.is_draining() {
+        (http::StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+    } else {
+        (http::StatusCode::OK, "ok\n")
+    }
+}
+
 impl Running {
-    /// Stops accepting, lets in-flight requests finish within the grace
-    /// period, flushes the journal.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let grace = self.app.config.grace;
-        let metrics = self.app.metrics.clone();
-        let server = self.server;
-        let abort = server.abort_handle();
-        // The callers' connections, then the jobs that run on without a
-        // caller (their answers read so their usage settles).
-        let drained = tokio::time::timeout(grace, async move {
-            let _ = server.await;
-            while metrics.in_flight.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+    /// Drains (see [`drain`]): the callers' listener answers every new
+    /// request 503 at once, jobs not yet sent get the same, no send starts;
+    /// sends on the wire and answers being written finish within the grace
+    /// (`--grace`, `bounds.grace_s`); what is left then is cut. Then both
+    /// listeners close, the last settles reach Redis and the journal is
+    /// flushed.
+    pub async fn shutdown(self) -> Stopped {
+        let app = self.app.clone();
+        app.drain.start();
+        let grace = app.config.grace;
+        let server = &self.server;
+        let settled = tokio::time::timeout(grace, async {
+            while app.drain.wire.on_wire() > 0 || server.active() > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         })
-        .await;
-        if drained.is_err() {
+        .await
+        .is_ok();
+        let mut lost = 0;
+        if !settled {
+            app.drain.cut_now();
+            // The cut answers are written; callers that left have nobody
+            // to answer.
+            let _ = tokio::time::timeout(CUT_WRITE, async {
+                while server.active() > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+            lost = app.drain.wire.on_wire();
             tracing::warn!(
-                grace_s = grace.as_secs(),
-                "in-flight jobs cut at the end of the grace period"
+                grace_s = grace.as_secs_f64(),
+                cut = app.drain.cut() + lost,
+                "the shutdown's grace is over: what was still in flight was cut"
             );
-            abort.abort();
         }
-        self.admin.abort();
+        self.server.close().await;
+        self.admin.close().await;
         self.expiry.abort();
         // The last settles reach the other replicas.
-        if let Some(r) = &self.app.redis {
+        if let Some(r) = &app.redis {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), r.flush()).await;
         }
-        if let Some(j) = &self.app.journal {
+        if let Some(j) = &app.journal {
             j.sync();
+        }
+        Stopped {
+            cut: app.drain.cut() + lost,
         }
     }
 }
@@ -282,10 +357,11 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
     });
     let layer = RetryLayer::from_parts(config.layer.clone(), state, Arc::new(TokioClock::new()))
         .with_journal(hook);
+    let drain = drain::Drain::default();
     let mut services = Vec::new();
     for up in &config.upstreams {
         let client = upstream::client(up).map_err(StartError::Tls)?;
-        services.push(layer.layer(upstream::Marking(client)));
+        services.push(layer.layer(upstream::Marking(client, drain.wire.clone())));
     }
     let listener = TcpListener::bind(config.listen)
         .await
@@ -300,8 +376,11 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         .local_addr()
         .map_err(|e| StartError::Bind(config.admin, e))?;
 
+    let body_memory = Arc::new(tokio::sync::Semaphore::new(config.max_body_memory));
     let app = Arc::new(App {
         config,
+        drain,
+        body_memory,
         layer,
         store,
         redis,
@@ -342,32 +421,24 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         );
     }
 
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let bounds = serve::Bounds {
+        header_read_timeout: app.config.header_read_timeout,
+        idle_timeout: app.config.idle_timeout,
+        max_connections: app.config.max_connections,
+    };
     let router = axum::Router::new()
         .fallback(forward::forward)
         .with_state(app.clone());
-    let mut rx = stop_rx.clone();
-    let server = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "proxy listener failed");
-        }
-    });
-    let admin_router = admin::router(app.clone());
-    let mut rx = stop_rx;
-    let admin = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let _ = axum::serve(admin_listener, admin_router)
-            .with_graceful_shutdown(shutdown)
-            .await;
-    });
+    let server = serve::serve(listener, router, bounds, "callers");
+    let admin = serve::serve(
+        admin_listener,
+        admin::router(app.clone()),
+        serve::Bounds {
+            max_connections: ADMIN_MAX_CONNECTIONS.min(bounds.max_connections),
+            ..bounds
+        },
+        "admin",
+    );
     // The lease backstop: a reservation no job ended (a bug, a store that
     // lost an update) goes back after the lease.
     let lease_app = app.clone();
@@ -396,16 +467,29 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         addr,
         admin_addr,
         app,
-        stop,
         server,
         admin,
         expiry,
     })
 }
 
-/// Runs the proxy until SIGINT or SIGTERM, then shuts down gracefully.
-/// Returns the process's exit code.
+/// Connections the admin listener serves at once.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// Runs the proxy until SIGINT or SIGTERM (alike), then shuts down (see
+/// [`Running::shutdown`]); a second signal during the shutdown ends the
+/// process at once. Returns the process's exit code:
+///
+/// * `0`: shut down with nothing cut;
+/// * `2`: did not start;
+/// * [`EXIT_CUT`] (`3`): the grace ended with answers cut (callers
+///   answered 504 `hold_unknown`, streams ended with an `error` event,
+///   sends of callers that had left still on the wire);
+/// * [`EXIT_SECOND_SIGNAL`] (`4`): a second signal ended the shutdown.
 pub async fn run(config: ProxyConfig) -> i32 {
+    // Listened to before anything starts, so no signal is lost between
+    // the first and the second.
+    let mut signals = Signals::new();
     let running = match start(config).await {
         Ok(r) => r,
         Err(e) => {
@@ -417,32 +501,73 @@ pub async fn run(config: ProxyConfig) -> i32 {
         "ratewise proxy on http://{} (admin http://{}): point an SDK's base_url here, with its retries off",
         running.addr, running.admin_addr
     );
-    wait_for_signal().await;
-    tracing::info!("shutting down: no new requests; in-flight ones finish");
-    running.shutdown().await;
-    0
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate());
-        match term {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    signals.next().await;
+    let grace = running.app.config.grace;
+    tracing::warn!(
+        grace_s = grace.as_secs_f64(),
+        "shutting down: new requests and jobs not yet sent are answered 503; sends in flight finish within the grace; a second signal exits at once"
+    );
+    tokio::select! {
+        stopped = running.shutdown() => {
+            if stopped.cut == 0 {
+                tracing::info!("shut down: nothing was cut");
+                0
+            } else {
+                EXIT_CUT
             }
         }
+        _ = signals.next() => {
+            tracing::warn!("a second signal: exiting at once");
+            EXIT_SECOND_SIGNAL
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+}
+
+/// SIGINT and SIGTERM, listened to for the process's life.
+struct Signals {
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
+    }
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = recv(&mut self.term) => {}
+                _ = recv(&mut self.int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

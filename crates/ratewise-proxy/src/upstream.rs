@@ -111,6 +111,58 @@ struct Flag {
     /// Whether it still counts as waiting.
     counted: AtomicBool,
     metrics: Arc<crate::metrics::Metrics>,
+    /// Its send is on the wire (counted in [`Wire::on_wire`]): from the
+    /// moment it is handed to the client until an error answer comes back
+    /// (the layer then decides on it), a later send is refused by the
+    /// gate, or the job ends.
+    on_wire: AtomicBool,
+    /// The gate it was sent through, once sent.
+    wire: std::sync::OnceLock<Arc<Wire>>,
+    /// Woken when a send of this job is refused because the proxy drains,
+    /// or when its send comes back with an answer that is not a success.
+    changed: tokio::sync::Notify,
+    /// Sends handed to the client (its last attempt's number) and when
+    /// the last one started (Unix milliseconds): what an unknown outcome
+    /// is journaled with.
+    attempts: std::sync::atomic::AtomicU32,
+    last_send_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        if self.on_wire.swap(false, Ordering::AcqRel) {
+            if let Some(w) = self.wire.get() {
+                w.on_wire.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// The gate every send passes: closed when the proxy drains (no attempt
+/// starts after the signal, first sends and retries alike), and the count
+/// of sends on the wire, which the shutdown waits for.
+#[derive(Debug, Default)]
+pub struct Wire {
+    closed: AtomicBool,
+    on_wire: std::sync::atomic::AtomicUsize,
+}
+
+impl Wire {
+    /// Closes the gate: every send from now on is refused.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether the gate is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sends on the wire now (jobs whose answer has not come back, and
+    /// successes whose job has not ended).
+    pub fn on_wire(&self) -> usize {
+        self.on_wire.load(Ordering::Acquire)
+    }
 }
 
 const WAITING: u8 = 0;
@@ -126,7 +178,67 @@ impl SentFlag {
             state: AtomicU8::new(WAITING),
             counted: AtomicBool::new(true),
             metrics,
+            on_wire: AtomicBool::new(false),
+            wire: std::sync::OnceLock::new(),
+            changed: tokio::sync::Notify::new(),
+            attempts: std::sync::atomic::AtomicU32::new(0),
+            last_send_ms: std::sync::atomic::AtomicU64::new(0),
         }))
+    }
+
+    /// The proxy drains: a job never sent is held back for good (`true`:
+    /// its caller is answered now, nothing will be sent); `false` when it
+    /// was sent (see [`SentFlag::on_wire`]).
+    pub fn hold(&self) -> bool {
+        self.0
+            .state
+            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Whether a send of this job is on the wire now.
+    pub fn on_wire(&self) -> bool {
+        self.0.on_wire.load(Ordering::Acquire)
+    }
+
+    /// Resolves at the next change worth a look by a draining caller's
+    /// handler: a send refused, or an answer that is not a success.
+    pub async fn changed(&self) {
+        self.0.changed.notified().await
+    }
+
+    /// The last send: its attempt number and when it started (Unix
+    /// milliseconds).
+    pub fn last_send(&self) -> (u32, u64) {
+        (
+            self.0.attempts.load(Ordering::Acquire),
+            self.0.last_send_ms.load(Ordering::Acquire),
+        )
+    }
+
+    /// The job ended: its send, if any, is no longer on the wire.
+    pub fn ended(&self) {
+        self.off_wire();
+    }
+
+    fn on(&self, wire: &Arc<Wire>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.0.last_send_ms.store(now, Ordering::Release);
+        self.0.attempts.fetch_add(1, Ordering::AcqRel);
+        let _ = self.0.wire.set(wire.clone());
+        if !self.0.on_wire.swap(true, Ordering::AcqRel) {
+            wire.on_wire.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn off_wire(&self) {
+        if self.0.on_wire.swap(false, Ordering::AcqRel) {
+            if let Some(w) = self.0.wire.get() {
+                w.on_wire.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 
     /// The caller left. Returns `true` when nothing was sent (the job is
@@ -193,17 +305,34 @@ impl std::fmt::Display for CallerLeft {
 
 impl std::error::Error for CallerLeft {}
 
-/// The upstream client, marking each request's [`SentFlag`] as it sends.
-#[derive(Clone)]
-pub struct Marking(pub HttpClient);
+/// A send refused because the proxy drains (shutdown): nothing reached
+/// the upstream.
+#[derive(Debug)]
+pub struct Draining;
 
-type ClientFuture = <HttpClient as Service<http::Request<UpBody>>>::Future;
+impl std::fmt::Display for Draining {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the proxy is shutting down: not sent")
+    }
+}
+
+impl std::error::Error for Draining {}
+
+/// The upstream client, marking each request's [`SentFlag`] as it sends,
+/// behind the [`Wire`] gate.
+#[derive(Clone)]
+pub struct Marking(pub HttpClient, pub Arc<Wire>);
+
+type Answered = Result<
+    <HttpClient as Service<http::Request<UpBody>>>::Response,
+    Box<dyn std::error::Error + Send + Sync>,
+>;
 
 impl Service<http::Request<UpBody>> for Marking {
     type Response = <HttpClient as Service<http::Request<UpBody>>>::Response;
     type Error = Box<dyn std::error::Error + Send + Sync>;
     type Future = futures::future::Either<
-        futures::future::MapErr<ClientFuture, fn(hyper_util::client::legacy::Error) -> Self::Error>,
+        futures::future::BoxFuture<'static, Answered>,
         futures::future::Ready<Result<Self::Response, Self::Error>>,
     >;
 
@@ -212,8 +341,21 @@ impl Service<http::Request<UpBody>> for Marking {
     }
 
     fn call(&mut self, req: http::Request<UpBody>) -> Self::Future {
-        use futures::TryFutureExt;
-        if let Some(flag) = req.extensions().get::<SentFlag>() {
+        use futures::FutureExt;
+        let flag = req.extensions().get::<SentFlag>().cloned();
+        if self.1.is_closed() {
+            // The proxy drains: no attempt starts, a retry no more than a
+            // first send. Refused as a caller that left is (a connection
+            // that never opened: nothing charged, the attempt journaled as
+            // ended); the caller's handler, woken, answers it at once.
+            if let Some(flag) = &flag {
+                flag.off_wire();
+                flag.0.changed.notify_one();
+            }
+            let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, Draining);
+            return futures::future::Either::Right(futures::future::ready(Err(refused.into())));
+        }
+        if let Some(flag) = &flag {
             if !flag.try_send() {
                 // Refused before anything was written: the layer reads a
                 // connection that never opened, so nothing is charged.
@@ -221,9 +363,30 @@ impl Service<http::Request<UpBody>> for Marking {
                     std::io::Error::new(std::io::ErrorKind::ConnectionRefused, CallerLeft);
                 return futures::future::Either::Right(futures::future::ready(Err(refused.into())));
             }
+            flag.on(&self.1);
         }
-        let boxed: fn(hyper_util::client::legacy::Error) -> Self::Error = |e| Box::new(e);
-        futures::future::Either::Left(Service::call(&mut self.0, req).map_err(boxed))
+        let call = Service::call(&mut self.0, req);
+        futures::future::Either::Left(
+            async move {
+                let answered = call.await;
+                if let Some(flag) = flag {
+                    // An error answer came back: the provider did not take
+                    // the request, and what follows is the layer's to
+                    // decide (the answer, or a retry the gate refuses while
+                    // draining). A success stays on the wire until its job
+                    // ends; so does a transport failure, which may have
+                    // reached the provider (the layer holds it as unknown,
+                    // or retries one that never left, which the gate
+                    // refuses).
+                    if matches!(&answered, Ok(r) if !r.status().is_success()) {
+                        flag.off_wire();
+                        flag.0.changed.notify_one();
+                    }
+                }
+                answered.map_err(|e| Box::new(e) as Self::Error)
+            }
+            .boxed(),
+        )
     }
 }
 

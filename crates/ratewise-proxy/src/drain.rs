@@ -1,0 +1,90 @@
+//! The way out: SIGTERM or SIGINT starts a drain, the grace ends it.
+//!
+//! * **Draining**: the callers' listener stays open and answers every new
+//!   request at once with a 503 in the provider's shape, `retry-after`
+//!   and `connection: close`, sending nothing; every job not yet sent gets
+//!   the same; the [`Wire`] gate refuses every
+//!   send, retries included; sends on the wire finish.
+//! * **Cut** (the grace is over): a job whose send is still on the wire
+//!   gets a 504 with `x-ratewise-action: hold_unknown` and is journaled as
+//!   an unknown outcome; a streamed answer still being written gets the
+//!   provider's SSE `error` event and ends cleanly.
+//!
+//! The admin listener stays up throughout, `/healthz` answering 503
+//! `draining`.
+
+use crate::upstream::Wire;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Where the proxy stands on its way out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Serving.
+    Serving,
+    /// A signal came: nothing new is sent; sends on the wire finish.
+    Draining,
+    /// The grace is over: what is still on the wire is cut.
+    Cut,
+}
+
+/// The drain's state, shared by the handlers and the shutdown.
+#[derive(Debug)]
+pub struct Drain {
+    phase: watch::Sender<Phase>,
+    cut: AtomicUsize,
+    /// The gate every send passes.
+    pub wire: Arc<Wire>,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain {
+            phase: watch::channel(Phase::Serving).0,
+            cut: AtomicUsize::new(0),
+            wire: Arc::new(Wire::default()),
+        }
+    }
+}
+
+impl Drain {
+    /// The phase now.
+    pub fn phase(&self) -> Phase {
+        *self.phase.borrow()
+    }
+
+    /// Whether a drain has started.
+    pub fn is_draining(&self) -> bool {
+        self.phase() != Phase::Serving
+    }
+
+    /// Follows the phase.
+    pub fn subscribe(&self) -> watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+
+    /// Starts the drain: the gate closes first, so no send starts once a
+    /// handler has seen the phase.
+    pub fn start(&self) {
+        self.wire.close();
+        self.phase.send_replace(Phase::Draining);
+    }
+
+    /// The grace is over.
+    pub fn cut_now(&self) {
+        self.wire.close();
+        self.phase.send_replace(Phase::Cut);
+    }
+
+    /// One caller's answer was cut (a 504 `hold_unknown`, or a stream
+    /// ended with an error event).
+    pub fn note_cut(&self) {
+        self.cut.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Answers cut so far.
+    pub fn cut(&self) -> usize {
+        self.cut.load(Ordering::Acquire)
+    }
+}
