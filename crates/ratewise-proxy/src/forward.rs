@@ -240,17 +240,27 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
             "job deadline"
         );
     }
-    let mut resp = job(app, req, deadline).await;
-    resp.headers_mut().insert(
+    // Job ids unique across restarts, so the journal's attempts never
+    // collide with an earlier run's — or the caller's own (see `jobs`).
+    let n = app.metrics.jobs.fetch_add(1, Ordering::Relaxed) + 1;
+    let entry = app.jobs.begin(
+        crate::jobs::caller_job_id(req.headers()),
+        format!("{}-{n}", app.boot),
+    );
+    let mut resp = job(app.clone(), req, deadline, &entry.id).await;
+    let h = resp.headers_mut();
+    h.insert(
         DEADLINE_HEADER,
         http::HeaderValue::from(deadline.as_millis() as u64),
     );
+    if let Ok(v) = http::HeaderValue::from_str(&entry.id) {
+        h.insert(crate::jobs::JOB_HEADER, v);
+    }
     resp
 }
 
-/// One request as one job with its deadline.
-async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
-    let n = app.metrics.jobs.fetch_add(1, Ordering::Relaxed) + 1;
+/// One request as one job with its deadline and id.
+async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> Response {
     let (mut parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -275,13 +285,10 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
         None => ANONYMOUS.to_owned(),
     };
     parts.extensions.insert(KeyLabel::new(&key));
-    // Job ids unique across restarts, so the journal's attempts never
-    // collide with an earlier run's.
-    parts
-        .extensions
-        .insert(JobId::new(format!("{}-{n}", app.boot)));
+    parts.extensions.insert(JobId::new(job_id));
     // Read in `forward`; ratewise's alone, never forwarded.
     parts.headers.remove(DEADLINE_HEADER);
+    parts.headers.remove(crate::jobs::JOB_HEADER);
     parts.extensions.insert(Deadline(deadline));
     parts.headers.remove("x-ratewise-upstream");
     parts.headers.remove(http::header::HOST);
@@ -327,6 +334,9 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
             )
         }
     };
+    // What the journal's attempt lines say of the job.
+    app.jobs
+        .describe(job_id, &key, crate::jobs::model_of(&bytes));
     let sent = SentFlag::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
     let body: UpBody = http_body_util::Full::new(bytes)
@@ -360,7 +370,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
         Ok(Err(e)) => {
             if e.is_stop_queue() {
                 // Journaled and logged once, before the answer is kept.
-                app.stopped(&key, &e);
+                app.stopped(&key, &e).await;
             }
             if e.is_hold_unknown() {
                 app.unknown_outcome(&e);

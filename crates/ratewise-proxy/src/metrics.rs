@@ -176,6 +176,8 @@ pub struct Hook {
     pub metrics: Arc<Metrics>,
     /// The file journal.
     pub file: Option<Arc<crate::journal::FileJournal>>,
+    /// The jobs in flight: what the journal's attempt lines say of each.
+    pub jobs: Arc<crate::jobs::Jobs>,
 }
 
 impl ratewise_tower::Journal for Hook {
@@ -185,11 +187,14 @@ impl ratewise_tower::Journal for Hook {
             self.metrics.retries.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(f) = &self.file {
-            f.attempt_started(job_id, attempt, at);
+            f.attempt_started_with(job_id, attempt, at, self.jobs.context(job_id));
         }
     }
 
     fn attempt_ended(&self, record: &AttemptRecord) {
+        if let (Some(job), Some(rid)) = (&record.job_id, &record.request_id) {
+            self.jobs.saw_request_id(job, rid);
+        }
         self.count_answer(record);
         Metrics::bump(&self.metrics.actions, record.action.as_str());
         if let Some(f) = &self.file {
