@@ -2,8 +2,9 @@
 # The official anthropic and openai Python SDKs (retries off) through
 # `ratewise proxy` against ratewise-mock: success and streams, retries owned
 # by the proxy, a spend cap (typed error, zero sends after it), a deadline,
-# disconnecting callers, kill -9 and a restart with --journal, and an HTTPS
-# upstream behind a test CA.
+# disconnecting callers, kill -9 and a restart with --journal (an unknown
+# outcome traced by the caller's x-ratewise-job; a spend cap's typed error
+# and its since kept), and an HTTPS upstream behind a test CA.
 #
 #   tests/conformance/proxy.sh
 #

@@ -86,11 +86,7 @@ impl ProviderAnswer {
         };
         self.error_type = word(self.error_type);
         self.code = word(self.code);
-        let mut m: String = self
-            .message
-            .chars()
-            .filter(|c| !c.is_control())
-            .collect();
+        let mut m: String = self.message.chars().filter(|c| !c.is_control()).collect();
         if m.len() > MAX_MESSAGE {
             let mut cut = MAX_MESSAGE;
             while !m.is_char_boundary(cut) {
@@ -323,7 +319,12 @@ mod tests {
         .bounded()
         .is_none());
         assert!(Evidence::from_json(&"x".repeat(MAX_RECORD + 1)).is_none());
-        assert!(Evidence::from_json("{\"cause\":\"no_such\"}").unwrap().cause == Cause::Unknown);
+        assert!(
+            Evidence::from_json("{\"cause\":\"no_such\"}")
+                .unwrap()
+                .cause
+                == Cause::Unknown
+        );
         assert!(Evidence::from_json("not json").is_none());
     }
 }

@@ -28,8 +28,7 @@ pub fn caller_job_id(headers: &http::HeaderMap) -> Option<String> {
     let v = headers.get(JOB_HEADER)?.as_bytes();
     let ok = !v.is_empty()
         && v.len() <= MAX_CALLER_ID
-        && v
-            .iter()
+        && v.iter()
             .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(b));
     ok.then(|| String::from_utf8_lossy(v).into_owned())
 }
@@ -152,11 +151,17 @@ mod tests {
         let a = jobs.begin(Some("mine".into()), "g-1".into());
         let b = jobs.begin(Some("mine".into()), "g-2".into());
         let c = jobs.begin(None, "g-3".into());
-        assert_eq!((a.id.as_str(), b.id.as_str(), c.id.as_str()), ("mine", "mine~2", "g-3"));
+        assert_eq!(
+            (a.id.as_str(), b.id.as_str(), c.id.as_str()),
+            ("mine", "mine~2", "g-3")
+        );
         jobs.describe("mine", "fp-1", Some("m".into()));
         jobs.saw_request_id("mine", "req_1");
         let ctx = jobs.context("mine").unwrap();
-        assert_eq!((ctx.key.as_deref(), ctx.request_id.as_deref()), (Some("fp-1"), Some("req_1")));
+        assert_eq!(
+            (ctx.key.as_deref(), ctx.request_id.as_deref()),
+            (Some("fp-1"), Some("req_1"))
+        );
         drop(a);
         assert!(jobs.context("mine").is_none());
         assert_eq!(jobs.begin(Some("mine".into()), "g-4".into()).id, "mine");
@@ -164,7 +169,10 @@ mod tests {
 
     #[test]
     fn the_model_is_read_from_a_json_body_only() {
-        assert_eq!(model_of(br#" {"model":"claude-x","messages":[]}"#).as_deref(), Some("claude-x"));
+        assert_eq!(
+            model_of(br#" {"model":"claude-x","messages":[]}"#).as_deref(),
+            Some("claude-x")
+        );
         assert_eq!(model_of(b"[1]"), None);
         assert_eq!(model_of(b"{not json"), None);
     }

@@ -404,4 +404,54 @@ mod tests {
             "no file: nothing"
         );
     }
+
+    #[test]
+    fn a_stop_keeps_its_evidence_and_old_lines_still_read() {
+        let path = std::env::temp_dir().join(format!("ratewise-journal-ev-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        {
+            // Lines written before the evidence existed.
+            let mut f = std::fs::File::create(&path).unwrap();
+            writeln!(
+                f,
+                r#"{{"event":"stop","key":"fp-old","cause":"billing","at_ms":1796000000000}}"#
+            )
+            .unwrap();
+            writeln!(
+                f,
+                r#"{{"event":"attempt_started","job_id":"j","attempt":1,"at_ms":1796000000000}}"#
+            )
+            .unwrap();
+        }
+        let j = FileJournal::open(&path).unwrap();
+        let since = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_000_000_123);
+        let cap = Evidence::of_answer(
+            Cause::SpendCap,
+            Some(http::StatusCode::TOO_MANY_REQUESTS),
+            Some(br#"{"type":"error","error":{"type":"rate_limit_error","message":"cap","details":{"error_code":"enforced_spend_limit_reached"}}}"#),
+            since,
+            None,
+        );
+        j.stop_with("fp-cap", &cap);
+        // A bare line after it (the admin writes one) keeps the evidence
+        // and the since.
+        j.stop("fp-cap", Cause::SpendCap, None);
+        j.stop_with("fp-op", &Evidence::operator(since));
+        let r = recover(&path).unwrap();
+        let by = |k: &str| {
+            r.stops
+                .iter()
+                .find(|s| s.key == k)
+                .unwrap()
+                .evidence
+                .clone()
+        };
+        assert_eq!(by("fp-cap"), cap);
+        assert_eq!(by("fp-old").cause, Cause::Billing);
+        assert!(by("fp-old").answer.is_none());
+        assert!(by("fp-op").operator && by("fp-op").cause_word() == "operator");
+        assert_eq!(r.unknown.len(), 1);
+        assert_eq!(r.unknown[0].key, None, "an old attempt line reads");
+        let _ = std::fs::remove_file(&path);
+    }
 }

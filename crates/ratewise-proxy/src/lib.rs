@@ -40,8 +40,8 @@ pub mod metrics;
 pub mod upstream;
 
 use config::ProxyConfig;
-use ratewise_core::admit::{Controller, Shared};
 use evidence::Evidence;
+use ratewise_core::admit::{Controller, Shared};
 use ratewise_core::Cause;
 use ratewise_tower::{RetryLayer, RetryService, TokioClock};
 use std::net::SocketAddr;

@@ -145,7 +145,10 @@ async fn call_full(
 /// The error's (type, code) in Anthropic's shape.
 fn typed(body: &serde_json::Value) -> (String, String) {
     (
-        body["error"]["type"].as_str().unwrap_or_default().to_owned(),
+        body["error"]["type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         body["error"]["details"]["error_code"]
             .as_str()
             .unwrap_or_default()
@@ -187,7 +190,10 @@ async fn a_spend_caps_typed_answer_and_its_since_survive_a_restart() {
     assert_eq!((s, job_header(&h).as_str()), (200, "caller-job-1"));
     let (_, h, _) = call_full(&p, &[("x-ratewise-job", "not a word/{}")]).await;
     let generated = job_header(&h);
-    assert!(!generated.is_empty() && generated != "not a word/{}", "{generated}");
+    assert!(
+        !generated.is_empty() && generated != "not a word/{}",
+        "{generated}"
+    );
     mock.set_spend_cap(Some(0.0));
     // The provider's own answer, then the kept one: the same typed error.
     let (s1, h1, b1) = call_full(&p, &[]).await;
@@ -200,7 +206,11 @@ async fn a_spend_caps_typed_answer_and_its_since_survive_a_restart() {
     assert_eq!((s1, typed(&b1)), (429, want.clone()), "{b1}");
     let (s2, h2, b2) = call_full(&p, &[("x-ratewise-job", "caller-job-2")]).await;
     assert_eq!((s2, typed(&b2)), (429, want.clone()), "{b2}");
-    assert_eq!(job_header(&h2), "caller-job-2", "a stopped answer names its job");
+    assert_eq!(
+        job_header(&h2),
+        "caller-job-2",
+        "a stopped answer names its job"
+    );
     let since = since_ms(&get(format!("http://{}/status", p.admin_addr)).await, &fp)
         .expect("the stop is shown");
     p.shutdown().await;
@@ -250,8 +260,14 @@ async fn an_operators_stop_says_so_before_and_after_a_restart() {
     assert_eq!(client.request(req).await.unwrap().status(), 200);
     let (s, _, b) = call_full(&p, &[]).await;
     assert_eq!(s, 429);
-    assert_eq!(b["error"]["details"]["error_code"], "ratewise_operator_stop", "{b}");
-    assert!(b["error"]["message"].as_str().unwrap().contains("operator"), "{b}");
+    assert_eq!(
+        b["error"]["details"]["error_code"], "ratewise_operator_stop",
+        "{b}"
+    );
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("operator"),
+        "{b}"
+    );
     p.shutdown().await;
     let p = start(&mock.base_url(), &journal).await;
     let (s2, _, b2) = call_full(&p, &[]).await;
