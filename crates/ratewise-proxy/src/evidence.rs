@@ -49,6 +49,10 @@ pub struct ProviderAnswer {
     /// Its message, at most [`MAX_MESSAGE`] bytes.
     #[serde(default)]
     pub message: String,
+    /// The request id its body carried (Anthropic's `request_id`): the
+    /// provider's name for the request that met the stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl ProviderAnswer {
@@ -64,6 +68,7 @@ impl ProviderAnswer {
             error_type: text(&err["type"]),
             code: text(&err["code"]).or_else(|| text(&err["details"]["error_code"])),
             message: text(&err["message"]).unwrap_or_default(),
+            request_id: text(&v["request_id"]),
         }
         .bounded()
     }
@@ -86,7 +91,11 @@ impl ProviderAnswer {
         };
         self.error_type = word(self.error_type);
         self.code = word(self.code);
-        let mut m: String = self.message.chars().filter(|c| !c.is_control()).collect();
+        self.request_id = word(self.request_id);
+        let mut m: String = scrub(&self.message)
+            .chars()
+            .filter(|c| !c.is_control())
+            .collect();
         if m.len() > MAX_MESSAGE {
             let mut cut = MAX_MESSAGE;
             while !m.is_char_boundary(cut) {
@@ -97,6 +106,30 @@ impl ProviderAnswer {
         self.message = m;
         Some(self)
     }
+}
+
+/// The message with anything that may be a credential replaced by
+/// `[redacted]`: a word starting `sk-` (either provider's keys), or a run
+/// of 20 or more letters, digits, `-` and `_` with both letters and digits
+/// (a token, a key echoed whole). A provider that echoes a caller's key in
+/// its error (OpenAI masks all but its ends) leaves nothing of it kept.
+fn scrub(message: &str) -> String {
+    let secretish = |w: &str| {
+        let core = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_');
+        core.starts_with("sk-")
+            || core
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                .any(|run| {
+                    run.len() >= 20
+                        && run.bytes().any(|b| b.is_ascii_digit())
+                        && run.bytes().any(|b| b.is_ascii_alphabetic())
+                })
+    };
+    message
+        .split(' ')
+        .map(|w| if secretish(w) { "[redacted]" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Why a key is stopped and what its jobs are answered; see the
@@ -116,6 +149,10 @@ pub struct Evidence {
     /// Not the stop's own evidence (a replica found the key stopped before
     /// the evidence was readable): looked for again, never written.
     pub provisional: bool,
+    /// The provider's answer as it came (body, content type), in the
+    /// process that received it: replayed byte for byte there. Never
+    /// written; elsewhere the answer is rebuilt from `answer`.
+    pub raw: Option<(bytes::Bytes, Option<HeaderValue>)>,
 }
 
 /// [`Evidence`] as written (a Redis note); times in Unix milliseconds.
@@ -155,6 +192,7 @@ impl Evidence {
             until,
             answer: None,
             provisional: false,
+            raw: None,
         }
     }
 
@@ -216,6 +254,7 @@ impl Evidence {
             until: w.until_ms.map(at),
             answer: w.answer.and_then(ProviderAnswer::bounded),
             provisional: false,
+            raw: None,
         })
     }
 
@@ -224,6 +263,17 @@ impl Evidence {
     /// provider answer stopped it; else one for the cause (an operator's
     /// says so). `retry-after` when the stop lifts by itself.
     pub fn render(&self, provider: Provider) -> Response {
+        if let (Some((body, ct)), Some(a)) = (&self.raw, &self.answer) {
+            let mut r = Response::new(Body::from(body.clone()));
+            *r.status_mut() =
+                StatusCode::from_u16(a.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+            if let Some(ct) = ct {
+                r.headers_mut()
+                    .insert(http::header::CONTENT_TYPE, ct.clone());
+            }
+            return r;
+        }
+        let request_id = self.answer.as_ref().and_then(|a| a.request_id.clone());
         let (status, kind, code, message) = match &self.answer {
             Some(a) => (
                 StatusCode::from_u16(a.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
@@ -251,7 +301,11 @@ impl Evidence {
                 if let Some(c) = &code {
                     err["details"] = serde_json::json!({"error_code": c});
                 }
-                serde_json::json!({"type": "error", "error": err})
+                let mut v = serde_json::json!({"type": "error", "error": err});
+                if let Some(id) = request_id {
+                    v["request_id"] = id.into();
+                }
+                v
             }
         };
         let mut r = Response::new(Body::from(body.to_string()));
@@ -289,6 +343,7 @@ mod tests {
         let a = e.answer.clone().unwrap();
         assert_eq!(a.error_type.as_deref(), Some("rate_limit_error"));
         assert_eq!(a.code.as_deref(), Some("enforced_spend_limit_reached"));
+        assert_eq!(a.request_id.as_deref(), Some("req_1"));
         // Written and read back: the same.
         let back = Evidence::from_json(&e.to_json()).unwrap();
         assert_eq!(back, e);
@@ -304,21 +359,44 @@ mod tests {
             status: 429,
             error_type: Some("bad type with spaces".into()),
             code: Some("x".repeat(65)),
+            request_id: Some("req 1".into()),
             message: format!("line\nbreak{long}"),
         }
         .bounded()
         .unwrap();
         assert!(a.message.len() <= MAX_MESSAGE && !a.message.contains('\n'));
-        assert_eq!((a.error_type, a.code), (None, None));
+        assert_eq!((a.error_type, a.code, a.request_id), (None, None, None));
         assert!(ProviderAnswer {
             status: 200,
             error_type: None,
             code: None,
-            message: String::new()
+            message: String::new(),
+            request_id: None,
         }
         .bounded()
         .is_none());
         assert!(Evidence::from_json(&"x".repeat(MAX_RECORD + 1)).is_none());
+        // A key echoed by a provider is not kept.
+        let echoed = ProviderAnswer {
+            status: 401,
+            error_type: Some("invalid_request_error".into()),
+            code: Some("invalid_api_key".into()),
+            request_id: None,
+            message: "Incorrect API key provided: sk-proj-abcdEFGH1234secret. Or Bearer abcdefgh12345678ijklmnop.".into(),
+        }
+        .bounded()
+        .unwrap();
+        assert!(
+            !echoed.message.contains("sk-") && !echoed.message.contains("12345678"),
+            "{}",
+            echoed.message
+        );
+        assert!(echoed
+            .message
+            .starts_with("Incorrect API key provided: [redacted]"));
+        // Ordinary prose stays.
+        let prose = "You will regain access on 2027-01-01 at 00:00 UTC. See https://platform.openai.com/docs/guides/error-codes/api-errors.";
+        assert_eq!(scrub(prose), prose);
         assert!(
             Evidence::from_json("{\"cause\":\"no_such\"}")
                 .unwrap()

@@ -132,7 +132,15 @@ impl App {
         let ev = if own {
             let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
             let body = e.body().map(|b| b.as_ref());
-            Evidence::of_answer(cause, e.status(), body, now, e.until())
+            let mut ev = Evidence::of_answer(cause, e.status(), body, now, e.until());
+            // Replayed as it came in this process.
+            ev.raw = e.body().map(|b| {
+                let ct = e
+                    .headers()
+                    .and_then(|h| h.get(http::header::CONTENT_TYPE).cloned());
+                (b.clone(), ct)
+            });
+            ev
         } else if let Some(ev) = self.shared_evidence(key).await {
             ev
         } else {
