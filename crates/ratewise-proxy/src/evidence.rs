@@ -153,6 +153,8 @@ pub struct Evidence {
     /// process that received it: replayed byte for byte there. Never
     /// written; elsewhere the answer is rebuilt from `answer`.
     pub raw: Option<(bytes::Bytes, Option<HeaderValue>)>,
+    /// When the shared evidence was last read for it (with `--redis`).
+    pub checked: Option<std::time::Instant>,
 }
 
 /// [`Evidence`] as written (a Redis note); times in Unix milliseconds.
@@ -193,6 +195,7 @@ impl Evidence {
             answer: None,
             provisional: false,
             raw: None,
+            checked: None,
         }
     }
 
@@ -255,6 +258,7 @@ impl Evidence {
             answer: w.answer.and_then(ProviderAnswer::bounded),
             provisional: false,
             raw: None,
+            checked: None,
         })
     }
 
@@ -315,6 +319,14 @@ impl Evidence {
             HeaderValue::from_static("application/json"),
         );
         r
+    }
+
+    /// Whether `other` is the same stop (cause, since, operator, answer).
+    pub fn same_stop(&self, other: &Evidence) -> bool {
+        self.cause == other.cause
+            && ms(self.since) == ms(other.since)
+            && self.operator == other.operator
+            && self.answer == other.answer
     }
 
     /// Whether [`render`](Self::render) has an answer of its own (else the

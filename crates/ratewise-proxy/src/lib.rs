@@ -67,7 +67,7 @@ pub struct App {
     /// Keys seen.
     pub keys: keys::Seen,
     /// Answers that stopped keys.
-    pub stops: answer::StopAnswers,
+    pub stops: Arc<answer::StopAnswers>,
     /// Counters.
     pub metrics: Arc<metrics::Metrics>,
     /// The journal file.
@@ -120,15 +120,20 @@ impl App {
     /// the store's cause alone (looked for again on the next stopped job,
     /// with `--redis`: the evidence may not be readable yet).
     pub async fn stopped(&self, key: &str, e: &ratewise_tower::Error) {
-        if self
-            .stops
-            .get(key)
-            .is_some_and(|k| !k.provisional || self.redis.is_none())
-        {
-            return;
+        let own = answer::stopped_by_its_answer(e);
+        let local = self.stops.get(key);
+        if let Some(k) = &local {
+            // With `--redis`, a stop found at admission looks at the shared
+            // evidence again now and then (at most once a second per key):
+            // the key may have been resumed and stopped again elsewhere.
+            let recheck = self.redis.is_some()
+                && !own
+                && (k.provisional || k.checked.is_none_or(|t| t.elapsed() >= NOTE_RECHECK));
+            if !recheck {
+                return;
+            }
         }
         let now = SystemTime::now();
-        let own = answer::stopped_by_its_answer(e);
         let ev = if own {
             let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
             let body = e.body().map(|b| b.as_ref());
@@ -141,15 +146,34 @@ impl App {
                 (b.clone(), ct)
             });
             ev
-        } else if let Some(ev) = self.shared_evidence(key).await {
-            ev
-        } else {
-            if self.stops.get(key).is_some() {
+        } else if let Some(mut ev) = self.shared_evidence(key).await {
+            ev.checked = Some(std::time::Instant::now());
+            if let Some(k) = local.filter(|k| k.same_stop(&ev)) {
+                // Still the stop known here.
+                self.stops.keep(
+                    key,
+                    Evidence {
+                        checked: ev.checked,
+                        ..k
+                    },
+                );
                 return;
             }
+            ev
+        } else if let Some(k) = local {
+            self.stops.keep(
+                key,
+                Evidence {
+                    checked: Some(std::time::Instant::now()),
+                    ..k
+                },
+            );
+            return;
+        } else {
             let cause = self.stop_cause(key).unwrap_or(Cause::Unknown);
             Evidence {
                 provisional: self.redis.is_some(),
+                checked: Some(std::time::Instant::now()),
                 ..Evidence::bare(cause, now, e.until())
             }
         };
@@ -233,6 +257,10 @@ impl App {
         }
     }
 }
+
+/// How often, at most, a replica reads a stopped key's shared evidence
+/// again.
+const NOTE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a stop's evidence note lives in Redis when the stop has no
 /// end: as long as the key's record does by default (7 days unused).
@@ -374,10 +402,12 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         };
     let metrics = Arc::new(metrics::Metrics::default());
     let jobs = Arc::new(jobs::Jobs::default());
+    let stops = Arc::new(answer::StopAnswers::default());
     let hook = Arc::new(metrics::Hook {
         metrics: metrics.clone(),
         file: journal.clone(),
         jobs: jobs.clone(),
+        stops: stops.clone(),
     });
     let layer = RetryLayer::from_parts(config.layer.clone(), state, Arc::new(TokioClock::new()))
         .with_journal(hook);
@@ -406,7 +436,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         redis,
         services,
         keys: keys::Seen::default(),
-        stops: answer::StopAnswers::default(),
+        stops,
         metrics,
         journal,
         unknown: std::sync::Mutex::new(recovered.unknown.clone()),

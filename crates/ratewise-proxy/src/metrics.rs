@@ -178,6 +178,10 @@ pub struct Hook {
     pub file: Option<Arc<crate::journal::FileJournal>>,
     /// The jobs in flight: what the journal's attempt lines say of each.
     pub jobs: Arc<crate::jobs::Jobs>,
+    /// The stops' evidence: a send on a key proves its stop lifted (an
+    /// operator resumed it, here or on another replica), so the evidence
+    /// kept here goes, and the next stop keeps its own.
+    pub stops: Arc<crate::answer::StopAnswers>,
 }
 
 impl ratewise_tower::Journal for Hook {
@@ -186,8 +190,12 @@ impl ratewise_tower::Journal for Hook {
         if attempt > 1 {
             self.metrics.retries.fetch_add(1, Ordering::Relaxed);
         }
+        let ctx = self.jobs.context(job_id);
+        if let Some(key) = ctx.as_ref().and_then(|c| c.key.as_deref()) {
+            self.stops.forget(key);
+        }
         if let Some(f) = &self.file {
-            f.attempt_started_with(job_id, attempt, at, self.jobs.context(job_id));
+            f.attempt_started_with(job_id, attempt, at, ctx);
         }
     }
 

@@ -194,6 +194,13 @@ async fn a_spend_caps_typed_answer_and_its_since_survive_a_restart() {
         !generated.is_empty() && generated != "not a word/{}",
         "{generated}"
     );
+    // The caller's header is not forwarded: upstream sees the layer's own
+    // job header, naming the job the caller's answer names.
+    let jobs: Vec<_> = mock.records().into_iter().map(|r| r.job).collect();
+    assert_eq!(
+        jobs,
+        vec![Some("caller-job-1".to_owned()), Some(generated.clone())]
+    );
     mock.set_spend_cap(Some(0.0));
     // The provider's own answer, then the kept one: the same typed error.
     let (s1, h1, b1) = call_full(&p, &[]).await;

@@ -296,11 +296,28 @@ async fn every_replica_gives_the_spend_caps_typed_answer_with_its_since() {
     let (s, _, body) = call(&c).await;
     assert_eq!(typed(s, &body), want, "{body}");
     assert_eq!(mock.records().len(), sends, "nothing sent after the cap");
-    // Resumed: the evidence goes with the stop.
+    // Resumed on one replica: the evidence goes with the stop.
     mock.set_spend_cap(None);
     let fp = fingerprint(KEY);
-    admin(&b, "POST", &format!("/resume?key={fp}")).await;
+    admin(&c, "POST", &format!("/resume?key={fp}")).await;
     assert_eq!(call(&c).await.0, 200);
+    // Stopped again, met by a: b, which saw the first stop and nothing
+    // since, answers with the new stop's since once it looks again (at
+    // most a second later).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    mock.set_spend_cap(Some(0.0));
+    let (s, action, body) = call(&a).await;
+    assert_eq!(
+        (action.as_str(), typed(s, &body)),
+        ("stop_queue", want.clone())
+    );
+    let (_, status_a) = admin(&a, "GET", "/status").await;
+    let again = stop_since(&status_a).expect("a shows the new stop");
+    assert!(again > since, "{again} > {since}");
+    let (s, _, body) = call(&b).await;
+    assert_eq!(typed(s, &body), want, "{body}");
+    let (_, status_b) = admin(&b, "GET", "/status").await;
+    assert_eq!(stop_since(&status_b), Some(again), "{status_b}");
     a.shutdown().await;
     b.shutdown().await;
     c.shutdown().await;
