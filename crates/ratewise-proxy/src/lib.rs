@@ -20,6 +20,10 @@
 //! * [`forward`]: the callers' side — one job per request, with its
 //!   caller's timeout as its deadline.
 //! * [`answer`]: what a caller gets when its job did not succeed.
+//! * [`evidence`]: what a stop keeps (journal, Redis note) so every
+//!   replica, and this process after a restart, answers it alike.
+//! * [`jobs`]: jobs in flight by id (`x-ratewise-job`), with what the
+//!   journal says of their attempts.
 //! * [`keys`]: callers' keys, fingerprinted.
 //! * [`upstream`]: HTTP(S) clients and routing.
 //! * [`admin`]: `/status`, `/resume`, `/stop`, `/metrics`, `/healthz` on
