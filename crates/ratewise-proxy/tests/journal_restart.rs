@@ -286,3 +286,34 @@ async fn an_operators_stop_says_so_before_and_after_a_restart() {
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_outcome_names_the_callers_job_its_key_and_model() {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    cfg.latency.first_byte_ms = 1500;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let flags = Flags {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:0".into()),
+        upstream: Some(mock.base_url()),
+        ..Flags::default()
+    };
+    let config =
+        ProxyConfig::from_toml(&flags, "[policy]\nsend_timeout_ms = 300\n", |_| None).unwrap();
+    let p = ratewise_proxy::start(config).await.unwrap();
+    let (s, h, _) = call_full(&p, &[("x-ratewise-job", "cut-by-timeout-1")]).await;
+    assert_eq!(
+        (s, h["x-ratewise-action"].to_str().unwrap()),
+        (504, "hold_unknown")
+    );
+    assert_eq!(job_header(&h), "cut-by-timeout-1");
+    let status: serde_json::Value =
+        serde_json::from_str(&get(format!("http://{}/status", p.admin_addr)).await).unwrap();
+    let u = &status["unknown_outcomes"][0];
+    assert_eq!(u["job_id"], "cut-by-timeout-1", "{status}");
+    assert_eq!(u["key"], fingerprint(KEY).as_str(), "{status}");
+    assert_eq!(u["model"], "claude-sonnet-4-5", "{status}");
+    assert!(!status.to_string().contains(KEY), "no key in /status");
+    p.shutdown().await;
+}
