@@ -2,9 +2,11 @@
 # The official anthropic and openai Python SDKs (retries off) through
 # `ratewise proxy` against ratewise-mock: success and streams, retries owned
 # by the proxy, a spend cap (typed error, zero sends after it), a deadline,
-# disconnecting callers, kill -9 and a restart with --journal, an HTTPS
-# upstream behind a test CA, and SIGTERM with jobs waiting and in flight
-# (every caller answered, nothing new sent, exit code 0).
+# disconnecting callers, kill -9 and a restart with --journal (an unknown
+# outcome traced by the caller's x-ratewise-job; a spend cap's typed error
+# and its since kept), an HTTPS upstream behind a test CA, and SIGTERM with
+# jobs waiting and in flight (every caller answered, nothing new sent, exit
+# code 0).
 #
 #   tests/conformance/proxy.sh
 #

@@ -216,7 +216,10 @@ def kill_9_then_restart_reports_unknown_outcomes_and_keeps_a_stop():
     admin("POST", "/stop?key=" + fp)
     # A request in flight when the proxy dies: started, never ended.
     mock("PUT", "/mock/faults", [{"fault": {"stall": {"ms": 4000}}, "when": "always"}])
-    holder = threading.Thread(target=lambda: raises(Exception, lambda: oai_create(client=oai(timeout=10))))
+    # The caller names its job: cut by the crash, it finds it among the
+    # unknown outcomes, with its key and model.
+    holder = threading.Thread(target=lambda: raises(Exception, lambda: oai_create(
+        client=oai(timeout=10), extra_headers={"x-ratewise-job": "conformance-cut-1"})))
     holder.start()
     time.sleep(0.8)
     subprocess.run(args.restart, shell=True, check=True)
@@ -224,12 +227,44 @@ def kill_9_then_restart_reports_unknown_outcomes_and_keeps_a_stop():
     mock("PUT", "/mock/faults", [])
     status = admin("GET", "/status")
     assert status["unknown_outcomes"], status
+    cut = [u for u in status["unknown_outcomes"] if u["job_id"] == "conformance-cut-1"]
+    assert cut and cut[0]["key"] == fingerprint(KEY_OAI) and cut[0]["model"] == "gpt-4o-mini", status
     before = sends()
     e = raises(anthropic.RateLimitError, ant_create)
     assert e.response.headers.get("x-ratewise-action") == "stop_queue"
     assert sends() == before, "the stop survived the restart"
     admin("POST", "/resume?key=" + fp)
     ant_create()
+
+
+def stop_since(fp):
+    for k in admin("GET", "/status")["keys"]:
+        if k["fingerprint"] == fp and k["stop"]:
+            return k["stop"]["since_ms"]
+    return None
+
+
+@check
+def a_restart_keeps_the_spend_caps_typed_error_and_its_since():
+    mock("PUT", "/mock/spend-cap", 0)
+    first = raises(anthropic.RateLimitError, ant_create)
+    assert first.error_code == "enforced_spend_limit_reached", first.error_code
+    assert first.response.headers.get("x-ratewise-job"), "every answer names its job"
+    o = raises(openai.RateLimitError, oai_create)
+    assert o.code == "insufficient_quota", o.code
+    since = stop_since(fingerprint(KEY_ANT))
+    assert since, admin("GET", "/status")
+    before = sends()
+    subprocess.run(args.restart, shell=True, check=True)
+    # The same typed errors after the restart, nothing sent, the same since.
+    e = raises(anthropic.RateLimitError, ant_create)
+    assert e.error_code == "enforced_spend_limit_reached", (e.error_code, e.body)
+    assert e.response.headers.get("x-ratewise-action") == "stop_queue"
+    assert "retry-after" not in e.response.headers or int(e.response.headers["retry-after"]) < 40 * 86400
+    o = raises(openai.RateLimitError, oai_create)
+    assert o.code == "insufficient_quota", (o.code, o.body)
+    assert sends() == before, "zero sends after the restart"
+    assert stop_since(fingerprint(KEY_ANT)) == since, (since, admin("GET", "/status"))
 
 
 @check

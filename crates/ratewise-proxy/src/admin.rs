@@ -273,7 +273,7 @@ async fn stop(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respons
     let Some(key) = key_of(&q) else {
         return no_key();
     };
-    app.stop_key(&key, Cause::UserLimit, None).await;
+    app.operator_stop(&key).await;
     if let Some(j) = &app.journal {
         j.stop(&key, Cause::UserLimit, None);
     }

@@ -17,7 +17,6 @@
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use ratewise_core::{ActionKind, Cause, GiveUpReason, Provider};
 use ratewise_tower::Error;
@@ -25,27 +24,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+pub use crate::evidence::Evidence;
+
 /// The header naming what ratewise did.
 pub const ACTION_HEADER: &str = "x-ratewise-action";
 
-/// The answers that stopped each key, replayed to the jobs that find the
-/// key stopped: the SDK gets the same typed error the provider gave.
+/// The evidence of each stopped key ([`Evidence`]), replayed to the jobs
+/// that find the key stopped: the SDK gets the same typed error the
+/// provider gave, from this process, after a restart, or on a replica.
 #[derive(Debug, Default)]
-pub struct StopAnswers(Mutex<HashMap<String, Recorded>>);
-
-/// A provider answer kept for replay (its status, content type and body).
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    status: StatusCode,
-    content_type: Option<HeaderValue>,
-    body: Bytes,
-    /// Why the key stopped.
-    pub cause: Cause,
-    /// When.
-    pub since: SystemTime,
-    /// When the stop lifts by itself, if it does.
-    pub until: Option<SystemTime>,
-}
+pub struct StopAnswers(Mutex<HashMap<String, Evidence>>);
 
 /// Whether `e` ended on its own last answer's stop (rather than at an
 /// admission that found the key stopped, carrying an earlier answer).
@@ -57,35 +45,9 @@ pub fn stopped_by_its_answer(e: &Error) -> bool {
 }
 
 impl StopAnswers {
-    /// Keeps `e`'s answer as the one that stopped `key`.
-    pub fn keep(&self, key: &str, e: &Error, cause: Cause) {
-        let (Some(status), Some(body)) = (e.status(), e.body()) else {
-            return;
-        };
-        let rec = Recorded {
-            status,
-            content_type: e
-                .headers()
-                .and_then(|h| h.get(http::header::CONTENT_TYPE).cloned()),
-            body: body.clone(),
-            cause,
-            since: SystemTime::now(),
-            until: e.until(),
-        };
-        self.lock().insert(key.to_owned(), rec);
-    }
-
-    /// Notes a stop without an answer (an operator's, or one read back
-    /// from the journal).
-    pub fn note(&self, key: &str, cause: Cause, since: SystemTime, until: Option<SystemTime>) {
-        self.lock().entry(key.to_owned()).or_insert(Recorded {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            content_type: None,
-            body: Bytes::new(),
-            cause,
-            since,
-            until,
-        });
+    /// Keeps `ev` as `key`'s stop evidence (replacing any).
+    pub fn keep(&self, key: &str, ev: Evidence) {
+        self.lock().insert(key.to_owned(), ev);
     }
 
     /// Forgets `key`'s stop (resumed).
@@ -93,9 +55,9 @@ impl StopAnswers {
         self.lock().remove(key);
     }
 
-    /// The answer that stopped `key`, while the stop holds (one whose end
+    /// The evidence of `key`'s stop, while the stop holds (one whose end
     /// has passed is forgotten).
-    pub fn get(&self, key: &str) -> Option<Recorded> {
+    pub fn get(&self, key: &str) -> Option<Evidence> {
         let mut map = self.lock();
         Self::forget_lifted(&mut map);
         map.get(key).cloned()
@@ -110,12 +72,22 @@ impl StopAnswers {
             .collect()
     }
 
-    fn forget_lifted(map: &mut HashMap<String, Recorded>) {
+    /// Every stopped key, its cause as `/status` names it (`operator` for
+    /// an operator's stop) and since when.
+    pub fn all_words(&self) -> Vec<(String, &'static str, SystemTime)> {
+        let mut map = self.lock();
+        Self::forget_lifted(&mut map);
+        map.iter()
+            .map(|(k, r)| (k.clone(), r.cause_word(), r.since))
+            .collect()
+    }
+
+    fn forget_lifted(map: &mut HashMap<String, Evidence>) {
         let now = SystemTime::now();
         map.retain(|_, r| r.until.is_none_or(|u| u > now));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Recorded>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Evidence>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -179,24 +151,18 @@ pub fn for_error(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) 
 }
 
 /// A stopped key: this job's own answer when it was the one that stopped
-/// it (kept for the next jobs), else the kept answer, else one in the
-/// provider's shape for the cause.
+/// it, else the key's kept evidence rebuilt in the provider's shape (see
+/// [`Evidence::render`]), else one in the provider's shape for the cause.
 fn stopped(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Response {
     if stopped_by_its_answer(e) {
         if let Some(r) = passthrough(e) {
-            let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
-            stops.keep(key, e, cause);
             return r;
         }
     }
     let kept = stops.get(key);
-    if let Some(k) = kept.as_ref().filter(|k| !k.body.is_empty()) {
-        let mut r = Response::new(Body::from(k.body.clone()));
-        *r.status_mut() = k.status;
-        if let Some(ct) = &k.content_type {
-            r.headers_mut()
-                .insert(http::header::CONTENT_TYPE, ct.clone());
-        }
+    if let Some(k) = kept.as_ref().filter(|k| k.renders()) {
+        let mut r = k.render(provider);
+        retry_after(r.headers_mut(), k.until);
         return r;
     }
     let cause = kept.map_or(Cause::UserLimit, |k| k.cause);

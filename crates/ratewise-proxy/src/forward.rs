@@ -241,15 +241,26 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
             "job deadline"
         );
     }
-    let mut resp = job(app.clone(), req, deadline).await;
-    resp.headers_mut().insert(
+    // Job ids unique across restarts, so the journal's attempts never
+    // collide with an earlier run's — or the caller's own (see `jobs`).
+    let n = app.metrics.jobs.fetch_add(1, Ordering::Relaxed) + 1;
+    let entry = app.jobs.begin(
+        crate::jobs::caller_job_id(req.headers()),
+        format!("{}-{n}", app.boot),
+    );
+    let mut resp = job(app.clone(), req, deadline, &entry.id).await;
+    let h = resp.headers_mut();
+    h.insert(
         DEADLINE_HEADER,
         http::HeaderValue::from(deadline.as_millis() as u64),
     );
+    if let Ok(v) = http::HeaderValue::from_str(&entry.id) {
+        h.insert(crate::jobs::JOB_HEADER, v);
+    }
     if app.drain.is_draining() {
         // The connection ends with this answer: the next request goes to
         // the proxy that replaces this one.
-        resp.headers_mut().insert(
+        h.insert(
             http::header::CONNECTION,
             http::HeaderValue::from_static("close"),
         );
@@ -295,9 +306,8 @@ fn cut_at_grace(provider: Provider) -> Response {
     r
 }
 
-/// One request as one job with its deadline.
-async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
-    let n = app.metrics.jobs.fetch_add(1, Ordering::Relaxed) + 1;
+/// One request as one job with its deadline and id.
+async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> Response {
     let (mut parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -325,12 +335,10 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
         None => ANONYMOUS.to_owned(),
     };
     parts.extensions.insert(KeyLabel::new(&key));
-    // Job ids unique across restarts, so the journal's attempts never
-    // collide with an earlier run's.
-    let job_id = format!("{}-{n}", app.boot);
-    parts.extensions.insert(JobId::new(job_id.clone()));
+    parts.extensions.insert(JobId::new(job_id));
     // Read in `forward`; ratewise's alone, never forwarded.
     parts.headers.remove(DEADLINE_HEADER);
+    parts.headers.remove(crate::jobs::JOB_HEADER);
     parts.extensions.insert(Deadline(deadline));
     parts.headers.remove("x-ratewise-upstream");
     parts.headers.remove(http::header::HOST);
@@ -398,6 +406,9 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
             )
         }
     };
+    // What the journal's attempt lines say of the job.
+    app.jobs
+        .describe(job_id, &key, crate::jobs::model_of(&bytes));
     let sent = SentFlag::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
     let body: UpBody = http_body_util::Full::new(bytes)
@@ -429,10 +440,14 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
         Ok(Ran::NotSent) => return shutting_down(provider, app.config.grace),
         Ok(Ran::Cut) => {
             let (attempt, started_ms) = sent.last_send();
+            let ctx = app.jobs.context(job_id).unwrap_or_default();
             app.cut_unknown(crate::journal::Unknown {
-                job_id,
+                job_id: job_id.to_owned(),
                 attempt,
                 started_ms,
+                key: ctx.key,
+                model: ctx.model,
+                request_id: ctx.request_id,
             });
             return cut_at_grace(provider);
         }
@@ -465,7 +480,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration) -> Response {
         Ok(Err(e)) => {
             if e.is_stop_queue() {
                 // Journaled and logged once, before the answer is kept.
-                app.stopped(&key, &e);
+                app.stopped(&key, &e).await;
             }
             if e.is_hold_unknown() {
                 app.unknown_outcome(&e);
@@ -660,10 +675,18 @@ async fn read_body(
     }
     let mut held = Vec::new();
     let mut room = 0usize;
+    // Whether the body ever waited for room: if it is late after that, the
+    // wait made it late, and the answer says the bound was reached.
+    let waited = std::sync::atomic::AtomicBool::new(false);
     let take = |n: usize| {
         let memory = memory.clone();
+        let waited = &waited;
         async move {
             let n = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
+            if let Ok(p) = memory.clone().try_acquire_many_owned(n) {
+                return Ok(p);
+            }
+            waited.store(true, std::sync::atomic::Ordering::Relaxed);
             match tokio::time::timeout_at(by, memory.acquire_many_owned(n)).await {
                 Ok(Ok(p)) => Ok(p),
                 _ => Err(BodyError::NoMemory),
@@ -677,6 +700,9 @@ async fn read_body(
     let mut buf = bytes::BytesMut::with_capacity(room);
     loop {
         let frame = match tokio::time::timeout_at(by, body.frame()).await {
+            Err(_) if waited.load(std::sync::atomic::Ordering::Relaxed) => {
+                return Err(BodyError::NoMemory)
+            }
             Err(_) => return Err(BodyError::Late),
             Ok(None) => break,
             Ok(Some(Err(_))) => return Err(BodyError::Unreadable),

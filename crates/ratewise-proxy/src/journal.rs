@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// One line of the journal.
 #[derive(Debug, Serialize, Deserialize)]
@@ -26,6 +26,14 @@ enum Line {
         job_id: String,
         attempt: u32,
         at_ms: u64,
+        /// The key's fingerprint, the model, the last upstream request id
+        /// seen for the job (an earlier attempt's): absent on old lines.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        key: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        model: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        request_id: Option<String>,
     },
     AttemptEnded {
         job_id: String,
@@ -34,13 +42,21 @@ enum Line {
         action: String,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         status: Option<u16>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        request_id: Option<String>,
     },
+    /// A key stopped, with its evidence ([`Evidence`]); a line without
+    /// `operator` / `answer` (an older one) reads as a bare stop.
     Stop {
         key: String,
         cause: String,
         at_ms: u64,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         until_ms: Option<u64>,
+        #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+        operator: bool,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        answer: Option<ProviderAnswer>,
     },
     Resume {
         key: String,
@@ -48,14 +64,8 @@ enum Line {
     },
 }
 
-fn ms(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn at(ms: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
-}
+use crate::evidence::{at, ms, Evidence, ProviderAnswer};
+use crate::jobs::JobContext;
 
 /// An attempt that started and never ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -66,6 +76,13 @@ pub struct Unknown {
     pub attempt: u32,
     /// When it started, Unix milliseconds.
     pub started_ms: u64,
+    /// The key's fingerprint, when known.
+    pub key: Option<String>,
+    /// The request's model, when known.
+    pub model: Option<String>,
+    /// The last upstream request id seen for the job (an earlier
+    /// attempt's), when one was.
+    pub request_id: Option<String>,
 }
 
 /// A stop read back from the journal.
@@ -73,12 +90,8 @@ pub struct Unknown {
 pub struct KeptStop {
     /// The key's fingerprint.
     pub key: String,
-    /// Why.
-    pub cause: Cause,
-    /// Since when.
-    pub since: SystemTime,
-    /// Until when, when known.
-    pub until: Option<SystemTime>,
+    /// Why, since and until when, and the answer to give.
+    pub evidence: Evidence,
 }
 
 /// What a journal says after a restart.
@@ -99,7 +112,7 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::default()),
         Err(e) => return Err(e),
     };
-    let mut open: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    let mut open: BTreeMap<(String, u32), (u64, JobContext)> = BTreeMap::new();
     let mut stops: HashMap<String, KeptStop> = HashMap::new();
     let mut unreadable = 0;
     let mut bytes = Vec::new();
@@ -117,8 +130,16 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
                 job_id,
                 attempt,
                 at_ms,
+                key,
+                model,
+                request_id,
             }) => {
-                open.insert((job_id, attempt), at_ms);
+                let ctx = JobContext {
+                    key,
+                    model,
+                    request_id,
+                };
+                open.insert((job_id, attempt), (at_ms, ctx));
             }
             Ok(Line::AttemptEnded {
                 job_id, attempt, ..
@@ -130,17 +151,31 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
                 cause,
                 at_ms,
                 until_ms,
+                operator,
+                answer,
             }) => {
                 let cause = Cause::from_word(&cause).unwrap_or(Cause::Unknown);
-                stops.insert(
-                    key.clone(),
-                    KeptStop {
-                        key,
-                        cause,
-                        since: at(at_ms),
-                        until: until_ms.map(at),
-                    },
-                );
+                let ev = Evidence {
+                    operator,
+                    answer: answer.and_then(ProviderAnswer::bounded),
+                    ..Evidence::bare(cause, at(at_ms), until_ms.map(at))
+                };
+                match stops.get_mut(&key) {
+                    // A bare line on a key already stopped (the admin
+                    // writes one after the evidence): the stop in force
+                    // keeps its evidence and its since; the later end wins.
+                    Some(k) if ev.answer.is_none() && !ev.operator => {
+                        if k.evidence.until.is_some() {
+                            k.evidence.until = match (k.evidence.until, ev.until) {
+                                (Some(a), Some(b)) => Some(a.max(b)),
+                                _ => None,
+                            };
+                        }
+                    }
+                    _ => {
+                        stops.insert(key.clone(), KeptStop { key, evidence: ev });
+                    }
+                }
             }
             Ok(Line::Resume { key, .. }) => {
                 stops.remove(&key);
@@ -151,16 +186,19 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
     let now = SystemTime::now();
     let mut stops: Vec<KeptStop> = stops
         .into_values()
-        .filter(|s| s.until.is_none_or(|u| u > now))
+        .filter(|s| s.evidence.until.is_none_or(|u| u > now))
         .collect();
     stops.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(Recovered {
         unknown: open
             .into_iter()
-            .map(|((job_id, attempt), started_ms)| Unknown {
+            .map(|((job_id, attempt), (started_ms, ctx))| Unknown {
                 job_id,
                 attempt,
                 started_ms,
+                key: ctx.key,
+                model: ctx.model,
+                request_id: ctx.request_id,
             })
             .collect(),
         stops,
@@ -234,16 +272,44 @@ impl FileJournal {
             cause: Cause::OutcomeUnknown.as_str().to_owned(),
             action: "hold_unknown".to_owned(),
             status: None,
+            request_id: None,
         });
     }
 
-    /// A key stopped.
+    /// A key stopped (no evidence: a bare line; a stop already in force
+    /// keeps its own).
     pub fn stop(&self, key: &str, cause: Cause, until: Option<SystemTime>) {
+        self.stop_with(key, &Evidence::bare(cause, SystemTime::now(), until));
+    }
+
+    /// A key stopped, with its evidence.
+    pub fn stop_with(&self, key: &str, ev: &Evidence) {
         self.write(&Line::Stop {
             key: key.to_owned(),
-            cause: cause.as_str().to_owned(),
-            at_ms: ms(SystemTime::now()),
-            until_ms: until.map(ms),
+            cause: ev.cause.as_str().to_owned(),
+            at_ms: ms(ev.since),
+            until_ms: ev.until.map(ms),
+            operator: ev.operator,
+            answer: ev.answer.clone(),
+        });
+    }
+
+    /// An attempt is about to be sent, with what is known of its job.
+    pub fn attempt_started_with(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        at: SystemTime,
+        ctx: Option<JobContext>,
+    ) {
+        let ctx = ctx.unwrap_or_default();
+        self.write(&Line::AttemptStarted {
+            job_id: job_id.to_owned(),
+            attempt,
+            at_ms: ms(at),
+            key: ctx.key,
+            model: ctx.model,
+            request_id: ctx.request_id,
         });
     }
 
@@ -264,11 +330,7 @@ impl FileJournal {
 
 impl ratewise_tower::Journal for FileJournal {
     fn attempt_started(&self, job_id: &str, attempt: u32, at: SystemTime) {
-        self.write(&Line::AttemptStarted {
-            job_id: job_id.to_owned(),
-            attempt,
-            at_ms: ms(at),
-        });
+        self.attempt_started_with(job_id, attempt, at, None);
     }
 
     fn attempt_ended(&self, record: &AttemptRecord) {
@@ -278,6 +340,7 @@ impl ratewise_tower::Journal for FileJournal {
             cause: record.cause.as_str().to_owned(),
             action: record.action.as_str().to_owned(),
             status: record.status,
+            request_id: record.request_id.clone(),
         });
     }
 }
@@ -286,6 +349,7 @@ impl ratewise_tower::Journal for FileJournal {
 mod tests {
     use super::*;
     use ratewise_tower::Journal;
+    use std::time::Duration;
 
     #[test]
     fn unfinished_attempts_and_stops_in_force_come_back() {
@@ -306,6 +370,7 @@ mod tests {
             cause: "success".into(),
             action: "done".into(),
             status: Some(200),
+            request_id: None,
         })
         .unwrap();
         {
@@ -318,7 +383,11 @@ mod tests {
         assert_eq!(r.unknown.len(), 1);
         assert_eq!(r.unknown[0].job_id, "b");
         assert_eq!(r.unreadable, 1);
-        let keys: Vec<_> = r.stops.iter().map(|s| (s.key.as_str(), s.cause)).collect();
+        let keys: Vec<_> = r
+            .stops
+            .iter()
+            .map(|s| (s.key.as_str(), s.evidence.cause))
+            .collect();
         assert_eq!(
             keys,
             vec![("fp-1", Cause::SpendCap)],
@@ -334,5 +403,55 @@ mod tests {
             recover(&dir).unwrap().unknown.is_empty(),
             "no file: nothing"
         );
+    }
+
+    #[test]
+    fn a_stop_keeps_its_evidence_and_old_lines_still_read() {
+        let path = std::env::temp_dir().join(format!("ratewise-journal-ev-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        {
+            // Lines written before the evidence existed.
+            let mut f = std::fs::File::create(&path).unwrap();
+            writeln!(
+                f,
+                r#"{{"event":"stop","key":"fp-old","cause":"billing","at_ms":1796000000000}}"#
+            )
+            .unwrap();
+            writeln!(
+                f,
+                r#"{{"event":"attempt_started","job_id":"j","attempt":1,"at_ms":1796000000000}}"#
+            )
+            .unwrap();
+        }
+        let j = FileJournal::open(&path).unwrap();
+        let since = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_000_000_123);
+        let cap = Evidence::of_answer(
+            Cause::SpendCap,
+            Some(http::StatusCode::TOO_MANY_REQUESTS),
+            Some(br#"{"type":"error","error":{"type":"rate_limit_error","message":"cap","details":{"error_code":"enforced_spend_limit_reached"}}}"#),
+            since,
+            None,
+        );
+        j.stop_with("fp-cap", &cap);
+        // A bare line after it (the admin writes one) keeps the evidence
+        // and the since.
+        j.stop("fp-cap", Cause::SpendCap, None);
+        j.stop_with("fp-op", &Evidence::operator(since));
+        let r = recover(&path).unwrap();
+        let by = |k: &str| {
+            r.stops
+                .iter()
+                .find(|s| s.key == k)
+                .unwrap()
+                .evidence
+                .clone()
+        };
+        assert_eq!(by("fp-cap"), cap);
+        assert_eq!(by("fp-old").cause, Cause::Billing);
+        assert!(by("fp-old").answer.is_none());
+        assert!(by("fp-op").operator && by("fp-op").cause_word() == "operator");
+        assert_eq!(r.unknown.len(), 1);
+        assert_eq!(r.unknown[0].key, None, "an old attempt line reads");
+        let _ = std::fs::remove_file(&path);
     }
 }

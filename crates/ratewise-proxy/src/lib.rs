@@ -21,6 +21,10 @@
 //! * [`forward`]: the callers' side — one job per request, with its
 //!   caller's timeout as its deadline.
 //! * [`answer`]: what a caller gets when its job did not succeed.
+//! * [`evidence`]: what a stop keeps (journal, Redis note) so every
+//!   replica, and this process after a restart, answers it alike.
+//! * [`jobs`]: jobs in flight by id (`x-ratewise-job`), with what the
+//!   journal says of their attempts.
 //! * [`keys`]: callers' keys, fingerprinted.
 //! * [`upstream`]: HTTP(S) clients and routing.
 //! * [`admin`]: `/status`, `/resume`, `/stop`, `/metrics`, `/healthz` on
@@ -36,7 +40,9 @@ pub mod admin;
 pub mod answer;
 pub mod config;
 pub mod drain;
+pub mod evidence;
 pub mod forward;
+pub mod jobs;
 pub mod journal;
 pub mod keys;
 pub mod metrics;
@@ -44,6 +50,7 @@ pub mod serve;
 pub mod upstream;
 
 use config::ProxyConfig;
+use evidence::Evidence;
 use ratewise_core::admit::{Controller, Shared};
 use ratewise_core::Cause;
 use ratewise_tower::{RetryLayer, RetryService, TokioClock};
@@ -70,7 +77,7 @@ pub struct App {
     /// Keys seen.
     pub keys: keys::Seen,
     /// Answers that stopped keys.
-    pub stops: answer::StopAnswers,
+    pub stops: Arc<answer::StopAnswers>,
     /// Counters.
     pub metrics: Arc<metrics::Metrics>,
     /// The journal file.
@@ -85,11 +92,14 @@ pub struct App {
     /// Bytes of request bodies that may be held at once
     /// (`bounds.max_body_memory`).
     pub body_memory: Arc<tokio::sync::Semaphore>,
+    /// Jobs in flight, by id.
+    pub jobs: Arc<jobs::Jobs>,
 }
 
 impl App {
     /// Notes a job held as `outcome_unknown`: it was sent and no answer
-    /// came, so it may have been processed.
+    /// came, so it may have been processed. Its key, model and the last
+    /// upstream request id seen come with it.
     pub fn unknown_outcome(&self, e: &ratewise_tower::Error) {
         let Some(last) = e.attempts().last() else {
             return;
@@ -97,6 +107,13 @@ impl App {
         let at = ratewise_core::time::parse_rfc3339(&last.time_utc)
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_millis() as u64);
+        let ctx = self.jobs.context(e.job_id()).unwrap_or_default();
+        let request_id = e
+            .attempts()
+            .iter()
+            .rev()
+            .find_map(|r| r.request_id.clone())
+            .or(ctx.request_id);
         let mut list = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
         if list.len() >= 1000 {
             list.remove(0);
@@ -105,6 +122,9 @@ impl App {
             job_id: e.job_id().to_owned(),
             attempt: last.attempt,
             started_ms: at,
+            key: ctx.key,
+            model: ctx.model,
+            request_id,
         });
     }
 
@@ -125,23 +145,102 @@ impl App {
         list.push(u);
     }
 
-    /// A job ended stopped: the first time a stop of `key` is seen, it is
-    /// noted, journaled and logged, with its cause — the job's own answer's,
-    /// or the store's for a stop found at admission.
-    pub fn stopped(&self, key: &str, e: &ratewise_tower::Error) {
-        if self.stops.get(key).is_some() {
+    /// A job ended stopped. The first time a stop of `key` is seen here,
+    /// its evidence is kept, journaled and logged: the job's own answer
+    /// (then also written for the other replicas, with `--redis`), or, for
+    /// a stop found at admission, the evidence another replica wrote, or
+    /// the store's cause alone (looked for again on the next stopped job,
+    /// with `--redis`: the evidence may not be readable yet).
+    pub async fn stopped(&self, key: &str, e: &ratewise_tower::Error) {
+        let own = answer::stopped_by_its_answer(e);
+        let local = self.stops.get(key);
+        if let Some(k) = &local {
+            // With `--redis`, a stop found at admission looks at the shared
+            // evidence again now and then (at most once a second per key):
+            // the key may have been resumed and stopped again elsewhere.
+            let recheck = self.redis.is_some()
+                && !own
+                && (k.provisional || k.checked.is_none_or(|t| t.elapsed() >= NOTE_RECHECK));
+            if !recheck {
+                return;
+            }
+        }
+        let now = SystemTime::now();
+        let ev = if own {
+            let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
+            let body = e.body().map(|b| b.as_ref());
+            let mut ev = Evidence::of_answer(cause, e.status(), body, now, e.until());
+            // Replayed as it came in this process.
+            ev.raw = e.body().map(|b| {
+                let ct = e
+                    .headers()
+                    .and_then(|h| h.get(http::header::CONTENT_TYPE).cloned());
+                (b.clone(), ct)
+            });
+            ev
+        } else if let Some(mut ev) = self.shared_evidence(key).await {
+            ev.checked = Some(std::time::Instant::now());
+            if let Some(k) = local.filter(|k| k.same_stop(&ev)) {
+                // Still the stop known here.
+                self.stops.keep(
+                    key,
+                    Evidence {
+                        checked: ev.checked,
+                        ..k
+                    },
+                );
+                return;
+            }
+            ev
+        } else if let Some(k) = local {
+            self.stops.keep(
+                key,
+                Evidence {
+                    checked: Some(std::time::Instant::now()),
+                    ..k
+                },
+            );
             return;
-        }
-        let cause = if answer::stopped_by_its_answer(e) {
-            e.classification().map_or(Cause::Unknown, |c| c.cause)
         } else {
-            self.stop_cause(key).unwrap_or(Cause::Unknown)
+            let cause = self.stop_cause(key).unwrap_or(Cause::Unknown);
+            Evidence {
+                provisional: self.redis.is_some(),
+                checked: Some(std::time::Instant::now()),
+                ..Evidence::bare(cause, now, e.until())
+            }
         };
-        self.stops.note(key, cause, SystemTime::now(), e.until());
-        if let Some(j) = &self.journal {
-            j.stop(key, cause, e.until());
+        self.keep_stop(key, ev, own).await;
+    }
+
+    /// Keeps `ev` as `key`'s stop here, in the journal, and (when this
+    /// process is its source) in the shared note.
+    async fn keep_stop(&self, key: &str, ev: Evidence, source: bool) {
+        tracing::warn!(key, cause = ev.cause_word(), "key stopped");
+        if !ev.provisional {
+            if let Some(j) = &self.journal {
+                j.stop_with(key, &ev);
+            }
         }
-        tracing::warn!(key, cause = cause.as_str(), "key stopped");
+        if let (true, Some(r)) = (source, &self.redis) {
+            let ttl = ev
+                .until
+                .and_then(|u| u.duration_since(SystemTime::now()).ok())
+                .unwrap_or(NOTE_TTL)
+                .max(std::time::Duration::from_secs(1));
+            if !r.put_stop_note(key, &ev.to_json(), ttl).await {
+                tracing::warn!(key, "the stop's evidence could not be written to Redis; other replicas answer for its cause alone");
+            }
+        }
+        self.stops.keep(key, ev);
+    }
+
+    /// The evidence another replica wrote for `key`'s stop, when it is the
+    /// stop in force (same cause).
+    async fn shared_evidence(&self, key: &str) -> Option<Evidence> {
+        let r = self.redis.as_ref()?;
+        let ev = Evidence::from_json(&r.stop_note(key).await?)?;
+        let cause = self.stop_cause(key)?;
+        (ev.cause == cause).then_some(ev)
     }
 
     /// The cause of `key`'s stop in the store, when it is stopped.
@@ -156,21 +255,48 @@ impl App {
             .map(|st| st.cause)
     }
 
-    /// Stops `key` (an operator, or a stop read back from the journal):
-    /// for every process sharing it, with `--redis`.
+    /// Stops `key` (a stop read back, or an embedder's): for every
+    /// process sharing it, with `--redis`. Nothing is journaled.
     pub async fn stop_key(&self, key: &str, cause: Cause, until: Option<SystemTime>) {
+        self.hold_stop(key, Evidence::bare(cause, SystemTime::now(), until))
+            .await;
+    }
+
+    /// An operator's stop (`POST /stop`): until resumed, for every process
+    /// sharing the key, journaled with its evidence, and answered as an
+    /// operator's stop by every replica.
+    pub async fn operator_stop(&self, key: &str) {
+        let ev = Evidence::operator(SystemTime::now());
+        self.store_stop(key, &ev).await;
+        self.keep_stop(key, ev, true).await;
+    }
+
+    /// Holds a stop read back: in the store and here.
+    async fn hold_stop(&self, key: &str, ev: Evidence) {
+        self.store_stop(key, &ev).await;
+        self.stops.keep(key, ev);
+    }
+
+    async fn store_stop(&self, key: &str, ev: &Evidence) {
         let now = self.layer.now();
         match &self.redis {
-            Some(r) => r.stop(key, cause, until, now).await,
+            Some(r) => r.stop(key, ev.cause, ev.until, now).await,
             None => {
                 let mut c = self.store.lock();
                 let scope = c.scope_of(key, "default");
-                c.stop(scope, cause, until, now);
+                c.stop(scope, ev.cause, ev.until, now);
             }
         }
-        self.stops.note(key, cause, SystemTime::now(), until);
     }
 }
+
+/// How often, at most, a replica reads a stopped key's shared evidence
+/// again.
+const NOTE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a stop's evidence note lives in Redis when the stop has no
+/// end: as long as the key's record does by default (7 days unused).
+const NOTE_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// Why the proxy did not start.
 #[derive(Debug)]
@@ -319,8 +445,11 @@ async fn redis_store(
         }
         Err(e @ ratewise_redis::Error::Url) => Err(StartError::Redis(e)),
         Err(e) => {
-            tracing::warn!(error = %e, "Redis unavailable at start: pacing on this process's share of the limits until it answers");
-            ratewise_redis::RedisStore::new(&settings.url, rc).map_err(StartError::Redis)
+            let r = ratewise_redis::RedisStore::unreached(&settings.url, rc)
+                .map_err(StartError::Redis)?;
+            tracing::warn!(error = %e, share_percent = f64::from(r.health().share_permille) / 10.0,
+                "Redis unavailable at start: degraded, pacing on this process's share of the limits until it answers");
+            Ok(r)
         }
     }
 }
@@ -351,9 +480,13 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
             }
         };
     let metrics = Arc::new(metrics::Metrics::default());
+    let jobs = Arc::new(jobs::Jobs::default());
+    let stops = Arc::new(answer::StopAnswers::default());
     let hook = Arc::new(metrics::Hook {
         metrics: metrics.clone(),
         file: journal.clone(),
+        jobs: jobs.clone(),
+        stops: stops.clone(),
     });
     let layer = RetryLayer::from_parts(config.layer.clone(), state, Arc::new(TokioClock::new()))
         .with_journal(hook);
@@ -386,7 +519,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         redis,
         services,
         keys: keys::Seen::default(),
-        stops: answer::StopAnswers::default(),
+        stops,
         metrics,
         journal,
         unknown: std::sync::Mutex::new(recovered.unknown.clone()),
@@ -396,9 +529,11 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis())
         ),
+        jobs,
     });
     for u in &recovered.unknown {
         tracing::warn!(job_id = %u.job_id, attempt = u.attempt, started_ms = u.started_ms,
+            key = u.key.as_deref(), model = u.model.as_deref(), request_id = u.request_id.as_deref(),
             "outcome_unknown: an attempt started before a restart and never ended; it may have been processed");
         if let Some(j) = &app.journal {
             j.close_unknown(u);
@@ -408,11 +543,13 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         if app.redis.is_some() {
             // The shared record decides: another replica may have resumed
             // the key since this one stopped.
-            tracing::warn!(key = %s.key, cause = s.cause.as_str(), "a stop in the journal from before the restart; the shared record decides whether it holds");
+            tracing::warn!(key = %s.key, cause = s.evidence.cause_word(), "a stop in the journal from before the restart; the shared record decides whether it holds");
             continue;
         }
-        tracing::warn!(key = %s.key, cause = s.cause.as_str(), "stop still in force from before the restart");
-        app.stop_key(&s.key, s.cause, s.until).await;
+        tracing::warn!(key = %s.key, cause = s.evidence.cause_word(), "stop still in force from before the restart");
+        // Its evidence and since come back with it: the same answer as
+        // before the restart.
+        app.hold_stop(&s.key, s.evidence.clone()).await;
     }
     if recovered.unreadable > 0 {
         tracing::warn!(

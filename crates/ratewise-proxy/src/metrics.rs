@@ -176,6 +176,12 @@ pub struct Hook {
     pub metrics: Arc<Metrics>,
     /// The file journal.
     pub file: Option<Arc<crate::journal::FileJournal>>,
+    /// The jobs in flight: what the journal's attempt lines say of each.
+    pub jobs: Arc<crate::jobs::Jobs>,
+    /// The stops' evidence: a send on a key proves its stop lifted (an
+    /// operator resumed it, here or on another replica), so the evidence
+    /// kept here goes, and the next stop keeps its own.
+    pub stops: Arc<crate::answer::StopAnswers>,
 }
 
 impl ratewise_tower::Journal for Hook {
@@ -184,12 +190,19 @@ impl ratewise_tower::Journal for Hook {
         if attempt > 1 {
             self.metrics.retries.fetch_add(1, Ordering::Relaxed);
         }
+        let ctx = self.jobs.context(job_id);
+        if let Some(key) = ctx.as_ref().and_then(|c| c.key.as_deref()) {
+            self.stops.forget(key);
+        }
         if let Some(f) = &self.file {
-            f.attempt_started(job_id, attempt, at);
+            f.attempt_started_with(job_id, attempt, at, ctx);
         }
     }
 
     fn attempt_ended(&self, record: &AttemptRecord) {
+        if let (Some(job), Some(rid)) = (&record.job_id, &record.request_id) {
+            self.jobs.saw_request_id(job, rid);
+        }
         self.count_answer(record);
         Metrics::bump(&self.metrics.actions, record.action.as_str());
         if let Some(f) = &self.file {

@@ -80,7 +80,7 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
             .append(true)
             .open(&journal)
             .unwrap();
-        writeln!(f, r#"{{"event":"attempt_started","job_id":"crashed-7","attempt":2,"at_ms":1796000000000}}"#).unwrap();
+        writeln!(f, r#"{{"event":"attempt_started","job_id":"crashed-7","attempt":2,"at_ms":1796000000000,"key":"fp-00000000000000aa","model":"claude-x","request_id":"req_earlier"}}"#).unwrap();
         write!(f, r#"{{"event":"attempt_ended","job_id":"#).unwrap();
     }
     let text = std::fs::read_to_string(&journal).unwrap();
@@ -94,6 +94,12 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
     let p = start(&mock.base_url(), &journal).await;
     let status = get(format!("http://{}/status", p.admin_addr)).await;
     assert!(status.contains("crashed-7"), "{status}");
+    assert!(
+        status.contains("fp-00000000000000aa")
+            && status.contains("claude-x")
+            && status.contains("req_earlier"),
+        "an unknown outcome names its key, model and request id: {status}"
+    );
     let (code, action) = call(&p).await;
     assert_eq!(action, "stop_queue", "{code}");
     assert_eq!(mock.records().len(), sends, "a stopped key sends nothing");
@@ -105,4 +111,209 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
     assert!(!status.contains("crashed-7"), "{status}");
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One call with optional extra headers: status, the answer's headers, its
+/// body as JSON (null when not JSON).
+async fn call_full(
+    p: &ratewise_proxy::Running,
+    extra: &[(&str, &str)],
+) -> (u16, http::HeaderMap, serde_json::Value) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::post(format!("http://{}/v1/messages", p.addr))
+        .header("content-type", "application/json")
+        .header("x-api-key", KEY);
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#,
+        )))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        headers,
+        serde_json::from_slice(&body).unwrap_or_default(),
+    )
+}
+
+/// The error's (type, code) in Anthropic's shape.
+fn typed(body: &serde_json::Value) -> (String, String) {
+    (
+        body["error"]["type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        body["error"]["details"]["error_code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+/// The stop's `since_ms` for `fp` in `/status`.
+fn since_ms(status: &str, fp: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(status).ok()?;
+    v["keys"]
+        .as_array()?
+        .iter()
+        .find(|k| k["fingerprint"] == fp)?["stop"]["since_ms"]
+        .as_u64()
+}
+
+fn job_header(h: &http::HeaderMap) -> String {
+    h.get("x-ratewise-job")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spend_caps_typed_answer_and_its_since_survive_a_restart() {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    let mock = MockServer::start(cfg).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("ratewise-journal-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("journal.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let fp = fingerprint(KEY);
+
+    let p = start(&mock.base_url(), &journal).await;
+    // Every answer names its job; a caller's own id is used.
+    let (s, h, _) = call_full(&p, &[("x-ratewise-job", "caller-job-1")]).await;
+    assert_eq!((s, job_header(&h).as_str()), (200, "caller-job-1"));
+    let (_, h, _) = call_full(&p, &[("x-ratewise-job", "not a word/{}")]).await;
+    let generated = job_header(&h);
+    assert!(
+        !generated.is_empty() && generated != "not a word/{}",
+        "{generated}"
+    );
+    // The caller's header is not forwarded: upstream sees the layer's own
+    // job header, naming the job the caller's answer names.
+    let jobs: Vec<_> = mock.records().into_iter().map(|r| r.job).collect();
+    assert_eq!(
+        jobs,
+        vec![Some("caller-job-1".to_owned()), Some(generated.clone())]
+    );
+    mock.set_spend_cap(Some(0.0));
+    // The provider's own answer, then the kept one: the same typed error.
+    let (s1, h1, b1) = call_full(&p, &[]).await;
+    assert_eq!(h1["x-ratewise-action"], "stop_queue");
+    assert!(!job_header(&h1).is_empty(), "an error answer names its job");
+    let want = (
+        "rate_limit_error".to_owned(),
+        "enforced_spend_limit_reached".to_owned(),
+    );
+    assert_eq!((s1, typed(&b1)), (429, want.clone()), "{b1}");
+    let (s2, h2, b2) = call_full(&p, &[("x-ratewise-job", "caller-job-2")]).await;
+    assert_eq!((s2, typed(&b2)), (429, want.clone()), "{b2}");
+    assert_eq!(
+        job_header(&h2),
+        "caller-job-2",
+        "a stopped answer names its job"
+    );
+    let since = since_ms(&get(format!("http://{}/status", p.admin_addr)).await, &fp)
+        .expect("the stop is shown");
+    p.shutdown().await;
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(!text.contains(KEY), "no key in the journal");
+    assert!(
+        text.contains(r#""job_id":"caller-job-1""#)
+            && text.contains(&format!(r#""key":"{fp}""#))
+            && text.contains(r#""model":"claude-sonnet-4-5""#),
+        "the caller's id, the key and the model in the attempt lines: {text}"
+    );
+    assert!(text.contains("enforced_spend_limit_reached"), "{text}");
+    mock.set_spend_cap(None);
+
+    // After the restart: the same typed answer, the original since,
+    // nothing sent.
+    let sends = mock.records().len();
+    let p = start(&mock.base_url(), &journal).await;
+    let (s3, h3, b3) = call_full(&p, &[]).await;
+    assert_eq!(h3["x-ratewise-action"], "stop_queue");
+    assert_eq!((s3, typed(&b3)), (429, want), "{b3}");
+    assert_eq!(
+        b3, b2,
+        "the same body: type, code, message and the provider's request id"
+    );
+    assert_eq!(
+        h3.contains_key("retry-after"),
+        h2.contains_key("retry-after")
+    );
+    let status = get(format!("http://{}/status", p.admin_addr)).await;
+    assert_eq!(since_ms(&status, &fp), Some(since), "{status}");
+    assert_eq!(mock.records().len(), sends, "a stopped key sends nothing");
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_stop_says_so_before_and_after_a_restart() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("ratewise-journal-op-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("journal.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let fp = fingerprint(KEY);
+    let p = start(&mock.base_url(), &journal).await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::post(format!("http://{}/stop?key={fp}", p.admin_addr))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(client.request(req).await.unwrap().status(), 200);
+    let (s, _, b) = call_full(&p, &[]).await;
+    assert_eq!(s, 429);
+    assert_eq!(
+        b["error"]["details"]["error_code"], "ratewise_operator_stop",
+        "{b}"
+    );
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("operator"),
+        "{b}"
+    );
+    p.shutdown().await;
+    let p = start(&mock.base_url(), &journal).await;
+    let (s2, _, b2) = call_full(&p, &[]).await;
+    assert_eq!((s2, &b2), (s, &b), "the same answer after the restart");
+    assert_eq!(mock.records().len(), 0);
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_outcome_names_the_callers_job_its_key_and_model() {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    cfg.latency.first_byte_ms = 1500;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let flags = Flags {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:0".into()),
+        upstream: Some(mock.base_url()),
+        ..Flags::default()
+    };
+    let config =
+        ProxyConfig::from_toml(&flags, "[policy]\nsend_timeout_ms = 300\n", |_| None).unwrap();
+    let p = ratewise_proxy::start(config).await.unwrap();
+    let (s, h, _) = call_full(&p, &[("x-ratewise-job", "cut-by-timeout-1")]).await;
+    assert_eq!(
+        (s, h["x-ratewise-action"].to_str().unwrap()),
+        (504, "hold_unknown")
+    );
+    assert_eq!(job_header(&h), "cut-by-timeout-1");
+    let status: serde_json::Value =
+        serde_json::from_str(&get(format!("http://{}/status", p.admin_addr)).await).unwrap();
+    let u = &status["unknown_outcomes"][0];
+    assert_eq!(u["job_id"], "cut-by-timeout-1", "{status}");
+    assert_eq!(u["key"], fingerprint(KEY).as_str(), "{status}");
+    assert_eq!(u["model"], "claude-sonnet-4-5", "{status}");
+    assert!(!status.to_string().contains(KEY), "no key in /status");
+    p.shutdown().await;
 }

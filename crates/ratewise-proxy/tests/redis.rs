@@ -234,3 +234,119 @@ async fn status_shows_the_shared_levels_refilled_to_now() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// (status, error type, error code) of an Anthropic-shaped answer.
+fn typed(status: StatusCode, body: &str) -> (u16, String, String) {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    (
+        status.as_u16(),
+        v["error"]["type"].as_str().unwrap_or_default().to_owned(),
+        v["error"]["details"]["error_code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+/// The stop's `since_ms` for `KEY` in `/status`.
+fn stop_since(status: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(status).ok()?;
+    let fp = fingerprint(KEY);
+    v["keys"]
+        .as_array()?
+        .iter()
+        .find(|k| k["fingerprint"] == fp.as_str())?["stop"]["since_ms"]
+        .as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server"]
+async fn every_replica_gives_the_spend_caps_typed_answer_with_its_since() {
+    let (url, _server) = ratewise_redis::testing::redis();
+    let prefix = ratewise_redis::testing::prefix();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let a = replica(&mock.base_url(), &url, &prefix).await;
+    let b = replica(&mock.base_url(), &url, &prefix).await;
+    assert_eq!(call(&a).await.0, 200);
+    assert_eq!(call(&b).await.0, 200);
+    mock.set_spend_cap(Some(0.0));
+    let (s, action, body) = call(&a).await;
+    assert_eq!(action, "stop_queue", "{body}");
+    let want = typed(s, &body);
+    assert_eq!(
+        want,
+        (
+            429,
+            "rate_limit_error".into(),
+            "enforced_spend_limit_reached".into()
+        )
+    );
+    let (_, status_a) = admin(&a, "GET", "/status").await;
+    let since = stop_since(&status_a).expect("a shows the stop");
+    let sends = mock.records().len();
+    for _ in 0..2 {
+        let (s, action, body) = call(&b).await;
+        assert_eq!(action, "stop_queue");
+        assert_eq!(typed(s, &body), want, "{body}");
+    }
+    let (_, status_b) = admin(&b, "GET", "/status").await;
+    assert_eq!(stop_since(&status_b), Some(since), "{status_b}");
+    // A replica started after the stop: the same.
+    let c = replica(&mock.base_url(), &url, &prefix).await;
+    let (s, _, body) = call(&c).await;
+    assert_eq!(typed(s, &body), want, "{body}");
+    assert_eq!(mock.records().len(), sends, "nothing sent after the cap");
+    // Resumed on one replica: the evidence goes with the stop.
+    mock.set_spend_cap(None);
+    let fp = fingerprint(KEY);
+    admin(&c, "POST", &format!("/resume?key={fp}")).await;
+    assert_eq!(call(&c).await.0, 200);
+    // Stopped again, met by a: b, which saw the first stop and nothing
+    // since, answers with the new stop's since once it looks again (at
+    // most a second later).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    mock.set_spend_cap(Some(0.0));
+    let (s, action, body) = call(&a).await;
+    assert_eq!(
+        (action.as_str(), typed(s, &body)),
+        ("stop_queue", want.clone())
+    );
+    let (_, status_a) = admin(&a, "GET", "/status").await;
+    let again = stop_since(&status_a).expect("a shows the new stop");
+    assert!(again > since, "{again} > {since}");
+    let (s, _, body) = call(&b).await;
+    assert_eq!(typed(s, &body), want, "{body}");
+    let (_, status_b) = admin(&b, "GET", "/status").await;
+    assert_eq!(stop_since(&status_b), Some(again), "{status_b}");
+    a.shutdown().await;
+    b.shutdown().await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_unreached_at_start_is_degraded_at_half_share_from_the_first_read() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = replica(
+        &mock.base_url(),
+        &format!("redis://127.0.0.1:{port}/"),
+        "down-at-start",
+    )
+    .await;
+    // Before any traffic.
+    let (_, metrics) = admin(&p, "GET", "/metrics").await;
+    assert!(metrics.contains("ratewise_store_degraded 1"), "{metrics}");
+    assert!(metrics.contains("ratewise_store_share 0.5"), "{metrics}");
+    let (_, status) = admin(&p, "GET", "/status").await;
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v["store"]["degraded"], true, "{status}");
+    assert_eq!(v["store"]["share_percent"], 50.0, "{status}");
+    assert_eq!(call(&p).await.0, 200, "served on local pacing");
+    let (_, metrics) = admin(&p, "GET", "/metrics").await;
+    assert!(metrics.contains("ratewise_store_share 0.5"), "{metrics}");
+    p.shutdown().await;
+}

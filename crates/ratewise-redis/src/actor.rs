@@ -470,13 +470,7 @@ impl Actor {
     }
 
     fn share_permille(&self) -> u32 {
-        match self.cfg.fallback_share {
-            Some(f) if f.is_finite() && f > 0.0 => ((f.min(1.0) * 1000.0) as u32).max(1),
-            _ => {
-                let peers = self.peers.values().copied().max().unwrap_or(1).max(1);
-                (1000 / peers).max(1)
-            }
-        }
+        fallback_permille(self.cfg.fallback_share, self.peers.values().copied().max())
     }
 
     /// A new connection, and Redis's clock read on it.
@@ -533,6 +527,21 @@ impl Actor {
         let reply = script::parse(&value).ok_or(Error::Reply)?;
         self.clock.sample(sent, rtt, reply.redis_ns);
         Ok(reply)
+    }
+}
+
+/// The share paced at while Redis is away: the configured one, else one
+/// over the most processes Redis last saw on a key (`peers`), else — Redis
+/// never reached, or no key seen on it — one half: alone is the one guess
+/// sure to be wrong when replicas exist, and a half keeps two of them
+/// within the limit.
+pub(crate) fn fallback_permille(configured: Option<f64>, peers: Option<u32>) -> u32 {
+    match configured {
+        Some(f) if f.is_finite() && f > 0.0 => ((f.min(1.0) * 1000.0) as u32).max(1),
+        _ => match peers {
+            Some(p) => (1000 / p.max(1)).max(1),
+            None => 500,
+        },
     }
 }
 

@@ -67,8 +67,8 @@
 //!   application its own prefix or its own labels.
 //! * **While Redis is away**, the share is one over the most processes
 //!   seen on any key this process used, for all its keys; a process that
-//!   never reached Redis paces at the whole limit unless
-//!   [`Config::fallback_share`] says otherwise.
+//!   never reached Redis ([`RedisStore::unreached`]), or saw no key on it,
+//!   paces at one half unless [`Config::fallback_share`] says otherwise.
 //! * **Leases** are each process's own (10 minutes by default): a stream
 //!   longer than that is given back early, and its settle then charges its
 //!   actual usage, never twice.
@@ -94,12 +94,14 @@
 
 mod actor;
 mod clock;
+mod notes;
 mod ops;
 mod script;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use clock::Clock;
+pub use notes::MAX_NOTE;
 
 use ops::{Op, Reply, Request};
 use ratewise_core::admit::{
@@ -141,7 +143,8 @@ pub struct Config {
     pub reconnect_every: Duration,
     /// The share of the limits this process paces at while Redis is
     /// unavailable, in (0, 1]. `None` (the default): one over the number of
-    /// processes Redis last saw using the key.
+    /// processes Redis last saw using the key; one half when Redis was
+    /// never reached or saw no key of this process's.
     pub fallback_share: Option<f64>,
     /// A process counts towards that number for this long after its last
     /// call (default 60 s).
@@ -293,6 +296,7 @@ pub struct RedisStore {
     tx: mpsc::UnboundedSender<Op>,
     mirror: Arc<Shared>,
     health: Arc<HealthCell>,
+    notes: Arc<notes::Notes>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -309,7 +313,19 @@ impl RedisStore {
     /// until Redis answers. Must be called inside a tokio runtime.
     pub fn new(url: &str, config: Config) -> Result<RedisStore, Error> {
         let client = redis::Client::open(url).map_err(|_| Error::Url)?;
-        Self::start(client, None, config)
+        Self::start(client, None, config, false)
+    }
+
+    /// A store on the Redis at `url` that did not answer at start
+    /// ([`connect`](Self::connect) failed): degraded from this moment —
+    /// [`health`](Self::health) says so before any operation — and pacing
+    /// at [`Config::fallback_share`], by default **one half** (how many
+    /// processes share the key is unknown until Redis answers). Redis is
+    /// tried again in the background, never holding up an operation, and
+    /// used as soon as it answers. Must be called inside a tokio runtime.
+    pub fn unreached(url: &str, config: Config) -> Result<RedisStore, Error> {
+        let client = redis::Client::open(url).map_err(|_| Error::Url)?;
+        Self::start(client, None, config, true)
     }
 
     /// A store on the Redis at `url`, after one successful round trip: an
@@ -329,26 +345,40 @@ impl RedisStore {
         .await
         .map_err(|_| Error::Timeout)?
         .map_err(Error::Redis)?;
-        Self::start(client, Some(conn), config)
+        Self::start(client, Some(conn), config, false)
     }
 
     fn start(
         client: redis::Client,
         conn: Option<redis::aio::MultiplexedConnection>,
         config: Config,
+        unreached: bool,
     ) -> Result<RedisStore, Error> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let config = config.sanitized();
         let (tx, rx) = mpsc::unbounded_channel();
         let mirror = Arc::new(Shared::new(Controller::new(config.admission.clone())));
+        let share = if unreached {
+            let share = actor::fallback_permille(config.fallback_share, None);
+            // No scope exists yet: the time is not read.
+            mirror.lock().set_share(share, NO_TIME);
+            share
+        } else {
+            1000
+        };
         let health = Arc::new(HealthCell {
-            degraded: AtomicBool::new(false),
-            share_permille: AtomicU32::new(1000),
+            degraded: AtomicBool::new(unreached),
+            share_permille: AtomicU32::new(share),
             peers: AtomicU32::new(1),
             writes: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         });
+        let notes = Arc::new(notes::Notes::new(
+            client.clone(),
+            config.prefix.clone(),
+            config.timeout,
+        ));
         let actor = actor::Actor {
             rx,
             pending: VecDeque::new(),
@@ -362,7 +392,8 @@ impl RedisStore {
             proc_id: format!("{:016x}", fastrand::u64(..)),
             versions: HashMap::new(),
             peers: HashMap::new(),
-            retry_at: None,
+            // Unreached: the next operation tries Redis in the background.
+            retry_at: unreached.then(tokio::time::Instant::now),
             probe: None,
             epochs: HashMap::new(),
             unwritten_stops: HashMap::new(),
@@ -370,7 +401,12 @@ impl RedisStore {
             server_error_logged: None,
         };
         handle.spawn(actor.run());
-        Ok(RedisStore { tx, mirror, health })
+        Ok(RedisStore {
+            tx,
+            mirror,
+            health,
+            notes,
+        })
     }
 
     /// This process's view: the controller the store runs, as of its last
@@ -406,6 +442,28 @@ impl RedisStore {
             c.stop(scope, cause, until, now);
         })
         .await
+    }
+
+    /// Writes `note` beside `key`'s record for the other processes (see
+    /// the `notes` module: the proxy keeps a stop's evidence there), for
+    /// `ttl`. `false` when it was not written: longer than [`MAX_NOTE`],
+    /// or Redis unavailable.
+    pub async fn put_stop_note(&self, key: &str, note: &str, ttl: Duration) -> bool {
+        if note.len() > MAX_NOTE || self.health().degraded {
+            return false;
+        }
+        let name = self.mirror.lock().key_name(key).to_owned();
+        self.notes.put(&name, note, ttl).await.is_ok()
+    }
+
+    /// The note beside `key`'s record, if any (at most [`MAX_NOTE`] bytes;
+    /// `None` while Redis is unavailable).
+    pub async fn stop_note(&self, key: &str) -> Option<String> {
+        if self.health().degraded {
+            return None;
+        }
+        let name = self.mirror.lock().key_name(key).to_owned();
+        self.notes.get(&name).await.ok().flatten()
     }
 
     /// Waits until every operation queued before it has been applied (and
@@ -547,13 +605,21 @@ impl Store for RedisStore {
         }
     }
 
+    /// Lifts the stop in the record, and deletes the stop's note.
     fn resume<'a>(&'a self, key: &'a str, now: Now) -> StoreFuture<'a, ()> {
-        StoreFuture::new(self.ask(
-            Request::Resume(key.to_owned()),
-            now,
-            Reply::Done,
-            move |c, now| c.resume(key, now),
-        ))
+        StoreFuture::new(async move {
+            self.ask(
+                Request::Resume(key.to_owned()),
+                now,
+                Reply::Done,
+                move |c, now| c.resume(key, now),
+            )
+            .await;
+            if !self.health().degraded {
+                let name = self.mirror.lock().key_name(key).to_owned();
+                let _ = self.notes.delete(&name).await;
+            }
+        })
     }
 
     fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {

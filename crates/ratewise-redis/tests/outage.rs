@@ -490,3 +490,34 @@ async fn a_stale_copy_never_overwrites_a_record_made_after_a_loss() {
         Admission::Stopped { .. }
     ));
 }
+
+#[tokio::test]
+async fn a_store_whose_redis_was_never_reached_is_degraded_at_half_before_any_operation() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s =
+        RedisStore::unreached(&format!("redis://127.0.0.1:{port}/"), config("never", 60)).unwrap();
+    let h = s.health();
+    assert!(h.degraded && h.share_permille == 500, "{h:?}");
+    // Paced at half of 60 a minute: about 30 in a minute (plus the half
+    // burst), none of them waiting for Redis.
+    let target = s.target("k", MODEL).await;
+    let t = |ms| Now::new(Instant::from_millis(ms), std::time::SystemTime::now());
+    let mut admitted = 0;
+    let mut ms = 0;
+    while ms < 60_000 {
+        if let Admission::Go(r) = s.admit(AdmitRequest::new(target), t(ms)).await {
+            admitted += 1;
+            drop(r);
+        }
+        ms += 50;
+    }
+    assert!(
+        (25..=40).contains(&admitted),
+        "half of 60 a minute: {admitted}"
+    );
+    assert!(s.health().degraded);
+}
