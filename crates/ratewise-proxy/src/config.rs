@@ -4,7 +4,6 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:8787"
-//! admin = "127.0.0.1:8788"
 //! log = "json"                      # or "text" (default)
 //!
 //! [[upstream]]                      # the first is the default
@@ -53,6 +52,19 @@
 //! max_waiting = 1000                # sheds only jobs with no deadline: none here
 //! grace_s = 30                      # in-flight jobs on shutdown
 //! body_timeout_ms = 30000           # a request body must arrive by then
+//!
+//! [admin]                           # see crate::admin (or admin = "ADDRESS")
+//! address = "127.0.0.1:8788"
+//! # token = "…"                     # else read from (or generated into) token_file
+//! # token_file = "/var/lib/ratewise/admin-token"
+//! allowed_hosts = []                # Host/Origin names besides the bound address and loopback
+//! allow_remote = false              # a non-loopback --admin needs true
+//! open_metrics = false              # true: /metrics without the token
+//! status_max_keys = 1000            # keys /status lists (the others counted)
+//!
+//! [key_table]
+//! max_keys = 10000                  # keys kept; idle ones forgotten beyond it
+//! idle_s = 900                      # a key unused this long is forgotten
 //! ```
 //!
 //! A request chooses its upstream by the `x-ratewise-upstream` header (an
@@ -144,7 +156,7 @@ pub enum Roots {
 #[serde(deny_unknown_fields)]
 struct File {
     listen: Option<String>,
-    admin: Option<String>,
+    admin: Option<AdminEntry>,
     log: Option<LogFormat>,
     journal: Option<PathBuf>,
     redis: Option<RedisFile>,
@@ -160,6 +172,42 @@ struct File {
     group: Vec<GroupFile>,
     spend: Option<SpendFile>,
     bounds: Option<BoundsFile>,
+    key_table: Option<KeyTableFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyTableFile {
+    max_keys: Option<usize>,
+    idle_s: Option<u64>,
+}
+
+/// The key table's bounds ([`Controller::forget_idle`](ratewise_core::admit::Controller::forget_idle)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyTable {
+    /// Most keys kept (default 10,000): beyond it the least recently used
+    /// that may go are forgotten at once, whatever their idle time.
+    pub max_keys: usize,
+    /// A key unused this long is forgotten (default 15 min).
+    pub idle: Duration,
+}
+
+impl Default for KeyTable {
+    fn default() -> Self {
+        KeyTable {
+            max_keys: 10_000,
+            idle: Duration::from_secs(900),
+        }
+    }
+}
+
+/// `admin = "127.0.0.1:8788"`, or an `[admin]` table with its `address`
+/// and who may call it.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum AdminEntry {
+    Address(String),
+    Table(crate::admin::settings::AdminFile),
 }
 
 /// `redis = "redis://…"`, or a table with the URL and its options.
@@ -177,6 +225,8 @@ struct RedisTable {
     prefix: Option<String>,
     /// Share of the limits paced at while Redis is unreachable, in (0, 1].
     fallback_share: Option<f64>,
+    /// Seconds a key's record outlives its last write (default 7 days).
+    record_ttl_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -315,6 +365,10 @@ pub struct ProxyConfig {
     /// The longest first-byte deadline a job gets, whatever its caller
     /// asks (`policy.max_deadline_ms`, default [`MAX_DEADLINE`]).
     pub max_deadline: Duration,
+    /// Who may call the admin listener (`[admin]`).
+    pub admin_access: crate::admin::settings::AdminSettings,
+    /// How many keys are kept, and for how long unused (`[key_table]`).
+    pub key_table: KeyTable,
 }
 
 /// Where and how the keys' state is shared through Redis.
@@ -327,6 +381,10 @@ pub struct RedisSettings {
     /// Share of the limits paced at while Redis is unreachable (default:
     /// one over the processes Redis last saw on the key).
     pub fallback_share: Option<f64>,
+    /// How long a key's record outlives its last write in Redis (default
+    /// 7 days): the records of keys nobody uses any more — forgotten by
+    /// every process — go by themselves.
+    pub record_ttl: Option<Duration>,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -335,6 +393,7 @@ impl std::fmt::Debug for RedisSettings {
         f.debug_struct("RedisSettings")
             .field("prefix", &self.prefix)
             .field("fallback_share", &self.fallback_share)
+            .field("record_ttl", &self.record_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -386,8 +445,13 @@ impl ProxyConfig {
             "127.0.0.1:8787",
             "listen",
         )?;
+        let (admin_address, admin_file) = match file.admin {
+            None => (None, Default::default()),
+            Some(AdminEntry::Address(a)) => (Some(a), Default::default()),
+            Some(AdminEntry::Table(mut t)) => (t.address.take(), t),
+        };
         let admin = address(
-            flags.admin.as_deref().or(file.admin.as_deref()),
+            flags.admin.as_deref().or(admin_address.as_deref()),
             "127.0.0.1:8788",
             "admin",
         )?;
@@ -561,6 +625,7 @@ impl ProxyConfig {
                 url,
                 prefix: None,
                 fallback_share: None,
+                record_ttl: None,
             }),
             Some(RedisFile::Table(t)) => {
                 if let Some(f) = t.fallback_share {
@@ -582,6 +647,10 @@ impl ProxyConfig {
                     url: t.url,
                     prefix: t.prefix,
                     fallback_share: t.fallback_share,
+                    record_ttl: match t.record_ttl_s {
+                        Some(0) => return Err(invalid("redis.record_ttl_s must be more than 0")),
+                        s => s.map(Duration::from_secs),
+                    },
                 })
             }
         };
@@ -593,6 +662,7 @@ impl ProxyConfig {
                         url: url.clone(),
                         prefix: None,
                         fallback_share: None,
+                        record_ttl: None,
                     })
                 }
             }
@@ -607,12 +677,30 @@ impl ProxyConfig {
                 ));
             }
         }
+        let journal = flags.journal.clone().or(file.journal);
+        let admin_access = crate::admin::settings::AdminSettings::from_file(
+            admin_file,
+            admin,
+            journal.as_deref(),
+            &env,
+        )?;
+        let kt = file.key_table.unwrap_or_default();
+        if kt.max_keys == Some(0) || kt.idle_s == Some(0) {
+            return Err(invalid("key_table.max_keys and idle_s must be more than 0"));
+        }
+        let defaults = KeyTable::default();
+        let key_table = KeyTable {
+            max_keys: kt.max_keys.unwrap_or(defaults.max_keys),
+            idle: kt.idle_s.map_or(defaults.idle, Duration::from_secs),
+        };
         Ok(ProxyConfig {
+            admin_access,
+            key_table,
             listen,
             admin,
             upstreams,
             layer,
-            journal: flags.journal.clone().or(file.journal),
+            journal,
             redis,
             log: file.log.unwrap_or_default(),
             grace: Duration::from_secs(bounds.grace_s.unwrap_or(30)),

@@ -26,10 +26,13 @@ async fn start(upstream: &str, journal: &std::path::Path) -> ratewise_proxy::Run
     ratewise_proxy::start(config).await.unwrap()
 }
 
-async fn get(url: String) -> String {
+/// An admin GET, with the admin token.
+async fn get(p: &ratewise_proxy::Running, path: &str) -> String {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let url = format!("http://{}{path}", p.admin_addr);
+    let req = Request::get(url).header("authorization", p.app.admin.authorization());
     let resp = client
-        .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+        .request(req.body(Full::new(Bytes::new())).unwrap())
         .await
         .unwrap();
     String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned()
@@ -92,7 +95,7 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
     // The restart: the unknown outcome is reported, the stop holds.
     let sends = mock.records().len();
     let p = start(&mock.base_url(), &journal).await;
-    let status = get(format!("http://{}/status", p.admin_addr)).await;
+    let status = get(&p, "/status").await;
     assert!(status.contains("crashed-7"), "{status}");
     let (code, action) = call(&p).await;
     assert_eq!(action, "stop_queue", "{code}");
@@ -101,7 +104,7 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
 
     // Reported once: the next start has no unknown outcome left.
     let p = start(&mock.base_url(), &journal).await;
-    let status = get(format!("http://{}/status", p.admin_addr)).await;
+    let status = get(&p, "/status").await;
     assert!(!status.contains("crashed-7"), "{status}");
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
