@@ -143,16 +143,26 @@ fn listed(app: &App, only: Option<&str>, max: usize) -> (Vec<String>, usize) {
             (Vec::new(), 0)
         };
     }
-    // The names are copied in the hold; sorted outside it.
-    let mut names = app.store.lock().key_names();
+    // The names are copied in the hold; chosen outside it: the stopped,
+    // then the first by name (a selection, then a sort of those alone).
+    let names = app.store.lock().key_names();
     let total = names.len();
     let stopped: std::collections::HashSet<String> =
         app.stops.all().into_iter().map(|(k, _, _)| k).collect();
-    names.sort_unstable_by(|a, b| {
-        (!stopped.contains(a), a.as_str()).cmp(&(!stopped.contains(b), b.as_str()))
-    });
-    names.truncate(max);
-    (names, total)
+    let (mut first, mut rest): (Vec<String>, Vec<String>) =
+        names.into_iter().partition(|n| stopped.contains(n));
+    first.sort_unstable();
+    first.truncate(max);
+    let room = max - first.len();
+    if rest.len() > room {
+        if room > 0 {
+            rest.select_nth_unstable(room);
+        }
+        rest.truncate(room);
+    }
+    rest.sort_unstable();
+    first.append(&mut rest);
+    (first, total)
 }
 
 async fn status(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
@@ -173,7 +183,24 @@ async fn status(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
         names.iter().flat_map(|n| c.scopes_of(n)).collect()
     };
     let scopes = snapshots(&app, ids, now).await;
-    // Everything below runs outside the store's lock.
+    // Formatting (most of a read's time with many keys) runs outside the
+    // store's lock and off the runtime's workers, which the callers'
+    // requests share.
+    let app2 = app.clone();
+    let body = tokio::task::spawn_blocking(move || format_status(&app2, names, scopes, total, now))
+        .await
+        .unwrap_or_else(|_| serde_json::json!({"error": "status formatting failed"}));
+    json(StatusCode::OK, body)
+}
+
+/// `/status`'s body from the snapshots taken.
+fn format_status(
+    app: &App,
+    names: Vec<String>,
+    scopes: Vec<ScopeSnapshot>,
+    total: usize,
+    now: Now,
+) -> serde_json::Value {
     let stops: HashMap<String, (Cause, SystemTime)> = app
         .stops
         .all()
@@ -229,9 +256,7 @@ async fn status(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
         })
         .collect();
     let ledger = app.store.ledger();
-    json(
-        StatusCode::OK,
-        serde_json::json!({
+    serde_json::json!({
             "keys_total": total,
             "keys_not_listed": total.saturating_sub(key_list.len()),
             "keys": key_list,
@@ -239,16 +264,31 @@ async fn status(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
             "jobs_waiting": app.metrics.waiting.load(Ordering::Relaxed),
             "reservations_outstanding": ledger.outstanding.requests,
             "unknown_outcomes": *app.unknown.lock().unwrap_or_else(|p| p.into_inner()),
-            "store": store_status(&app),
-        }),
-    )
+            "store": store_status(app),
+    })
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let now = app.layer.now();
     let ids = app.store.lock().scopes();
+    let snaps = snapshots(&app, ids, now).await;
+    // Formatted off the runtime's workers, as `/status` is.
+    let app2 = app.clone();
+    let text = tokio::task::spawn_blocking(move || format_metrics(&app2, snaps))
+        .await
+        .unwrap_or_default();
+    let mut r = text.into_response();
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+/// `/metrics`'s text from the snapshots taken.
+fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
     let mut gauges = Vec::new();
-    for s in snapshots(&app, ids, now).await {
+    for s in snaps {
         for (i, dim) in ["requests", "input_tokens", "output_tokens", "tokens"]
             .iter()
             .enumerate()
@@ -300,12 +340,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         "ratewise_tokens_charged{kind=\"output\"}".into(),
         ledger.charged.output as f64,
     ));
-    let mut r = app.metrics.render(&gauges).into_response();
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    r
+    app.metrics.render(&gauges)
 }
 
 /// Which store the keys' state lives in, and how it is doing.

@@ -60,17 +60,25 @@ pub fn load_or_create(path: &Path) -> Result<(String, bool), TokenError> {
         b.create(dir).map_err(TokenError::Io)?;
     }
     let token = generate()?;
+    // Written whole under a name of this process's own, then linked into
+    // place: another process starting at the same moment either finds no
+    // file or the whole token, never an empty one.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    match o.open(path) {
-        Ok(mut f) => {
-            f.write_all(format!("{token}\n").as_bytes())
-                .and_then(|()| f.sync_all())
-                .map_err(TokenError::Io)?;
-            Ok((token, true))
-        }
+    let written = o.open(&tmp).and_then(|mut f| {
+        f.write_all(format!("{token}\n").as_bytes())?;
+        f.sync_all()
+    });
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok((token, true)),
         // Another process made it first: its token it is.
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read(path).map(|t| (t, false)),
         Err(e) => Err(TokenError::Io(e)),
