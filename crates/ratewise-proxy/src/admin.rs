@@ -414,14 +414,31 @@ fn unseen() -> Response {
     )
 }
 
-/// The key a `/stop` or `/resume` names, checked; the refusal otherwise.
-fn named_key(app: &App, q: &KeyQuery) -> Result<String, Response> {
-    let key = key_of(q).ok_or_else(no_key)?;
+/// Why a `/stop` or `/resume` names no key it can act on.
+enum KeyRefusal {
+    Missing,
+    Malformed,
+    Unseen,
+}
+
+impl KeyRefusal {
+    fn response(self) -> Response {
+        match self {
+            KeyRefusal::Missing => no_key(),
+            KeyRefusal::Malformed => bad_key(),
+            KeyRefusal::Unseen => unseen(),
+        }
+    }
+}
+
+/// The key a `/stop` or `/resume` names, checked.
+fn named_key(app: &App, q: &KeyQuery) -> Result<String, KeyRefusal> {
+    let key = key_of(q).ok_or(KeyRefusal::Missing)?;
     if !valid_key(app, &key) {
-        return Err(bad_key());
+        return Err(KeyRefusal::Malformed);
     }
     if !seen(app, &key) {
-        return Err(unseen());
+        return Err(KeyRefusal::Unseen);
     }
     Ok(key)
 }
@@ -429,7 +446,7 @@ fn named_key(app: &App, q: &KeyQuery) -> Result<String, Response> {
 async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
     let key = match named_key(&app, &q) {
         Ok(k) => k,
-        Err(r) => return r,
+        Err(r) => return r.response(),
     };
     app.layer.resume(&key).await;
     app.stops.forget(&key);
@@ -443,7 +460,7 @@ async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
 async fn stop(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
     let key = match named_key(&app, &q) {
         Ok(k) => k,
-        Err(r) => return r,
+        Err(r) => return r.response(),
     };
     app.stop_key(&key, Cause::UserLimit, None).await;
     if let Some(j) = &app.journal {

@@ -836,6 +836,18 @@ mod tests {
                 "max_deadline_ms must be more than 0",
             ),
             ("[bounds]\nmax_waiting = 0", "http://x", "more than 0"),
+            (
+                "[redis]\nurl = \"redis://127.0.0.1:1\"\nrecord_ttl_s = 0",
+                "http://x",
+                "record_ttl_s",
+            ),
+            ("[key_table]\nmax_keys = 0", "http://x", "key_table"),
+            ("[admin]\ntoken = \"short\"", "http://x", "16 to 512"),
+            (
+                "[admin]\nstatus_max_keys = 0",
+                "http://x",
+                "status_max_keys",
+            ),
             ("unknown = 1", "http://x", "unknown"),
             (
                 "[[upstream]]\nurl = \"http://x\"\nprovider = \"acme\"",
@@ -853,6 +865,25 @@ mod tests {
             ..flags("http://x")
         };
         assert!(ProxyConfig::from_toml(&same, "", |_| None).is_err());
+        let c = ProxyConfig::from_toml(
+            &flags("http://x"),
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\nrecord_ttl_s = 3600\n[key_table]\nmax_keys = 5\nidle_s = 60\n[admin]\naddress = \"127.0.0.1:9999\"\nallowed_hosts = [\"Proxy.LAN\"]",
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.redis.unwrap().record_ttl, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            c.key_table,
+            KeyTable {
+                max_keys: 5,
+                idle: Duration::from_secs(60)
+            }
+        );
+        assert_eq!(c.admin.to_string(), "127.0.0.1:9999");
+        assert_eq!(c.admin_access.allowed_hosts, vec!["proxy.lan".to_owned()]);
+        let d = ProxyConfig::from_toml(&flags("http://x"), "", |_| None).unwrap();
+        assert_eq!(d.key_table, KeyTable::default());
+        assert_eq!(d.key_table.max_keys, 10_000);
         let none = ProxyConfig::from_toml(&Flags::default(), "", |_| None).unwrap_err();
         assert!(none.to_string().contains("no upstream"), "{none}");
     }

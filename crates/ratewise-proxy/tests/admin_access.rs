@@ -107,7 +107,9 @@ async fn a_browser_a_wrong_host_or_a_missing_token_stop_nothing() {
     let auth = p.app.admin.authorization();
     let token = p.app.admin.token().to_owned();
     let own_host = p.admin_addr.to_string();
-    let cases: Vec<(Vec<(&str, &str)>, u16, &str)> = vec![
+    // (headers sent, status expected, refusal's type)
+    type Case<'a> = (Vec<(&'a str, &'a str)>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         // What a web page's fetch() sends: no preflight for text/plain.
         (
             vec![

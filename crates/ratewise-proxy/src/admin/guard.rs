@@ -186,7 +186,7 @@ impl Guard {
             (_, Some(_)) => hp,
             (h, None) => format!("{h}:{default_port}"),
         };
-        self.hosts.iter().any(|h| *h == full)
+        self.hosts.contains(&full)
     }
 }
 

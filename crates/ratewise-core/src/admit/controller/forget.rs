@@ -38,7 +38,8 @@ impl Controller {
             let ks = &self.keys[k as usize];
             let kept = self.configured_key(&ks.name)
                 || ks.stop.is_some_and(|st| {
-                    !st.expired(t) && !(st.cause == Cause::Authentication && !ks.succeeded)
+                    // An authentication stop on a key that never worked may go.
+                    !st.expired(t) && (st.cause != Cause::Authentication || ks.succeeded)
                 })
                 || ks.scopes.iter().any(|id| {
                     live.contains(&super::ScopeId(*id))
@@ -142,11 +143,13 @@ mod tests {
     }
 
     fn controller() -> Controller {
-        let mut cfg = Config::default();
-        cfg.seed = Some(7);
-        cfg.limits = Limits {
-            requests: Some(600),
-            ..Limits::NONE
+        let mut cfg = Config {
+            seed: Some(7),
+            limits: Limits {
+                requests: Some(600),
+                ..Limits::NONE
+            },
+            ..Config::default()
         };
         cfg.key_limits.push(KeyLimits {
             key: "configured".into(),
