@@ -25,9 +25,10 @@
 //! saw answer 404 (with `--redis`, a well-formed fingerprint goes to the
 //! shared record: another replica may have seen it).
 //!
-//! `/status` takes what it shows under the store's lock in one short
-//! hold, and formats outside it, so a read never holds up the request
-//! path for long; it lists at most `[admin] status_max_keys` keys
+//! `/status` takes what it shows under the store's lock in short holds
+//! (the names, then the listed keys' snapshots) and formats outside it,
+//! off the runtime's workers, so a read never holds up the request path
+//! for long; it lists at most `[admin] status_max_keys` keys
 //! (stopped ones first, then by fingerprint) and counts the rest;
 //! `/status?key=FP` shows one.
 
