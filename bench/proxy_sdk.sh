@@ -115,8 +115,8 @@ start_redis() {
 # the /metrics margin and surprise lines.
 show_admin() {
     local shape=$1 admin=$2 n=$3 status metrics
-    status="$(curl -fsS "http://$admin/status" || echo '{}')"
-    metrics="$(curl -fsS "http://$admin/metrics" || true)"
+    status="$(admin_curl "http://$admin/status" || echo '{}')"
+    metrics="$(admin_curl "http://$admin/metrics" || true)"
     if [ -n "${RATEWISE_BENCH_KEEP:-}" ]; then
         mkdir -p "$RATEWISE_BENCH_KEEP"
         echo "$status" >"$RATEWISE_BENCH_KEEP/$shape.proxy$n.status.json"
@@ -236,7 +236,7 @@ run_shape() {
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL" "$shape" >"$WORK/$shape.toml"
             args+=(--config "$WORK/$shape.toml")
         fi
-        "$PROXY_BIN" "${args[@]}" >"$WORK/$shape.proxy$i.out" 2>&1 &
+        XDG_STATE_HOME="$WORK/state" "$PROXY_BIN" "${args[@]}" >"$WORK/$shape.proxy$i.out" 2>&1 &
         local pid=$!
         PIDS+=("$pid")
         pids+=("$pid")

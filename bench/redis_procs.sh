@@ -90,7 +90,7 @@ run() {
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL" "$label" >"$WORK/$label.toml"
             args+=(--config "$WORK/$label.toml")
         fi
-        "$PROXY_BIN" "${args[@]}" >"$WORK/$label.proxy$i.out" 2>&1 &
+        XDG_STATE_HOME="$WORK/state" "$PROXY_BIN" "${args[@]}" >"$WORK/$label.proxy$i.out" 2>&1 &
         local pid=$!
         PIDS+=("$pid")
         pids+=("$pid")
@@ -131,7 +131,7 @@ run() {
                 continue
             fi
             local m
-            m="$(curl -fsS "http://${admins[$i]}/metrics")"
+            m="$(admin_curl "http://${admins[$i]}/metrics")"
             local degraded errors
             degraded="$(echo "$m" | awk '$1=="ratewise_store_degraded"{print $2}')"
             errors="$(echo "$m" | awk '$1=="ratewise_store_errors_total"{print $2}')"

@@ -90,7 +90,7 @@ cat >"$WORK/tls.toml" <<TOML
 url = "https://localhost:$RELAY"
 ca_file = "$WORK/ca.pem"
 TOML
-"$RATEWISE" proxy --listen 127.0.0.1:$TLS_PORT --admin 127.0.0.1:$TLS_ADMIN \
+XDG_STATE_HOME="$WORK/state" "$RATEWISE" proxy --listen 127.0.0.1:$TLS_PORT --admin 127.0.0.1:$TLS_ADMIN \
     --config "$WORK/tls.toml" >"$WORK/tls-proxy.out" 2>&1 &
 echo $! >"$WORK/tls-proxy.pid"; disown
 wait_http "http://127.0.0.1:$TLS_ADMIN/healthz"
@@ -111,6 +111,7 @@ wait_http "http://127.0.0.1:$TERM_ADMIN/healthz"
 rc=0
 "$VENV/bin/python" "$HERE/proxy_check.py" --proxy "http://127.0.0.1:$PORT" \
     --admin "http://127.0.0.1:$ADMIN" --mock "http://$MOCK" \
+    --admin-token-file "$WORK/journal.jsonl.admin-token" \
     --restart "bash $WORK/restart.sh" --tls-proxy "http://127.0.0.1:$TLS_PORT" \
     --term-proxy "http://127.0.0.1:$TERM_PORT" --term-admin "http://127.0.0.1:$TERM_ADMIN" \
     --term-pid "$WORK/term.pid" --term-rc "$WORK/term.rc" || rc=$?

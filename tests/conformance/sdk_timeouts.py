@@ -29,6 +29,7 @@ import argparse
 import http.server
 import json
 import math
+import os
 import socket
 import subprocess
 import sys
@@ -122,6 +123,8 @@ log = tempfile.TemporaryFile()
 proxy = subprocess.Popen(
     [args.ratewise, "proxy", "--listen", f"127.0.0.1:{port}", "--admin", f"127.0.0.1:{admin}",
      "--upstream", UP],
+    # Its admin token goes to a directory of its own, not the user's.
+    env={**os.environ, "XDG_STATE_HOME": tempfile.mkdtemp()},
     stdout=log, stderr=subprocess.STDOUT)
 PROXY = f"http://127.0.0.1:{port}"
 for _ in range(100):

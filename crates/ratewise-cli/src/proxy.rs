@@ -25,7 +25,9 @@ pub struct ProxyArgs {
     #[arg(long)]
     journal: Option<PathBuf>,
     /// The admin listener: /status, /resume, /stop, /metrics, /healthz
-    /// (default 127.0.0.1:8788).
+    /// (default 127.0.0.1:8788). Every call but /healthz needs the admin
+    /// token as `Authorization: Bearer` ([admin] in --config; by default
+    /// generated into a 0600 file whose path the start log gives).
     #[arg(long)]
     admin: Option<String>,
     /// On SIGTERM or SIGINT, how long sends in flight get to finish, in

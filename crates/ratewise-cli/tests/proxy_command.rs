@@ -13,7 +13,12 @@ fn ratewise() -> Command {
 #[cfg(unix)]
 #[test]
 fn starts_with_two_flags_and_exits_cleanly_on_sigterm() {
+    // The admin token is generated under XDG_STATE_HOME: a directory of
+    // this test's own, never the user's.
+    let state = std::env::temp_dir().join(format!("ratewise-cli-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
     let mut child = ratewise()
+        .env("XDG_STATE_HOME", &state)
         .args([
             "proxy",
             "--listen",
@@ -46,6 +51,16 @@ fn starts_with_two_flags_and_exits_cleanly_on_sigterm() {
         seen.contains("ratewise proxy on http://127.0.0.1:"),
         "{seen}"
     );
+    // The admin token: generated 0600, its path logged, never itself.
+    let token_file = state.join("ratewise").join("admin-token");
+    let token = std::fs::read_to_string(&token_file).expect("the token file");
+    assert!(seen.contains("admin-token"), "{seen}");
+    assert!(!seen.contains(token.trim()), "the token is never logged");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -53,6 +68,7 @@ fn starts_with_two_flags_and_exits_cleanly_on_sigterm() {
     assert!(kill.success());
     let status = child.wait().unwrap();
     assert!(status.success(), "exit {status:?}");
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]

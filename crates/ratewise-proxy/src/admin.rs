@@ -11,26 +11,48 @@
 //!   is unknown (cut by a crash before the last start, or sent with no
 //!   answer since);
 //! * `POST /resume?key=FP` — lifts a key's stop;
-//! * `POST /stop?key=FP` — stops a key (cause `user_limit`) until resumed;
+//! * `POST /stop?key=FP` — stops a key until resumed (`/status` says
+//!   `operator`; its callers get a 429 coded `ratewise_operator_stop`);
 //! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
 //!   them, capacities, learned margins and surprises);
 //! * `GET /healthz` — `ok`.
+//!
+//! Every call but `/healthz` must name this listener in `Host`, come from
+//! no foreign page (`Origin`) and carry the admin token
+//! (`Authorization: Bearer …`; `/metrics` without it when
+//! `[admin] open_metrics`): see [`guard`], [`settings`], [`token`].
+//! A key is named by its fingerprint (`fp-` and 16 hex digits) or its
+//! configured group; `/stop` and `/resume` of a key this process never
+//! saw answer 404 (with `--redis`, a well-formed fingerprint goes to the
+//! shared record: another replica may have seen it).
+//!
+//! `/status` takes what it shows under the store's lock in short holds
+//! (the names, then the listed keys' snapshots) and formats outside it,
+//! off the runtime's workers, so a read never holds up the request path
+//! for long; it lists at most `[admin] status_max_keys` keys
+//! (stopped ones first, then by fingerprint) and counts the rest;
+//! `/status?key=FP` shows one.
 
 use crate::App;
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use http::{HeaderValue, StatusCode};
-use ratewise_core::admit::{ScopeSnapshot, Store};
+use ratewise_core::admit::{ScopeId, ScopeSnapshot, Store};
 use ratewise_core::time::Now;
-use ratewise_core::Cause;
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-/// The admin routes.
+pub mod guard;
+pub mod settings;
+pub mod token;
+
+/// The admin routes, behind the [`guard`].
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(crate::healthz))
@@ -38,7 +60,24 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route("/resume", post(resume))
         .route("/stop", post(stop))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), guarded))
         .with_state(app)
+}
+
+/// Refuses what the [`guard`] refuses, before any handler runs.
+async fn guarded(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let authority = req.uri().authority().map(|a| a.as_str().to_owned());
+    match app
+        .admin
+        .check(req.uri().path(), authority.as_deref(), req.headers())
+    {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            // Neither the token nor what the caller sent is logged.
+            tracing::warn!(reason = r.as_str(), "admin request refused");
+            r.response()
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -69,12 +108,12 @@ fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Every scope as the model has it at `now`, its buckets refilled to that
-/// moment: from the store itself in one process; with `--redis`, from the
-/// shared record (one read per scope, so another replica's takes show),
-/// or this process's view when Redis does not answer.
-async fn snapshots(app: &App, now: Now) -> Vec<ScopeSnapshot> {
-    let ids = app.store.lock().scopes();
+/// The scopes `ids` as the model has them at `now`, their buckets
+/// refilled to that moment: from the store itself in one process, in one
+/// hold of its lock; with `--redis`, from the shared record (one read per
+/// scope, so another replica's takes show), or this process's view when
+/// Redis does not answer.
+async fn snapshots(app: &App, ids: Vec<ScopeId>, now: Now) -> Vec<ScopeSnapshot> {
     match &app.redis {
         None => {
             let mut c = app.store.lock();
@@ -94,20 +133,91 @@ async fn snapshots(app: &App, now: Now) -> Vec<ScopeSnapshot> {
     }
 }
 
-async fn status(State(app): State<Arc<App>>) -> Response {
+/// Which keys one `/status` lists: `only`, or up to `max` of all —
+/// stopped ones first, then by name; and how many there are in all.
+fn listed(app: &App, only: Option<&str>, max: usize) -> (Vec<String>, usize) {
+    if let Some(k) = only {
+        let c = app.store.lock();
+        return if c.knows_key(k) {
+            (vec![c.key_name(k).to_owned()], 1)
+        } else {
+            (Vec::new(), 0)
+        };
+    }
+    // The names are copied in the hold; chosen outside it: the stopped,
+    // then the first by name (a selection, then a sort of those alone).
+    let names = app.store.lock().key_names();
+    let total = names.len();
+    let stopped: std::collections::HashSet<String> =
+        app.stops.all().into_iter().map(|(k, _, _)| k).collect();
+    let (mut first, mut rest): (Vec<String>, Vec<String>) =
+        names.into_iter().partition(|n| stopped.contains(n));
+    first.sort_unstable();
+    first.truncate(max);
+    let room = max - first.len();
+    if rest.len() > room {
+        if room > 0 {
+            rest.select_nth_unstable(room);
+        }
+        rest.truncate(room);
+    }
+    rest.sort_unstable();
+    first.append(&mut rest);
+    (first, total)
+}
+
+async fn status(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
+    let only = match key_of(&q) {
+        None if q.key.is_some() => return no_key(),
+        None => None,
+        Some(k) if !valid_key(&app, &k) => return bad_key(),
+        Some(k) => Some(k),
+    };
     let now = app.layer.now();
-    let scopes = snapshots(&app, now).await;
-    // A stop another process lifted (through Redis) is not shown.
-    let stops: Vec<_> = app
+    let max = app.config.admin_access.status_max_keys;
+    let (names, total) = listed(&app, only.as_deref(), max);
+    if only.is_some() && names.is_empty() {
+        return unseen();
+    }
+    let ids: Vec<ScopeId> = {
+        let c = app.store.lock();
+        names.iter().flat_map(|n| c.scopes_of(n)).collect()
+    };
+    let scopes = snapshots(&app, ids, now).await;
+    // Formatting (most of a read's time with many keys) runs outside the
+    // store's lock and off the runtime's workers, which the callers'
+    // requests share.
+    let app2 = app.clone();
+    let body = tokio::task::spawn_blocking(move || format_status(&app2, names, scopes, total, now))
+        .await
+        .unwrap_or_else(|_| serde_json::json!({"error": "status formatting failed"}));
+    json(StatusCode::OK, body)
+}
+
+/// `/status`'s body from the snapshots taken.
+fn format_status(
+    app: &App,
+    names: Vec<String>,
+    scopes: Vec<ScopeSnapshot>,
+    total: usize,
+    now: Now,
+) -> serde_json::Value {
+    // The cause as `/status` names it: `operator` for an operator's stop.
+    let stops: HashMap<String, (&'static str, SystemTime)> = app
         .stops
-        .all()
+        .all_words()
         .into_iter()
-        .filter(|(k, _, _)| scopes.iter().any(|s| s.key == *k && s.stopped.is_some()))
+        .map(|(k, c, since)| (k, (c, since)))
         .collect();
-    let mut keys: std::collections::BTreeMap<String, Vec<serde_json::Value>> = Default::default();
+    let mut classes: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
+    let mut stopped_in_store: std::collections::HashSet<String> = Default::default();
     for s in scopes {
         let l = s.limits;
-        keys.entry(s.key.clone())
+        if s.stopped.is_some() {
+            stopped_in_store.insert(s.key.clone());
+        }
+        classes
+            .entry(s.key.clone())
             .or_default()
             .push(serde_json::json!({
                 "class": s.class,
@@ -128,40 +238,57 @@ async fn status(State(app): State<Arc<App>>) -> Response {
                 })),
             }));
     }
-    let seen = app.keys.all();
-    let key_list: Vec<serde_json::Value> = keys
+    let key_list: Vec<serde_json::Value> = names
         .into_iter()
-        .map(|(fp, classes)| {
-            let last4 = seen.iter().find(|(f, _)| *f == fp).map(|(_, l)| l.clone());
-            let stop = stops.iter().find(|(k, _, _)| *k == fp).map(|(_, c, since)| {
-                serde_json::json!({"cause": c.as_str(), "since_ms": unix_ms(*since)})
-            });
-            serde_json::json!({
+        .filter_map(|fp| {
+            let classes = classes.remove(&fp)?;
+            // A stop another process lifted (through Redis) is not shown.
+            let stop = stops
+                .get(&fp)
+                .filter(|_| stopped_in_store.contains(&fp))
+                .map(|(c, since)| serde_json::json!({"cause": c, "since_ms": unix_ms(*since)}));
+            Some(serde_json::json!({
                 "fingerprint": fp,
-                "last_four": last4,
+                "last_four": app.keys.last_four_of(&fp),
                 "stop": stop,
                 "classes": classes,
-            })
+            }))
         })
         .collect();
     let ledger = app.store.ledger();
-    json(
-        StatusCode::OK,
-        serde_json::json!({
+    serde_json::json!({
+            "keys_total": total,
+            "keys_not_listed": total.saturating_sub(key_list.len()),
             "keys": key_list,
             "jobs_in_flight": app.metrics.in_flight.load(Ordering::Relaxed),
             "jobs_waiting": app.metrics.waiting.load(Ordering::Relaxed),
             "reservations_outstanding": ledger.outstanding.requests,
             "unknown_outcomes": *app.unknown.lock().unwrap_or_else(|p| p.into_inner()),
-            "store": store_status(&app),
-        }),
-    )
+            "store": store_status(app),
+    })
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let now = app.layer.now();
+    let ids = app.store.lock().scopes();
+    let snaps = snapshots(&app, ids, now).await;
+    // Formatted off the runtime's workers, as `/status` is.
+    let app2 = app.clone();
+    let text = tokio::task::spawn_blocking(move || format_metrics(&app2, snaps))
+        .await
+        .unwrap_or_default();
+    let mut r = text.into_response();
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+/// `/metrics`'s text from the snapshots taken.
+fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
     let mut gauges = Vec::new();
-    for s in snapshots(&app, now).await {
+    for s in snaps {
         for (i, dim) in ["requests", "input_tokens", "output_tokens", "tokens"]
             .iter()
             .enumerate()
@@ -213,12 +340,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         "ratewise_tokens_charged{kind=\"output\"}".into(),
         ledger.charged.output as f64,
     ));
-    let mut r = app.metrics.render(&gauges).into_response();
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    r
+    app.metrics.render(&gauges)
 }
 
 /// Which store the keys' state lives in, and how it is doing.
@@ -249,6 +371,28 @@ fn key_of(q: &KeyQuery) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// A key the admin API may name: a fingerprint as the proxy writes them,
+/// or a configured group.
+fn valid_key(app: &App, key: &str) -> bool {
+    crate::keys::is_fingerprint(key)
+        || app
+            .config
+            .layer
+            .admission
+            .key_groups
+            .iter()
+            .any(|(_, g)| g == key)
+}
+
+/// Whether this process has seen `key` — or, with `--redis`, whether it
+/// may be in the shared record (another replica may have seen it).
+fn seen(app: &App, key: &str) -> bool {
+    app.redis.is_some()
+        || app.store.lock().knows_key(key)
+        || app.keys.last_four_of(key).is_some()
+        || app.stops.get(key).is_some()
+}
+
 fn no_key() -> Response {
     json(
         StatusCode::BAD_REQUEST,
@@ -256,9 +400,53 @@ fn no_key() -> Response {
     )
 }
 
+fn bad_key() -> Response {
+    json(
+        StatusCode::BAD_REQUEST,
+        serde_json::json!({"error": "?key= is not a fingerprint (fp- and 16 lowercase hex digits, see GET /status) nor a configured group"}),
+    )
+}
+
+fn unseen() -> Response {
+    json(
+        StatusCode::NOT_FOUND,
+        serde_json::json!({"error": "no such key: never seen by this proxy, or forgotten when idle"}),
+    )
+}
+
+/// Why a `/stop` or `/resume` names no key it can act on.
+enum KeyRefusal {
+    Missing,
+    Malformed,
+    Unseen,
+}
+
+impl KeyRefusal {
+    fn response(self) -> Response {
+        match self {
+            KeyRefusal::Missing => no_key(),
+            KeyRefusal::Malformed => bad_key(),
+            KeyRefusal::Unseen => unseen(),
+        }
+    }
+}
+
+/// The key a `/stop` or `/resume` names, checked.
+fn named_key(app: &App, q: &KeyQuery) -> Result<String, KeyRefusal> {
+    let key = key_of(q).ok_or(KeyRefusal::Missing)?;
+    if !valid_key(app, &key) {
+        return Err(KeyRefusal::Malformed);
+    }
+    if !seen(app, &key) {
+        return Err(KeyRefusal::Unseen);
+    }
+    Ok(key)
+}
+
 async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
-    let Some(key) = key_of(&q) else {
-        return no_key();
+    let key = match named_key(&app, &q) {
+        Ok(k) => k,
+        Err(r) => return r.response(),
     };
     app.layer.resume(&key).await;
     app.stops.forget(&key);
@@ -270,13 +458,12 @@ async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
 }
 
 async fn stop(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
-    let Some(key) = key_of(&q) else {
-        return no_key();
+    let key = match named_key(&app, &q) {
+        Ok(k) => k,
+        Err(r) => return r.response(),
     };
+    // Journaled, with its evidence, by `operator_stop`.
     app.operator_stop(&key).await;
-    if let Some(j) = &app.journal {
-        j.stop(&key, Cause::UserLimit, None);
-    }
     tracing::warn!(key = %key, "key stopped by an operator");
     json(StatusCode::OK, serde_json::json!({"stopped": key}))
 }

@@ -4,7 +4,6 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:8787"
-//! admin = "127.0.0.1:8788"
 //! log = "json"                      # or "text" (default)
 //!
 //! [[upstream]]                      # the first is the default
@@ -57,6 +56,19 @@
 //! idle_timeout_ms = 60000           # a keep-alive connection with no request is closed
 //! # max_connections = 4000          # per listener; default: from the descriptor limit
 //! max_body_memory = 268435456       # request bodies held at once, all callers (256 MiB)
+//!
+//! [admin]                           # see crate::admin (or admin = "ADDRESS")
+//! address = "127.0.0.1:8788"
+//! # token = "…"                     # else read from (or generated into) token_file
+//! # token_file = "/var/lib/ratewise/admin-token"
+//! allowed_hosts = []                # Host/Origin names besides the bound address and loopback
+//! allow_remote = false              # a non-loopback --admin needs true
+//! open_metrics = false              # true: /metrics without the token
+//! status_max_keys = 1000            # keys /status lists (the others counted)
+//!
+//! [key_table]
+//! max_keys = 10000                  # keys kept; idle ones forgotten beyond it
+//! idle_s = 900                      # a key unused this long is forgotten
 //! ```
 //!
 //! A request chooses its upstream by the `x-ratewise-upstream` header (an
@@ -148,7 +160,7 @@ pub enum Roots {
 #[serde(deny_unknown_fields)]
 struct File {
     listen: Option<String>,
-    admin: Option<String>,
+    admin: Option<AdminEntry>,
     log: Option<LogFormat>,
     journal: Option<PathBuf>,
     redis: Option<RedisFile>,
@@ -164,6 +176,42 @@ struct File {
     group: Vec<GroupFile>,
     spend: Option<SpendFile>,
     bounds: Option<BoundsFile>,
+    key_table: Option<KeyTableFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyTableFile {
+    max_keys: Option<usize>,
+    idle_s: Option<u64>,
+}
+
+/// The key table's bounds ([`Controller::forget_idle`](ratewise_core::admit::Controller::forget_idle)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyTable {
+    /// Most keys kept (default 10,000): beyond it the least recently used
+    /// that may go are forgotten at once, whatever their idle time.
+    pub max_keys: usize,
+    /// A key unused this long is forgotten (default 15 min).
+    pub idle: Duration,
+}
+
+impl Default for KeyTable {
+    fn default() -> Self {
+        KeyTable {
+            max_keys: 10_000,
+            idle: Duration::from_secs(900),
+        }
+    }
+}
+
+/// `admin = "127.0.0.1:8788"`, or an `[admin]` table with its `address`
+/// and who may call it.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum AdminEntry {
+    Address(String),
+    Table(crate::admin::settings::AdminFile),
 }
 
 /// `redis = "redis://…"`, or a table with the URL and its options.
@@ -181,6 +229,8 @@ struct RedisTable {
     prefix: Option<String>,
     /// Share of the limits paced at while Redis is unreachable, in (0, 1].
     fallback_share: Option<f64>,
+    /// Seconds a key's record outlives its last write (default 7 days).
+    record_ttl_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -340,6 +390,10 @@ pub struct ProxyConfig {
     /// (`bounds.max_body_memory`, default [`MAX_BODY_MEMORY`]). Over it a
     /// request waits up to the body timeout, then gets a 503.
     pub max_body_memory: usize,
+    /// Who may call the admin listener (`[admin]`).
+    pub admin_access: crate::admin::settings::AdminSettings,
+    /// How many keys are kept, and for how long unused (`[key_table]`).
+    pub key_table: KeyTable,
 }
 
 /// The default of `bounds.header_read_timeout_ms`.
@@ -390,6 +444,10 @@ pub struct RedisSettings {
     /// Share of the limits paced at while Redis is unreachable (default:
     /// one over the processes Redis last saw on the key).
     pub fallback_share: Option<f64>,
+    /// How long a key's record outlives its last write in Redis (default
+    /// 7 days): the records of keys nobody uses any more — forgotten by
+    /// every process — go by themselves.
+    pub record_ttl: Option<Duration>,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -398,6 +456,7 @@ impl std::fmt::Debug for RedisSettings {
         f.debug_struct("RedisSettings")
             .field("prefix", &self.prefix)
             .field("fallback_share", &self.fallback_share)
+            .field("record_ttl", &self.record_ttl)
             .finish_non_exhaustive()
     }
 }
@@ -449,8 +508,13 @@ impl ProxyConfig {
             "127.0.0.1:8787",
             "listen",
         )?;
+        let (admin_address, admin_file) = match file.admin {
+            None => (None, Default::default()),
+            Some(AdminEntry::Address(a)) => (Some(a), Default::default()),
+            Some(AdminEntry::Table(mut t)) => (t.address.take(), t),
+        };
         let admin = address(
-            flags.admin.as_deref().or(file.admin.as_deref()),
+            flags.admin.as_deref().or(admin_address.as_deref()),
             "127.0.0.1:8788",
             "admin",
         )?;
@@ -660,6 +724,7 @@ impl ProxyConfig {
                 url,
                 prefix: None,
                 fallback_share: None,
+                record_ttl: None,
             }),
             Some(RedisFile::Table(t)) => {
                 if let Some(f) = t.fallback_share {
@@ -681,6 +746,10 @@ impl ProxyConfig {
                     url: t.url,
                     prefix: t.prefix,
                     fallback_share: t.fallback_share,
+                    record_ttl: match t.record_ttl_s {
+                        Some(0) => return Err(invalid("redis.record_ttl_s must be more than 0")),
+                        s => s.map(Duration::from_secs),
+                    },
                 })
             }
         };
@@ -692,6 +761,7 @@ impl ProxyConfig {
                         url: url.clone(),
                         prefix: None,
                         fallback_share: None,
+                        record_ttl: None,
                     })
                 }
             }
@@ -706,12 +776,30 @@ impl ProxyConfig {
                 ));
             }
         }
+        let journal = flags.journal.clone().or(file.journal);
+        let admin_access = crate::admin::settings::AdminSettings::from_file(
+            admin_file,
+            admin,
+            journal.as_deref(),
+            &env,
+        )?;
+        let kt = file.key_table.unwrap_or_default();
+        if kt.max_keys == Some(0) || kt.idle_s == Some(0) {
+            return Err(invalid("key_table.max_keys and idle_s must be more than 0"));
+        }
+        let defaults = KeyTable::default();
+        let key_table = KeyTable {
+            max_keys: kt.max_keys.unwrap_or(defaults.max_keys),
+            idle: kt.idle_s.map_or(defaults.idle, Duration::from_secs),
+        };
         Ok(ProxyConfig {
+            admin_access,
+            key_table,
             listen,
             admin,
             upstreams,
             layer,
-            journal: flags.journal.clone().or(file.journal),
+            journal,
             redis,
             log: file.log.unwrap_or_default(),
             grace: Duration::from_secs(bounds.grace_s.unwrap_or(30)),
@@ -897,6 +985,18 @@ mod tests {
                 "max_deadline_ms must be more than 0",
             ),
             ("[bounds]\nmax_waiting = 0", "http://x", "more than 0"),
+            (
+                "[redis]\nurl = \"redis://127.0.0.1:1\"\nrecord_ttl_s = 0",
+                "http://x",
+                "record_ttl_s",
+            ),
+            ("[key_table]\nmax_keys = 0", "http://x", "key_table"),
+            ("[admin]\ntoken = \"short\"", "http://x", "16 to 512"),
+            (
+                "[admin]\nstatus_max_keys = 0",
+                "http://x",
+                "status_max_keys",
+            ),
             ("unknown = 1", "http://x", "unknown"),
             (
                 "[[upstream]]\nurl = \"http://x\"\nprovider = \"acme\"",
@@ -914,6 +1014,25 @@ mod tests {
             ..flags("http://x")
         };
         assert!(ProxyConfig::from_toml(&same, "", |_| None).is_err());
+        let c = ProxyConfig::from_toml(
+            &flags("http://x"),
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\nrecord_ttl_s = 3600\n[key_table]\nmax_keys = 5\nidle_s = 60\n[admin]\naddress = \"127.0.0.1:9999\"\nallowed_hosts = [\"Proxy.LAN\"]",
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.redis.unwrap().record_ttl, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            c.key_table,
+            KeyTable {
+                max_keys: 5,
+                idle: Duration::from_secs(60)
+            }
+        );
+        assert_eq!(c.admin.to_string(), "127.0.0.1:9999");
+        assert_eq!(c.admin_access.allowed_hosts, vec!["proxy.lan".to_owned()]);
+        let d = ProxyConfig::from_toml(&flags("http://x"), "", |_| None).unwrap();
+        assert_eq!(d.key_table, KeyTable::default());
+        assert_eq!(d.key_table.max_keys, 10_000);
         let none = ProxyConfig::from_toml(&Flags::default(), "", |_| None).unwrap_err();
         assert!(none.to_string().contains("no upstream"), "{none}");
     }

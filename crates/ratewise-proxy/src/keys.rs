@@ -13,6 +13,16 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+/// Whether `s` is a fingerprint as [`fingerprint`] writes them: `fp-`
+/// and 16 lowercase hex digits (what the admin API accepts).
+pub fn is_fingerprint(s: &str) -> bool {
+    s.len() == 19
+        && s.starts_with("fp-")
+        && s[3..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// The fingerprint of a key.
 pub fn fingerprint(key: &str) -> String {
     let digest = Sha256::digest(key.as_bytes());
@@ -77,6 +87,30 @@ impl Seen {
         seen.iter().map(|(a, b)| (a.clone(), b.clone())).collect()
     }
 
+    /// How many fingerprints are held.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every fingerprint held.
+    pub fn fingerprints(&self) -> Vec<String> {
+        let seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.keys().cloned().collect()
+    }
+
+    /// Forgets these fingerprints (their keys were forgotten).
+    pub fn forget(&self, fps: &[String]) {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for fp in fps {
+            seen.remove(fp);
+        }
+    }
+
     /// The last four characters of the key behind `fp`, when seen.
     pub fn last_four_of(&self, fp: &str) -> Option<String> {
         let seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -97,6 +131,19 @@ mod tests {
         assert!(!fp.contains("SECRET"));
         // SHA-256("abc") starts ba7816bf8f01cfea.
         assert_eq!(fingerprint("abc"), "fp-ba7816bf8f01cfea");
+        assert!(is_fingerprint(&fp) && is_fingerprint("fp-ba7816bf8f01cfea"));
+        for junk in [
+            "",
+            "fp-",
+            "fp-BA7816BF8F01CFEA",
+            "fp-ba7816bf8f01cfe",
+            "fp-ba7816bf8f01cfeaa",
+            "xx-ba7816bf8f01cfea",
+            "fp-ba7816bf8f01cfeg",
+            "fp-ba7816bf8f01cfé",
+        ] {
+            assert!(!is_fingerprint(junk), "{junk}");
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@
 //! * [`serve`]: the listeners, bounded (connections, header and idle
 //!   timeouts).
 //! * [`drain`]: the shutdown (SIGTERM, SIGINT) and its grace.
+//! * [`forget`]: the key table kept within its bound.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -41,6 +42,7 @@ pub mod answer;
 pub mod config;
 pub mod drain;
 pub mod evidence;
+pub mod forget;
 pub mod forward;
 pub mod jobs;
 pub mod journal;
@@ -94,6 +96,8 @@ pub struct App {
     pub body_memory: Arc<tokio::sync::Semaphore>,
     /// Jobs in flight, by id.
     pub jobs: Arc<jobs::Jobs>,
+    /// Who may call the admin listener, and its token.
+    pub admin: admin::guard::Guard,
 }
 
 impl App {
@@ -247,11 +251,11 @@ impl App {
     fn stop_cause(&self, key: &str) -> Option<Cause> {
         let now = self.layer.now();
         let mut c = self.store.lock();
-        c.scopes()
+        // The key's own scopes: never a pass over every key under the lock.
+        c.scopes_of(key)
             .into_iter()
             .filter_map(|id| c.snapshot(id, now))
-            .find(|s| s.key == key)
-            .and_then(|s| s.stopped)
+            .find_map(|s| s.stopped)
             .map(|st| st.cause)
     }
 
@@ -312,6 +316,8 @@ pub enum StartError {
     Journal(std::path::PathBuf, std::io::Error),
     /// The Redis store could not be made (a URL it cannot use).
     Redis(ratewise_redis::Error),
+    /// The admin token file could not be read or made.
+    AdminToken(std::path::PathBuf, admin::token::TokenError),
 }
 
 impl std::fmt::Display for StartError {
@@ -322,6 +328,7 @@ impl std::fmt::Display for StartError {
             StartError::Bind(a, e) => write!(f, "cannot listen on {a}: {e}"),
             StartError::Journal(p, e) => write!(f, "journal {}: {e}", p.display()),
             StartError::Redis(e) => write!(f, "--redis: {e}"),
+            StartError::AdminToken(p, e) => write!(f, "admin token file {}: {e}", p.display()),
         }
     }
 }
@@ -438,6 +445,9 @@ async fn redis_store(
         rc.prefix = p.clone();
     }
     rc.fallback_share = settings.fallback_share;
+    if let Some(ttl) = settings.record_ttl {
+        rc.record_ttl = ttl;
+    }
     match ratewise_redis::RedisStore::connect(&settings.url, rc.clone()).await {
         Ok(r) => {
             tracing::info!("keys' limits shared through Redis");
@@ -496,6 +506,11 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         let client = upstream::client(up).map_err(StartError::Tls)?;
         services.push(layer.layer(upstream::Marking(client, drain.wire.clone())));
     }
+    config
+        .admin_access
+        .check_address(config.admin)
+        .map_err(|e| StartError::Config(config::ConfigError::Invalid(e)))?;
+    let token = admin_token(&config.admin_access.token)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| StartError::Bind(config.listen, e))?;
@@ -510,7 +525,14 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         .map_err(|e| StartError::Bind(config.admin, e))?;
 
     let body_memory = Arc::new(tokio::sync::Semaphore::new(config.max_body_memory));
+    let guard = admin::guard::Guard::new(
+        token,
+        admin_addr,
+        &config.admin_access.allowed_hosts,
+        config.admin_access.open_metrics,
+    );
     let app = Arc::new(App {
+        admin: guard,
         config,
         drain,
         body_memory,
@@ -597,8 +619,9 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         }
     });
     if !admin_addr.ip().is_loopback() {
-        tracing::warn!(%admin_addr, "the admin listener is not on loopback: /stop and /resume have no authentication");
+        tracing::warn!(%admin_addr, "the admin listener is not on loopback (allow_remote): its token travels in clear unless TLS is put in front");
     }
+    tokio::spawn(forget::sweep(Arc::downgrade(&app)));
     tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), "ratewise proxy listening");
     Ok(Running {
         addr,
@@ -608,6 +631,28 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         admin,
         expiry,
     })
+}
+
+/// The admin token from its source: the path is logged, never the token.
+fn admin_token(source: &admin::settings::TokenSource) -> Result<String, StartError> {
+    use admin::settings::TokenSource;
+    match source {
+        TokenSource::Given(t) => Ok(t.clone()),
+        TokenSource::File(path) => {
+            let (t, made) = admin::token::load_or_create(path)
+                .map_err(|e| StartError::AdminToken(path.clone(), e))?;
+            if made {
+                tracing::info!(path = %path.display(), "admin token generated (mode 0600): send it as Authorization: Bearer");
+            } else {
+                tracing::info!(path = %path.display(), "admin token read");
+            }
+            Ok(t)
+        }
+        TokenSource::Memory => {
+            tracing::warn!("no file for the admin token (no journal, no HOME): it lives in memory only; set [admin] token or token_file to call /status, /stop, /resume");
+            admin::token::generate().map_err(|e| StartError::AdminToken("<memory>".into(), e))
+        }
+    }
 }
 
 /// Connections the admin listener serves at once.

@@ -56,6 +56,7 @@ async fn call(p: &Running, body: String) -> (u16, String) {
 async fn metrics(p: &Running) -> String {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let req = Request::get(format!("http://{}/metrics", p.admin_addr))
+        .header("authorization", p.app.admin.authorization())
         .body(Full::new(Bytes::new()))
         .unwrap();
     let resp = client.request(req).await.unwrap();

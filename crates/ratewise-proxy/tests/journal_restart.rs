@@ -26,10 +26,13 @@ async fn start(upstream: &str, journal: &std::path::Path) -> ratewise_proxy::Run
     ratewise_proxy::start(config).await.unwrap()
 }
 
-async fn get(url: String) -> String {
+/// An admin GET, with the admin token.
+async fn get(p: &ratewise_proxy::Running, path: &str) -> String {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let url = format!("http://{}{path}", p.admin_addr);
+    let req = Request::get(url).header("authorization", p.app.admin.authorization());
     let resp = client
-        .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+        .request(req.body(Full::new(Bytes::new())).unwrap())
         .await
         .unwrap();
     String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned()
@@ -92,7 +95,7 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
     // The restart: the unknown outcome is reported, the stop holds.
     let sends = mock.records().len();
     let p = start(&mock.base_url(), &journal).await;
-    let status = get(format!("http://{}/status", p.admin_addr)).await;
+    let status = get(&p, "/status").await;
     assert!(status.contains("crashed-7"), "{status}");
     assert!(
         status.contains("fp-00000000000000aa")
@@ -107,7 +110,7 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
 
     // Reported once: the next start has no unknown outcome left.
     let p = start(&mock.base_url(), &journal).await;
-    let status = get(format!("http://{}/status", p.admin_addr)).await;
+    let status = get(&p, "/status").await;
     assert!(!status.contains("crashed-7"), "{status}");
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -218,8 +221,7 @@ async fn a_spend_caps_typed_answer_and_its_since_survive_a_restart() {
         "caller-job-2",
         "a stopped answer names its job"
     );
-    let since = since_ms(&get(format!("http://{}/status", p.admin_addr)).await, &fp)
-        .expect("the stop is shown");
+    let since = since_ms(&get(&p, "/status").await, &fp).expect("the stop is shown");
     p.shutdown().await;
     let text = std::fs::read_to_string(&journal).unwrap();
     assert!(!text.contains(KEY), "no key in the journal");
@@ -247,7 +249,7 @@ async fn a_spend_caps_typed_answer_and_its_since_survive_a_restart() {
         h3.contains_key("retry-after"),
         h2.contains_key("retry-after")
     );
-    let status = get(format!("http://{}/status", p.admin_addr)).await;
+    let status = get(&p, "/status").await;
     assert_eq!(since_ms(&status, &fp), Some(since), "{status}");
     assert_eq!(mock.records().len(), sends, "a stopped key sends nothing");
     p.shutdown().await;
@@ -263,8 +265,11 @@ async fn an_operators_stop_says_so_before_and_after_a_restart() {
     let _ = std::fs::remove_file(&journal);
     let fp = fingerprint(KEY);
     let p = start(&mock.base_url(), &journal).await;
+    // A key the proxy has seen (the admin refuses to stop one it never saw).
+    assert_eq!(call_full(&p, &[]).await.0, 200);
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let req = Request::post(format!("http://{}/stop?key={fp}", p.admin_addr))
+        .header("authorization", p.app.admin.authorization())
         .body(Full::new(Bytes::new()))
         .unwrap();
     assert_eq!(client.request(req).await.unwrap().status(), 200);
@@ -282,7 +287,7 @@ async fn an_operators_stop_says_so_before_and_after_a_restart() {
     let p = start(&mock.base_url(), &journal).await;
     let (s2, _, b2) = call_full(&p, &[]).await;
     assert_eq!((s2, &b2), (s, &b), "the same answer after the restart");
-    assert_eq!(mock.records().len(), 0);
+    assert_eq!(mock.records().len(), 1, "only the call before the stop");
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -308,8 +313,7 @@ async fn an_unknown_outcome_names_the_callers_job_its_key_and_model() {
         (504, "hold_unknown")
     );
     assert_eq!(job_header(&h), "cut-by-timeout-1");
-    let status: serde_json::Value =
-        serde_json::from_str(&get(format!("http://{}/status", p.admin_addr)).await).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&get(&p, "/status").await).unwrap();
     let u = &status["unknown_outcomes"][0];
     assert_eq!(u["job_id"], "cut-by-timeout-1", "{status}");
     assert_eq!(u["key"], fingerprint(KEY).as_str(), "{status}");

@@ -70,6 +70,7 @@ async fn admin(p: &Running, method: &str, path: &str) -> (StatusCode, serde_json
     let req = Request::builder()
         .method(method)
         .uri(format!("http://{}{path}", p.admin_addr))
+        .header("authorization", p.app.admin.authorization())
         .body(Full::new(Bytes::new()))
         .unwrap();
     let resp = client.request(req).await.unwrap();
@@ -272,6 +273,10 @@ async fn an_operator_stop_holds_until_resumed() {
     let mock = MockServer::start(roomy()).await.unwrap();
     let p = proxy(&mock.base_url(), "").await;
     let fp = fingerprint(KEY);
+    // A key never seen cannot be stopped (404); once seen, it can.
+    let (s, _) = admin(&p, "POST", &format!("/stop?key={fp}")).await;
+    assert_eq!(s, 404);
+    assert_eq!(call(&p, &[], BODY).await.status, 200);
     let (s, _) = admin(&p, "POST", &format!("/stop?key={fp}")).await;
     assert_eq!(s, 200);
     let a = call(&p, &[], BODY).await;
@@ -282,7 +287,7 @@ async fn an_operator_stop_holds_until_resumed() {
         "Anthropic's shape: {}",
         a.body
     );
-    assert_eq!(mock.records().len(), 0);
+    assert_eq!(mock.records().len(), 1);
     admin(&p, "POST", &format!("/resume?key={fp}")).await;
     assert_eq!(call(&p, &[], BODY).await.status, 200);
     p.shutdown().await;
@@ -731,6 +736,7 @@ fn metrics_input_level(text: &str) -> f64 {
 async fn metrics_text(p: &Running) -> String {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let req = Request::get(format!("http://{}/metrics", p.admin_addr))
+        .header("authorization", p.app.admin.authorization())
         .body(Full::new(Bytes::new()))
         .unwrap();
     let resp = client.request(req).await.unwrap();

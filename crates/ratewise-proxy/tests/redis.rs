@@ -71,6 +71,7 @@ async fn admin(p: &Running, method: &str, path: &str) -> (StatusCode, String) {
     let req = Request::builder()
         .method(method)
         .uri(format!("http://{}{path}", p.admin_addr))
+        .header("authorization", p.app.admin.authorization())
         .body(Full::new(Bytes::new()))
         .unwrap();
     let resp = client.request(req).await.unwrap();

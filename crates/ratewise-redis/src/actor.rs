@@ -147,7 +147,10 @@ impl Actor {
         // A key this process has not read yet: its record first (one round
         // trip, once per key), so that an operation on a key it has not
         // used — a resume, say — acts on the shared state.
-        let unread = !self.versions.contains_key(&key);
+        // A key this process forgot when idle (`Controller::forget_idle`)
+        // is read again too: its version here is of state it dropped.
+        let unread = !self.versions.contains_key(&key) || !self.mirror.lock().knows_key(&key);
+        self.prune_forgotten();
         let writes = ops.iter().any(|o| o.req.writes()) || self.unwritten_stops.contains_key(&key);
         if unread || !writes {
             match self.call(&key, READ, "").await {
@@ -212,6 +215,19 @@ impl Actor {
             "a batch lost {MAX_ATTEMPTS} writes in a row; applied here, written with the next"
         );
         self.apply_here(ops, Some(&key));
+    }
+
+    /// Drops what is kept per key for keys the controller forgot, once
+    /// these maps hold twice as many keys as it does (amortised: one pass
+    /// per doubling).
+    fn prune_forgotten(&mut self) {
+        let c = self.mirror.lock();
+        if self.versions.len() <= 2 * c.key_count() + 1024 {
+            return;
+        }
+        self.versions.retain(|k, _| c.knows_key(k));
+        self.epochs.retain(|k, _| c.knows_key(k));
+        self.peers.retain(|k, _| c.knows_key(k));
     }
 
     /// Applies operations to the controller itself, with no round trip.

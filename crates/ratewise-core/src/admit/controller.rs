@@ -11,6 +11,7 @@ use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, Reservatio
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
+use super::table::Table;
 use super::ScopeId;
 use crate::classify::Classification;
 use crate::decision::{Action, Decision};
@@ -21,6 +22,8 @@ use crate::vocab::{Cause, Dimension, GiveUpReason, Provider, Scope as CScope};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+mod forget;
 
 /// Everything the controller is configured with.
 #[derive(Debug, Clone)]
@@ -327,6 +330,14 @@ struct KeyState {
     name: String,
     stop: Option<Stop>,
     scopes: Vec<u32>,
+    /// A success was read for the key in this process: an authentication
+    /// stop on a key that never worked may be forgotten, one on a key
+    /// that did is evidence kept.
+    succeeded: bool,
+    /// The last time it was asked for an admission or ended a
+    /// reservation; `None` until then, or until a sweep first saw it
+    /// ([`Controller::forget_idle`]).
+    used: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -443,9 +454,9 @@ pub struct Controller {
     /// Per-mille of every effective limit this process paces at (1,000:
     /// the whole; a store cut off from its peers paces at its share).
     share_permille: u32,
-    keys: Vec<KeyState>,
+    keys: Table<KeyState>,
     key_index: HashMap<String, u32>,
-    scopes: Vec<ScopeState>,
+    scopes: Table<ScopeState>,
     scope_index: HashMap<(u32, String), u32>,
     slab: Slab,
     retry: RetryBudget,
@@ -461,9 +472,9 @@ impl Controller {
             retry: RetryBudget::new(cfg.retry_budget),
             spend: cfg.spend.map(SpendBudget::new),
             rng: fastrand::Rng::with_seed(cfg.seed.unwrap_or_else(crate::decide::entropy_seed)),
-            keys: Vec::new(),
+            keys: Table::default(),
             key_index: HashMap::new(),
-            scopes: Vec::new(),
+            scopes: Table::default(),
             scope_index: HashMap::new(),
             slab: Slab::default(),
             prices: Vec::new(),
@@ -549,11 +560,12 @@ impl Controller {
         let k = match self.key_index.get(key) {
             Some(k) => *k,
             None => {
-                let k = self.keys.len() as u32;
-                self.keys.push(KeyState {
+                let k = self.keys.push(KeyState {
                     name: key.to_owned(),
                     stop: None,
                     scopes: Vec::new(),
+                    succeeded: false,
+                    used: None,
                 });
                 self.key_index.insert(key.to_owned(), k);
                 k
@@ -585,8 +597,7 @@ impl Controller {
             ceiling: [None; 4],
         };
         rebuild_buckets(&mut st, self.cfg.burst, self.share_permille, Instant::ZERO);
-        let id = self.scopes.len() as u32;
-        self.scopes.push(st);
+        let id = self.scopes.push(st);
         self.keys[k as usize].scopes.push(id);
         self.scope_index.insert((k, class.to_owned()), id);
         ScopeId(id)
@@ -613,6 +624,7 @@ impl Controller {
             };
         };
         let key = &mut self.keys[s.key as usize];
+        key.used = Some(t);
         if let Some(stop) = key.stop {
             if stop.expired(t) {
                 key.stop = None;
@@ -802,6 +814,7 @@ impl Controller {
         if !live && !self.slab.end_stale(res.id) {
             return;
         }
+        self.touch(res.scope, t);
         if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
             // The probe's reservation ended. An answer teaches through
             // `observe` (which marks the scope heard); a settle alone —
@@ -859,7 +872,10 @@ impl Controller {
 
     fn release_ref(&mut self, res: &Reservation, now: Now) {
         match self.slab.remove(res.id, Exit::Released) {
-            Some(e) => self.give_back(&e, now.instant),
+            Some(e) => {
+                self.touch(res.scope, now.instant);
+                self.give_back(&e, now.instant)
+            }
             // Already ended: an orphan's late release gives nothing back
             // (its end gave it back); any other is refused and counted.
             None => {
@@ -1402,6 +1418,9 @@ impl Controller {
             if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
                 s.heard = true;
                 s.probe = None;
+                if c.cause == Cause::Success {
+                    self.keys[s.key as usize].succeeded = true;
+                }
             }
         }
         let affected = match c.scope {
@@ -1563,7 +1582,7 @@ impl Controller {
             return;
         }
         self.share_permille = permille;
-        for s in &mut self.scopes {
+        for s in self.scopes.iter_mut() {
             rebuild_buckets(s, self.cfg.burst, permille, now.instant);
         }
     }
@@ -1704,7 +1723,7 @@ impl Controller {
 
     /// Every scope, in the order they were made (for a status page).
     pub fn scopes(&self) -> Vec<ScopeId> {
-        (0..self.scopes.len() as u32).map(ScopeId).collect()
+        self.scopes.ids().map(ScopeId).collect()
     }
 
     /// Every scope on the same key as `scope` (including it).

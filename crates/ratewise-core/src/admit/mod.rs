@@ -61,6 +61,7 @@ mod shared;
 mod spend;
 mod stop;
 mod store;
+mod table;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,

@@ -445,6 +445,15 @@ impl Slab {
             .collect()
     }
 
+    /// The scopes that hold a live entry (held ones too).
+    pub fn live_scopes(&self) -> std::collections::HashSet<super::ScopeId> {
+        self.entries
+            .iter()
+            .filter(|e| e.live)
+            .map(|e| e.scope)
+            .collect()
+    }
+
     /// Ids of live entries on one of `scopes` (held ones too).
     pub fn live_on(&self, scopes: &[super::ScopeId]) -> Vec<ReservationId> {
         self.entries
