@@ -420,3 +420,40 @@ fn a_429_on_a_sibling_horizon_takes_the_hypothesis_back() {
     let cap = c.snapshot(target.scope, later).unwrap().capacities[2].unwrap();
     assert!(cap <= 1_700, "{cap}");
 }
+
+#[test]
+fn a_429_on_a_hypothesis_takes_it_back_but_leaves_the_proof() {
+    // A small request answered 429 on a full bucket: the model was over
+    // by nearly the whole bucket, which a level (a late timer, another
+    // client) explains as well as a capacity. The hypothesis goes; what
+    // the views proved stands. Cutting the proof too made one 429 from a
+    // late timer cost a quarter of a 5 s bucket's goodput for the rest of
+    // a run (`cold-key-5s --real` on a loaded machine: 0.72 of the limit).
+    let t = now_at(0);
+    let (mut proof, target) = horizon_controller(false);
+    horizon_views(&mut proof, &target, t);
+    let full = now_at(10_000);
+    let proven = proof.snapshot(target.scope, full).unwrap().capacities[2].unwrap();
+    let (mut c, _) = horizon_controller(true);
+    horizon_views(&mut c, &target, t);
+    assert!(c.snapshot(target.scope, full).unwrap().capacities[2].unwrap() > proven);
+    let mut req = AdmitRequest::new(target);
+    req.max_tokens = Some(300);
+    req.input_estimate = Some(10);
+    let r = c.admit(&req, full).go().expect("the model has room");
+    let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit of 24,000 output tokens per minute."}}"#;
+    let (cl, d) = respond(429, &[("retry-after", "1")], body, full);
+    c.observe_sent(&r.sent(), &cl, d.clone(), full);
+    c.release(r, full);
+    let after = c.snapshot(target.scope, full).unwrap();
+    assert_eq!(after.surprises[2], 1);
+    assert_eq!(after.capacities[2], Some(proven), "{after:?}");
+    // With no hypothesis above it, a second such 429 cuts the proof: the
+    // headers may be what is wrong.
+    let later = now_at(20_000);
+    let r = c.admit(&req, later).go().expect("the model has room");
+    c.observe_sent(&r.sent(), &cl, d, later);
+    c.release(r, later);
+    let cut = c.snapshot(target.scope, later).unwrap().capacities[2].unwrap();
+    assert!(cut < proven, "{cut} vs {proven}");
+}

@@ -1219,10 +1219,19 @@ impl Controller {
         let amount = sent.amounts.by_index(i);
         let taken = s.capacity_taken(i);
         if taken > 0 {
-            let cut = taken.saturating_sub(over).max(amount.min(taken));
+            let mut cut = taken.saturating_sub(over).max(amount.min(taken));
+            if taken > s.seen[i] {
+                // A hypothesis was in use: it goes, and the proof stands.
+                // Of what the model was over, the guess explains all it
+                // can; the rest is the level (a late timer, a send the
+                // model did not see), which the margin already learns. A
+                // proof that is itself wrong (headers biased high) meets
+                // the next 429 with no guess above it, and is cut then.
+                cut = cut.max(s.seen[i]);
+            }
             if cut < taken {
-                // A hypothesis that met a 429 goes first; the ceiling holds
-                // it (and the proof) down while the margin lasts.
+                // The ceiling holds the hypothesis (and the proof) down
+                // while the margin lasts.
                 s.seen[i] = s.seen[i].min(cut);
                 s.guess[i] = None;
                 s.ceiling[i] = Some(cut);
