@@ -131,9 +131,9 @@ impl JobSpec {
     }
 }
 
-/// What the driver does next.
+/// What the driver does next. Exhaustive on purpose: a new step is a
+/// compile error in every driver, not a runtime fallback.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Step {
     /// Ask the store to admit this request ([`Store::admit`](crate::admit::Store::admit)),
     /// and hand its answer to [`Job::admission`].
@@ -159,9 +159,8 @@ pub enum Step {
     End(Ended),
 }
 
-/// What a [`Step::Wait`] waits for.
+/// What a [`Step::Wait`] waits for. Exhaustive, as [`Step`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum WaitFor {
     /// Admission (a bucket, a pause, a probe, the spend budget).
     Admission(WaitReason),
@@ -216,6 +215,11 @@ pub struct Job {
     reservation: Option<Reservation>,
     admitted: Option<Sent>,
     handed_over: bool,
+    /// The caller went away ([`caller_left`](Job::caller_left)): no
+    /// further send; a send in flight is finished and accounted.
+    cancelled: bool,
+    /// Events told out of turn (see [`strays`](Job::strays)).
+    strays: u32,
 }
 
 impl Job {
@@ -236,7 +240,23 @@ impl Job {
             reservation: None,
             admitted: None,
             handed_over: false,
+            cancelled: false,
+            strays: 0,
         }
+    }
+
+    /// Events told to the machine out of turn (an answer with no send in
+    /// progress, a body end with no body delivered, a second
+    /// [`sending`](Self::sending)...): each was ignored — the job stays as
+    /// it was — logged at `debug` and counted here. A driver's tests
+    /// assert it stays 0.
+    pub fn strays(&self) -> u32 {
+        self.strays
+    }
+
+    fn stray(&mut self, event: &'static str) {
+        self.strays = self.strays.saturating_add(1);
+        tracing::debug!(event, state = ?self.state, "job machine: stray event ignored");
     }
 
     /// What it is.
@@ -257,6 +277,9 @@ impl Job {
 
     /// What to do next (see [`Step`]).
     pub fn next(&mut self, now: Now) -> Step {
+        if self.cancelled && matches!(self.state, State::Ready { .. }) {
+            self.end(caller_left_decision());
+        }
         match &mut self.state {
             State::Admitting | State::Sending | State::Applying { .. } | State::Delivering => {
                 return Step::Pending
@@ -326,10 +349,18 @@ impl Job {
     /// lease.
     pub fn admission(&mut self, answer: Admission, policy: &Policy, now: Now) -> Step {
         if !matches!(self.state, State::Admitting) {
+            self.stray("admission");
             return Step::Pending;
         }
         self.state = State::Ready { not_before: None };
         match answer {
+            Admission::Go(res) if self.cancelled => {
+                // The caller left while it was asked: nothing is sent. The
+                // reservation stays with the machine until `cancel` (a
+                // driver's drop) gives it back.
+                self.reservation = Some(res);
+                self.end_at_admission(caller_left_decision())
+            }
             Admission::Go(res) => {
                 self.admitted = Some(res.sent());
                 self.reservation = Some(res);
@@ -397,7 +428,49 @@ impl Job {
     /// The request is being handed to the transport: from here on it may
     /// reach the provider, so a cancellation charges it.
     pub fn sending(&mut self) {
-        self.handed_over = true;
+        if matches!(self.state, State::Sending) && !self.handed_over {
+            self.handed_over = true;
+        } else {
+            self.stray("sending");
+        }
+    }
+
+    /// The caller went away (a proxy's client disconnected, a run was
+    /// stopped): a driver's cancellation. Nothing more is sent for the job.
+    ///
+    /// * Between sends (waiting for admission or a retry's delay, or
+    ///   admitted but not yet handed to the transport) it ends now,
+    ///   `give_up` for [`GiveUpReason::Cancelled`](crate::vocab::GiveUpReason::Cancelled),
+    ///   and a reservation it holds is released: the update for the store
+    ///   is returned.
+    /// * A send in progress is finished: its answer is applied like any
+    ///   other (its evidence, its settlement), and the job then ends
+    ///   instead of retrying ([`applied`](Self::applied) says so).
+    /// * A body being delivered is its reader's: its end settles it.
+    ///
+    /// Telling it twice changes nothing.
+    pub fn caller_left(&mut self) -> Option<Update> {
+        self.cancelled = true;
+        match self.state {
+            State::Ready { .. } => {
+                self.end(caller_left_decision());
+                None
+            }
+            State::Sending if !self.handed_over => {
+                let end = self
+                    .reservation
+                    .take()
+                    .map(|reservation| End::Release { reservation });
+                self.end(caller_left_decision());
+                end.map(Update::ending)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the caller went away ([`caller_left`](Self::caller_left)).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
     }
 
     /// What the attempt's rate-limit headers are read against, while a
@@ -425,6 +498,10 @@ impl Job {
         rng: &mut R,
         now: Now,
     ) -> Update {
+        if !matches!(self.state, State::Sending) {
+            self.stray("answered");
+            return nothing();
+        }
         if c.cause == Cause::Success {
             let observed = self.observed(c, Decision::new(Action::Done));
             let end = match usage {
@@ -472,6 +549,10 @@ impl Job {
         rng: &mut R,
         now: Now,
     ) -> Update {
+        if !matches!(self.state, State::Sending) {
+            self.stray("failed");
+            return nothing();
+        }
         let d = decide(policy, &self.job_state(), c, now, rng);
         let observed = self.observed(c, d);
         let end = self.reservation.take().map(|reservation| {
@@ -494,21 +575,29 @@ impl Job {
     /// decision as amended by queue-wide bounds; `None` keeps the
     /// machine's own). Returns the decision: a retry waits out its delay
     /// and asks admission again, a success's body is read next, anything
-    /// else ends the job.
+    /// else ends the job. A retry of a job whose caller left is not made:
+    /// the decision returned is then `give_up` `cancelled`, with the
+    /// retry it replaced in a note.
     pub fn applied(&mut self, amended: Option<Decision>, now: Now) -> Decision {
+        if !matches!(self.state, State::Applying { .. }) {
+            // Nothing was being applied: the state stays as it was.
+            self.stray("applied");
+            return amended.unwrap_or_else(|| Decision::new(Action::Inspect));
+        }
         let State::Applying {
             decision,
             delivering,
         } = std::mem::replace(&mut self.state, State::Ready { not_before: None })
         else {
-            // Nothing was being applied: the state stays as it was.
-            let d = amended.unwrap_or_else(|| Decision::new(Action::Inspect));
-            if let State::Ready { .. } = self.state {
-                self.end(d.clone());
-            }
-            return d;
+            unreachable!("checked above")
         };
-        let d = amended.unwrap_or(decision);
+        let mut d = amended.unwrap_or(decision);
+        if self.cancelled {
+            if let Action::Retry { delay } = d.action {
+                d = caller_left_decision()
+                    .with_note(format!("a retry in {delay:?} was decided; not made"));
+            }
+        }
         if delivering {
             self.state = State::Delivering;
         } else {
@@ -522,6 +611,10 @@ impl Job {
     /// have generated and billed the answer). Returns the update for the
     /// store, when the machine still held the reservation.
     pub fn body_end(&mut self, usage: Option<&Usage>) -> Option<Update> {
+        if !matches!(self.state, State::Delivering) {
+            self.stray("body_end");
+            return None;
+        }
         let end = self.reservation.take().map(|reservation| {
             let usage = usage.copied().unwrap_or_else(|| estimate(&reservation));
             End::Settle { reservation, usage }
@@ -558,11 +651,8 @@ impl Job {
             }
         });
         if !matches!(self.state, State::Ended { .. }) {
-            let d = Decision::new(Action::GiveUp {
-                reason: crate::vocab::GiveUpReason::Deadline,
-            })
-            .with_note("cancelled by its caller");
-            self.end(d);
+            self.cancelled = true;
+            self.end(caller_left_decision());
         }
         end.map(Update::ending)
     }
@@ -620,6 +710,22 @@ impl Job {
             at_admission: false,
         };
     }
+}
+
+/// An update that changes nothing: the answer to a stray event.
+fn nothing() -> Update {
+    Update {
+        observed: None,
+        end: None,
+    }
+}
+
+/// How a job whose caller left ends.
+fn caller_left_decision() -> Decision {
+    Decision::new(Action::GiveUp {
+        reason: crate::vocab::GiveUpReason::Cancelled,
+    })
+    .with_note("its caller left: nothing more is sent")
 }
 
 /// The decision for a refused admission; for a deadline, with when the job

@@ -166,6 +166,9 @@ vocabulary! {
         RetryBudget => "retry_budget",
         /// The server said not to (`x-should-retry: false`).
         ServerDeclined => "server_declined",
+        /// Its caller went away (a driver's cancellation): nothing more
+        /// is sent for it.
+        Cancelled => "cancelled",
     }
 }
 

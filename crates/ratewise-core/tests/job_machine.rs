@@ -418,3 +418,119 @@ fn random_drivers_end_every_reservation_once() {
         assert!(l.is_clean(), "seed {seed}: {l:?}");
     }
 }
+
+#[test]
+fn a_caller_gone_between_sends_ends_the_job_cancelled_and_releases_what_it_held() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let t = now_at(0);
+    // Admitted, not yet handed over: released, nothing sent.
+    let mut j = job(&s, "claude-sonnet-4-5");
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { attempt: 1 }));
+    let update = j.caller_left().expect("the reservation goes back");
+    assert!(
+        matches!(update.end, Some(End::Release { .. })),
+        "{update:?}"
+    );
+    s.apply(update, t);
+    let Step::End(e) = j.step(&s, &policy, t) else {
+        panic!()
+    };
+    assert_eq!(
+        e.decision.action,
+        Action::GiveUp {
+            reason: GiveUpReason::Cancelled
+        }
+    );
+    // Told twice: nothing more.
+    assert!(j.caller_left().is_none());
+    assert_eq!(s.ledger().released.requests, 1);
+    assert_clean(&s);
+    assert_eq!(j.strays(), 0);
+}
+
+#[test]
+fn a_caller_gone_during_the_send_finishes_it_and_makes_no_retry() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { attempt: 1 }));
+    j.sending();
+    // The caller leaves while the request is on the wire: nothing changes
+    // now; the answer is still applied.
+    assert!(j.caller_left().is_none());
+    assert!(matches!(j.step(&s, &policy, t), Step::Pending));
+    let c = classify(
+        Provider::Anthropic,
+        429,
+        &[("retry-after", "3")],
+        RATE_LIMITED,
+        t,
+    );
+    let d = j.answer(&s, &policy, &c, None, &mut rng(), t);
+    assert_eq!(
+        d.action,
+        Action::GiveUp {
+            reason: GiveUpReason::Cancelled
+        },
+        "the retry decided on the 429 is not made: {d:?}"
+    );
+    // Its evidence was applied: the scope is paused for the others.
+    let mut other = job(&s, "claude-sonnet-4-5");
+    assert!(matches!(
+        other.step(&s, &policy, t),
+        Step::Wait {
+            reason: WaitFor::Admission(WaitReason::Paused),
+            ..
+        }
+    ));
+    let Step::End(e) = j.step(&s, &policy, now_at(10_000)) else {
+        panic!("no second attempt")
+    };
+    assert_eq!(e.attempts, 1);
+    assert_clean(&s);
+}
+
+#[test]
+fn a_stray_event_leaves_the_job_as_it_was_and_is_counted() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    let ok = classify(Provider::Anthropic, 200, &[], OK, t);
+    // Before any send: an answer, a failure, an applied update, a body
+    // end, a hand-over — none belongs here.
+    let u = j.answered(&policy, &ok, None, &mut rng(), t);
+    assert!(u.observed.is_none() && u.end.is_none(), "{u:?}");
+    let refused = classify_transport(Provider::Anthropic, TransportFailure::ConnectRefused);
+    let u = j.failed(&policy, &refused, false, &mut rng(), t);
+    assert!(u.observed.is_none() && u.end.is_none(), "{u:?}");
+    let _ = j.applied(None, t);
+    assert!(j.body_end(None).is_none());
+    j.sending();
+    assert_eq!(j.strays(), 5);
+    // The job goes on as if nothing was told.
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { attempt: 1 }));
+    j.sending();
+    j.sending();
+    assert_eq!(j.strays(), 6, "a second hand-over is stray too");
+    let u = Usage {
+        input_tokens: 40,
+        output_tokens: 7,
+        ..Usage::default()
+    };
+    assert_eq!(
+        j.answer(&s, &policy, &ok, Some(&u), &mut rng(), t).action,
+        Action::Done
+    );
+    // After its end: an answer changes nothing.
+    let u2 = j.answered(&policy, &ok, None, &mut rng(), t);
+    assert!(u2.end.is_none());
+    let Step::End(e) = j.step(&s, &policy, t) else {
+        panic!()
+    };
+    assert_eq!(e.decision.action, Action::Done);
+    assert_eq!(j.strays(), 7);
+    assert_clean(&s);
+}

@@ -3,8 +3,10 @@
 //! * **Draining**: the callers' listener stays open and answers every new
 //!   request at once with a 503 in the provider's shape, `retry-after`
 //!   and `connection: close`, sending nothing; every job not yet sent gets
-//!   the same; the [`Wire`] gate refuses every
-//!   send, retries included; sends on the wire finish.
+//!   the same; the shutdown's cancellation ([`Drain::cancel`], every
+//!   job's parent) refuses every send, retries included — the job machine
+//!   ends such a job `give_up` `cancelled`, nothing sent; sends on the
+//!   wire finish.
 //! * **Cut** (the grace is over): a job whose send is still on the wire
 //!   gets a 504 with `x-ratewise-action: hold_unknown` and is journaled as
 //!   an unknown outcome; a streamed answer still being written gets the
@@ -34,8 +36,11 @@ pub enum Phase {
 pub struct Drain {
     phase: watch::Sender<Phase>,
     cut: AtomicUsize,
-    /// The gate every send passes.
+    /// The sends on the wire, which the shutdown waits for.
     pub wire: Arc<Wire>,
+    /// Every job's cancellation is a child of this one: given when the
+    /// drain starts, no job hands another send to the transport.
+    pub cancel: ratewise_tower::Cancel,
 }
 
 impl Default for Drain {
@@ -44,6 +49,7 @@ impl Default for Drain {
             phase: watch::channel(Phase::Serving).0,
             cut: AtomicUsize::new(0),
             wire: Arc::new(Wire::default()),
+            cancel: ratewise_tower::Cancel::new(),
         }
     }
 }
@@ -64,16 +70,16 @@ impl Drain {
         self.phase.subscribe()
     }
 
-    /// Starts the drain: the gate closes first, so no send starts once a
-    /// handler has seen the phase.
+    /// Starts the drain: sends are refused first, so no send starts once
+    /// a handler has seen the phase.
     pub fn start(&self) {
-        self.wire.close();
+        self.cancel.cancel();
         self.phase.send_replace(Phase::Draining);
     }
 
     /// The grace is over.
     pub fn cut_now(&self) {
-        self.wire.close();
+        self.cancel.cancel();
         self.phase.send_replace(Phase::Cut);
     }
 

@@ -20,7 +20,7 @@
 use crate::answer;
 use crate::drain::Phase;
 use crate::keys::caller_key;
-use crate::upstream::{self, SentFlag, UpBody};
+use crate::upstream::{self, UpBody, WireWatch};
 use crate::App;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -409,8 +409,12 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     // What the journal's attempt lines say of the job.
     app.jobs
         .describe(job_id, &key, crate::jobs::model_of(&bytes));
-    let sent = SentFlag::waiting(app.metrics.clone());
+    let sent = WireWatch::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
+    // The job's cancellation: given when its caller leaves, and (through
+    // its parent) when the proxy drains.
+    let cancel = app.drain.cancel.child();
+    parts.extensions.insert(cancel.clone());
     let body: UpBody = http_body_util::Full::new(bytes)
         .map_err(|never: std::convert::Infallible| -> axum::Error { match never {} })
         .boxed_unsync();
@@ -427,6 +431,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         )),
         held,
         sent: sent.clone(),
+        cancel,
         metrics: app.metrics.clone(),
         bound: deadline.saturating_add(JOB_SLACK),
     };
@@ -476,6 +481,14 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                     app,
                 })
             })
+        }
+        // Refused a send because the proxy drains (its cancellation's
+        // parent): nothing of it is on the wire.
+        Ok(Err(e))
+            if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Cancelled)
+                && app.drain.cancel.is_cancelled() =>
+        {
+            shutting_down(provider, app.config.grace)
         }
         Ok(Err(e)) => {
             if e.is_stop_queue() {
@@ -555,7 +568,7 @@ type JobFuture = std::pin::Pin<
 /// One job, polled by its caller's handler. Dropped before it finished
 /// (the caller went away): a job not yet sent is dropped with it (the
 /// machine releases its reservation); a sent one moves to a task of its
-/// own, finishes its send (making no other: see [`SentFlag::cancel`]) and
+/// own, finishes its send (making no other: its cancellation is given) and
 /// reads its answer to the end, so its usage settles — bounded by the
 /// job's deadline and slack. The gauges end with the job, however it ends.
 struct Job {
@@ -564,7 +577,9 @@ struct Job {
     /// Its body's place in `bounds.max_body_memory`, held while the job
     /// may still send it.
     held: Vec<tokio::sync::OwnedSemaphorePermit>,
-    sent: SentFlag,
+    sent: WireWatch,
+    /// Its cancellation, given when its caller leaves.
+    cancel: ratewise_tower::Cancel,
     metrics: Arc<crate::metrics::Metrics>,
     bound: Duration,
 }
@@ -617,13 +632,16 @@ enum Ran {
 async fn run_or_drain(app: &App, job: &mut Job) -> Ran {
     let mut phase = app.drain.subscribe();
     let sent = job.sent.clone();
+    let cancel = job.cancel.clone();
     loop {
         if let Poll::Ready(r) = futures::poll!(std::pin::pin!(job.run())) {
             return Ran::Answered(r);
         }
         let now = *phase.borrow_and_update();
         if now != Phase::Serving {
-            if sent.hold() || !sent.on_wire() {
+            // No further send: one not yet handed over never will be.
+            let nothing_sent = cancel.cancel() == ratewise_tower::Cancelled::NothingSent;
+            if nothing_sent || !sent.on_wire() {
                 return Ran::NotSent;
             }
             if now == Phase::Cut {
@@ -802,8 +820,9 @@ impl Drop for Job {
         };
         self.metrics.abandoned.fetch_add(1, Ordering::Relaxed);
         // One atomic step decides between "never sent" (dropped here:
-        // released) and "sent" (finished in the background).
-        if self.sent.cancel() {
+        // released) and "sent" (finished in the background, with no
+        // further send: the machine is told its caller left).
+        if self.cancel.cancel() == ratewise_tower::Cancelled::NothingSent {
             return;
         }
         let gauges = self.gauges.take();

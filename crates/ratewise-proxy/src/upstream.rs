@@ -8,7 +8,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
@@ -97,38 +97,36 @@ pub fn client(up: &Upstream) -> Result<HttpClient, TlsSetupError> {
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
-/// Where a job stands with its upstream, one atomic state: waiting for its
-/// first send, sent (a caller that leaves then does not cancel it: its
-/// usage must settle), or cancelled because its caller left (before any
-/// send: the job is aborted; after one: no further send is made). Until
-/// its first send the job counts as waiting (`Metrics::waiting`).
+/// What the proxy sees of one job's sends: whether it still counts as
+/// waiting (`Metrics::waiting`, until its first send), whether a send of
+/// it is on the wire, and its last send (what an unknown outcome is
+/// journaled with). It observes and decides nothing: whether a job sends
+/// again is the job machine's, told through the job's
+/// [`Cancel`](ratewise_tower::Cancel).
 #[derive(Debug, Clone)]
-pub struct SentFlag(Arc<Flag>);
+pub struct WireWatch(Arc<Watched>);
 
 #[derive(Debug)]
-struct Flag {
-    state: AtomicU8,
+struct Watched {
     /// Whether it still counts as waiting.
     counted: AtomicBool,
     metrics: Arc<crate::metrics::Metrics>,
     /// Its send is on the wire (counted in [`Wire::on_wire`]): from the
     /// moment it is handed to the client until an error answer comes back
-    /// (the layer then decides on it), a later send is refused by the
-    /// gate, or the job ends.
+    /// (the layer then decides on it), or the job ends.
     on_wire: AtomicBool,
-    /// The gate it was sent through, once sent.
+    /// The count it was added to, once sent.
     wire: std::sync::OnceLock<Arc<Wire>>,
-    /// Woken when a send of this job is refused because the proxy drains,
-    /// or when its send comes back with an answer that is not a success.
+    /// Woken when its send comes back with an answer that is not a
+    /// success (a draining handler looks again).
     changed: tokio::sync::Notify,
     /// Sends handed to the client (its last attempt's number) and when
-    /// the last one started (Unix milliseconds): what an unknown outcome
-    /// is journaled with.
+    /// the last one started (Unix milliseconds).
     attempts: std::sync::atomic::AtomicU32,
     last_send_ms: std::sync::atomic::AtomicU64,
 }
 
-impl Drop for Flag {
+impl Drop for Watched {
     fn drop(&mut self) {
         if self.on_wire.swap(false, Ordering::AcqRel) {
             if let Some(w) = self.wire.get() {
@@ -138,26 +136,13 @@ impl Drop for Flag {
     }
 }
 
-/// The gate every send passes: closed when the proxy drains (no attempt
-/// starts after the signal, first sends and retries alike), and the count
-/// of sends on the wire, which the shutdown waits for.
+/// The count of sends on the wire, which the shutdown waits for.
 #[derive(Debug, Default)]
 pub struct Wire {
-    closed: AtomicBool,
     on_wire: std::sync::atomic::AtomicUsize,
 }
 
 impl Wire {
-    /// Closes the gate: every send from now on is refused.
-    pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-    }
-
-    /// Whether the gate is closed.
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
     /// Sends on the wire now (jobs whose answer has not come back, and
     /// successes whose job has not ended).
     pub fn on_wire(&self) -> usize {
@@ -165,17 +150,11 @@ impl Wire {
     }
 }
 
-const WAITING: u8 = 0;
-const SENT: u8 = 1;
-const CANCELLED: u8 = 2;
-const GONE_AFTER_SEND: u8 = 3;
-
-impl SentFlag {
+impl WireWatch {
     /// A job that waits for its first send, counted in `metrics.waiting`.
     pub fn waiting(metrics: Arc<crate::metrics::Metrics>) -> Self {
         metrics.waiting.fetch_add(1, Ordering::Relaxed);
-        SentFlag(Arc::new(Flag {
-            state: AtomicU8::new(WAITING),
+        WireWatch(Arc::new(Watched {
             counted: AtomicBool::new(true),
             metrics,
             on_wire: AtomicBool::new(false),
@@ -186,23 +165,13 @@ impl SentFlag {
         }))
     }
 
-    /// The proxy drains: a job never sent is held back for good (`true`:
-    /// its caller is answered now, nothing will be sent); `false` when it
-    /// was sent (see [`SentFlag::on_wire`]).
-    pub fn hold(&self) -> bool {
-        self.0
-            .state
-            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
     /// Whether a send of this job is on the wire now.
     pub fn on_wire(&self) -> bool {
         self.0.on_wire.load(Ordering::Acquire)
     }
 
     /// Resolves at the next change worth a look by a draining caller's
-    /// handler: a send refused, or an answer that is not a success.
+    /// handler: an answer that is not a success.
     pub async fn changed(&self) {
         self.0.changed.notified().await
     }
@@ -222,6 +191,7 @@ impl SentFlag {
     }
 
     fn on(&self, wire: &Arc<Wire>) {
+        self.uncount();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -241,41 +211,6 @@ impl SentFlag {
         }
     }
 
-    /// The caller left. Returns `true` when nothing was sent (the job is
-    /// to be aborted: no send can start from now on); `false` when a send
-    /// was made (the job finishes it, and makes no other).
-    pub fn cancel(&self) -> bool {
-        match self
-            .0
-            .state
-            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => true,
-            Err(_) => {
-                self.0.state.store(GONE_AFTER_SEND, Ordering::Release);
-                false
-            }
-        }
-    }
-
-    /// A send is about to start: `false` when the caller has left (the
-    /// send must not be made).
-    fn try_send(&self) -> bool {
-        let first =
-            self.0
-                .state
-                .compare_exchange(WAITING, SENT, Ordering::AcqRel, Ordering::Acquire);
-        let ok = match first {
-            Ok(_) => true,
-            Err(SENT) => true,
-            Err(_) => false,
-        };
-        if ok {
-            self.uncount();
-        }
-        ok
-    }
-
     fn uncount(&self) {
         if self.0.counted.swap(false, Ordering::AcqRel) {
             self.0.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -285,7 +220,7 @@ impl SentFlag {
 
 /// Held by a job's future: when the job ends, however (answered, failed,
 /// aborted), it no longer counts as waiting.
-pub struct NoLongerWaiting(pub SentFlag);
+pub struct NoLongerWaiting(pub WireWatch);
 
 impl Drop for NoLongerWaiting {
     fn drop(&mut self) {
@@ -293,48 +228,16 @@ impl Drop for NoLongerWaiting {
     }
 }
 
-/// A send refused because its caller left: nothing reached the upstream.
-#[derive(Debug)]
-pub struct CallerLeft;
-
-impl std::fmt::Display for CallerLeft {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the caller left: not sent")
-    }
-}
-
-impl std::error::Error for CallerLeft {}
-
-/// A send refused because the proxy drains (shutdown): nothing reached
-/// the upstream.
-#[derive(Debug)]
-pub struct Draining;
-
-impl std::fmt::Display for Draining {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the proxy is shutting down: not sent")
-    }
-}
-
-impl std::error::Error for Draining {}
-
-/// The upstream client, marking each request's [`SentFlag`] as it sends,
-/// behind the [`Wire`] gate.
+/// The upstream client, telling each request's [`WireWatch`] what goes on
+/// the wire and what comes back. Every send it is given is made: the layer
+/// hands a send over only when the job's cancellation allows it.
 #[derive(Clone)]
 pub struct Marking(pub HttpClient, pub Arc<Wire>);
-
-type Answered = Result<
-    <HttpClient as Service<http::Request<UpBody>>>::Response,
-    Box<dyn std::error::Error + Send + Sync>,
->;
 
 impl Service<http::Request<UpBody>> for Marking {
     type Response = <HttpClient as Service<http::Request<UpBody>>>::Response;
     type Error = Box<dyn std::error::Error + Send + Sync>;
-    type Future = futures::future::Either<
-        futures::future::BoxFuture<'static, Answered>,
-        futures::future::Ready<Result<Self::Response, Self::Error>>,
-    >;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Service::poll_ready(&mut self.0, cx).map_err(Into::into)
@@ -342,51 +245,27 @@ impl Service<http::Request<UpBody>> for Marking {
 
     fn call(&mut self, req: http::Request<UpBody>) -> Self::Future {
         use futures::FutureExt;
-        let flag = req.extensions().get::<SentFlag>().cloned();
-        if self.1.is_closed() {
-            // The proxy drains: no attempt starts, a retry no more than a
-            // first send. Refused as a caller that left is (a connection
-            // that never opened: nothing charged, the attempt journaled as
-            // ended); the caller's handler, woken, answers it at once.
-            if let Some(flag) = &flag {
-                flag.off_wire();
-                flag.0.changed.notify_one();
-            }
-            let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, Draining);
-            return futures::future::Either::Right(futures::future::ready(Err(refused.into())));
-        }
-        if let Some(flag) = &flag {
-            if !flag.try_send() {
-                // Refused before anything was written: the layer reads a
-                // connection that never opened, so nothing is charged.
-                let refused =
-                    std::io::Error::new(std::io::ErrorKind::ConnectionRefused, CallerLeft);
-                return futures::future::Either::Right(futures::future::ready(Err(refused.into())));
-            }
-            flag.on(&self.1);
+        let watch = req.extensions().get::<WireWatch>().cloned();
+        if let Some(watch) = &watch {
+            watch.on(&self.1);
         }
         let call = Service::call(&mut self.0, req);
-        futures::future::Either::Left(
-            async move {
-                let answered = call.await;
-                if let Some(flag) = flag {
-                    // An error answer came back: the provider did not take
-                    // the request, and what follows is the layer's to
-                    // decide (the answer, or a retry the gate refuses while
-                    // draining). A success stays on the wire until its job
-                    // ends; so does a transport failure, which may have
-                    // reached the provider (the layer holds it as unknown,
-                    // or retries one that never left, which the gate
-                    // refuses).
-                    if matches!(&answered, Ok(r) if !r.status().is_success()) {
-                        flag.off_wire();
-                        flag.0.changed.notify_one();
-                    }
+        async move {
+            let answered = call.await;
+            if let Some(watch) = watch {
+                // An error answer came back: the provider did not take
+                // the request, and what follows is the layer's to decide.
+                // A success stays on the wire until its job ends; so does
+                // a transport failure, which may have reached the
+                // provider.
+                if matches!(&answered, Ok(r) if !r.status().is_success()) {
+                    watch.off_wire();
+                    watch.0.changed.notify_one();
                 }
-                answered.map_err(|e| Box::new(e) as Self::Error)
             }
-            .boxed(),
-        )
+            answered.map_err(|e| Box::new(e) as Self::Error)
+        }
+        .boxed()
     }
 }
 

@@ -321,3 +321,66 @@ async fn an_unknown_outcome_names_the_callers_job_its_key_and_model() {
     assert!(!status.to_string().contains(KEY), "no key in /status");
     p.shutdown().await;
 }
+
+/// Issue #26: a caller that leaves after its send is a cancellation the
+/// job machine is told. The send finishes and is accounted; its 429 makes
+/// no retry — no further attempt upstream, no phantom send in `/metrics`,
+/// no journal line for an attempt that was not made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_gone_after_its_send_makes_no_further_attempt() {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    cfg.latency.first_byte_ms = 300;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("ratewise-caller-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("journal.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let p = start(&mock.base_url(), &journal).await;
+    // The first answer teaches the key's limits.
+    assert_eq!(call(&p).await.0, 200);
+    mock.clear_records();
+    // Every answer from now on: a 429 asking for a second's wait.
+    mock.set_faults(vec![ratewise_mock::FaultRule::always(
+        ratewise_mock::Fault::RetryAfter {
+            format: ratewise_mock::RetryAfterFormat::Seconds,
+            secs: 1,
+        },
+    )]);
+    let gone = tokio::time::timeout(std::time::Duration::from_millis(100), call(&p)).await;
+    assert!(gone.is_err(), "the caller gave up first");
+    // Long enough for the 429, its second's wait and two retries.
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    assert_eq!(mock.records().len(), 1, "sent once, never again");
+    let sends = p
+        .app
+        .metrics
+        .sends
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(sends, 2, "the teaching call and the one send: no phantom");
+    assert!(p.app.store.ledger().all_ended(), "nothing outstanding");
+    let metrics = get(&p, "/metrics").await;
+    assert!(metrics.contains("ratewise_sends_total 2"), "{metrics}");
+    p.shutdown().await;
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let attempts: Vec<(String, u64)> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "attempt_started")
+        .map(|v| {
+            (
+                v["job_id"].as_str().unwrap_or("").to_owned(),
+                v["attempt"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(attempts.len(), 2, "one start per send: {text}");
+    assert!(attempts.iter().all(|(_, n)| *n == 1), "{text}");
+    // Its one attempt ended on the 429, decided: no retry (the caller
+    // left).
+    assert!(
+        text.contains(r#""cause":"rate_limited","action":"give_up""#),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -91,6 +91,7 @@
 
 pub mod body;
 pub mod builder;
+pub mod cancel;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -105,6 +106,7 @@ mod wake;
 
 pub use body::{Metered, MeteredBody, ReplayBody};
 pub use builder::Builder;
+pub use cancel::{Cancel, Cancelled};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};

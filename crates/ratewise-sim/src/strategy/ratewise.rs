@@ -185,12 +185,6 @@ impl Ratewise {
                         sim.finish(id, Terminal::GivenUp);
                     }
                 },
-                // No other step exists today; a new one is not this
-                // driver's to guess at.
-                _ => {
-                    self.ready.pop();
-                    sim.finish(id, Terminal::GivenUp);
-                }
             }
         }
     }

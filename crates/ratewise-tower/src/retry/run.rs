@@ -28,6 +28,7 @@ use crate::body::decode::Coding;
 use crate::body::metered::{in_band_classification, MeterCtx, MeterKind, Side};
 use crate::body::replay::BufferError;
 use crate::body::{MeteredBody, ReplayBody};
+use crate::cancel::Cancel;
 use crate::config::{ATTEMPT_HEADER, JOB_HEADER};
 use crate::error::{BoxError, Error};
 use crate::job::Job;
@@ -156,8 +157,15 @@ where
     // A waiter that is not the head asks out of turn at its admission
     // deadline: the queue never holds a job past it.
     let admit_by = m.job.admit_deadline();
+    // The caller's cancellation (see `crate::cancel`): given to the
+    // machine, which ends the job between sends and makes no retry after
+    // a send in flight.
+    let cancel = parts.extensions.get::<Cancel>().cloned();
 
     loop {
+        if cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+            caller_left(&inner, &mut m).await;
+        }
         // Wait for the job's turn: only the head of the scope's queue asks.
         let signal = if retry_delay {
             None
@@ -200,7 +208,15 @@ where
                 }
             }
             match &queued {
-                Some(ticket) => Some(turn(ticket, clock.as_ref(), admit_by).await),
+                Some(ticket) => {
+                    match or_cancelled(cancel.as_ref(), turn(ticket, clock.as_ref(), admit_by))
+                        .await
+                    {
+                        Some(signal) => Some(signal),
+                        // Asked again, the machine ends the job.
+                        None => continue,
+                    }
+                }
                 None => None,
             }
         };
@@ -224,7 +240,7 @@ where
                     // A retry's delay: out of the queue until it passes.
                     WaitFor::Retry => {
                         queued = None;
-                        clock.sleep_until(until).await
+                        or_cancelled(cancel.as_ref(), clock.sleep_until(until)).await;
                     }
                     WaitFor::Admission(why) => {
                         tracing::debug!(job_id = %job.id,
@@ -234,10 +250,10 @@ where
                         // a settle, release or resume returns capacity (the
                         // signal was listened to before asking: none lost).
                         if let Some(signal) = signal {
-                            futures::future::select(clock.sleep_until(until), signal).await;
+                            let woken = futures::future::select(clock.sleep_until(until), signal);
+                            or_cancelled(cancel.as_ref(), woken).await;
                         }
                     }
-                    _ => clock.sleep_until(until).await,
                 }
                 continue;
             }
@@ -247,8 +263,9 @@ where
                 return Err(ended(&job, end, records, last.take()));
             }
             // Only while a send, a body or an update is in progress, which
-            // this driver always finishes before asking again.
-            _ => {
+            // this driver always finishes before asking again; `admission`
+            // answered the only `Admit`.
+            Step::Pending | Step::Admit(_) => {
                 return Err(Error::decided(
                     job.id.clone(),
                     Decision::new(Action::Inspect).with_note("job machine pending with no send"),
@@ -256,6 +273,16 @@ where
             }
         };
 
+        // The caller's cancellation, decided against this hand-over in
+        // one step: a job whose caller left sends nothing more, and
+        // journals no attempt it did not make.
+        if cancel.as_ref().is_some_and(|c| !c.begin_send()) {
+            caller_left(&inner, &mut m).await;
+            if let Step::End(end) = m.job.next(clock.now()) {
+                drop(queued.take());
+                return Err(ended(&job, end, records, last.take()));
+            }
+        }
         if let Some(journal) = &inner.journal {
             journal.attempt_started(&job.id, attempt, clock.now().wall);
         }
@@ -298,6 +325,11 @@ where
             Err(e) => Err((e, false)),
         };
         let now = clock.now();
+        if !matches!(result, Err((_, false))) && cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+            // Gone while its send was out: the answer is still read and
+            // applied; the machine makes no retry after it.
+            caller_left(&inner, &mut m).await;
+        }
 
         let (answer, d) = match result {
             Ok(resp) if resp.status().is_success() => {
@@ -454,6 +486,27 @@ impl Drop for Driven {
         if let Some(update) = self.job.cancel() {
             tracing::debug!("call dropped with a reservation: the job is cancelled");
             self.state.update_detached(update, self.clock.now());
+        }
+    }
+}
+
+/// Tells the machine its caller left, and the store what it gives back.
+async fn caller_left(inner: &Inner, m: &mut Driven) {
+    if let Some(update) = m.job.caller_left() {
+        inner.state.update(update, inner.clock.now()).await;
+    }
+}
+
+/// Runs `f` to its end, unless the caller's cancellation comes first
+/// (`None`).
+async fn or_cancelled<F: std::future::Future>(cancel: Option<&Cancel>, f: F) -> Option<F::Output> {
+    match cancel {
+        None => Some(f.await),
+        Some(c) => {
+            match futures::future::select(std::pin::pin!(f), std::pin::pin!(c.cancelled())).await {
+                futures::future::Either::Left((out, _)) => Some(out),
+                futures::future::Either::Right(_) => None,
+            }
         }
     }
 }
