@@ -50,7 +50,7 @@
 //! use ratewise_core::admit::{Config, Controller, Shared};
 //! use ratewise_core::classify::{classify_response, ResponseView};
 //! use ratewise_core::decide::Policy;
-//! use ratewise_core::job::{Job, JobSpec, Step};
+//! use ratewise_core::job::{BodyEnd, Job, JobSpec, Step};
 //! use ratewise_core::{Action, Instant, Now, Provider, Usage};
 //! use std::time::SystemTime;
 //!
@@ -75,7 +75,7 @@
 //! assert_eq!(d.action, Action::Done);
 //! // The body is the caller's; its end settles the reservation.
 //! let usage = Usage { input_tokens: 12, output_tokens: 40, ..Usage::default() };
-//! if let Some(update) = job.body_end(Some(&usage)) {
+//! if let Some(update) = job.body_end(BodyEnd::Complete { usage: Some(usage) }) {
 //!     store.apply(update, now);
 //! }
 //! assert!(matches!(job.next(now), Step::End(_)));
@@ -129,6 +129,37 @@ impl JobSpec {
             streamed: false,
         }
     }
+}
+
+/// How a delivered success's body ended, as its meter saw it: what
+/// [`Job::body_end`] settles and reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// Read to its end: `usage` as the body reported it (`None`: it
+    /// reported none; charged at the estimate).
+    Complete {
+        /// The reported usage.
+        usage: Option<Usage>,
+    },
+    /// Ended early (dropped by its reader, a broken connection, an
+    /// interrupted stream): `delivered` is what it is charged, when the
+    /// meter could tell (a stream's output so far); else the estimate.
+    Cut {
+        /// What it is charged, when known.
+        delivered: Option<Usage>,
+    },
+    /// A stream that failed in band after it reached its reader: the
+    /// error event's cause, type and code.
+    FailedInBand {
+        /// The cause the stream tracker read.
+        cause: Cause,
+        /// The event's error type.
+        error_type: Option<String>,
+        /// The event's error code.
+        code: Option<String>,
+        /// What it is charged, when known.
+        delivered: Option<Usage>,
+    },
 }
 
 /// What the driver does next. Exhaustive on purpose: a new step is a
@@ -215,6 +246,9 @@ pub struct Job {
     reservation: Option<Reservation>,
     admitted: Option<Sent>,
     handed_over: bool,
+    /// The provider of the success being delivered: what an in-band
+    /// error at its body's end is classified for.
+    delivering_for: Option<crate::vocab::Provider>,
     /// The caller went away ([`caller_left`](Job::caller_left)): no
     /// further send; a send in flight is finished and accounted.
     cancelled: bool,
@@ -240,6 +274,7 @@ impl Job {
             reservation: None,
             admitted: None,
             handed_over: false,
+            delivering_for: None,
             cancelled: false,
             strays: 0,
         }
@@ -485,8 +520,7 @@ impl Job {
     /// answer reported when its body was read already (a simulator, a
     /// stream that failed before its commit point); for a success whose
     /// body is still to be read, `None` — its end settles
-    /// ([`body_end`](Self::body_end), or the metered body that
-    /// [`take_reservation`](Self::take_reservation) hands it to).
+    /// ([`body_end`](Self::body_end), told by whatever meters the body).
     ///
     /// Returns the update for the store; its answer goes to
     /// [`applied`](Self::applied).
@@ -503,6 +537,7 @@ impl Job {
             return nothing();
         }
         if c.cause == Cause::Success {
+            self.delivering_for = Some(c.provider);
             let observed = self.observed(c, Decision::new(Action::Done));
             let end = match usage {
                 Some(u) => self.reservation.take().map(|reservation| End::Settle {
@@ -606,34 +641,55 @@ impl Job {
         d
     }
 
-    /// A delivered success's body ended: settled from `usage`, or at the
-    /// reservation's estimate when it reported none (the provider may
-    /// have generated and billed the answer). Returns the update for the
-    /// store, when the machine still held the reservation.
-    pub fn body_end(&mut self, usage: Option<&Usage>) -> Option<Update> {
+    /// A delivered success's body ended, as whatever meters it saw it
+    /// (see [`BodyEnd`]): settled from the usage it reported or was
+    /// charged, else at the reservation's estimate (the provider may have
+    /// generated and billed the answer); a stream that failed in band is
+    /// classified here ([`classify_in_band`](crate::classify::classify_in_band))
+    /// and its evidence goes to the store in the same update, the job
+    /// ending `inspect` (a committed stream is never replayed). Returns the
+    /// update for the store. Told on every path — a body dropped by its
+    /// reader too — exactly once; a second is stray.
+    pub fn body_end(&mut self, end: BodyEnd) -> Option<Update> {
         if !matches!(self.state, State::Delivering) {
             self.stray("body_end");
             return None;
         }
-        let end = self.reservation.take().map(|reservation| {
-            let usage = usage.copied().unwrap_or_else(|| estimate(&reservation));
+        let (usage, failed) = match end {
+            BodyEnd::Complete { usage } => (usage, None),
+            BodyEnd::Cut { delivered } => (delivered, None),
+            BodyEnd::FailedInBand {
+                cause,
+                error_type,
+                code,
+                delivered,
+            } => (delivered, Some((cause, error_type, code))),
+        };
+        let settle = self.reservation.take().map(|reservation| {
+            let usage = usage.unwrap_or_else(|| estimate(&reservation));
             End::Settle { reservation, usage }
         });
-        if matches!(self.state, State::Delivering) {
+        let Some((cause, error_type, code)) = failed else {
             self.end(Decision::new(Action::Done));
-        }
-        end.map(Update::ending)
+            return settle.map(Update::ending);
+        };
+        let provider = self
+            .delivering_for
+            .unwrap_or(crate::vocab::Provider::Generic);
+        let c = crate::classify::classify_in_band(provider, cause, error_type, code);
+        let d = Decision::new(Action::Inspect)
+            .with_note("committed stream: never replayed automatically");
+        self.end(d.clone());
+        Some(Update::answer(
+            Observed::new(self.spec.target.scope, c, d),
+            settle,
+        ))
     }
 
-    /// A delivered success's reservation, for a metered body that settles
-    /// it when the body ends (and must, on every path: its drop too). The
-    /// job is over.
-    pub fn take_reservation(&mut self) -> Option<Reservation> {
-        let res = self.reservation.take();
-        if matches!(self.state, State::Delivering) {
-            self.end(Decision::new(Action::Done));
-        }
-        res
+    /// What the reservation held for the send in progress (or the body
+    /// being delivered) holds: what a meter charges a cut stream against.
+    pub fn reserved(&self) -> Option<crate::admit::Amounts> {
+        self.reservation.as_ref().map(Reservation::amounts)
     }
 
     /// The job is dropped by its caller. A reservation not yet handed to

@@ -8,7 +8,7 @@ use common::{classify, now_at, DriveSync};
 use ratewise_core::admit::{Config, Controller, End, Limits, RampConfig, Shared, WaitReason};
 use ratewise_core::classify::{classify_transport, TransportFailure};
 use ratewise_core::decide::Policy;
-use ratewise_core::job::{Job, JobSpec, Step, WaitFor};
+use ratewise_core::job::{BodyEnd, Job, JobSpec, Step, WaitFor};
 use ratewise_core::{Action, Cause, GiveUpReason, Instant, Note, Provider, Usage};
 use std::time::Duration;
 
@@ -347,8 +347,10 @@ fn random_drivers_end_every_reservation_once() {
                                     ..Usage::default()
                                 };
                                 j.end_body(&s, Some(&u), now);
-                            } else if let Some(res) = j.take_reservation() {
-                                s.settle(res, &Usage::default(), now);
+                            } else if let Some(u) = j.body_end(BodyEnd::Cut {
+                                delivered: Some(Usage::default()),
+                            }) {
+                                s.apply(u, now);
                             }
                         }
                         2 => {
@@ -507,7 +509,7 @@ fn a_stray_event_leaves_the_job_as_it_was_and_is_counted() {
     let u = j.failed(&policy, &refused, false, &mut rng(), t);
     assert!(u.observed.is_none() && u.end.is_none(), "{u:?}");
     let _ = j.applied(None, t);
-    assert!(j.body_end(None).is_none());
+    assert!(j.body_end(BodyEnd::Cut { delivered: None }).is_none());
     j.sending();
     assert_eq!(j.strays(), 5);
     // The job goes on as if nothing was told.
@@ -532,5 +534,50 @@ fn a_stray_event_leaves_the_job_as_it_was_and_is_counted() {
     };
     assert_eq!(e.decision.action, Action::Done);
     assert_eq!(j.strays(), 7);
+    assert_clean(&s);
+}
+
+#[test]
+fn a_body_end_is_told_to_the_machine_which_settles_and_classifies_an_in_band_failure() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { attempt: 1 }));
+    j.sending();
+    let ok = classify(Provider::Anthropic, 200, &[], "", t);
+    assert_eq!(
+        j.answer(&s, &policy, &ok, None, &mut rng(), t).action,
+        Action::Done
+    );
+    assert_eq!(j.reserved().map(|a| a.output), Some(100));
+    // The stream reached its reader, then an overload event came in band.
+    let delivered = Usage {
+        input_tokens: 40,
+        output_tokens: 12,
+        ..Usage::default()
+    };
+    let update = j
+        .body_end(BodyEnd::FailedInBand {
+            cause: Cause::Overloaded,
+            error_type: Some("overloaded_error".into()),
+            code: None,
+            delivered: Some(delivered),
+        })
+        .expect("the machine settles and reports");
+    let observed = update.observed.as_ref().expect("the in-band evidence");
+    assert_eq!(observed.classification.cause, Cause::Overloaded);
+    assert_eq!(observed.classification.status, Some(200));
+    assert_eq!(observed.decision.action, Action::Inspect, "never replayed");
+    assert!(matches!(update.end, Some(End::Settle { usage, .. }) if usage == delivered));
+    s.apply(update, t);
+    let Step::End(e) = j.step(&s, &policy, t) else {
+        panic!()
+    };
+    assert_eq!(e.decision.action, Action::Inspect);
+    assert_eq!(s.ledger().charged.output, 12, "what it delivered");
+    // Told twice: the second is stray.
+    assert!(j.body_end(BodyEnd::Complete { usage: None }).is_none());
+    assert_eq!(j.strays(), 1);
     assert_clean(&s);
 }

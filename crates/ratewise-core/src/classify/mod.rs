@@ -287,6 +287,36 @@ pub fn classify_transport(provider: Provider, failure: TransportFailure) -> Clas
     }
 }
 
+/// Classifies an error that arrived inside a `200` stream (an SSE `error`
+/// event): its cause as the stream tracker read it, the event's type and
+/// code. One classification for every driver (a stream that failed before
+/// its commit point is decided like an error answer; after it, reported as
+/// evidence when its body ends).
+pub fn classify_in_band(
+    provider: Provider,
+    cause: Cause,
+    error_type: Option<String>,
+    code: Option<String>,
+) -> Classification {
+    Classification {
+        provider,
+        status: Some(200),
+        transport: None,
+        cause,
+        scope: Classification::default_scope(cause),
+        dimension: None,
+        hints: Hints::default(),
+        evidence: Evidence {
+            request_id: None,
+            error_type,
+            error_code: code,
+            message: None,
+            body: BodyReading::Structured,
+            notes: vec!["error event inside the stream".into()],
+        },
+    }
+}
+
 /// The most trusted valid wait hint, in DESIGN's order: `retry-after-ms`,
 /// `Retry-After`, the message, the limited dimension's reset header.
 fn wait_hint(

@@ -125,7 +125,10 @@ impl DriveSync for Job {
         self.applied(s.apply(u, now), now)
     }
     fn end_body(&mut self, s: &Shared, usage: Option<&Usage>, now: Now) {
-        if let Some(u) = self.body_end(usage) {
+        let end = ratewise_core::job::BodyEnd::Complete {
+            usage: usage.copied(),
+        };
+        if let Some(u) = self.body_end(end) {
             s.apply(u, now);
         }
     }

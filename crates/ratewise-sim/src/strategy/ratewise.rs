@@ -225,7 +225,8 @@ impl Client for Ratewise {
                 let update = m.answered(&self.policy, &c, usage.as_ref(), &mut self.rng, now);
                 let d = m.applied(self.store.apply(update, now), now);
                 // A success without usage: its end settles at the estimate.
-                if let Some(update) = m.body_end(None) {
+                let end = ratewise_core::job::BodyEnd::Complete { usage: None };
+                if let Some(update) = m.body_end(end) {
                     self.store.apply(update, now);
                 }
                 d

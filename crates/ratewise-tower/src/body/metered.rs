@@ -40,11 +40,10 @@
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use ratewise_core::admit::{End, Observed, Reservation, Target, Update};
-use ratewise_core::classify::{BodyReading, Classification, Evidence, Hints};
+use ratewise_core::job::{BodyEnd, Job as JobMachine};
 use ratewise_core::parse::body::parse_usage;
 use ratewise_core::record::AttemptRecord;
-use ratewise_core::{Action, Cause, Decision, Provider, Usage};
+use ratewise_core::{Cause, Usage};
 use ratewise_streaming::{StreamOutcome, StreamTracker};
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -90,13 +89,13 @@ impl Metered {
     }
 }
 
-/// Everything a body needs to settle its reservation.
+/// Everything a body needs to tell its job's machine how it ended.
 pub(crate) struct MeterCtx {
     pub state: Arc<dyn State>,
     pub clock: Arc<dyn Clock>,
-    pub reservation: Reservation,
-    pub target: Target,
-    pub provider: Provider,
+    /// The job's machine, delivering this body: its end is told to it
+    /// ([`JobMachine::body_end`]), which settles and reports.
+    pub job: JobMachine,
     pub job_id: String,
     pub attempt: u32,
     /// The request's `max_tokens` (or OpenAI's `max_completion_tokens` /
@@ -241,10 +240,10 @@ impl Meter {
         // nor the whole reservation.
         let usage = match (&result, side.gave_up) {
             (Metered::Stream(o @ StreamOutcome::Completed { .. }), _) => o.usage(),
-            (Metered::Stream(o), false) => self
-                .ctx
-                .as_ref()
-                .and_then(|ctx| o.charge(ctx.max_tokens, ctx.reservation.amounts().input)),
+            (Metered::Stream(o), false) => self.ctx.as_ref().and_then(|ctx| {
+                let input = ctx.job.reserved().map_or(0, |a| a.input);
+                o.charge(ctx.max_tokens, input)
+            }),
             (_, false) => result.usage(),
             _ => None,
         };
@@ -266,42 +265,51 @@ impl Drop for Meter {
     }
 }
 
-/// Settles `ctx`'s reservation to `usage`, or to its estimate without one;
-/// a stream that failed in band reports its cause in the same update.
+/// Tells the job's machine how its body ended (see [`JobMachine::body_end`]):
+/// it settles `usage` (its estimate without one) and reports a stream that
+/// failed in band, in one update for the store.
 fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
     let now = ctx.clock.now();
-    let at_estimate = usage.is_none();
-    let usage = usage.unwrap_or_else(|| ratewise_core::job::estimate(&ctx.reservation));
     let MeterCtx {
         state,
         clock: _,
-        reservation,
-        target,
-        provider,
+        mut job,
         job_id,
         attempt,
         max_tokens: _,
         stream_journal,
     } = ctx;
+    let charged = usage
+        .or_else(|| job.reserved().map(estimate_of))
+        .unwrap_or_default();
     if let (Some((journal, mut record)), Metered::Stream(outcome)) = (stream_journal, result) {
-        end_stream_record(&mut record, outcome, usage);
+        end_stream_record(&mut record, outcome, charged);
         journal.stream_ended(&record);
     }
-    let end = End::Settle { reservation, usage };
-    let observed = match result {
-        Metered::Stream(outcome) => report_stream(target, provider, &job_id, attempt, outcome),
-        _ => {
-            tracing::debug!(job_id = %job_id, attempt, input_tokens = usage.input_tokens,
-                output_tokens = usage.output_tokens, at_estimate, "settled");
-            None
+    let end = match result {
+        Metered::Stream(outcome) => stream_end(&job_id, attempt, outcome, usage),
+        Metered::Body { complete, .. } => {
+            tracing::debug!(job_id = %job_id, attempt, input_tokens = charged.input_tokens,
+                output_tokens = charged.output_tokens, at_estimate = usage.is_none(), "settled");
+            if *complete {
+                BodyEnd::Complete { usage }
+            } else {
+                BodyEnd::Cut { delivered: usage }
+            }
         }
     };
     // A body ends in `poll_frame` or a `Drop`: nothing here can await.
-    let update = match observed {
-        Some(o) => Update::answer(o, Some(end)),
-        None => Update::ending(end),
-    };
-    state.update_detached(update, now);
+    if let Some(update) = job.body_end(end) {
+        state.update_detached(update, now);
+    }
+}
+
+fn estimate_of(a: ratewise_core::admit::Amounts) -> Usage {
+    Usage {
+        input_tokens: a.input,
+        output_tokens: a.output,
+        ..Usage::default()
+    }
 }
 
 /// The attempt's record as the stream ended: `success` only for a stream
@@ -320,28 +328,27 @@ fn end_stream_record(record: &mut AttemptRecord, outcome: &StreamOutcome, usage:
     }
 }
 
-/// Traces how a stream ended. A failed stream is reported to the shared
-/// state with the in-band cause (an overload mid-stream counts like a
-/// 529), and as `mid_stream` / `interrupted` in the trace. It is never
-/// replayed.
-fn report_stream(
-    target: Target,
-    provider: Provider,
+/// Traces how a stream ended, and says so to the machine: a failed stream
+/// is reported with its in-band cause (an overload mid-stream counts like
+/// a 529), classified by the machine; an interrupted one is cut. It is
+/// never replayed. `usage`: what it is charged, when known.
+fn stream_end(
     job_id: &str,
     attempt: u32,
     outcome: &StreamOutcome,
-) -> Option<Observed> {
-    let usage = outcome.usage();
+    usage: Option<Usage>,
+) -> BodyEnd {
+    let reported = outcome.usage();
     match outcome {
         StreamOutcome::Completed { .. } => {
             tracing::info!(
                 job_id,
                 attempt,
                 outcome = "completed",
-                output_tokens = usage.map(|u| u.output_tokens),
+                output_tokens = reported.map(|u| u.output_tokens),
                 "stream ended"
             );
-            None
+            BodyEnd::Complete { usage }
         }
         StreamOutcome::MidStream {
             cause,
@@ -349,24 +356,21 @@ fn report_stream(
             committed,
             ..
         } => {
-            let c = in_band_classification(
-                provider,
-                *cause,
-                error.error_type.clone(),
-                error.code.clone(),
-            );
-            let d = Decision::new(Action::Inspect)
-                .with_note("committed stream: never replayed automatically");
             tracing::warn!(
                 job_id,
                 attempt,
                 outcome = "mid_stream",
                 cause = cause.as_str(),
                 committed,
-                output_tokens = usage.map(|u| u.output_tokens),
+                output_tokens = reported.map(|u| u.output_tokens),
                 "stream failed"
             );
-            Some(Observed::new(target.scope, c, d))
+            BodyEnd::FailedInBand {
+                cause: *cause,
+                error_type: error.error_type.clone(),
+                code: error.code.clone(),
+                delivered: usage,
+            }
         }
         StreamOutcome::Interrupted { committed, .. } => {
             tracing::warn!(
@@ -374,10 +378,10 @@ fn report_stream(
                 attempt,
                 outcome = "interrupted",
                 committed,
-                output_tokens = usage.map(|u| u.output_tokens),
+                output_tokens = reported.map(|u| u.output_tokens),
                 "stream interrupted"
             );
-            None
+            BodyEnd::Cut { delivered: usage }
         }
         // An ending added later: logged, nothing learned from it (as an
         // interruption).
@@ -386,37 +390,11 @@ fn report_stream(
                 job_id,
                 attempt,
                 outcome = outcome.as_str(),
-                output_tokens = usage.map(|u| u.output_tokens),
+                output_tokens = reported.map(|u| u.output_tokens),
                 "stream ended"
             );
-            None
+            BodyEnd::Cut { delivered: usage }
         }
-    }
-}
-
-/// The classification of an error that arrived inside a 200 stream.
-pub(crate) fn in_band_classification(
-    provider: Provider,
-    cause: Cause,
-    error_type: Option<String>,
-    code: Option<String>,
-) -> Classification {
-    Classification {
-        provider,
-        status: Some(200),
-        transport: None,
-        cause,
-        scope: Classification::default_scope(cause),
-        dimension: None,
-        hints: Hints::default(),
-        evidence: Evidence {
-            request_id: None,
-            error_type,
-            error_code: code,
-            message: None,
-            body: BodyReading::Structured,
-            notes: vec!["error event inside the stream".into()],
-        },
     }
 }
 
@@ -599,8 +577,8 @@ where
 mod tests {
     use super::*;
     use crate::clock::Sleep;
-    use ratewise_core::admit::{self, Admission, AdmitRequest, Controller, Shared};
-    use ratewise_core::{Instant, Now};
+    use ratewise_core::admit::{self, Admission, Controller, Shared};
+    use ratewise_core::{Instant, Now, Provider};
     use std::convert::Infallible;
     use std::io::Write;
 
@@ -674,22 +652,38 @@ mod tests {
         Arc::new(Shared::new(Controller::new(config)))
     }
 
+    /// A job's machine driven to the delivery of a success, as the layer
+    /// hands it to the body.
     fn ctx(state: &Arc<Shared>) -> MeterCtx {
-        let target = state.target("key", "claude-sonnet-4-5");
-        let req = AdmitRequest {
-            max_tokens: Some(MAX_TOKENS),
-            input_estimate: Some(10),
-            ..AdmitRequest::new(target)
+        use ratewise_core::job::{JobSpec, Step};
+        let now = Fixed.now();
+        let mut spec = JobSpec::new(state.target("key", "claude-sonnet-4-5"), now.instant);
+        spec.max_tokens = Some(MAX_TOKENS);
+        spec.input_estimate = Some(10);
+        let policy = ratewise_core::decide::Policy::default();
+        let mut job = JobMachine::new(spec, &policy);
+        let Step::Admit(req) = job.next(now) else {
+            panic!("asks for admission");
         };
-        let Admission::Go(reservation) = state.admit(&req, Fixed.now()) else {
-            panic!("admitted at once");
+        let answer = state.admit(&req, now);
+        assert!(matches!(answer, Admission::Go(_)), "admitted at once");
+        let Step::Send { .. } = job.admission(answer, &policy, now) else {
+            panic!("sends");
         };
+        job.sending();
+        let headers = http::HeaderMap::new();
+        let view = ratewise_core::classify::ResponseView {
+            status: http::StatusCode::OK,
+            headers: &headers,
+            body: b"",
+        };
+        let c = ratewise_core::classify::classify_response(Provider::Anthropic, &view, now.wall);
+        let update = job.answered(&policy, &c, None, &mut fastrand::Rng::with_seed(1), now);
+        job.applied(state.apply(update, now), now);
         MeterCtx {
             state: state.clone(),
             clock: Arc::new(Fixed),
-            reservation,
-            target,
-            provider: Provider::Anthropic,
+            job,
             job_id: "j".into(),
             attempt: 1,
             max_tokens: Some(MAX_TOKENS),

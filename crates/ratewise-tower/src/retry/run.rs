@@ -8,8 +8,8 @@ use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use ratewise_core::classify::{
-    classify_response, classify_transport, detect_provider, Classification, ResponseView,
-    TransportFailure,
+    classify_in_band, classify_response, classify_transport, detect_provider, Classification,
+    ResponseView, TransportFailure,
 };
 use ratewise_core::job::{Ended, Job as JobMachine, JobSpec, Step, WaitFor};
 use ratewise_core::record::AttemptRecord;
@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use super::layer::Inner;
 use crate::body::decode::Coding;
-use crate::body::metered::{in_band_classification, MeterCtx, MeterKind, Side};
+use crate::body::metered::{MeterCtx, MeterKind, Side};
 use crate::body::replay::BufferError;
 use crate::body::{MeteredBody, ReplayBody};
 use crate::cancel::Cancel;
@@ -481,6 +481,17 @@ impl Driven {
     }
 }
 
+impl Driven {
+    /// Hands the machine, delivering a success, to the body that meters
+    /// it: the body tells it how it ended. What is left here is a fresh
+    /// machine that holds nothing, so this driver's drop gives nothing
+    /// back twice.
+    fn hand_over(&mut self, policy: &ratewise_core::decide::Policy) -> JobMachine {
+        let fresh = JobMachine::new(*self.job.spec(), policy);
+        std::mem::replace(&mut self.job, fresh)
+    }
+}
+
 impl Drop for Driven {
     fn drop(&mut self) {
         if let Some(update) = self.job.cancel() {
@@ -670,17 +681,15 @@ where
             None => None,
         };
         records.push(rec);
-        m.job.take_reservation().map(|reservation| MeterCtx {
+        MeterCtx {
             state: inner.state.clone(),
             clock: inner.clock.clone(),
-            reservation,
-            target: m.job.spec().target,
-            provider,
+            job: m.hand_over(policy),
             job_id: job.id.clone(),
             attempt,
             max_tokens: job.max_tokens,
             stream_journal,
-        })
+        }
     };
     let side;
     let (rparts, body, held, ended) = if !stream {
@@ -719,7 +728,7 @@ where
                         }
                         _ => (Cause::Unknown, None, None),
                     };
-                    let mut ic = in_band_classification(provider, cause, error_type, code);
+                    let mut ic = classify_in_band(provider, cause, error_type, code);
                     ic.evidence.request_id = c.evidence.request_id.clone();
                     ic.evidence
                         .notes
@@ -740,22 +749,7 @@ where
     let update = m.job.answered(policy, &c, None, rng, now);
     let d = apply(inner, m, update, now).await;
     let ctx = deliver(m, d, records);
-    let mut resp = match ctx {
-        Some(ctx) => Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended)),
-        // The machine held no reservation for a success: nothing to
-        // settle, which no path leads to; end the job rather than hand
-        // over an unmetered body that could not settle.
-        None => {
-            return Err((
-                Answer {
-                    classification: c.clone(),
-                    response: None,
-                    source: None,
-                },
-                Decision::new(Action::Inspect).with_note("success without a reservation"),
-            ))
-        }
-    };
+    let mut resp = Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended));
     resp.extensions_mut()
         .insert(Attempts(std::mem::take(records)));
     Ok(resp)
