@@ -503,6 +503,24 @@ impl Job {
         }
     }
 
+    /// The send just admitted will not be made, for a driver's reason
+    /// (its journal could not record the attempt): the reservation is
+    /// released and the job ends with `decision`. Only between admission
+    /// and the hand-over ([`sending`](Self::sending)); told at any other
+    /// time it is stray. Returns the update for the store.
+    pub fn withdraw(&mut self, decision: Decision) -> Option<Update> {
+        if !matches!(self.state, State::Sending) || self.handed_over {
+            self.stray("withdraw");
+            return None;
+        }
+        let end = self
+            .reservation
+            .take()
+            .map(|reservation| End::Release { reservation });
+        self.end(decision);
+        end.map(Update::ending)
+    }
+
     /// Whether the caller went away ([`caller_left`](Self::caller_left)).
     pub fn is_cancelled(&self) -> bool {
         self.cancelled

@@ -244,10 +244,16 @@ impl FileJournal {
         &self.path
     }
 
+    /// Writes a line whose failure is only logged (a stop, a resume, an
+    /// unknown outcome closed): the next start reads the journal as it
+    /// stands.
     fn write(&self, line: &Line) {
-        let Ok(mut text) = serde_json::to_string(line) else {
-            return;
-        };
+        let _ = self.try_write(line);
+    }
+
+    /// Writes a line; an error says it is not on disk.
+    fn try_write(&self, line: &Line) -> std::io::Result<()> {
+        let mut text = serde_json::to_string(line).map_err(std::io::Error::other)?;
         text.push('\n');
         let mut guard = self.file.lock().unwrap_or_else(|e| e.into_inner());
         let (f, torn) = &mut *guard;
@@ -256,10 +262,14 @@ impl FileJournal {
             text.insert(0, '\n');
         }
         match f.write_all(text.as_bytes()).and_then(|()| f.flush()) {
-            Ok(()) => *torn = false,
+            Ok(()) => {
+                *torn = false;
+                Ok(())
+            }
             Err(e) => {
                 *torn = true;
                 tracing::error!(error = %e, path = %self.path.display(), "journal write failed");
+                Err(e)
             }
         }
     }
@@ -301,16 +311,28 @@ impl FileJournal {
         attempt: u32,
         at: SystemTime,
         ctx: Option<JobContext>,
-    ) {
+    ) -> std::io::Result<()> {
         let ctx = ctx.unwrap_or_default();
-        self.write(&Line::AttemptStarted {
+        self.try_write(&Line::AttemptStarted {
             job_id: job_id.to_owned(),
             attempt,
             at_ms: ms(at),
             key: ctx.key,
             model: ctx.model,
             request_id: ctx.request_id,
-        });
+        })
+    }
+
+    /// An attempt's end.
+    pub fn ended(&self, record: &AttemptRecord) -> std::io::Result<()> {
+        self.try_write(&Line::AttemptEnded {
+            job_id: record.job_id.clone().unwrap_or_default(),
+            attempt: record.attempt,
+            cause: record.cause.as_str().to_owned(),
+            action: record.action.as_str().to_owned(),
+            status: record.status,
+            request_id: record.request_id.clone(),
+        })
     }
 
     /// A key resumed.
@@ -329,26 +351,26 @@ impl FileJournal {
 }
 
 impl ratewise_tower::Journal for FileJournal {
-    fn attempt_started(&self, job_id: &str, attempt: u32, at: SystemTime) {
-        self.attempt_started_with(job_id, attempt, at, None);
+    fn attempt_started<'a>(
+        &'a self,
+        job_id: &'a str,
+        attempt: u32,
+        at: SystemTime,
+    ) -> ratewise_tower::journal::Written<'a> {
+        ratewise_tower::journal::written(self.attempt_started_with(job_id, attempt, at, None))
     }
 
-    fn attempt_ended(&self, record: &AttemptRecord) {
-        self.write(&Line::AttemptEnded {
-            job_id: record.job_id.clone().unwrap_or_default(),
-            attempt: record.attempt,
-            cause: record.cause.as_str().to_owned(),
-            action: record.action.as_str().to_owned(),
-            status: record.status,
-            request_id: record.request_id.clone(),
-        });
+    fn attempt_ended<'a>(
+        &'a self,
+        record: &'a AttemptRecord,
+    ) -> ratewise_tower::journal::Written<'a> {
+        ratewise_tower::journal::written(self.ended(record))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratewise_tower::Journal;
     use std::time::Duration;
 
     #[test]
@@ -357,8 +379,8 @@ mod tests {
         let _ = std::fs::remove_file(&dir);
         let j = FileJournal::open(&dir).unwrap();
         let now = SystemTime::now();
-        j.attempt_started("a", 1, now);
-        j.attempt_started("b", 1, now);
+        j.attempt_started_with("a", 1, now, None).unwrap();
+        j.attempt_started_with("b", 1, now, None).unwrap();
         j.stop("fp-1", Cause::SpendCap, None);
         j.stop("fp-2", Cause::Billing, None);
         j.resume("fp-2");

@@ -7,6 +7,7 @@
 //! dropped — its headers alone cannot tell (a counter never goes back).
 
 use ratewise_core::record::AttemptRecord;
+use ratewise_tower::journal::{written, Written};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -185,28 +186,34 @@ pub struct Hook {
 }
 
 impl ratewise_tower::Journal for Hook {
-    fn attempt_started(&self, job_id: &str, attempt: u32, at: SystemTime) {
+    /// Written before the send: a line the file journal could not write
+    /// stops the send, which is then neither counted nor made.
+    fn attempt_started<'a>(&'a self, job_id: &'a str, attempt: u32, at: SystemTime) -> Written<'a> {
+        let ctx = self.jobs.context(job_id);
+        if let Some(f) = &self.file {
+            if let Err(e) = f.attempt_started_with(job_id, attempt, at, ctx.clone()) {
+                return written(Err(e));
+            }
+        }
         self.metrics.sends.fetch_add(1, Ordering::Relaxed);
         if attempt > 1 {
             self.metrics.retries.fetch_add(1, Ordering::Relaxed);
         }
-        let ctx = self.jobs.context(job_id);
         if let Some(key) = ctx.as_ref().and_then(|c| c.key.as_deref()) {
             self.stops.forget(key);
         }
-        if let Some(f) = &self.file {
-            f.attempt_started_with(job_id, attempt, at, ctx);
-        }
+        written(Ok::<(), std::io::Error>(()))
     }
 
-    fn attempt_ended(&self, record: &AttemptRecord) {
+    fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
         if let (Some(job), Some(rid)) = (&record.job_id, &record.request_id) {
             self.jobs.saw_request_id(job, rid);
         }
         self.count_answer(record);
         Metrics::bump(&self.metrics.actions, record.action.as_str());
-        if let Some(f) = &self.file {
-            f.attempt_ended(record);
+        match &self.file {
+            Some(f) => written(f.ended(record)),
+            None => written(Ok::<(), std::io::Error>(())),
         }
     }
 
@@ -214,10 +221,11 @@ impl ratewise_tower::Journal for Hook {
     /// was one: its answer is counted in [`Hook::stream_ended`]. The
     /// decision (`done`: handed over) and the journal line are written now,
     /// so a restart never replays a stream that reached its caller.
-    fn stream_started(&self, record: &AttemptRecord) {
+    fn stream_started<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
         Metrics::bump(&self.metrics.actions, record.action.as_str());
-        if let Some(f) = &self.file {
-            f.attempt_ended(record);
+        match &self.file {
+            Some(f) => written(f.ended(record)),
+            None => written(Ok::<(), std::io::Error>(())),
         }
     }
 

@@ -64,18 +64,28 @@ impl RunLog {
 pub(crate) struct EventJournal(pub(crate) Arc<RunLog>);
 
 impl Journal for EventJournal {
-    fn attempt_started(&self, job_id: &str, attempt: u32, _at: std::time::SystemTime) {
+    fn attempt_started<'a>(
+        &'a self,
+        job_id: &'a str,
+        attempt: u32,
+        _at: std::time::SystemTime,
+    ) -> ratewise_tower::journal::Written<'a> {
         self.0.push(Ev::Send {
             job_call: job_id.to_owned(),
             attempt,
         });
+        ratewise_tower::journal::written(Ok::<(), std::io::Error>(()))
     }
 
-    fn attempt_ended(&self, record: &AttemptRecord) {
+    fn attempt_ended<'a>(
+        &'a self,
+        record: &'a AttemptRecord,
+    ) -> ratewise_tower::journal::Written<'a> {
         self.0.push(Ev::Answered);
         if matches!(record.cause, Cause::SpendCap | Cause::Billing) {
             self.0.push(Ev::Money);
         }
+        ratewise_tower::journal::written(Ok::<(), std::io::Error>(()))
     }
 }
 

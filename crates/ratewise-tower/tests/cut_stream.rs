@@ -14,6 +14,7 @@ use ratewise_core::record::AttemptRecord;
 use ratewise_core::{ActionKind, Cause};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer, OutputRange};
 use ratewise_streaming::StreamOutcome;
+use ratewise_tower::journal::{written, Written};
 use ratewise_tower::{Config, JobId, Journal, RetryLayer, TokioClock};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -35,9 +36,12 @@ struct Log {
 }
 
 impl Journal for Log {
-    fn attempt_started(&self, _: &str, _: u32, _: SystemTime) {}
-    fn attempt_ended(&self, record: &AttemptRecord) {
+    fn attempt_started<'a>(&'a self, _: &'a str, _: u32, _: SystemTime) -> Written<'a> {
+        written(Ok::<(), std::io::Error>(()))
+    }
+    fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
         self.ended.lock().unwrap().push(record.clone());
+        written(Ok::<(), std::io::Error>(()))
     }
     fn stream_ended(&self, record: &AttemptRecord) {
         self.streams_ended.lock().unwrap().push(record.clone());

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use ratewise_core::{ActionKind, Cause, GiveUpReason};
 use ratewise_mock::{Fault, FaultRule, MockConfig, RetryAfterFormat, Trigger};
+use ratewise_tower::journal::{written, Written};
 use ratewise_tower::Metered;
 use std::time::Duration;
 use tower::Layer;
@@ -356,19 +357,103 @@ async fn too_large_body_fails_before_sending() {
 struct Log(std::sync::Mutex<Vec<String>>);
 
 impl ratewise_tower::Journal for Log {
-    fn attempt_started(&self, job_id: &str, attempt: u32, _at: std::time::SystemTime) {
+    fn attempt_started<'a>(
+        &'a self,
+        job_id: &'a str,
+        attempt: u32,
+        _at: std::time::SystemTime,
+    ) -> Written<'a> {
         self.0
             .lock()
             .unwrap()
             .push(format!("start {job_id} {attempt}"));
+        written(Ok::<(), std::io::Error>(()))
     }
-    fn attempt_ended(&self, r: &ratewise_core::record::AttemptRecord) {
+    fn attempt_ended<'a>(&'a self, r: &'a ratewise_core::record::AttemptRecord) -> Written<'a> {
         let job = r.job_id.as_deref().unwrap_or("");
         self.0
             .lock()
             .unwrap()
             .push(format!("end {job} {} {}", r.attempt, r.action));
+        written(Ok::<(), std::io::Error>(()))
     }
+}
+
+/// A journal whose disk fills after `room` attempt starts: every later
+/// start fails to write.
+struct FullDisk {
+    room: std::sync::atomic::AtomicU32,
+    lines: std::sync::Mutex<Vec<String>>,
+}
+
+impl ratewise_tower::Journal for FullDisk {
+    fn attempt_started<'a>(
+        &'a self,
+        job_id: &'a str,
+        attempt: u32,
+        _at: std::time::SystemTime,
+    ) -> Written<'a> {
+        use std::sync::atomic::Ordering;
+        let left = self.room.load(Ordering::Acquire);
+        if left == 0 {
+            return written(Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "no space left on device",
+            )));
+        }
+        self.room.store(left - 1, Ordering::Release);
+        self.lines
+            .lock()
+            .unwrap()
+            .push(format!("start {job_id} {attempt}"));
+        written(Ok::<(), std::io::Error>(()))
+    }
+    fn attempt_ended<'a>(&'a self, r: &'a ratewise_core::record::AttemptRecord) -> Written<'a> {
+        let job = r.job_id.as_deref().unwrap_or("");
+        self.lines
+            .lock()
+            .unwrap()
+            .push(format!("end {job} {}", r.attempt));
+        written(Ok::<(), std::io::Error>(()))
+    }
+}
+
+/// Issue #26: an attempt is sent only after its record is written. A
+/// journal that cannot write (a full disk) stops sending; it never loses
+/// the record of a send that was made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_journal_disk_stops_sends_without_losing_a_record() {
+    let server = mock(roomy()).await;
+    let journal = std::sync::Arc::new(FullDisk {
+        room: std::sync::atomic::AtomicU32::new(2),
+        lines: std::sync::Mutex::new(Vec::new()),
+    });
+    let mut svc = layer().with_journal(journal.clone()).layer(client());
+    for n in 0..4 {
+        let ended = run(&mut svc, request(&server, &format!("j{n}"), false)).await;
+        if n < 2 {
+            assert_eq!(ended.action, ActionKind::Done, "room for its record: sent");
+        } else {
+            assert_eq!(ended.action, ActionKind::Inspect, "no room: not sent");
+            let e = ended.error.expect("an error");
+            assert!(!e.was_sent(), "{e:?}");
+            let source = std::error::Error::source(&e).map(|s| s.to_string());
+            assert!(
+                source.as_deref().is_some_and(|s| s.contains("no space")),
+                "{source:?}"
+            );
+        }
+    }
+    assert_eq!(
+        server.records().len(),
+        2,
+        "only the recorded sends were made"
+    );
+    let lines = journal.lines.lock().unwrap().clone();
+    let starts = lines.iter().filter(|l| l.starts_with("start")).count();
+    let ends = lines.iter().filter(|l| l.starts_with("end")).count();
+    assert_eq!((starts, ends), (2, 2), "{lines:?}");
+    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

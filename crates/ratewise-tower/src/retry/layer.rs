@@ -210,8 +210,17 @@ mod tests {
 
     struct NoJournal;
     impl Journal for NoJournal {
-        fn attempt_started(&self, _: &str, _: u32, _: SystemTime) {}
-        fn attempt_ended(&self, _: &AttemptRecord) {}
+        fn attempt_started<'a>(
+            &'a self,
+            _: &'a str,
+            _: u32,
+            _: SystemTime,
+        ) -> crate::journal::Written<'a> {
+            crate::journal::written(Ok::<(), std::io::Error>(()))
+        }
+        fn attempt_ended<'a>(&'a self, _: &'a AttemptRecord) -> crate::journal::Written<'a> {
+            crate::journal::written(Ok::<(), std::io::Error>(()))
+        }
     }
 
     #[test]

@@ -283,8 +283,25 @@ where
                 return Err(ended(&job, end, records, last.take()));
             }
         }
+        // Written down before it is sent: a send the journal could not
+        // record is not made.
         if let Some(journal) = &inner.journal {
-            journal.attempt_started(&job.id, attempt, clock.now().wall);
+            if let Err(e) = journal
+                .attempt_started(&job.id, attempt, clock.now().wall)
+                .await
+            {
+                tracing::error!(job_id = %job.id, attempt, error = %e,
+                    "the journal could not record the attempt: not sent");
+                let d = Decision::new(Action::Inspect)
+                    .with_note("the journal could not record the attempt: nothing sent");
+                if let Some(update) = m.job.withdraw(d) {
+                    inner.state.update(update, clock.now()).await;
+                }
+                drop(queued.take());
+                if let Step::End(end) = m.job.next(clock.now()) {
+                    return Err(ended(&job, end, records, last.take()).with_source(e));
+                }
+            }
         }
         let mut request = Request::from_parts(parts.clone(), B::replay(bytes.clone()));
         if cfg.job_headers {
@@ -411,7 +428,8 @@ where
             &d,
             now,
             &mut records,
-        );
+        )
+        .await;
         last = Some(answer);
     }
 }
@@ -564,7 +582,7 @@ fn provider_of(configured: Option<Provider>, headers: &http::HeaderMap, body: &[
 
 /// Records one attempt: the allow-listed record, its trace, its journal
 /// end.
-fn record(
+async fn record(
     inner: &Inner,
     job: &Job,
     attempt: u32,
@@ -575,13 +593,18 @@ fn record(
 ) {
     let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, d);
     trace_attempt(&record);
-    journal_end(inner, &record);
+    journal_end(inner, &record).await;
     records.push(record);
 }
 
-fn journal_end(inner: &Inner, record: &AttemptRecord) {
+async fn journal_end(inner: &Inner, record: &AttemptRecord) {
     if let Some(journal) = &inner.journal {
-        journal.attempt_ended(record);
+        if let Err(e) = journal.attempt_ended(record).await {
+            // The attempt reads as started and never ended: an unknown
+            // outcome after a restart, the safe side.
+            tracing::warn!(job_id = record.job_id.as_deref().unwrap_or(""),
+                attempt = record.attempt, error = %e, "the journal could not record an attempt's end");
+        }
     }
 }
 
@@ -662,35 +685,6 @@ where
         .is_some_and(|v| is_event_stream(v.as_bytes()));
     // A compressed body is metered from a decoded copy made on the side.
     let coding = Coding::of(resp.headers());
-    // The metered body owns the reservation once it exists; until then
-    // (while a stream is held back to its commit point) the machine does.
-    // A stream's record is journaled as started here and again when its
-    // body ends: only then is it known whether it completed.
-    let deliver = |m: &mut Driven, d: Decision, records: &mut Vec<AttemptRecord>| {
-        let rec = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
-        trace_attempt(&rec);
-        let stream_journal = match &inner.journal {
-            Some(journal) if stream => {
-                journal.stream_started(&rec);
-                Some((journal.clone(), rec.clone()))
-            }
-            Some(journal) => {
-                journal.attempt_ended(&rec);
-                None
-            }
-            None => None,
-        };
-        records.push(rec);
-        MeterCtx {
-            state: inner.state.clone(),
-            clock: inner.clock.clone(),
-            job: m.hand_over(policy),
-            job_id: job.id.clone(),
-            attempt,
-            max_tokens: job.max_tokens,
-            stream_journal,
-        }
-    };
     let side;
     let (rparts, body, held, ended) = if !stream {
         let kind = MeterKind::Json {
@@ -748,7 +742,37 @@ where
     };
     let update = m.job.answered(policy, &c, None, rng, now);
     let d = apply(inner, m, update, now).await;
-    let ctx = deliver(m, d, records);
+    // The metered body owns the job's machine from here; until then
+    // (while a stream is held back to its commit point) this driver does.
+    // A stream's record is journaled as started here and again when its
+    // body ends: only then is it known whether it completed.
+    let rec = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
+    trace_attempt(&rec);
+    let stream_journal = match &inner.journal {
+        Some(journal) => {
+            let write = if stream {
+                journal.stream_started(&rec).await
+            } else {
+                journal.attempt_ended(&rec).await
+            };
+            if let Err(e) = write {
+                tracing::warn!(job_id = %job.id, attempt, error = %e,
+                    "the journal could not record an attempt's end");
+            }
+            stream.then(|| (journal.clone(), rec.clone()))
+        }
+        None => None,
+    };
+    records.push(rec);
+    let ctx = MeterCtx {
+        state: inner.state.clone(),
+        clock: inner.clock.clone(),
+        job: m.hand_over(policy),
+        job_id: job.id.clone(),
+        attempt,
+        max_tokens: job.max_tokens,
+        stream_journal,
+    };
     let mut resp = Response::from_parts(rparts, MeteredBody::new(body, ctx, side, held, ended));
     resp.extensions_mut()
         .insert(Attempts(std::mem::take(records)));
