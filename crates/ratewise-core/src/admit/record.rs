@@ -11,8 +11,8 @@
 //!
 //! Times are absolute (nanoseconds since the Unix epoch on the wall clock),
 //! so processes whose monotonic clocks started at different moments read
-//! one record alike: [`Controller::export_key`](super::Controller::export_key)
-//! and [`import_key`](super::Controller::import_key) convert with the `now`
+//! one record alike: [`StoreHooks::export_key`](super::store_kit::StoreHooks::export_key)
+//! and [`import_key`](super::store_kit::StoreHooks::import_key) convert with the `now`
 //! they are given.
 //!
 //! A cross-process [`Store`](super::Store) runs the core's own
@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 
 /// One key's shared admission state; see the [module docs](self). Opaque:
 /// serialize it (serde), store it, hand it back to
-/// [`Controller::import_key`](super::Controller::import_key).
+/// [`StoreHooks::import_key`](super::store_kit::StoreHooks::import_key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
     /// The record's format ([`RECORD_FORMAT`] when written by this

@@ -48,9 +48,9 @@ impl Amounts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ReservationId {
     /// Slot in the ledger.
-    pub slot: u32,
+    pub(crate) slot: u32,
     /// Generation of the slot.
-    pub generation: u32,
+    pub(crate) generation: u32,
 }
 
 /// An admitted request's claim on its buckets and budgets. It is not
@@ -104,36 +104,6 @@ impl Sent {
 }
 
 impl Reservation {
-    /// A reservation taken by a store that keeps its own levels (not a
-    /// [`Controller`](super::Controller)'s): `id` is the store's own, and
-    /// it carries no credit marks, so a response's header view is read
-    /// against the credit now rather than at the admission.
-    pub fn new(
-        id: ReservationId,
-        scope: super::ScopeId,
-        amounts: Amounts,
-        admitted_at: Instant,
-    ) -> Self {
-        Reservation {
-            id,
-            scope,
-            amounts,
-            cost: 0,
-            price: None,
-            admitted_at,
-            streamed: false,
-            marks: [CreditMark::NONE; 4],
-            released: [0; 4],
-        }
-    }
-
-    /// The same, with its worst-case cost in micro-dollars for the spend
-    /// budget.
-    pub fn with_cost(mut self, cost_micros: u64) -> Self {
-        self.cost = cost_micros;
-        self
-    }
-
     /// The ledger id.
     pub fn id(&self) -> ReservationId {
         self.id
