@@ -164,7 +164,9 @@ pub struct AdmitRequest {
     pub target: Target,
     /// An explicit input estimate (e.g. a `count_tokens` result).
     pub input_estimate: Option<u64>,
-    /// Size of the request body, for the byte heuristic when no estimate.
+    /// Size of the request body, for the byte heuristic when no estimate:
+    /// one token per 4 bytes, rounded up (the usual rule of thumb for
+    /// English text and JSON with both providers' tokenizers).
     pub body_bytes: u64,
     /// The request's `max_tokens`.
     pub max_tokens: Option<u64>,

@@ -8,7 +8,8 @@
 //! * `bucket` — continuously refilled token buckets, integer arithmetic.
 //! * [`Limits`] — per-minute limits, configured or learned from headers.
 //! * [`ModelClasses`] — which models share a bucket.
-//! * [`estimate`] — input and output estimates before a send.
+//! * [`OutputEstimator`] and [`MaxTokens`] — input and output estimates
+//!   before a send.
 //! * [`profile`] — what each provider documents about its signals, with
 //!   the sources quoted.
 //! * [`Reservation`] and [`Ledger`] — reservations and their ledger
@@ -50,7 +51,7 @@
 
 mod bucket;
 mod controller;
-pub mod estimate;
+mod estimate;
 mod limits;
 mod model_class;
 pub mod profile;

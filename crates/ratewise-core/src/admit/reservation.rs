@@ -20,12 +20,12 @@ pub struct Amounts {
 
 impl Amounts {
     /// Input plus output.
-    pub const fn tokens(&self) -> u64 {
+    pub(crate) const fn tokens(&self) -> u64 {
         self.input.saturating_add(self.output)
     }
 
     /// The amount of bucket `i` (requests, input, output, combined).
-    pub const fn by_index(&self, i: usize) -> u64 {
+    pub(crate) const fn by_index(&self, i: usize) -> u64 {
         match i {
             0 => self.requests,
             1 => self.input,
@@ -97,10 +97,6 @@ impl Sent {
     pub fn scope(&self) -> super::ScopeId {
         self.scope
     }
-    /// When it was admitted.
-    pub fn admitted_at(&self) -> Instant {
-        self.admitted_at
-    }
 }
 
 impl Reservation {
@@ -120,10 +116,6 @@ impl Reservation {
     /// currency (0 when unpriced).
     pub fn cost_micros(&self) -> u64 {
         self.cost
-    }
-    /// When it was admitted.
-    pub fn admitted_at(&self) -> Instant {
-        self.admitted_at
     }
     /// What its response's rate-limit headers are read against.
     pub fn sent(&self) -> Sent {
@@ -239,7 +231,7 @@ pub(crate) enum Exit {
 
 impl Slab {
     #[inline]
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         scope: super::ScopeId,
         amounts: Amounts,
@@ -285,7 +277,7 @@ impl Slab {
 
     /// Removes a live entry; `None` when the handle is stale.
     #[inline]
-    pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
+    pub(crate) fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
         let e = self.live(id)?;
         e.live = false;
         e.generation = e.generation.wrapping_add(1);
@@ -314,7 +306,7 @@ impl Slab {
     /// the owner's late end of an orphaned reservation (taken, once);
     /// `false` when it is refused (the reservation had already ended, or
     /// was never this slab's), and then counted in `refused_ends`.
-    pub fn end_stale(&mut self, id: ReservationId) -> bool {
+    pub(crate) fn end_stale(&mut self, id: ReservationId) -> bool {
         if self.orphans.remove(&id).is_some() {
             return true;
         }
@@ -325,11 +317,11 @@ impl Slab {
     /// Forgets orphans orphaned at or before `cutoff`: their owners are
     /// taken as gone (a late end after that is refused and counted), so
     /// abandoned reservations do not pile up.
-    pub fn forget_orphans(&mut self, cutoff: Instant) {
+    pub(crate) fn forget_orphans(&mut self, cutoff: Instant) {
         self.orphans.retain(|_, at| *at > cutoff);
     }
 
-    pub fn hold(&mut self, id: ReservationId) -> bool {
+    pub(crate) fn hold(&mut self, id: ReservationId) -> bool {
         let Some(e) = self.live(id) else {
             return false;
         };
@@ -342,7 +334,7 @@ impl Slab {
 
     /// Held entries of `scope` admitted before `before`, oldest first, with
     /// the units per bucket not yet given back.
-    pub fn unconfirmed_in(
+    pub(crate) fn unconfirmed_in(
         &self,
         scope: super::ScopeId,
         before: Instant,
@@ -368,7 +360,7 @@ impl Slab {
     }
 
     /// Records units per bucket of a held entry given back.
-    pub fn add_refund(&mut self, id: ReservationId, units: [u64; 4]) {
+    pub(crate) fn add_refund(&mut self, id: ReservationId, units: [u64; 4]) {
         if let Some(e) = self.live(id) {
             for (r, u) in e.refunded.iter_mut().zip(units) {
                 *r = r.saturating_add(u);
@@ -380,7 +372,7 @@ impl Slab {
     /// entries themselves (not from counters); in debug builds it checks
     /// them against the counters (`reserved == settled + released +
     /// outstanding`), a check of this slab's own bookkeeping.
-    pub fn ledger(&self) -> Ledger {
+    pub(crate) fn ledger(&self) -> Ledger {
         let mut l = self.ledger;
         l.outstanding = Amounts::default();
         l.held = Amounts::default();
@@ -394,16 +386,16 @@ impl Slab {
         l
     }
 
-    pub fn is_live(&mut self, id: ReservationId) -> bool {
+    pub(crate) fn is_live(&mut self, id: ReservationId) -> bool {
         self.live(id).is_some()
     }
 
-    pub fn charge(&mut self, actual: &Amounts) {
+    pub(crate) fn charge(&mut self, actual: &Amounts) {
         self.ledger.charged.add(actual);
     }
 
     /// Ids of live, not held entries admitted at or before `cutoff`.
-    pub fn expired(&self, cutoff: Instant) -> Vec<ReservationId> {
+    pub(crate) fn expired(&self, cutoff: Instant) -> Vec<ReservationId> {
         self.entries
             .iter()
             .enumerate()
@@ -416,7 +408,7 @@ impl Slab {
     }
 
     /// The scopes that hold a live entry (held ones too).
-    pub fn live_scopes(&self) -> std::collections::HashSet<super::ScopeId> {
+    pub(crate) fn live_scopes(&self) -> std::collections::HashSet<super::ScopeId> {
         self.entries
             .iter()
             .filter(|e| e.live)
@@ -425,7 +417,7 @@ impl Slab {
     }
 
     /// Ids of live entries on one of `scopes` (held ones too).
-    pub fn live_on(&self, scopes: &[super::ScopeId]) -> Vec<ReservationId> {
+    pub(crate) fn live_on(&self, scopes: &[super::ScopeId]) -> Vec<ReservationId> {
         self.entries
             .iter()
             .enumerate()
@@ -438,7 +430,7 @@ impl Slab {
     }
 
     /// The earliest admission time among live, not held entries.
-    pub fn oldest(&self) -> Option<Instant> {
+    pub(crate) fn oldest(&self) -> Option<Instant> {
         self.entries
             .iter()
             .filter(|e| e.live && !e.held)

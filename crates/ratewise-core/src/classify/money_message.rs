@@ -77,7 +77,7 @@
 use crate::vocab::Cause;
 
 /// Only this much of a message is read, in bytes.
-pub const SCAN_LIMIT: usize = 512;
+pub(crate) const SCAN_LIMIT: usize = 512;
 
 /// Longest cue word (`organisation`); longer words are never cues.
 const WORD: usize = 12;

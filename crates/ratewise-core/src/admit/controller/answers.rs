@@ -134,7 +134,7 @@ impl Controller {
     }
 
     /// An acceleration 429: cuts the scope's ramp factor.
-    pub fn slow_down(&mut self, scope: ScopeId, now: Now) {
+    pub(crate) fn slow_down(&mut self, scope: ScopeId, now: Now) {
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             s.ramp.slow_down(&self.cfg.ramp, now.instant);
             apply_ramp(s, now.instant);
@@ -166,7 +166,7 @@ impl Controller {
     ///   key's buckets when the scope is `key`) for every job until the hint
     ///   passes ([`pause`](Self::pause));
     /// * an `acceleration_limited` response cuts the ramp of the key's
-    ///   scopes ([`slow_down`](Self::slow_down)), and pauses them on a hint;
+    ///   scopes (its ramp is slowed down), and pauses them on a hint;
     /// * a `stop_queue` decision stops the key with its `until`
     ///   ([`stop`](Self::stop));
     /// * a `retry` when the retry budget is spent becomes

@@ -36,11 +36,6 @@ impl Controller {
         }
     }
 
-    /// The price behind an id from [`target`](Self::target).
-    pub fn price(&self, id: PriceId) -> Option<Price> {
-        self.prices.get(id.index()).copied()
-    }
-
     /// The name state is kept under for `key`: its group's, when it is in
     /// one ([`Config::key_groups`]), else its own.
     pub fn key_name<'a>(&'a self, key: &'a str) -> &'a str {
@@ -125,14 +120,6 @@ impl Controller {
         ScopeId(id)
     }
 
-    /// Replaces the configured limits of one scope (e.g. per key).
-    pub fn set_limits(&mut self, scope: ScopeId, limits: Limits, now: Now) {
-        if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
-            s.configured = limits;
-            rebuild_buckets(s, self.cfg.burst, self.share_permille, now.instant);
-        }
-    }
-
     /// The scope's key (stop state lives per key).
     pub fn key_of(&self, scope: ScopeId) -> Option<&str> {
         let s = self.scopes.get(scope.0 as usize)?;
@@ -145,7 +132,7 @@ impl Controller {
     }
 
     /// Every scope on the same key as `scope` (including it).
-    pub fn scopes_on_key(&self, scope: ScopeId) -> Vec<ScopeId> {
+    pub(crate) fn scopes_on_key(&self, scope: ScopeId) -> Vec<ScopeId> {
         match self.scopes.get(scope.0 as usize) {
             Some(s) => self.keys[s.key as usize]
                 .scopes
