@@ -1,9 +1,10 @@
 //! A reservation ends once. A second settle or release of one that already
 //! ended — the same event applied twice (`Controller::apply` takes it by
-//! reference), the reservation held again after such an event — is refused: it charges nothing, gives nothing back and is
-//! counted in `Ledger::refused_ends`. The one exception is the owner's end
-//! of a reservation that ended without it (lease expired, disowned): its
-//! usage was spent, so that settle charges it, once.
+//! reference), or the reservation held again after such an event — is
+//! refused: it charges nothing, gives nothing back and is counted in
+//! `Ledger::refused_ends`. The one exception is the owner's end of a
+//! reservation that ended without it (lease expired, disowned): its usage
+//! was spent, so that settle charges it, once.
 
 mod common;
 

@@ -139,6 +139,7 @@ impl Reservation {
 /// [`is_clean`](Self::is_clean): every reservation ended, none ended
 /// twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Ledger {
     /// Everything ever reserved.
     pub reserved: Amounts,
