@@ -6,7 +6,7 @@
 //! once, and a second end is refused and counted in
 //! [`Ledger::refused_ends`], never charged twice.
 
-use super::*;
+use super::{grow_ramp, Amounts, Controller, Exit, Instant, Now, Removed, Reservation, Usage};
 use crate::admit::End;
 
 impl Controller {

@@ -7,7 +7,11 @@
 //! replays the same pace without taking anything. The order lives in one
 //! place so that a reader can see why a request waits.
 
-use super::*;
+use super::{
+    grow_ramp, input_from_bytes, restart_ramp, Admission, AdmitRequest, Amounts, Bucket, Cause,
+    Config, Controller, CreditMark, Duration, GiveUpReason, Instant, Now, Ramp, RampConfig,
+    Reservation, SpendCheck, WaitReason, DIMENSIONS, PROBE_RECHECK,
+};
 
 impl Controller {
     /// Asks to send one request now.

@@ -7,7 +7,11 @@
 //! scopes an answer affects and for how long; header sync only reads
 //! levels.
 
-use super::*;
+use super::{
+    apply_ramp, headers_describe, index, rebuild_buckets, restart_ramp, Action, CScope, Cause,
+    Classification, Controller, Decision, Dimension, GiveUpReason, Instant, Now, ScopeId, Sent,
+    Stop, SystemTime, DIMENSIONS,
+};
 
 /// A 429 the model did not expect, between its lowering and the margin's
 /// learning.

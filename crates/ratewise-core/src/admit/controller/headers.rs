@@ -7,7 +7,11 @@
 //! precision); everything it concludes is expressed as bucket corrections
 //! the rest of the controller only consumes.
 
-use super::*;
+use super::{
+    credit_capacities, headers_describe, index, rebuild_buckets, Controller, Dimension, Duration,
+    Instant, Limits, Now, Profile, Provider, RateLimitSnapshot, Reset, Rounding, ScopeId,
+    ScopeState, Sent, ServerView, SystemTime, DIMENSIONS,
+};
 
 impl Controller {
     /// Header sync: learns `*-limit` values and lowers local credits to the

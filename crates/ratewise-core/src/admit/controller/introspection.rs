@@ -5,7 +5,9 @@
 //! Kept apart so that nothing here changes what the controller decides
 //! (the `&mut self` ones only refill buckets to `now` before reading).
 
-use super::*;
+use super::{
+    Bucket, Controller, Instant, Ledger, Limits, Now, Reservation, ScopeId, SpendTotals, Stop,
+};
 
 /// What one scope looks like now (for the CLI, tests and metrics).
 #[derive(Debug, Clone, PartialEq, Eq)]

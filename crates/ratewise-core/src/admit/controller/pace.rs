@@ -8,7 +8,9 @@
 //! itself is set through the store seam
 //! ([`StoreHooks::set_share`](crate::admit::store_kit::StoreHooks::set_share)).
 
-use super::*;
+use super::{
+    capacity_for, index, Bucket, Burst, Instant, Limits, RampConfig, ScopeState, DIMENSIONS,
+};
 
 /// Lets the ramp take the growth steps due by `t`, one at a time: the
 /// buckets refill at each step's pace up to the step, then at the next

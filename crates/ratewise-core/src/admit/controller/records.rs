@@ -10,7 +10,7 @@
 //! agree on, and what stays out (configured limits, reservations, a probe
 //! in flight) is this process's own.
 
-use super::*;
+use super::{rebuild_buckets, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId};
 use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
 
 impl StoreHooks for Controller {

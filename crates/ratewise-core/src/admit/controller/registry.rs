@@ -7,7 +7,10 @@
 //! never reused, so a stale id finds nothing rather than another key's
 //! state ([`forget`](super::forget) removes keys).
 
-use super::*;
+use super::{
+    rebuild_buckets, Controller, Instant, KeyState, Limits, Price, PriceId, Ramp, ScopeId,
+    ScopeState, Target,
+};
 
 impl Controller {
     /// Resolves (key, model) to its scope and price, creating the scope on
