@@ -1,5 +1,25 @@
 //! The [`Controller`]: buckets, ramp, pauses, stops and budgets for many
 //! (key, model class) scopes, composed behind one `&mut self` API.
+//!
+//! This file holds what every concern shares — the configuration, the
+//! request and admission types, the per-key and per-scope state, and the
+//! controller's construction — so that each concern can be read alone.
+//! Each concern is one `impl Controller` file under `controller/`, roughly
+//! in the order a request meets them:
+//!
+//! * `registry` — names to scopes and prices, scopes created on first use;
+//! * `admission` — the admission order ([`Controller::admit`],
+//!   [`Controller::predict`]);
+//! * `headers` — header sync: what an answer's rate-limit headers teach;
+//! * `answers` — what a classified answer does (surprises, pauses, ramp
+//!   cuts, stops) and [`Controller::apply`], one job event in one step;
+//! * `accounting` — how a reservation ends (settle, release, hold, expire);
+//! * `pace` — ramp steps, buckets rebuilt to the effective limits and share;
+//! * `records` — the store hooks
+//!   ([`StoreHooks`](super::store_kit::StoreHooks)): records, disowning,
+//!   shares;
+//! * `introspection` — snapshots and counters, read-only;
+//! * `forget` — forgetting idle keys.
 
 use super::bucket::{capacity_for, Bucket, CreditMark, ServerView};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
@@ -78,7 +98,7 @@ pub struct Config {
     pub pause_jitter: Duration,
     /// Learn from surprises (default on): a 429 on a dimension the model
     /// believed had room lowers the credit to what the 429 proves and grows
-    /// a margin kept free in that bucket ([`Bucket::surprise`]). Off, a
+    /// a margin kept free in that bucket. Off, a
     /// 429 teaches only through its headers and its hint (the behaviour
     /// before margins existed; for comparisons), and no capacity is taken
     /// from a sibling bucket's horizon: a hypothesis (a rounded `remaining`

@@ -56,7 +56,7 @@ pub struct RampConfig {
     /// (default 60 s).
     pub idle_after: Duration,
     /// The highest factor (default 1200 = ×1.2, at least 1000, at most
-    /// [`MAX_PERMILLE`]): how much faster than the limit the pace may
+    /// 4000): how much faster than the limit the pace may
     /// spend a full credit. The rate over a long backlog is still the
     /// limit.
     pub peak: u32,

@@ -4,7 +4,7 @@
 //!
 //! Kept apart because the invariant lives here: every reservation ends
 //! once, and a second end is refused and counted in
-//! [`Ledger::refused_ends`], never charged twice.
+//! [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends), never charged twice.
 
 use super::{grow_ramp, Amounts, Controller, Exit, Instant, Now, Removed, Reservation, Usage};
 use crate::admit::End;
@@ -17,7 +17,7 @@ impl Controller {
     /// growth steps of the calm time since its last change.
     ///
     /// A reservation that already ended is not charged again: the settle
-    /// is refused and counted in [`Ledger::refused_ends`]. The exception
+    /// is refused and counted in [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends). The exception
     /// is the owner's one end of a reservation that ended without it
     /// (lease expired, [`disown`](crate::admit::store_kit::StoreHooks::disown)ed): that settle charges
     /// the actual usage, which was spent all the same.
@@ -120,7 +120,7 @@ impl Controller {
     /// did not reach the provider): everything it held goes back. A
     /// release of a reservation that already ended gives nothing back and,
     /// unless it is the owner's end of one that ended without it, is
-    /// counted in [`Ledger::refused_ends`].
+    /// counted in [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends).
     pub fn release(&mut self, res: Reservation, now: Now) {
         self.end(&End::Release { reservation: res }, now);
     }

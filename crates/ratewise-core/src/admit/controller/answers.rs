@@ -190,7 +190,7 @@ impl Controller {
     }
 
     /// [`observe`](Self::observe) for the response to the request admitted
-    /// as `sent` ([`Reservation::sent`]): the header sync reads the
+    /// as `sent` ([`Reservation::sent`](crate::admit::Reservation::sent)): the header sync reads the
     /// server's view against the admission
     /// ([`sync_headers_sent`](Self::sync_headers_sent)). Prefer it whenever
     /// the response belongs to an admitted request.
@@ -334,7 +334,7 @@ impl Controller {
     /// fresher record when its compare-and-set loses (`ratewise-redis`).
     /// On one controller, apply an event once: the reservation it ends is
     /// gone after the first, and a second end is refused and counted in
-    /// [`Ledger::refused_ends`].
+    /// [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends).
     pub fn apply(&mut self, update: &crate::admit::Update, now: Now) -> Option<Decision> {
         let decision = update.observed.as_ref().map(|o| {
             self.observe_view(

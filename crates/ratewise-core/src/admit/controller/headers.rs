@@ -24,13 +24,13 @@ impl Controller {
     /// * what its `*-reset` implies: the bucket is full again at the reset
     ///   and refills at its limit per minute, so it holds about
     ///   `limit − limit/min · (reset − now)` now
-    ///   ([`Bucket::sync_reset`]).
+    ///   (the bucket's reset sync).
     ///
     /// So with `remaining` below a request's need, the request waits until
     /// the server's line reaches its need; and a remaining rounded up to
     /// thousands is corrected by the reset. Neither ever raises a level, so
     /// nothing oscillates. A reset that has passed (or is "now"), or is
-    /// further away than [`RESET_HORIZON`] (more than a per-minute bucket
+    /// further away than 65 s (more than a per-minute bucket
     /// needs to refill: a per-day limit, a wrong clock, garbage), is
     /// ignored; a whole-second reset is read in the server's favour by the
     /// second it may be off ([`Profile::reset_uncertainty`]).
@@ -48,7 +48,7 @@ impl Controller {
     /// like [`sync_headers`](Self::sync_headers), but the server's view —
     /// taken when the server received the request — is compared with each
     /// bucket's credit at that admission rather than now
-    /// ([`Bucket::sync`]), and a reset instant is read from the admission's
+    /// (the bucket's view sync), and a reset instant is read from the admission's
     /// wall time. Compared with the credit now, a view looks lower than it
     /// is by the refill of the response's latency, and lowering to it
     /// wastes that much capacity on every correction. `charged`: whether

@@ -49,7 +49,7 @@ impl ScopeSnapshot {
     /// Advice a user can act on where the provider's own rule binds rather
     /// than ratewise: a request's `max_tokens` is charged in full when it
     /// starts (Anthropic: "estimated based on `max_tokens` at the
-    /// beginning", see [`Profile`]), so when one reservation takes half the
+    /// beginning", see [`Profile`](crate::admit::Profile)), so when one reservation takes half the
     /// output bucket or more, at most one or two requests fit at once and
     /// the output limit is reached in reservations, not in tokens
     /// generated. `None` when nothing binds that way.

@@ -40,7 +40,7 @@ impl Controller {
     }
 
     /// The name state is kept under for `key`: its group's, when it is in
-    /// one ([`Config::key_groups`]), else its own.
+    /// one ([`Config::key_groups`](crate::admit::Config::key_groups)), else its own.
     pub fn key_name<'a>(&'a self, key: &'a str) -> &'a str {
         self.cfg
             .key_groups
