@@ -86,6 +86,7 @@ impl Action {
 
 /// A decision: the action and the human-readable reasons behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Decision {
     /// What to do next.
     pub action: Action,

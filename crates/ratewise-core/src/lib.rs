@@ -83,16 +83,16 @@ pub mod admit;
 pub mod case;
 pub mod classify;
 pub mod decide;
-pub mod decision;
+mod decision;
 #[cfg(feature = "fixtures")]
 pub mod explain;
 pub mod job;
-pub mod note;
+mod note;
 pub mod parse;
 pub mod record;
 pub mod time;
-pub mod usage;
-pub mod vocab;
+mod usage;
+mod vocab;
 
 pub use decision::{Action, Decision};
 pub use note::Note;

@@ -16,6 +16,7 @@ use std::time::SystemTime;
 
 /// One attempt's evidence, serialisable as one JSON line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct AttemptRecord {
     /// When the answer (or failure) arrived, RFC 3339 UTC.
     pub time_utc: String,

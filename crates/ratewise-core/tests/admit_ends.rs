@@ -1,9 +1,10 @@
 //! A reservation ends once. A second settle or release of one that already
-//! ended — the same event applied twice (`apply_ref`), a handle rebuilt
-//! from its id — is refused: it charges nothing, gives nothing back and is
-//! counted in `Ledger::refused_ends`. The one exception is the owner's end
-//! of a reservation that ended without it (lease expired, disowned): its
-//! usage was spent, so that settle charges it, once.
+//! ended — the same event applied twice (`Controller::apply` takes it by
+//! reference), or the reservation held again after such an event — is
+//! refused: it charges nothing, gives nothing back and is counted in
+//! `Ledger::refused_ends`. The one exception is the owner's end of a
+//! reservation that ended without it (lease expired, disowned): its usage
+//! was spent, so that settle charges it, once.
 
 mod common;
 
@@ -41,9 +42,17 @@ fn admit(c: &mut Controller, target: Target, now: Now) -> Reservation {
     c.admit(&req, now).go().expect("room")
 }
 
-/// The same reservation, as a second holder of its id would have it.
-fn again(r: &Reservation) -> Reservation {
-    Reservation::new(r.id(), r.scope(), r.amounts(), r.admitted_at())
+/// Ends `end`'s reservation through an event applied by reference, and
+/// hands that same reservation back, as a second holder of the event (a
+/// store that runs it again) has it. A reservation cannot be rebuilt from
+/// its id outside the crate; this is the one way to hold an ended one.
+fn end_and_keep(c: &mut Controller, end: End, now: Now) -> Reservation {
+    let update = Update::ending(end);
+    c.apply(&update, now);
+    match update.end {
+        Some(End::Settle { reservation, .. } | End::Release { reservation, .. }) => reservation,
+        _ => unreachable!("an ending update"),
+    }
 }
 
 fn usage() -> Usage {
@@ -67,13 +76,13 @@ fn a_settle_applied_twice_is_refused_and_charges_nothing() {
         reservation: r,
         usage: usage(),
     });
-    c.apply_ref(&update, t);
+    c.apply(&update, t);
     let once = c.ledger();
     let after_once = levels(&mut c, target, t);
     assert_eq!(once.charged.output, 300);
     assert!(once.is_clean(), "{once:?}");
     // The same event again: nothing more is charged, and it is counted.
-    c.apply_ref(&update, t);
+    c.apply(&update, t);
     let twice = c.ledger();
     assert_eq!(twice.charged, once.charged, "charged twice: {twice:?}");
     assert_eq!(twice.settled, once.settled);
@@ -88,8 +97,14 @@ fn a_release_after_a_settle_gives_nothing_back_and_is_counted() {
     let (mut c, target) = controller();
     let t = now_at(1_000);
     let r = admit(&mut c, target, t);
-    let copy = again(&r);
-    c.settle(r, &usage(), t);
+    let copy = end_and_keep(
+        &mut c,
+        End::Settle {
+            reservation: r,
+            usage: usage(),
+        },
+        t,
+    );
     let settled = c.ledger();
     let after = levels(&mut c, target, t);
     c.release(copy, t);
@@ -108,8 +123,7 @@ fn a_second_release_is_refused() {
     let (mut c, target) = controller();
     let t = now_at(1_000);
     let r = admit(&mut c, target, t);
-    let copy = again(&r);
-    c.release(r, t);
+    let copy = end_and_keep(&mut c, End::Release { reservation: r }, t);
     let after = levels(&mut c, target, t);
     c.release(copy, t);
     assert_eq!(levels(&mut c, target, t), after);
@@ -122,12 +136,18 @@ fn an_expired_reservations_late_settle_charges_once_and_a_second_is_refused() {
     let (mut c, target) = controller();
     let t = now_at(0);
     let r = admit(&mut c, target, t);
-    let copy = again(&r);
     let late = now_at(11 * 60_000);
     assert_eq!(c.expire(late), 1);
     let charged = c.ledger().charged;
     // The owner comes back after the lease: its usage was spent.
-    c.settle(r, &usage(), late);
+    let copy = end_and_keep(
+        &mut c,
+        End::Settle {
+            reservation: r,
+            usage: usage(),
+        },
+        late,
+    );
     let l = c.ledger();
     assert_eq!(l.charged.output, charged.output + 300, "{l:?}");
     assert!(l.is_clean(), "the owner's late end is no second end: {l:?}");

@@ -2,8 +2,6 @@
 //! retry budget, never-exceed spend.
 
 use proptest::prelude::*;
-use ratewise_core::admit::bucket::capacity_for;
-use ratewise_core::admit::RETRY_BUDGET_SLOTS as SLOTS;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Config, Controller, Limits, Price, PriceTable, Reservation,
     RetryBudgetConfig, SpendConfig,
@@ -306,7 +304,7 @@ proptest! {
         at_ms in 0u64..5_000,
         openai in any::<bool>(),
     ) {
-        use ratewise_core::admit::{Profile, RESET_HORIZON};
+        use ratewise_core::admit::Profile;
         use ratewise_core::parse::ratelimit::{RateLimitSnapshot, Reset, Window};
         use ratewise_core::Provider;
         const LIMIT: u64 = 60_000;
@@ -374,3 +372,19 @@ proptest! {
         }
     }
 }
+
+/// The capacity of a bucket of `limit` per minute holding `burst` worth of
+/// refill, as the core documents it: `ceil(limit · burst / 1 min)`, at
+/// least 1 (the core's own function is not public API).
+fn capacity_for(limit: u64, burst: std::time::Duration) -> u64 {
+    let cap = (u128::from(limit) * burst.as_nanos()).div_ceil(60_000_000_000);
+    cap.clamp(1, u128::from(u64::MAX)) as u64
+}
+
+/// The retry budget's window slots (the core's `retry_budget::SLOTS`, not
+/// public API).
+const SLOTS: usize = 10;
+
+/// The furthest `*-reset` header sync trusts (the core's `RESET_HORIZON`,
+/// not public API).
+const RESET_HORIZON: std::time::Duration = std::time::Duration::from_secs(65);

@@ -2,7 +2,6 @@
 //! bound, and no credit minted, through the in-memory store. (The
 //! single-threaded invariants are the controller's: `admit_props.rs`.)
 
-use ratewise_core::admit::bucket::capacity_for;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Burst, Config, Controller, Ledger, Limits, RampConfig, Reservation,
     RetryBudgetConfig, Shared,
@@ -273,4 +272,12 @@ fn debt_release_and_hold_through_the_seam() {
     let l = s.lock().ledger();
     assert!(l.is_clean(), "{l:?}");
     assert_eq!((l.held.requests, l.settled.requests), (0, 3));
+}
+
+/// The capacity of a bucket of `limit` per minute holding `burst` worth of
+/// refill, as the core documents it: `ceil(limit · burst / 1 min)`, at
+/// least 1 (the core's own function is not public API).
+fn capacity_for(limit: u64, burst: std::time::Duration) -> u64 {
+    let cap = (u128::from(limit) * burst.as_nanos()).div_ceil(60_000_000_000);
+    cap.clamp(1, u128::from(u64::MAX)) as u64
 }

@@ -259,7 +259,7 @@ fn a_429_hint_pauses_everyone_and_release_is_paced_and_jittered() {
     // Then one per 100 ms (600 RPM), not a burst.
     match c.admit(&AdmitRequest::new(target), now_at(ms(13_000))) {
         Admission::Wait { until, .. } => {
-            assert_eq!(until, ms(13_100) + ratewise_core::admit::EDGE_MARGIN)
+            assert_eq!(until, ms(13_100) + EDGE_MARGIN)
         }
         other => panic!("{other:?}"),
     }
@@ -643,7 +643,6 @@ fn idle_restarts_the_ramp_and_waiting_records_no_attempt() {
 
 #[test]
 fn default_burst_holds_seconds_of_requests_and_a_large_request_of_tokens() {
-    use ratewise_core::admit::bucket::capacity_for;
     use ratewise_core::admit::Burst;
     let burst = Burst::default();
     // 60 RPM: five requests at most at once, never a minute's worth.
@@ -652,3 +651,15 @@ fn default_burst_holds_seconds_of_requests_and_a_large_request_of_tokens() {
     assert!(capacity_for(30_000, burst.tokens) >= 4_000);
     assert!(capacity_for(30_000, burst.tokens) < 30_000);
 }
+
+/// The capacity of a bucket of `limit` per minute holding `burst` worth of
+/// refill, as the core documents it: `ceil(limit · burst / 1 min)`, at
+/// least 1 (the core's own function is not public API).
+fn capacity_for(limit: u64, burst: std::time::Duration) -> u64 {
+    let cap = (u128::from(limit) * burst.as_nanos()).div_ceil(60_000_000_000);
+    cap.clamp(1, u128::from(u64::MAX)) as u64
+}
+
+/// How far past the exact instant the core puts a bucket's wait (its
+/// `EDGE_MARGIN`, a tuning constant that is not public API).
+const EDGE_MARGIN: std::time::Duration = std::time::Duration::from_millis(1);

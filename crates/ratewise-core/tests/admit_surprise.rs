@@ -6,6 +6,8 @@
 
 mod common;
 
+use ratewise_core::admit::store_kit::StoreHooks;
+
 use common::now_at;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Burst, Config, Controller, Limits, RampConfig, Reservation, Target,
@@ -186,7 +188,7 @@ fn the_margin_travels_in_the_key_record_and_old_records_still_read() {
     let r = c.admit(&ask(1024, target), t).go().unwrap();
     rate_limited(&mut c, r, OUTPUT_429, t);
     let rec = c.export_key("k", t).unwrap();
-    assert_eq!(rec.format(), ratewise_core::admit::RECORD_FORMAT);
+    assert_eq!(rec.format(), ratewise_core::admit::store_kit::RECORD_FORMAT);
     let json = serde_json::to_value(&rec).unwrap();
     // Another process (another replica) reads the record: same margin.
     let (mut other, other_target) = controller(true);
@@ -204,7 +206,7 @@ fn the_margin_travels_in_the_key_record_and_old_records_still_read() {
             }
         }
     }
-    let old: ratewise_core::admit::KeyRecord = serde_json::from_value(old).unwrap();
+    let old: ratewise_core::admit::store_kit::KeyRecord = serde_json::from_value(old).unwrap();
     assert_eq!(old.format(), 1);
     let (mut reader, reader_target) = controller(true);
     reader.import_key(&old, t);
@@ -214,7 +216,7 @@ fn the_margin_travels_in_the_key_record_and_old_records_still_read() {
     let mut newer = json;
     newer["format"] = 9.into();
     newer["from_the_future"] = "x".into();
-    let newer: ratewise_core::admit::KeyRecord = serde_json::from_value(newer).unwrap();
+    let newer: ratewise_core::admit::store_kit::KeyRecord = serde_json::from_value(newer).unwrap();
     let (mut reader, reader_target) = controller(true);
     reader.import_key(&newer, t);
     assert_eq!(output(&mut reader, reader_target, t).1, 977);

@@ -1,4 +1,4 @@
-//! A key's shared state as a record (`Controller::export_key` /
+//! A key's shared state as a record (`StoreHooks::export_key` /
 //! `import_key`): what a store shared between processes keeps. Two
 //! processes with their own clocks' origins, each running the core's own
 //! controller on the record it loads and writing it back (compare-and-set),
@@ -6,10 +6,10 @@
 
 mod common;
 
+use ratewise_core::admit::store_kit::{KeyRecord, StoreHooks};
+
 use common::{classify, now_at};
-use ratewise_core::admit::{
-    Admission, AdmitRequest, Config, Controller, KeyRecord, Limits, Reservation,
-};
+use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits, Reservation};
 use ratewise_core::{Decision, Instant, Now, Provider, Usage};
 use std::time::{Duration, SystemTime};
 

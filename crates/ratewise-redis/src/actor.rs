@@ -20,7 +20,7 @@
 //!   reaches the others with its next write — a stop the others lifted
 //!   meanwhile is not: only one learned here, unwritten, is kept;
 //! * a take the shared record never held is *disowned* when a record is
-//!   imported over it ([`Controller::disown`]): its end charges what it
+//!   imported over it ([`StoreHooks::disown`](ratewise_core::admit::store_kit::StoreHooks::disown)): its end charges what it
 //!   used and gives back nothing it never took from the others. When Redis
 //!   lost the record (its epoch changed) every take outstanding here is
 //!   disowned: the new record may not hold them, and charging one twice
@@ -33,6 +33,7 @@ use crate::clock::ClockSync;
 use crate::ops::{Op, Outcome, Reply, Request};
 use crate::script::{self, READ};
 use crate::{Config, Error, HealthCell};
+use ratewise_core::admit::store_kit::StoreHooks;
 use ratewise_core::admit::{Admission, Controller, End, ReservationId, Shared, Update};
 use ratewise_core::{Cause, Now};
 use redis::aio::MultiplexedConnection;
@@ -497,14 +498,14 @@ impl Actor {
         )
         .await
         .map_err(|_| Error::Timeout)?
-        .map_err(Error::Redis)?;
+        .map_err(Error::redis)?;
         let sent = SystemTime::now();
         let started = std::time::Instant::now();
         let time: (String, String) =
             tokio::time::timeout(self.cfg.timeout, redis::cmd("TIME").query_async(&mut c))
                 .await
                 .map_err(|_| Error::Timeout)?
-                .map_err(Error::Redis)?;
+                .map_err(Error::redis)?;
         if let (Ok(s), Ok(us)) = (time.0.parse::<i128>(), time.1.parse::<i128>()) {
             self.clock
                 .sample(sent, started.elapsed(), s * 1_000_000_000 + us * 1_000);
@@ -538,7 +539,7 @@ impl Actor {
             tokio::time::timeout(self.cfg.timeout, inv.invoke_async(&mut conn))
                 .await
                 .map_err(|_| Error::Timeout)?
-                .map_err(Error::Redis)?;
+                .map_err(Error::redis)?;
         let rtt = started.elapsed();
         let reply = script::parse(&value).ok_or(Error::Reply)?;
         self.clock.sample(sent, rtt, reply.redis_ns);

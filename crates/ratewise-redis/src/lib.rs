@@ -10,7 +10,7 @@
 //! # How it works
 //!
 //! Each key (or key group) is one Redis hash: the core's
-//! [`KeyRecord`](ratewise_core::admit::KeyRecord) — per model class the
+//! [`KeyRecord`](ratewise_core::admit::store_kit::KeyRecord) — per model class the
 //! bucket levels, the pause, the ramp, the learned limits; the key's stop —
 //! and a version. Every operation runs the core's own controller on this
 //! process's copy of the record and writes the result back with one
@@ -104,6 +104,7 @@ pub use clock::Clock;
 pub use notes::MAX_NOTE;
 
 use ops::{Op, Reply, Request};
+use ratewise_core::admit::store_kit::StoreHooks;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Controller, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture,
     Target, Update,
@@ -200,7 +201,7 @@ pub enum Error {
     /// Not called inside a tokio runtime, which runs the store's task.
     NoRuntime,
     /// Redis answered with an error, or the connection failed.
-    Redis(redis::RedisError),
+    Redis(RedisError),
     /// Redis did not answer within [`Config::timeout`].
     Timeout,
     /// Redis answered something that is not the script's reply.
@@ -212,27 +213,70 @@ impl std::fmt::Display for Error {
         match self {
             Error::Url => f.write_str("not a Redis URL (redis://host:port/db)"),
             Error::NoRuntime => f.write_str("a RedisStore must be made inside a tokio runtime"),
-            Error::Redis(e) => write!(f, "Redis: {}", describe(e)),
+            Error::Redis(e) => write!(f, "Redis: {e}"),
             Error::Timeout => f.write_str("Redis did not answer in time"),
             Error::Reply => f.write_str("Redis answered something other than the store's script"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            Error::Url | Error::NoRuntime | Error::Timeout | Error::Reply => None,
+        }
+    }
+}
+
+/// What Redis (or the connection to it) said, opaque so that the `redis`
+/// client's types stay out of this crate's API and a new client version is
+/// not a breaking change here. Its `Display` is the detail without anything
+/// that could echo the URL (Redis's own code and message, or "connection
+/// refused", "timed out", "connection lost"); its
+/// [`source`](std::error::Error::source) is the client's error, boxed.
+#[derive(Debug)]
+pub struct RedisError {
+    /// Out of reach (lost or refused connection, timeout), as against
+    /// Redis answering with an error of its own.
+    transport: bool,
+    /// The detail, without the URL.
+    detail: String,
+    /// The client's error.
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl std::fmt::Display for RedisError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+impl std::error::Error for RedisError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
 
 impl Error {
+    /// Wraps the client's error, reading what is needed of it now.
+    pub(crate) fn redis(e: redis::RedisError) -> Self {
+        Error::Redis(RedisError {
+            transport: e.is_io_error()
+                || e.is_connection_refusal()
+                || e.is_connection_dropped()
+                || e.is_timeout(),
+            detail: describe(&e),
+            source: Box::new(e),
+        })
+    }
+
     /// Whether Redis is out of reach (a lost or refused connection, a
     /// timeout), as against Redis answering with an error of its own.
     pub fn is_transport(&self) -> bool {
         match self {
             Error::Timeout => true,
-            Error::Redis(e) => {
-                e.is_io_error()
-                    || e.is_connection_refusal()
-                    || e.is_connection_dropped()
-                    || e.is_timeout()
-            }
+            Error::Redis(e) => e.transport,
             Error::Url | Error::NoRuntime | Error::Reply => false,
         }
     }
@@ -336,7 +380,7 @@ impl RedisStore {
             tokio::time::timeout(config.timeout, client.get_multiplexed_async_connection())
                 .await
                 .map_err(|_| Error::Timeout)?
-                .map_err(Error::Redis)?;
+                .map_err(Error::redis)?;
         let script = redis::Script::new(script::CAS);
         tokio::time::timeout(
             config.timeout,
@@ -344,7 +388,7 @@ impl RedisStore {
         )
         .await
         .map_err(|_| Error::Timeout)?
-        .map_err(Error::Redis)?;
+        .map_err(Error::redis)?;
         Self::start(client, Some(conn), config, false)
     }
 

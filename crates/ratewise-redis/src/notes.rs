@@ -50,7 +50,7 @@ impl Notes {
         let c = tokio::time::timeout(self.timeout, self.client.get_multiplexed_async_connection())
             .await
             .map_err(|_| Error::Timeout)?
-            .map_err(Error::Redis)?;
+            .map_err(Error::redis)?;
         *held = Some(c.clone());
         Ok(c)
     }
@@ -60,7 +60,7 @@ impl Notes {
         let out = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut c))
             .await
             .map_err(|_| Error::Timeout)
-            .and_then(|r| r.map_err(Error::Redis));
+            .and_then(|r| r.map_err(Error::redis));
         if out.as_ref().is_err_and(Error::is_transport) {
             *self.conn.lock().await = None;
         }

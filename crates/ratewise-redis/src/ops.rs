@@ -96,7 +96,7 @@ impl Request {
             Request::Expire => Outcome::Count(c.expire(now)),
             Request::Flush => Outcome::Done,
             Request::Admit(r) => Outcome::Admission(c.admit(r, now)),
-            Request::Update(u) => Outcome::Decision(c.apply_ref(u, now)),
+            Request::Update(u) => Outcome::Decision(c.apply(u, now)),
             Request::Resume(k) => {
                 c.resume(k, now);
                 Outcome::Done

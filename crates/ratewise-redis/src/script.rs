@@ -1,6 +1,6 @@
 //! The one script: compare-and-set of a key's record, in one round trip.
 //!
-//! The record is the core's [`KeyRecord`](ratewise_core::admit::KeyRecord)
+//! The record is the core's [`KeyRecord`](ratewise_core::admit::store_kit::KeyRecord)
 //! as JSON, kept in a hash with its version. A process runs the core's own
 //! controller on its copy of the record and writes the result back only if
 //! nobody wrote since its copy; otherwise the reply carries the fresh
@@ -13,7 +13,7 @@
 //! share a process falls back to when it loses Redis — and Redis's `TIME`,
 //! the clock every process reads the record's times against.
 
-use ratewise_core::admit::KeyRecord;
+use ratewise_core::admit::store_kit::KeyRecord;
 use redis::Value;
 
 /// KEYS\[1\]: the record (hash: `v` version, `r` record JSON, `e` epoch).

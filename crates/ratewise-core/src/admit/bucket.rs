@@ -42,13 +42,13 @@ use crate::time::Instant;
 use std::time::Duration;
 
 /// Nanoseconds per minute.
-pub const NS_PER_MIN: u128 = 60_000_000_000;
+pub(crate) const NS_PER_MIN: u128 = 60_000_000_000;
 /// Scaled units per unit (token or request): ns/min × 1000 (per-mille rate).
-pub const SCALE: i128 = (NS_PER_MIN * 1000) as i128;
+pub(crate) const SCALE: i128 = (NS_PER_MIN * 1000) as i128;
 /// Largest limit per minute a bucket accepts (10¹²): with it, every product
 /// in the arithmetic fits an `i128` without overflow checks, so the hot path
 /// needs no 128-bit multiplication with overflow (a slow library call).
-pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+pub(crate) const MAX_LIMIT: u64 = 1_000_000_000_000;
 
 /// `amount` in scaled units: at most 2⁶⁴ × 2⁴⁶, far inside `i128`.
 #[inline]
@@ -59,21 +59,21 @@ fn scaled(amount: u64) -> i128 {
 /// A credit level saved when a request is sent ([`Bucket::mark`]), to
 /// compare the server's view for that request with ([`Bucket::sync`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CreditMark(i64);
+pub(crate) struct CreditMark(i64);
 
 impl CreditMark {
     /// No mark (no bucket for the dimension).
-    pub const NONE: CreditMark = CreditMark(i64::MIN);
+    pub(crate) const NONE: CreditMark = CreditMark(i64::MIN);
 
     /// The mark, unless it is [`NONE`](Self::NONE).
-    pub fn get(self) -> Option<CreditMark> {
+    pub(crate) fn get(self) -> Option<CreditMark> {
         (self != Self::NONE).then_some(self)
     }
 
     /// The mark as if `units` more had been left: for a view that does not
     /// count the request itself (an error answer, which the server did not
     /// charge), the request's own amounts.
-    pub fn plus(self, units: u64) -> CreditMark {
+    pub(crate) fn plus(self, units: u64) -> CreditMark {
         CreditMark(self.0.saturating_add((scaled(units) >> MARK_SHIFT) as i64))
     }
 }
@@ -84,7 +84,7 @@ const MARK_SHIFT: u32 = 32;
 /// What a response says about the server's bucket, as of when the server
 /// took the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ServerView {
+pub(crate) struct ServerView {
     /// `*-remaining`: whole units left, as the provider reports them (read
     /// through its [`Rounding`]).
     pub remaining: Option<u64>,
@@ -134,14 +134,14 @@ impl ServerView {
 /// units, which covers it. Nothing is lost: the credit is below its
 /// capacity while a request waits for it, so the margin's refill is kept.
 /// (The pace is ours alone and gets no margin: a full pace would lose it.)
-pub const EDGE_MARGIN: Duration = Duration::from_millis(1);
+pub(crate) const EDGE_MARGIN: Duration = Duration::from_millis(1);
 
 /// Largest rate factor of the pace (×4): the ramp's peak is clamped here.
-pub const MAX_PERMILLE: u32 = 4000;
+pub(crate) const MAX_PERMILLE: u32 = 4000;
 
 /// One continuously refilled bucket: the provider's credit and the pace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     limit: u64,
     capacity: u64,
     credit_capacity: u64,
@@ -179,19 +179,19 @@ pub struct Bucket {
 /// provider reporting more than it holds) is not paid for again and again,
 /// fast enough that one unlucky 429 is forgotten within minutes on a short
 /// bucket.
-pub const MARGIN_HALF_LIFE_FILLS: u32 = 20;
+pub(crate) const MARGIN_HALF_LIFE_FILLS: u32 = 20;
 
 /// A learned margin halves after at least this long.
-pub const MARGIN_MIN_HALF_LIFE: Duration = Duration::from_secs(60);
+pub(crate) const MARGIN_MIN_HALF_LIFE: Duration = Duration::from_secs(60);
 
 /// A learned margin grows by at least this share of the credit capacity per
 /// surprise (1/8), and is never more than half of it
 /// ([`MARGIN_MAX_SHARE`]): both scale with the bucket, never a fixed amount
 /// or a fixed second.
-pub const MARGIN_STEP_SHARE: u64 = 8;
+pub(crate) const MARGIN_STEP_SHARE: u64 = 8;
 
 /// The largest margin, as a divisor of the credit capacity (a half).
-pub const MARGIN_MAX_SHARE: u64 = 2;
+pub(crate) const MARGIN_MAX_SHARE: u64 = 2;
 
 /// An instant as nanoseconds since the origin.
 #[inline]
@@ -200,36 +200,27 @@ fn ns(t: Instant) -> u64 {
 }
 
 impl Bucket {
+    #[cfg(test)]
     /// A full bucket refilling `limit` units per minute (at least 1) whose
     /// pace holds up to `capacity` units (at least 1), at full rate, with a
     /// credit of one minute of the limit (the providers' bucket).
-    pub fn new(limit: u64, capacity: u64, now: Instant) -> Self {
+    pub(crate) fn new(limit: u64, capacity: u64, now: Instant) -> Self {
         Self::with_permille(limit, capacity, 1000, now)
     }
 
+    #[cfg(test)]
     /// A full bucket whose pace rate is scaled by `permille`/1000 (clamped
     /// to 1..=[`MAX_PERMILLE`]; the pace capacity scales too while below
     /// 1000): the ramp-up factor. The credit holds a minute of the limit.
-    pub fn with_permille(limit: u64, capacity: u64, permille: u32, now: Instant) -> Self {
+    pub(crate) fn with_permille(limit: u64, capacity: u64, permille: u32, now: Instant) -> Self {
         Self::with_credit(limit, capacity, limit, permille, now)
     }
 
     /// A full bucket with an explicit credit capacity (`credit` units, at
     /// least 1): what the provider's bucket holds.
     ///
-    /// ```
-    /// use ratewise_core::admit::bucket::Bucket;
-    /// use ratewise_core::Instant;
-    /// use std::time::Duration;
-    /// // 60 per minute, a pace of 2 at ×1.2, a credit of 60: the credit is
-    /// // spent at 1.2 per second, never in a burst.
-    /// let mut b = Bucket::with_credit(60, 2, 60, 1200, Instant::ZERO);
-    /// assert!(b.try_take(2, Instant::ZERO).is_ok());
-    /// let next = Instant::from_origin(Duration::from_nanos(833_333_334));
-    /// assert_eq!(b.try_take(1, Instant::ZERO), Err(next));
-    /// assert_eq!(b.credit_level(next), 58);
-    /// ```
-    pub fn with_credit(
+    /// Example: the unit test `tests::example_with_credit`.
+    pub(crate) fn with_credit(
         limit: u64,
         capacity: u64,
         credit: u64,
@@ -274,27 +265,18 @@ impl Bucket {
     }
 
     /// Units per minute at full rate.
-    pub fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
 
-    /// Pace capacity at full rate.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
     /// Credit capacity: what the provider's bucket holds.
-    pub fn credit_capacity(&self) -> u64 {
+    pub(crate) fn credit_capacity(&self) -> u64 {
         self.credit_capacity
     }
 
-    /// The current pace factor in per-mille.
-    pub fn permille(&self) -> u32 {
-        self.permille
-    }
-
+    #[cfg(test)]
     /// Pace capacity at the current rate factor (at least 1).
-    pub fn effective_capacity(&self) -> u64 {
+    pub(crate) fn effective_capacity(&self) -> u64 {
         (self.cap_scaled / SCALE) as u64
     }
 
@@ -307,7 +289,7 @@ impl Bucket {
     /// Adds the refill since the last update. Time that goes backwards is
     /// ignored (the caller's clock is monotonic by contract).
     #[inline]
-    pub fn refill(&mut self, now: Instant) {
+    pub(crate) fn refill(&mut self, now: Instant) {
         let now = ns(now);
         if now > self.updated {
             // ≤ 2⁶⁴ ns × rate ≤ 2⁶⁴·2⁴⁰·2¹² < 2¹²⁰: no overflow.
@@ -326,14 +308,14 @@ impl Bucket {
 
     /// Whole units a take could have now: the lower of the two levels
     /// (negative while in debt).
-    pub fn level(&mut self, now: Instant) -> i64 {
+    pub(crate) fn level(&mut self, now: Instant) -> i64 {
         self.refill(now);
         units(self.level.min(self.credit))
     }
 
     /// Whole units of the provider's credit now, as modelled (negative
     /// while in debt).
-    pub fn credit_level(&mut self, now: Instant) -> i64 {
+    pub(crate) fn credit_level(&mut self, now: Instant) -> i64 {
         self.refill(now);
         units(self.credit)
     }
@@ -343,7 +325,7 @@ impl Bucket {
     /// once that level is full. A wait for the credit ends
     /// [`EDGE_MARGIN`] after the exact instant.
     #[inline]
-    pub fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
+    pub(crate) fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
         let want = scaled(amount);
         let need_pace = want.min(self.cap_scaled);
         let need_credit = self.credit_need(want, now);
@@ -369,7 +351,7 @@ impl Bucket {
     /// When the provider's credit alone would hold `amount` (the credit
     /// half of [`wait_for`](Self::wait_for), [`EDGE_MARGIN`] included):
     /// the part of a wait that no ramp of the pace can shorten.
-    pub fn credit_wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
+    pub(crate) fn credit_wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
         let need_credit = self.credit_need(scaled(amount), now);
         if self.credit >= need_credit {
             return None;
@@ -392,7 +374,7 @@ impl Bucket {
 
     /// How long a learned margin takes to halve: [`MARGIN_HALF_LIFE_FILLS`]
     /// refills of the credit, at least [`MARGIN_MIN_HALF_LIFE`].
-    pub fn margin_half_life(&self) -> Duration {
+    pub(crate) fn margin_half_life(&self) -> Duration {
         let fill = duration_from_nanos(ns_to_fill(self.credit_cap, self.credit_rate()));
         fill.saturating_mul(MARGIN_HALF_LIFE_FILLS)
             .max(MARGIN_MIN_HALF_LIFE)
@@ -416,7 +398,7 @@ impl Bucket {
 
     /// The learned margin now, in whole units (the nearest: a margin is
     /// learned against a [`CreditMark`], a hair below the credit).
-    pub fn margin(&self, now: Instant) -> u64 {
+    pub(crate) fn margin(&self, now: Instant) -> u64 {
         u64::try_from((self.margin_scaled(ns(now)) + SCALE / 2) / SCALE).unwrap_or(0)
     }
 
@@ -434,23 +416,8 @@ impl Bucket {
     /// `None` when it already held less than `amount` (no surprise: a
     /// request larger than the bucket, sent on a full credit, is one).
     ///
-    /// ```
-    /// use ratewise_core::admit::bucket::Bucket;
-    /// use ratewise_core::Instant;
-    /// // 60 000 a minute, a credit of 10 000 (a 10 s bucket).
-    /// let mut b = Bucket::with_credit(60_000, 60_000, 10_000, 1000, Instant::ZERO);
-    /// assert!(b.try_take(4_000, Instant::ZERO).is_ok());
-    /// let mark = b.mark();
-    /// // The provider held less than 4 000: we believed in 10 000.
-    /// let before = b.corrected_total();
-    /// assert_eq!(b.surprise(4_000, mark, Instant::ZERO), Some(10_000));
-    /// assert_eq!(b.credit_level(Instant::ZERO), -1);
-    /// let over = b.lowered_since(before);
-    /// assert_eq!(over, 6_001);
-    /// b.learn_margin(over, Instant::ZERO);
-    /// assert_eq!(b.margin(Instant::ZERO), 5_000); // half the capacity at most
-    /// ```
-    pub fn surprise(&mut self, amount: u64, mark: CreditMark, now: Instant) -> Option<u64> {
+    /// Example: the unit test `tests::example_surprise`.
+    pub(crate) fn surprise(&mut self, amount: u64, mark: CreditMark, now: Instant) -> Option<u64> {
         mark.get()?;
         self.refill(now);
         let want = scaled(amount);
@@ -466,13 +433,13 @@ impl Bucket {
 
     /// The running total of corrections, to measure what a sequence of
     /// them lowered the credit by ([`lowered_since`](Self::lowered_since)).
-    pub fn corrected_total(&self) -> i128 {
+    pub(crate) fn corrected_total(&self) -> i128 {
         self.corrected
     }
 
     /// Whole units the credit was lowered by since `corrected_total` was
     /// `before` (rounded up; raises count against it).
-    pub fn lowered_since(&self, before: i128) -> u64 {
+    pub(crate) fn lowered_since(&self, before: i128) -> u64 {
         let down = (before - self.corrected).max(0);
         u64::try_from((down + SCALE - 1) / SCALE).unwrap_or(u64::MAX)
     }
@@ -482,7 +449,7 @@ impl Bucket {
     /// margin that did not prevent this surprise at least doubles (a bias
     /// the model cannot see is paid for a few times, not for the whole
     /// run); at most half the capacity.
-    pub fn learn_margin(&mut self, over: u64, now: Instant) {
+    pub(crate) fn learn_margin(&mut self, over: u64, now: Instant) {
         let t = ns(now);
         let step = (self.credit_cap / i128::from(MARGIN_STEP_SHARE)).max(SCALE);
         let max = self.credit_cap / i128::from(MARGIN_MAX_SHARE);
@@ -496,24 +463,17 @@ impl Bucket {
 
     /// Removes `amount` regardless of the levels (may leave a debt).
     #[inline]
-    pub fn take(&mut self, amount: u64) {
+    pub(crate) fn take(&mut self, amount: u64) {
         let a = scaled(amount);
         self.level = self.level.saturating_sub(a);
         self.credit = self.credit.saturating_sub(a);
     }
 
+    #[cfg(test)]
     /// Takes `amount` when it fits, else says when it will.
     ///
-    /// ```
-    /// use ratewise_core::admit::bucket::Bucket;
-    /// use ratewise_core::Instant;
-    /// // 60 per minute, capacity 1: one per second.
-    /// let mut b = Bucket::new(60, 1, Instant::ZERO);
-    /// assert!(b.try_take(1, Instant::ZERO).is_ok());
-    /// assert_eq!(b.try_take(1, Instant::ZERO), Err(Instant::from_millis(1000)));
-    /// assert!(b.try_take(1, Instant::from_millis(1000)).is_ok());
-    /// ```
-    pub fn try_take(&mut self, amount: u64, now: Instant) -> Result<(), Instant> {
+    /// Example: the unit test `tests::example_try_take`.
+    pub(crate) fn try_take(&mut self, amount: u64, now: Instant) -> Result<(), Instant> {
         self.refill(now);
         match self.wait_for(amount, now) {
             None => {
@@ -532,14 +492,14 @@ impl Bucket {
     /// min(c, l + p + r)` for `r ≥ 0`), so a put-back may be applied before
     /// the refill it precedes in time. That keeps `settle` cheap.
     #[inline]
-    pub fn put_back(&mut self, amount: u64, _now: Instant) {
+    pub(crate) fn put_back(&mut self, amount: u64, _now: Instant) {
         let a = scaled(amount);
         self.level = self.level.saturating_add(a).min(self.cap_scaled);
         self.credit = self.credit.saturating_add(a).min(self.credit_cap);
     }
 
     /// Charges `amount` more units (actual usage above the reservation).
-    pub fn charge(&mut self, amount: u64, now: Instant) {
+    pub(crate) fn charge(&mut self, amount: u64, now: Instant) {
         self.refill(now);
         self.take(amount);
     }
@@ -549,7 +509,7 @@ impl Bucket {
     /// the backlog is released at the refill rate from then on, not as a
     /// burst of what would have refilled during the pause. Both levels go
     /// into a debt that refills to zero at `until`.
-    pub fn drain_until(&mut self, until: Instant, now: Instant) {
+    pub(crate) fn drain_until(&mut self, until: Instant, now: Instant) {
         self.hold_pace_until(until, now);
         let wait = i128::from(ns(until).saturating_sub(ns(now)));
         self.credit = self.credit.min(0) - wait * self.credit_rate();
@@ -561,12 +521,13 @@ impl Bucket {
     /// refilling through the pause, so a credit held too would fall behind
     /// it for good; the pace alone keeps the backlog from leaving in a
     /// burst when the pause ends.
-    pub fn hold_pace_until(&mut self, until: Instant, now: Instant) {
+    pub(crate) fn hold_pace_until(&mut self, until: Instant, now: Instant) {
         self.refill(now);
         let wait = i128::from(ns(until).saturating_sub(ns(now)));
         self.level = self.level.min(0) - wait * self.rate;
     }
 
+    #[cfg(test)]
     /// Header sync: the server says `remaining` units are left. When the
     /// local credit is above the highest level that value allows read
     /// through `rounding` (`remaining + 1` for an exact value), the server
@@ -577,7 +538,12 @@ impl Bucket {
     /// The view is compared with the credit *now*; a view taken when the
     /// request was sent is better compared with the credit then:
     /// [`sync`](Self::sync) with a [`CreditMark`].
-    pub fn sync_remaining(&mut self, remaining: u64, rounding: Rounding, now: Instant) -> bool {
+    pub(crate) fn sync_remaining(
+        &mut self,
+        remaining: u64,
+        rounding: Rounding,
+        now: Instant,
+    ) -> bool {
         let view = ServerView {
             remaining: Some(remaining),
             until_full: None,
@@ -585,6 +551,7 @@ impl Bucket {
         self.sync(&view, None, rounding, now)
     }
 
+    #[cfg(test)]
     /// Header sync from a `-reset`: the server's bucket of `limit` units per
     /// minute is full again `until_full` from now, so — refilling at `limit`
     /// per minute up to the credit capacity `C` — it holds about `C −
@@ -596,20 +563,8 @@ impl Bucket {
     /// request needing `n` units is not admitted before the server's line
     /// `limit − rate · (reset − t)` reaches `n`.
     ///
-    /// ```
-    /// use ratewise_core::admit::bucket::Bucket;
-    /// use ratewise_core::Instant;
-    /// use std::time::Duration;
-    /// // 60 per minute, a pace of 10; the server is full in 57 s: 3 left.
-    /// let mut b = Bucket::new(60, 10, Instant::ZERO);
-    /// assert!(b.sync_reset(60, Duration::from_secs(57), Instant::ZERO));
-    /// assert_eq!(b.level(Instant::ZERO), 3);
-    /// // A reset further away than before can only lower it again; a nearer
-    /// // one (more capacity) never raises it.
-    /// assert!(!b.sync_reset(60, Duration::from_secs(1), Instant::ZERO));
-    /// assert_eq!(b.level(Instant::ZERO), 3);
-    /// ```
-    pub fn sync_reset(&mut self, limit: u64, until_full: Duration, now: Instant) -> bool {
+    /// Example: the unit test `tests::example_sync_reset`.
+    pub(crate) fn sync_reset(&mut self, limit: u64, until_full: Duration, now: Instant) -> bool {
         let view = ServerView {
             remaining: None,
             until_full: Some((limit, until_full)),
@@ -621,7 +576,7 @@ impl Bucket {
     /// after a request's reservation, and pass it to [`sync`](Self::sync)
     /// with the view the server reports for that request.
     #[inline]
-    pub fn mark(&self) -> CreditMark {
+    pub(crate) fn mark(&self) -> CreditMark {
         // Net of corrections so far; scaled units / 2³²: a shift, a
         // resolution of 1/14 000 of a unit, a range of ±2⁴⁵ units.
         let m = (self.credit - self.corrected) >> MARK_SHIFT;
@@ -632,7 +587,7 @@ impl Bucket {
     /// since counted), as a share of the credit capacity in per-mille:
     /// how loaded this bucket was at that send, to compare buckets when a
     /// 429 names no dimension.
-    pub fn room_permille(&self, mark: CreditMark) -> i128 {
+    pub(crate) fn room_permille(&self, mark: CreditMark) -> i128 {
         self.credit_then(mark).saturating_mul(1000) / self.credit_cap.max(1)
     }
 
@@ -643,7 +598,7 @@ impl Bucket {
 
     /// Gives back `amount` the server showed it never charged (a held
     /// send): a correction, so views taken before it count it.
-    pub fn refund(&mut self, amount: u64, now: Instant) {
+    pub(crate) fn refund(&mut self, amount: u64, now: Instant) {
         self.refill(now);
         let before = self.credit;
         self.put_back(amount, now);
@@ -655,7 +610,7 @@ impl Bucket {
     /// larger). A correction, like [`refund`](Self::refund), but the pace
     /// is ours and keeps its level: learning that the provider's bucket is
     /// bigger does not make us send faster than our pace.
-    pub fn raise_credit(&mut self, amount: u64, now: Instant) {
+    pub(crate) fn raise_credit(&mut self, amount: u64, now: Instant) {
         self.refill(now);
         let before = self.credit;
         self.credit = self
@@ -694,25 +649,8 @@ impl Bucket {
     /// * from a reset: the level it implies, already taken in the server's
     ///   favour for whole-second timestamps.
     ///
-    /// ```
-    /// use ratewise_core::admit::bucket::{Bucket, ServerView};
-    /// use ratewise_core::admit::profile::Rounding::Exact;
-    /// use ratewise_core::Instant;
-    /// // 60 per minute; a request is sent at 0 and answered 5 s later.
-    /// let mut b = Bucket::new(60, 10, Instant::ZERO);
-    /// assert!(b.try_take(1, Instant::ZERO).is_ok());
-    /// let mark = b.mark(); // 59 in credit after the take
-    /// let later = Instant::from_millis(5_000);
-    /// let view = ServerView { remaining: Some(59), until_full: None };
-    /// // The server agreed then: nothing changes, though 59 < 60 now.
-    /// assert!(!b.sync(&view, Some(mark), Exact, later));
-    /// assert_eq!(b.credit_level(later), 60);
-    /// // Another client had taken 20: the credit loses 20, not the refill.
-    /// let view = ServerView { remaining: Some(39), until_full: None };
-    /// assert!(b.sync(&view, Some(mark), Exact, later));
-    /// assert_eq!(b.credit_level(later), 40);
-    /// ```
-    pub fn sync(
+    /// Example: the unit test `tests::example_sync`.
+    pub(crate) fn sync(
         &mut self,
         view: &ServerView,
         mark: Option<CreditMark>,
@@ -745,19 +683,13 @@ impl Bucket {
     /// smallest such `k`, rounded up (a remaining of 49 against a credit of
     /// 48.08 is one unit). `None` when the view says nothing.
     ///
-    /// ```
-    /// use ratewise_core::admit::bucket::{Bucket, ServerView};
-    /// use ratewise_core::admit::profile::Rounding::Exact;
-    /// use ratewise_core::Instant;
-    /// let mut b = Bucket::new(60, 10, Instant::ZERO);
-    /// assert!(b.try_take(2, Instant::ZERO).is_ok());
-    /// let mark = b.mark(); // 58
-    /// let view = |r| ServerView { remaining: Some(r), until_full: None };
-    /// assert_eq!(b.surplus(&view(58), mark, Exact), Some(0));
-    /// assert_eq!(b.surplus(&view(59), mark, Exact), Some(1));
-    /// assert_eq!(b.surplus(&view(40), mark, Exact), Some(0));
-    /// ```
-    pub fn surplus(&self, view: &ServerView, mark: CreditMark, rounding: Rounding) -> Option<u64> {
+    /// Example: the unit test `tests::example_surplus`.
+    pub(crate) fn surplus(
+        &self,
+        view: &ServerView,
+        mark: CreditMark,
+        rounding: Rounding,
+    ) -> Option<u64> {
         let (lo, _, _) = view.range(rounding, self.credit_cap)?;
         let then = self.credit_then(mark);
         let over = (lo - then).max(0);
@@ -769,7 +701,7 @@ impl Bucket {
 
     /// Changes the limit and capacities (learned from headers or
     /// configured), keeping the levels (clamped to the new capacities).
-    pub fn set_limit(&mut self, limit: u64, capacity: u64, credit: u64, now: Instant) {
+    pub(crate) fn set_limit(&mut self, limit: u64, capacity: u64, credit: u64, now: Instant) {
         self.refill(now);
         self.limit = limit.clamp(1, MAX_LIMIT);
         self.capacity = capacity.max(1);
@@ -781,7 +713,7 @@ impl Bucket {
     /// taken to hold), keeping the level: a capacity learned larger does
     /// not fill the credit (the server's view raises it, see
     /// [`refund`](Self::refund)); a smaller one clamps it.
-    pub fn set_credit_capacity(&mut self, credit: u64, now: Instant) {
+    pub(crate) fn set_credit_capacity(&mut self, credit: u64, now: Instant) {
         self.refill(now);
         self.credit_capacity = credit.max(1);
         self.recompute();
@@ -790,7 +722,7 @@ impl Bucket {
     /// Changes the pace factor (ramp-up), clamping the pace level to the
     /// new effective capacity so a cut never leaves a burst behind. The
     /// credit is the provider's and does not change.
-    pub fn set_permille(&mut self, permille: u32, now: Instant) {
+    pub(crate) fn set_permille(&mut self, permille: u32, now: Instant) {
         self.refill(now);
         self.permille = permille.clamp(1, MAX_PERMILLE);
         self.recompute();
@@ -892,7 +824,7 @@ fn ns_to_fill(missing: i128, rate: i128) -> u128 {
 }
 
 /// Converts nanoseconds to a `Duration`, saturating.
-pub fn duration_from_nanos(ns: u128) -> Duration {
+pub(crate) fn duration_from_nanos(ns: u128) -> Duration {
     let secs = ns / 1_000_000_000;
     if secs > u128::from(u64::MAX) {
         Duration::MAX
@@ -903,7 +835,7 @@ pub fn duration_from_nanos(ns: u128) -> Duration {
 
 /// The capacity of a bucket of `limit` per minute holding `burst` worth of
 /// refill: `ceil(limit · burst / 1 min)`, at least 1.
-pub fn capacity_for(limit: u64, burst: Duration) -> u64 {
+pub(crate) fn capacity_for(limit: u64, burst: Duration) -> u64 {
     let cap = (u128::from(limit) * burst.as_nanos()).div_ceil(NS_PER_MIN);
     cap.clamp(1, u128::from(u64::MAX)) as u64
 }
@@ -911,6 +843,110 @@ pub fn capacity_for(limit: u64, burst: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn example_with_credit() {
+        use crate::admit::bucket::Bucket;
+        use crate::Instant;
+        use std::time::Duration;
+        // 60 per minute, a pace of 2 at ×1.2, a credit of 60: the credit is
+        // spent at 1.2 per second, never in a burst.
+        let mut b = Bucket::with_credit(60, 2, 60, 1200, Instant::ZERO);
+        assert!(b.try_take(2, Instant::ZERO).is_ok());
+        let next = Instant::from_origin(Duration::from_nanos(833_333_334));
+        assert_eq!(b.try_take(1, Instant::ZERO), Err(next));
+        assert_eq!(b.credit_level(next), 58);
+    }
+
+    #[test]
+    fn example_surprise() {
+        use crate::admit::bucket::Bucket;
+        use crate::Instant;
+        // 60 000 a minute, a credit of 10 000 (a 10 s bucket).
+        let mut b = Bucket::with_credit(60_000, 60_000, 10_000, 1000, Instant::ZERO);
+        assert!(b.try_take(4_000, Instant::ZERO).is_ok());
+        let mark = b.mark();
+        // The provider held less than 4 000: we believed in 10 000.
+        let before = b.corrected_total();
+        assert_eq!(b.surprise(4_000, mark, Instant::ZERO), Some(10_000));
+        assert_eq!(b.credit_level(Instant::ZERO), -1);
+        let over = b.lowered_since(before);
+        assert_eq!(over, 6_001);
+        b.learn_margin(over, Instant::ZERO);
+        assert_eq!(b.margin(Instant::ZERO), 5_000); // half the capacity at most
+    }
+
+    #[test]
+    fn example_try_take() {
+        use crate::admit::bucket::Bucket;
+        use crate::Instant;
+        // 60 per minute, capacity 1: one per second.
+        let mut b = Bucket::new(60, 1, Instant::ZERO);
+        assert!(b.try_take(1, Instant::ZERO).is_ok());
+        assert_eq!(
+            b.try_take(1, Instant::ZERO),
+            Err(Instant::from_millis(1000))
+        );
+        assert!(b.try_take(1, Instant::from_millis(1000)).is_ok());
+    }
+
+    #[test]
+    fn example_sync_reset() {
+        use crate::admit::bucket::Bucket;
+        use crate::Instant;
+        use std::time::Duration;
+        // 60 per minute, a pace of 10; the server is full in 57 s: 3 left.
+        let mut b = Bucket::new(60, 10, Instant::ZERO);
+        assert!(b.sync_reset(60, Duration::from_secs(57), Instant::ZERO));
+        assert_eq!(b.level(Instant::ZERO), 3);
+        // A reset further away than before can only lower it again; a nearer
+        // one (more capacity) never raises it.
+        assert!(!b.sync_reset(60, Duration::from_secs(1), Instant::ZERO));
+        assert_eq!(b.level(Instant::ZERO), 3);
+    }
+
+    #[test]
+    fn example_sync() {
+        use crate::admit::bucket::{Bucket, ServerView};
+        use crate::admit::profile::Rounding::Exact;
+        use crate::Instant;
+        // 60 per minute; a request is sent at 0 and answered 5 s later.
+        let mut b = Bucket::new(60, 10, Instant::ZERO);
+        assert!(b.try_take(1, Instant::ZERO).is_ok());
+        let mark = b.mark(); // 59 in credit after the take
+        let later = Instant::from_millis(5_000);
+        let view = ServerView {
+            remaining: Some(59),
+            until_full: None,
+        };
+        // The server agreed then: nothing changes, though 59 < 60 now.
+        assert!(!b.sync(&view, Some(mark), Exact, later));
+        assert_eq!(b.credit_level(later), 60);
+        // Another client had taken 20: the credit loses 20, not the refill.
+        let view = ServerView {
+            remaining: Some(39),
+            until_full: None,
+        };
+        assert!(b.sync(&view, Some(mark), Exact, later));
+        assert_eq!(b.credit_level(later), 40);
+    }
+
+    #[test]
+    fn example_surplus() {
+        use crate::admit::bucket::{Bucket, ServerView};
+        use crate::admit::profile::Rounding::Exact;
+        use crate::Instant;
+        let mut b = Bucket::new(60, 10, Instant::ZERO);
+        assert!(b.try_take(2, Instant::ZERO).is_ok());
+        let mark = b.mark(); // 58
+        let view = |r| ServerView {
+            remaining: Some(r),
+            until_full: None,
+        };
+        assert_eq!(b.surplus(&view(58), mark, Exact), Some(0));
+        assert_eq!(b.surplus(&view(59), mark, Exact), Some(1));
+        assert_eq!(b.surplus(&view(40), mark, Exact), Some(0));
+    }
 
     fn ms(n: u64) -> Instant {
         Instant::from_millis(n)

@@ -9,11 +9,7 @@
 //! when a request starts, corrected at its end).
 
 /// Input tokens estimated from a request body's size: `ceil(bytes / 4)`.
-///
-/// ```
-/// assert_eq!(ratewise_core::admit::estimate::input_from_bytes(9), 3);
-/// ```
-pub const fn input_from_bytes(bytes: u64) -> u64 {
+pub(crate) const fn input_from_bytes(bytes: u64) -> u64 {
     bytes.div_ceil(4)
 }
 
@@ -40,5 +36,15 @@ impl Default for MaxTokens {
 impl OutputEstimator for MaxTokens {
     fn output_estimate(&self, max_tokens: Option<u64>, _input: u64) -> u64 {
         max_tokens.unwrap_or(self.default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn one_token_per_four_bytes_rounded_up() {
+        assert_eq!(super::input_from_bytes(9), 3);
+        assert_eq!(super::input_from_bytes(8), 2);
+        assert_eq!(super::input_from_bytes(0), 0);
     }
 }

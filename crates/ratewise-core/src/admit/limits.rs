@@ -6,7 +6,7 @@ use crate::vocab::{Dimension, Provider};
 use std::time::Duration;
 
 /// The dimensions in bucket order: requests, input, output, combined.
-pub const DIMENSIONS: [Dimension; 4] = [
+pub(crate) const DIMENSIONS: [Dimension; 4] = [
     Dimension::Requests,
     Dimension::InputTokens,
     Dimension::OutputTokens,
@@ -14,7 +14,7 @@ pub const DIMENSIONS: [Dimension; 4] = [
 ];
 
 /// Index of a dimension in [`DIMENSIONS`].
-pub const fn index(d: Dimension) -> usize {
+pub(crate) const fn index(d: Dimension) -> usize {
     match d {
         Dimension::Requests => 0,
         Dimension::InputTokens => 1,
@@ -70,7 +70,7 @@ impl Limits {
     /// `anthropic-ratelimit-tokens-*` is "the most restrictive" of input and
     /// output, not a combined bucket, so it is learned only from OpenAI-style
     /// (`x-ratelimit-*-tokens`) and generic responses.
-    pub fn from_snapshot(snap: &RateLimitSnapshot, provider: Provider) -> Limits {
+    pub(crate) fn from_snapshot(snap: &RateLimitSnapshot, provider: Provider) -> Limits {
         let mut l = Limits::NONE;
         for d in DIMENSIONS
             .into_iter()
@@ -84,7 +84,7 @@ impl Limits {
     /// The effective limit: the lower of configured and learned, where both
     /// exist (a user may deliberately leave room for other tenants of the
     /// key; the server's word caps an optimistic configuration).
-    pub fn combine(configured: &Limits, learned: &Limits) -> Limits {
+    pub(crate) fn combine(configured: &Limits, learned: &Limits) -> Limits {
         let mut out = Limits::NONE;
         for d in DIMENSIONS {
             let v = match (configured.get(d), learned.get(d)) {
@@ -180,7 +180,7 @@ impl Burst {
     /// once the server has shown it holds at least `seen` units: at least
     /// [`credit_start`](Self::credit_start)'s worth, at most
     /// [`credit`](Self::credit)'s.
-    pub fn credit_units(&self, limit: u64, seen: u64) -> u64 {
+    pub(crate) fn credit_units(&self, limit: u64, seen: u64) -> u64 {
         let start = super::bucket::capacity_for(limit, self.credit_start);
         let most = super::bucket::capacity_for(limit, self.credit).max(start);
         seen.clamp(start, most)

@@ -5,10 +5,11 @@
 //! an argument ([`Now`](crate::Now)), jitter comes from a seeded
 //! `fastrand::Rng`, nothing sleeps or spawns.
 //!
-//! * [`bucket`] — continuously refilled token buckets, integer arithmetic.
+//! * `bucket` — continuously refilled token buckets, integer arithmetic.
 //! * [`Limits`] — per-minute limits, configured or learned from headers.
 //! * [`ModelClasses`] — which models share a bucket.
-//! * [`estimate`] — input and output estimates before a send.
+//! * [`OutputEstimator`] and [`MaxTokens`] — input and output estimates
+//!   before a send.
 //! * [`profile`] — what each provider documents about its signals, with
 //!   the sources quoted.
 //! * [`Reservation`] and [`Ledger`] — reservations and their ledger
@@ -18,7 +19,8 @@
 //! * [`Controller`] — composing them per (key, class).
 //! * [`Store`] — the seam where the shared state lives (async-capable, one
 //!   step per job event), and its in-memory [`Shared`] (the controller
-//!   behind a mutex).
+//!   behind a mutex); [`store_kit`], the one seam for a store that shares
+//!   a controller's state between processes.
 //!
 //! ```
 //! use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits};
@@ -47,9 +49,9 @@
 //! assert!(c.ledger().is_clean());
 //! ```
 
-pub mod bucket;
+mod bucket;
 mod controller;
-pub mod estimate;
+mod estimate;
 mod limits;
 mod model_class;
 pub mod profile;
@@ -61,20 +63,20 @@ mod shared;
 mod spend;
 mod stop;
 mod store;
+pub mod store_kit;
 mod table;
 
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
-    WaitReason, EDGE_MARGIN, PROBE_RECHECK, RESET_HORIZON,
+    WaitReason,
 };
 pub use estimate::{MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
 pub use model_class::ModelClasses;
 pub use profile::{Profile, Rounding};
 pub use ramp::RampConfig;
-pub use record::{KeyRecord, RECORD_FORMAT};
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
-pub use retry_budget::{RetryBudgetConfig, SLOTS as RETRY_BUDGET_SLOTS};
+pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;
 pub use spend::{Price, PriceTable, SpendConfig, SpendTotals};
 pub use stop::Stop;
@@ -87,11 +89,6 @@ pub use store::{End, Observed, Store, StoreFuture, Update};
 pub struct ScopeId(pub(crate) u32);
 
 impl ScopeId {
-    /// The scope numbered `n`.
-    pub const fn new(n: u32) -> Self {
-        ScopeId(n)
-    }
-
     /// Its number.
     pub const fn get(self) -> u32 {
         self.0

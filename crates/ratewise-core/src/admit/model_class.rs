@@ -14,7 +14,7 @@ pub struct ModelClasses {
 }
 
 /// The default sharing table: `(model name prefix, class)`.
-pub const DEFAULT_CLASSES: &[(&str, &str)] = &[
+pub(crate) const DEFAULT_CLASSES: &[(&str, &str)] = &[
     // Anthropic: families share one bucket across versions and dates.
     ("claude-opus-4", "claude-opus-4"),
     ("claude-sonnet-4", "claude-sonnet-4"),

@@ -121,7 +121,7 @@ impl Profile {
     ///
     /// A 429 is not said to count against the limit: rejected requests are
     /// taken as free.
-    pub const ANTHROPIC: Profile = Profile {
+    pub(crate) const ANTHROPIC: Profile = Profile {
         provider: Provider::Anthropic,
         token_remaining: Rounding::Nearest(1000),
         reset_precision: Duration::from_secs(1),
@@ -144,7 +144,7 @@ impl Profile {
     /// * the token limit is charged from "the max of `max_tokens` and the
     ///   estimated number of tokens" of the request, so `max_tokens` is
     ///   reserved.
-    pub const OPENAI: Profile = Profile {
+    pub(crate) const OPENAI: Profile = Profile {
         provider: Provider::Openai,
         token_remaining: Rounding::Exact,
         reset_precision: Duration::from_secs(1),
@@ -157,7 +157,7 @@ impl Profile {
     /// careful reading — a round token count may have been rounded down by
     /// a thousand, a rejected request is free, resets are as precise as
     /// written.
-    pub const GENERIC: Profile = Profile {
+    pub(crate) const GENERIC: Profile = Profile {
         provider: Provider::Generic,
         token_remaining: Rounding::Down(1000),
         reset_precision: Duration::from_secs(1),

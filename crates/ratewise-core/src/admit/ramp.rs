@@ -56,7 +56,7 @@ pub struct RampConfig {
     /// (default 60 s).
     pub idle_after: Duration,
     /// The highest factor (default 1200 = ×1.2, at least 1000, at most
-    /// [`MAX_PERMILLE`]): how much faster than the limit the pace may
+    /// 4000): how much faster than the limit the pace may
     /// spend a full credit. The rate over a long backlog is still the
     /// limit.
     pub peak: u32,
@@ -89,14 +89,14 @@ impl RampConfig {
     }
 
     /// The start factor, clamped to `1..=peak`.
-    pub fn start(&self) -> u32 {
+    pub(crate) fn start(&self) -> u32 {
         self.start.clamp(1, self.peak())
     }
 }
 
 /// The ramp state of one scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ramp {
+pub(crate) struct Ramp {
     permille: u32,
     last_step: Option<Instant>,
 }
@@ -104,7 +104,7 @@ pub struct Ramp {
 impl Ramp {
     /// A ramp for a scope's first use: at the start fraction, or at full
     /// rate with [`RampConfig::warm_start`].
-    pub fn new(cfg: &RampConfig) -> Self {
+    pub(crate) fn new(cfg: &RampConfig) -> Self {
         Ramp {
             permille: if cfg.warm_start {
                 cfg.peak()
@@ -116,7 +116,7 @@ impl Ramp {
     }
 
     /// The current factor in per-mille.
-    pub fn permille(&self) -> u32 {
+    pub(crate) fn permille(&self) -> u32 {
         self.permille
     }
 
@@ -145,7 +145,7 @@ impl Ramp {
     }
 
     /// Back to the start fraction (idle, stop lifted).
-    pub fn restart(&mut self, cfg: &RampConfig, now: Instant) {
+    pub(crate) fn restart(&mut self, cfg: &RampConfig, now: Instant) {
         self.permille = cfg.start();
         self.last_step = Some(now);
     }
@@ -159,7 +159,7 @@ impl Ramp {
     /// a slow start slow (at 10 % of 50 RPM with 2 000-token jobs, one
     /// answer every 40 s). An acceleration limit answers quickly, so a
     /// step of calm time is the evidence.
-    pub fn calm(&mut self, cfg: &RampConfig, now: Instant) -> bool {
+    pub(crate) fn calm(&mut self, cfg: &RampConfig, now: Instant) -> bool {
         let peak = u64::from(cfg.peak());
         if u64::from(self.permille) >= peak {
             return false;
@@ -196,7 +196,7 @@ impl Ramp {
     }
 
     /// An acceleration 429: cut multiplicatively, floored at the start.
-    pub fn slow_down(&mut self, cfg: &RampConfig, now: Instant) {
+    pub(crate) fn slow_down(&mut self, cfg: &RampConfig, now: Instant) {
         let cut = (u64::from(self.permille) * u64::from(cfg.cut.min(1000))) / 1000;
         self.permille = (cut as u32).max(cfg.start());
         self.last_step = Some(now);

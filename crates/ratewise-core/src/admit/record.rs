@@ -11,8 +11,8 @@
 //!
 //! Times are absolute (nanoseconds since the Unix epoch on the wall clock),
 //! so processes whose monotonic clocks started at different moments read
-//! one record alike: [`Controller::export_key`](super::Controller::export_key)
-//! and [`import_key`](super::Controller::import_key) convert with the `now`
+//! one record alike: [`StoreHooks::export_key`](super::store_kit::StoreHooks::export_key)
+//! and [`import_key`](super::store_kit::StoreHooks::import_key) convert with the `now`
 //! they are given.
 //!
 //! A cross-process [`Store`](super::Store) runs the core's own
@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 
 /// One key's shared admission state; see the [module docs](self). Opaque:
 /// serialize it (serde), store it, hand it back to
-/// [`Controller::import_key`](super::Controller::import_key).
+/// [`StoreHooks::import_key`](super::store_kit::StoreHooks::import_key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
     /// The record's format ([`RECORD_FORMAT`] when written by this
@@ -112,7 +112,7 @@ pub(crate) struct TimeBase {
 }
 
 impl TimeBase {
-    pub fn at(now: Now) -> Self {
+    pub(crate) fn at(now: Now) -> Self {
         let wall = match now.wall.duration_since(SystemTime::UNIX_EPOCH) {
             Ok(d) => d.as_nanos() as i128,
             Err(e) => -(e.duration().as_nanos() as i128),
@@ -123,20 +123,20 @@ impl TimeBase {
     }
 
     /// An instant as Unix nanoseconds.
-    pub fn out(self, t: Instant) -> i64 {
+    pub(crate) fn out(self, t: Instant) -> i64 {
         clamp_i64(self.origin_unix_ns + i128::from(t.as_nanos()))
     }
 
     /// Unix nanoseconds as an instant (one before this process's origin
     /// is its origin: nothing local happened before it).
-    pub fn back(self, unix_ns: i64) -> Instant {
+    pub(crate) fn back(self, unix_ns: i64) -> Instant {
         let local = i128::from(unix_ns) - self.origin_unix_ns;
         Instant::from_nanos(u64::try_from(local.max(0)).unwrap_or(u64::MAX))
     }
 
     /// Nanoseconds to add to a local instant's nanoseconds to get the
     /// record's (for bucket times).
-    pub fn shift(self) -> i128 {
+    pub(crate) fn shift(self) -> i128 {
         self.origin_unix_ns
     }
 }
@@ -146,7 +146,7 @@ fn clamp_i64(v: i128) -> i64 {
 }
 
 impl StopRecord {
-    pub fn of(stop: &Stop) -> Self {
+    pub(crate) fn of(stop: &Stop) -> Self {
         StopRecord {
             cause: stop.cause,
             until: stop
@@ -158,7 +158,7 @@ impl StopRecord {
         }
     }
 
-    pub fn to_stop(&self, now: Now) -> Stop {
+    pub(crate) fn to_stop(&self, now: Now) -> Stop {
         let until = self.until.map(|ns| {
             SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns.max(0)).unwrap_or(0))
         });

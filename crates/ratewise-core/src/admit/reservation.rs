@@ -20,12 +20,12 @@ pub struct Amounts {
 
 impl Amounts {
     /// Input plus output.
-    pub const fn tokens(&self) -> u64 {
+    pub(crate) const fn tokens(&self) -> u64 {
         self.input.saturating_add(self.output)
     }
 
     /// The amount of bucket `i` (requests, input, output, combined).
-    pub const fn by_index(&self, i: usize) -> u64 {
+    pub(crate) const fn by_index(&self, i: usize) -> u64 {
         match i {
             0 => self.requests,
             1 => self.input,
@@ -48,9 +48,9 @@ impl Amounts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ReservationId {
     /// Slot in the ledger.
-    pub slot: u32,
+    pub(crate) slot: u32,
     /// Generation of the slot.
-    pub generation: u32,
+    pub(crate) generation: u32,
 }
 
 /// An admitted request's claim on its buckets and budgets. It is not
@@ -97,43 +97,9 @@ impl Sent {
     pub fn scope(&self) -> super::ScopeId {
         self.scope
     }
-    /// When it was admitted.
-    pub fn admitted_at(&self) -> Instant {
-        self.admitted_at
-    }
 }
 
 impl Reservation {
-    /// A reservation taken by a store that keeps its own levels (not a
-    /// [`Controller`](super::Controller)'s): `id` is the store's own, and
-    /// it carries no credit marks, so a response's header view is read
-    /// against the credit now rather than at the admission.
-    pub fn new(
-        id: ReservationId,
-        scope: super::ScopeId,
-        amounts: Amounts,
-        admitted_at: Instant,
-    ) -> Self {
-        Reservation {
-            id,
-            scope,
-            amounts,
-            cost: 0,
-            price: None,
-            admitted_at,
-            streamed: false,
-            marks: [CreditMark::NONE; 4],
-            released: [0; 4],
-        }
-    }
-
-    /// The same, with its worst-case cost in micro-dollars for the spend
-    /// budget.
-    pub fn with_cost(mut self, cost_micros: u64) -> Self {
-        self.cost = cost_micros;
-        self
-    }
-
     /// The ledger id.
     pub fn id(&self) -> ReservationId {
         self.id
@@ -150,10 +116,6 @@ impl Reservation {
     /// currency (0 when unpriced).
     pub fn cost_micros(&self) -> u64 {
         self.cost
-    }
-    /// When it was admitted.
-    pub fn admitted_at(&self) -> Instant {
-        self.admitted_at
     }
     /// What its response's rate-limit headers are read against.
     pub fn sent(&self) -> Sent {
@@ -177,6 +139,7 @@ impl Reservation {
 /// [`is_clean`](Self::is_clean): every reservation ended, none ended
 /// twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Ledger {
     /// Everything ever reserved.
     pub reserved: Amounts,
@@ -269,7 +232,7 @@ pub(crate) enum Exit {
 
 impl Slab {
     #[inline]
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         scope: super::ScopeId,
         amounts: Amounts,
@@ -315,7 +278,7 @@ impl Slab {
 
     /// Removes a live entry; `None` when the handle is stale.
     #[inline]
-    pub fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
+    pub(crate) fn remove(&mut self, id: ReservationId, how: Exit) -> Option<Removed> {
         let e = self.live(id)?;
         e.live = false;
         e.generation = e.generation.wrapping_add(1);
@@ -344,7 +307,7 @@ impl Slab {
     /// the owner's late end of an orphaned reservation (taken, once);
     /// `false` when it is refused (the reservation had already ended, or
     /// was never this slab's), and then counted in `refused_ends`.
-    pub fn end_stale(&mut self, id: ReservationId) -> bool {
+    pub(crate) fn end_stale(&mut self, id: ReservationId) -> bool {
         if self.orphans.remove(&id).is_some() {
             return true;
         }
@@ -355,11 +318,11 @@ impl Slab {
     /// Forgets orphans orphaned at or before `cutoff`: their owners are
     /// taken as gone (a late end after that is refused and counted), so
     /// abandoned reservations do not pile up.
-    pub fn forget_orphans(&mut self, cutoff: Instant) {
+    pub(crate) fn forget_orphans(&mut self, cutoff: Instant) {
         self.orphans.retain(|_, at| *at > cutoff);
     }
 
-    pub fn hold(&mut self, id: ReservationId) -> bool {
+    pub(crate) fn hold(&mut self, id: ReservationId) -> bool {
         let Some(e) = self.live(id) else {
             return false;
         };
@@ -372,7 +335,7 @@ impl Slab {
 
     /// Held entries of `scope` admitted before `before`, oldest first, with
     /// the units per bucket not yet given back.
-    pub fn unconfirmed_in(
+    pub(crate) fn unconfirmed_in(
         &self,
         scope: super::ScopeId,
         before: Instant,
@@ -398,7 +361,7 @@ impl Slab {
     }
 
     /// Records units per bucket of a held entry given back.
-    pub fn add_refund(&mut self, id: ReservationId, units: [u64; 4]) {
+    pub(crate) fn add_refund(&mut self, id: ReservationId, units: [u64; 4]) {
         if let Some(e) = self.live(id) {
             for (r, u) in e.refunded.iter_mut().zip(units) {
                 *r = r.saturating_add(u);
@@ -410,7 +373,7 @@ impl Slab {
     /// entries themselves (not from counters); in debug builds it checks
     /// them against the counters (`reserved == settled + released +
     /// outstanding`), a check of this slab's own bookkeeping.
-    pub fn ledger(&self) -> Ledger {
+    pub(crate) fn ledger(&self) -> Ledger {
         let mut l = self.ledger;
         l.outstanding = Amounts::default();
         l.held = Amounts::default();
@@ -424,16 +387,16 @@ impl Slab {
         l
     }
 
-    pub fn is_live(&mut self, id: ReservationId) -> bool {
+    pub(crate) fn is_live(&mut self, id: ReservationId) -> bool {
         self.live(id).is_some()
     }
 
-    pub fn charge(&mut self, actual: &Amounts) {
+    pub(crate) fn charge(&mut self, actual: &Amounts) {
         self.ledger.charged.add(actual);
     }
 
     /// Ids of live, not held entries admitted at or before `cutoff`.
-    pub fn expired(&self, cutoff: Instant) -> Vec<ReservationId> {
+    pub(crate) fn expired(&self, cutoff: Instant) -> Vec<ReservationId> {
         self.entries
             .iter()
             .enumerate()
@@ -446,7 +409,7 @@ impl Slab {
     }
 
     /// The scopes that hold a live entry (held ones too).
-    pub fn live_scopes(&self) -> std::collections::HashSet<super::ScopeId> {
+    pub(crate) fn live_scopes(&self) -> std::collections::HashSet<super::ScopeId> {
         self.entries
             .iter()
             .filter(|e| e.live)
@@ -455,7 +418,7 @@ impl Slab {
     }
 
     /// Ids of live entries on one of `scopes` (held ones too).
-    pub fn live_on(&self, scopes: &[super::ScopeId]) -> Vec<ReservationId> {
+    pub(crate) fn live_on(&self, scopes: &[super::ScopeId]) -> Vec<ReservationId> {
         self.entries
             .iter()
             .enumerate()
@@ -468,7 +431,7 @@ impl Slab {
     }
 
     /// The earliest admission time among live, not held entries.
-    pub fn oldest(&self) -> Option<Instant> {
+    pub(crate) fn oldest(&self) -> Option<Instant> {
         self.entries
             .iter()
             .filter(|e| e.live && !e.held)

@@ -11,7 +11,7 @@ use crate::time::Instant;
 use std::time::Duration;
 
 /// Number of slots in the window.
-pub const SLOTS: usize = 10;
+pub(crate) const SLOTS: usize = 10;
 
 /// Retry budget parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ impl Default for RetryBudgetConfig {
 
 /// The budget's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryBudget {
+pub(crate) struct RetryBudget {
     cfg: RetryBudgetConfig,
     slot_ns: u128,
     current: u128,
@@ -53,7 +53,7 @@ pub struct RetryBudget {
 
 impl RetryBudget {
     /// An empty budget.
-    pub fn new(cfg: RetryBudgetConfig) -> Self {
+    pub(crate) fn new(cfg: RetryBudgetConfig) -> Self {
         RetryBudget {
             cfg,
             slot_ns: (cfg.window.as_nanos() / SLOTS as u128).max(1),
@@ -68,7 +68,7 @@ impl RetryBudget {
     }
 
     /// The slot index of an instant (absolute).
-    pub fn slot_of(&self, now: Instant) -> u128 {
+    pub(crate) fn slot_of(&self, now: Instant) -> u128 {
         now.since_origin().as_nanos() / self.slot_ns
     }
 
@@ -97,13 +97,13 @@ impl RetryBudget {
     }
 
     /// (first attempts, retries) in the window ending at `now`.
-    pub fn counts(&mut self, now: Instant) -> (u64, u64) {
+    pub(crate) fn counts(&mut self, now: Instant) -> (u64, u64) {
         self.advance(now);
         (self.sum_firsts, self.sum_retries)
     }
 
     /// Whether one more retry fits.
-    pub fn can_retry(&mut self, now: Instant) -> bool {
+    pub(crate) fn can_retry(&mut self, now: Instant) -> bool {
         self.advance(now);
         let allowed = u128::from(self.cfg.min_retries) * 1000
             + u128::from(self.sum_firsts) * u128::from(self.cfg.ratio_permille);
@@ -112,7 +112,7 @@ impl RetryBudget {
 
     /// Records a first attempt.
     #[inline]
-    pub fn record_first(&mut self, now: Instant) {
+    pub(crate) fn record_first(&mut self, now: Instant) {
         self.advance(now);
         let i = self.current_index;
         self.firsts[i] += 1;
@@ -120,7 +120,7 @@ impl RetryBudget {
     }
 
     /// Records a retry.
-    pub fn record_retry(&mut self, now: Instant) {
+    pub(crate) fn record_retry(&mut self, now: Instant) {
         self.advance(now);
         let i = self.current_index;
         self.retries[i] += 1;

@@ -82,7 +82,7 @@ impl Shared {
     /// Applies one job event in one lock session
     /// ([`Controller::apply`]).
     pub fn apply(&self, update: Update, now: Now) -> Option<Decision> {
-        self.lock().apply(update, now)
+        self.lock().apply(&update, now)
     }
 
     /// Corrects a reservation to actual usage.

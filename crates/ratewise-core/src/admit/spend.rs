@@ -44,7 +44,7 @@ impl Price {
     /// the dearest input kind, every reserved output token at the output
     /// price. Any usage with `input + cache writes + cache reads ≤ input`
     /// and `output ≤ output` costs no more.
-    pub fn worst_case(&self, a: &Amounts) -> u64 {
+    pub(crate) fn worst_case(&self, a: &Amounts) -> u64 {
         let dearest = self.input.max(self.cache_write).max(self.cache_read);
         let micro_mtok = u128::from(a.input) * u128::from(dearest)
             + u128::from(a.output) * u128::from(self.output);
@@ -72,7 +72,7 @@ impl PriceTable {
     }
 
     /// The price of a model.
-    pub fn price_of(&self, model: &str) -> Option<Price> {
+    pub(crate) fn price_of(&self, model: &str) -> Option<Price> {
         self.entries
             .iter()
             .filter(|(p, _)| model.starts_with(p.as_str()))
@@ -127,7 +127,7 @@ pub struct SpendTotals {
 
 /// The outcome of a spend check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpendCheck {
+pub(crate) enum SpendCheck {
     /// It fits.
     Fits,
     /// It would fit once in-flight reservations settle: ask again later.
@@ -141,7 +141,7 @@ pub enum SpendCheck {
 
 /// The spend budget state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpendBudget {
+pub(crate) struct SpendBudget {
     cfg: SpendConfig,
     window_index: u128,
     totals: SpendTotals,
@@ -149,7 +149,7 @@ pub struct SpendBudget {
 
 impl SpendBudget {
     /// An empty budget.
-    pub fn new(cfg: SpendConfig) -> Self {
+    pub(crate) fn new(cfg: SpendConfig) -> Self {
         SpendBudget {
             cfg,
             window_index: 0,
@@ -158,7 +158,7 @@ impl SpendBudget {
     }
 
     /// The configuration.
-    pub fn config(&self) -> &SpendConfig {
+    pub(crate) fn config(&self) -> &SpendConfig {
         &self.cfg
     }
 
@@ -176,20 +176,20 @@ impl SpendBudget {
     }
 
     /// When the current window ends.
-    pub fn window_end(&self, now: Instant) -> Instant {
+    pub(crate) fn window_end(&self, now: Instant) -> Instant {
         let w = now.since_origin().as_nanos() / self.window_ns();
         let end = (w + 1) * self.window_ns();
         Instant::from_origin(super::bucket::duration_from_nanos(end))
     }
 
     /// The totals of the window containing `now`.
-    pub fn totals(&mut self, now: Instant) -> SpendTotals {
+    pub(crate) fn totals(&mut self, now: Instant) -> SpendTotals {
         self.roll(now);
         self.totals
     }
 
     /// Whether a reservation of `tokens` / `micros` worst case fits.
-    pub fn check(&mut self, tokens: u64, micros: u64, now: Instant) -> SpendCheck {
+    pub(crate) fn check(&mut self, tokens: u64, micros: u64, now: Instant) -> SpendCheck {
         self.roll(now);
         let t = &self.totals;
         let spent = Self::over(self.cfg.max_tokens, t.settled_tokens, 0, 0)
@@ -251,21 +251,21 @@ impl SpendBudget {
     }
 
     /// Reserves a worst case.
-    pub fn reserve(&mut self, tokens: u64, micros: u64, now: Instant) {
+    pub(crate) fn reserve(&mut self, tokens: u64, micros: u64, now: Instant) {
         self.roll(now);
         self.totals.outstanding_tokens = self.totals.outstanding_tokens.saturating_add(tokens);
         self.totals.outstanding_micros = self.totals.outstanding_micros.saturating_add(micros);
     }
 
     /// Drops a worst case (settled or released).
-    pub fn unreserve(&mut self, tokens: u64, micros: u64, now: Instant) {
+    pub(crate) fn unreserve(&mut self, tokens: u64, micros: u64, now: Instant) {
         self.roll(now);
         self.totals.outstanding_tokens = self.totals.outstanding_tokens.saturating_sub(tokens);
         self.totals.outstanding_micros = self.totals.outstanding_micros.saturating_sub(micros);
     }
 
     /// Adds actual usage to the window.
-    pub fn settle(&mut self, tokens: u64, micros: u64, now: Instant) {
+    pub(crate) fn settle(&mut self, tokens: u64, micros: u64, now: Instant) {
         self.roll(now);
         self.totals.settled_tokens = self.totals.settled_tokens.saturating_add(tokens);
         self.totals.settled_micros = self.totals.settled_micros.saturating_add(micros);

@@ -18,13 +18,13 @@ pub struct Stop {
 
 impl Stop {
     /// Whether the stop has lifted by itself at `now`.
-    pub fn expired(&self, now: Instant) -> bool {
+    pub(crate) fn expired(&self, now: Instant) -> bool {
         matches!(self.until_instant, Some(t) if now >= t)
     }
 
     /// Merges a second stop into this one: the later (or open-ended) end
     /// wins, so a billing stop is never shortened by a spend-cap reset.
-    pub fn merge(&mut self, other: Stop) {
+    pub(crate) fn merge(&mut self, other: Stop) {
         match (self.until_instant, other.until_instant) {
             (None, _) => {}
             (Some(_), None) => *self = other,

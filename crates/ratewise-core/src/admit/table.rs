@@ -29,7 +29,7 @@ impl<T> Default for Table<T> {
 
 impl<T> Table<T> {
     /// Adds an entry; returns its number.
-    pub fn push(&mut self, v: T) -> u32 {
+    pub(crate) fn push(&mut self, v: T) -> u32 {
         // Past a wrap, skip numbers still in use.
         while self.entries.contains_key(&self.next) {
             self.next = self.next.wrapping_add(1);
@@ -40,32 +40,32 @@ impl<T> Table<T> {
         id
     }
 
-    pub fn get(&self, id: usize) -> Option<&T> {
+    pub(crate) fn get(&self, id: usize) -> Option<&T> {
         self.entries.get(&u32::try_from(id).ok()?)
     }
 
-    pub fn get_mut(&mut self, id: usize) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, id: usize) -> Option<&mut T> {
         self.entries.get_mut(&u32::try_from(id).ok()?)
     }
 
-    pub fn remove(&mut self, id: u32) -> Option<T> {
+    pub(crate) fn remove(&mut self, id: u32) -> Option<T> {
         self.entries.remove(&id)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// The numbers in use, oldest first (until the counter wraps).
-    pub fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn ids(&self) -> impl Iterator<Item = u32> + '_ {
         self.entries.keys().copied()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.entries.values()
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.entries.values_mut()
     }
 }

@@ -10,7 +10,7 @@ use super::money_message::{self, MoneyMessage};
 use crate::vocab::{Cause, Provider};
 
 /// OpenAI codes (in `code` or `type`) that mean money has run out.
-pub const OPENAI_MONEY_CODES: &[&str] = &[
+pub(crate) const OPENAI_MONEY_CODES: &[&str] = &[
     "insufficient_quota",
     "credit_balance_exhausted",
     "project_spend_limit_exceeded",
@@ -21,13 +21,13 @@ pub const OPENAI_MONEY_CODES: &[&str] = &[
 ];
 
 /// Anthropic's `error.details.error_code` for the monthly spend cap.
-pub const ANTHROPIC_SPEND_CAP_CODE: &str = "enforced_spend_limit_reached";
+pub(crate) const ANTHROPIC_SPEND_CAP_CODE: &str = "enforced_spend_limit_reached";
 
 /// Anthropic `error.details.error_code`s that mean money, as the official
 /// SDK (anthropic-python 2.14, `_error_classes.py`) maps them: the monthly
 /// cap and a contract's cap (429), a linked organisation's cap or billing
 /// (402).
-pub const ANTHROPIC_MONEY_CODES: &[(&str, Cause)] = &[
+pub(crate) const ANTHROPIC_MONEY_CODES: &[(&str, Cause)] = &[
     (ANTHROPIC_SPEND_CAP_CODE, Cause::SpendCap),
     ("contract_spend_limit_reached", Cause::SpendCap),
     ("linked_organization_spend_limit_reached", Cause::Billing),
@@ -35,7 +35,7 @@ pub const ANTHROPIC_MONEY_CODES: &[(&str, Cause)] = &[
 ];
 
 /// Anthropic's acceleration ("ramp") limit: the rate rose too fast.
-pub const ANTHROPIC_RAMP_CODE: &str = "ramp_limit_exceeded";
+pub(crate) const ANTHROPIC_RAMP_CODE: &str = "ramp_limit_exceeded";
 
 /// Structured fields of one provider error, borrowed from a parsed body or
 /// an in-band stream event.
@@ -183,7 +183,8 @@ fn openai_code(code: &str, message: Option<&str>) -> Option<Cause> {
 /// Anthropic: "You have reached your specified (workspace) API usage
 /// limits." The rule is [`money_message::read`]; this is its
 /// [`Cause::UserLimit`] answer.
-pub fn says_self_set_limit(message: &str) -> bool {
+#[cfg(test)]
+fn says_self_set_limit(message: &str) -> bool {
     money_message::read(message).is_some_and(|m| m.cause == Cause::UserLimit)
 }
 

@@ -41,7 +41,7 @@ fn regain_access_on(message: &str) -> Option<SystemTime> {
 }
 
 /// 00:00 UTC on the first day of the month after `now`.
-pub fn first_of_next_month_utc(now: SystemTime) -> SystemTime {
+pub(crate) fn first_of_next_month_utc(now: SystemTime) -> SystemTime {
     let odt = time::OffsetDateTime::from(now);
     let (year, month) = match odt.month() {
         time::Month::December => (odt.year() + 1, time::Month::January),

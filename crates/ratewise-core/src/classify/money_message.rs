@@ -22,7 +22,7 @@
 //! 1. **Words.** ASCII letters and digits, lowercased; every other byte
 //!    separates words, so `max_tokens`, `per-minute` and
 //!    `thinking.budget_tokens` read as `max tokens`, `per minute`,
-//!    `thinking budget tokens`. Only the first [`SCAN_LIMIT`] bytes are read;
+//!    `thinking budget tokens`. Only the first 512 bytes are read;
 //!    nothing is allocated.
 //! 2. **A money limit is named:** `usage limit(s)`, `usage threshold`,
 //!    `spend limit`, `spending limit`, `spend cap`, `hard limit` (OpenAI's
@@ -77,7 +77,7 @@
 use crate::vocab::Cause;
 
 /// Only this much of a message is read, in bytes.
-pub const SCAN_LIMIT: usize = 512;
+pub(crate) const SCAN_LIMIT: usize = 512;
 
 /// Longest cue word (`organisation`); longer words are never cues.
 const WORD: usize = 12;

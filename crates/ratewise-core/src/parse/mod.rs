@@ -210,7 +210,7 @@ pub fn clip(s: &str, max_bytes: usize) -> &str {
 
 /// Byte offset of the first ASCII-case-insensitive match of `needle`
 /// (which must be ASCII) in `haystack`. No allocation.
-pub fn find_ignore_ascii_case(haystack: &str, needle: &str) -> Option<usize> {
+pub(crate) fn find_ignore_ascii_case(haystack: &str, needle: &str) -> Option<usize> {
     let (h, n) = (haystack.as_bytes(), needle.as_bytes());
     if n.is_empty() {
         return Some(0);
@@ -223,7 +223,7 @@ pub fn find_ignore_ascii_case(haystack: &str, needle: &str) -> Option<usize> {
 }
 
 /// Does `haystack` contain `needle`, ignoring ASCII case?
-pub fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
+pub(crate) fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
     find_ignore_ascii_case(haystack, needle).is_some()
 }
 

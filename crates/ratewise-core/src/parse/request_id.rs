@@ -6,9 +6,9 @@ use http::HeaderMap;
 pub const MAX_REQUEST_ID_LEN: usize = 128;
 
 /// Anthropic's request id header.
-pub const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("request-id");
+pub(crate) const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("request-id");
 /// OpenAI's request id header.
-pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+pub(crate) const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 
 /// `request-id` (Anthropic) or `x-request-id` (OpenAI), as visible ASCII.
 pub fn request_id_from_headers(headers: &HeaderMap) -> Option<String> {

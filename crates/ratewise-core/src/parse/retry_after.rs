@@ -99,7 +99,7 @@ fn should_retry_of_text(s: &str) -> Result<bool, Rejected> {
 }
 
 /// `retry-after-ms`, the SDKs' millisecond variant of `Retry-After`.
-pub const RETRY_AFTER_MS: http::HeaderName = http::HeaderName::from_static("retry-after-ms");
+pub(crate) const RETRY_AFTER_MS: http::HeaderName = http::HeaderName::from_static("retry-after-ms");
 /// `x-should-retry`, the provider's own retry verdict.
 pub const X_SHOULD_RETRY: http::HeaderName = http::HeaderName::from_static("x-should-retry");
 

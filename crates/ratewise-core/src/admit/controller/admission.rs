@@ -1,0 +1,295 @@
+//! Admission order: whether one request may go now, and when a queued one
+//! will.
+//!
+//! [`Controller::admit`] checks in a fixed order — stop, deadline, retry
+//! budget, pause, probe, buckets, spend budget — and only a request that
+//! passes all of them takes from the buckets; [`Controller::predict`]
+//! replays the same pace without taking anything. The order lives in one
+//! place so that a reader can see why a request waits.
+
+use super::{
+    grow_ramp, input_from_bytes, restart_ramp, Admission, AdmitRequest, Amounts, Bucket, Cause,
+    Config, Controller, CreditMark, Duration, GiveUpReason, Instant, Now, Ramp, RampConfig,
+    Reservation, SpendCheck, WaitReason, DIMENSIONS, PROBE_RECHECK,
+};
+
+impl Controller {
+    /// Asks to send one request now.
+    ///
+    /// Order: stop → retry budget → pause → buckets → spend budget. A wait
+    /// that would end past the request's deadline is `Refused(deadline)`.
+    pub fn admit(&mut self, req: &AdmitRequest, now: Now) -> Admission {
+        let t = now.instant;
+        let Some(s) = self.scopes.get_mut(req.target.scope.0 as usize) else {
+            return Admission::Refused {
+                reason: GiveUpReason::Deadline,
+                earliest: None,
+            };
+        };
+        let key = &mut self.keys[s.key as usize];
+        key.used = Some(t);
+        if let Some(stop) = key.stop {
+            if stop.expired(t) {
+                key.stop = None;
+                let ids = key.scopes.clone();
+                for id in ids {
+                    restart_ramp(&mut self.scopes[id as usize], &self.cfg.ramp, t);
+                }
+            } else {
+                return Admission::Stopped {
+                    cause: stop.cause,
+                    until: stop.until,
+                };
+            }
+        }
+        let s = &mut self.scopes[req.target.scope.0 as usize];
+        let deadline = req.deadline.map(|d| s.last_send(d, req.streamed));
+        if deadline.is_some_and(|d| t > d) {
+            // Past the last moment to send: the answer could not come in
+            // time, whatever the buckets hold.
+            return Admission::Refused {
+                reason: GiveUpReason::Deadline,
+                earliest: None,
+            };
+        }
+        if req.is_retry && !self.retry.can_retry(t) {
+            return Admission::Refused {
+                reason: GiveUpReason::RetryBudget,
+                earliest: None,
+            };
+        }
+        let idle = s
+            .last_call
+            .is_some_and(|c| t.saturating_duration_since(c) > self.cfg.ramp.idle_after);
+        s.last_call = Some(t);
+        if let Some(p) = s.paused_until {
+            if t < p {
+                let jitter = jitter(&mut self.rng, self.cfg.pause_jitter);
+                return wait_or_refuse(p + jitter, WaitReason::Paused, deadline);
+            }
+            s.paused_until = None;
+        }
+        let probing = s.needs_probe();
+        if probing {
+            if let Some(p) = s.probe {
+                if self.slab.is_live(p) {
+                    return wait_or_refuse(t + PROBE_RECHECK, WaitReason::Probe, deadline);
+                }
+            }
+        }
+        if idle {
+            restart_ramp(s, &self.cfg.ramp, t);
+        } else {
+            grow_ramp(s, &self.cfg.ramp, t);
+        }
+        let amounts = amounts_of(&self.cfg, req);
+        for b in s.buckets.iter_mut().flatten() {
+            b.refill(t);
+        }
+        let wait = bucket_wait(&s.buckets, &amounts, t)
+            .map(|w| ramped_wait(&s.buckets, s.ramp, &self.cfg.ramp, &amounts, t, w));
+        if let Some((until, i)) = wait {
+            return wait_or_refuse(until, WaitReason::Bucket(DIMENSIONS[i]), deadline);
+        }
+        let cost = req
+            .target
+            .price
+            .and_then(|p| self.prices.get(p.index()))
+            .map(|p| p.worst_case(&amounts))
+            .unwrap_or(0);
+        if let Some(sp) = &mut self.spend {
+            match sp.check(amounts.tokens(), cost, t) {
+                SpendCheck::Fits => sp.reserve(amounts.tokens(), cost, t),
+                SpendCheck::InFlight => {
+                    let until = t + sp.config().recheck;
+                    return wait_or_refuse(until, WaitReason::SpendInFlight, deadline);
+                }
+                SpendCheck::Spent { until } => {
+                    return Admission::Stopped {
+                        cause: Cause::UserLimit,
+                        until: Some(now.wall_at(until)),
+                    }
+                }
+            }
+        }
+        let mut marks = [CreditMark::NONE; 4];
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                b.take(amounts.by_index(i));
+                marks[i] = b.mark();
+            }
+        }
+        if req.is_retry {
+            self.retry.record_retry(t);
+        } else {
+            self.retry.record_first(t);
+        }
+        let id = self.slab.insert(req.target.scope, amounts, cost, t);
+        s.output_reserved = Some(amounts.output);
+        if probing {
+            s.probe = Some(id);
+        }
+        Admission::Go(Reservation {
+            id,
+            scope: req.target.scope,
+            amounts,
+            cost,
+            price: req.target.price,
+            admitted_at: t,
+            streamed: req.streamed,
+            marks,
+            released: s.released.map(|r| r as u32),
+        })
+    }
+
+    /// When a request with `ahead` requests like it queued before it (this
+    /// process's FIFO for the scope) will have its turn, at the pace the
+    /// buckets and the ramp will really go: `Wait { until, reason: Queue }`,
+    /// or — when that is past its last moment to send — `Refused` with
+    /// `give_up(deadline)` and `earliest`, so a job that cannot be sent in
+    /// time is answered at once instead of at its deadline. Each job ahead
+    /// is assumed to cost what this one does. Nothing is taken and nothing
+    /// changes. `None` where there is nothing to predict: an unknown scope,
+    /// a stop, a probe out into unknown limits (the head learns those).
+    pub fn predict(&self, req: &AdmitRequest, ahead: u32, now: Now) -> Option<Admission> {
+        let t = now.instant;
+        let s = self.scopes.get(req.target.scope.0 as usize)?;
+        if self.keys[s.key as usize]
+            .stop
+            .is_some_and(|stop| !stop.expired(t))
+            || s.needs_probe()
+        {
+            return None;
+        }
+        let mut s = s.clone();
+        grow_ramp(&mut s, &self.cfg.ramp, t);
+        for b in s.buckets.iter_mut().flatten() {
+            b.refill(t);
+        }
+        let one = amounts_of(&self.cfg, req);
+        // The jobs ahead go first: each takes its amounts (a debt, when
+        // the bucket has less), then this one waits for its own room, as
+        // the head of the queue will.
+        for (i, b) in s.buckets.iter_mut().enumerate() {
+            if let Some(b) = b {
+                b.take(one.by_index(i).saturating_mul(u64::from(ahead)));
+            }
+        }
+        let paused = s.paused_until.filter(|p| *p > t);
+        let bucket = bucket_wait(&s.buckets, &one, t)
+            .map(|w| ramped_wait(&s.buckets, s.ramp, &self.cfg.ramp, &one, t, w).0);
+        let until = match (paused, bucket) {
+            (Some(p), Some(b)) => p.max(b),
+            (p, b) => p.or(b).unwrap_or(t),
+        };
+        let deadline = req.deadline.map(|d| s.last_send(d, req.streamed));
+        Some(wait_or_refuse(until, WaitReason::Queue, deadline))
+    }
+}
+
+/// What `req` reserves: one request, its input estimate (the byte
+/// heuristic without one), and the configured output estimate.
+fn amounts_of(cfg: &Config, req: &AdmitRequest) -> Amounts {
+    let input = req
+        .input_estimate
+        .unwrap_or_else(|| input_from_bytes(req.body_bytes));
+    Amounts {
+        requests: 1,
+        input,
+        output: cfg.output.output_estimate(req.max_tokens, input),
+    }
+}
+
+fn wait_or_refuse(until: Instant, reason: WaitReason, deadline: Option<Instant>) -> Admission {
+    if deadline.is_some_and(|d| until > d) {
+        Admission::Refused {
+            reason: GiveUpReason::Deadline,
+            earliest: Some(until),
+        }
+    } else {
+        Admission::Wait { until, reason }
+    }
+}
+
+fn jitter(rng: &mut fastrand::Rng, max: Duration) -> Duration {
+    let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    if max_ns == 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_nanos(rng.u64(0..=max_ns))
+    }
+}
+
+/// The latest of the buckets' waits for `amounts` (levels refilled to
+/// `t`), with the bucket it is for; `None` when every bucket has room.
+fn bucket_wait(
+    buckets: &[Option<Bucket>; 4],
+    amounts: &Amounts,
+    t: Instant,
+) -> Option<(Instant, usize)> {
+    let mut wait: Option<(Instant, usize)> = None;
+    for (i, b) in buckets.iter().enumerate() {
+        if let Some(w) = b.as_ref().and_then(|b| b.wait_for(amounts.by_index(i), t)) {
+            if wait.is_none_or(|(x, _)| w > x) {
+                wait = Some((w, i));
+            }
+        }
+    }
+    wait
+}
+
+/// The wait that will happen, not the wait at this instant's pace: while
+/// the ramp is below its peak it grows at every calm step, and the pace
+/// (rate and capacity) with it. A cold scope's first large request at the
+/// start fraction — 1,024 output tokens at 10 % of 8,000 a minute — would
+/// be predicted at 76.8 s, when the ramp reaches full rate within six
+/// seconds and the request goes after about ten; a prediction that long
+/// turned jobs away (a defer, a refused deadline) that could have waited.
+/// Replays the ramp's steps on copies of the buckets until the wait ends
+/// before the next step (at most 64 steps: the ramp is at its peak long
+/// before). An acceleration 429 meanwhile cuts the ramp; the waiting job
+/// then asks again and gets the longer wait.
+fn ramped_wait(
+    buckets: &[Option<Bucket>; 4],
+    ramp: Ramp,
+    cfg: &RampConfig,
+    amounts: &Amounts,
+    t: Instant,
+    first: (Instant, usize),
+) -> (Instant, usize) {
+    let mut wait = first;
+    let Some(mut next) = ramp.next_step(cfg) else {
+        return wait;
+    };
+    if wait.0 <= next {
+        return wait;
+    }
+    // The provider's credit is not scaled by the ramp: its wait stands.
+    let credit = buckets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            b.as_ref()?
+                .credit_wait_for(amounts.by_index(i), t)
+                .map(|w| (w, i))
+        })
+        .max();
+    let mut buckets = buckets.clone();
+    let mut ramp = ramp;
+    for _ in 0..64 {
+        let at = next.max(t);
+        ramp.calm(cfg, at);
+        for b in buckets.iter_mut().flatten() {
+            b.set_permille(ramp.permille(), at);
+        }
+        wait = bucket_wait(&buckets, amounts, at).unwrap_or((at, wait.1));
+        match ramp.next_step(cfg) {
+            Some(n) if wait.0 > n => next = n,
+            _ => break,
+        }
+    }
+    match credit {
+        Some(c) if c.0 > wait.0 => c,
+        _ => wait,
+    }
+}

@@ -1,0 +1,406 @@
+//! Header sync: what an answer's rate-limit headers teach — limits,
+//! capacities (bracketed between what the views prove and what they
+//! allow) and the server's level, read against the credit at the send.
+//!
+//! Kept apart because it is the one place that reads the provider's view
+//! of its own buckets, through the provider's [`Profile`] (rounding, reset
+//! precision); everything it concludes is expressed as bucket corrections
+//! the rest of the controller only consumes.
+
+use super::{
+    credit_capacities, headers_describe, index, rebuild_buckets, Controller, Dimension, Duration,
+    Instant, Limits, Now, Profile, Provider, RateLimitSnapshot, Reset, Rounding, ScopeId,
+    ScopeState, Sent, ServerView, SystemTime, DIMENSIONS,
+};
+
+impl Controller {
+    /// Header sync: learns `*-limit` values and lowers local credits to the
+    /// server's view where it is lower (every value read as the provider
+    /// documents it: its [`Profile`], e.g. Anthropic's token counts rounded
+    /// to the nearest thousand). The server's
+    /// view is the lower of
+    ///
+    /// * its `*-remaining`, and
+    /// * what its `*-reset` implies: the bucket is full again at the reset
+    ///   and refills at its limit per minute, so it holds about
+    ///   `limit − limit/min · (reset − now)` now
+    ///   (the bucket's reset sync).
+    ///
+    /// So with `remaining` below a request's need, the request waits until
+    /// the server's line reaches its need; and a remaining rounded up to
+    /// thousands is corrected by the reset. Neither ever raises a level, so
+    /// nothing oscillates. A reset that has passed (or is "now"), or is
+    /// further away than 65 s (more than a per-minute bucket
+    /// needs to refill: a per-day limit, a wrong clock, garbage), is
+    /// ignored; a whole-second reset is read in the server's favour by the
+    /// second it may be off ([`Profile::reset_uncertainty`]).
+    pub fn sync_headers(
+        &mut self,
+        scope: ScopeId,
+        snap: &RateLimitSnapshot,
+        provider: Provider,
+        now: Now,
+    ) {
+        self.sync_view(scope, None, true, snap, provider, now);
+    }
+
+    /// Header sync for the response to the request admitted as `sent`:
+    /// like [`sync_headers`](Self::sync_headers), but the server's view —
+    /// taken when the server received the request — is compared with each
+    /// bucket's credit at that admission rather than now
+    /// (the bucket's view sync), and a reset instant is read from the admission's
+    /// wall time. Compared with the credit now, a view looks lower than it
+    /// is by the refill of the response's latency, and lowering to it
+    /// wastes that much capacity on every correction. `charged`: whether
+    /// the view counts the request itself (a success does; an error
+    /// answer's view is of the bucket without it).
+    ///
+    /// Evidence that a held send was never charged gives its bucket part
+    /// back (see the crate's admission docs).
+    pub fn sync_headers_sent(
+        &mut self,
+        sent: &Sent,
+        charged: bool,
+        snap: &RateLimitSnapshot,
+        provider: Provider,
+        now: Now,
+    ) {
+        self.sync_view(sent.scope, Some(sent), charged, snap, provider, now);
+    }
+
+    pub(super) fn sync_view(
+        &mut self,
+        scope: ScopeId,
+        sent: Option<&Sent>,
+        charged: bool,
+        snap: &RateLimitSnapshot,
+        provider: Provider,
+        now: Now,
+    ) {
+        let t = now.instant;
+        let burst = self.cfg.burst;
+        let share = self.share_permille;
+        let profile = Profile::of(provider);
+        let learn = self.cfg.learn_margins;
+        let rounding = |d: Dimension| {
+            if d == Dimension::Requests {
+                Rounding::Exact
+            } else {
+                profile.token_remaining
+            }
+        };
+        let Some(s) = self.scopes.get_mut(scope.0 as usize) else {
+            return;
+        };
+        let learned = Limits::from_snapshot(snap, provider);
+        let mut merged = s.learned;
+        for d in DIMENSIONS {
+            if let Some(v) = learned.get(d) {
+                merged.set(d, Some(v));
+            }
+        }
+        // A reset instant counts from when the server took its view.
+        let view_wall = match sent {
+            Some(x) => {
+                let ago = t.saturating_duration_since(x.admitted_at);
+                now.wall.checked_sub(ago).unwrap_or(now.wall)
+            }
+            None => now.wall,
+        };
+        let mut grown = [0u64; 4];
+        for d in DIMENSIONS
+            .into_iter()
+            .filter(|d| headers_describe(*d, provider))
+        {
+            let i = index(d);
+            let w = snap.window(d);
+            let limit = w.limit.or_else(|| merged.get(d)).filter(|l| *l > 0);
+            let until_full = w.reset.and_then(|r| reset_wait(r, view_wall, profile));
+            let lowest = w.remaining.map(|r| rounding(d).range(r).0);
+            // A level that may be zero may be a debt, unless the view is of
+            // a success whose own charge there was smaller than the
+            // capacity already known: the provider admitted it on a level
+            // that held it, so it left no debt behind.
+            let no_debt = charged && sent.is_some_and(|x| x.amounts.by_index(i) < s.seen[i].max(1));
+            let evidence = capacity_evidence(lowest, until_full, limit, charged, no_debt, d);
+            let highest = w.remaining.map(|r| rounding(d).range(r).1 - 1);
+            let slack = w
+                .reset
+                .map_or(Duration::ZERO, |r| profile.reset_uncertainty(r));
+            if let Some(ub) = capacity_bound(highest, until_full, slack, limit, charged, d) {
+                s.upper[i] = Some(s.upper[i].map_or(ub, |u| u.min(ub)));
+            }
+            if s.ceiling[i].is_some() && s.buckets[i].as_ref().is_none_or(|b| b.margin(t) == 0) {
+                // Calm long enough that the margin is gone: headers are
+                // believed again.
+                s.ceiling[i] = None;
+            }
+            if let Some(seen) = evidence.map(|e| s.ceiling[i].map_or(e, |c| e.min(c))) {
+                if seen > s.seen[i] {
+                    grown[i] = seen - s.seen[i];
+                    s.seen[i] = seen;
+                }
+            }
+            if s.upper[i].is_some_and(|u| u < s.seen[i]) {
+                // The views disagree: the capacity changed. Bracket anew.
+                s.upper[i] = None;
+            }
+        }
+        let limits = std::array::from_fn(|i| {
+            snap.window(DIMENSIONS[i])
+                .limit
+                .or_else(|| merged.get(DIMENSIONS[i]))
+                .filter(|l| *l > 0)
+        });
+        // A hypothesis, taken only where surprises can correct it.
+        let guess = if learn {
+            sibling_horizon(s, &limits)
+        } else {
+            [None; 4]
+        };
+        let guessed = guess != s.guess;
+        s.guess = guess;
+        if merged != s.learned || guessed || grown.iter().any(|g| *g > 0) {
+            s.learned = merged;
+            let before = credit_capacities(s);
+            rebuild_buckets(s, burst, share, t);
+            let after = credit_capacities(s);
+            for i in 0..4 {
+                grown[i] = match (before[i], after[i]) {
+                    (Some(b), Some(a)) => a.saturating_sub(b),
+                    _ => 0,
+                };
+            }
+        }
+        let mut surplus: [Option<u64>; 4] = [None; 4];
+        for d in DIMENSIONS
+            .into_iter()
+            .filter(|d| headers_describe(*d, provider))
+        {
+            let i = index(d);
+            let Some(b) = &mut s.buckets[i] else {
+                continue;
+            };
+            let w = snap.window(d);
+            let view = ServerView {
+                remaining: w.remaining,
+                until_full: w
+                    .reset
+                    .and_then(|r| reset_wait(r, view_wall, profile))
+                    .map(|until| {
+                        let limit = w.limit.filter(|l| *l > 0).unwrap_or(b.limit());
+                        (limit, until)
+                    }),
+            };
+            let dead_band = rounding(d);
+            // An error answer's view does not count the request itself.
+            let mark = sent.and_then(|x| {
+                let own = if charged { 0 } else { x.amounts.by_index(i) };
+                x.marks[i].get().map(|m| m.plus(own))
+            });
+            b.sync(&view, mark, dead_band, t);
+            if let (Some(x), Some(m)) = (sent, mark) {
+                // What the server held beyond the credit at the send, less
+                // what was given back since (uncharged sends counted then).
+                let since = u64::from((s.released[i] as u32).wrapping_sub(x.released[i]));
+                surplus[i] = b
+                    .surplus(&view, m, dead_band)
+                    .map(|u| u.saturating_sub(since));
+            }
+            if grown[i] > 0 {
+                // A capacity learned larger: the credit was held below the
+                // server's level by the old, smaller capacity; it rises by
+                // what the server showed beyond it (against the credit at
+                // the send, or now without one), at most by the growth, so
+                // a reordered view cannot raise it further than that.
+                let up = match &mut surplus[i] {
+                    Some(u) => {
+                        let up = (*u).min(grown[i]);
+                        *u -= up;
+                        up
+                    }
+                    None if mark.is_none() => b
+                        .surplus(&view, b.mark(), dead_band)
+                        .map_or(0, |u| u.min(grown[i])),
+                    None => 0,
+                };
+                if up > 0 {
+                    b.raise_credit(up, t);
+                }
+            }
+        }
+        if let Some(x) = sent {
+            self.refund_unconfirmed(x, surplus, t);
+        }
+    }
+
+    /// An outcome held as unknown keeps its worst case, in case the server
+    /// charged it. When a later response shows that the server held, at
+    /// that request's admission, more than the credit then (less what was
+    /// given back since), the difference was never charged: that much of
+    /// the held reservations' bucket part is given back, oldest first, per
+    /// bucket, never more than they hold. The spend budget keeps the worst
+    /// case until the outcome is resolved.
+    ///
+    /// Without this a held send that the server never saw costs its
+    /// reservation for the rest of a backlog. Evidence that is wrong (a
+    /// reordered send) only makes the credit too high by at most the held
+    /// amounts, and the next view lowers it again.
+    fn refund_unconfirmed(&mut self, sent: &Sent, mut surplus: [Option<u64>; 4], t: Instant) {
+        if self.slab.held_live == 0 || surplus.iter().all(Option::is_none) {
+            return;
+        }
+        let Some(s) = self.scopes.get_mut(sent.scope.0 as usize) else {
+            return;
+        };
+        for (id, left) in self.slab.unconfirmed_in(sent.scope, sent.admitted_at) {
+            let mut refund = [0u64; 4];
+            for (i, b) in s.buckets.iter_mut().enumerate() {
+                let (Some(b), Some(u)) = (b, &mut surplus[i]) else {
+                    continue;
+                };
+                let r = left[i].min(*u);
+                // A correction: views taken before it count it.
+                b.refund(r, t);
+                *u -= r;
+                refund[i] = r;
+            }
+            self.slab.add_refund(id, refund);
+        }
+    }
+}
+
+/// The furthest `*-reset` header sync trusts: a per-minute bucket is full
+/// again within a minute of being empty, so a reset further away is a
+/// per-day window, a wrong clock or garbage, and is ignored (a minute, plus
+/// a few seconds for clock skew).
+pub(crate) const RESET_HORIZON: Duration = Duration::from_secs(65);
+
+/// How long until the server's bucket is full, when the reset is usable:
+/// `None` when it has passed (or is now) or lies beyond [`RESET_HORIZON`].
+/// Taken in the server's favour by as much as the value may be off
+/// ([`Profile::reset_uncertainty`]: a second for a whole-second value, a
+/// millisecond for one with sub-second digits) — never a fixed second,
+/// which on a 5 s bucket is a fifth of it.
+fn reset_wait(r: Reset, wall: SystemTime, profile: &Profile) -> Option<Duration> {
+    let wait = r.wait_from(wall);
+    if wait.is_zero() || wait > RESET_HORIZON {
+        return None;
+    }
+    Some(wait.saturating_sub(profile.reset_uncertainty(r)))
+}
+
+/// What one view shows of the provider's bucket capacity, a lower bound:
+///
+/// * the server held at least the lowest level its `remaining` allows
+///   (read through the provider's rounding: Anthropic's 12,000 is at least
+///   11,500), plus the request itself in
+///   the requests bucket when the view counts it (tokens are not added:
+///   what the server has charged for them by then — an estimate from
+///   `max_tokens`, the input as it counts it — is not known);
+/// * with a reset and a level above zero (or `no_debt`: a level of zero may
+///   be a debt), `remaining` plus the refill until the bucket is full again
+///   (`until_full` already has the reset's uncertainty taken off in the
+///   server's favour, which also covers clock skew and the upload time
+///   between the admission and the server's view).
+///
+/// A low guess is cheap (a smaller burst, the same rate); a high one sends
+/// into a 429, so nothing here rounds up.
+fn capacity_evidence(
+    remaining: Option<u64>,
+    until_full: Option<Duration>,
+    limit: Option<u64>,
+    charged: bool,
+    no_debt: bool,
+    d: Dimension,
+) -> Option<u64> {
+    let r = remaining?;
+    let own = u64::from(charged && d == Dimension::Requests);
+    let refill = match (until_full, limit) {
+        // A bucket that may be empty may be in debt (a request larger than
+        // it was admitted on a full bucket): its reset counts the debt's
+        // refill too, and says nothing of the capacity — unless the caller
+        // knows there is no debt.
+        (Some(_), Some(_)) if r == 0 && !no_debt => 0,
+        (Some(u), Some(l)) => {
+            let units = u128::from(l) * u.as_nanos() / crate::admit::bucket::NS_PER_MIN;
+            u64::try_from(units).unwrap_or(u64::MAX)
+        }
+        _ => 0,
+    };
+    Some(r.saturating_add(own.max(refill)))
+}
+
+/// What one view shows of the provider's bucket capacity, an upper bound:
+/// the highest level its `remaining` allows plus the refill until full,
+/// with the reset read against the server (`until_full` had its
+/// uncertainty taken off; twice `slack` puts it on the other side). Holds
+/// in debt too: a level below zero is reported as zero. `None` without a
+/// level, a reset and a limit.
+fn capacity_bound(
+    highest: Option<u64>,
+    until_full: Option<Duration>,
+    slack: Duration,
+    limit: Option<u64>,
+    charged: bool,
+    d: Dimension,
+) -> Option<u64> {
+    let (h, u, l) = (highest?, until_full?, limit?);
+    let own = u64::from(charged && d == Dimension::Requests);
+    let u = u.saturating_add(slack.saturating_mul(2));
+    let units = u128::from(l) * u.as_nanos() / crate::admit::bucket::NS_PER_MIN;
+    let units = u64::try_from(units).unwrap_or(u64::MAX);
+    Some(
+        h.saturating_add(own)
+            .saturating_add(units)
+            .saturating_add(1),
+    )
+}
+
+/// A bracket no wider than this share of its low end is narrow.
+const NARROW_BRACKET: u64 = 32;
+
+/// Capacities raised within their brackets to the refill horizon of a
+/// sibling bucket known precisely (per bucket, where above the proof).
+///
+/// A rounded `remaining` can leave a capacity bracketed for as long as a
+/// run lasts: with Anthropic's output tokens rounded to the nearest
+/// thousand, `max_tokens` charged at the start, and requests sent as soon
+/// as the model has room, every view lands in the same rounding step, and
+/// a 1,667-token bucket stays learned as 1,499 (a tenth of the goodput of
+/// a cold key on 5 s buckets). Its sibling buckets, read exactly (the
+/// requests) or from varied charges (the input), show how many seconds of
+/// refill the provider's buckets hold. Neither provider documents that a
+/// key's buckets share one horizon; it is a hypothesis, so it is taken
+/// only inside what the views allow (below the bracket's top), never above
+/// a ceiling a surprise set, and the shortest horizon known is the one
+/// used. Should the provider differ, the first 429 the model did not expect
+/// cuts the capacity and holds it ([`Controller::surprise`]).
+fn sibling_horizon(s: &ScopeState, limits: &[Option<u64>; 4]) -> [Option<u64>; 4] {
+    let narrow = |i: usize| {
+        let seen = s.seen[i];
+        seen > 0 && s.upper[i].is_some_and(|u| u.saturating_sub(seen) <= seen / NARROW_BRACKET + 1)
+    };
+    // The shortest horizon among the narrow brackets, as (units, limit).
+    let horizon = (0..4)
+        .filter(|i| narrow(*i))
+        .filter_map(|i| limits[i].map(|l| (s.seen[i], l)))
+        .min_by(|a, b| {
+            (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
+        });
+    let Some((units, per)) = horizon else {
+        return [None; 4];
+    };
+    std::array::from_fn(|i| {
+        if narrow(i) {
+            return None;
+        }
+        let (limit, upper) = (limits[i]?, s.upper[i]?);
+        let at = u128::from(limit) * u128::from(units) / u128::from(per);
+        let at = u64::try_from(at)
+            .unwrap_or(u64::MAX)
+            .min(upper.saturating_sub(1));
+        let at = s.ceiling[i].map_or(at, |c| at.min(c));
+        (at > s.seen[i]).then_some(at)
+    })
+}

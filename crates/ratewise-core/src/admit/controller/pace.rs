@@ -1,0 +1,96 @@
+//! Pace and shares: the rate each scope's buckets are set to — the
+//! effective limits (configured ∧ learned), the ramp's steps, and the
+//! share of the limits this process paces at when cut off from its peers.
+//!
+//! Kept apart because every concern that changes a limit, a capacity, the
+//! ramp or the share ends by rebuilding the buckets here, and the rebuild
+//! must keep levels (no burst is created by a change of pace). The share
+//! itself is set through the store seam
+//! ([`StoreHooks::set_share`](crate::admit::store_kit::StoreHooks::set_share)).
+
+use super::{
+    capacity_for, index, Bucket, Burst, Instant, Limits, RampConfig, ScopeState, DIMENSIONS,
+};
+
+/// Lets the ramp take the growth steps due by `t`, one at a time: the
+/// buckets refill at each step's pace up to the step, then at the next
+/// one's. Growth follows the clock, so the pace between two admissions is
+/// what it was at each instant — the same pace [`ramped_wait`] predicts —
+/// not the start fraction until someone asks.
+pub(super) fn grow_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
+    if s.ramp.permille() >= cfg.peak() {
+        return;
+    }
+    if s.ramp.last_step().is_none() {
+        // The first call starts the ramp's clock.
+        s.ramp.calm(cfg, t);
+        return;
+    }
+    for _ in 0..64 {
+        match s.ramp.next_step(cfg) {
+            Some(at) if at <= t => {
+                s.ramp.calm(cfg, at);
+                apply_ramp(s, at);
+            }
+            _ => return,
+        }
+    }
+    // Past 64 steps the ramp is at its peak whatever remains.
+    if s.ramp.calm(cfg, t) {
+        apply_ramp(s, t);
+    }
+}
+
+pub(super) fn apply_ramp(s: &mut ScopeState, t: Instant) {
+    let p = s.ramp.permille();
+    for b in s.buckets.iter_mut().flatten() {
+        b.set_permille(p, t);
+    }
+}
+
+pub(super) fn restart_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
+    s.ramp.restart(cfg, t);
+    apply_ramp(s, t);
+}
+
+/// Makes the buckets match the effective limits: new dimensions get a full
+/// bucket (at the ramp factor), changed ones keep their level, dropped ones
+/// go.
+pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
+    let eff = Limits::combine(&s.configured, &s.learned);
+    let p = s.ramp.permille();
+    let share = |v: u64| {
+        if share_permille >= 1000 {
+            v
+        } else {
+            let part = u128::from(v) * u128::from(share_permille) / 1000;
+            u64::try_from(part).unwrap_or(u64::MAX).max(1)
+        }
+    };
+    for d in DIMENSIONS {
+        let i = index(d);
+        let taken = s.capacity_taken(i);
+        let seen = if taken == 0 { 0 } else { share(taken) };
+        match (eff.get(d).map(share), &mut s.buckets[i]) {
+            (None, slot) => *slot = None,
+            (Some(l), Some(b)) => {
+                let credit = burst.credit_units(l, seen);
+                if b.limit() != l {
+                    b.set_limit(l, capacity_for(l, burst.of(d)), credit, t);
+                } else if b.credit_capacity() != credit {
+                    b.set_credit_capacity(credit, t);
+                }
+            }
+            (Some(l), slot) => {
+                let pace = capacity_for(l, burst.of(d));
+                let credit = burst.credit_units(l, seen);
+                *slot = Some(Bucket::with_credit(l, pace, credit, p, t));
+            }
+        }
+    }
+}
+
+/// The credit capacity of each bucket, for what a rebuild changed.
+pub(super) fn credit_capacities(s: &ScopeState) -> [Option<u64>; 4] {
+    std::array::from_fn(|i| s.buckets[i].as_ref().map(Bucket::credit_capacity))
+}

@@ -1,0 +1,130 @@
+//! Records and the store hooks: a key's shared state exported as a
+//! [`KeyRecord`] and imported back, with times made absolute, and the rest
+//! of what a store shared between processes needs (disowning reservations
+//! a lost record never held, pacing at a share) — the implementation of
+//! [`StoreHooks`], the one seam for store implementors
+//! ([`store_kit`](crate::admit::store_kit)).
+//!
+//! Kept apart because it is the one boundary of the controller that other
+//! processes read: what goes into a record is state every replica must
+//! agree on, and what stays out (configured limits, reservations, a probe
+//! in flight) is this process's own.
+
+use super::{rebuild_buckets, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId};
+use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
+
+impl StoreHooks for Controller {
+    fn export_key(&self, key: &str, now: Now) -> Option<KeyRecord> {
+        use crate::admit::record::{limits_array, ramp_record, ScopeRecord, StopRecord, TimeBase};
+        let name = self.key_name(key);
+        let k = *self.key_index.get(name)?;
+        let ks = &self.keys[k as usize];
+        let base = TimeBase::at(now);
+        let scopes = ks
+            .scopes
+            .iter()
+            .map(|id| {
+                let s = &self.scopes[*id as usize];
+                let (ramp_permille, ramp_last_step) = ramp_record(&s.ramp, base);
+                ScopeRecord {
+                    class: s.class.clone(),
+                    learned: limits_array(&s.learned),
+                    buckets: std::array::from_fn(|i| {
+                        s.buckets[i].as_ref().map(|b| b.to_record(base.shift()))
+                    }),
+                    ramp_permille,
+                    ramp_last_step,
+                    paused_until: s.paused_until.map(|t| base.out(t)),
+                    last_call: s.last_call.map(|t| base.out(t)),
+                    released: s.released,
+                    seen: s.seen,
+                    ceiling: s.ceiling,
+                    upper: s.upper,
+                    guess: s.guess,
+                    heard: s.heard,
+                }
+            })
+            .collect();
+        Some(KeyRecord {
+            format: RECORD_FORMAT,
+            key: ks.name.clone(),
+            stop: ks.stop.as_ref().map(StopRecord::of),
+            scopes,
+        })
+    }
+
+    fn import_key(&mut self, rec: &KeyRecord, now: Now) {
+        use crate::admit::record::{limits_of, TimeBase};
+        let base = TimeBase::at(now);
+        let burst = self.cfg.burst;
+        let share = self.share_permille;
+        for sr in &rec.scopes {
+            let id = self.scope_of(&rec.key, &sr.class);
+            let s = &mut self.scopes[id.0 as usize];
+            s.learned = limits_of(sr.learned);
+            for (i, b) in sr.buckets.iter().enumerate() {
+                match b {
+                    Some(r) => {
+                        if let Some(b) = Bucket::from_record(r, base.shift()) {
+                            s.buckets[i] = Some(b);
+                        }
+                    }
+                    None => s.buckets[i] = None,
+                }
+            }
+            s.ramp = Ramp::restored(sr.ramp_permille, sr.ramp_last_step.map(|t| base.back(t)));
+            s.paused_until = sr.paused_until.map(|t| base.back(t));
+            s.last_call = sr.last_call.map(|t| base.back(t));
+            s.released = sr.released;
+            s.seen = sr.seen;
+            s.ceiling = sr.ceiling;
+            s.upper = sr.upper;
+            s.guess = sr.guess;
+            s.heard = sr.heard;
+            // This process's configured limits decide which buckets exist.
+            rebuild_buckets(s, burst, share, now.instant);
+        }
+        if let Some(k) = self.key_index.get(rec.key.as_str()).copied() {
+            self.keys[k as usize].stop = rec.stop.as_ref().map(|st| st.to_stop(now));
+        }
+    }
+
+    fn disown(&mut self, id: ReservationId, now: Now) -> bool {
+        let Some(e) = self.slab.remove(id, Exit::Orphaned(now.instant)) else {
+            return false;
+        };
+        // The spend budget is this process's own: its hold goes, and the
+        // end settles the actual cost.
+        if let Some(sp) = &mut self.spend {
+            sp.unreserve(e.amounts.tokens(), e.cost, now.instant);
+        }
+        true
+    }
+
+    fn outstanding_on(&self, key: &str) -> Vec<ReservationId> {
+        let Some(k) = self.key_index.get(self.key_name(key)) else {
+            return Vec::new();
+        };
+        let scopes: Vec<ScopeId> = self.keys[*k as usize]
+            .scopes
+            .iter()
+            .map(|i| ScopeId(*i))
+            .collect();
+        self.slab.live_on(&scopes)
+    }
+
+    fn set_share(&mut self, permille: u32, now: Now) {
+        let permille = permille.clamp(1, 1000);
+        if permille == self.share_permille {
+            return;
+        }
+        self.share_permille = permille;
+        for s in self.scopes.iter_mut() {
+            rebuild_buckets(s, self.cfg.burst, permille, now.instant);
+        }
+    }
+
+    fn share_permille(&self) -> u32 {
+        self.share_permille
+    }
+}
