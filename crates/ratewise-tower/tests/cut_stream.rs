@@ -60,7 +60,13 @@ fn layer(state: Arc<Shared>, log: Arc<Log>) -> RetryLayer {
     let mut config = Config::default();
     config.policy = fast_policy();
     config.provider = None;
-    RetryLayer::from_parts(config, state, Arc::new(TokioClock::new())).with_journal(log)
+    RetryLayer::builder()
+        .config(config)
+        .store(state)
+        .clock(Arc::new(TokioClock::new()))
+        .journal(log)
+        .build()
+        .unwrap()
 }
 
 fn anthropic(server: &MockServer, job: &str) -> http::Request<Full<Bytes>> {

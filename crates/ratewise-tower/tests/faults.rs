@@ -382,7 +382,16 @@ async fn the_journal_sees_every_attempt_start_before_its_end() {
     })
     .await;
     let log = std::sync::Arc::new(Log::default());
-    let mut svc = layer().with_journal(log.clone()).layer(client());
+    let mut config = ratewise_tower::Config::default();
+    config.policy = fast_policy();
+    config.provider = Some(ratewise_core::Provider::Anthropic);
+    let mut svc = ratewise_tower::RetryLayer::builder()
+        .config(config)
+        .store(state())
+        .journal(log.clone())
+        .build()
+        .unwrap()
+        .layer(client());
     let _ = run(&mut svc, request(&server, "j1", false)).await;
     let _ = run(&mut svc, request(&server, "j2", false)).await;
     let log = log.0.lock().unwrap().clone();
