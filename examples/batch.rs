@@ -52,7 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     config.policy.backoff.transient_base = Duration::from_millis(100);
     config.policy.default_deadline = Some(Duration::from_secs(30));
     config.provider = Some(Provider::Anthropic);
-    let layer = RetryLayer::with_config(config);
+    let layer = RetryLayer::builder().config(config).build()?;
     let service = ServiceBuilder::new().layer(layer).service(client);
 
     let url = format!("{}/v1/messages", server.base_url());

@@ -142,7 +142,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = Client::builder(TokioExecutor::new()).build_http();
     let mut config = Config::default();
     config.policy.default_deadline = Some(Duration::from_secs(120));
-    let layer = RetryLayer::with_config(config);
+    let layer = RetryLayer::builder().config(config).build()?;
     let gateway = Gateway {
         upstream,
         service: layer.layer(client),

@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use ratewise::core::Provider;
-use ratewise::tower::{Config, JobId, RetryLayer};
+use ratewise::tower::{Config, JobId, KeyLabel, RetryLayer};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer, RetryAfterFormat};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -48,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     config.policy.max_inline_wait = Duration::from_millis(500);
     config.policy.default_deadline = Some(Duration::from_secs(60));
     config.provider = Some(Provider::Anthropic);
-    let layer = RetryLayer::with_config(config);
+    let layer = RetryLayer::builder().config(config).build()?;
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut svc = layer.layer(client);
     let url = format!("{}/v1/messages", server.base_url());
@@ -110,7 +110,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     println!("(a human raises the spend cap and resumes the key)");
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     server.set_spend_cap(None);
-                    layer.resume("default").await;
+                    // No KeyLabel on the requests: they are paced under their
+                    // key's fingerprint, which is what is resumed.
+                    layer
+                        .resume(KeyLabel::fingerprint("sk-ant-demo").as_str())
+                        .await;
                 }
             }
             Err(e) => {

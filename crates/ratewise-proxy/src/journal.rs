@@ -356,15 +356,12 @@ impl ratewise_tower::Journal for FileJournal {
         job_id: &'a str,
         attempt: u32,
         at: SystemTime,
-    ) -> ratewise_tower::journal::Written<'a> {
-        ratewise_tower::journal::written(self.attempt_started_with(job_id, attempt, at, None))
+    ) -> ratewise_tower::Written<'a> {
+        ratewise_tower::written(self.attempt_started_with(job_id, attempt, at, None))
     }
 
-    fn attempt_ended<'a>(
-        &'a self,
-        record: &'a AttemptRecord,
-    ) -> ratewise_tower::journal::Written<'a> {
-        ratewise_tower::journal::written(self.ended(record))
+    fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> ratewise_tower::Written<'a> {
+        ratewise_tower::written(self.ended(record))
     }
 }
 

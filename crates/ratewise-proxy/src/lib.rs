@@ -498,8 +498,17 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         jobs: jobs.clone(),
         stops: stops.clone(),
     });
-    let layer = RetryLayer::from_parts(config.layer.clone(), state, Arc::new(TokioClock::new()))
-        .with_journal(hook);
+    // The store was made from `config.layer.admission` above: the layer is
+    // given that store, and no admission settings of its own.
+    let mut layer_config = config.layer.clone();
+    layer_config.admission = ratewise_core::admit::Config::default();
+    let layer = RetryLayer::builder()
+        .config(layer_config)
+        .store(state)
+        .clock(Arc::new(TokioClock::new()))
+        .journal(hook)
+        .build()
+        .expect("a store with no admission settings beside it builds");
     let drain = drain::Drain::default();
     let mut services = Vec::new();
     for up in &config.upstreams {

@@ -7,7 +7,7 @@
 //! dropped — its headers alone cannot tell (a counter never goes back).
 
 use ratewise_core::record::AttemptRecord;
-use ratewise_tower::journal::{written, Written};
+use ratewise_tower::{written, Written};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -69,23 +69,20 @@ impl Journal for EventJournal {
         job_id: &'a str,
         attempt: u32,
         _at: std::time::SystemTime,
-    ) -> ratewise_tower::journal::Written<'a> {
+    ) -> ratewise_tower::Written<'a> {
         self.0.push(Ev::Send {
             job_call: job_id.to_owned(),
             attempt,
         });
-        ratewise_tower::journal::written(Ok::<(), std::io::Error>(()))
+        ratewise_tower::written(Ok::<(), std::io::Error>(()))
     }
 
-    fn attempt_ended<'a>(
-        &'a self,
-        record: &'a AttemptRecord,
-    ) -> ratewise_tower::journal::Written<'a> {
+    fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> ratewise_tower::Written<'a> {
         self.0.push(Ev::Answered);
         if matches!(record.cause, Cause::SpendCap | Cause::Billing) {
             self.0.push(Ev::Money);
         }
-        ratewise_tower::journal::written(Ok::<(), std::io::Error>(()))
+        ratewise_tower::written(Ok::<(), std::io::Error>(()))
     }
 }
 

@@ -225,10 +225,15 @@ pub async fn run(
     let mut config = Config::default();
     config.policy = policy(scenario);
     config.provider = Some(scenario.provider);
-    config.key_label = KEY.to_owned();
+    config.key_label = Some(KEY.to_owned());
     config.seed = Some(scenario.seed);
-    let layer = RetryLayer::from_parts(config, state, Arc::new(clock))
-        .with_journal(Arc::new(EventJournal(shared.clone())));
+    let layer = RetryLayer::builder()
+        .config(config)
+        .store(state)
+        .clock(Arc::new(clock))
+        .journal(Arc::new(EventJournal(shared.clone())))
+        .build()
+        .expect("a store with no admission settings beside it builds");
     let client = Client::builder(TokioExecutor::new())
         .retry_canceled_requests(false)
         .build_http::<Full<Bytes>>();

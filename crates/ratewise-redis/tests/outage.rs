@@ -50,7 +50,8 @@ async fn redis_killed_and_restarted_mid_run_loses_no_job() {
             ratewise_tower::RetryLayer::builder()
                 .provider(Provider::Anthropic)
                 .store(Arc::new(store.clone()))
-                .build(),
+                .build()
+                .unwrap(),
         );
         stores.push(store);
     }

@@ -192,7 +192,8 @@ async fn the_layer_takes_it_as_its_store() {
             ratewise_tower::RetryLayer::builder()
                 .provider(Provider::Anthropic)
                 .store(Arc::new(store.clone()))
-                .build(),
+                .build()
+                .unwrap(),
             store,
         ));
     }

@@ -17,7 +17,7 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use ratewise_core::Provider;
-use ratewise_tower::{Config, RetryLayer};
+use ratewise_tower::RetryLayer;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 use tower::{Layer, Service, ServiceExt};
@@ -97,12 +97,11 @@ fn main() {
         let url = format!("http://{addr}/v1/messages");
         let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
         let mut bare = client.clone();
-        let mut layered = RetryLayer::with_config({
-            let mut config = Config::default();
-            config.provider = Some(Provider::Anthropic);
-            config
-        })
-        .layer(client);
+        let mut layered = RetryLayer::builder()
+            .provider(Provider::Anthropic)
+            .build()
+            .unwrap()
+            .layer(client);
 
         let n = 2_000;
         let rounds = 9;

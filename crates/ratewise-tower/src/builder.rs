@@ -1,33 +1,4 @@
-//! [`Builder`]: one place to configure a [`RetryLayer`] — the policy, the
-//! limits per key (or per group of keys sharing an organisation's limits)
-//! and per model class, the default deadline, the spend budget, the store,
-//! the clock and the journal — into the one [`Config`] of the layer (its
-//! admission settings are [`Config::admission`]).
-//!
-//! ```
-//! use ratewise_core::admit::Limits;
-//! use ratewise_tower::RetryLayer;
-//! use std::time::Duration;
-//!
-//! let layer = RetryLayer::builder()
-//!     .deadline(Duration::from_secs(120))
-//!     // tier-1 key: 50 RPM, 30k ITPM, 8k OTPM for every class
-//!     .key_limits("team-a", Limits {
-//!         requests: Some(50),
-//!         input_tokens: Some(30_000),
-//!         output_tokens: Some(8_000),
-//!         tokens: None,
-//!     })
-//!     // two keys of one organisation share its limits and its stops
-//!     .key_group("acme", ["acme-batch", "acme-web"])
-//!     .build();
-//! # let _ = layer;
-//! ```
-//!
-//! Limits not given are learned from the provider's rate-limit headers
-//! (a scope with none known sends one request first and paces from its
-//! answer). A given limit is capped by what the server says: the lower of
-//! the two is used.
+//! [`Builder`]: one place to configure a [`RetryLayer`].
 
 use ratewise_core::admit::{self, KeyLimits, Limits, SpendConfig};
 use ratewise_core::decide::Policy;
@@ -41,21 +12,69 @@ use crate::journal::Journal;
 use crate::retry::RetryLayer;
 use crate::state::State;
 
-/// Configures a [`RetryLayer`]; see the [module docs](self).
+/// Configures a [`RetryLayer`] — the policy, the limits per key (or per
+/// group of keys sharing an organisation's limits) and per model class,
+/// the default deadline, the spend budget, the store, the clock and the
+/// journal — into the one [`Config`] of the layer (its admission settings
+/// are [`Config::admission`]).
+///
+/// ```
+/// use ratewise_tower::{Limits, RetryLayer};
+/// use std::time::Duration;
+///
+/// let layer = RetryLayer::builder()
+///     .deadline(Duration::from_secs(120))
+///     // tier-1 key: 50 RPM, 30k ITPM, 8k OTPM for every class
+///     .key_limits("team-a", Limits::per_minute().requests(50).input_tokens(30_000).output_tokens(8_000))
+///     // two keys of one organisation share its limits and its stops
+///     .key_group("acme", ["acme-batch", "acme-web"])
+///     .build()?;
+/// // What the layer paces with, without building its store by hand:
+/// assert!(layer.ledger().unwrap().is_clean());
+/// # Ok::<(), ratewise_tower::BuildError>(())
+/// ```
+///
+/// Limits not given are learned from the provider's rate-limit headers
+/// (a scope with none known sends one request first and paces from its
+/// answer). A given limit is capped by what the server says: the lower of
+/// the two is used.
+///
+/// No setting is dropped. [`config`](Self::config) and
+/// [`admission`](Self::admission) set a whole configuration as the base,
+/// whenever they are called; every other setting is applied on top of it
+/// in the order given, so `.key_limits(..).admission(cfg)` keeps both. The
+/// admission settings configure the in-memory store the builder makes: a
+/// store given with [`store`](Self::store) is configured by whoever made
+/// it, and [`build`](Self::build) refuses admission settings given with
+/// one ([`BuildError`]) instead of leaving them unused.
 #[derive(Default)]
 #[must_use = "a builder does nothing until `build`"]
 pub struct Builder {
-    config: Config,
+    /// `.config(..)`, or the default.
+    base: Config,
+    /// `.admission(..)`: replaces the base's admission settings.
+    admission: Option<admit::Config>,
+    /// Every other setting, in the order given.
+    edits: Vec<Edit>,
+    /// The admission settings given one by one, by name (for the error
+    /// when a store is given too).
+    admission_named: Vec<&'static str>,
     store: Option<Arc<dyn State>>,
     clock: Option<Arc<dyn Clock>>,
     journal: Option<Arc<dyn Journal>>,
 }
 
+/// One setting, applied to the configuration at `build`.
+type Edit = Box<dyn FnOnce(&mut Config) + Send + Sync>;
+
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
-            .field("config", &self.config)
+            .field("config", &self.base)
+            .field("admission", &self.admission)
+            .field("settings", &self.edits.len())
             .field("store", &self.store.is_some())
+            .field("clock", &self.clock.is_some())
             .field("journal", &self.journal.is_some())
             .finish()
     }
@@ -67,140 +86,167 @@ impl Builder {
         Self::default()
     }
 
-    /// The layer's configuration as a whole (replaces what was set on it).
+    fn edit(mut self, edit: impl FnOnce(&mut Config) + Send + Sync + 'static) -> Self {
+        self.edits.push(Box::new(edit));
+        self
+    }
+
+    fn admission_edit(
+        mut self,
+        name: &'static str,
+        edit: impl FnOnce(&mut admit::Config) + Send + Sync + 'static,
+    ) -> Self {
+        if !self.admission_named.contains(&name) {
+            self.admission_named.push(name);
+        }
+        self.edit(move |c| edit(&mut c.admission))
+    }
+
+    /// The layer's configuration as a whole: the base every other setting
+    /// of this builder is applied on, whether given before or after.
     pub fn config(mut self, config: Config) -> Self {
-        self.config = config;
+        self.base = config;
         self
     }
 
     /// The decision policy.
-    pub fn policy(mut self, policy: Policy) -> Self {
-        self.config.policy = policy;
-        self
+    pub fn policy(self, policy: Policy) -> Self {
+        self.edit(move |c| c.policy = policy)
     }
 
     /// The provider profile (default: detected from each answer).
-    pub fn provider(mut self, provider: Provider) -> Self {
-        self.config.provider = Some(provider);
-        self
+    pub fn provider(self, provider: Provider) -> Self {
+        self.edit(move |c| c.provider = Some(provider))
     }
 
     /// The deadline of a job without its own [`Deadline`](crate::Deadline).
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.config.policy.default_deadline = Some(deadline);
-        self
+    pub fn deadline(self, deadline: Duration) -> Self {
+        self.edit(move |c| c.policy.default_deadline = Some(deadline))
+    }
+
+    /// The one key behind the layer: the label of every request without a
+    /// [`KeyLabel`](crate::KeyLabel) ([`Config::key_label`]). Without it
+    /// such a request is paced under its credentials' fingerprint.
+    pub fn key_label(self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.edit(move |c| c.key_label = Some(key))
     }
 
     /// Limits of every key and class without its own.
-    pub fn limits(mut self, limits: Limits) -> Self {
-        self.config.admission.limits = limits;
-        self
+    pub fn limits(self, limits: Limits) -> Self {
+        self.admission_edit("limits", move |a| a.limits = limits)
     }
 
     /// Limits of one model class, for every key without its own.
-    pub fn class_limits(mut self, class: impl Into<String>, limits: Limits) -> Self {
-        self.config
-            .admission
-            .class_limits
-            .push((class.into(), limits));
-        self
+    pub fn class_limits(self, class: impl Into<String>, limits: Limits) -> Self {
+        let class = class.into();
+        self.admission_edit("class_limits", move |a| {
+            a.class_limits.push((class, limits))
+        })
     }
 
-    /// Limits of one key (its [`KeyLabel`](crate::KeyLabel), or a group's
-    /// name), for every class.
-    pub fn key_limits(mut self, key: impl Into<String>, limits: Limits) -> Self {
-        self.config.admission.key_limits.push(KeyLimits {
-            key: key.into(),
-            class: None,
-            limits,
-        });
-        self
+    /// Limits of one key (its [`KeyLabel`](crate::KeyLabel), its
+    /// [fingerprint](crate::KeyLabel::fingerprint) for a request paced
+    /// under its credentials, or a group's name), for every class.
+    pub fn key_limits(self, key: impl Into<String>, limits: Limits) -> Self {
+        let key = key.into();
+        self.admission_edit("key_limits", move |a| {
+            a.key_limits.push(KeyLimits {
+                key,
+                class: None,
+                limits,
+            })
+        })
     }
 
     /// Limits of one key (or group) for one model class.
     pub fn key_class_limits(
-        mut self,
+        self,
         key: impl Into<String>,
         class: impl Into<String>,
         limits: Limits,
     ) -> Self {
-        self.config.admission.key_limits.push(KeyLimits {
-            key: key.into(),
-            class: Some(class.into()),
-            limits,
-        });
-        self
+        let (key, class) = (key.into(), class.into());
+        self.admission_edit("key_class_limits", move |a| {
+            a.key_limits.push(KeyLimits {
+                key,
+                class: Some(class),
+                limits,
+            })
+        })
     }
 
     /// Keys that share one organisation's limits: one set of buckets per
     /// class, one stop. Limits for them are given under `group`.
-    pub fn key_group<I, K>(mut self, group: impl Into<String>, keys: I) -> Self
+    pub fn key_group<I, K>(self, group: impl Into<String>, keys: I) -> Self
     where
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
         let group = group.into();
-        for k in keys {
-            self.config
-                .admission
-                .key_groups
-                .push((k.into(), group.clone()));
-        }
-        self
+        let pairs: Vec<(String, String)> = keys
+            .into_iter()
+            .map(|k| (k.into(), group.clone()))
+            .collect();
+        self.admission_edit("key_group", move |a| a.key_groups.extend(pairs))
     }
 
     /// Models whose names start with `prefix` share the buckets of `class`.
-    pub fn model_class(mut self, prefix: impl Into<String>, class: impl Into<String>) -> Self {
-        self.config.admission.classes.set(prefix, class);
-        self
+    pub fn model_class(self, prefix: impl Into<String>, class: impl Into<String>) -> Self {
+        let (prefix, class) = (prefix.into(), class.into());
+        self.admission_edit("model_class", move |a| a.classes.set(prefix, class))
     }
 
     /// A queue-wide spend budget.
-    pub fn spend(mut self, spend: SpendConfig) -> Self {
-        self.config.admission.spend = Some(spend);
-        self
+    pub fn spend(self, spend: SpendConfig) -> Self {
+        self.admission_edit("spend", move |a| a.spend = Some(spend))
     }
 
-    /// The admission configuration as a whole (replaces the limits, groups,
-    /// classes and budget set on this builder).
+    /// The admission configuration as a whole (burst, ramp, retry budget,
+    /// prices, ...): the base the limits, groups, classes and budget set
+    /// on this builder are applied on, whether given before or after.
     pub fn admission(mut self, admission: admit::Config) -> Self {
-        self.config.admission = admission;
+        self.admission = Some(admission);
+        if !self.admission_named.contains(&"admission") {
+            self.admission_named.push("admission");
+        }
         self
     }
 
     /// Load shedding: most jobs waiting for admission on one scope; a job
     /// arriving behind that many ends at once with `defer`
     /// ([`Config::max_waiting`]).
-    pub fn max_waiting(mut self, jobs: usize) -> Self {
-        self.config.max_waiting = Some(jobs);
-        self
+    pub fn max_waiting(self, jobs: usize) -> Self {
+        self.edit(move |c| c.max_waiting = Some(jobs))
     }
 
     /// Cut a send with no answer after `timeout`: its outcome is unknown
     /// ([`Policy::send_timeout`]). Without it a send in flight is never
     /// cut.
-    pub fn send_timeout(mut self, timeout: Duration) -> Self {
-        self.config.policy.send_timeout = Some(timeout);
-        self
+    pub fn send_timeout(self, timeout: Duration) -> Self {
+        self.edit(move |c| c.policy.send_timeout = Some(timeout))
     }
 
     /// A fixed jitter seed for the layer and its in-memory store (default:
     /// the operating system's entropy).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.config.seed = Some(seed);
-        self.config.admission.seed = Some(seed);
-        self
+    pub fn seed(self, seed: u64) -> Self {
+        self.edit(move |c| {
+            c.seed = Some(seed);
+            c.admission.seed = Some(seed);
+        })
     }
 
     /// The shared admission store (another process's limits shared through
-    /// it, a test double). The admission settings of this builder
-    /// configure only the in-memory store made when none is given.
+    /// it, a test double), configured by whoever made it: admission
+    /// settings given to this builder as well make [`build`](Self::build)
+    /// fail, since they could not reach it.
     pub fn store(mut self, store: Arc<dyn State>) -> Self {
         self.store = Some(store);
         self
     }
 
-    /// The clock (default: tokio's).
+    /// The clock (default: tokio's; required without the `tokio`
+    /// feature).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
@@ -212,30 +258,93 @@ impl Builder {
         self
     }
 
-    /// The layer.
-    #[cfg(feature = "tokio")]
-    pub fn build(self) -> RetryLayer {
-        let clock = self
-            .clock
-            .clone()
-            .unwrap_or_else(|| Arc::new(crate::clock::TokioClock::new()));
-        self.build_with_clock(clock)
-    }
-
-    /// The layer, on `clock` (for a runtime other than tokio).
-    pub fn build_with_clock(self, clock: Arc<dyn Clock>) -> RetryLayer {
-        let store = self.store.unwrap_or_else(|| {
-            Arc::new(admit::Shared::new(admit::Controller::new(
-                self.config.admission.clone(),
-            )))
-        });
-        let layer = RetryLayer::from_parts(self.config, store, clock);
-        match self.journal {
+    /// The layer; an error when a setting could not take effect.
+    pub fn build(self) -> Result<RetryLayer, BuildError> {
+        let mut config = self.base;
+        if let Some(a) = self.admission {
+            config.admission = a;
+        }
+        for edit in self.edits {
+            edit(&mut config);
+        }
+        let clock = match self.clock {
+            Some(c) => c,
+            None => default_clock()?,
+        };
+        let store = match self.store {
+            Some(store) => {
+                let mut named = self.admission_named;
+                if named.is_empty() && has_limits(&config.admission) {
+                    named.push("config.admission");
+                }
+                if !named.is_empty() {
+                    return Err(BuildError(Kind::SettingsWithStore(named)));
+                }
+                store
+            }
+            None => Arc::new(admit::Shared::new(admit::Controller::new(
+                config.admission.clone(),
+            ))),
+        };
+        let layer = RetryLayer::from_parts(config, store, clock);
+        Ok(match self.journal {
             Some(j) => layer.with_journal(j),
             None => layer,
+        })
+    }
+}
+
+/// Whether an admission configuration says anything a store would have to
+/// be told: limits, groups, classes, a budget.
+fn has_limits(a: &admit::Config) -> bool {
+    a.limits != Limits::NONE
+        || !a.class_limits.is_empty()
+        || !a.key_limits.is_empty()
+        || !a.key_groups.is_empty()
+        || a.spend.is_some()
+}
+
+#[cfg(feature = "tokio")]
+fn default_clock() -> Result<Arc<dyn Clock>, BuildError> {
+    Ok(Arc::new(crate::clock::TokioClock::new()))
+}
+
+#[cfg(not(feature = "tokio"))]
+fn default_clock() -> Result<Arc<dyn Clock>, BuildError> {
+    Err(BuildError(Kind::NoClock))
+}
+
+/// Why [`Builder::build`] made no layer: a setting would not have taken
+/// effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildError(Kind);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    SettingsWithStore(Vec<&'static str>),
+    #[cfg_attr(feature = "tokio", allow(dead_code))]
+    NoClock,
+}
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Kind::SettingsWithStore(named) => write!(
+                f,
+                "admission settings ({}) were given with `.store(..)`: they configure only the \
+                 in-memory store the builder makes, so they would not reach the store given; \
+                 configure that store with them (e.g. `Controller::new(admission)`, \
+                 `ratewise_redis::Config::admission`), or leave out `.store(..)`",
+                named.join(", ")
+            ),
+            Kind::NoClock => {
+                f.write_str("no clock: without the `tokio` feature the layer needs `.clock(..)`")
+            }
         }
     }
 }
+
+impl std::error::Error for BuildError {}
 
 impl RetryLayer {
     /// A [`Builder`] with every setting at its default.

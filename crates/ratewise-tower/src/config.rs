@@ -11,8 +11,7 @@ use ratewise_streaming::CommitPoint;
 /// it cannot be built with a struct literal outside this crate):
 ///
 /// ```
-/// use ratewise_core::Provider;
-/// use ratewise_tower::Config;
+/// use ratewise_tower::{Config, Provider};
 /// use std::time::Duration;
 ///
 /// let mut config = Config::default();
@@ -30,9 +29,14 @@ pub struct Config {
     /// The provider profile used to read answers; `None` detects it from
     /// each response's headers and body (default).
     pub provider: Option<Provider>,
-    /// The key label of requests without a [`KeyLabel`](crate::KeyLabel)
-    /// extension (default `"default"`).
-    pub key_label: String,
+    /// The one key behind the layer: the label of every request without a
+    /// [`KeyLabel`](crate::KeyLabel) extension. Default `None`: such a
+    /// request is paced under its credentials' fingerprint
+    /// ([`KeyLabel::from_credentials`](crate::KeyLabel::from_credentials)),
+    /// or [`KeyLabel::ANONYMOUS`](crate::KeyLabel::ANONYMOUS) without any.
+    /// Set it only when every request goes out on that one key: requests
+    /// on two keys under one label share one set of buckets and stops.
+    pub key_label: Option<String>,
     /// Largest request body buffered for replay (default 32 MiB). A larger
     /// body fails the call before anything is sent.
     pub max_request_body: usize,
@@ -69,9 +73,9 @@ pub struct Config {
     pub seed: Option<u64>,
     /// The admission settings — limits per key, group and model class,
     /// the spend budget, the ramp — of the in-memory store a layer makes
-    /// for itself ([`RetryLayer::with_config`](crate::RetryLayer::with_config),
-    /// [`Builder`](crate::Builder)). A store given to the layer is
-    /// configured by whoever made it.
+    /// for itself ([`Builder`](crate::Builder)). A store given to the
+    /// builder is configured by whoever made it: the builder refuses to
+    /// build with both rather than drop these ([`BuildError`](crate::BuildError)).
     pub admission: ratewise_core::admit::Config,
     /// Load shedding for jobs with **no deadline**: most such jobs waiting
     /// for admission on one scope (default `None`: unbounded). A job that
@@ -89,7 +93,7 @@ impl Default for Config {
         Config {
             policy: Policy::default(),
             provider: None,
-            key_label: "default".to_owned(),
+            key_label: None,
             max_request_body: 32 << 20,
             max_error_body: MAX_BODY_PREFIX,
             max_metered_body: 4 << 20,

@@ -1,5 +1,6 @@
-//! Request extensions a caller sets to describe its job. Each overrides a
-//! default; none is required.
+//! Request extensions a caller sets to describe its job (each overrides a
+//! default; none is required), and the response extension the layer sets
+//! ([`Attempts`]): every extension type is here.
 //!
 //! ```
 //! use ratewise_tower::{Deadline, JobId, KeyLabel, TokenEstimate};
@@ -49,16 +50,95 @@ pub struct TokenEstimate {
 
 /// Which key (organisation, project) the request is billed to, as a label
 /// for the shared controller: stops and buckets are per key. Never the key
-/// itself. Defaults to the layer's configured label.
+/// itself.
+///
+/// A request without one is paced under its own credentials: the
+/// [fingerprint](KeyLabel::fingerprint) of the first of `x-api-key`,
+/// `authorization` (its token, for `Bearer`), `api-key` (Azure OpenAI) and
+/// `x-goog-api-key` it carries ([`KeyLabel::from_credentials`]) — the
+/// label `ratewise proxy` gives the same key, so limits configured for a
+/// fingerprint apply in both. A request with none of them is paced under
+/// [`KeyLabel::ANONYMOUS`] (the layer warns once), unless
+/// [`Config::key_label`](crate::Config::key_label) names the one key
+/// behind the layer. Two keys are never mixed in one scope by default:
+/// each has its own limits, pauses and stops.
+///
+/// ```
+/// use ratewise_tower::{KeyLabel, Limits, RetryLayer};
+///
+/// let key = "sk-ant-example";
+/// let mut req = http::Request::new(String::new());
+/// req.headers_mut().insert("x-api-key", key.parse().unwrap());
+/// // What the layer paces this request under (no KeyLabel set):
+/// let label = KeyLabel::from_credentials(req.headers()).unwrap();
+/// assert_eq!(label, KeyLabel::fingerprint(key));
+/// assert!(label.as_str().starts_with("fp-"));
+/// // so its limits are configured under the fingerprint:
+/// let layer = RetryLayer::builder()
+///     .key_limits(label.as_str(), Limits::per_minute().requests(50))
+///     .build()
+///     .unwrap();
+/// # let _ = layer;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeyLabel(pub Arc<str>);
 
+/// The credential headers a key is read from, in order.
+const CREDENTIAL_HEADERS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
+
 impl KeyLabel {
+    /// The label of requests that carry no credentials and no label: one
+    /// scope for all of them.
+    pub const ANONYMOUS: &'static str = "anonymous";
+
     /// A key label.
     pub fn new(label: impl AsRef<str>) -> Self {
         KeyLabel(Arc::from(label.as_ref()))
     }
+
+    /// The label.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The label of an API key: `fp-` and the first 16 hex digits of the
+    /// key's SHA-256. The same in every process and after a restart (so
+    /// replicas sharing a Redis store, and a journal, agree on it), and
+    /// the same `ratewise proxy` computes; the key itself is never kept.
+    pub fn fingerprint(key: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        use std::fmt::Write;
+        let digest = Sha256::digest(key.as_bytes());
+        let mut out = String::with_capacity(19);
+        out.push_str("fp-");
+        for b in &digest[..8] {
+            let _ = write!(out, "{b:02x}");
+        }
+        KeyLabel(Arc::from(out))
+    }
+
+    /// The [fingerprint](Self::fingerprint) of the first credential the
+    /// request carries: `x-api-key`, `authorization` (the token of
+    /// `Bearer <token>`, else the whole value), `api-key`,
+    /// `x-goog-api-key`. Empty or unreadable values are skipped; `None`
+    /// when there is no credential.
+    pub fn from_credentials(headers: &http::HeaderMap) -> Option<Self> {
+        CREDENTIAL_HEADERS.iter().find_map(|name| {
+            let value = headers.get(*name)?.to_str().ok()?.trim();
+            let key = match value.split_once(' ') {
+                Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+                _ => value,
+            };
+            (!key.is_empty()).then(|| Self::fingerprint(key))
+        })
+    }
 }
+
+/// The evidence records of a successful call's attempts, in order, as a
+/// response extension: `response.extensions().get::<Attempts>()`. Its
+/// length is the number of sends the call made.
+#[derive(Debug, Clone, Default)]
+pub struct Attempts(pub Vec<ratewise_core::record::AttemptRecord>);
 
 /// The model, when the body does not say (or to override it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

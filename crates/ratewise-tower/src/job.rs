@@ -2,9 +2,51 @@
 //! admission needs to know about the request.
 
 use crate::extensions::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
-use http::Extensions;
+use http::request::Parts;
 use ratewise_core::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Which key a request without a [`KeyLabel`] is paced under: the
+/// configured one ([`Config::key_label`](crate::Config::key_label)), else
+/// its credentials' fingerprint, else [`KeyLabel::ANONYMOUS`] — warned
+/// once per layer, since every such request then shares one scope.
+#[derive(Debug, Default)]
+pub(crate) struct Keys {
+    configured: Option<String>,
+    warned: AtomicBool,
+}
+
+impl Keys {
+    pub fn new(configured: Option<String>) -> Self {
+        Keys {
+            configured,
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    /// The key of a request.
+    pub fn of(&self, parts: &Parts) -> String {
+        if let Some(k) = parts.extensions.get::<KeyLabel>() {
+            return k.as_str().to_owned();
+        }
+        if let Some(k) = &self.configured {
+            return k.clone();
+        }
+        if let Some(k) = KeyLabel::from_credentials(&parts.headers) {
+            return k.as_str().to_owned();
+        }
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                key = KeyLabel::ANONYMOUS,
+                "a request with no KeyLabel and no credentials (x-api-key, authorization, api-key, \
+                 x-goog-api-key): such requests share one scope; set a KeyLabel on each request \
+                 (this is said once)"
+            );
+        }
+        KeyLabel::ANONYMOUS.to_owned()
+    }
+}
 
 /// What the layer learned about a job before its first send.
 #[derive(Debug, Clone)]
@@ -72,13 +114,14 @@ pub(crate) fn body_fields(body: &[u8]) -> BodyFields {
 impl Job {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        ext: &Extensions,
+        parts: &Parts,
         generated_id: impl FnOnce() -> String,
         arrived: Instant,
         default_deadline: Option<Duration>,
-        default_key: &str,
+        keys: &Keys,
         body: &[u8],
     ) -> Job {
+        let ext = &parts.extensions;
         let fields = body_fields(body);
         Job {
             id: ext
@@ -87,10 +130,7 @@ impl Job {
                 .unwrap_or_else(generated_id),
             arrived,
             deadline: ext.get::<Deadline>().map(|d| d.0).or(default_deadline),
-            key: ext
-                .get::<KeyLabel>()
-                .map(|k| k.0.to_string())
-                .unwrap_or_else(|| default_key.to_owned()),
+            key: keys.of(parts),
             model: ext
                 .get::<Model>()
                 .map(|m| m.0.to_string())
@@ -119,18 +159,62 @@ mod tests {
         assert_eq!(body_fields(b"[1,2]"), BodyFields::default());
     }
 
+    fn parts(headers: &[(&str, &str)]) -> Parts {
+        let mut req = http::Request::builder();
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
     #[test]
     fn extensions_override_defaults() {
-        let mut ext = Extensions::new();
-        ext.insert(JobId::new("j-1"));
-        ext.insert(Deadline(Duration::from_secs(3)));
-        ext.insert(TokenEstimate { input_tokens: 42 });
-        ext.insert(Model::new("m"));
-        let job = Job::new(&ext, || "gen".into(), Instant::ZERO, None, "k", b"{}");
+        let mut p = parts(&[("x-api-key", "sk-1")]);
+        p.extensions.insert(JobId::new("j-1"));
+        p.extensions.insert(Deadline(Duration::from_secs(3)));
+        p.extensions.insert(TokenEstimate { input_tokens: 42 });
+        p.extensions.insert(Model::new("m"));
+        p.extensions.insert(KeyLabel::new("k"));
+        let keys = Keys::new(Some("configured".into()));
+        let job = Job::new(&p, || "gen".into(), Instant::ZERO, None, &keys, b"{}");
         assert_eq!(job.id, "j-1");
         assert_eq!(job.deadline, Some(Duration::from_secs(3)));
         assert_eq!(job.input_estimate, Some(42));
         assert_eq!(job.model, "m");
         assert_eq!(job.key, "k");
+    }
+
+    #[test]
+    fn a_request_without_a_label_is_paced_under_its_credentials() {
+        let keys = Keys::default();
+        let fp = |k: &str| KeyLabel::fingerprint(k).as_str().to_owned();
+        assert_eq!(keys.of(&parts(&[("x-api-key", "sk-a")])), fp("sk-a"));
+        assert_eq!(
+            keys.of(&parts(&[("authorization", "Bearer sk-b")])),
+            fp("sk-b")
+        );
+        assert_eq!(keys.of(&parts(&[("api-key", "az")])), fp("az"));
+        assert_eq!(keys.of(&parts(&[("x-goog-api-key", "g")])), fp("g"));
+        // The first in order wins; an empty one is skipped.
+        let both = parts(&[
+            ("x-api-key", " "),
+            ("authorization", "Bearer sk-b"),
+            ("api-key", "az"),
+        ]);
+        assert_eq!(keys.of(&both), fp("sk-b"));
+        assert_ne!(fp("sk-a"), fp("sk-b"));
+        // No credentials: one anonymous scope, never a shared default.
+        assert_eq!(keys.of(&parts(&[])), KeyLabel::ANONYMOUS);
+        assert_eq!(keys.of(&parts(&[])), KeyLabel::ANONYMOUS);
+        // A configured label is the one key behind the layer.
+        let one = Keys::new(Some("team".into()));
+        assert_eq!(one.of(&parts(&[("x-api-key", "sk-a")])), "team");
+    }
+
+    #[test]
+    fn fingerprint_is_the_proxys() {
+        // `fp-` and the first 8 bytes of SHA-256("abc"), as
+        // `ratewise_proxy::keys::fingerprint` writes it.
+        assert_eq!(KeyLabel::fingerprint("abc").as_str(), "fp-ba7816bf8f01cfea");
     }
 }

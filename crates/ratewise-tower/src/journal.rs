@@ -24,7 +24,7 @@ pub type Written<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send 
 /// A write already done (a journal whose writes are synchronous).
 ///
 /// ```
-/// use ratewise_tower::journal::{written, Written};
+/// use ratewise_tower::{written, Written};
 /// fn write_line() -> std::io::Result<()> { Ok(()) }
 /// let w: Written<'static> = written(write_line());
 /// # let _ = w;

@@ -5,13 +5,18 @@
 //! (hyper-util's client, an axum proxy's upstream, a `reqwest`-like
 //! wrapper).
 //!
+//! Everything is at the crate root: the layer and its [`Builder`], the
+//! request extensions ([`KeyLabel`], [`JobId`], [`Deadline`], [`Model`],
+//! [`TokenEstimate`]) and the response's [`Attempts`], and the core's
+//! [`Limits`], [`Policy`] and [`Provider`] — a user needs no
+//! `ratewise_core` import.
+//!
 //! ```no_run
 //! use bytes::Bytes;
 //! use http_body_util::Full;
 //! use hyper_util::client::legacy::Client;
 //! use hyper_util::rt::TokioExecutor;
-//! use ratewise_core::decide::Policy;
-//! use ratewise_tower::RetryLayer;
+//! use ratewise_tower::{Policy, RetryLayer};
 //! use tower::{Service, ServiceBuilder, ServiceExt};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -33,7 +38,9 @@
 //! ## What one call does
 //!
 //! One call is one *job*: it gets an id ([`JobId`] or `job-N`), an arrival
-//! time and a deadline ([`Deadline`] or the policy's default). Its body is
+//! time, a deadline ([`Deadline`] or the policy's default) and a key: its
+//! [`KeyLabel`], else its credentials' fingerprint
+//! ([`KeyLabel::from_credentials`]), else one `anonymous` scope. Its body is
 //! buffered once (bounded: a larger body is [`Error::is_body_too_large`]
 //! before anything is sent). Then, until the job ends:
 //!
@@ -60,7 +67,7 @@
 //!
 //! ## Journal
 //!
-//! [`RetryLayer::with_journal`] writes every attempt down before it is
+//! [`Builder::journal`] writes every attempt down before it is
 //! sent and again when it is decided ([`Journal`]): after a crash, a start
 //! without an end is an unknown outcome, never "not sent".
 //!
@@ -89,37 +96,47 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod body;
-pub mod builder;
-pub mod cancel;
-pub mod clock;
-pub mod config;
-pub mod error;
-pub mod extensions;
+mod body;
+mod builder;
+mod cancel;
+mod clock;
+mod config;
+mod error;
+mod extensions;
 mod job;
-pub mod journal;
+mod journal;
 mod queue;
-pub mod retry;
-pub mod state;
-pub mod transport;
+mod retry;
+mod state;
+mod transport;
 mod wake;
 
-pub use body::{Metered, MeteredBody, ReplayBody};
-pub use builder::Builder;
+pub use body::{BufferError, Metered, MeteredBody, ReplayBody};
+pub use builder::{BuildError, Builder};
 pub use cancel::{Cancel, Cancelled};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};
 pub use config::{Config, ATTEMPT_HEADER, JOB_HEADER};
 pub use error::{BoxError, Error};
-pub use extensions::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
-pub use journal::Journal;
+pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate};
+pub use journal::{written, Journal, Written};
 pub use retry::{ResponseFuture, RetryLayer, RetryService};
 pub use state::State;
 pub use transport::transport_failure;
 
-/// The evidence records of a successful call's attempts, in order, as a
-/// response extension: `response.extensions().get::<Attempts>()`. Its
-/// length is the number of sends the call made.
-#[derive(Debug, Clone, Default)]
-pub struct Attempts(pub Vec<ratewise_core::record::AttemptRecord>);
+/// What a layer is told, re-exported so that a tower user writes
+/// `ratewise_tower::Limits::per_minute().requests(50)` with no
+/// `ratewise_core` import.
+pub use ratewise_core::{admit::Limits, admit::SpendConfig, decide::Policy, Provider};
+
+/// The README's Rust snippets, compiled and run as doc tests: what a
+/// newcomer copies works.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeSnippets;
+
+/// This crate's README snippet, compiled likewise.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct CrateReadmeSnippets;

@@ -176,7 +176,12 @@ fn layer(store: Arc<Remote>) -> RetryLayer {
     };
     config.provider = Some(Provider::Anthropic);
     config.seed = Some(5);
-    RetryLayer::from_parts(config, store, Arc::new(TokioClock::new()))
+    RetryLayer::builder()
+        .config(config)
+        .store(store)
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap()
 }
 
 fn shared() -> Arc<Shared> {

@@ -52,16 +52,17 @@ async fn settles_through_axum(framing: Framing, stream: bool, accept: Option<&st
     })
     .await;
     let st: Arc<Shared> = state();
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = fast_policy();
             config.provider = Some(Provider::Anthropic);
             config
-        },
-        st.clone(),
-        Arc::new(TokioClock::new()),
-    );
+        })
+        .store(st.clone())
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap();
     let app = Router::new().fallback(forward).with_state(Upstream {
         svc: layer.layer(client()),
         base: server.base_url(),

@@ -1,5 +1,6 @@
 //! One configuration a user can reach: limits per key, keys grouped under
-//! one organisation's limits, through the layer's builder.
+//! one organisation's limits, through the layer's builder; a request
+//! without a label paced under its credentials; no setting dropped.
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -39,7 +40,9 @@ async fn two_keys_get_their_own_limits() {
         .key_limits("tier1", rpm(50))
         .key_limits("tier4", rpm(4000))
         .seed(1)
-        .build_with_clock(Arc::new(ratewise_tower::TokioClock::new()));
+        .clock(Arc::new(ratewise_tower::TokioClock::new()))
+        .build()
+        .unwrap();
     let state = layer.state();
     let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
     let limit = |key: &'static str| {
@@ -85,7 +88,8 @@ async fn a_spend_cap_seen_through_one_key_of_a_group_stops_the_other() {
         .key_group("acme", ["acme-batch", "acme-web"])
         .key_limits("acme", rpm(600))
         .seed(2)
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(inner);
     let mut batch = req("acme-batch");
     batch
@@ -106,4 +110,133 @@ async fn a_spend_cap_seen_through_one_key_of_a_group_stops_the_other() {
     let ok = svc.oneshot(req("other")).await.expect("sent");
     ok.into_body().collect().await.unwrap();
     assert_eq!(sends.load(Ordering::SeqCst), 2);
+}
+
+/// An answer with its usage: the body's end settles the reservation.
+fn ok_service() -> impl tower::Service<
+    Request<Full<Bytes>>,
+    Response = Response<Full<Bytes>>,
+    Error = std::io::Error,
+    Future = impl Send,
+> + Clone {
+    service_fn(|_: Request<Full<Bytes>>| async {
+        Ok::<_, std::io::Error>(
+            Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(OK.as_bytes())))
+                .unwrap(),
+        )
+    })
+}
+
+fn unlabelled(headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut r = Request::post("http://provider.invalid/v1/messages");
+    for (n, v) in headers {
+        r = r.header(*n, *v);
+    }
+    r.body(Full::new(Bytes::from_static(
+        br#"{"model":"claude-sonnet-4-5","max_tokens":100}"#,
+    )))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_label_is_paced_under_its_credentials() {
+    let (a, b) = ("sk-ant-key-a", "sk-ant-key-b");
+    let fp = |k: &str| KeyLabel::fingerprint(k).as_str().to_owned();
+    let layer = RetryLayer::builder()
+        .provider(Provider::Anthropic)
+        .key_limits(fp(a), Limits::per_minute().requests(50))
+        .key_limits(fp(b), Limits::per_minute().requests(4000))
+        .seed(3)
+        .build()
+        .unwrap();
+    let svc = layer.layer(ok_service());
+    for r in [
+        unlabelled(&[("x-api-key", a)]),
+        unlabelled(&[("authorization", &format!("Bearer {b}"))]),
+        unlabelled(&[]),
+    ] {
+        let ok = svc.clone().oneshot(r).await.expect("sent");
+        ok.into_body().collect().await.unwrap();
+    }
+    let scopes = layer.snapshots().expect("the builder's in-memory store");
+    let limit = |key: &str| {
+        scopes
+            .iter()
+            .find(|s| s.key == key)
+            .unwrap_or_else(|| panic!("a scope for {key}: {scopes:?}"))
+            .limits
+            .requests
+    };
+    // Two keys, two scopes, each with the limits configured for it.
+    assert_eq!(limit(&fp(a)), Some(50));
+    assert_eq!(limit(&fp(b)), Some(4000));
+    // No credentials: the one anonymous scope, never a shared default.
+    assert_eq!(limit(KeyLabel::ANONYMOUS), None);
+    assert_eq!(scopes.len(), 3);
+    assert!(layer.ledger().unwrap().is_clean());
+}
+
+#[tokio::test]
+async fn admission_after_key_limits_keeps_both() {
+    let mut admission = ratewise_core::admit::Config::default();
+    admission.limits = Limits::per_minute().requests(7);
+    let layer = RetryLayer::builder()
+        .key_limits("team-a", rpm(50))
+        .admission(admission)
+        .policy({
+            let mut p = ratewise_tower::Policy::default();
+            p.max_attempts = 2;
+            p
+        })
+        .config(ratewise_tower::Config::default())
+        .build()
+        .unwrap();
+    // `.config(..)` given last is the base: the policy set before it holds.
+    assert_eq!(layer.config().policy.max_attempts, 2);
+    let state = layer.state();
+    let now = Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH);
+    let limit = |key: &'static str| {
+        let state = state.clone();
+        async move {
+            let t = state.target(key, "claude-sonnet-4-5").await;
+            state.snapshot(t.scope, now).await.unwrap().limits.requests
+        }
+    };
+    assert_eq!(limit("team-a").await, Some(50), "the key's limits");
+    assert_eq!(limit("team-b").await, Some(7), "the admission's limits");
+}
+
+#[test]
+fn limits_given_with_a_store_are_an_error_not_dropped() {
+    use ratewise_core::admit::{Config, Controller, Shared};
+    let store = || Arc::new(Shared::new(Controller::new(Config::default())));
+    let err = RetryLayer::builder()
+        .key_limits("team-a", rpm(50))
+        .clock(Arc::new(ratewise_tower::TokioClock::new()))
+        .store(store())
+        .build()
+        .expect_err("the limits could not reach the store");
+    let said = err.to_string();
+    assert!(said.contains("key_limits"), "{said}");
+    assert!(said.contains(".store("), "{said}");
+    // Through a whole configuration too.
+    let mut config = ratewise_tower::Config::default();
+    config.admission.limits = rpm(5);
+    assert!(RetryLayer::builder()
+        .config(config)
+        .clock(Arc::new(ratewise_tower::TokioClock::new()))
+        .store(store())
+        .build()
+        .is_err());
+    // A store alone is configured by whoever made it.
+    let given = store();
+    let layer = RetryLayer::builder()
+        .clock(Arc::new(ratewise_tower::TokioClock::new()))
+        .store(given.clone())
+        .build()
+        .unwrap();
+    assert!(std::ptr::eq(layer.in_memory_store().unwrap(), &*given));
 }

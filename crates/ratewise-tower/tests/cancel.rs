@@ -127,18 +127,19 @@ type Layered = ratewise_tower::RetryService<Provider1>;
 
 fn setup(steps: Vec<Step>, commit: ratewise_streaming::CommitPoint) -> (Arc<Shared>, Layered) {
     let state = common::state();
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = common::fast_policy();
             config.provider = Some(Provider::Anthropic);
             config.commit_point = commit;
             config.seed = Some(3);
             config
-        },
-        state.clone(),
-        Arc::new(TokioClock::new()),
-    );
+        })
+        .store(state.clone())
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap();
     let svc = layer.layer(Provider1 {
         steps: Arc::new(steps),
         calls: Arc::new(AtomicU32::new(0)),

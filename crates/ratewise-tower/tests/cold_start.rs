@@ -47,17 +47,18 @@ async fn sixteen_calls_into_unknown_limits_send_one_first() {
             Ok::<_, std::io::Error>(resp)
         }
     });
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = common::fast_policy();
             config.provider = Some(Provider::Anthropic);
             config.seed = Some(1);
             config
-        },
-        common::state(),
-        Arc::new(TokioClock::new()),
-    );
+        })
+        .store(common::state())
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap();
     let svc = layer.layer(inner);
     let calls = (0..16).map(|_| {
         let svc = svc.clone();

@@ -14,7 +14,7 @@ use ratewise_core::record::AttemptRecord;
 use ratewise_core::{ActionKind, Cause};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer, OutputRange};
 use ratewise_streaming::StreamOutcome;
-use ratewise_tower::journal::{written, Written};
+use ratewise_tower::{written, Written};
 use ratewise_tower::{Config, JobId, Journal, RetryLayer, TokioClock};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -64,7 +64,13 @@ fn layer(state: Arc<Shared>, log: Arc<Log>) -> RetryLayer {
     let mut config = Config::default();
     config.policy = fast_policy();
     config.provider = None;
-    RetryLayer::from_parts(config, state, Arc::new(TokioClock::new())).with_journal(log)
+    RetryLayer::builder()
+        .config(config)
+        .store(state)
+        .clock(Arc::new(TokioClock::new()))
+        .journal(log)
+        .build()
+        .unwrap()
 }
 
 fn anthropic(server: &MockServer, job: &str) -> http::Request<Full<Bytes>> {

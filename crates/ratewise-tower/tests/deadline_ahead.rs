@@ -49,6 +49,7 @@ async fn a_job_whose_turn_comes_after_its_deadline_is_answered_at_once_and_never
         .seed(4)
         .admission(admission)
         .build()
+        .unwrap()
         .layer(provider);
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();

@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use ratewise_core::{ActionKind, Cause, GiveUpReason};
 use ratewise_mock::{Fault, FaultRule, MockConfig, RetryAfterFormat, Trigger};
-use ratewise_tower::journal::{written, Written};
 use ratewise_tower::Metered;
+use ratewise_tower::{written, Written};
 use std::time::Duration;
 use tower::Layer;
 
@@ -428,7 +428,16 @@ async fn a_full_journal_disk_stops_sends_without_losing_a_record() {
         room: std::sync::atomic::AtomicU32::new(2),
         lines: std::sync::Mutex::new(Vec::new()),
     });
-    let mut svc = layer().with_journal(journal.clone()).layer(client());
+    let mut config = ratewise_tower::Config::default();
+    config.policy = fast_policy();
+    config.provider = Some(ratewise_core::Provider::Anthropic);
+    let mut svc = ratewise_tower::RetryLayer::builder()
+        .config(config)
+        .store(state())
+        .journal(journal.clone())
+        .build()
+        .unwrap()
+        .layer(client());
     for n in 0..4 {
         let ended = run(&mut svc, request(&server, &format!("j{n}"), false)).await;
         if n < 2 {
@@ -467,7 +476,16 @@ async fn the_journal_sees_every_attempt_start_before_its_end() {
     })
     .await;
     let log = std::sync::Arc::new(Log::default());
-    let mut svc = layer().with_journal(log.clone()).layer(client());
+    let mut config = ratewise_tower::Config::default();
+    config.policy = fast_policy();
+    config.provider = Some(ratewise_core::Provider::Anthropic);
+    let mut svc = ratewise_tower::RetryLayer::builder()
+        .config(config)
+        .store(state())
+        .journal(log.clone())
+        .build()
+        .unwrap()
+        .layer(client());
     let _ = run(&mut svc, request(&server, "j1", false)).await;
     let _ = run(&mut svc, request(&server, "j2", false)).await;
     let log = log.0.lock().unwrap().clone();

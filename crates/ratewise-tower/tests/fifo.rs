@@ -133,17 +133,18 @@ fn provider(
 }
 
 fn layer(state: Arc<Counting>) -> RetryLayer {
-    RetryLayer::from_parts(
-        {
+    RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = common::fast_policy();
             config.provider = Some(Provider::Anthropic);
             config.seed = Some(7);
             config
-        },
-        state,
-        Arc::new(TokioClock::new()),
-    )
+        })
+        .store(state)
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap()
 }
 
 fn request(job: &str) -> Request<Full<Bytes>> {

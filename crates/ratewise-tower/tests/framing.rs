@@ -132,17 +132,18 @@ async fn settles_from_actual_usage(case: Case) {
     })
     .await;
     let st: Arc<Shared> = state();
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = fast_policy();
             config.provider = Some(Provider::Anthropic);
             config.commit_point = case.commit_point;
             config
-        },
-        st.clone(),
-        Arc::new(TokioClock::new()),
-    );
+        })
+        .store(st.clone())
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap();
     let addr = proxy(layer.layer(client()), server.base_url()).await;
     let caller = client();
     for i in 0..CALLS {

@@ -19,8 +19,8 @@ const OVERLOADED: &str =
 
 /// The delays the layer decided after three 529s in a row, with `seed`.
 async fn delays_ms(seed: Option<u64>) -> Vec<u64> {
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = {
                 let mut policy = Policy::default();
@@ -40,10 +40,11 @@ async fn delays_ms(seed: Option<u64>) -> Vec<u64> {
             config.provider = Some(Provider::Anthropic);
             config.seed = seed;
             config
-        },
-        common::state(),
-        Arc::new(TokioClock::new()),
-    );
+        })
+        .store(common::state())
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap();
     let inner = service_fn(|_req: Request<Full<Bytes>>| async {
         Ok::<_, std::io::Error>(
             Response::builder()

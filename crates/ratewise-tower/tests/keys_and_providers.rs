@@ -35,7 +35,7 @@ async fn billing_stops_the_key_until_resume() {
     assert_eq!(second.action, ActionKind::StopQueue);
     assert_eq!(sends(&server, "b2"), 0, "a stopped key sends nothing");
     server.set_billing_error(false);
-    layer.resume("default").await;
+    layer.resume(&key()).await;
     let third = run(&mut svc, request(&server, "b2", false)).await;
     assert_eq!(third.action, ActionKind::Done);
     server.shutdown().await;

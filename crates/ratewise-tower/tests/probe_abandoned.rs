@@ -42,6 +42,7 @@ async fn a_probe_whose_caller_timed_out_is_followed_by_one_probe_not_a_burst() {
         .policy(common::fast_policy())
         .seed(4)
         .build()
+        .unwrap()
         .layer(provider);
     // The probe's caller gives up after 200 ms, with its request sent.
     let probe = svc

@@ -46,7 +46,7 @@ async fn spend_cap_stops_every_clone_until_resume_and_no_job_is_lost() {
 
     // A human raises the cap and resumes: the kept jobs all complete.
     server.set_spend_cap(None);
-    layer.resume("default").await;
+    layer.resume(&key()).await;
     for job in stopped {
         let mut svc = base.clone();
         let ended = run(&mut svc, request(&server, &job, false)).await;
@@ -82,7 +82,7 @@ async fn retry_after_holds_back_every_clone() {
     // ... and once the layer has read it (the shared bucket is paused),
     // other clones send.
     let state = layer.state().clone();
-    let scope = state.target("default", "claude-sonnet-4-5").await.scope;
+    let scope = state.target(&key(), "claude-sonnet-4-5").await.scope;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while state
         .snapshot(scope, layer.now())
@@ -205,7 +205,7 @@ async fn no_job_is_lost_across_every_outcome() {
                 .unwrap();
             assert_eq!(records.len(), cap + 1, "zero sends after the spend cap");
             server.set_spend_cap(None);
-            layer.resume("default").await;
+            layer.resume(&key()).await;
             resumed = true;
             queue.extend(parked.drain(..).map(|j| (j, std::time::Instant::now())));
         }

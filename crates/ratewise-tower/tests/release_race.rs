@@ -85,17 +85,18 @@ async fn a_waiter_woken_by_a_429s_give_back_waits_out_its_pause() {
             Ok::<_, std::io::Error>(resp.unwrap())
         }
     });
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = common::fast_policy();
             config.provider = Some(Provider::Anthropic);
             config.seed = Some(5);
             config
-        },
-        Arc::new(SlowObserve(common::state())),
-        Arc::new(TokioClock::new()),
-    );
+        })
+        .store(Arc::new(SlowObserve(common::state())))
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap();
     let svc = layer.layer(inner);
     let call = |svc: ratewise_tower::RetryService<_>| async move {
         let req = Request::post("http://provider.invalid/v1/messages")

@@ -102,8 +102,8 @@ fn setup(steps: Vec<Step>) -> (RetryLayer, Arc<Spy>, impl Inner) {
         inner: Shared::new(Controller::new(admit::Config::default())),
         counts: Counts::default(),
     });
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = {
                 let mut policy = Policy::default();
@@ -118,10 +118,11 @@ fn setup(steps: Vec<Step>) -> (RetryLayer, Arc<Spy>, impl Inner) {
             };
             config.provider = Some(Provider::Anthropic);
             config
-        },
-        spy.clone(),
-        Arc::new(TokioClock::new()),
-    );
+        })
+        .store(spy.clone())
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap();
     let steps = Arc::new(Mutex::new(VecDeque::from(steps)));
     let svc = service_fn(move |_req: Request<Full<Bytes>>| {
         let step = steps.lock().unwrap().pop_front();

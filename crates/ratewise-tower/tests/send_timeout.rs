@@ -48,7 +48,12 @@ fn layer(policy: Policy) -> (RetryLayer, Arc<ratewise_core::admit::Shared>) {
     config.provider = Some(Provider::Anthropic);
     config.seed = Some(2);
     (
-        RetryLayer::from_parts(config, state.clone(), Arc::new(TokioClock::new())),
+        RetryLayer::builder()
+            .config(config)
+            .store(state.clone())
+            .clock(Arc::new(TokioClock::new()))
+            .build()
+            .unwrap(),
         state,
     )
 }

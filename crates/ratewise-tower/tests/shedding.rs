@@ -68,7 +68,7 @@ async fn run_jobs(
     if let Some(n) = max_waiting {
         b = b.max_waiting(n);
     }
-    let svc = b.build().layer(provider);
+    let svc = b.build().unwrap().layer(provider);
     let mut tasks = Vec::new();
     for i in 0..8u64 {
         let svc = svc.clone();

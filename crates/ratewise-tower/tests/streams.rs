@@ -15,17 +15,18 @@ use std::sync::Arc;
 use tower::{Layer, Service, ServiceExt};
 
 fn layer_on(state: Arc<Shared>, commit_point: CommitPoint) -> RetryLayer {
-    RetryLayer::from_parts(
-        {
+    RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = fast_policy();
             config.provider = Some(Provider::Anthropic);
             config.commit_point = commit_point;
             config
-        },
-        state,
-        Arc::new(TokioClock::new()),
-    )
+        })
+        .store(state)
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap()
 }
 
 fn outstanding_requests(state: &Shared) -> u64 {

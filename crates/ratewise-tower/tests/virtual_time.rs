@@ -97,16 +97,17 @@ fn setup(
         };
         config
     })));
-    let layer = RetryLayer::from_parts(
-        {
+    let layer = RetryLayer::builder()
+        .config({
             let mut config = Config::default();
             config.policy = policy;
             config.provider = Some(Provider::Anthropic);
             config
-        },
-        state,
-        clock.clone(),
-    );
+        })
+        .store(state)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     let inner = Scripted {
         clock: clock.clone(),
         script: Arc::new(Mutex::new(script.into())),

@@ -24,6 +24,21 @@ pub(crate) const fn index(d: Dimension) -> usize {
 }
 
 /// Limits per minute; `None` means "no local bucket for this dimension".
+///
+/// Written the way a provider's page states them:
+///
+/// ```
+/// use ratewise_core::admit::Limits;
+///
+/// // Anthropic tier 1: 50 RPM, 30,000 ITPM, 8,000 OTPM.
+/// let tier1 = Limits::per_minute().requests(50).input_tokens(30_000).output_tokens(8_000);
+/// assert_eq!(tier1.requests, Some(50));
+/// assert_eq!(tier1.tokens, None); // no combined bucket: none was named
+///
+/// // OpenAI: requests and combined tokens per minute.
+/// let openai = Limits::per_minute().requests(500).tokens(200_000);
+/// assert_eq!(openai.tokens, Some(200_000));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Limits {
     /// Requests per minute.
@@ -44,6 +59,46 @@ impl Limits {
         output_tokens: None,
         tokens: None,
     };
+
+    /// No limit yet, each to be named per minute:
+    /// `Limits::per_minute().requests(50).input_tokens(30_000)`. A
+    /// dimension not named has no local bucket (its limit may still be
+    /// learned from the provider's headers). The same as [`Limits::NONE`];
+    /// the name says the unit, which the numbers that follow are in.
+    pub const fn per_minute() -> Limits {
+        Limits::NONE
+    }
+
+    /// These limits with `n` requests per minute (`0`: none).
+    #[must_use]
+    pub const fn requests(mut self, n: u64) -> Limits {
+        self.requests = positive(n);
+        self
+    }
+
+    /// These limits with `n` input tokens per minute (Anthropic ITPM;
+    /// `0`: none).
+    #[must_use]
+    pub const fn input_tokens(mut self, n: u64) -> Limits {
+        self.input_tokens = positive(n);
+        self
+    }
+
+    /// These limits with `n` output tokens per minute (Anthropic OTPM;
+    /// `0`: none).
+    #[must_use]
+    pub const fn output_tokens(mut self, n: u64) -> Limits {
+        self.output_tokens = positive(n);
+        self
+    }
+
+    /// These limits with `n` combined tokens per minute (OpenAI TPM;
+    /// `0`: none).
+    #[must_use]
+    pub const fn tokens(mut self, n: u64) -> Limits {
+        self.tokens = positive(n);
+        self
+    }
 
     /// The limit of one dimension.
     pub const fn get(&self, d: Dimension) -> Option<u64> {
@@ -94,6 +149,15 @@ impl Limits {
             out.set(d, v);
         }
         out
+    }
+}
+
+/// `n`, or none for `0`: as [`Limits::set`] reads a zero.
+const fn positive(n: u64) -> Option<u64> {
+    if n == 0 {
+        None
+    } else {
+        Some(n)
     }
 }
 
@@ -210,6 +274,25 @@ impl Default for Burst {
 mod tests {
     use super::*;
     use crate::parse::ratelimit::Window;
+
+    #[test]
+    fn per_minute_names_each_dimension() {
+        let l = Limits::per_minute()
+            .requests(50)
+            .input_tokens(30_000)
+            .output_tokens(8_000);
+        assert_eq!(
+            l,
+            Limits {
+                requests: Some(50),
+                input_tokens: Some(30_000),
+                output_tokens: Some(8_000),
+                tokens: None,
+            }
+        );
+        // A zero is no bucket, as `set` reads it.
+        assert_eq!(Limits::per_minute().requests(0).tokens(0), Limits::NONE);
+    }
 
     #[test]
     fn combine_takes_the_lower() {

@@ -26,6 +26,8 @@ pub(crate) struct Inner {
     /// `crate::queue`); their heads are woken when capacity comes back
     /// (see `crate::wake`).
     pub queues: Arc<crate::queue::Queues>,
+    /// Which key a request without a `KeyLabel` is paced under.
+    pub keys: crate::job::Keys,
     rng: Mutex<fastrand::Rng>,
     jobs: AtomicU64,
 }
@@ -49,13 +51,20 @@ impl Inner {
 ///
 /// Clones share one admission state (pauses, stops, buckets, budgets).
 ///
-/// ```
-/// use ratewise_core::decide::Policy;
-/// use ratewise_tower::RetryLayer;
+/// Two ways to make one: [`RetryLayer::new`] (a policy, everything else
+/// at its default) and [`RetryLayer::builder`] (limits, keys, a store, a
+/// clock, a journal).
 ///
-/// let layer = RetryLayer::new(Policy::default());
-/// // tower::ServiceBuilder::new().layer(layer).service(hyper_util_client)
-/// # let _ = layer;
+/// ```
+/// use ratewise_tower::{Policy, RetryLayer};
+///
+/// let client = tower::service_fn(|_: http::Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+/// });
+/// let service = tower::ServiceBuilder::new()
+///     .layer(RetryLayer::new(Policy::default()))
+///     .service(client);
+/// # let _ = service;
 /// ```
 #[derive(Clone)]
 pub struct RetryLayer {
@@ -68,25 +77,20 @@ impl RetryLayer {
     /// from rate-limit headers) and the tokio clock.
     #[cfg(feature = "tokio")]
     pub fn new(policy: ratewise_core::decide::Policy) -> Self {
-        Self::with_config(Config {
+        use ratewise_core::admit::{Controller, Shared};
+        let config = Config {
             policy,
             ..Config::default()
-        })
-    }
-
-    /// A layer with `config`, an in-memory store configured by
-    /// [`Config::admission`], and the tokio clock.
-    #[cfg(feature = "tokio")]
-    pub fn with_config(config: Config) -> Self {
-        use ratewise_core::admit::{Controller, Shared};
+        };
         let state = Arc::new(Shared::new(Controller::new(config.admission.clone())));
         Self::from_parts(config, state, Arc::new(crate::clock::TokioClock::new()))
     }
 
     /// A layer from all its parts: the configuration, the shared admission
     /// state (in memory: `ratewise_core::admit::Shared`; across processes:
-    /// a Redis store) and the clock.
-    pub fn from_parts(config: Config, state: Arc<dyn State>, clock: Arc<dyn Clock>) -> Self {
+    /// a Redis store) and the clock. [`Builder::build`](crate::Builder::build)
+    /// makes every layer through it.
+    pub(crate) fn from_parts(config: Config, state: Arc<dyn State>, clock: Arc<dyn Clock>) -> Self {
         Self::build(config, state, clock, None, None)
     }
 
@@ -110,6 +114,7 @@ impl RetryLayer {
             Arc::new(crate::wake::Waking::new(raw_state.clone(), queues.clone()));
         RetryLayer {
             inner: Arc::new(Inner {
+                keys: crate::job::Keys::new(config.key_label.clone()),
                 config,
                 state,
                 raw_state,
@@ -122,35 +127,9 @@ impl RetryLayer {
         }
     }
 
-    /// The same layer with another shared state. Waiters of this layer
-    /// and of the new one queue and are woken separately: layers that share one state
-    /// should be clones of one layer (or derived from it with
-    /// [`with_clock`](Self::with_clock) / [`with_journal`](Self::with_journal)),
-    /// so that a settle through any of them wakes every waiter at once.
-    pub fn with_state(self, state: Arc<dyn State>) -> Self {
-        Self::build(
-            self.inner.config.clone(),
-            state,
-            self.inner.clock.clone(),
-            self.inner.journal.clone(),
-            None,
-        )
-    }
-
-    /// The same layer with another clock (same state, same waiters).
-    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        Self::build(
-            self.inner.config.clone(),
-            self.inner.raw_state.clone(),
-            clock,
-            self.inner.journal.clone(),
-            Some(self.inner.queues.clone()),
-        )
-    }
-
     /// The same layer writing every attempt to `journal` (see
     /// [`Journal`]); same state, same waiters.
-    pub fn with_journal(self, journal: Arc<dyn Journal>) -> Self {
+    pub(crate) fn with_journal(self, journal: Arc<dyn Journal>) -> Self {
         Self::build(
             self.inner.config.clone(),
             self.inner.raw_state.clone(),
@@ -179,6 +158,11 @@ impl RetryLayer {
     /// jobs waiting on it ask again at once.
     pub async fn resume(&self, key: &str) {
         self.inner.state.resume(key, self.inner.clock.now()).await;
+    }
+
+    /// The state as given to the layer (not the waking wrapper).
+    pub(crate) fn raw_state(&self) -> &Arc<dyn State> {
+        &self.inner.raw_state
     }
 
     pub(crate) fn shared(&self) -> Arc<Inner> {
@@ -226,16 +210,10 @@ mod tests {
     #[test]
     fn derived_layers_share_the_state_and_the_wake_signal() {
         let base = RetryLayer::new(ratewise_core::decide::Policy::default());
-        let derived = base
-            .clone()
-            .with_journal(Arc::new(NoJournal))
-            .with_clock(Arc::new(crate::clock::TokioClock::new()));
+        let derived = base.clone().with_journal(Arc::new(NoJournal));
         // The same state underneath, wrapped once (not a wrapper of a
         // wrapper), and one signal: a settle through either wakes both.
         assert!(Arc::ptr_eq(&base.inner.raw_state, &derived.inner.raw_state));
         assert!(Arc::ptr_eq(&base.inner.queues, &derived.inner.queues));
-        // A foreign state starts its own signal.
-        let other = base.clone().with_state(base.inner.raw_state.clone());
-        assert!(!Arc::ptr_eq(&base.inner.queues, &other.inner.queues));
     }
 }

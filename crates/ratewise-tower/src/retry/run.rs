@@ -64,11 +64,11 @@ where
         }
     };
     let job = Job::new(
-        &parts.extensions,
+        &parts,
         || inner.next_job_id(),
         arrived,
         inner.config.policy.default_deadline,
-        &inner.config.key_label,
+        &inner.keys,
         &bytes,
     );
     // Debug formatting: a model name is the caller's text, escaped.

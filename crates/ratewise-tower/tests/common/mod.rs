@@ -62,7 +62,12 @@ pub fn state() -> Arc<Shared> {
 }
 
 pub fn layer_with(config: Config) -> RetryLayer {
-    RetryLayer::from_parts(config, state(), Arc::new(TokioClock::new()))
+    RetryLayer::builder()
+        .config(config)
+        .store(state())
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap()
 }
 
 pub fn layer() -> RetryLayer {
@@ -105,6 +110,17 @@ pub fn anthropic_body(max_tokens: u64, stream: bool) -> Bytes {
     )
 }
 
+/// The API key every test request carries.
+pub const API_KEY: &str = "sk-ant-SECRET-KEY";
+
+/// The key the layer paces those requests under (they carry no
+/// `KeyLabel`): the API key's fingerprint.
+pub fn key() -> String {
+    ratewise_tower::KeyLabel::fingerprint(API_KEY)
+        .as_str()
+        .to_owned()
+}
+
 pub fn request(server: &MockServer, job: &str, stream: bool) -> Request<Full<Bytes>> {
     request_to(&server.base_url(), job, stream)
 }
@@ -112,7 +128,7 @@ pub fn request(server: &MockServer, job: &str, stream: bool) -> Request<Full<Byt
 pub fn request_to(base_url: &str, job: &str, stream: bool) -> Request<Full<Bytes>> {
     let mut req = Request::post(format!("{base_url}/v1/messages"))
         .header("content-type", "application/json")
-        .header("x-api-key", "sk-ant-SECRET-KEY")
+        .header("x-api-key", API_KEY)
         .header("cookie", "session=SECRET-COOKIE")
         .body(Full::new(anthropic_body(64, stream)))
         .unwrap();
