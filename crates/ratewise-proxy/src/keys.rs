@@ -9,7 +9,6 @@
 
 use http::HeaderMap;
 use ratewise_core::Provider;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -25,13 +24,9 @@ pub fn is_fingerprint(s: &str) -> bool {
 
 /// The fingerprint of a key.
 pub fn fingerprint(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    let mut out = String::with_capacity(19);
-    out.push_str("fp-");
-    for b in &digest[..8] {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    // One definition for the proxy and the layer's own default label: a
+    // key is paced under the same scope whichever way it comes in.
+    ratewise_tower::KeyLabel::fingerprint(key).0.to_string()
 }
 
 /// The caller's key as the upstream reads it: for OpenAI (and
