@@ -245,6 +245,17 @@ pub struct BiasConfig {
     /// and `*-reset` show the level it leaves); it sends no requests the
     /// mock records or answers.
     pub other_client_share: f64,
+    /// Once, a second client on the key takes this many tokens at a go
+    /// from each of the key's token buckets (input, output, combined),
+    /// just before the provider handles its request number
+    /// [`burst_at_request`](Self::burst_at_request): a one-off nobody's
+    /// model could foresee, seen only in the headers that follow. `0`:
+    /// never.
+    pub burst_tokens: u64,
+    /// The request (counted from 1 across the provider, as the
+    /// [`Answer::nth`](crate::model::Answer::nth) it gets) before which
+    /// [`burst_tokens`](Self::burst_tokens) are taken.
+    pub burst_at_request: u64,
 }
 
 /// Largest [`BiasConfig`] share: a bucket keeps at least 1 % of its
@@ -265,6 +276,7 @@ impl BiasConfig {
             remaining_tokens_high: self.remaining_tokens_high,
             capacity_shortfall: share(self.capacity_shortfall),
             other_client_share: share(self.other_client_share),
+            ..self
         }
     }
 }

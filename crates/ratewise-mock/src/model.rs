@@ -426,6 +426,14 @@ impl ProviderModel {
             return answer;
         }
         let set = self.buckets.get_mut(&bkey).expect("inserted above");
+        if self.bias.burst_tokens > 0 && self.seen == self.bias.burst_at_request {
+            // `BiasConfig::burst_tokens`: another client's one-off burst.
+            for (dim, bucket) in set.iter_mut() {
+                if is_token_dimension(*dim) {
+                    bucket.take(self.bias.burst_tokens, now);
+                }
+            }
+        }
         let refused = set.iter_mut().position(|(dim, bucket)| {
             !bucket.fits(charge(*dim, meta.input_tokens, meta.max_tokens), now)
         });

@@ -341,6 +341,38 @@ fn an_oversize_request_is_admitted_by_a_full_bucket_and_leaves_a_debt() {
 // ------------------------------------------------------------------- biases
 
 #[test]
+fn a_burst_takes_tokens_once_before_its_request() {
+    let limits = Limits {
+        requests_per_minute: Some(60),
+        input_tokens_per_minute: Some(10_000),
+        output_tokens_per_minute: Some(1_000),
+        ..Limits::default()
+    };
+    let mut m = ProviderModel::new(&MockConfig {
+        remaining_rounding: RemainingRounding::Exact,
+        bias: BiasConfig {
+            burst_tokens: 600,
+            burst_at_request: 2,
+            ..BiasConfig::default()
+        },
+        ..anthropic_cfg(limits)
+    });
+    let a = m.handle(&claude(100, 100, 100), T0);
+    assert_eq!(window(&a.windows, Dimension::OutputTokens).remaining, 900);
+    // Before the second: 600 of every token bucket gone, not requests.
+    let a = m.handle(&claude(100, 100, 100), T0);
+    assert_eq!(a.nth, 2);
+    assert_eq!(window(&a.windows, Dimension::OutputTokens).remaining, 200);
+    assert_eq!(window(&a.windows, Dimension::InputTokens).remaining, 9_200);
+    assert_eq!(window(&a.windows, Dimension::Requests).remaining, 58);
+    // Once: 200 left, and no second burst.
+    assert!(!ok(&m.handle(&claude(100, 300, 300), T0).outcome));
+    let a = m.handle(&claude(100, 200, 200), T0);
+    assert!(ok(&a.outcome));
+    assert_eq!(window(&a.windows, Dimension::OutputTokens).remaining, 0);
+}
+
+#[test]
 fn remaining_tokens_high_reports_more_tokens_than_there_are() {
     let limits = Limits {
         requests_per_minute: Some(60),
@@ -488,6 +520,7 @@ fn admission_at_reads_the_true_state_under_every_bias() {
             remaining_tokens_high: 400,
             capacity_shortfall: 0.2,
             other_client_share: 0.3,
+            ..BiasConfig::default()
         },
         ..anthropic_cfg(Limits {
             requests_per_minute: Some(120),
@@ -534,6 +567,7 @@ fn bias_shares_are_clamped() {
             capacity_shortfall: bad,
             other_client_share: bad,
             remaining_tokens_high: 1,
+            ..BiasConfig::default()
         }
         .clamped();
         assert_eq!(b.capacity_shortfall, want, "{bad}");
@@ -543,6 +577,7 @@ fn bias_shares_are_clamped() {
                 capacity_shortfall: bad,
                 other_client_share: bad,
                 remaining_tokens_high: 1,
+                ..BiasConfig::default()
             },
             ..MockConfig::default()
         });

@@ -81,9 +81,12 @@ fn agrees(name: &str, except: &[&str]) -> (ratewise_sim::Report, ratewise_sim::R
     let real = run_real(&scenario, &options, &mut |_, _| {}).unwrap();
     let checks = agree::compare(&virt, &real.report);
     eprintln!(
-        "{name} ({} jobs): real run took {:?}\n{}",
+        "{name} ({} jobs): real run took {:?}; 429s: {} real ({} acceleration), {} virtual\n{}",
         scenario.jobs.count,
         real.real_elapsed,
+        real.report.sends_429,
+        real.report.sends_429_acceleration,
+        virt.sends_429,
         agree::table(&checks)
     );
     assert_eq!(
@@ -143,8 +146,10 @@ fn cold_key_5s_agrees_but_for_goodput() {
     // 5 s buckets, a fifth of which is the slack a late timer eats on a
     // loaded machine. Measured 2026-12-01 at this scale, three builds
     // running beside it: virtual 0.968 of the limit, real 0.955, no 429.
-    // Before the capacity hypothesis (virtual 0.863) a CI run measured
-    // 0.688 at half this scale; the floor catches a collapse (the issue
+    // A late timer can still cost one 429: CI measured 0.726 after one,
+    // when a first surprise taught all the model was over; it now teaches
+    // a step (`cold_key_5s_one_unforeseen_429_costs_little` in the
+    // simulator: ≥ 0.9 after one). The floor catches a collapse (the issue
     // measured 0.53 before #24), not the machine's load.
     let (_, real) = agrees("cold-key-5s.json", &["goodput_ratio"]);
     assert!(real.goodput_ratio >= 0.75, "{}", real.goodput_ratio);
@@ -159,9 +164,25 @@ fn anthropic_tier1_agrees() {
 /// over loopback, and the layer learns from the same 429s.
 #[test]
 fn biased_headers_agree() {
-    for name in ["bias-remaining-high.json", "bias-capacity-short.json"] {
-        agrees(name, &[]);
-    }
+    agrees("bias-capacity-short.json", &[]);
+}
+
+/// Headers 400 tokens high on a 2,000-token bucket, end to end. A first
+/// 429 teaches a margin of an eighth of the bucket (250: it may be a
+/// one-off), below this steady bias, which the next 429 doubles; on the
+/// real clock a late timer adds to the bias in between, so the real run
+/// meets a 429 or two more than the virtual one before the margin covers
+/// it. Measured 2026-12-02 at this size: virtual 1 of 101 sends answered
+/// 429, real 2–3 of 102–103 (four runs), goodput 0.991 and 0.978.
+#[test]
+fn remaining_high_agrees_but_for_the_429_share() {
+    let (_, real) = agrees("bias-remaining-high.json", &["share_429"]);
+    assert!(
+        real.sends_429 * 20 <= real.sends,
+        "{} of {} sends answered 429",
+        real.sends_429,
+        real.sends
+    );
 }
 
 /// A second client taking 30 % of the key, end to end: the layer sees it

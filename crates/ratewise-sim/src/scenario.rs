@@ -40,6 +40,7 @@
 //! | `bias` | departures from the documentation, each off when absent: `{"remaining_tokens_high": 400, "capacity_shortfall": 0.2, "other_client_share": 0.3}` (see [`ratewise_mock::BiasConfig`]); the `oracle` reads the true state, so it accounts for them | `null` (none) |
 //! | `bias.remaining_tokens_high` | every token `*-remaining` header reports this many tokens above the truth, before rounding | `0` |
 //! | `bias.capacity_shortfall` | in `[0, 0.99]`: every bucket really holds `(1 − x)` of `capacity_seconds`, while its headers (remaining, reset) imply the full capacity | `0` |
+//! | `bias.burst_tokens`, `bias.burst_at_request` | once, just before the provider's request number `burst_at_request`, a second client takes `burst_tokens` from each token bucket of the key | `0` (never) |
 //! | `bias.other_client_share` | in `[0, 0.99]`: a second client on the key takes this share of every per-minute limit, continuously, taking only what is there; seen only in the headers | `0` |
 //! | `learn_margins` | the `ratewise` strategy learns from 429s its model did not expect (`false`: without, for comparison) | `true` |
 //! | `warm` | the key was busy just before the run (the acceleration window is already over); `false` = a cold start after idle | `true` |
@@ -628,7 +629,8 @@ mod tests {
             BiasConfig {
                 remaining_tokens_high: 400,
                 capacity_shortfall: 0.2,
-                other_client_share: 0.3
+                other_client_share: 0.3,
+                ..BiasConfig::default()
             }
         );
         // a partial bias leaves the rest off

@@ -233,6 +233,35 @@ fn cold_key_5s() {
     );
 }
 
+/// One 429 nobody could foresee — another client's burst takes 600
+/// tokens once, on an output bucket barely larger than one request's
+/// `max_tokens` — costs a retry and a short pause, not the rest of the
+/// run. Measured 2026-12-02 with the burst before request 16, 40 and 85:
+/// 0.908, 0.923 and 0.930 of the limit. When a first surprise taught a
+/// margin of all the model was over and cut the capacity the headers
+/// proved by as much, they were 0.690, 0.724 and 0.784: one request at a
+/// time until the margin decayed. (A real run met the same after one late
+/// timer: 0.726.)
+#[test]
+fn cold_key_5s_one_unforeseen_429_costs_little() {
+    for at in [16, 40, 85] {
+        let (mut s, _) = run("cold-key-5s.json");
+        s.bias = Some(ratewise_mock::BiasConfig {
+            burst_tokens: 600,
+            burst_at_request: at,
+            ..Default::default()
+        });
+        let rw = simulate(&s, Strategy::Ratewise, &mut |_, _| {});
+        assert_eq!(rw.sends_429, 1, "burst before request {at}: met once");
+        assert_eq!(rw.jobs_done, rw.jobs_total);
+        assert!(
+            rw.goodput_ratio >= 0.9,
+            "burst before request {at}: {}",
+            rw.goodput_ratio
+        );
+    }
+}
+
 #[test]
 fn anthropic_tier1() {
     assert_targets("anthropic-tier1.json");
@@ -279,9 +308,12 @@ fn bias_second_client() {
 /// the model is right (≤ 0.02 of goodput on every shipped scenario without
 /// a bias), and where the headers mislead it is what keeps the 429s down:
 /// never more of them than without it, but for the capacity hypothesis it
-/// enables (a sibling bucket's horizon), which may cost one 429 and is
-/// held to the 1 % target (`bias-remaining-high`: 1 of 151 sends, for
-/// 0.994 of the limit instead of 0.991).
+/// enables (a sibling bucket's horizon), which may cost one 429, and a
+/// first margin of an eighth of the bucket, which a steady bias larger
+/// than that exceeds once more (`bias-remaining-high`, 400 tokens on a
+/// 2,000-token bucket: 2 of 152 sends, for 0.991 of the limit either way).
+/// A first 429 teaches no more than that because it may be a one-off
+/// (`cold_key_5s_one_unforeseen_429_costs_little`).
 #[test]
 fn learning_costs_nothing_without_a_bias_and_pays_with_one() {
     for (name, text) in SHIPPED {
@@ -292,7 +324,7 @@ fn learning_costs_nothing_without_a_bias_and_pays_with_one() {
         let b = simulate(&off, Strategy::Ratewise, &mut |_, _| {});
         if on.is_biased() {
             assert!(
-                a.sends_429 <= b.sends_429.max(a.sends / 100),
+                a.sends_429 <= b.sends_429.max(2),
                 "{name}: learning on {} × 429, off {}",
                 a.sends_429,
                 b.sends_429

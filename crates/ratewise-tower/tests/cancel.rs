@@ -254,3 +254,99 @@ async fn five_calls_cut_by_a_client_timeout_leave_nothing_outstanding() {
         l.settled.requests + l.released.requests
     );
 }
+
+/// Jobs waiting for their turn in the admission queue, behind a head that
+/// stays, whose callers go (a [`Cancel`] given, as a proxy gives it on a
+/// drain): each ends at once, `give_up` `cancelled`, with nothing sent;
+/// the head and the one in flight are untouched. (A cancelled wait
+/// resolves at once; a driver that waited for its turn again would spin
+/// inside one poll until the head moved: the scenario runs on its own
+/// thread so that a spin fails the test rather than hang it.)
+#[test]
+fn callers_gone_while_queued_end_their_jobs_at_once() {
+    use ratewise_core::admit::{self, Burst, Controller, Limits, RampConfig};
+    use ratewise_core::GiveUpReason;
+    use ratewise_tower::Cancel;
+
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            // Twelve requests a minute, no burst: the first goes, the
+            // next waits 5 s at the head, the rest behind it.
+            let state = Arc::new(Shared::new(Controller::new({
+                let mut config = admit::Config::default();
+                config.limits = Limits {
+                    requests: Some(12),
+                    ..Limits::NONE
+                };
+                config.burst = {
+                    let mut burst = Burst::default();
+                    burst.requests = Duration::ZERO;
+                    burst
+                };
+                config.ramp = {
+                    let mut ramp = RampConfig::default();
+                    ramp.start = 1000;
+                    ramp
+                };
+                config
+            })));
+            let calls = Arc::new(AtomicU32::new(0));
+            let svc = RetryLayer::builder()
+                .config({
+                    let mut config = Config::default();
+                    config.policy = common::fast_policy();
+                    config.provider = Some(Provider::Anthropic);
+                    config
+                })
+                .store(state.clone())
+                .clock(Arc::new(TokioClock::new()))
+                .build()
+                .unwrap()
+                .layer(Provider1 {
+                    steps: Arc::new(vec![Step::Hang]),
+                    calls: calls.clone(),
+                });
+            let in_flight = tokio::spawn(svc.clone().oneshot(req()));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "the first is sent");
+            let head = tokio::spawn(svc.clone().oneshot(req()));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let mut waiting = Vec::new();
+            for _ in 0..2 {
+                let cancel = Cancel::new();
+                let mut r = req();
+                r.extensions_mut().insert(cancel.clone());
+                waiting.push((cancel, tokio::spawn(svc.clone().oneshot(r))));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // Gone before their turn: none of them was sent.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            for (cancel, _) in &waiting {
+                cancel.cancel();
+            }
+            for (_, call) in waiting {
+                let err = call.await.unwrap().expect_err("cancelled");
+                assert_eq!(
+                    err.give_up_reason(),
+                    Some(GiveUpReason::Cancelled),
+                    "{err:?}"
+                );
+            }
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "nothing else sent");
+            assert!(!in_flight.is_finished(), "the one in flight runs on");
+            assert!(!head.is_finished(), "the head still waits its turn");
+            in_flight.abort();
+            head.abort();
+        });
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the cancelled calls ended (a spin never does)");
+}

@@ -163,11 +163,16 @@ where
     let cancel = parts.extensions.get::<Cancel>().cloned();
 
     loop {
-        if cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+        // A caller gone between sends: the machine ends the job, and the
+        // `next()` below says so — never a wait for a turn it will not
+        // take (a cancelled wait resolves at once: waiting again would
+        // spin without yielding).
+        let left = cancel.as_ref().is_some_and(Cancel::is_cancelled);
+        if left {
             caller_left(&inner, &mut m).await;
         }
         // Wait for the job's turn: only the head of the scope's queue asks.
-        let signal = if retry_delay {
+        let signal = if retry_delay || left {
             None
         } else {
             if queued.is_none() {
@@ -213,8 +218,12 @@ where
                         .await
                     {
                         Some(signal) => Some(signal),
-                        // Asked again, the machine ends the job.
-                        None => continue,
+                        // Gone while it waited: told now, so the `next()`
+                        // below ends the job.
+                        None => {
+                            caller_left(&inner, &mut m).await;
+                            None
+                        }
                     }
                 }
                 None => None,

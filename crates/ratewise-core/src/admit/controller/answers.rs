@@ -51,9 +51,10 @@ impl Controller {
         })
     }
 
-    /// After a surprise and the 429's headers: the margin grows by all the
-    /// model turned out to be over; the surprise is counted; and the
-    /// capacity learned from headers is cut by as much (never below the
+    /// After a surprise and the 429's headers: the margin grows (by a step,
+    /// [`Bucket::learn_margin`]); the surprise is counted; and the
+    /// capacity learned from headers is cut by all the model turned out to
+    /// be over (never below the
     /// request) and held there while the margin lasts — headers that imply
     /// more than the provider holds would teach it again. A cut that was
     /// not needed (the level, not the capacity, was wrong) costs a smaller
@@ -70,7 +71,10 @@ impl Controller {
             return (DIMENSIONS[i], 0);
         };
         let over = b.lowered_since(x.corrected);
-        b.learn_margin(over, t);
+        // A margin in force that did not prevent this surprise: the model
+        // is wrong again, not once.
+        let again = b.margin(t) > 0;
+        b.learn_margin(t);
         s.surprises[i] = s.surprises[i].saturating_add(1);
         let amount = sent.amounts.by_index(i);
         let taken = s.capacity_taken(i);
@@ -84,6 +88,14 @@ impl Controller {
                 // proof that is itself wrong (headers biased high) meets
                 // the next 429 with no guess above it, and is cut then.
                 cut = cut.max(s.seen[i]);
+            } else if !again {
+                // The first surprise on the proof: the margin answers it.
+                // One 429 may be a one-off (another client's burst, a
+                // late timer); cut, the capacity would be held down for as
+                // long as the margin lasts — a simulated `cold-key-5s` with
+                // one burst early in the run went from 0.93 to 0.69 of the
+                // limit. A second 429 before the margin is gone cuts it.
+                cut = taken;
             }
             if cut < taken {
                 // The ceiling holds the hypothesis (and the proof) down
