@@ -46,8 +46,8 @@ MSGS = [{"role": "user", "content": "Say hello through the proxy."}]
 RESULTS = []
 
 
-def ant(timeout=30, base=None):
-    return anthropic.Anthropic(api_key=KEY_ANT, base_url=base or args.proxy, max_retries=0, timeout=timeout)
+def ant(timeout=30, base=None, key=KEY_ANT):
+    return anthropic.Anthropic(api_key=key, base_url=base or args.proxy, max_retries=0, timeout=timeout)
 
 
 def oai(timeout=30):
@@ -186,6 +186,10 @@ def a_deadline_ends_in_a_timeout_error_naming_the_last_cause():
 
 @check
 def disconnecting_callers_do_not_drain_capacity():
+    # A key of its own: the check before ends on a 429 the model did not
+    # expect, which (rightly) holds its key's class back for a while — the
+    # hint, then a learned margin's refill — and would be measured here.
+    key = "sk-ant-proxy-conformance-disconnects"
     mock("PUT", "/mock/faults", [{"fault": {"stall": {"ms": 1500}}, "when": "always"}])
     threads = []
     errors = []
@@ -198,7 +202,7 @@ def disconnecting_callers_do_not_drain_capacity():
             # say their timeout do. Long enough that every one of the eight
             # could be sent in its turn (a shorter one is answered at once
             # when its turn, behind the others, comes too late).
-            ant_create(client=ant(timeout=0.3), extra_headers={"x-ratewise-deadline-ms": "120000"})
+            ant_create(client=ant(timeout=0.3, key=key), extra_headers={"x-ratewise-deadline-ms": "120000"})
         except anthropic.APITimeoutError:
             errors.append("timeout")
         except Exception as e:  # noqa: BLE001
@@ -216,7 +220,7 @@ def disconnecting_callers_do_not_drain_capacity():
     status = admin("GET", "/status")
     assert status["reservations_outstanding"] == 0, status
     t0 = time.monotonic()
-    ant_create()
+    ant_create(client=ant(key=key))
     assert time.monotonic() - t0 < 3, "the next caller is served at once"
 
 
