@@ -246,11 +246,13 @@ pub struct BiasConfig {
     /// mock records or answers.
     pub other_client_share: f64,
     /// Once, a second client on the key takes this many tokens at a go
-    /// from each of the key's token buckets (input, output, combined),
-    /// just before the provider handles its request number
-    /// [`burst_at_request`](Self::burst_at_request): a one-off nobody's
-    /// model could foresee, seen only in the headers that follow. `0`:
-    /// never.
+    /// from each token bucket (input, output, combined) of the key and
+    /// model class of the provider's request number
+    /// [`burst_at_request`](Self::burst_at_request), just before that
+    /// request is charged: a one-off nobody's model could foresee, seen
+    /// only in the headers that follow. A request answered before its
+    /// charge (a fault, the acceleration limit, a spend cap) takes no
+    /// burst with it. `0`: never.
     pub burst_tokens: u64,
     /// The request (counted from 1 across the provider, as the
     /// [`Answer::nth`](crate::model::Answer::nth) it gets) before which

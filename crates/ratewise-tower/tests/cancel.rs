@@ -264,7 +264,6 @@ async fn five_calls_cut_by_a_client_timeout_leave_nothing_outstanding() {
 /// thread so that a spin fails the test rather than hang it.)
 #[test]
 fn callers_gone_while_queued_end_their_jobs_at_once() {
-    use ratewise_core::admit::{self, Burst, Controller, Limits, RampConfig};
     use ratewise_core::GiveUpReason;
     use ratewise_tower::Cancel;
 
@@ -278,24 +277,7 @@ fn callers_gone_while_queued_end_their_jobs_at_once() {
         rt.block_on(async move {
             // Twelve requests a minute, no burst: the first goes, the
             // next waits 5 s at the head, the rest behind it.
-            let state = Arc::new(Shared::new(Controller::new({
-                let mut config = admit::Config::default();
-                config.limits = Limits {
-                    requests: Some(12),
-                    ..Limits::NONE
-                };
-                config.burst = {
-                    let mut burst = Burst::default();
-                    burst.requests = Duration::ZERO;
-                    burst
-                };
-                config.ramp = {
-                    let mut ramp = RampConfig::default();
-                    ramp.start = 1000;
-                    ramp
-                };
-                config
-            })));
+            let state = common::paced_state(12);
             let calls = Arc::new(AtomicU32::new(0));
             let svc = RetryLayer::builder()
                 .config({

@@ -9,8 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use ratewise_core::admit::{
-    self, Admission, AdmitRequest, Burst, Controller, Limits, RampConfig, ScopeId, ScopeSnapshot,
-    Shared, Store, StoreFuture, Target, Update,
+    Admission, AdmitRequest, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture, Target, Update,
 };
 use ratewise_core::{Decision, Now, Provider};
 use ratewise_tower::{Config, JobId, RetryLayer, RetryService, TokioClock, JOB_HEADER};
@@ -34,25 +33,7 @@ struct Counting {
 
 impl Counting {
     fn paced(per_minute: u64) -> Arc<Counting> {
-        let inner = Arc::new(Shared::new(Controller::new({
-            let mut config = admit::Config::default();
-            config.limits = Limits {
-                requests: Some(per_minute),
-                ..Limits::NONE
-            };
-            config.burst = {
-                let mut burst = Burst::default();
-                burst.requests = Duration::ZERO;
-                burst
-            };
-            config.ramp = {
-                let mut ramp = RampConfig::default();
-                ramp.start = 1000;
-                ramp
-            };
-            config.seed = Some(3);
-            config
-        })));
+        let inner = common::paced_state(per_minute);
         Arc::new(Counting {
             inner,
             asks: AtomicU64::new(0),

@@ -47,6 +47,30 @@ pub fn fast_policy() -> Policy {
     policy
 }
 
+/// An admission controller paced to `per_minute` requests with no burst
+/// (one send every 60 s / `per_minute`) and no cold-start ramp.
+pub fn paced_state(per_minute: u64) -> Arc<Shared> {
+    Arc::new(Shared::new(Controller::new({
+        let mut config = admit::Config::default();
+        config.limits = admit::Limits {
+            requests: Some(per_minute),
+            ..admit::Limits::NONE
+        };
+        config.burst = {
+            let mut burst = admit::Burst::default();
+            burst.requests = Duration::ZERO;
+            burst
+        };
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.seed = Some(3);
+        config
+    })))
+}
+
 /// An admission controller without the cold-start ramp (the mock's limits
 /// are learned from its headers; the ramp would pace the tests).
 pub fn state() -> Arc<Shared> {

@@ -52,13 +52,15 @@ impl Controller {
     }
 
     /// After a surprise and the 429's headers: the margin grows (by a step,
-    /// [`Bucket::learn_margin`]); the surprise is counted; and the
-    /// capacity learned from headers is cut by all the model turned out to
-    /// be over (never below the
-    /// request) and held there while the margin lasts — headers that imply
-    /// more than the provider holds would teach it again. A cut that was
-    /// not needed (the level, not the capacity, was wrong) costs a smaller
-    /// burst until the margin decays, never a 429.
+    /// [`Bucket::learn_margin`]); the surprise is counted; and a capacity
+    /// hypothesis in use is taken back to what the headers proved. The
+    /// proof itself is cut by all the model turned out to be over (never
+    /// below the request) only on a surprise the margin in force did not
+    /// prevent — one 429 may be a one-off — and it is held there while the
+    /// margin lasts: headers that imply more than the provider holds would
+    /// teach it again. A cut that was not needed (the level, not the
+    /// capacity, was wrong) costs a smaller burst until the margin decays,
+    /// never a 429.
     fn learn_from_surprise(&mut self, sent: &Sent, x: Surprise, now: Now) -> (Dimension, u64) {
         let t = now.instant;
         let burst = self.cfg.burst;
