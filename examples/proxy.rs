@@ -29,7 +29,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use ratewise::tower::{Config, Error, KeyLabel, RetryLayer, RetryService};
+use ratewise::tower::{Config, Error, RetryLayer, RetryService};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer};
 use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
@@ -50,11 +50,9 @@ async fn forward(State(gw): State<Gateway>, req: Request) -> Response {
         Err(_) => return plain(StatusCode::BAD_REQUEST, "bad path"),
     };
     parts.headers.remove(http::header::HOST);
-    // Stops and buckets are per key: label each caller's key by a
-    // fingerprint (the key itself never leaves the request).
-    if let Some(label) = key_label(&parts.headers) {
-        parts.extensions.insert(label);
-    }
+    // Stops and buckets are per key: with no `KeyLabel` the layer paces
+    // each caller under its credentials' SHA-256 fingerprint
+    // (`KeyLabel::from_credentials`); the key never leaves the request.
     let req = http::Request::from_parts(parts, body.boxed_unsync());
     let mut svc = gw.service.clone();
     let result = match svc.ready().await {
@@ -99,16 +97,6 @@ fn error_response(e: &Error) -> Response {
         h.insert("x-ratewise-action", v);
     }
     resp
-}
-
-fn key_label(headers: &http::HeaderMap) -> Option<KeyLabel> {
-    use std::hash::{Hash, Hasher};
-    let key = headers
-        .get("x-api-key")
-        .or_else(|| headers.get(http::header::AUTHORIZATION))?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    key.as_bytes().hash(&mut h);
-    Some(KeyLabel::new(format!("k:{:08x}", h.finish() as u32)))
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response {

@@ -6,11 +6,11 @@
 //! - [`core`] (always): the sans-IO parse → classify → decide pipeline.
 //! - [`streaming`] (feature `streaming`, on by default): SSE decoding,
 //!   provider stream interpreters, the commit point and stream outcomes.
-//! - [`tower`] (feature `tower`): `RetryLayer` / `RetryService`, the one
+//! - `tower` (feature `tower`): `RetryLayer` / `RetryService`, the one
 //!   retry owner for any tower HTTP client service. The runnable examples
 //!   (`cargo run --example batch --features tower`, `proxy`, `worker`)
 //!   use it against the in-process mock provider.
-//! - [`redis`] (feature `redis`): the admission store on Redis, so every
+//! - `redis` (feature `redis`): the admission store on Redis, so every
 //!   process using a key shares its limits, pauses and stops.
 //!
 //! ```

@@ -10,7 +10,7 @@ pub struct ProxyArgs {
     /// Where callers connect (default 127.0.0.1:8787).
     #[arg(long)]
     listen: Option<String>,
-    /// The provider's base URL (https://api.anthropic.com); more, and
+    /// The provider's base URL (`https://api.anthropic.com`); more, and
     /// routing between them, in --config.
     #[arg(long)]
     upstream: Option<String>,
@@ -26,7 +26,7 @@ pub struct ProxyArgs {
     journal: Option<PathBuf>,
     /// The admin listener: /status, /resume, /stop, /metrics, /healthz
     /// (default 127.0.0.1:8788). Every call but /healthz needs the admin
-    /// token as `Authorization: Bearer` ([admin] in --config; by default
+    /// token as `Authorization: Bearer` (`[admin]` in --config; by default
     /// generated into a 0600 file whose path the start log gives).
     #[arg(long)]
     admin: Option<String>,

@@ -114,7 +114,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let n = now(origin);
             if let Some(r) = shared.admit(black_box(&req), n).go() {
-                shared.settle(r, black_box(&USAGE), n);
+                shared.lock().settle(r, black_box(&USAGE), n);
             }
         })
     });
@@ -160,7 +160,7 @@ fn bench(c: &mut Criterion) {
                         for _ in 0..iters {
                             let n = now(origin);
                             if let Some(r) = shared.admit(black_box(&req), n).go() {
-                                shared.settle(r, black_box(&USAGE), n);
+                                shared.lock().settle(r, black_box(&USAGE), n);
                             }
                         }
                     });
@@ -188,7 +188,7 @@ fn bench(c: &mut Criterion) {
                             for _ in 0..iters {
                                 let n = now(origin);
                                 if let Some(r) = shared.admit(black_box(req), n).go() {
-                                    shared.settle(r, black_box(&USAGE), n);
+                                    shared.lock().settle(r, black_box(&USAGE), n);
                                 }
                             }
                         });

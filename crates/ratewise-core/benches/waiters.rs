@@ -167,7 +167,7 @@ fn paced_pairs(per_thread: u64) -> (Counts, Duration) {
                             }
                         };
                         n.admitted += 1;
-                        s.settle(r, &USAGE, now);
+                        s.lock().settle(r, &USAGE, now);
                         n.settles += 1;
                     }
                     n
@@ -215,7 +215,7 @@ fn herd(threads: usize, wake: Wake, settles_per_thread: u64) -> (Counts, Duratio
                     while n.settles < settles_per_thread {
                         if let Some(r) = flying.pop_front() {
                             let now = clock.advance(LATENCY);
-                            s.settle(r, &USAGE, now);
+                            s.lock().settle(r, &USAGE, now);
                             n.settles += 1;
                             notified.fetch_add(1, Ordering::AcqRel);
                         }
@@ -261,7 +261,7 @@ fn herd(threads: usize, wake: Wake, settles_per_thread: u64) -> (Counts, Duratio
                         }
                     }
                     for r in flying {
-                        s.release(r, clock.now());
+                        s.lock().release(r, clock.now());
                     }
                     n
                 })

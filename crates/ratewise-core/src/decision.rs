@@ -109,3 +109,16 @@ impl Decision {
         self
     }
 }
+
+/// The queue-wide retry budget's state, an input to
+/// [`decide`](crate::decide::decide): the store keeps the budget (retries may not
+/// exceed a share of first attempts in a window, so an outage does not
+/// turn into a retry storm), `decide` alone says what a spent one means.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RetryBudgetState {
+    /// One more retry fits (the default: no budget known yet).
+    #[default]
+    Available,
+    /// The budget is spent: no job retries until it refills.
+    Spent,
+}

@@ -25,7 +25,7 @@
 //!   away). Each returns the [`Update`] the store must apply — the
 //!   answer's evidence and the end of the reservation, in one step — and
 //!   an answer's update comes back through [`applied`](Job::applied) with
-//!   the store's amendments.
+//!   the store's notes and the retry budget's state.
 //! * The machine owns the job's reservation, and every path ends it
 //!   exactly once:
 //!   - never sent (cancelled before [`sending`](Job::sending)) → released;
@@ -42,8 +42,11 @@
 //!     job as `outcome_unknown` holds the *job* for its caller — nothing
 //!     stays reserved.
 //! * Decisions are made in one place: [`crate::decide::decide`] under the
-//!   policy, amended by the store (the retry budget), plus the admission's
-//!   own endings (a wait beyond the inline limit defers, a stop stops, a
+//!   policy, with the store's retry budget as one of its inputs (a retry
+//!   decided before the store answered is decided again against a spent
+//!   budget — no random draw comes before that question, so the second
+//!   decision costs the job's jitter nothing), plus the admission's own
+//!   endings (a wait beyond the inline limit defers, a stop stops, a
 //!   refusal gives up).
 //!
 //! ```
@@ -83,11 +86,11 @@
 //! ```
 
 use crate::admit::{
-    Admission, AdmitRequest, End, Observed, Reservation, Sent, Target, Update, WaitReason,
+    Admission, AdmitRequest, Applied, End, Observed, Reservation, Sent, Target, Update, WaitReason,
 };
 use crate::classify::Classification;
 use crate::decide::{decide, JobState, Policy, RandomSource};
-use crate::decision::{Action, Decision};
+use crate::decision::{Action, Decision, RetryBudgetState};
 use crate::note::Note;
 use crate::time::{Instant, Now};
 use crate::usage::Usage;
@@ -225,6 +228,9 @@ enum State {
     Applying {
         decision: Decision,
         delivering: bool,
+        /// For a retry: the decision should the store say the retry budget
+        /// is spent (`decide` against that state).
+        if_budget_spent: Option<Box<Decision>>,
     },
     /// A success whose body the caller reads.
     Delivering,
@@ -434,18 +440,62 @@ impl Job {
             Admission::Refused { reason, earliest } => {
                 self.end_at_admission(refused(reason, earliest, now))
             }
+            Admission::UnknownScope => {
+                let d = Decision::new(Action::Inspect).with_note(
+                    "the store does not know this job's scope (a target from another store?): nothing sent",
+                );
+                self.end_at_admission(d)
+            }
         }
     }
 
-    /// Ends a job before its next admission with `decision` (a driver's
-    /// own reason: load shedding, its queue closing). Nothing is held
-    /// between sends, so nothing is given back.
-    pub fn end_before_admission(&mut self, decision: Decision) -> Step {
+    /// Ends a job before its next admission with `decision` (load
+    /// shedding, a driver's queue closing). Nothing is held between
+    /// sends, so nothing is given back.
+    fn end_before_admission(&mut self, decision: Decision) -> Step {
         if matches!(self.state, State::Ready { .. }) {
             self.end_at_admission(decision)
         } else {
             Step::Pending
         }
+    }
+
+    /// Load shedding: whether this job, joining its scope's queue with
+    /// `ahead` jobs already waiting before it, is turned away
+    /// ([`shed`](Self::shed)). Only a job with no deadline is, and only
+    /// past `max_waiting`: a job whose caller waits is bounded by its
+    /// deadline (it ends when it cannot be sent in time), never turned
+    /// away while it could still go.
+    pub fn sheds(&self, ahead: usize, max_waiting: Option<usize>) -> bool {
+        self.admit_deadline.is_none()
+            && matches!(self.state, State::Ready { .. })
+            && max_waiting.is_some_and(|max| ahead >= max)
+    }
+
+    /// Ends a job [`sheds`](Self::sheds) turned away: `defer`, nothing
+    /// sent, not before the `ahead` jobs queued before it could drain at
+    /// the scope's request rate (`requests_per_minute`, when one is
+    /// known; else one throttle backoff each).
+    pub fn shed(
+        &mut self,
+        ahead: usize,
+        requests_per_minute: Option<u64>,
+        policy: &Policy,
+        now: Now,
+    ) -> Step {
+        let per_request = requests_per_minute
+            .filter(|rpm| *rpm > 0)
+            .map(|rpm| Duration::from_secs(60) / u32::try_from(rpm).unwrap_or(u32::MAX))
+            .unwrap_or(policy.backoff.throttle_base);
+        let drain = per_request.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
+        let d = Decision::new(Action::Defer {
+            until: now.after(drain).wall,
+            not_before: now.instant + drain,
+        })
+        .with_note(format!(
+            "load shed: {ahead} jobs already wait for this scope (max_waiting)"
+        ));
+        self.end_before_admission(d)
     }
 
     fn end_at_admission(&mut self, decision: Decision) -> Step {
@@ -503,35 +553,29 @@ impl Job {
         }
     }
 
-    /// The send just admitted will not be made, for a driver's reason
-    /// (its journal could not record the attempt): the reservation is
-    /// released and the job ends with `decision`. Only between admission
-    /// and the hand-over ([`sending`](Self::sending)); told at any other
-    /// time it is stray. Returns the update for the store.
-    pub fn withdraw(&mut self, decision: Decision) -> Option<Update> {
-        if !matches!(self.state, State::Sending) || self.handed_over {
+    /// The driver will not go on with this job, for a reason of its own
+    /// that no answer gave (its journal could not record the attempt
+    /// about to be sent; a step it cannot take): the job ends `inspect`,
+    /// `why` in its note, and nothing more is sent. A reservation not
+    /// handed to the transport is released; one that was (a body being
+    /// delivered) is charged at its estimate, as a cancellation is.
+    /// Returns the update for the store; told after the job ended it is
+    /// stray.
+    pub fn withdraw(&mut self, why: &str) -> Option<Update> {
+        if matches!(self.state, State::Ended { .. }) {
             self.stray("withdraw");
             return None;
         }
-        let end = self
-            .reservation
-            .take()
-            .map(|reservation| End::Release { reservation });
-        self.end(decision);
+        let end = self.reservation.take().map(|reservation| {
+            if self.handed_over {
+                let usage = estimate(&reservation);
+                End::Settle { reservation, usage }
+            } else {
+                End::Release { reservation }
+            }
+        });
+        self.end(Decision::new(Action::Inspect).with_note(why.to_owned()));
         end.map(Update::ending)
-    }
-
-    /// Whether the caller went away ([`caller_left`](Self::caller_left)).
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled
-    }
-
-    /// What the attempt's rate-limit headers are read against, while a
-    /// send is in progress.
-    pub fn admitted(&self) -> Option<&Sent> {
-        self.admitted
-            .as_ref()
-            .filter(|_| self.reservation.is_some())
     }
 
     /// The answer to the send in progress, classified. `usage`: what the
@@ -567,10 +611,12 @@ impl Job {
             self.state = State::Applying {
                 decision: observed.decision.clone(),
                 delivering: usage.is_none(),
+                if_budget_spent: None,
             };
             return Update::answer(observed, end);
         }
         let d = decide(policy, &self.job_state(), c, now, rng);
+        let if_budget_spent = self.if_budget_spent(policy, c, &d, now, rng);
         let observed = self.observed(c, d);
         let end = self.reservation.take().map(|reservation| match usage {
             Some(u) => End::Settle {
@@ -586,6 +632,7 @@ impl Job {
         self.state = State::Applying {
             decision: observed.decision.clone(),
             delivering: false,
+            if_budget_spent,
         };
         Update::answer(observed, end)
     }
@@ -607,6 +654,7 @@ impl Job {
             return nothing();
         }
         let d = decide(policy, &self.job_state(), c, now, rng);
+        let if_budget_spent = self.if_budget_spent(policy, c, &d, now, rng);
         let observed = self.observed(c, d);
         let end = self.reservation.take().map(|reservation| {
             if maybe_sent && self.handed_over {
@@ -620,31 +668,49 @@ impl Job {
         self.state = State::Applying {
             decision: observed.decision.clone(),
             delivering: false,
+            if_budget_spent,
         };
         Update::answer(observed, end)
     }
 
-    /// The store applied an answer's update: `amended` is its answer (the
-    /// decision as amended by queue-wide bounds; `None` keeps the
-    /// machine's own). Returns the decision: a retry waits out its delay
-    /// and asks admission again, a success's body is read next, anything
-    /// else ends the job. A retry of a job whose caller left is not made:
-    /// the decision returned is then `give_up` `cancelled`, with the
-    /// retry it replaced in a note.
-    pub fn applied(&mut self, amended: Option<Decision>, now: Now) -> Decision {
+    /// The store applied an answer's update: `applied` is its answer (the
+    /// decision with the store's notes, and the retry budget's state;
+    /// `None` keeps the machine's own decision). Returns the decision: a
+    /// retry waits out its delay and asks admission again, a success's
+    /// body is read next, anything else ends the job. A retry against a
+    /// spent retry budget is decided again against it
+    /// ([`crate::decide::decide`]: `give_up` `retry_budget`). A
+    /// retry of a job whose caller left is not made: the decision returned
+    /// is then `give_up` `cancelled`, with the retry it replaced in a note.
+    pub fn applied(&mut self, applied: Option<Applied>, now: Now) -> Decision {
         if !matches!(self.state, State::Applying { .. }) {
             // Nothing was being applied: the state stays as it was.
             self.stray("applied");
-            return amended.unwrap_or_else(|| Decision::new(Action::Inspect));
+            return applied.map_or_else(|| Decision::new(Action::Inspect), |a| a.decision);
         }
         let State::Applying {
             decision,
             delivering,
+            if_budget_spent,
         } = std::mem::replace(&mut self.state, State::Ready { not_before: None })
         else {
             unreachable!("checked above")
         };
-        let mut d = amended.unwrap_or(decision);
+        let mut d = match applied {
+            None => decision,
+            Some(a) => match (a.retry_budget, if_budget_spent) {
+                (RetryBudgetState::Spent, Some(spent)) => {
+                    // The store's notes follow the machine's own.
+                    let mut store_notes = a.decision.notes;
+                    let store_notes =
+                        store_notes.split_off(decision.notes.len().min(store_notes.len()));
+                    let mut d = *spent;
+                    d.notes.extend(store_notes);
+                    d
+                }
+                _ => a.decision,
+            },
+        };
         if self.cancelled {
             if let Action::Retry { delay } = d.action {
                 d = caller_left_decision()
@@ -704,10 +770,12 @@ impl Job {
         ))
     }
 
-    /// What the reservation held for the send in progress (or the body
-    /// being delivered) holds: what a meter charges a cut stream against.
-    pub fn reserved(&self) -> Option<crate::admit::Amounts> {
-        self.reservation.as_ref().map(Reservation::amounts)
+    /// What the send in progress (or the body being delivered) is charged
+    /// when it may have run and reported no usage: its reservation's
+    /// amounts, as usage. The machine charges this itself at a body's end
+    /// with no usage; a meter reads it to record what was charged.
+    pub fn estimate(&self) -> Option<Usage> {
+        self.reservation.as_ref().map(estimate)
     }
 
     /// The job is dropped by its caller. A reservation not yet handed to
@@ -748,13 +816,25 @@ impl Job {
         kept
     }
 
-    /// Whether the machine still owns a reservation.
-    pub fn holds_reservation(&self) -> bool {
-        self.reservation.is_some()
-    }
-
     fn job_state(&self) -> JobState {
         JobState::new(self.attempts, self.spec.arrived, self.spec.deadline)
+    }
+
+    /// For a retry (or a deferral) decided `d`: the decision against a
+    /// spent retry budget, in case the store says so. `decide` asks about
+    /// the budget before it draws a delay, so no random value is drawn.
+    fn if_budget_spent<R: RandomSource>(
+        &self,
+        policy: &Policy,
+        c: &Classification,
+        d: &Decision,
+        now: Now,
+        rng: &mut R,
+    ) -> Option<Box<Decision>> {
+        matches!(d.action, Action::Retry { .. } | Action::Defer { .. }).then(|| {
+            let job = self.job_state().with_retry_budget(RetryBudgetState::Spent);
+            Box::new(decide(policy, &job, c, now, rng))
+        })
     }
 
     fn observed(&self, c: &Classification, d: Decision) -> Observed {
@@ -822,13 +902,13 @@ fn refused(reason: crate::vocab::GiveUpReason, earliest: Option<Instant>, now: N
 /// tokens are given back either way.
 ///
 /// [`Profile::rejected_requests_count`]: crate::admit::Profile::rejected_requests_count
-pub fn rejected_request_counts(c: &Classification) -> bool {
+pub(crate) fn rejected_request_counts(c: &Classification) -> bool {
     crate::admit::Profile::of(c.provider).rejected_requests_count && c.status == Some(429)
 }
 
 /// A reservation's amounts as usage: what a send that may have run is
 /// charged.
-pub fn estimate(res: &Reservation) -> Usage {
+fn estimate(res: &Reservation) -> Usage {
     let a = res.amounts();
     Usage {
         input_tokens: a.input,

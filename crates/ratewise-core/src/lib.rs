@@ -90,11 +90,12 @@ pub mod job;
 mod note;
 pub mod parse;
 pub mod record;
+mod rng;
 pub mod time;
 mod usage;
 mod vocab;
 
-pub use decision::{Action, Decision};
+pub use decision::{Action, Decision, RetryBudgetState};
 pub use note::Note;
 pub use time::{Instant, Now};
 pub use usage::Usage;

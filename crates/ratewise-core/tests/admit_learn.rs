@@ -6,6 +6,7 @@
 mod common;
 
 use common::now_at;
+use ratewise_core::admit::Observed;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Burst, Config, Controller, Limits, RampConfig, Target, WaitReason,
 };
@@ -84,7 +85,10 @@ fn a_cold_start_sends_one_request_then_paces_from_its_headers() {
     // The answer: 120 RPM, 19 left after this request (a 10 s bucket).
     let t = now_at(300);
     let (cl, d) = ok_requests(19, t);
-    c.observe_sent(&probe.sent(), &cl, d, t);
+    c.observe(
+        &Observed::new(probe.sent().scope(), cl.clone(), d).of_sent(probe.sent()),
+        t,
+    );
     c.settle(probe, &usage(), t);
     let snap = c.snapshot(target.scope, t).unwrap();
     assert_eq!(snap.limits.requests, Some(120));
@@ -119,7 +123,10 @@ fn a_probe_that_taught_nothing_passes_the_turn() {
     // A gateway's 502 without rate-limit headers says nothing about the
     // limits: once it is released, one more probe, and only one.
     let (cl, d) = respond(502, &[], "<html>bad gateway</html>", t);
-    c.observe_sent(&p2.sent(), &cl, d, t);
+    c.observe(
+        &Observed::new(p2.sent().scope(), cl.clone(), d).of_sent(p2.sent()),
+        t,
+    );
     c.release(p2, t);
     let _p3 = c
         .admit(&AdmitRequest::new(target), t)
@@ -169,7 +176,10 @@ fn a_provider_without_rate_limit_headers_is_not_held_after_its_first_answer() {
     let t = now_at(0);
     let p = c.admit(&AdmitRequest::new(target), t).go().unwrap();
     let (cl, d) = respond(200, &[], OK_BODY, t);
-    c.observe_sent(&p.sent(), &cl, d, t);
+    c.observe(
+        &Observed::new(p.sent().scope(), cl.clone(), d).of_sent(p.sent()),
+        t,
+    );
     c.settle(p, &usage(), t);
     for _ in 0..50 {
         assert!(c.admit(&AdmitRequest::new(target), t).go().is_some());
@@ -198,13 +208,19 @@ fn configured_limits_need_no_probe_but_the_capacity_starts_at_a_second() {
     // 20, and the credit rises to what the server showed, less `b`.
     let t = now_at(100);
     let (cl, d) = ok_requests(19, t);
-    c.observe_sent(&a.sent(), &cl, d, t);
+    c.observe(
+        &Observed::new(a.sent().scope(), cl.clone(), d).of_sent(a.sent()),
+        t,
+    );
     c.settle(a, &usage(), t);
     let snap = c.snapshot(target.scope, t).unwrap();
     assert_eq!(snap.credits[0], Some(18));
     // `b`'s view agrees (18 left after both): nothing changes.
     let (cl, d) = ok_requests(18, t);
-    c.observe_sent(&b.sent(), &cl, d, t);
+    c.observe(
+        &Observed::new(b.sent().scope(), cl.clone(), d).of_sent(b.sent()),
+        t,
+    );
     c.settle(b, &usage(), t);
     assert_eq!(c.snapshot(target.scope, t).unwrap().credits[0], Some(18));
 }
@@ -234,7 +250,7 @@ fn a_reset_with_the_remaining_shows_the_capacity_of_a_bucket_that_is_not_full() 
         OK_BODY,
         t,
     );
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     let snap = c.snapshot(target.scope, t).unwrap();
     assert_eq!(snap.credits[1], Some(19_500));
     // Refilling at 10 000/s, the credit stops at the learned 49 500 (not
@@ -323,7 +339,7 @@ fn horizon_views(c: &mut Controller, target: &Target, t: Now) {
         OK_BODY,
         t,
     );
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
 }
 
 fn horizon_controller(learn: bool) -> (Controller, Target) {
@@ -385,7 +401,7 @@ fn a_sibling_horizon_never_passes_what_the_views_allow() {
         OK_BODY,
         later,
     );
-    c.observe(target.scope, &cl, d, later);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), later);
     let output = c.snapshot(target.scope, later).unwrap().capacities[2].unwrap();
     assert!(output < 1_900, "{output}");
     assert!(output >= 1_500, "{output}");
@@ -408,7 +424,10 @@ fn a_429_on_a_sibling_horizon_takes_the_hypothesis_back() {
     let r = c.admit(&req, full).go().expect("the model has room");
     let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit of 24,000 output tokens per minute."}}"#;
     let (cl, d) = respond(429, &[("retry-after", "1")], body, full);
-    c.observe_sent(&r.sent(), &cl, d, full);
+    c.observe(
+        &Observed::new(r.sent().scope(), cl.clone(), d).of_sent(r.sent()),
+        full,
+    );
     c.release(r, full);
     let after = c.snapshot(target.scope, full).unwrap();
     assert!(after.capacities[2].unwrap() <= 1_700, "{after:?}");
@@ -443,7 +462,10 @@ fn a_429_on_a_hypothesis_takes_it_back_but_leaves_the_proof() {
     let r = c.admit(&req, full).go().expect("the model has room");
     let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit of 24,000 output tokens per minute."}}"#;
     let (cl, d) = respond(429, &[("retry-after", "1")], body, full);
-    c.observe_sent(&r.sent(), &cl, d.clone(), full);
+    c.observe(
+        &Observed::new(r.sent().scope(), cl.clone(), d.clone()).of_sent(r.sent()),
+        full,
+    );
     c.release(r, full);
     let after = c.snapshot(target.scope, full).unwrap();
     assert_eq!(after.surprises[2], 1);
@@ -452,7 +474,10 @@ fn a_429_on_a_hypothesis_takes_it_back_but_leaves_the_proof() {
     // headers may be what is wrong.
     let later = now_at(20_000);
     let r = c.admit(&req, later).go().expect("the model has room");
-    c.observe_sent(&r.sent(), &cl, d, later);
+    c.observe(
+        &Observed::new(r.sent().scope(), cl.clone(), d).of_sent(r.sent()),
+        later,
+    );
     c.release(r, later);
     let cut = c.snapshot(target.scope, later).unwrap().capacities[2].unwrap();
     assert!(cut < proven, "{cut} vs {proven}");

@@ -4,9 +4,11 @@
 mod common;
 
 use common::{now_at, respond};
-use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits, WaitReason};
+use ratewise_core::admit::{
+    Admission, AdmitRequest, Config, Controller, Limits, Observed, Update, WaitReason,
+};
 use ratewise_core::classify::Classification;
-use ratewise_core::{Action, Cause, Decision, GiveUpReason, Instant, Now, Provider};
+use ratewise_core::{Action, Cause, Decision, Instant, Now, Provider, RetryBudgetState};
 use std::time::Duration;
 
 fn controller() -> Controller {
@@ -44,7 +46,7 @@ fn a_hinted_429_pauses_the_bucket_and_syncs_headers() {
         t,
     );
     assert_eq!(cl.cause, Cause::RateLimited);
-    let d = c.observe(target.scope, &cl, d, t);
+    let d = c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     assert!(matches!(d.action, Action::Retry { .. }));
     let snap = c.snapshot(target.scope, t).unwrap();
     assert_eq!(snap.limits.requests, Some(50), "limit learned, lower wins");
@@ -86,7 +88,7 @@ fn slow_down_cuts_the_rate_of_the_key() {
         now_at(10_000),
     );
     assert_eq!(cl.cause, Cause::AccelerationLimited);
-    let d = c.observe(target.scope, &cl, d, now_at(10_000));
+    let d = c.observe(&Observed::new(target.scope, cl.clone(), d), now_at(10_000));
     assert!(matches!(d.action, Action::Retry { .. }));
     assert_eq!(
         c.snapshot(target.scope, now_at(10_000))
@@ -109,7 +111,7 @@ fn a_spend_cap_stops_the_key_until_the_reset() {
         r#"{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits. You will regain access on 2026-12-01 at 00:00 UTC.","details":{"error_code":"enforced_spend_limit_reached"}}}"#,
         t,
     );
-    let d = c.observe(target.scope, &cl, d, t);
+    let d = c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     let until = ratewise_core::time::parse_rfc3339("2026-12-01T00:00:00Z").unwrap();
     assert_eq!(d.action, Action::StopQueue { until: Some(until) });
     for s in [target, opus] {
@@ -123,8 +125,11 @@ fn a_spend_cap_stops_the_key_until_the_reset() {
     }
 }
 
+/// The store keeps the retry budget and reports its state; it never
+/// changes the decision's action (that is `decide`'s: see
+/// `job_machine.rs`, `a_retry_against_a_spent_retry_budget_gives_up`).
 #[test]
-fn a_retry_becomes_give_up_when_the_retry_budget_is_spent() {
+fn the_store_reports_a_spent_retry_budget_and_leaves_the_action_alone() {
     let mut c = Controller::new({
         let mut config = Config::default();
         config.retry_budget = {
@@ -144,13 +149,27 @@ fn a_retry_becomes_give_up_when_the_retry_budget_is_spent() {
         t,
     );
     assert!(matches!(d.action, Action::Retry { .. }));
-    let d = c.observe(target.scope, &cl, d, t);
-    assert_eq!(
-        d.action,
-        Action::GiveUp {
-            reason: GiveUpReason::RetryBudget
-        }
+    let update = Update::answer(Observed::new(target.scope, cl.clone(), d.clone()), None);
+    let applied = c.apply(&update, t).expect("an answer's update answers");
+    assert_eq!(applied.retry_budget, RetryBudgetState::Spent);
+    assert_eq!(applied.decision.action, d.action, "the action is decide's");
+    assert!(
+        applied
+            .decision
+            .notes
+            .iter()
+            .any(|n| n.to_string().contains("0 retries for 0 first attempts")),
+        "{:?}",
+        applied.decision.notes
     );
+
+    // With room in the budget (the default's ten retries a window), the
+    // state says so.
+    let mut c = Controller::new(Config::default());
+    let target = c.target("k", "m");
+    let update = Update::answer(Observed::new(target.scope, cl, d), None);
+    let applied = c.apply(&update, t).expect("an answer's update answers");
+    assert_eq!(applied.retry_budget, RetryBudgetState::Available);
 }
 
 fn sonnet_at_full_rate(limits: Limits) -> (Controller, ratewise_core::admit::Target) {
@@ -202,7 +221,7 @@ fn remaining_zero_with_a_reset_admits_nothing_before_the_server_has_refilled() {
         ],
         t,
     );
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     for ms in [0, 1_000, 2_999] {
         match c.admit(&AdmitRequest::new(target), now_at(ms)) {
             // The server's line reaches one request at 3 s (plus the edge
@@ -239,7 +258,7 @@ fn a_reset_corrects_a_remaining_rounded_up_to_thousands() {
     let (mut c, target) = sonnet_at_full_rate(limits);
     let t = now_at(0);
     let (cl, d) = ok_with(&headers, t);
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     assert_eq!(c.snapshot(target.scope, t).unwrap().levels[1], Some(0));
     match c.admit(&input_request(target, 1_500), t) {
         Admission::Wait {
@@ -251,7 +270,7 @@ fn a_reset_corrects_a_remaining_rounded_up_to_thousands() {
     // Without the reset, the rounded remaining alone admits it at once.
     let (mut c, target) = sonnet_at_full_rate(limits);
     let (cl, d) = ok_with(&headers[..2], t);
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     assert!(c.admit(&input_request(target, 1_500), t).go().is_some());
 }
 
@@ -277,7 +296,7 @@ fn a_reset_in_the_past_or_too_far_ahead_changes_nothing() {
             ],
             t,
         );
-        c.observe(target.scope, &cl, d, t);
+        c.observe(&Observed::new(target.scope, cl.clone(), d), t);
         assert_eq!(
             c.snapshot(target.scope, t).unwrap().levels,
             before,
@@ -298,7 +317,7 @@ fn a_reset_in_the_past_or_too_far_ahead_changes_nothing() {
         r#"{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#,
         t,
     );
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     assert_eq!(c.snapshot(target.scope, t).unwrap().levels, before);
 }
 
@@ -328,7 +347,7 @@ fn the_dead_band_keeps_rounded_tokens_from_oscillating_with_resets() {
             ],
             t,
         );
-        c.observe(target.scope, &cl, d, t);
+        c.observe(&Observed::new(target.scope, cl.clone(), d), t);
         assert_eq!(level(&mut c, i * 10), Some(18_500 + 10 * i as i64));
     }
     let t = now_at(50);
@@ -343,14 +362,14 @@ fn the_dead_band_keeps_rounded_tokens_from_oscillating_with_resets() {
         ],
         t,
     );
-    c.observe(target.scope, &cl, d.clone(), t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d.clone()), t);
     // Full in 48.95 s, less the second a whole-second reset may be off:
     // 12 050 implied; the remaining's [11 500, 12 500) reaches lower, and
     // the credit goes to the lowest level the two allow.
     assert_eq!(level(&mut c, 50), Some(11_500));
     // The same view again lowers nothing further, and a nearer reset never
     // raises it.
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     assert_eq!(level(&mut c, 50), Some(11_500));
     let (cl, d) = ok_with(
         &[
@@ -363,7 +382,7 @@ fn the_dead_band_keeps_rounded_tokens_from_oscillating_with_resets() {
         ],
         t,
     );
-    c.observe(target.scope, &cl, d, t);
+    c.observe(&Observed::new(target.scope, cl.clone(), d), t);
     assert_eq!(level(&mut c, 50), Some(11_500));
 }
 

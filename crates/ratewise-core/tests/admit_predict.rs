@@ -2,6 +2,7 @@
 //! to full rate within seconds, so its first waits are predicted at the
 //! pace they will really go, not at the start fraction of this instant.
 
+use ratewise_core::admit::Observed;
 use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits};
 use ratewise_core::{Instant, Now};
 use std::time::{Duration, SystemTime};
@@ -132,10 +133,13 @@ fn a_job_is_never_sent_later_than_its_deadline_less_the_time_to_its_first_byte()
     let t0 = now_at(Instant::ZERO);
     let r = c.admit(&req, t0).go().expect("the first goes");
     let t8 = now_at(Instant::from_millis(8_000));
-    c.observe_sent(
-        &r.sent(),
-        &ok(t8),
-        ratewise_core::Decision::new(ratewise_core::Action::Done),
+    c.observe(
+        &Observed::new(
+            r.sent().scope(),
+            ok(t8),
+            ratewise_core::Decision::new(ratewise_core::Action::Done),
+        )
+        .of_sent(r.sent()),
         t8,
     );
     c.settle(r, &ratewise_core::Usage::default(), t8);

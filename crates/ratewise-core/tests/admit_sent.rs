@@ -1,4 +1,4 @@
-//! Header sync read against the admission (`Controller::observe_sent`):
+//! Header sync read against the admission (`Controller::observe` of an admitted request):
 //! a response's view was taken when the server received its request, so it
 //! is compared with the credit then, not now; and a held (unknown) send the
 //! server shows it never charged gets its bucket part back.

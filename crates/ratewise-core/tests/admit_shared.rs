@@ -109,7 +109,7 @@ fn threads_conserve_and_stay_within_the_buckets(threads: u64, per_thread: u64) {
                     if open.len() > 3 || (i + k) % 5 == 0 {
                         if let Some(r) = open.pop() {
                             match i % 4 {
-                                0 => s.release(r, now),
+                                0 => s.lock().release(r, now),
                                 1 => {
                                     s.lock().hold_unknown(&r, now);
                                     s.lock().resolve_unknown(r, Some(&Usage::default()), now);
@@ -120,7 +120,7 @@ fn threads_conserve_and_stay_within_the_buckets(threads: u64, per_thread: u64) {
                                         output_tokens: 10,
                                         ..Usage::default()
                                     };
-                                    s.settle(r, &u, now);
+                                    s.lock().settle(r, &u, now);
                                 }
                             }
                         }
@@ -131,7 +131,7 @@ fn threads_conserve_and_stay_within_the_buckets(threads: u64, per_thread: u64) {
                 }
                 let end = now_at(Instant::from_millis(per_thread));
                 for r in open {
-                    s.settle(r, &Usage::default(), end);
+                    s.lock().settle(r, &Usage::default(), end);
                 }
             });
         }
@@ -201,7 +201,7 @@ fn threads_racing_settles_never_mint_credit() {
                             output_tokens: a.output,
                             ..Usage::default()
                         };
-                        s.settle(r, &u, now);
+                        s.lock().settle(r, &u, now);
                     }
                 }
                 done.fetch_add(1, std::sync::atomic::Ordering::Release);
@@ -239,7 +239,7 @@ fn debt_release_and_hold_through_the_seam() {
     let [a, b, c, d] = [0; 4].map(|_| s.admit(&req, t).go().unwrap());
     let before = s.snapshot(target.scope, t).unwrap().levels[1].unwrap();
     // 300 input tokens against an estimate of 100: a debt of 200.
-    s.settle(
+    s.lock().settle(
         a,
         &Usage {
             input_tokens: 300,
@@ -252,7 +252,7 @@ fn debt_release_and_hold_through_the_seam() {
         s.snapshot(target.scope, t).unwrap().levels[1].unwrap(),
         before - 200
     );
-    s.release(b, t);
+    s.lock().release(b, t);
     s.lock().hold_unknown(&c, t);
     let l = s.lock().ledger();
     assert_eq!(
@@ -268,7 +268,7 @@ fn debt_release_and_hold_through_the_seam() {
         }),
         t,
     );
-    s.settle(d, &Usage::default(), t);
+    s.lock().settle(d, &Usage::default(), t);
     let l = s.lock().ledger();
     assert!(l.is_clean(), "{l:?}");
     assert_eq!((l.held.requests, l.settled.requests), (0, 3));

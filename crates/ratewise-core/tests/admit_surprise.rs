@@ -7,6 +7,7 @@
 mod common;
 
 use ratewise_core::admit::store_kit::StoreHooks;
+use ratewise_core::admit::Observed;
 
 use common::now_at;
 use ratewise_core::admit::{
@@ -64,7 +65,10 @@ fn ask(max_tokens: u64, target: Target) -> AdmitRequest {
 /// The 429 `body` for `r`, observed and its reservation released, at `t`.
 fn rate_limited(c: &mut Controller, r: Reservation, body: &str, t: Now) -> Decision {
     let (cl, d) = respond(429, &[("retry-after", "1")], body, t);
-    let d = c.observe_sent(&r.sent(), &cl, d, t);
+    let d = c.observe(
+        &Observed::new(r.sent().scope(), cl.clone(), d).of_sent(r.sent()),
+        t,
+    );
     c.release(r, t);
     d
 }
@@ -251,7 +255,10 @@ fn a_remaining_of_u64_max_is_read_without_a_panic() {
             ),
             Decision::new(ratewise_core::Action::Done),
         );
-        c.observe_sent(&r.sent(), &cl, d, t);
+        c.observe(
+            &Observed::new(r.sent().scope(), cl.clone(), d).of_sent(r.sent()),
+            t,
+        );
         c.release(r, t);
         assert!(c.ledger().is_clean());
     }

@@ -66,7 +66,7 @@ fn a_success_settles_from_the_usage_at_its_bodys_end() {
     let c = classify(Provider::Anthropic, 200, &[], "", t);
     let d = j.answer(&s, &policy, &c, None, &mut rng(), t);
     assert_eq!(d.action, Action::Done);
-    assert!(j.holds_reservation(), "the body's end settles it");
+    assert!(j.estimate().is_some(), "the body's end settles it");
     let u = Usage {
         input_tokens: 40,
         output_tokens: 7,
@@ -82,6 +82,45 @@ fn a_success_settles_from_the_usage_at_its_bodys_end() {
     );
     assert_clean(&s);
     assert_eq!(s.ledger().charged.output, 7);
+}
+
+/// A driver that will not go on withdraws the job: the machine ends it
+/// `inspect`; a reservation never handed over is released, one whose
+/// body was being delivered is charged at its estimate; a second
+/// withdrawal is stray.
+#[test]
+fn a_withdrawn_job_ends_for_inspection_and_its_reservation_with_it() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let t = now_at(0);
+    // Admitted, not handed over (its journal could not record it).
+    let mut j = job(&s, "claude-sonnet-4-5");
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { attempt: 1 }));
+    let u = j.withdraw("the journal could not record the attempt: nothing sent");
+    s.apply(u.expect("the reservation ends"), t);
+    let Step::End(e) = j.step(&s, &policy, t) else {
+        panic!("withdrawn")
+    };
+    assert_eq!(e.decision.action, Action::Inspect);
+    assert_eq!(s.ledger().released.requests, 1);
+    assert!(j.withdraw("again").is_none(), "stray");
+    assert_eq!(j.strays(), 1);
+    // A success whose body is being delivered: charged at its estimate.
+    let mut j = job(&s, "claude-sonnet-4-5");
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { .. }));
+    j.sending();
+    let c = classify(Provider::Anthropic, 200, &[], "", t);
+    assert_eq!(
+        j.answer(&s, &policy, &c, None, &mut rng(), t).action,
+        Action::Done
+    );
+    s.apply(j.withdraw("a step it cannot take").expect("charged"), t);
+    assert_eq!(
+        s.ledger().charged.output,
+        100,
+        "max_tokens: it may have run"
+    );
+    assert_clean(&s);
 }
 
 /// The 429's evidence and its reservation's release travel in one update
@@ -119,7 +158,7 @@ fn a_429_gives_its_reservation_back_in_the_update_that_pauses_the_scope_then_ret
         panic!("{d:?}")
     };
     assert!(delay >= Duration::from_secs(3));
-    assert!(!j.holds_reservation());
+    assert!(j.estimate().is_none());
     assert_eq!(s.ledger().released.requests, 1, "given back");
     // The capacity is back, and the pause with it: a newcomer waits.
     let mut other = job(&s, "claude-sonnet-4-5");
@@ -209,6 +248,138 @@ fn a_send_with_no_answer_is_charged_at_once_and_the_job_held() {
         "max_tokens: the provider may have billed it"
     );
     assert_clean(&s);
+}
+
+/// The retry budget's verdict comes out of `decide`: the store only says
+/// the budget is spent, and the machine decides the retry again against
+/// that state — `give_up` `retry_budget`, the reservation ended all the
+/// same.
+#[test]
+fn a_retry_against_a_spent_retry_budget_gives_up() {
+    let s = Shared::new(Controller::new({
+        let mut config = Config::default();
+        config.limits = roomy();
+        config.ramp = {
+            let mut ramp = RampConfig::default();
+            ramp.start = 1000;
+            ramp
+        };
+        config.retry_budget = {
+            let mut budget = ratewise_core::admit::RetryBudgetConfig::default();
+            budget.min_retries = 0;
+            budget.ratio_permille = 0;
+            budget
+        };
+        config.seed = Some(1);
+        config
+    }));
+    let policy = Policy::default();
+    let mut j = job(&s, "claude-sonnet-4-5");
+    let t = now_at(0);
+    assert!(matches!(j.step(&s, &policy, t), Step::Send { .. }));
+    let c = classify_transport(Provider::Anthropic, TransportFailure::ConnectRefused);
+    let d = j.fail(&s, &policy, &c, false, &mut rng(), t);
+    assert_eq!(
+        d.action,
+        Action::GiveUp {
+            reason: GiveUpReason::RetryBudget
+        },
+        "{d:?}"
+    );
+    let said = |what: &str| d.notes.iter().any(|n| n.to_string().contains(what));
+    assert!(said("retry budget is spent"), "decide's note: {d:?}");
+    assert!(said("0 retries for 1 first attempts"), "the store's: {d:?}");
+    assert!(matches!(j.step(&s, &policy, t), Step::End(_)), "it ended");
+    assert_clean(&s);
+
+    // `decide` itself, against a spent budget: no retry, and no random
+    // value drawn for a delay it will not wait.
+    let job = ratewise_core::decide::JobState::new(1, Instant::ZERO, None)
+        .with_retry_budget(ratewise_core::RetryBudgetState::Spent);
+    let mut no_draws = || -> u64 { panic!("a spent budget draws no delay") };
+    let d = ratewise_core::decide::decide(&policy, &job, &c, t, &mut no_draws);
+    assert_eq!(
+        d.action,
+        Action::GiveUp {
+            reason: GiveUpReason::RetryBudget
+        }
+    );
+}
+
+/// Load shedding is the machine's: only a job with no deadline is turned
+/// away, past the bound, deferred for as long as the queue ahead takes to
+/// drain at the scope's request rate.
+#[test]
+fn only_a_job_with_no_deadline_is_shed_and_it_is_deferred_for_the_drain() {
+    let s = store(roomy());
+    let policy = Policy::default();
+    let t = now_at(1_000);
+    let waits = job(&s, "claude-sonnet-4-5"); // a 600 s deadline
+    assert!(!waits.sheds(50, Some(3)), "its caller waits: never shed");
+    let mut spec = JobSpec::new(s.target("k", "claude-sonnet-4-5"), Instant::ZERO);
+    spec.max_tokens = Some(100);
+    let mut j = Job::new(spec, &policy);
+    assert!(!j.sheds(50, None), "no bound, no shedding");
+    assert!(!j.sheds(2, Some(3)));
+    assert!(j.sheds(3, Some(3)));
+    let Step::End(e) = j.shed(3, Some(60), &policy, t) else {
+        panic!("a shed job ends")
+    };
+    assert!(e.at_admission, "nothing sent");
+    assert_eq!(
+        e.decision.action,
+        Action::Defer {
+            until: t.after(Duration::from_secs(3)).wall,
+            not_before: t.instant + Duration::from_secs(3),
+        },
+        "three ahead at one a second"
+    );
+    let mut spec = JobSpec::new(s.target("k", "claude-sonnet-4-5"), Instant::ZERO);
+    spec.max_tokens = Some(100);
+    let mut j = Job::new(spec, &policy);
+    let Step::End(e) = j.shed(2, None, &policy, t) else {
+        panic!("a shed job ends")
+    };
+    assert_eq!(
+        e.decision.action,
+        Action::Defer {
+            until: t.after(policy.backoff.throttle_base * 2).wall,
+            not_before: t.instant + policy.backoff.throttle_base * 2,
+        },
+        "no known rate: a throttle backoff each"
+    );
+    assert_clean(&s);
+}
+
+/// A target the store does not know (it came from another store) is its
+/// own error: the job ends `inspect` at admission, nothing sent — not a
+/// deadline it never had.
+#[test]
+fn a_scope_the_store_does_not_know_ends_the_job_for_inspection() {
+    let other = store(roomy());
+    let _ = other.target("a", "m");
+    let _ = other.target("b", "m");
+    let s = store(roomy());
+    let policy = Policy::default();
+    let mut j = job(&other, "claude-sonnet-4-5"); // the third scope of `other`
+    let t = now_at(0);
+    let Step::End(e) = j.step(&s, &policy, t) else {
+        panic!("ends at admission")
+    };
+    assert!(e.at_admission);
+    assert_eq!(e.decision.action, Action::Inspect);
+    assert!(
+        e.decision
+            .notes
+            .iter()
+            .any(|n| n.to_string().contains("does not know this job's scope")),
+        "{:?}",
+        e.decision.notes
+    );
+    assert_eq!(
+        s.ledger().settled.requests + s.ledger().released.requests,
+        0
+    );
 }
 
 #[test]
@@ -550,7 +721,7 @@ fn a_body_end_is_told_to_the_machine_which_settles_and_classifies_an_in_band_fai
         j.answer(&s, &policy, &ok, None, &mut rng(), t).action,
         Action::Done
     );
-    assert_eq!(j.reserved().map(|a| a.output), Some(100));
+    assert_eq!(j.estimate().map(|u| u.output_tokens), Some(100));
     // The stream reached its reader, then an overload event came in band.
     let delivered = Usage {
         input_tokens: 40,

@@ -7,6 +7,7 @@
 mod common;
 
 use ratewise_core::admit::store_kit::{KeyRecord, StoreHooks};
+use ratewise_core::admit::Observed;
 
 use common::{classify, now_at};
 use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits, Reservation};
@@ -152,7 +153,15 @@ fn a_stop_and_a_pause_seen_by_one_process_hold_for_the_other() {
             now,
         );
         let sent = res.sent();
-        c.observe_sent(&sent, &cl, Decision::new(ratewise_core::Action::Done), now);
+        c.observe(
+            &Observed::new(
+                sent.scope(),
+                cl.clone(),
+                Decision::new(ratewise_core::Action::Done),
+            )
+            .of_sent(sent),
+            now,
+        );
         c.release(res, now);
     });
     // Process 2, whose clock started 7 s later, waits until the same wall
@@ -254,10 +263,16 @@ fn two_processes_sharing_a_record_decide_as_one_controller() {
                         )
                     };
                     let d = || Decision::new(ratewise_core::Action::Done);
-                    one.observe_sent(&a.sent(), &cl(t), d(), t);
+                    one.observe(
+                        &Observed::new(a.sent().scope(), cl(t), d()).of_sent(a.sent()),
+                        t,
+                    );
                     one.release(a, t);
                     store.run(&mut procs[p], t, |c, now| {
-                        c.observe_sent(&b.sent(), &cl(now), d(), now);
+                        c.observe(
+                            &Observed::new(b.sent().scope(), cl(now), d()).of_sent(b.sent()),
+                            now,
+                        );
                         c.release(b, now);
                     });
                 }

@@ -2,7 +2,7 @@
 //!
 //! `ratewise proxy`: a gateway any language's SDK points its base URL at,
 //! with the SDK's own retries off. Each request is one job on the
-//! [`RetryLayer`](ratewise_tower::RetryLayer): paced by the key's shared
+//! [`ratewise_tower::RetryLayer`]: paced by the key's shared
 //! buckets, retried no earlier than the server says, stopped when money
 //! runs out, and answered in the provider's own error shape when it ends
 //! without a success.

@@ -218,7 +218,7 @@ impl ratewise_tower::Journal for Hook {
     }
 
     /// A stream's headers said `success`, but only its end says whether it
-    /// was one: its answer is counted in [`Hook::stream_ended`]. The
+    /// was one: its answer is counted in `stream_ended`. The
     /// decision (`done`: handed over) and the journal line are written now,
     /// so a restart never replays a stream that reached its caller.
     fn stream_started<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {

@@ -106,10 +106,10 @@ pub use notes::MAX_NOTE;
 use ops::{Op, Reply, Request};
 use ratewise_core::admit::store_kit::StoreHooks;
 use ratewise_core::admit::{
-    Admission, AdmitRequest, Controller, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture,
-    Target, Update,
+    Admission, AdmitRequest, Applied, Controller, ScopeId, ScopeSnapshot, Shared, Store,
+    StoreFuture, Target, Update,
 };
-use ratewise_core::{Cause, Decision, Now};
+use ratewise_core::{Cause, Now};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -621,7 +621,7 @@ impl Store for RedisStore {
         })
     }
 
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>> {
         // Queued before the first await: applied even if the caller drops
         // the answer's future.
         let (tx, rx) = oneshot::channel();

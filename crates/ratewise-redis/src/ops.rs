@@ -3,9 +3,9 @@
 //! write lost the race can be applied again to the fresh record.
 
 use ratewise_core::admit::{
-    Admission, AdmitRequest, Controller, ScopeId, ScopeSnapshot, Target, Update,
+    Admission, AdmitRequest, Applied, Controller, ScopeId, ScopeSnapshot, Target, Update,
 };
-use ratewise_core::{Cause, Decision, Now};
+use ratewise_core::{Cause, Now};
 use std::time::SystemTime;
 use tokio::sync::oneshot;
 
@@ -40,7 +40,7 @@ pub(crate) enum Reply {
     Count(oneshot::Sender<usize>),
     Admission(oneshot::Sender<Admission>),
     /// `None`: a detached update nobody waits for.
-    Decision(Option<oneshot::Sender<Option<Decision>>>),
+    Decision(Option<oneshot::Sender<Option<Applied>>>),
     Done(oneshot::Sender<()>),
     Snapshot(oneshot::Sender<Option<ScopeSnapshot>>),
 }
@@ -59,7 +59,7 @@ pub(crate) enum Outcome {
     Target(Target),
     Count(usize),
     Admission(Admission),
-    Decision(Option<Decision>),
+    Decision(Option<Applied>),
     Done,
     Snapshot(Box<Option<ScopeSnapshot>>),
 }

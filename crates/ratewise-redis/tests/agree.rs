@@ -215,7 +215,11 @@ async fn two_processes_on_redis_decide_as_one_in_memory_store() {
                     let pn = procs[p].now(t);
                     let d1 = one.apply(update(a, &ending, t), t);
                     let d2 = procs[p].store.update(update(b, &ending, pn), pn).await;
-                    assert_eq!(d1.map(|d| d.action), d2.map(|d| d.action), "{ctx}");
+                    assert_eq!(
+                        d1.map(|a| (a.decision.action, a.retry_budget)),
+                        d2.map(|a| (a.decision.action, a.retry_budget)),
+                        "{ctx}"
+                    );
                 }
                 34 => {
                     let scope = one.target("k", MODEL).scope;
@@ -231,7 +235,7 @@ async fn two_processes_on_redis_decide_as_one_in_memory_store() {
         }
         for (p, a, b) in held {
             let t = at(t_ms);
-            one.release(a, t);
+            one.lock().release(a, t);
             let pn = procs[p].now(t);
             procs[p]
                 .store

@@ -1,39 +1,40 @@
-//! A caller's way to say "I have gone" to a job that runs on without it.
-//!
-//! A call future dropped at any await cancels its job (see the module docs
-//! of [`crate::retry`]). Some drivers cannot drop it: a proxy whose client
-//! disconnected after the send must still read the answer so its usage
-//! settles, yet must make no further send for a caller nobody answers. A
-//! [`Cancel`] in the request's extensions is that signal, given to the job
-//! machine as a cancellation ([`Job::caller_left`]): between sends the job
-//! ends at once, `give_up` `cancelled`, with nothing sent and nothing
-//! journaled; a send in flight is finished and accounted, and no retry
-//! follows it.
-//!
-//! [`Cancel::cancel`] answers, in one atomic step against the layer's
-//! hand-over of a send, whether anything was sent: a caller that must know
-//! whether to answer "not sent" (a proxy shutting down) reads it there.
-//!
-//! ```
-//! use ratewise_tower::{Cancel, Cancelled};
-//! let shutdown = Cancel::new();
-//! // One per job, cancelled with the shutdown too.
-//! let job = shutdown.child();
-//! assert_eq!(job.cancel(), Cancelled::NothingSent);
-//! assert!(job.is_cancelled());
-//! assert!(!shutdown.is_cancelled());
-//! let other = shutdown.child();
-//! shutdown.cancel();
-//! assert!(other.is_cancelled());
-//! ```
-//!
-//! [`Job::caller_left`]: ratewise_core::job::Job::caller_left
+//! A caller's cancellation of a job that runs on without it ([`Cancel`]).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-/// A cancellation a caller puts in a request's extensions (see the
-/// [module docs](self)). Cheap to clone: clones share one state.
+/// A caller's way to say "I have gone" to a job that runs on without it.
+///
+/// A call future dropped at any await cancels its job (its reservation
+/// ends exactly once, as the crate docs say). Some drivers cannot drop it: a proxy whose client
+/// disconnected after the send must still read the answer so its usage
+/// settles, yet must make no further send for a caller nobody answers. A
+/// [`Cancel`] in the request's extensions is that signal, given to the job
+/// machine as a cancellation ([`Job::caller_left`]): between sends the job
+/// ends at once, `give_up` `cancelled`, with nothing sent and nothing
+/// journaled; a send in flight is finished and accounted, and no retry
+/// follows it.
+///
+/// [`Cancel::cancel`] answers, in one atomic step against the layer's
+/// hand-over of a send, whether anything was sent: a caller that must know
+/// whether to answer "not sent" (a proxy shutting down) reads it there.
+///
+/// ```
+/// use ratewise_tower::{Cancel, Cancelled};
+/// let shutdown = Cancel::new();
+/// // One per job, cancelled with the shutdown too.
+/// let job = shutdown.child();
+/// assert_eq!(job.cancel(), Cancelled::NothingSent);
+/// assert!(job.is_cancelled());
+/// assert!(!shutdown.is_cancelled());
+/// let other = shutdown.child();
+/// shutdown.cancel();
+/// assert!(other.is_cancelled());
+/// ```
+///
+/// [`Job::caller_left`]: ratewise_core::job::Job::caller_left
+///
+/// Cheap to clone: clones share one state.
 #[derive(Debug, Clone)]
 pub struct Cancel(Arc<Shared>);
 

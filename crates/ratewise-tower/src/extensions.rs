@@ -72,7 +72,8 @@ pub struct TokenEstimate {
 /// // What the layer paces this request under (no KeyLabel set):
 /// let label = KeyLabel::from_credentials(req.headers()).unwrap();
 /// assert_eq!(label, KeyLabel::fingerprint(key));
-/// assert!(label.as_str().starts_with("fp-"));
+/// // `fp-` and the first 16 hex digits of the key's SHA-256:
+/// assert_eq!(label.as_str(), "fp-ee6827de75b65095");
 /// // so its limits are configured under the fingerprint:
 /// let layer = RetryLayer::builder()
 ///     .key_limits(label.as_str(), Limits::per_minute().requests(50))
@@ -107,12 +108,13 @@ impl KeyLabel {
     /// the same `ratewise proxy` computes; the key itself is never kept.
     pub fn fingerprint(key: &str) -> Self {
         use sha2::{Digest, Sha256};
-        use std::fmt::Write;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = Sha256::digest(key.as_bytes());
         let mut out = String::with_capacity(19);
         out.push_str("fp-");
         for b in &digest[..8] {
-            let _ = write!(out, "{b:02x}");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
         }
         KeyLabel(Arc::from(out))
     }

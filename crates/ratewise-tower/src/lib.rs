@@ -65,6 +65,40 @@
 //! by the streaming tracker and never replayed once committed. Compressed
 //! bodies (`gzip`, `deflate`, `br`) are metered from a bounded decoded copy.
 //!
+//! ## A 429's path through the code
+//!
+//! The files a `429` crosses, in order, from [`RetryService`]'s `call` to the
+//! next send (leaf readers and parsers in brackets). Every decision is the
+//! core's; the driver only carries values between the store, the machine
+//! and the wire.
+//!
+//! 1. `retry/service.rs` — `call` starts the job.
+//! 2. `retry/run.rs` — the send, the answer's head, its error body read
+//!    to a bound (`body/replay.rs`, `body/decode.rs`).
+//! 3. core `classify/mod.rs` — `classify_response`: `rate_limited`, its
+//!    scope, its wait hint and rate-limit view (`parse/*`).
+//! 4. core `job.rs` — `Job::answered`: the decision and the update.
+//! 5. core `decide/mod.rs` — `decide`: `retry` after the hint, with jitter
+//!    (`decide/backoff.rs`).
+//! 6. `wake.rs` — the update goes to the store; queue heads are woken
+//!    after it.
+//! 7. core `admit/shared.rs` — one lock for the whole update.
+//! 8. core `admit/controller/answers.rs` — `Controller::apply`: what the
+//!    429 proves (a surprise, the margin), the pause for every job, the
+//!    retry budget's state.
+//! 9. core `admit/controller/headers.rs` — the answer's view syncs the
+//!    buckets (`admit/bucket.rs`).
+//! 10. core `admit/controller/accounting.rs` — the reservation's tokens
+//!     back (the request unit kept where the provider counts it).
+//! 11. core `job.rs` — `Job::applied`: the retry, against a spent budget
+//!     decided again; `Job::next` after the delay.
+//! 12. `queue.rs` — the job's turn among those waiting for the scope.
+//! 13. core `admit/controller/admission.rs` — `Controller::admit`: after
+//!     the pause, room in the buckets, a reservation: the next send
+//!     (back in `retry/run.rs`).
+//!
+//! Twelve files (`job.rs` and `run.rs` twice).
+//!
 //! ## Journal
 //!
 //! [`Builder::journal`] writes every attempt down before it is

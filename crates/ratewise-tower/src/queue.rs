@@ -70,40 +70,18 @@ impl Queues {
     }
 
     /// Joins `scope`'s queue at `place`.
-    #[cfg(test)]
     pub fn join(self: &Arc<Self>, scope: ScopeId, place: Place) -> Ticket {
-        match self.join_within(scope, place, None) {
-            Ok(t) => t,
-            Err(_) => unreachable!("an unbounded queue takes every job"),
-        }
-    }
-
-    /// Joins `scope`'s queue at `place` unless `max` jobs or more are
-    /// already ahead of it (load shedding); then `Err` says how many.
-    pub fn join_within(
-        self: &Arc<Self>,
-        scope: ScopeId,
-        place: Place,
-        max: Option<usize>,
-    ) -> Result<Ticket, usize> {
         let signal = Arc::new(Event::new());
-        {
-            let mut scopes = self.lock();
-            let q = scopes.entry(scope).or_default();
-            if let Some(max) = max {
-                let ahead = q.range(..place).count();
-                if ahead >= max {
-                    return Err(ahead);
-                }
-            }
-            q.insert(place, signal.clone());
-        }
-        Ok(Ticket {
+        self.lock()
+            .entry(scope)
+            .or_default()
+            .insert(place, signal.clone());
+        Ticket {
             queues: self.clone(),
             scope,
             place,
             signal,
-        })
+        }
     }
 
     /// Wakes the head of every scope's queue: capacity came back (or the
@@ -225,18 +203,19 @@ mod tests {
     }
 
     #[test]
-    fn shedding_counts_the_jobs_ahead_not_behind() {
+    fn ahead_counts_the_jobs_before_not_behind() {
         let q = Arc::new(Queues::default());
         let s = scope();
         let at = |ms: u64| Instant::from_millis(ms);
-        let a = q.join_within(s, q.place(at(10)), Some(2)).unwrap();
-        let b = q.join_within(s, q.place(at(20)), Some(2)).unwrap();
-        // Two ahead of a later arrival: shed.
-        assert_eq!(q.join_within(s, q.place(at(30)), Some(2)).err(), Some(2));
+        let a = q.join(s, q.place(at(10)));
+        let b = q.join(s, q.place(at(20)));
+        let late = q.join(s, q.place(at(30)));
+        assert_eq!(late.ahead(), 2);
         // A retry of an older job has none ahead: it keeps its place.
-        let old = q.join_within(s, q.place(at(5)), Some(2)).unwrap();
+        let old = q.join(s, q.place(at(5)));
+        assert_eq!(old.ahead(), 0);
         assert!(old.is_head());
-        drop((a, b, old));
+        drop((a, b, late, old));
         assert_eq!(q.len(s), 0);
     }
 }

@@ -17,9 +17,9 @@
 use crate::queue::Queues;
 use crate::state::State;
 use ratewise_core::admit::{
-    Admission, AdmitRequest, ScopeId, ScopeSnapshot, Store, StoreFuture, Target, Update,
+    Admission, AdmitRequest, Applied, ScopeId, ScopeSnapshot, Store, StoreFuture, Target, Update,
 };
-use ratewise_core::{Action, Decision, Now};
+use ratewise_core::{Action, Now};
 use std::sync::Arc;
 
 /// The shared state, plus a signal to the queues' heads whenever
@@ -40,10 +40,10 @@ impl Waking {
     /// stop the queue: each head asks again, is told the queue is
     /// stopped, hands its job back now instead of at the end of its wait,
     /// and wakes the next.
-    fn after_update(queues: &Queues, gave_back: bool, d: &Option<Decision>) {
-        let stops = d
+    fn after_update(queues: &Queues, gave_back: bool, a: &Option<Applied>) {
+        let stops = a
             .as_ref()
-            .is_some_and(|d| matches!(d.action, Action::StopQueue { .. }));
+            .is_some_and(|a| matches!(a.decision.action, Action::StopQueue { .. }));
         if gave_back || stops {
             queues.wake_heads();
         }
@@ -68,7 +68,7 @@ impl Store for Waking {
         self.inner.predict(req, ahead, now)
     }
 
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>> {
         let gave_back = update.wakes_waiters();
         // The wake comes after the store applied the whole update: a woken
         // head finds the pause or stop the same answer reported.

@@ -12,11 +12,11 @@ use http_body::Frame;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use ratewise_core::admit::{
-    self, Admission, AdmitRequest, Controller, Ledger, RampConfig, ScopeId, ScopeSnapshot, Shared,
-    Store, StoreFuture, Target, Update,
+    self, Admission, AdmitRequest, Applied, Controller, Ledger, RampConfig, ScopeId, ScopeSnapshot,
+    Shared, Store, StoreFuture, Target, Update,
 };
 use ratewise_core::decide::{Backoff, Policy};
-use ratewise_core::{Decision, Now, Provider};
+use ratewise_core::{Now, Provider};
 use ratewise_tower::{Config, RetryLayer, TokioClock};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,7 +30,7 @@ const ROUND_TRIP: Duration = Duration::from_millis(3);
 enum Msg {
     Target(String, String, oneshot::Sender<Target>),
     Admit(AdmitRequest, Now, oneshot::Sender<Admission>),
-    Update(Box<Update>, Now, Option<oneshot::Sender<Option<Decision>>>),
+    Update(Box<Update>, Now, Option<oneshot::Sender<Option<Applied>>>),
     Resume(String, Now, oneshot::Sender<()>),
     Snapshot(ScopeId, Now, oneshot::Sender<Option<ScopeSnapshot>>),
 }
@@ -66,7 +66,7 @@ impl Remote {
                         // a granted reservation goes straight back.
                         if let Err(Admission::Go(res)) = r.send(state.admit(&req, now)) {
                             back.fetch_add(1, Ordering::SeqCst);
-                            state.release(res, now);
+                            state.lock().release(res, now);
                         }
                     }
                     Msg::Update(u, now, r) => {
@@ -114,7 +114,7 @@ impl Store for Remote {
     fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
         self.ask(|r| Msg::Admit(req, now, r))
     }
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>> {
         self.ask(|r| Msg::Update(Box::new(update), now, Some(r)))
     }
     fn update_detached(&self, update: Update, now: Now) {

@@ -9,9 +9,10 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use ratewise_core::admit::{
-    Admission, AdmitRequest, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture, Target, Update,
+    Admission, AdmitRequest, Applied, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture, Target,
+    Update,
 };
-use ratewise_core::{Decision, Now, Provider};
+use ratewise_core::{Now, Provider};
 use ratewise_tower::{Config, JobId, RetryLayer, RetryService, TokioClock, JOB_HEADER};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,7 +57,7 @@ impl Store for Counting {
         self.asks.fetch_add(1, Ordering::SeqCst);
         Store::admit(&*self.inner, req, now)
     }
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>> {
         if update.end.is_some() {
             self.settles.fetch_add(1, Ordering::SeqCst);
         }

@@ -9,9 +9,10 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use ratewise_core::admit::{
-    Admission, AdmitRequest, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture, Target, Update,
+    Admission, AdmitRequest, Applied, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture, Target,
+    Update,
 };
-use ratewise_core::{Decision, Now, Provider};
+use ratewise_core::{Now, Provider};
 use ratewise_tower::{Config, RetryLayer, TokioClock};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,7 +38,7 @@ impl Store for SlowObserve {
     fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
         Store::admit(&*self.0, req, now)
     }
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>> {
         StoreFuture::new(async move {
             if update.observed.is_some() {
                 tokio::time::sleep(Duration::from_millis(300)).await;

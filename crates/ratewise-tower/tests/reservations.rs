@@ -7,11 +7,11 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use ratewise_core::admit::{
-    self, Admission, AdmitRequest, Controller, End, ScopeId, ScopeSnapshot, Shared, Store,
+    self, Admission, AdmitRequest, Applied, Controller, End, ScopeId, ScopeSnapshot, Shared, Store,
     StoreFuture, Target, Update,
 };
 use ratewise_core::decide::{Backoff, Policy};
-use ratewise_core::{Decision, Now, Provider};
+use ratewise_core::{Now, Provider};
 use ratewise_tower::{Config, RetryLayer, TokioClock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -57,7 +57,7 @@ impl Store for Spy {
     fn admit(&self, req: AdmitRequest, now: Now) -> StoreFuture<'_, Admission> {
         Store::admit(&self.inner, req, now)
     }
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>> {
         self.count(&update);
         Store::update(&self.inner, update, now)
     }

@@ -195,7 +195,7 @@ pub struct AdmitRequest {
     /// The caller's deadline for the answer's first byte (the job machine
     /// passes its deadline less the policy's `expected_attempt_time`). The
     /// last moment to send is this less the scope's learned time to the
-    /// first byte and a margin ([`Controller::last_send`]); a wait past that
+    /// first byte and a margin (`last_send`); a wait past that
     /// is refused at once with `give_up(deadline)`.
     pub deadline: Option<Instant>,
     /// Whether the answer streams: its first byte comes with the first
@@ -269,6 +269,10 @@ pub enum Admission {
         /// predicted wait), so the answer can say when it could have gone.
         earliest: Option<Instant>,
     },
+    /// The store does not know the request's scope: its target came from
+    /// another store (or a store that lost its state). Nothing is sent;
+    /// a person must look (`inspect`), since no wait can help.
+    UnknownScope,
 }
 
 impl Admission {
@@ -418,7 +422,7 @@ impl Controller {
         Controller {
             retry: RetryBudget::new(cfg.retry_budget),
             spend: cfg.spend.map(SpendBudget::new),
-            rng: fastrand::Rng::with_seed(cfg.seed.unwrap_or_else(crate::decide::entropy_seed)),
+            rng: fastrand::Rng::with_seed(cfg.seed.unwrap_or_else(crate::rng::entropy_seed)),
             keys: Table::default(),
             key_index: HashMap::new(),
             scopes: Table::default(),

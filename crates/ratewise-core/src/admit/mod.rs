@@ -10,7 +10,7 @@
 //! * [`ModelClasses`] — which models share a bucket.
 //! * [`OutputEstimator`] and [`MaxTokens`] — input and output estimates
 //!   before a send.
-//! * [`profile`] — what each provider documents about its signals, with
+//! * [`Profile`] — what each provider documents about its signals, with
 //!   the sources quoted.
 //! * [`Reservation`] and [`Ledger`] — reservations and their ledger
 //!   (every one ended, none ended twice).
@@ -54,7 +54,7 @@ mod controller;
 mod estimate;
 mod limits;
 mod model_class;
-pub mod profile;
+mod profile;
 mod ramp;
 mod record;
 mod reservation;
@@ -80,17 +80,10 @@ pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;
 pub use spend::{Price, PriceTable, SpendConfig, SpendTotals};
 pub use stop::Stop;
-pub use store::{End, Observed, Store, StoreFuture, Update};
+pub use store::{Applied, End, Observed, Store, StoreFuture, Update};
 
 /// A (key, model class) scope, as resolved by [`Controller::target`] or
 /// [`Controller::scope_of`]: an index into its controller (or a store's
 /// own numbering, for a [`Store`] that keeps its own scopes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ScopeId(pub(crate) u32);
-
-impl ScopeId {
-    /// Its number.
-    pub const fn get(self) -> u32 {
-        self.0
-    }
-}

@@ -15,7 +15,7 @@
 //! [`Controller`](super::Controller)).
 //!
 //! ```
-//! use ratewise_core::admit::profile::{Profile, Rounding};
+//! use ratewise_core::admit::{Profile, Rounding};
 //! use ratewise_core::Provider;
 //! // Anthropic rounds token counts to the nearest thousand: 12,000 says
 //! // the truth is somewhere in [11,500, 12,500).

@@ -30,7 +30,7 @@ use crate::vocab::Cause;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
-/// One key's shared admission state; see the [module docs](self). Opaque:
+/// One key's shared admission state; see [`StoreHooks`](super::store_kit::StoreHooks). Opaque:
 /// serialize it (serde), store it, hand it back to
 /// [`StoreHooks::import_key`](super::store_kit::StoreHooks::import_key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

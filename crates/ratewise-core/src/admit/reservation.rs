@@ -79,9 +79,8 @@ pub struct Reservation {
 
 /// What a response's rate-limit headers are read against: the scope and
 /// each bucket's credit when the request was admitted. Take it from the
-/// [`Reservation`] before settling it, and pass it to
-/// [`Controller::observe_sent`](super::Controller::observe_sent) with the
-/// response.
+/// [`Reservation`] before settling it, and give it with the response
+/// ([`Observed::of_sent`](super::Observed::of_sent)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sent {
     pub(crate) scope: super::ScopeId,

@@ -16,10 +16,7 @@
 use super::controller::{Admission, AdmitRequest, Controller, ScopeSnapshot, Target};
 use super::store::{Store, StoreFuture, Update};
 use super::ScopeId;
-use crate::classify::Classification;
-use crate::decision::Decision;
 use crate::time::Now;
-use crate::usage::Usage;
 use parking_lot::{Mutex, MutexGuard};
 
 /// A [`Controller`] behind a mutex: the in-memory, in-process store. Each
@@ -41,8 +38,8 @@ use parking_lot::{Mutex, MutexGuard};
 /// let req = AdmitRequest::new(target);
 /// let a = shared.admit(&req, now).go().unwrap();
 /// let b = shared.admit(&req, now).go().unwrap();
-/// shared.settle(a, &Usage::default(), now);
-/// shared.settle(b, &Usage::default(), now);
+/// shared.lock().settle(a, &Usage::default(), now);
+/// shared.lock().settle(b, &Usage::default(), now);
 /// let ledger = shared.lock().ledger();
 /// assert!(ledger.is_clean());
 /// assert_eq!((ledger.reserved.requests, ledger.settled.requests), (2, 2));
@@ -81,36 +78,8 @@ impl Shared {
 
     /// Applies one job event in one lock session
     /// ([`Controller::apply`]).
-    pub fn apply(&self, update: Update, now: Now) -> Option<Decision> {
+    pub fn apply(&self, update: Update, now: Now) -> Option<super::Applied> {
         self.lock().apply(&update, now)
-    }
-
-    /// Corrects a reservation to actual usage.
-    pub fn settle(&self, res: super::Reservation, usage: &Usage, now: Now) {
-        self.lock().settle(res, usage, now)
-    }
-
-    /// Gives a reservation back unused.
-    pub fn release(&self, res: super::Reservation, now: Now) {
-        self.lock().release(res, now)
-    }
-
-    /// Applies a response's classification and decision
-    /// ([`Controller::observe`]).
-    pub fn observe(&self, scope: ScopeId, c: &Classification, d: Decision, now: Now) -> Decision {
-        self.lock().observe(scope, c, d, now)
-    }
-
-    /// [`observe`](Self::observe) for the response to an admitted request
-    /// ([`Controller::observe_sent`]).
-    pub fn observe_sent(
-        &self,
-        sent: &super::Sent,
-        c: &Classification,
-        d: Decision,
-        now: Now,
-    ) -> Decision {
-        self.lock().observe_sent(sent, c, d, now)
     }
 
     /// Lifts a key's stop.
@@ -139,7 +108,7 @@ impl Store for Shared {
     ) -> StoreFuture<'_, Option<Admission>> {
         StoreFuture::ready(self.lock().predict(&req, ahead, now))
     }
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>> {
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<super::Applied>> {
         StoreFuture::ready(self.apply(update, now))
     }
     fn update_detached(&self, update: Update, now: Now) {

@@ -161,7 +161,7 @@ impl End {
 }
 
 /// What one answer said, for the store to apply: its classification and
-/// the decision made on it (which the store may amend: the retry budget).
+/// the decision made on it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Observed {
@@ -192,6 +192,30 @@ impl Observed {
         self.scope = sent.scope();
         self.sent = Some(sent);
         self
+    }
+}
+
+/// What a store answers to an update that carried an answer.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Applied {
+    /// The machine's decision, its action as decided, with what the shared
+    /// state did about the answer in its notes (a pause, a stop, a margin
+    /// learned).
+    pub decision: Decision,
+    /// The queue's retry budget as the answer found it: an input to
+    /// [`decide`](crate::decide::decide), which alone says what a spent
+    /// budget means for the job.
+    pub retry_budget: crate::RetryBudgetState,
+}
+
+impl Applied {
+    /// `decision` applied, with the retry budget in `retry_budget`.
+    pub fn new(decision: Decision, retry_budget: crate::RetryBudgetState) -> Self {
+        Applied {
+            decision,
+            retry_budget,
+        }
     }
 }
 
@@ -233,7 +257,7 @@ impl Update {
     }
 }
 
-/// Where the shared admission state lives. See the [module docs](self).
+/// Where the shared admission state lives. See the [`admit`](crate::admit) module docs.
 ///
 /// Implement it for a store shared between processes; every method is
 /// one atomic step against that state. Policy and arithmetic (the ramp,
@@ -275,15 +299,16 @@ pub trait Store: Send + Sync {
     }
 
     /// Applies one job event in one step: the answer's evidence, then the
-    /// reservation's end. Returns the answer's decision as amended by
-    /// queue-wide bounds (the retry budget), when the update carried one.
+    /// reservation's end. Returns, when the update carried an answer, its
+    /// decision with the store's notes and the retry budget's state
+    /// ([`Applied`]).
     ///
     /// The update owns the reservation it ends: a store that awaits must
     /// apply it even when the returned future is dropped before it
     /// finishes (a caller's timeout above the driver) — send it before the
     /// first await, or hand it to a task — or the reservation and the
     /// answer's evidence are lost until the lease.
-    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Decision>>;
+    fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>>;
 
     /// [`update`](Self::update) from where nothing can await (a `Drop`):
     /// a store that awaits queues it and applies it in the background; its

@@ -93,6 +93,7 @@ pub enum BodyReading {
 /// What was seen, for records and explanations (no secrets: nothing from
 /// the request, no body beyond the provider's error fields).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Evidence {
     /// The provider's request id (headers first, then the body).
     pub request_id: Option<String>,
@@ -124,6 +125,7 @@ impl Evidence {
 
 /// The classifier's verdict on one response or transport failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Classification {
     /// The profile whose rules were applied.
     pub provider: Provider,
@@ -145,7 +147,7 @@ pub struct Classification {
 
 impl Classification {
     /// The default scope of a cause (DESIGN's decision table).
-    pub const fn default_scope(cause: Cause) -> Scope {
+    pub(crate) const fn default_scope(cause: Cause) -> Scope {
         match cause {
             Cause::RateLimited => Scope::Bucket,
             Cause::AccelerationLimited

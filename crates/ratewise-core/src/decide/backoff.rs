@@ -1,7 +1,7 @@
 //! Delays: a server hint plus added jitter, or exponential backoff.
 
 use super::policy::{Backoff, HintJitter};
-use super::rng::RandomSource;
+use crate::rng::RandomSource;
 use std::time::Duration;
 
 /// The smallest delay ever returned: garbage never becomes zero.

@@ -3,15 +3,15 @@
 //!
 //! The order of questions follows the DESIGN: money and broken requests
 //! first (no header overrides them), then the server's own "don't retry",
-//! then the job's attempts, then its deadline, then how long to wait.
+//! then the job's attempts, then the queue's retry budget, then its
+//! deadline, then how long to wait.
 
 mod backoff;
 mod policy;
-mod rng;
 
+pub use crate::rng::{entropy_seed, RandomSource};
 pub use backoff::{backoff_delay, hinted_delay, MIN_DELAY};
 pub use policy::{Backoff, HintJitter, JobState, Policy, UnknownOutcome};
-pub use rng::{entropy_seed, RandomSource};
 
 use crate::classify::Classification;
 use crate::decision::{Action, Decision};
@@ -19,6 +19,7 @@ use crate::note::Note;
 use crate::parse::FOREVER;
 use crate::time::Now;
 use crate::vocab::{Cause, GiveUpReason};
+use crate::RetryBudgetState;
 use std::time::Duration;
 
 /// Decides what to do after one response or transport failure.
@@ -112,6 +113,14 @@ fn retry_action(
         });
         return Action::GiveUp {
             reason: GiveUpReason::Attempts,
+        };
+    }
+    // The queue's budget before any wait is drawn: a deferral is a retry
+    // too (its job is sent again), and a spent budget decides no delay.
+    if job.retry_budget == RetryBudgetState::Spent {
+        notes.push("the queue's retry budget is spent: no retry".into());
+        return Action::GiveUp {
+            reason: GiveUpReason::RetryBudget,
         };
     }
     // Room left before the deadline for waiting, after the attempt itself.

@@ -141,6 +141,9 @@ pub struct JobState {
     pub arrived: Instant,
     /// Total budget from arrival; `None` = none.
     pub deadline: Option<Duration>,
+    /// The queue's retry budget, as the store last saw it: a spent budget
+    /// turns any retry into `give_up` `retry_budget`.
+    pub retry_budget: crate::RetryBudgetState,
 }
 
 impl JobState {
@@ -150,7 +153,14 @@ impl JobState {
             attempts,
             arrived,
             deadline,
+            retry_budget: crate::RetryBudgetState::Available,
         }
+    }
+
+    /// The same job, deciding against the retry budget `state`.
+    pub const fn with_retry_budget(mut self, state: crate::RetryBudgetState) -> Self {
+        self.retry_budget = state;
+        self
     }
 
     /// The instant past which an answer is useless.

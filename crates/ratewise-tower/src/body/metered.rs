@@ -241,7 +241,7 @@ impl Meter {
         let usage = match (&result, side.gave_up) {
             (Metered::Stream(o @ StreamOutcome::Completed { .. }), _) => o.usage(),
             (Metered::Stream(o), false) => self.ctx.as_ref().and_then(|ctx| {
-                let input = ctx.job.reserved().map_or(0, |a| a.input);
+                let input = ctx.job.estimate().map_or(0, |u| u.input_tokens);
                 o.charge(ctx.max_tokens, input)
             }),
             (_, false) => result.usage(),
@@ -279,9 +279,7 @@ fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
         max_tokens: _,
         stream_journal,
     } = ctx;
-    let charged = usage
-        .or_else(|| job.reserved().map(estimate_of))
-        .unwrap_or_default();
+    let charged = usage.or_else(|| job.estimate()).unwrap_or_default();
     if let (Some((journal, mut record)), Metered::Stream(outcome)) = (stream_journal, result) {
         end_stream_record(&mut record, outcome, charged);
         journal.stream_ended(&record);
@@ -301,14 +299,6 @@ fn settle(ctx: MeterCtx, result: &Metered, usage: Option<Usage>) {
     // A body ends in `poll_frame` or a `Drop`: nothing here can await.
     if let Some(update) = job.body_end(end) {
         state.update_detached(update, now);
-    }
-}
-
-fn estimate_of(a: ratewise_core::admit::Amounts) -> Usage {
-    Usage {
-        input_tokens: a.input,
-        output_tokens: a.output,
-        ..Usage::default()
     }
 }
 

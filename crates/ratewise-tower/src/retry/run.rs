@@ -176,40 +176,38 @@ where
             None
         } else {
             if queued.is_none() {
-                // Load shedding bounds only jobs with no deadline: a job
-                // whose caller waits is bounded by its deadline (it ends
-                // when it cannot be sent in time), not turned away.
-                let bound = if admit_by.is_some() {
-                    None
+                let t = inner.queues.join(target.scope, place);
+                let ahead = t.ahead();
+                // Load shedding is the machine's to decide (only a job
+                // with no deadline is turned away).
+                if m.job.sheds(ahead, cfg.max_waiting) {
+                    drop(t);
+                    let now = clock.now();
+                    let rpm = inner
+                        .state
+                        .snapshot(target.scope, now)
+                        .await
+                        .and_then(|s| s.limits.requests);
+                    if let Step::End(end) = m.job.shed(ahead, rpm, policy, now) {
+                        return Err(ended(&job, end, records, last.take()));
+                    }
                 } else {
-                    cfg.max_waiting
-                };
-                match inner.queues.join_within(target.scope, place, bound) {
-                    Ok(t) => {
-                        // Behind others with a deadline: when will its
-                        // turn come, at the pace the jobs ahead will go?
-                        // One that cannot be sent in time is answered now,
-                        // not at its deadline.
-                        let ahead = t.ahead();
-                        if ahead > 0 && admit_by.is_some() {
-                            let now = clock.now();
-                            let req = m.job.admit_request();
-                            let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
-                            if let Some(answer) = inner.state.predict(req, ahead, now).await {
-                                if let Some(Step::End(end)) = m.job.predicted(answer, now) {
-                                    drop(t);
-                                    return Err(ended(&job, end, records, last.take()));
-                                }
+                    // Behind others with a deadline: when will its turn
+                    // come, at the pace the jobs ahead will go? One that
+                    // cannot be sent in time is answered now, not at its
+                    // deadline.
+                    if ahead > 0 && admit_by.is_some() {
+                        let now = clock.now();
+                        let req = m.job.admit_request();
+                        let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
+                        if let Some(answer) = inner.state.predict(req, ahead, now).await {
+                            if let Some(Step::End(end)) = m.job.predicted(answer, now) {
+                                drop(t);
+                                return Err(ended(&job, end, records, last.take()));
                             }
                         }
-                        queued = Some(t)
                     }
-                    Err(ahead) => {
-                        let d = shed(&inner, target.scope, ahead).await;
-                        if let Step::End(end) = m.job.end_before_admission(d) {
-                            return Err(ended(&job, end, records, last.take()));
-                        }
-                    }
+                    queued = Some(t)
                 }
             }
             match &queued {
@@ -275,10 +273,14 @@ where
             // this driver always finishes before asking again; `admission`
             // answered the only `Admit`.
             Step::Pending | Step::Admit(_) => {
-                return Err(Error::decided(
-                    job.id.clone(),
-                    Decision::new(Action::Inspect).with_note("job machine pending with no send"),
-                ))
+                if let Some(update) = m.job.withdraw("job machine pending with no send") {
+                    inner.state.update(update, clock.now()).await;
+                }
+                drop(queued.take());
+                match m.job.next(clock.now()) {
+                    Step::End(end) => return Err(ended(&job, end, records, last.take())),
+                    _ => unreachable!("a withdrawn job has ended"),
+                }
             }
         };
 
@@ -301,9 +303,10 @@ where
             {
                 tracing::error!(job_id = %job.id, attempt, error = %e,
                     "the journal could not record the attempt: not sent");
-                let d = Decision::new(Action::Inspect)
-                    .with_note("the journal could not record the attempt: nothing sent");
-                if let Some(update) = m.job.withdraw(d) {
+                if let Some(update) = m
+                    .job
+                    .withdraw("the journal could not record the attempt: nothing sent")
+                {
                     inner.state.update(update, clock.now()).await;
                 }
                 drop(queued.take());
@@ -441,27 +444,6 @@ where
         .await;
         last = Some(answer);
     }
-}
-
-/// The decision for a job shed at arrival with `ahead` jobs queued before
-/// it: `defer`, nothing sent, not before the queue ahead could drain at the
-/// scope's request rate (when one is known; else one throttle backoff).
-async fn shed(inner: &Inner, scope: ratewise_core::admit::ScopeId, ahead: usize) -> Decision {
-    let now = inner.clock.now();
-    let snapshot = inner.state.snapshot(scope, now).await;
-    let per_request = snapshot
-        .and_then(|s| s.limits.requests)
-        .filter(|rpm| *rpm > 0)
-        .map(|rpm| std::time::Duration::from_secs(60) / u32::try_from(rpm).unwrap_or(u32::MAX))
-        .unwrap_or(inner.config.policy.backoff.throttle_base);
-    let drain = per_request.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
-    Decision::new(Action::Defer {
-        until: now.after(drain).wall,
-        not_before: now.instant + drain,
-    })
-    .with_note(format!(
-        "load shed: {ahead} jobs already wait for this scope (max_waiting)"
-    ))
 }
 
 /// Waits for `ticket`'s turn: until it is the head of its queue, or, at

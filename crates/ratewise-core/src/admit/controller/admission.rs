@@ -21,10 +21,7 @@ impl Controller {
     pub fn admit(&mut self, req: &AdmitRequest, now: Now) -> Admission {
         let t = now.instant;
         let Some(s) = self.scopes.get_mut(req.target.scope.0 as usize) else {
-            return Admission::Refused {
-                reason: GiveUpReason::Deadline,
-                earliest: None,
-            };
+            return Admission::UnknownScope;
         };
         let key = &mut self.keys[s.key as usize];
         key.used = Some(t);

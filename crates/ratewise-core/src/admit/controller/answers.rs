@@ -9,9 +9,11 @@
 
 use super::{
     apply_ramp, headers_describe, index, rebuild_buckets, restart_ramp, Action, CScope, Cause,
-    Classification, Controller, Decision, Dimension, GiveUpReason, Instant, Now, ScopeId, Sent,
-    Stop, SystemTime, DIMENSIONS,
+    Classification, Controller, Decision, Dimension, Instant, Now, ScopeId, Sent, Stop, SystemTime,
+    DIMENSIONS,
 };
+use crate::admit::Applied;
+use crate::RetryBudgetState;
 
 /// A 429 the model did not expect, between its lowering and the margin's
 /// learning.
@@ -177,7 +179,7 @@ impl Controller {
     }
 
     /// Applies what one response said to the shared state, and returns the
-    /// decision, amended where a queue-wide bound overrides it:
+    /// decision with notes on what it did:
     ///
     /// * rate-limit headers sync the buckets ([`sync_headers`](Self::sync_headers));
     /// * a `rate_limited` response with a wait hint pauses the bucket (the
@@ -186,36 +188,28 @@ impl Controller {
     /// * an `acceleration_limited` response cuts the ramp of the key's
     ///   scopes (its ramp is slowed down), and pauses them on a hint;
     /// * a `stop_queue` decision stops the key with its `until`
-    ///   ([`stop`](Self::stop));
-    /// * a `retry` when the retry budget is spent becomes
-    ///   `give_up(retry_budget)`.
+    ///   ([`stop`](Self::stop)).
+    ///
+    /// The decision's action is never changed: what the queue-wide retry
+    /// budget means for a job is [`decide`](crate::decide::decide)'s to
+    /// say, and [`apply`](Self::apply) hands it the budget's state.
+    ///
+    /// An answer to an admitted request ([`Observed::of_sent`](crate::admit::Observed::of_sent))
+    /// has its header view read against the credit at that admission;
+    /// prefer it whenever the answer belongs to one.
     ///
     /// Reconciling the reservation stays with the caller, who holds it:
     /// `settle` on `done` (and on any response with usage), `release` when
-    /// nothing was sent, `hold_unknown` on `hold_unknown`.
-    pub fn observe(
-        &mut self,
-        scope: ScopeId,
-        c: &Classification,
-        d: Decision,
-        now: Now,
-    ) -> Decision {
-        self.observe_view(scope, None, c, d, now)
-    }
-
-    /// [`observe`](Self::observe) for the response to the request admitted
-    /// as `sent` ([`Reservation::sent`](crate::admit::Reservation::sent)): the header sync reads the
-    /// server's view against the admission
-    /// ([`sync_headers_sent`](Self::sync_headers_sent)). Prefer it whenever
-    /// the response belongs to an admitted request.
-    pub fn observe_sent(
-        &mut self,
-        sent: &Sent,
-        c: &Classification,
-        d: Decision,
-        now: Now,
-    ) -> Decision {
-        self.observe_view(sent.scope, Some(sent), c, d, now)
+    /// nothing was sent, `hold_unknown` on `hold_unknown`. [`apply`](Self::apply)
+    /// does both in one step.
+    pub fn observe(&mut self, o: &crate::admit::Observed, now: Now) -> Decision {
+        self.observe_view(
+            o.scope,
+            o.sent.as_ref(),
+            &o.classification,
+            o.decision.clone(),
+            now,
+        )
     }
 
     fn observe_view(
@@ -315,28 +309,15 @@ impl Controller {
             }
             _ => {}
         }
-        match d.action {
-            Action::StopQueue { until } => {
-                self.stop(scope, c.cause, until, now);
-                d.notes.push("admission: key stopped".into());
-            }
-            Action::Retry { .. } if !self.retry.can_retry(now.instant) => {
-                let (firsts, retries) = self.retry.counts(now.instant);
-                d.action = Action::GiveUp {
-                    reason: GiveUpReason::RetryBudget,
-                };
-                d.notes.push(format!(
-                    "retry budget spent: {retries} retries for {firsts} first attempts in the window"
-                ).into());
-            }
-            _ => {}
+        if let Action::StopQueue { until } = d.action {
+            self.stop(scope, c.cause, until, now);
+            d.notes.push("admission: key stopped".into());
         }
         d
     }
 
     /// Applies one job event ([`Update`](crate::admit::Update)) in one step: the
-    /// answer's evidence first ([`observe_sent`](Self::observe_sent), or
-    /// [`observe`](Self::observe) for an answer to no admission), then the
+    /// answer's evidence first ([`observe`](Self::observe)), then the
     /// reservation's end ([`settle`](Self::settle) or
     /// [`release`](Self::release)). Behind one lock this leaves no window
     /// in which capacity is back but the pause the same answer reported is
@@ -349,20 +330,36 @@ impl Controller {
     /// On one controller, apply an event once: the reservation it ends is
     /// gone after the first, and a second end is refused and counted in
     /// [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends).
-    pub fn apply(&mut self, update: &crate::admit::Update, now: Now) -> Option<Decision> {
-        let decision = update.observed.as_ref().map(|o| {
-            self.observe_view(
-                o.scope,
-                o.sent.as_ref(),
-                &o.classification,
-                o.decision.clone(),
-                now,
-            )
+    pub fn apply(&mut self, update: &crate::admit::Update, now: Now) -> Option<Applied> {
+        let applied = update.observed.as_ref().map(|o| {
+            let mut d = self.observe(o, now);
+            let budget = self.retry_budget_state(&mut d, now);
+            Applied::new(d, budget)
         });
         if let Some(end) = &update.end {
             self.end(end, now);
         }
-        decision
+        applied
+    }
+
+    /// The retry budget's state for an answer decided `d`, the input
+    /// [`decide`](crate::decide::decide) reads; when `d` is a retry (or a
+    /// deferral, a retry later) and the budget is spent, a note says by
+    /// how much.
+    fn retry_budget_state(&mut self, d: &mut Decision, now: Now) -> RetryBudgetState {
+        if self.retry.can_retry(now.instant) {
+            return RetryBudgetState::Available;
+        }
+        if matches!(d.action, Action::Retry { .. } | Action::Defer { .. }) {
+            let (firsts, retries) = self.retry.counts(now.instant);
+            d.notes.push(
+                format!(
+                    "retry budget: {retries} retries for {firsts} first attempts in the window"
+                )
+                .into(),
+            );
+        }
+        RetryBudgetState::Spent
     }
 
     /// Lifts a key's stop (a human resumed): its scopes restart the ramp.

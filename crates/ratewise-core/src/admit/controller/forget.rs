@@ -20,7 +20,8 @@ impl Controller {
     /// Forgets every key idle for `idle_after` or more (no admission asked
     /// and no reservation ended since), then, while more than `max_keys`
     /// remain, the least recently used of the others that may go. Keys
-    /// that must be kept (see the [module docs](self)) are never forgotten,
+    /// that must be kept (a stop, a pause in force, a reservation
+    /// outstanding, limits of their own) are never forgotten,
     /// so only they can hold the table above `max_keys`. A key no sweep has
     /// seen used yet (made by an import, or by a target never admitted)
     /// counts as used at its first sweep.
@@ -214,7 +215,7 @@ mod tests {
         );
         assert!(matches!(
             c.admit(&AdmitRequest::new(busy), at(123_000)),
-            super::super::Admission::Refused { .. }
+            super::super::Admission::UnknownScope
         ));
         use_key(&mut c, "plain", at(123_000));
         assert!(c.knows_key("plain"));

@@ -5,9 +5,7 @@
 //! Kept apart so that nothing here changes what the controller decides
 //! (the `&mut self` ones only refill buckets to `now` before reading).
 
-use super::{
-    Bucket, Controller, Instant, Ledger, Limits, Now, Reservation, ScopeId, SpendTotals, Stop,
-};
+use super::{Bucket, Controller, Instant, Ledger, Limits, Now, ScopeId, SpendTotals, Stop};
 
 /// What one scope looks like now (for the CLI, tests and metrics).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,11 +84,6 @@ impl ScopeSnapshot {
 }
 
 impl Controller {
-    /// Whether the retry budget allows one more retry now.
-    pub fn retry_allowed(&mut self, now: Now) -> bool {
-        self.retry.can_retry(now.instant)
-    }
-
     /// (first attempts, retries) in the retry budget's window.
     pub fn retry_counts(&mut self, now: Now) -> (u64, u64) {
         self.retry.counts(now.instant)
@@ -105,11 +98,6 @@ impl Controller {
     /// ended, none twice).
     pub fn ledger(&self) -> Ledger {
         self.slab.ledger()
-    }
-
-    /// Whether a reservation is still outstanding.
-    pub fn is_outstanding(&mut self, res: &Reservation) -> bool {
-        self.slab.is_live(res.id)
     }
 
     /// The next instant at which state changes by itself: a pause ends, a
