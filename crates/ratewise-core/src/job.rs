@@ -566,14 +566,7 @@ impl Job {
             self.stray("withdraw");
             return None;
         }
-        let end = self.reservation.take().map(|reservation| {
-            if self.handed_over {
-                let usage = estimate(&reservation);
-                End::Settle { reservation, usage }
-            } else {
-                End::Release { reservation }
-            }
-        });
+        let end = self.take_end();
         self.end(Decision::new(Action::Inspect).with_note(why.to_owned()));
         end.map(Update::ending)
     }
@@ -784,14 +777,7 @@ impl Job {
     /// (from a `Drop`: [`Store::update_detached`](crate::admit::Store::update_detached));
     /// nothing stays outstanding once it is applied.
     pub fn cancel(&mut self) -> Option<Update> {
-        let end = self.reservation.take().map(|reservation| {
-            if self.handed_over {
-                let usage = estimate(&reservation);
-                End::Settle { reservation, usage }
-            } else {
-                End::Release { reservation }
-            }
-        });
+        let end = self.take_end();
         if !matches!(self.state, State::Ended { .. }) {
             self.cancelled = true;
             self.end(caller_left_decision());
@@ -814,6 +800,21 @@ impl Job {
             self.state = State::Ready { not_before };
         }
         kept
+    }
+
+    /// The reservation's end when the job stops short of an answer:
+    /// released if it was never handed to the transport, else charged at
+    /// its estimate (the provider may have run it).
+    fn take_end(&mut self) -> Option<End> {
+        let handed_over = self.handed_over;
+        self.reservation.take().map(|reservation| {
+            if handed_over {
+                let usage = estimate(&reservation);
+                End::Settle { reservation, usage }
+            } else {
+                End::Release { reservation }
+            }
+        })
     }
 
     fn job_state(&self) -> JobState {
