@@ -31,8 +31,8 @@ pub struct RunArgs {
     /// Where the results go (default: INPUT.results.jsonl).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The provider's base URL (default: https://api.openai.com or
-    /// https://api.anthropic.com, by the input's shape).
+    /// The provider's base URL (default: `https://api.openai.com` or
+    /// `https://api.anthropic.com`, by the input's shape).
     #[arg(long)]
     upstream: Option<String>,
     /// The store (default: INPUT.ratewise.db). Re-running with the same
@@ -40,7 +40,7 @@ pub struct RunArgs {
     #[arg(long)]
     db: Option<PathBuf>,
     /// A TOML file: upstream, api_key, window, deadline, budget_tokens,
-    /// grace_s, synchronous, [limits].
+    /// grace_s, synchronous, `[limits]`.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Input + output tokens the whole run may spend (spent plus the worst

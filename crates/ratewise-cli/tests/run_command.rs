@@ -555,7 +555,17 @@ fn a_job_past_its_deadline_expires_unsent() {
 fn progress_json_reports_each_second_and_ends_with_a_summary() {
     let mock = Mock::start(roomy(100));
     let dir = Dir::new("progress");
-    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 30);
+    // Two models in one file: each class paced on its own.
+    let text: String = (0..30)
+        .map(|i| {
+            let mut line = request_line(Shape::OpenAi, &format!("doc-{i}"), 64);
+            if i % 2 == 1 {
+                line["body"]["model"] = "gpt-4o".into();
+            }
+            format!("{line}\n")
+        })
+        .collect();
+    std::fs::write(dir.path("in.jsonl"), text).unwrap();
     let out = command(&dir, &mock, &["--progress", "json"])
         .output()
         .unwrap();
@@ -597,6 +607,11 @@ fn progress_json_reports_each_second_and_ends_with_a_summary() {
     let last = ticks.last().unwrap();
     assert_eq!(last["eta_s"], 0);
     let limits = last["limits"].as_object().unwrap();
+    let classes: BTreeSet<&str> = limits
+        .keys()
+        .map(|k| k.rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(classes.len(), 2, "{limits:?}");
     assert!(
         limits.values().any(|l| l["requests"] == 1_000_000),
         "{limits:?}"

@@ -18,6 +18,18 @@
 //! A job sent when the process died is `held_unknown` on the next run, and
 //! is never sent again unless `--retry-unknown` says so.
 //!
+//! The command in a program of your own:
+//!
+//! ```no_run
+//! use ratewise_run::{Options, ProgressMode};
+//!
+//! let mut options = Options::new("requests.jsonl");
+//! options.upstream = Some("http://127.0.0.1:8080".into()); // the mock, say
+//! options.progress = ProgressMode::Off;
+//! let code = ratewise_run::run(&options, &|var| std::env::var(var).ok());
+//! std::process::exit(i32::from(code));
+//! ```
+//!
 //! Exit codes, the first that applies: [`EXIT_INPUT`] (2) usage or input
 //! error (bad lines included), [`EXIT_LOCKED`] (3), [`EXIT_STOPPED`] (4),
 //! [`EXIT_INTERRUPTED`] (5, a signal or the store could not be written),

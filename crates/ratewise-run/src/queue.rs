@@ -167,7 +167,6 @@ async fn keep(
     outcome: Outcome,
 ) -> Result<(Flow, Option<String>), StoreError> {
     let seq = job.seq;
-    let s = Arc::clone(store);
     match outcome {
         Outcome::End(end) => {
             let state = end.state.unwrap_or(State::Failed);
@@ -190,15 +189,15 @@ async fn keep(
                     waited_ms: end.waited_ms,
                 },
             );
-            blocking(move || s.ended(seq, end)).await?;
+            blocking(store, move |s| s.ended(seq, end)).await?;
             Ok((Flow::Ended, Some(line)))
         }
         Outcome::PutBack(at, so_far) => {
-            blocking(move || s.put_back(seq, at, so_far)).await?;
+            blocking(store, move |s| s.put_back(seq, at, so_far)).await?;
             Ok((Flow::PutBack, None))
         }
         Outcome::Stop(stop, so_far) => {
-            blocking(move || s.put_back(seq, 0, so_far)).await?;
+            blocking(store, move |s| s.put_back(seq, 0, so_far)).await?;
             Ok((Flow::Stop(stop), None))
         }
         Outcome::NotSent(why) => Ok((Flow::NotSent(why), None)),
@@ -226,23 +225,44 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// A store call, off the async threads (the store's calls block).
 async fn blocking<R: Send + 'static>(
-    f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
+    store: &Arc<dyn Store>,
+    f: impl FnOnce(&dyn Store) -> Result<R, StoreError> + Send + 'static,
 ) -> Result<R, StoreError> {
-    tokio::task::spawn_blocking(f)
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || f(store.as_ref()))
         .await
         .map_err(|e| StoreError(format!("a store call was lost: {e}")))?
 }
 
-impl<S> Queue<S>
-where
-    S: Service<http::Request<Full<Bytes>>, Response = http::Response<hyper::body::Incoming>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<ratewise_tower::BoxError>,
+/// The HTTP client under the layer: one send per call (hyper-util's
+/// client, [`crate::Client`]).
+pub trait Upstream:
+    Service<
+        http::Request<Full<Bytes>>,
+        Response = http::Response<hyper::body::Incoming>,
+        Future: Send + 'static,
+        Error: Into<ratewise_tower::BoxError>,
+    > + Clone
+    + Send
+    + 'static
 {
+}
+
+impl<S> Upstream for S where
+    S: Service<
+            http::Request<Full<Bytes>>,
+            Response = http::Response<hyper::body::Incoming>,
+            Future: Send + 'static,
+            Error: Into<ratewise_tower::BoxError>,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+impl<S: Upstream> Queue<S> {
     /// A queue over `store`.
     pub fn new(store: Arc<dyn Store>, service: RetryService<S>, settings: Settings) -> Self {
         Queue {
@@ -264,17 +284,8 @@ where
         let shape = self.settings.shape;
         let mut sends = 0u64;
         let mut answered_429 = 0u64;
-        let mut counts = blocking({
-            let s = Arc::clone(&store);
-            move || s.counts()
-        })
-        .await?;
-        if let Some(stop) = blocking({
-            let s = Arc::clone(&store);
-            move || s.stopped()
-        })
-        .await?
-        {
+        let mut counts = blocking(&store, move |s| s.counts()).await?;
+        if let Some(stop) = blocking(&store, move |s| s.stopped()).await? {
             return Ok(Report {
                 ending: Ending::Stopped(stop),
                 counts,
@@ -308,9 +319,8 @@ where
                     break;
                 }
                 let now = now_ms();
-                let batch = blocking({
-                    let s = Arc::clone(&store);
-                    move || s.next_pending(cursor, now, room, bytes_room)
+                let batch = blocking(&store, move |s| {
+                    s.next_pending(cursor, now, room, bytes_room)
                 })
                 .await?;
                 if batch.is_empty() {
@@ -387,11 +397,7 @@ where
             if let Some(Ending::Stopped(stop)) = &ending {
                 if window.is_empty() {
                     let stop = stop.clone();
-                    blocking({
-                        let s = Arc::clone(&store);
-                        move || s.stop(&stop)
-                    })
-                    .await?;
+                    blocking(&store, move |s| s.stop(&stop)).await?;
                     break;
                 }
             }
@@ -399,11 +405,7 @@ where
                 if draining || ending.is_some() {
                     break;
                 }
-                let due = blocking({
-                    let s = Arc::clone(&store);
-                    move || s.next_due()
-                })
-                .await?;
+                let due = blocking(&store, move |s| s.next_due()).await?;
                 match due {
                     None => {
                         ending = Some(Ending::Finished);
@@ -477,10 +479,7 @@ where
                     break;
                 }
                 _ = tick.tick() => {
-                    let c = blocking({
-                        let s = Arc::clone(&store);
-                        move || s.counts()
-                    })
+                    let c = blocking(&store, move |s| s.counts())
                     .await?;
                     counts = c;
                     progress.tick(&self.status(&counts, sends, answered_429, spent, &rates, started));
@@ -492,16 +491,8 @@ where
         while tasks.join_next().await.is_some() {}
         // Jobs whose send was journaled and whose answer was not recorded
         // (cut at the end of the grace): held, never re-sent silently.
-        let cut = blocking({
-            let s = Arc::clone(&store);
-            move || s.hold_cut()
-        })
-        .await?;
-        let counts = blocking({
-            let s = Arc::clone(&store);
-            move || s.counts()
-        })
-        .await?;
+        let cut = blocking(&store, move |s| s.hold_cut()).await?;
+        let counts = blocking(&store, move |s| s.counts()).await?;
         progress.tick(&self.status(&counts, sends, answered_429, spent, &rates, started));
         Ok(Report {
             ending: ending.unwrap_or(Ending::Finished),
@@ -661,20 +652,12 @@ fn request_id(headers: &http::HeaderMap) -> Option<String> {
         .find_map(|h| headers.get(*h)?.to_str().ok().map(str::to_owned))
 }
 
-async fn call<S>(
+async fn call<S: Upstream>(
     mut svc: RetryService<S>,
     settings: &Settings,
     job: &Pending,
     remaining: Duration,
-) -> Outcome
-where
-    S: Service<http::Request<Full<Bytes>>, Response = http::Response<hyper::body::Incoming>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<ratewise_tower::BoxError>,
-{
+) -> Outcome {
     let req = request(settings, job, remaining);
     let result = match svc.ready().await {
         Ok(s) => s.call(req).await,
