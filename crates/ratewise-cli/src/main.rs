@@ -4,6 +4,7 @@
 mod explain;
 mod http_text;
 mod proxy;
+mod run;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,10 @@ enum Command {
     /// Serve as the gateway any SDK points its base URL at (retries off in
     /// the SDK): one retry owner, shared pacing per key.
     Proxy(proxy::ProxyArgs),
+    /// Run a file of requests (OpenAI Batch API or Anthropic Message
+    /// Batches lines) through the job machine: paced, retried, crash-safe,
+    /// every result out once.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +51,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Explain(args) => explain::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Run(args) => return ExitCode::from(run::run(args)),
         Command::Proxy(args) => match proxy::run(args) {
             Ok(code) => return ExitCode::from(code),
             Err(message) => Err(message),

@@ -1,0 +1,604 @@
+//! `ratewise run` as a process against the in-process mock provider: both
+//! batch formats to completion; `kill -9` at random points and a re-run
+//! each time (every `custom_id` once in the output, no job sent twice but
+//! those held and released by `--retry-unknown`); a spend cap mid-run; a
+//! token budget; bad input of every kind; a locked store; a changed input;
+//! a signal.
+
+#![cfg(unix)]
+
+use ratewise_mock::{Fault, FaultRule, LatencyConfig, MockConfig, MockServer, RequestRecord};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+/// A mock on its own runtime, alive as long as this value.
+struct Mock {
+    server: Option<MockServer>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Mock {
+    fn start(config: MockConfig) -> Mock {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = rt.block_on(MockServer::start(config)).unwrap();
+        Mock {
+            server: Some(server),
+            rt,
+        }
+    }
+
+    fn server(&self) -> &MockServer {
+        self.server.as_ref().unwrap()
+    }
+
+    fn url(&self) -> String {
+        self.server().base_url()
+    }
+
+    fn records(&self) -> Vec<RequestRecord> {
+        self.server().records()
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            self.rt.block_on(s.shutdown());
+        }
+    }
+}
+
+/// Roomy limits: nothing here is about pacing.
+fn roomy(latency_ms: u64) -> MockConfig {
+    let mut c = MockConfig {
+        latency: LatencyConfig {
+            first_byte_ms: latency_ms,
+            per_output_token_ms: 0.0,
+        },
+        ..MockConfig::default()
+    };
+    c.anthropic_limits.requests_per_minute = Some(1_000_000);
+    c.anthropic_limits.input_tokens_per_minute = Some(100_000_000);
+    c.anthropic_limits.output_tokens_per_minute = Some(100_000_000);
+    c.openai_limits.requests_per_minute = Some(1_000_000);
+    c.openai_limits.tokens_per_minute = Some(100_000_000);
+    c
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Shape {
+    OpenAi,
+    Anthropic,
+}
+
+fn request_line(shape: Shape, id: &str, max_tokens: u64) -> Value {
+    let body = json!({
+        "model": if shape == Shape::OpenAi { "gpt-4o-mini" } else { "claude-sonnet-4-5" },
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": format!("summarise document {id} please")}],
+    });
+    match shape {
+        Shape::OpenAi => {
+            json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions", "body": body})
+        }
+        Shape::Anthropic => json!({"custom_id": id, "params": body}),
+    }
+}
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!(
+            "rw-run-{name}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+    fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn write_input(path: &Path, shape: Shape, n: usize) -> Vec<String> {
+    let ids: Vec<String> = (0..n).map(|i| format!("doc-{i:04}")).collect();
+    let text: String = ids
+        .iter()
+        .map(|id| format!("{}\n", request_line(shape, id, 64)))
+        .collect();
+    std::fs::write(path, text).unwrap();
+    ids
+}
+
+fn command(dir: &Dir, mock: &Mock, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ratewise"));
+    c.arg("run")
+        .arg(dir.path("in.jsonl"))
+        .arg("--out")
+        .arg(dir.path("out.jsonl"))
+        .arg("--upstream")
+        .arg(mock.url())
+        .args(if extra.contains(&"--progress") {
+            &[][..]
+        } else {
+            &["--progress", "off"][..]
+        })
+        .args(extra)
+        .env("OPENAI_API_KEY", "sk-test-run")
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-run")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn run(dir: &Dir, mock: &Mock, extra: &[&str]) -> (i32, String) {
+    let Output { status, stderr, .. } = command(dir, mock, extra).output().unwrap();
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+fn results(dir: &Dir) -> Vec<Value> {
+    std::fs::read_to_string(dir.path("out.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn by_id(results: &[Value]) -> BTreeMap<String, Value> {
+    let mut m = BTreeMap::new();
+    for r in results {
+        let id = r["custom_id"].as_str().unwrap().to_owned();
+        assert!(
+            m.insert(id.clone(), r.clone()).is_none(),
+            "{id} twice in the output"
+        );
+    }
+    m
+}
+
+fn outcome(v: &Value) -> &str {
+    v["ratewise"]["outcome"].as_str().unwrap()
+}
+
+fn sends_by_job(records: &[RequestRecord]) -> BTreeMap<String, usize> {
+    ratewise_mock::sends_per_job(records)
+}
+
+#[test]
+fn both_formats_run_to_completion_each_job_once() {
+    for shape in [Shape::OpenAi, Shape::Anthropic] {
+        let mock = Mock::start(roomy(20));
+        let dir = Dir::new("complete");
+        let ids = write_input(&dir.path("in.jsonl"), shape, 40);
+        let (code, err) = run(&dir, &mock, &[]);
+        assert_eq!(code, 0, "{shape:?}: {err}");
+        let out = by_id(&results(&dir));
+        assert_eq!(out.keys().cloned().collect::<Vec<_>>(), ids);
+        for v in out.values() {
+            assert_eq!(outcome(v), "done");
+            match shape {
+                Shape::OpenAi => {
+                    assert_eq!(v["response"]["status_code"], 200);
+                    assert!(v["response"]["body"]["choices"].is_array(), "{v}");
+                }
+                Shape::Anthropic => {
+                    assert_eq!(v["result"]["type"], "succeeded");
+                    assert_eq!(v["result"]["message"]["type"], "message", "{v}");
+                }
+            }
+            assert!(v["ratewise"]["usage"]["output_tokens"].as_u64().unwrap() > 0);
+        }
+        let sends = sends_by_job(&mock.records());
+        assert_eq!(sends.len(), 40);
+        assert!(sends.values().all(|n| *n == 1), "{sends:?}");
+        // A re-run sends nothing and writes the same results again.
+        let before = mock.records().len();
+        let (code, _) = run(&dir, &mock, &[]);
+        assert_eq!(code, 0);
+        assert_eq!(mock.records().len(), before);
+        assert_eq!(by_id(&results(&dir)).len(), 40);
+        // No key anywhere in what was written.
+        for f in [
+            "out.jsonl",
+            "in.jsonl.ratewise.db",
+            "in.jsonl.ratewise.db-wal",
+        ] {
+            if let Ok(bytes) = std::fs::read(dir.path(f)) {
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(!text.contains("sk-test-run") && !text.contains("sk-ant-test-run"));
+            }
+        }
+    }
+}
+
+fn kill9(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+#[test]
+fn kill_9_at_random_points_and_a_rerun_each_time_pays_nothing_twice() {
+    for (shape, seed) in [(Shape::OpenAi, 7u64), (Shape::Anthropic, 11u64)] {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        // Answers take 300 ms and a run of 300 jobs some seconds, so each
+        // kill finds sends on the wire.
+        let mock = Mock::start(roomy(300));
+        let dir = Dir::new("kill9");
+        let ids = write_input(&dir.path("in.jsonl"), shape, 300);
+        for _ in 0..4 {
+            let mut child = command(&dir, &mock, &[]).spawn().unwrap();
+            std::thread::sleep(Duration::from_millis(rng.u64(250..1200)));
+            kill9(&mut child);
+        }
+        // A re-run to the end: held jobs stay held, nothing sent twice.
+        let (code, err) = run(&dir, &mock, &[]);
+        let out = by_id(&results(&dir));
+        assert_eq!(out.keys().cloned().collect::<Vec<_>>(), ids, "{err}");
+        let held: BTreeSet<String> = out
+            .iter()
+            .filter(|(_, v)| outcome(v) == "held_unknown")
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert!(out
+            .values()
+            .all(|v| matches!(outcome(v), "done" | "held_unknown")));
+        // The kills cut sends on the wire: the path under test was taken.
+        assert!(
+            !held.is_empty(),
+            "{shape:?}: no kill found a send on the wire"
+        );
+        assert_eq!(code, if held.is_empty() { 0 } else { 6 }, "{err}");
+        let sends = sends_by_job(&mock.records());
+        assert!(sends.values().all(|n| *n == 1), "{shape:?}: {sends:?}");
+        // Then the held are released once: only they are sent again.
+        let (code, err) = run(&dir, &mock, &["--retry-unknown"]);
+        assert_eq!(code, 0, "{err}");
+        let out = by_id(&results(&dir));
+        assert_eq!(out.len(), ids.len());
+        assert!(out.values().all(|v| outcome(v) == "done"));
+        let records = mock.records();
+        let sends = sends_by_job(&records);
+        for (job, n) in &sends {
+            let allowed = if held.contains(job) { 2 } else { 1 };
+            assert!(
+                *n <= allowed,
+                "{job} sent {n} times (held: {})",
+                held.contains(job)
+            );
+        }
+        for id in &held {
+            assert_eq!(out[id]["ratewise"]["possible_double_spend"], true);
+        }
+        let completions = records.iter().filter(|r| r.status == Some(200)).count();
+        assert!(completions <= ids.len() + held.len());
+        eprintln!(
+            "{shape:?}: {} held after 4 kills, {} sends for {} jobs",
+            held.len(),
+            records.len(),
+            ids.len()
+        );
+    }
+}
+
+#[test]
+fn a_spend_cap_mid_run_stops_every_send_until_resumed() {
+    let mock = Mock::start(roomy(30));
+    let dir = Dir::new("cap");
+    let ids = write_input(&dir.path("in.jsonl"), Shape::Anthropic, 30);
+    std::fs::write(dir.path("rw.toml"), "window = 1\n").unwrap();
+    let config = dir.path("rw.toml");
+    let config = config.to_str().unwrap();
+    // The cap is reached once ten requests were answered.
+    let child = command(&dir, &mock, &["--config", config]).spawn().unwrap();
+    while mock.records().len() < 10 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    mock.server().set_spend_cap(Some(0.0));
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let records = mock.records();
+    let first_cap = records
+        .iter()
+        .position(|r| r.cause == ratewise_core::Cause::SpendCap)
+        .expect("a spend-cap answer");
+    assert_eq!(
+        records.len(),
+        first_cap + 1,
+        "sends after the cap: {records:?}"
+    );
+    let res = by_id(&results(&dir));
+    assert_eq!(res.len(), ids.len());
+    let stopped = res.values().filter(|v| outcome(v) == "stopped").count();
+    assert!(stopped >= 19, "{stopped}");
+    for v in res.values().filter(|v| outcome(v) == "stopped") {
+        assert_eq!(v["result"]["type"], "canceled");
+        assert_eq!(v["ratewise"]["cause"], "spend_cap");
+    }
+    // A re-run sends nothing while the stop is kept.
+    let (code, _) = run(&dir, &mock, &["--config", config]);
+    assert_eq!(code, 4);
+    assert_eq!(mock.records().len(), records.len());
+    // The cap lifted, --resume-stopped goes on to the end.
+    mock.server().set_spend_cap(None);
+    let (code, err) = run(&dir, &mock, &["--config", config, "--resume-stopped"]);
+    assert_eq!(code, 0, "{err}");
+    let res = by_id(&results(&dir));
+    assert!(res.values().all(|v| outcome(v) == "done"));
+    assert!(sends_by_job(&mock.records()).values().all(|n| *n <= 2));
+}
+
+#[test]
+fn the_token_budget_is_never_passed() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("budget");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 40);
+    // Each job's worst case is ~20 input + 64 output tokens.
+    let budget = 1_500u64;
+    let (code, err) = run(&dir, &mock, &["--budget-tokens", &budget.to_string()]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("budget"), "{err}");
+    let res = by_id(&results(&dir));
+    assert_eq!(res.len(), 40);
+    let spent: u64 = res
+        .values()
+        .map(|v| v["ratewise"]["charged_tokens"].as_u64().unwrap())
+        .sum();
+    let used: u64 = res
+        .values()
+        .filter_map(|v| {
+            let u = &v["ratewise"]["usage"];
+            Some(u["input_tokens"].as_u64()? + u["output_tokens"].as_u64()?)
+        })
+        .sum();
+    assert!(spent <= budget && used <= budget, "{spent} {used}");
+    let done = res.values().filter(|v| outcome(v) == "done").count();
+    assert!(done > 5 && done < 40, "{done}");
+    assert_eq!(mock.records().len(), done);
+}
+
+#[test]
+fn bad_lines_are_reported_by_number_and_the_rest_run() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("bad");
+    let good = |id: &str| request_line(Shape::OpenAi, id, 16).to_string();
+    let mut long = String::from("{\"custom_id\":\"long\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"x\":\"");
+    long.push_str(&"y".repeat(33 * 1024 * 1024));
+    long.push_str("\"}}");
+    let lines = [
+        good("a"),                                                            // 1
+        "not json".into(),                                                    // 2
+        r#"{"method":"POST","url":"/v1/chat/completions","body":{}}"#.into(), // 3 no custom_id
+        good("a"),                                                            // 4 duplicate
+        request_line(Shape::Anthropic, "b", 16).to_string(),                  // 5 other shape
+        r#"{"custom_id":"s","method":"POST","url":"/v1/chat/completions","body":{"stream":true}}"#
+            .into(), // 6
+        long,                                                                 // 7
+        good("c"),                                                            // 8
+    ];
+    std::fs::write(dir.path("in.jsonl"), lines.join("\n")).unwrap();
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 2, "{err}");
+    for (n, what) in [
+        (2, "not a JSON"),
+        (3, "custom_id"),
+        (4, "earlier line"),
+        (5, "anthropic"),
+        (6, "stream"),
+        (7, "longer than"),
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!(":{n}: ")) && l.contains(what)),
+            "line {n} ({what}) not reported: {err}"
+        );
+    }
+    let res = by_id(&results(&dir));
+    assert_eq!(res.keys().cloned().collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!(mock.records().len(), 2);
+
+    // --strict refuses the whole file: nothing sent.
+    let mock = Mock::start(roomy(0));
+    let dir2 = Dir::new("strict");
+    std::fs::copy(dir.path("in.jsonl"), dir2.path("in.jsonl")).unwrap();
+    let (code, err) = run(&dir2, &mock, &["--strict"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--strict"), "{err}");
+    assert!(mock.records().is_empty());
+}
+
+#[test]
+fn an_unreadable_input_a_missing_key_a_changed_input_and_a_locked_store_are_refused() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("refuse");
+    // Unreadable.
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read"), "{err}");
+    // No key: nothing sent.
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 5);
+    let out = command(&dir, &mock, &[])
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("OPENAI_API_KEY"));
+    assert!(mock.records().is_empty());
+    // A run, then the input changes: refused, nothing sent.
+    let (code, _) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0);
+    let sent = mock.records().len();
+    for change in ["edit", "remove", "add"] {
+        let text = std::fs::read_to_string(dir.path("in.jsonl")).unwrap();
+        let changed = match change {
+            "edit" => text.replacen("doc-0001", "doc-9999", 1),
+            "remove" => text.lines().skip(1).map(|l| format!("{l}\n")).collect(),
+            _ => format!("{text}{}\n", request_line(Shape::OpenAi, "new", 16)),
+        };
+        std::fs::write(dir.path("in2.jsonl"), &changed).unwrap();
+        std::fs::copy(dir.path("in.jsonl"), dir.path("keep.jsonl")).unwrap();
+        std::fs::write(dir.path("in.jsonl"), &changed).unwrap();
+        let (code, err) = run(&dir, &mock, &[]);
+        assert_eq!(code, 2, "{change}: {err}");
+        assert!(err.contains("changed"), "{err}");
+        std::fs::copy(dir.path("keep.jsonl"), dir.path("in.jsonl")).unwrap();
+    }
+    assert_eq!(mock.records().len(), sent);
+    // A second run on a locked store exits 3, naming the holder.
+    let db = dir.path("in.jsonl.ratewise.db");
+    let _held = ratewise_run::lock::lock(&db).unwrap();
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_held_job_is_never_sent_again_unless_released() {
+    let mut config = roomy(0);
+    // The third request is read whole and its connection reset: sent, no
+    // answer.
+    config.faults = vec![FaultRule::nth(Fault::Reset, [3])];
+    let mock = Mock::start(config);
+    let dir = Dir::new("held");
+    std::fs::write(dir.path("rw.toml"), "window = 1\n").unwrap();
+    let cfg = dir.path("rw.toml");
+    let cfg = cfg.to_str().unwrap();
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 6);
+    let (code, err) = run(&dir, &mock, &["--config", cfg]);
+    assert_eq!(code, 6, "{err}");
+    let res = by_id(&results(&dir));
+    let held: Vec<&String> = res
+        .iter()
+        .filter(|(_, v)| outcome(v) == "held_unknown")
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(held.len(), 1, "{res:?}");
+    let held = held[0].clone();
+    assert_eq!(res[&held]["error"]["code"], "outcome_unknown");
+    let sent = mock.records().len();
+    let (code, _) = run(&dir, &mock, &["--config", cfg]);
+    assert_eq!(code, 6);
+    assert_eq!(mock.records().len(), sent, "a held job was sent again");
+    let (code, err) = run(&dir, &mock, &["--config", cfg, "--retry-unknown"]);
+    assert_eq!(code, 0, "{err}");
+    let res = by_id(&results(&dir));
+    assert_eq!(outcome(&res[&held]), "done");
+    assert_eq!(res[&held]["ratewise"]["possible_double_spend"], true);
+    assert_eq!(sends_by_job(&mock.records())[&held], 2);
+}
+
+#[test]
+fn a_signal_drains_what_is_on_the_wire_and_the_rerun_finishes() {
+    let mock = Mock::start(roomy(300));
+    let dir = Dir::new("signal");
+    let ids = write_input(&dir.path("in.jsonl"), Shape::OpenAi, 200);
+    let child = command(&dir, &mock, &["--grace", "10s"]).spawn().unwrap();
+    while mock.records().len() < 5 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    // Within the grace every send on the wire was answered: none held.
+    let res = by_id(&results(&dir));
+    assert!(res.values().all(|v| outcome(v) == "done"), "{res:?}");
+    assert!(res.len() < ids.len());
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(by_id(&results(&dir)).len(), ids.len());
+    assert!(sends_by_job(&mock.records()).values().all(|n| *n == 1));
+}
+
+#[test]
+fn a_job_past_its_deadline_expires_unsent() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("expired");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 5);
+    let (code, err) = run(&dir, &mock, &["--deadline", "1ms"]);
+    assert_eq!(code, 7, "{err}");
+    let res = by_id(&results(&dir));
+    assert_eq!(res.len(), 5);
+    for v in res.values() {
+        assert_eq!(outcome(v), "expired");
+        assert_eq!(v["result"]["type"], "expired");
+    }
+    assert!(mock.records().is_empty());
+}
+
+#[test]
+fn progress_json_reports_each_second_and_ends_with_a_summary() {
+    let mock = Mock::start(roomy(100));
+    let dir = Dir::new("progress");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 30);
+    let out = command(&dir, &mock, &["--progress", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (summary, ticks) = lines.split_last().unwrap();
+    assert_eq!(summary["event"], "summary");
+    assert_eq!(
+        (summary["done"].as_u64(), summary["exit"].as_u64()),
+        (Some(30), Some(0))
+    );
+    assert_eq!(summary["sends"], 30);
+    assert!(!ticks.is_empty());
+    for t in ticks {
+        assert_eq!(t["event"], "progress");
+        for f in [
+            "done",
+            "total",
+            "failed",
+            "held",
+            "stopped",
+            "sends",
+            "answered_429",
+            "input_tokens_per_min",
+            "output_tokens_per_min",
+            "limits",
+            "binding",
+            "budget_spent",
+            "eta_s",
+        ] {
+            assert!(t.get(f).is_some(), "{f} missing: {t}");
+        }
+    }
+    // Once the provider's headers were read, the limits are the learned
+    // ones and the ETA comes from them.
+    let last = ticks.last().unwrap();
+    assert_eq!(last["eta_s"], 0);
+    let limits = last["limits"].as_object().unwrap();
+    assert!(
+        limits.values().any(|l| l["requests"] == 1_000_000),
+        "{limits:?}"
+    );
+}

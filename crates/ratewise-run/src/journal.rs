@@ -1,0 +1,53 @@
+//! The tower layer's journal, written to the store: an attempt is
+//! `sending` in the store before it is sent.
+
+use crate::store::Store;
+use ratewise_core::record::AttemptRecord;
+use ratewise_tower::{Journal, Written};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Marks a job `sending` (and counts the send) before each attempt; the
+/// layer does not send when the write fails.
+pub struct StoreJournal(pub Arc<dyn Store>);
+
+impl Journal for StoreJournal {
+    fn attempt_started<'a>(
+        &'a self,
+        job_id: &'a str,
+        _attempt: u32,
+        at: SystemTime,
+    ) -> Written<'a> {
+        let store = Arc::clone(&self.0);
+        let id = job_id.to_owned();
+        let at_ms = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.started(&id, at_ms))
+                .await
+                .map_err(|e| format!("the store's write was lost: {e}"))?
+                .map_err(Into::into)
+        })
+    }
+
+    /// An error answer (any status outside 2xx) means nothing was
+    /// generated: the job is `pending` again in the store until its next
+    /// attempt starts, so a crash in the wait before a retry does not hold
+    /// it as unknown. A 2xx or a send with no answer keeps it `sending`
+    /// until the queue records its end: lost then, it reads as an unknown
+    /// outcome — the safe side.
+    fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
+        let answered_error = record.status.is_some_and(|s| !(200..300).contains(&s));
+        let (Some(id), true) = (record.job_id.clone(), answered_error) else {
+            return ratewise_tower::written(Ok::<(), std::io::Error>(()));
+        };
+        let store = Arc::clone(&self.0);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.between_attempts(&id))
+                .await
+                .map_err(|e| format!("the store's write was lost: {e}"))?
+                .map_err(Into::into)
+        })
+    }
+}

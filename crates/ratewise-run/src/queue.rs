@@ -1,0 +1,790 @@
+//! The queue: feeds the store's pending jobs to the tower layer through a
+//! bounded window, and writes each one's end back.
+//!
+//! The layer owns every decision (pacing, retries, stops); the queue only
+//! carries values. What is the queue's own:
+//!
+//! * **the window**: at most [`Settings::window`] jobs (and
+//!   [`Settings::window_bytes`] of bodies) are in the layer at once; the
+//!   rest stay in the store. The layer never sheds them: each carries its
+//!   deadline, and only a job with none can be shed.
+//! * **deferral**: a job the layer defers goes back to the store, due at
+//!   the earliest time it was given; it does not end.
+//! * **the stop**: a `stop_queue` answer (spend cap, billing, auth) or the
+//!   run's token budget stops the queue: the stop is kept in the store,
+//!   nothing more is sent, and every job not ended becomes `stopped`.
+//! * **the budget**: spent tokens plus the worst case (input estimate +
+//!   output cap) of every job in the window never pass
+//!   [`Settings::budget_tokens`].
+//! * **deadlines**: counted from when a job was first seen, across runs; a
+//!   job past its deadline is `expired` without a send.
+//! * **shutdown**: on a signal nothing more is admitted; jobs on the wire
+//!   get [`Settings::grace`]; what is cut is held as unknown.
+
+use crate::input::Shape;
+use crate::output::{self, Partial};
+use crate::progress::{Progress, Status};
+use crate::store::{Counts, End, Pending, State, StopRecord, Store, StoreError};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use ratewise_core::ActionKind;
+use ratewise_tower::{Attempts, Deadline, JobId, Model, RetryService};
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tower::{Service, ServiceExt};
+
+/// Largest answer body kept (a 2xx body is the result; 64 MiB is far above
+/// any message either provider returns).
+const MAX_ANSWER: usize = 64 * 1024 * 1024;
+
+/// How the queue runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The input's shape (headers and the output's format).
+    pub shape: Shape,
+    /// The provider's base URL, no trailing slash.
+    pub upstream: String,
+    /// The API key: sent, never written anywhere.
+    pub api_key: String,
+    /// Most jobs in the layer at once.
+    pub window: usize,
+    /// Most body bytes in the layer at once.
+    pub window_bytes: usize,
+    /// Each job's deadline, from when it was first seen.
+    pub deadline: Duration,
+    /// Input + output tokens the whole run may spend.
+    pub budget_tokens: Option<u64>,
+    /// On a signal, how long sends in flight get to finish.
+    pub grace: Duration,
+}
+
+impl Settings {
+    /// Defaults for `shape`: its public upstream, a window of 64 jobs and
+    /// 256 MiB, a 24 h deadline (the providers' own batch window), no
+    /// budget, a 30 s grace.
+    pub fn new(shape: Shape, api_key: impl Into<String>) -> Settings {
+        Settings {
+            shape,
+            upstream: shape.default_upstream().to_owned(),
+            api_key: api_key.into(),
+            window: 64,
+            window_bytes: 256 * 1024 * 1024,
+            deadline: Duration::from_secs(24 * 3600),
+            budget_tokens: None,
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// No job is left pending.
+    Finished,
+    /// The queue is stopped (now or by an earlier run) until a person
+    /// resumes it.
+    Stopped(StopRecord),
+    /// A signal: what was on the wire finished or was held.
+    Interrupted,
+    /// The store could not be written: nothing more was sent.
+    StoreFailed(String),
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// How it ended.
+    pub ending: Ending,
+    /// Jobs per state at the end.
+    pub counts: Counts,
+    /// Sends made in this run.
+    pub sends: u64,
+    /// Of them, answered 429.
+    pub answered_429: u64,
+    /// Jobs cut by the end of the grace and held as unknown.
+    pub cut: u64,
+}
+
+/// What one job's call came to.
+enum Outcome {
+    /// It ended.
+    End(End),
+    /// Deferred: back to the store, due then.
+    PutBack(i64, End),
+    /// Its answer stops the queue.
+    Stop(StopRecord, End),
+    /// Nothing was sent and the store could not record why (the journal's
+    /// write failed): the run stops, the job stays pending.
+    NotSent(String),
+}
+
+/// What the loop learns of a job once its end (or its way back) is in
+/// the store.
+enum Flow {
+    /// It ended.
+    Ended,
+    /// Back in the store, due later.
+    PutBack,
+    /// Back in the store; its answer stops the queue.
+    Stop(StopRecord),
+    /// Not sent; the store could not record the send.
+    NotSent(String),
+}
+
+/// The figures of one job's call, for the run's counters.
+#[derive(Default)]
+struct Tally {
+    sends: u64,
+    answered_429: u64,
+    usage: Option<(u64, u64)>,
+    charged: u64,
+}
+
+impl Tally {
+    fn of(outcome: &Outcome) -> Tally {
+        match outcome {
+            Outcome::End(e) | Outcome::PutBack(_, e) | Outcome::Stop(_, e) => Tally {
+                sends: e.attempts.len() as u64,
+                answered_429: e.attempts.iter().filter(|a| a["status"] == 429).count() as u64,
+                usage: e.usage,
+                charged: e.charged,
+            },
+            Outcome::NotSent(_) => Tally::default(),
+        }
+    }
+}
+
+/// Writes `outcome` to the store, from the job's own task so that the
+/// writes of many jobs share one commit; the line for the partial file of
+/// a job that ended.
+async fn keep(
+    store: &Arc<dyn Store>,
+    shape: Shape,
+    job: &Pending,
+    outcome: Outcome,
+) -> Result<(Flow, Option<String>), StoreError> {
+    let seq = job.seq;
+    let s = Arc::clone(store);
+    match outcome {
+        Outcome::End(end) => {
+            let state = end.state.unwrap_or(State::Failed);
+            let line = output::line(
+                shape,
+                &crate::store::Ended {
+                    seq,
+                    custom_id: job.custom_id.clone(),
+                    state,
+                    status: end.status,
+                    request_id: end.request_id.clone(),
+                    response: end.response.clone(),
+                    cause: end.cause.clone(),
+                    message: end.message.clone(),
+                    attempts: serde_json::Value::Array(end.attempts.clone()).to_string(),
+                    usage: end.usage,
+                    charged: end.charged,
+                    sends: end.attempts.len() as u64,
+                    double_spend: job.double_spend,
+                    waited_ms: end.waited_ms,
+                },
+            );
+            blocking(move || s.ended(seq, end)).await?;
+            Ok((Flow::Ended, Some(line)))
+        }
+        Outcome::PutBack(at, so_far) => {
+            blocking(move || s.put_back(seq, at, so_far)).await?;
+            Ok((Flow::PutBack, None))
+        }
+        Outcome::Stop(stop, so_far) => {
+            blocking(move || s.put_back(seq, 0, so_far)).await?;
+            Ok((Flow::Stop(stop), None))
+        }
+        Outcome::NotSent(why) => Ok((Flow::NotSent(why), None)),
+    }
+}
+
+/// A job back from its task.
+struct Back {
+    job: Pending,
+    tally: Tally,
+    kept: Result<(Flow, Option<String>), StoreError>,
+}
+
+/// The queue over `store`, sending through `service` (a [`RetryService`]
+/// whose layer journals to the same store: [`crate::StoreJournal`]).
+pub struct Queue<S> {
+    store: Arc<dyn Store>,
+    service: RetryService<S>,
+    settings: Settings,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn blocking<R: Send + 'static>(
+    f: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
+) -> Result<R, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError(format!("a store call was lost: {e}")))?
+}
+
+impl<S> Queue<S>
+where
+    S: Service<http::Request<Full<Bytes>>, Response = http::Response<hyper::body::Incoming>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<ratewise_tower::BoxError>,
+{
+    /// A queue over `store`.
+    pub fn new(store: Arc<dyn Store>, service: RetryService<S>, settings: Settings) -> Self {
+        Queue {
+            store,
+            service,
+            settings,
+        }
+    }
+
+    /// Runs until no job is pending, the queue stops, or `shutdown` turns
+    /// true. Each ended job's line is appended to `partial`.
+    pub async fn run(
+        self,
+        mut shutdown: watch::Receiver<bool>,
+        partial: &mut Partial,
+        progress: &mut Progress,
+    ) -> Result<Report, StoreError> {
+        let store = Arc::clone(&self.store);
+        let shape = self.settings.shape;
+        let mut sends = 0u64;
+        let mut answered_429 = 0u64;
+        let mut counts = blocking({
+            let s = Arc::clone(&store);
+            move || s.counts()
+        })
+        .await?;
+        if let Some(stop) = blocking({
+            let s = Arc::clone(&store);
+            move || s.stopped()
+        })
+        .await?
+        {
+            return Ok(Report {
+                ending: Ending::Stopped(stop),
+                counts,
+                sends,
+                answered_429,
+                cut: 0,
+            });
+        }
+        let mut spent = counts.spent;
+        let (tx, mut rx) = mpsc::unbounded_channel::<Back>();
+        let mut tasks = JoinSet::new();
+        let mut window: HashSet<i64> = HashSet::new();
+        let mut window_bytes = 0usize;
+        let mut in_flight_worst = 0u64;
+        let mut cursor = 0i64;
+        let mut ending: Option<Ending> = None;
+        let mut draining = false;
+        let mut grace_end: Option<tokio::time::Instant> = None;
+        let mut rates = Rates::default();
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+
+        loop {
+            // Fill the window.
+            let mut budget_blocked = false;
+            while !draining && ending.is_none() && window.len() < self.settings.window {
+                let room = self.settings.window - window.len();
+                let bytes_room = self.settings.window_bytes.saturating_sub(window_bytes);
+                if bytes_room == 0 {
+                    break;
+                }
+                let now = now_ms();
+                let batch = blocking({
+                    let s = Arc::clone(&store);
+                    move || s.next_pending(cursor, now, room, bytes_room)
+                })
+                .await?;
+                if batch.is_empty() {
+                    if cursor == 0 {
+                        break;
+                    }
+                    // Past the end: go round again for jobs put back.
+                    cursor = 0;
+                    continue;
+                }
+                let mut took = false;
+                for job in batch {
+                    cursor = cursor.max(job.seq);
+                    if window.contains(&job.seq) {
+                        continue;
+                    }
+                    let deadline_ms = job
+                        .first_seen_ms
+                        .saturating_add(self.settings.deadline.as_millis() as i64);
+                    if deadline_ms <= now {
+                        let end = End {
+                            state: Some(State::Expired),
+                            cause: Some("deadline".into()),
+                            message: Some("its deadline passed before it could be sent".into()),
+                            ..End::default()
+                        };
+                        let (_, line) = keep(&store, shape, &job, Outcome::End(end)).await?;
+                        if let Some(line) = line {
+                            let _ = partial.push(&line);
+                        }
+                        continue;
+                    }
+                    if let Some(budget) = self.settings.budget_tokens {
+                        if spent + in_flight_worst + job.worst_case() > budget {
+                            budget_blocked = true;
+                            if window.is_empty() {
+                                let stop = StopRecord {
+                                    cause: "budget".into(),
+                                    at: httpdate::fmt_http_date(SystemTime::now()),
+                                    status: None,
+                                    message: format!(
+                                        "--budget-tokens {budget}: {spent} spent, the next job's worst case is {}",
+                                        job.worst_case()
+                                    ),
+                                    custom_id: Some(job.custom_id.clone()),
+                                };
+                                ending = Some(Ending::Stopped(stop));
+                            }
+                            // Round again from this job once room is back.
+                            cursor = job.seq - 1;
+                            break;
+                        }
+                    }
+                    took = true;
+                    window.insert(job.seq);
+                    window_bytes += job.body.len();
+                    in_flight_worst += job.worst_case();
+                    let remaining = Duration::from_millis((deadline_ms - now) as u64);
+                    let svc = self.service.clone();
+                    let settings = self.settings.clone();
+                    let tx = tx.clone();
+                    let store = Arc::clone(&store);
+                    tasks.spawn(async move {
+                        let outcome = call(svc, &settings, &job, remaining).await;
+                        let tally = Tally::of(&outcome);
+                        let kept = keep(&store, settings.shape, &job, outcome).await;
+                        let _ = tx.send(Back { job, tally, kept });
+                    });
+                }
+                if budget_blocked || !took {
+                    break;
+                }
+            }
+            if let Some(Ending::Stopped(stop)) = &ending {
+                if window.is_empty() {
+                    let stop = stop.clone();
+                    blocking({
+                        let s = Arc::clone(&store);
+                        move || s.stop(&stop)
+                    })
+                    .await?;
+                    break;
+                }
+            }
+            if window.is_empty() {
+                if draining || ending.is_some() {
+                    break;
+                }
+                let due = blocking({
+                    let s = Arc::clone(&store);
+                    move || s.next_due()
+                })
+                .await?;
+                match due {
+                    None => {
+                        ending = Some(Ending::Finished);
+                        break;
+                    }
+                    Some(at) if at <= now_ms() => {
+                        cursor = 0;
+                        continue;
+                    }
+                    Some(at) => {
+                        let wait = Duration::from_millis((at - now_ms()).max(1) as u64);
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => { cursor = 0; continue; }
+                            _ = shutdown.changed() => { draining = true; ending = Some(Ending::Interrupted); continue; }
+                        }
+                    }
+                }
+            }
+            let grace_sleep = async {
+                match grace_end {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(Back { job, tally, kept }) = rx.recv() => {
+                    // Finished tasks are reaped, or the set keeps them all.
+                    while tasks.try_join_next().is_some() {}
+                    window.remove(&job.seq);
+                    window_bytes -= job.body.len();
+                    in_flight_worst -= job.worst_case();
+                    sends += tally.sends;
+                    answered_429 += tally.answered_429;
+                    if let Some((i, o)) = tally.usage {
+                        rates.push(i, o, job.max_tokens);
+                    }
+                    spent += tally.charged;
+                    let kept = kept.unwrap_or_else(|e| (Flow::NotSent(e.to_string()), None));
+                    match kept {
+                        (Flow::Ended, line) => {
+                            // The partial file is a convenience; the final
+                            // file is written from the store.
+                            if let Some(line) = line {
+                                let _ = partial.push(&line);
+                            }
+                        }
+                        (Flow::PutBack, _) => {}
+                        (Flow::Stop(stop), _) => {
+                            if !matches!(ending, Some(Ending::Stopped(_))) {
+                                ending = Some(Ending::Stopped(stop));
+                            }
+                        }
+                        // Nothing more is sent when the store cannot keep
+                        // what is sent: the run stops, resumable.
+                        (Flow::NotSent(why), _) => {
+                            if ending.is_none() || matches!(ending, Some(Ending::Interrupted)) {
+                                ending = Some(Ending::StoreFailed(why));
+                            }
+                            draining = true;
+                        }
+                    }
+                }
+                _ = shutdown.changed(), if !draining => {
+                    draining = true;
+                    ending = Some(Ending::Interrupted);
+                    grace_end = Some(tokio::time::Instant::now() + self.settings.grace);
+                }
+                _ = grace_sleep => {
+                    // The grace is over: what is still on the wire is cut.
+                    tasks.abort_all();
+                    break;
+                }
+                _ = tick.tick() => {
+                    let c = blocking({
+                        let s = Arc::clone(&store);
+                        move || s.counts()
+                    })
+                    .await?;
+                    counts = c;
+                    progress.tick(&self.status(&counts, sends, answered_429, spent, &rates, started));
+                }
+            }
+        }
+        let _ = partial.flush();
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        // Jobs whose send was journaled and whose answer was not recorded
+        // (cut at the end of the grace): held, never re-sent silently.
+        let cut = blocking({
+            let s = Arc::clone(&store);
+            move || s.hold_cut()
+        })
+        .await?;
+        let counts = blocking({
+            let s = Arc::clone(&store);
+            move || s.counts()
+        })
+        .await?;
+        progress.tick(&self.status(&counts, sends, answered_429, spent, &rates, started));
+        Ok(Report {
+            ending: ending.unwrap_or(Ending::Finished),
+            counts,
+            sends,
+            answered_429,
+            cut,
+        })
+    }
+
+    fn status(
+        &self,
+        counts: &Counts,
+        sends: u64,
+        answered_429: u64,
+        spent: u64,
+        rates: &Rates,
+        started: Instant,
+    ) -> Status {
+        let snapshots = self.service.layer().snapshots().unwrap_or_default();
+        Status::from_parts(
+            counts,
+            sends,
+            answered_429,
+            spent,
+            rates,
+            &snapshots,
+            started.elapsed(),
+        )
+    }
+}
+
+/// Tokens reported in the last minute, for the progress line.
+#[derive(Debug, Default)]
+pub struct Rates {
+    seen: VecDeque<(Instant, u64, u64)>,
+    /// Output tokens reported over output caps, over the whole run: how
+    /// much of `max_tokens` jobs really use (for the ETA).
+    pub output_used: u64,
+    /// See [`Rates::output_used`].
+    pub output_capped: u64,
+}
+
+impl Rates {
+    fn push(&mut self, input: u64, output: u64, cap: u64) {
+        let now = Instant::now();
+        self.seen.push_back((now, input, output));
+        while self
+            .seen
+            .front()
+            .is_some_and(|(t, _, _)| now.duration_since(*t) > Duration::from_secs(60))
+        {
+            self.seen.pop_front();
+        }
+        self.output_used += output;
+        self.output_capped += cap;
+    }
+
+    /// Input and output tokens reported in the last minute.
+    pub fn last_minute(&self) -> (u64, u64) {
+        let now = Instant::now();
+        self.seen
+            .iter()
+            .filter(|(t, _, _)| now.duration_since(*t) <= Duration::from_secs(60))
+            .fold((0, 0), |(i, o), (_, a, b)| (i + a, o + b))
+    }
+}
+
+/// The request of `job`, with the headers its shape needs.
+fn request(settings: &Settings, job: &Pending, remaining: Duration) -> http::Request<Full<Bytes>> {
+    let mut builder = http::Request::post(format!("{}{}", settings.upstream, job.path))
+        .header(http::header::CONTENT_TYPE, "application/json");
+    builder = match settings.shape {
+        // https://docs.anthropic.com/en/api/versioning: the version header
+        // is required on every request.
+        Shape::Anthropic => builder
+            .header("x-api-key", &settings.api_key)
+            .header("anthropic-version", "2023-06-01"),
+        Shape::OpenAi => builder.header(
+            http::header::AUTHORIZATION,
+            format!("Bearer {}", settings.api_key),
+        ),
+    };
+    let mut req = builder
+        .body(Full::new(Bytes::from(job.body.clone())))
+        .unwrap_or_else(|_| http::Request::new(Full::new(Bytes::new())));
+    req.extensions_mut().insert(JobId::new(&job.custom_id));
+    req.extensions_mut().insert(Deadline(remaining));
+    if let Some(m) = &job.model {
+        req.extensions_mut().insert(Model::new(m));
+    }
+    req
+}
+
+/// Each attempt as the output keeps it: when it was sent, what came back
+/// (status, request id, cause, error type and code, transport failure) and
+/// what was decided (action, delay) — the allow-listed record, without the
+/// rate-limit windows.
+fn attempts_json(records: &[ratewise_core::record::AttemptRecord]) -> Vec<serde_json::Value> {
+    records
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::json!({
+                "sent_at": r.time_utc,
+                "attempt": r.attempt,
+                "status": r.status,
+                "request_id": r.request_id,
+                "cause": r.cause.as_str(),
+                "action": r.action.as_str(),
+            });
+            for (k, x) in [
+                ("delay_ms", r.delay_ms.map(serde_json::Value::from)),
+                ("transport", r.transport.map(serde_json::Value::from)),
+                (
+                    "error_type",
+                    r.error_type.clone().map(serde_json::Value::from),
+                ),
+                (
+                    "error_code",
+                    r.error_code.clone().map(serde_json::Value::from),
+                ),
+            ] {
+                if let Some(x) = x {
+                    v[k] = x;
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
+    records.iter().filter_map(|r| r.delay_ms).sum()
+}
+
+/// Input and output tokens of a provider's `usage` (Anthropic's
+/// `input_tokens` with its cache counts, OpenAI's `prompt_tokens` /
+/// `completion_tokens` or the Responses API's `input_tokens` /
+/// `output_tokens`).
+pub fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
+    #[derive(serde::Deserialize)]
+    struct WithUsage {
+        usage: Option<serde_json::Value>,
+    }
+    let u = serde_json::from_slice::<WithUsage>(body).ok()?.usage?;
+    let n = |k: &str| u.get(k).and_then(serde_json::Value::as_u64);
+    let input = n("input_tokens").or(n("prompt_tokens"))?
+        + n("cache_creation_input_tokens").unwrap_or(0)
+        + n("cache_read_input_tokens").unwrap_or(0);
+    let output = n("output_tokens").or(n("completion_tokens"))?;
+    Some((input, output))
+}
+
+fn request_id(headers: &http::HeaderMap) -> Option<String> {
+    ["request-id", "x-request-id"]
+        .iter()
+        .find_map(|h| headers.get(*h)?.to_str().ok().map(str::to_owned))
+}
+
+async fn call<S>(
+    mut svc: RetryService<S>,
+    settings: &Settings,
+    job: &Pending,
+    remaining: Duration,
+) -> Outcome
+where
+    S: Service<http::Request<Full<Bytes>>, Response = http::Response<hyper::body::Incoming>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<ratewise_tower::BoxError>,
+{
+    let req = request(settings, job, remaining);
+    let result = match svc.ready().await {
+        Ok(s) => s.call(req).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let rid = request_id(resp.headers());
+            let attempts = resp
+                .extensions()
+                .get::<Attempts>()
+                .map(|a| a.0.clone())
+                .unwrap_or_default();
+            let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await;
+            let mut end = End {
+                status: Some(status),
+                request_id: rid,
+                attempts: attempts_json(&attempts),
+                waited_ms: waited(&attempts),
+                ..End::default()
+            };
+            match body {
+                Ok(b) => {
+                    let bytes = b.to_bytes().to_vec();
+                    end.usage = usage_of(&bytes);
+                    let ok = (200..300).contains(&status);
+                    end.state = Some(if ok { State::Done } else { State::Failed });
+                    end.cause = Some(if ok { "success" } else { "unclassified" }.into());
+                    end.charged = match end.usage {
+                        Some((i, o)) => i + o,
+                        None if ok => job.worst_case(),
+                        None => 0,
+                    };
+                    end.response = Some(bytes);
+                }
+                Err(e) => {
+                    // Answered, but the body was cut: it may have been
+                    // generated and billed.
+                    end.state = Some(State::HeldUnknown);
+                    end.cause = Some("outcome_unknown".into());
+                    end.message = Some(format!("the answer's body was cut: {e}"));
+                    end.charged = job.worst_case();
+                }
+            }
+            Outcome::End(end)
+        }
+        Err(e) => outcome_of_error(job, &e),
+    }
+}
+
+fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
+    let attempts = e.attempts();
+    let cause = e
+        .classification()
+        .map(|c| c.cause.as_str().to_owned())
+        .or_else(|| attempts.last().map(|a| a.cause.as_str().to_owned()));
+    let mut end = End {
+        status: e.status().map(|s| s.as_u16()),
+        request_id: e.headers().and_then(request_id),
+        response: e.body().map(|b| b.to_vec()),
+        cause: cause.clone(),
+        message: Some(e.to_string()),
+        attempts: attempts_json(attempts),
+        waited_ms: waited(attempts),
+        ..End::default()
+    };
+    match e.action() {
+        Some(ActionKind::Defer) | Some(ActionKind::Retry) => {
+            let at = e
+                .earliest()
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or_else(|| now_ms() + 1_000, |d| d.as_millis() as i64);
+            Outcome::PutBack(at, end)
+        }
+        Some(ActionKind::StopQueue) => {
+            let stop = StopRecord {
+                cause: cause.unwrap_or_else(|| "stopped".into()),
+                at: httpdate::fmt_http_date(SystemTime::now()),
+                status: end.status,
+                message: e.to_string(),
+                custom_id: Some(job.custom_id.clone()),
+            };
+            Outcome::Stop(stop, end)
+        }
+        Some(ActionKind::HoldUnknown) => {
+            end.state = Some(State::HeldUnknown);
+            end.charged = job.worst_case();
+            Outcome::End(end)
+        }
+        Some(ActionKind::GiveUp)
+            if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Deadline) =>
+        {
+            end.state = Some(State::Expired);
+            Outcome::End(end)
+        }
+        // The layer's journal (the store) could not record the next send:
+        // it was not made, and the store still has the job pending.
+        Some(ActionKind::Inspect) => match std::error::Error::source(e) {
+            Some(why) => {
+                Outcome::NotSent(format!("{e}: the store could not record its send: {why}"))
+            }
+            None => {
+                end.state = Some(State::Failed);
+                Outcome::End(end)
+            }
+        },
+        _ => {
+            end.state = Some(State::Failed);
+            Outcome::End(end)
+        }
+    }
+}

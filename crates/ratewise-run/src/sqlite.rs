@@ -1,0 +1,548 @@
+//! The store on SQLite: WAL, one writer thread with grouped commits.
+//!
+//! Every write goes to one thread, which takes all the writes waiting,
+//! runs them in one transaction (each under its own savepoint, so one
+//! failing write fails alone) and commits once: at many jobs a second the
+//! commits are few and the journal stays on. A write's caller is answered
+//! only after its commit. Reads use their own connection (WAL lets them
+//! run beside the writer).
+//!
+//! `synchronous=NORMAL` (the default) survives the process being killed
+//! (`kill -9`, a crash): a committed write is in the WAL file. It does not
+//! survive a power loss or an OS crash: for that, `synchronous = "full"`
+//! in the config, which syncs the WAL at every commit.
+
+use crate::store::{Counts, End, Ended, NewJob, Pending, State, StopRecord, Store, StoreError};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Mutex;
+
+/// How hard a commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Survives the process dying; not a power loss (SQLite's `NORMAL`).
+    #[default]
+    Normal,
+    /// Survives a power loss: the WAL is synced at every commit (`FULL`).
+    Full,
+}
+
+/// A write, run in the open transaction (`None`: no transaction could be
+/// opened, the write is not run); it gives back how to answer its caller
+/// once the transaction's commit is known.
+type Write = Box<dyn FnOnce(Option<&Connection>) -> Answer + Send>;
+
+/// Tells a write's caller how its commit went.
+type Answer = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// The store in one SQLite file.
+pub struct SqliteStore {
+    writes: Mutex<Option<mpsc::Sender<Write>>>,
+    read: Mutex<Connection>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for SqliteStore {
+    /// Closes the writer (its last group committed) so that SQLite
+    /// checkpoints the WAL into the database file and removes it.
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.writes.lock() {
+            w.take();
+        }
+        if let Some(handle) = self.writer.lock().ok().and_then(|mut h| h.take()) {
+            let _ = handle.join();
+        }
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS bad_lines (line INTEGER PRIMARY KEY, why TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY,
+    custom_id TEXT NOT NULL UNIQUE,
+    line INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    model TEXT,
+    input_estimate INTEGER NOT NULL,
+    max_tokens INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    first_seen_ms INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    not_before_ms INTEGER NOT NULL DEFAULT 0,
+    sends INTEGER NOT NULL DEFAULT 0,
+    charged INTEGER NOT NULL DEFAULT 0,
+    double_spend INTEGER NOT NULL DEFAULT 0,
+    waited_ms INTEGER NOT NULL DEFAULT 0,
+    attempts TEXT NOT NULL DEFAULT '[]',
+    status INTEGER,
+    request_id TEXT,
+    response BLOB,
+    cause TEXT,
+    message TEXT,
+    usage_in INTEGER,
+    usage_out INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, seq);
+";
+
+/// Most writes grouped into one commit.
+const GROUP: usize = 512;
+
+impl SqliteStore {
+    /// Opens (or makes) the store at `path`.
+    pub fn open(path: &Path, sync: Synchronous) -> Result<SqliteStore, StoreError> {
+        let writer = Connection::open(path)?;
+        writer.busy_timeout(std::time::Duration::from_secs(5))?;
+        writer.pragma_update(None, "journal_mode", "WAL")?;
+        writer.pragma_update(
+            None,
+            "synchronous",
+            match sync {
+                Synchronous::Normal => "NORMAL",
+                Synchronous::Full => "FULL",
+            },
+        )?;
+        writer.execute_batch(SCHEMA)?;
+        let read = Connection::open(path)?;
+        read.busy_timeout(std::time::Duration::from_secs(5))?;
+        let (tx, rx) = mpsc::channel::<Write>();
+        let handle = std::thread::Builder::new()
+            .name("ratewise-store".into())
+            .spawn(move || writer_loop(writer, rx))
+            .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
+        Ok(SqliteStore {
+            writes: Mutex::new(Some(tx)),
+            read: Mutex::new(read),
+            writer: Mutex::new(Some(handle)),
+        })
+    }
+
+    /// Runs `f` on the writer thread, in the next group's transaction,
+    /// and answers after that group's commit.
+    fn write<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let (tx, rx) = mpsc::sync_channel::<Result<R, StoreError>>(1);
+        let job: Write = Box::new(move |conn: Option<&Connection>| {
+            let r = match conn {
+                Some(conn) => run_in_savepoint(conn, f),
+                None => Err(StoreError("the store could not open a transaction".into())),
+            };
+            Box::new(move |committed: Result<(), String>| {
+                let _ = tx.send(match committed {
+                    Ok(()) => r,
+                    Err(e) => Err(StoreError(format!("the store's commit failed: {e}"))),
+                });
+            })
+        });
+        let gone = || StoreError("the store's writer is gone".into());
+        self.writes
+            .lock()
+            .map_err(|_| gone())?
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(job)
+            .map_err(|_| gone())?;
+        rx.recv()
+            .map_err(|_| StoreError("the store's writer is gone".into()))?
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<R>) -> Result<R, StoreError> {
+        let conn = self
+            .read
+            .lock()
+            .map_err(|_| StoreError("the store's reader is poisoned".into()))?;
+        Ok(f(&conn)?)
+    }
+}
+
+fn run_in_savepoint<R>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
+) -> Result<R, StoreError> {
+    conn.execute_batch("SAVEPOINT w")?;
+    match f(conn) {
+        Ok(r) => {
+            conn.execute_batch("RELEASE w")?;
+            Ok(r)
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK TO w; RELEASE w");
+            Err(e.into())
+        }
+    }
+}
+
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Write>) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < GROUP {
+            match rx.try_recv() {
+                Ok(w) => group.push(w),
+                Err(_) => break,
+            }
+        }
+        let (answers, result): (Vec<Answer>, Result<(), String>) =
+            match conn.execute_batch("BEGIN IMMEDIATE") {
+                Ok(()) => {
+                    let answers = group.into_iter().map(|w| w(Some(&conn))).collect();
+                    let committed = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
+                    if committed.is_err() {
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                    (answers, committed)
+                }
+                Err(e) => (
+                    group.into_iter().map(|w| w(None)).collect(),
+                    Err(e.to_string()),
+                ),
+            };
+        for a in answers {
+            a(result.clone());
+        }
+    }
+}
+
+fn ended_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Ended> {
+    let state: String = row.get(2)?;
+    let usage_in: Option<i64> = row.get(9)?;
+    let usage_out: Option<i64> = row.get(10)?;
+    Ok(Ended {
+        seq: row.get(0)?,
+        custom_id: row.get(1)?,
+        state: State::parse(&state).unwrap_or(State::HeldUnknown),
+        status: row.get::<_, Option<i64>>(3)?.map(|s| s as u16),
+        request_id: row.get(4)?,
+        response: row.get(5)?,
+        cause: row.get(6)?,
+        message: row.get(7)?,
+        attempts: row.get(8)?,
+        usage: match (usage_in, usage_out) {
+            (Some(i), Some(o)) => Some((i as u64, o as u64)),
+            _ => None,
+        },
+        charged: row.get::<_, i64>(11)? as u64,
+        sends: row.get::<_, i64>(12)? as u64,
+        double_spend: row.get::<_, i64>(13)? != 0,
+        waited_ms: row.get::<_, i64>(14)? as u64,
+    })
+}
+
+/// The job's attempts so far with `more` appended.
+fn append_attempts(
+    conn: &Connection,
+    seq: i64,
+    more: &[serde_json::Value],
+) -> rusqlite::Result<String> {
+    let had: String = conn.query_row("SELECT attempts FROM jobs WHERE seq = ?1", [seq], |r| {
+        r.get(0)
+    })?;
+    if more.is_empty() {
+        return Ok(had);
+    }
+    let mut list: Vec<serde_json::Value> = serde_json::from_str(&had).unwrap_or_default();
+    list.extend(more.iter().cloned());
+    Ok(serde_json::Value::Array(list).to_string())
+}
+
+fn write_end(
+    conn: &Connection,
+    seq: i64,
+    state: State,
+    end: &End,
+    not_before_ms: i64,
+) -> rusqlite::Result<()> {
+    let attempts = append_attempts(conn, seq, &end.attempts)?;
+    conn.execute(
+        "UPDATE jobs SET state = ?2, not_before_ms = ?3, attempts = ?4, status = ?5, request_id = ?6,
+             response = ?7, cause = ?8, message = ?9, usage_in = ?10, usage_out = ?11,
+             charged = charged + ?12, waited_ms = waited_ms + ?13
+         WHERE seq = ?1",
+        params![
+            seq,
+            state.as_str(),
+            not_before_ms,
+            attempts,
+            end.status.map(i64::from),
+            end.request_id,
+            end.response,
+            end.cause,
+            end.message,
+            end.usage.map(|u| u.0 as i64),
+            end.usage.map(|u| u.1 as i64),
+            end.charged as i64,
+            end.waited_ms as i64,
+        ],
+    )?;
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.read(|c| {
+            c.query_row("SELECT v FROM meta WHERE k = ?1", [key], |r| r.get(0))
+                .optional()
+        })
+    }
+
+    fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        let (k, v) = (key.to_owned(), value.to_owned());
+        self.write(move |c| {
+            c.execute(
+                "INSERT INTO meta (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = ?2",
+                params![k, v],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn reset(&self) -> Result<(), StoreError> {
+        self.write(|c| {
+            c.execute_batch("DELETE FROM jobs; DELETE FROM bad_lines; DELETE FROM meta;")
+        })
+    }
+
+    fn import(&self, jobs: Vec<NewJob>) -> Result<Vec<bool>, StoreError> {
+        self.write(move |c| {
+            let mut stmt = c.prepare_cached(
+                "INSERT OR IGNORE INTO jobs (custom_id, line, path, model, input_estimate, max_tokens, body, first_seen_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            let mut added = Vec::with_capacity(jobs.len());
+            for j in &jobs {
+                let n = stmt.execute(params![
+                    j.custom_id,
+                    j.line as i64,
+                    j.path,
+                    j.model,
+                    j.input_estimate as i64,
+                    j.max_tokens as i64,
+                    j.body,
+                    j.first_seen_ms
+                ])?;
+                added.push(n == 1);
+            }
+            Ok(added)
+        })
+    }
+
+    fn bad_lines(&self, lines: Vec<(u64, String)>) -> Result<(), StoreError> {
+        self.write(move |c| {
+            let mut stmt =
+                c.prepare_cached("INSERT OR REPLACE INTO bad_lines (line, why) VALUES (?1, ?2)")?;
+            for (line, why) in &lines {
+                stmt.execute(params![*line as i64, why])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn list_bad_lines(&self) -> Result<Vec<(u64, String)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT line, why FROM bad_lines ORDER BY line")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
+            rows.collect()
+        })
+    }
+
+    fn next_pending(
+        &self,
+        after_seq: i64,
+        now_ms: i64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Pending>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT seq, custom_id, path, model, input_estimate, max_tokens, body, first_seen_ms, double_spend
+                 FROM jobs WHERE state = 'pending' AND seq > ?1 AND not_before_ms <= ?2
+                 ORDER BY seq LIMIT ?3",
+            )?;
+            let mut rows = stmt.query(params![after_seq, now_ms, limit as i64])?;
+            let mut out = Vec::new();
+            let mut bytes = 0usize;
+            while let Some(r) = rows.next()? {
+                let body: Vec<u8> = r.get(6)?;
+                if !out.is_empty() && bytes + body.len() > max_bytes {
+                    break;
+                }
+                bytes += body.len();
+                out.push(Pending {
+                    seq: r.get(0)?,
+                    custom_id: r.get(1)?,
+                    path: r.get(2)?,
+                    model: r.get(3)?,
+                    input_estimate: r.get::<_, i64>(4)? as u64,
+                    max_tokens: r.get::<_, i64>(5)? as u64,
+                    body,
+                    first_seen_ms: r.get(7)?,
+                    double_spend: r.get::<_, i64>(8)? != 0,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn next_due(&self) -> Result<Option<i64>, StoreError> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT MIN(not_before_ms) FROM jobs WHERE state = 'pending'",
+                [],
+                |r| r.get(0),
+            )
+        })
+    }
+
+    fn started(&self, custom_id: &str, _at_ms: i64) -> Result<(), StoreError> {
+        let id = custom_id.to_owned();
+        let n = self.write(move |c| {
+            c.execute(
+                "UPDATE jobs SET state = 'sending', sends = sends + 1 WHERE custom_id = ?1",
+                [id],
+            )
+        })?;
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError(format!("no job {custom_id:?} in the store")))
+        }
+    }
+
+    fn between_attempts(&self, custom_id: &str) -> Result<(), StoreError> {
+        let id = custom_id.to_owned();
+        self.write(move |c| {
+            c.execute(
+                "UPDATE jobs SET state = 'pending' WHERE custom_id = ?1 AND state = 'sending'",
+                [id],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn ended(&self, seq: i64, end: End) -> Result<(), StoreError> {
+        let state = end.state.unwrap_or(State::Failed);
+        self.write(move |c| write_end(c, seq, state, &end, 0))
+    }
+
+    fn put_back(&self, seq: i64, not_before_ms: i64, so_far: End) -> Result<(), StoreError> {
+        self.write(move |c| write_end(c, seq, State::Pending, &so_far, not_before_ms))
+    }
+
+    fn stop(&self, stop: &StopRecord) -> Result<(), StoreError> {
+        let text = serde_json::to_string(stop).map_err(|e| StoreError(e.to_string()))?;
+        let cause = stop.cause.clone();
+        let message = stop.message.clone();
+        self.write(move |c| {
+            c.execute(
+                "INSERT INTO meta (k, v) VALUES ('stop', ?1) ON CONFLICT(k) DO UPDATE SET v = ?1",
+                [&text],
+            )?;
+            c.execute(
+                "UPDATE jobs SET state = 'stopped', cause = ?1, message = ?2 WHERE state = 'pending'",
+                params![cause, message],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn stopped(&self) -> Result<Option<StopRecord>, StoreError> {
+        Ok(self
+            .meta("stop")?
+            .and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    fn resume_stopped(&self) -> Result<u64, StoreError> {
+        self.write(|c| {
+            c.execute("DELETE FROM meta WHERE k = 'stop'", [])?;
+            let n = c.execute(
+                "UPDATE jobs SET state = 'pending', cause = NULL, message = NULL, not_before_ms = 0
+                 WHERE state = 'stopped'",
+                [],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn hold_cut(&self) -> Result<u64, StoreError> {
+        self.write(|c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'held_unknown', cause = 'outcome_unknown',
+                     message = 'sent when the run was cut; the answer is unknown',
+                     status = NULL, response = NULL, request_id = NULL,
+                     charged = charged + input_estimate + max_tokens
+                 WHERE state = 'sending'",
+                [],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn release_unknown(&self) -> Result<u64, StoreError> {
+        self.write(|c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'pending', double_spend = 1, not_before_ms = 0
+                 WHERE state = 'held_unknown'",
+                [],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn counts(&self) -> Result<Counts, StoreError> {
+        self.read(|c| {
+            let mut counts = Counts::default();
+            let mut stmt = c.prepare_cached(
+                "SELECT state, COUNT(*), SUM(input_estimate), SUM(max_tokens), SUM(charged)
+                 FROM jobs GROUP BY state",
+            )?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let state: String = r.get(0)?;
+                let n = r.get::<_, i64>(1)? as u64;
+                counts.total += n;
+                counts.spent += r.get::<_, Option<i64>>(4)?.unwrap_or(0) as u64;
+                match State::parse(&state) {
+                    Some(State::Pending) | Some(State::Sending) => {
+                        if state == "pending" {
+                            counts.pending += n;
+                        } else {
+                            counts.sending += n;
+                        }
+                        counts.remaining_input += r.get::<_, Option<i64>>(2)?.unwrap_or(0) as u64;
+                        counts.remaining_output += r.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64;
+                    }
+                    Some(State::Done) => counts.done += n,
+                    Some(State::Failed) => counts.failed += n,
+                    Some(State::HeldUnknown) | None => counts.held += n,
+                    Some(State::Stopped) => counts.stopped += n,
+                    Some(State::Expired) => counts.expired += n,
+                }
+            }
+            Ok(counts)
+        })
+    }
+
+    fn each_ended(
+        &self,
+        f: &mut dyn FnMut(Ended) -> std::io::Result<()>,
+    ) -> Result<(), StoreError> {
+        let conn = self
+            .read
+            .lock()
+            .map_err(|_| StoreError("the store's reader is poisoned".into()))?;
+        let mut stmt = conn.prepare(
+            "SELECT seq, custom_id, state, status, request_id, response, cause, message, attempts,
+                    usage_in, usage_out, charged, sends, double_spend, waited_ms
+             FROM jobs WHERE state NOT IN ('pending', 'sending') ORDER BY seq",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let ended = ended_of(r)?;
+            f(ended).map_err(|e| StoreError(format!("cannot write a result: {e}")))?;
+        }
+        Ok(())
+    }
+}

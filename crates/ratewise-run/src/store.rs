@@ -1,0 +1,304 @@
+//! The store seam: what the queue keeps durably, and nothing about how.
+//!
+//! [`crate::SqliteStore`] is the one the command uses; a test wraps it to
+//! make a write fail (a full disk) and the queue must lose nothing.
+//!
+//! A job's life in the store:
+//!
+//! ```text
+//! pending ──started──▶ sending ──ended──▶ done | failed | held_unknown | expired
+//!    ▲  │                 │
+//!    │  └─stop──▶ stopped  └─(process died)──▶ held_unknown on the next open
+//!    └─put_back (deferred), resume_stopped, release_unknown
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Not sent yet, or sent and deferred (it will be sent again).
+    Pending,
+    /// An attempt was journaled and is on the wire.
+    Sending,
+    /// A 2xx answer.
+    Done,
+    /// The provider's answer says the request must change.
+    Failed,
+    /// Sent, no answer known: never re-sent unless a person says so.
+    HeldUnknown,
+    /// The queue stopped (spend cap, billing, auth, the run's budget).
+    Stopped,
+    /// Its deadline passed before it could be sent.
+    Expired,
+}
+
+impl State {
+    /// The name in the store and in the output's `ratewise.outcome`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Sending => "sending",
+            State::Done => "done",
+            State::Failed => "failed",
+            State::HeldUnknown => "held_unknown",
+            State::Stopped => "stopped",
+            State::Expired => "expired",
+        }
+    }
+
+    /// The state named by [`State::as_str`].
+    pub fn parse(name: &str) -> Option<State> {
+        [
+            State::Pending,
+            State::Sending,
+            State::Done,
+            State::Failed,
+            State::HeldUnknown,
+            State::Stopped,
+            State::Expired,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+
+    /// Whether the job has its line in the output.
+    pub fn is_end(self) -> bool {
+        !matches!(self, State::Pending | State::Sending)
+    }
+}
+
+/// A job as imported.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// 1-based input line.
+    pub line: u64,
+    /// The caller's id.
+    pub custom_id: String,
+    /// API path.
+    pub path: String,
+    /// The body's model.
+    pub model: Option<String>,
+    /// Input tokens expected.
+    pub input_estimate: u64,
+    /// The body's output cap (or the default reserved for none).
+    pub max_tokens: u64,
+    /// The body, as given.
+    pub body: Vec<u8>,
+    /// When the job was first seen (ms since the Unix epoch): its deadline
+    /// counts from here, across re-runs.
+    pub first_seen_ms: i64,
+}
+
+/// A pending job handed to the queue, body included.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// Input order.
+    pub seq: i64,
+    /// The caller's id.
+    pub custom_id: String,
+    /// API path.
+    pub path: String,
+    /// The body's model.
+    pub model: Option<String>,
+    /// Input tokens expected.
+    pub input_estimate: u64,
+    /// Output cap.
+    pub max_tokens: u64,
+    /// The body.
+    pub body: Vec<u8>,
+    /// First seen (ms since the epoch).
+    pub first_seen_ms: i64,
+    /// Released from `held_unknown` by `--retry-unknown`: its estimate was
+    /// charged as a possible double spend.
+    pub double_spend: bool,
+}
+
+impl Pending {
+    /// The worst case of what the job can cost: input estimate plus its
+    /// output cap.
+    pub fn worst_case(&self) -> u64 {
+        self.input_estimate.saturating_add(self.max_tokens)
+    }
+}
+
+/// How a job ended (or, for `put_back`, what it has so far).
+#[derive(Debug, Clone, Default)]
+pub struct End {
+    /// Its end state.
+    pub state: Option<State>,
+    /// The provider's last status.
+    pub status: Option<u16>,
+    /// The provider's request id of the last answer.
+    pub request_id: Option<String>,
+    /// The last answer's body (JSON for a 2xx; whatever came otherwise,
+    /// bounded).
+    pub response: Option<Vec<u8>>,
+    /// The cause, in ratewise's vocabulary (`rate_limited`, `spend_cap`).
+    pub cause: Option<String>,
+    /// A sentence for a person.
+    pub message: Option<String>,
+    /// The attempts of this run, as JSON objects (the allow-listed
+    /// records): appended to what the store has.
+    pub attempts: Vec<serde_json::Value>,
+    /// Tokens the provider reported (input, output).
+    pub usage: Option<(u64, u64)>,
+    /// Tokens charged to the run's budget for this job.
+    pub charged: u64,
+    /// Milliseconds this job waited in this run (admission and backoff).
+    pub waited_ms: u64,
+}
+
+/// A stop of the whole queue, kept until a person resumes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StopRecord {
+    /// `spend_cap`, `billing`, `authentication`, `budget`, ...
+    pub cause: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
+    /// The provider's status, when an answer stopped it.
+    pub status: Option<u16>,
+    /// A sentence for a person (the provider's message, the budget).
+    pub message: String,
+    /// The custom_id whose answer stopped the queue.
+    pub custom_id: Option<String>,
+}
+
+/// A job with its line in the output.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    /// Input order.
+    pub seq: i64,
+    /// The caller's id.
+    pub custom_id: String,
+    /// Its end state.
+    pub state: State,
+    /// See [`End`].
+    pub status: Option<u16>,
+    /// See [`End`].
+    pub request_id: Option<String>,
+    /// See [`End`].
+    pub response: Option<Vec<u8>>,
+    /// See [`End`].
+    pub cause: Option<String>,
+    /// See [`End`].
+    pub message: Option<String>,
+    /// Every attempt's record, across runs (a JSON array).
+    pub attempts: String,
+    /// See [`End`].
+    pub usage: Option<(u64, u64)>,
+    /// Charged to the budget.
+    pub charged: u64,
+    /// Sends journaled, across runs.
+    pub sends: u64,
+    /// Released by `--retry-unknown` at least once.
+    pub double_spend: bool,
+    /// Milliseconds waited, across runs.
+    pub waited_ms: u64,
+}
+
+/// Jobs per state, and what the queue still has to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Every job imported.
+    pub total: u64,
+    /// Not ended.
+    pub pending: u64,
+    /// On the wire (or cut when the process died).
+    pub sending: u64,
+    /// See [`State`].
+    pub done: u64,
+    /// See [`State`].
+    pub failed: u64,
+    /// See [`State`].
+    pub held: u64,
+    /// See [`State`].
+    pub stopped: u64,
+    /// See [`State`].
+    pub expired: u64,
+    /// Input tokens expected of the jobs not ended.
+    pub remaining_input: u64,
+    /// Output caps of the jobs not ended.
+    pub remaining_output: u64,
+    /// Tokens charged to the budget so far.
+    pub spent: u64,
+}
+
+/// Why the store could not do what was asked.
+#[derive(Debug)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError(format!("the store: {e}"))
+    }
+}
+
+/// What the queue needs kept. Every write is durable when it returns
+/// (to the store's `synchronous` setting); calls block, so the queue makes
+/// them off its async threads.
+pub trait Store: Send + Sync + 'static {
+    /// A value of the store's own (the input's fingerprint, its shape).
+    fn meta(&self, key: &str) -> Result<Option<String>, StoreError>;
+    /// Sets [`Store::meta`].
+    fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError>;
+    /// Empties the store of jobs and bad lines (an import that did not
+    /// finish is started over; nothing of it was sent).
+    fn reset(&self) -> Result<(), StoreError>;
+    /// Adds jobs (one grouped write); for each, whether it was new (a
+    /// `custom_id` already there is a duplicate and is not added).
+    fn import(&self, jobs: Vec<NewJob>) -> Result<Vec<bool>, StoreError>;
+    /// Keeps a bad line's number and why, for every re-run to report.
+    fn bad_lines(&self, lines: Vec<(u64, String)>) -> Result<(), StoreError>;
+    /// The bad lines kept, in order.
+    fn list_bad_lines(&self) -> Result<Vec<(u64, String)>, StoreError>;
+    /// Pending jobs after `after_seq` whose time has come (`not_before` ≤
+    /// `now_ms`), in input order: at most `limit` jobs, and no more body
+    /// bytes than `max_bytes` (one job at least).
+    fn next_pending(
+        &self,
+        after_seq: i64,
+        now_ms: i64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Pending>, StoreError>;
+    /// The earliest `not_before` among pending jobs, if any job is pending.
+    fn next_due(&self) -> Result<Option<i64>, StoreError>;
+    /// An attempt of `custom_id` is about to be sent: written before the
+    /// send, so a crash leaves it `held_unknown`, never "not sent".
+    fn started(&self, custom_id: &str, at_ms: i64) -> Result<(), StoreError>;
+    /// The last attempt of `custom_id` was answered with an error: nothing
+    /// was generated, and it is `pending` again until its next attempt.
+    fn between_attempts(&self, custom_id: &str) -> Result<(), StoreError>;
+    /// The job ended.
+    fn ended(&self, seq: i64, end: End) -> Result<(), StoreError>;
+    /// The job goes back to pending, not before `not_before_ms`.
+    fn put_back(&self, seq: i64, not_before_ms: i64, so_far: End) -> Result<(), StoreError>;
+    /// Stops the queue: the stop is kept, every pending job becomes
+    /// `stopped` with the stop's cause.
+    fn stop(&self, stop: &StopRecord) -> Result<(), StoreError>;
+    /// The kept stop, if any.
+    fn stopped(&self) -> Result<Option<StopRecord>, StoreError>;
+    /// `--resume-stopped`: the stop is cleared, stopped jobs are pending.
+    fn resume_stopped(&self) -> Result<u64, StoreError>;
+    /// Jobs left `sending` (the process died with them on the wire) become
+    /// `held_unknown`, charged their worst case.
+    fn hold_cut(&self) -> Result<u64, StoreError>;
+    /// `--retry-unknown`: `held_unknown` jobs go back to pending, marked as
+    /// a possible double spend (their charge stays).
+    fn release_unknown(&self) -> Result<u64, StoreError>;
+    /// Jobs per state and what is left.
+    fn counts(&self) -> Result<Counts, StoreError>;
+    /// Every ended job, in input order.
+    fn each_ended(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>)
+        -> Result<(), StoreError>;
+}
