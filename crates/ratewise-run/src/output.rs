@@ -194,10 +194,9 @@ mod tests {
             state,
             status: Some(400),
             request_id: Some("req_1".into()),
-            response: Some(
-                br#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#
-                    .to_vec(),
-            ),
+            response: Some(bytes::Bytes::from_static(
+                br#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
+            )),
             cause: Some("invalid_request".into()),
             message: Some("the request must change".into()),
             attempts: "[]".into(),
@@ -255,7 +254,7 @@ mod tests {
     #[test]
     fn a_body_that_is_not_json_is_kept_as_text() {
         let mut e = ended(State::Failed);
-        e.response = Some(b"<html>bad gateway</html>".to_vec());
+        e.response = Some(bytes::Bytes::from_static(b"<html>bad gateway</html>"));
         let v: Value = serde_json::from_str(&line(Shape::OpenAi, &e)).unwrap();
         assert_eq!(v["response"]["body"], "<html>bad gateway</html>");
     }

@@ -311,8 +311,11 @@ impl<S: Upstream> Queue<S> {
 
         loop {
             // Fill the window.
+            // Refilled in batches, once half the window is free: one store
+            // read brings many jobs, instead of one read per answer.
             let mut budget_blocked = false;
-            while !draining && ending.is_none() && window.len() < self.settings.window {
+            let may_fill = window.len() <= self.settings.window / 2;
+            while may_fill && !draining && ending.is_none() && window.len() < self.settings.window {
                 let room = self.settings.window - window.len();
                 let bytes_room = self.settings.window_bytes.saturating_sub(window_bytes);
                 if bytes_room == 0 {
@@ -577,7 +580,7 @@ fn request(settings: &Settings, job: &Pending, remaining: Duration) -> http::Req
         ),
     };
     let mut req = builder
-        .body(Full::new(Bytes::from(job.body.clone())))
+        .body(Full::new(job.body.clone()))
         .unwrap_or_else(|_| http::Request::new(Full::new(Bytes::new())));
     req.extensions_mut().insert(JobId::new(&job.custom_id));
     req.extensions_mut().insert(Deadline(remaining));
@@ -682,7 +685,7 @@ async fn call<S: Upstream>(
             };
             match body {
                 Ok(b) => {
-                    let bytes = b.to_bytes().to_vec();
+                    let bytes = b.to_bytes();
                     end.usage = usage_of(&bytes);
                     let ok = (200..300).contains(&status);
                     end.state = Some(if ok { State::Done } else { State::Failed });
@@ -718,7 +721,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
     let mut end = End {
         status: e.status().map(|s| s.as_u16()),
         request_id: e.headers().and_then(request_id),
-        response: e.body().map(|b| b.to_vec()),
+        response: e.body().cloned(),
         cause: cause.clone(),
         message: Some(e.to_string()),
         attempts: attempts_json(attempts),

@@ -163,10 +163,10 @@ fn run_in_savepoint<R>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> rusqlite::Result<R>,
 ) -> Result<R, StoreError> {
-    conn.execute_batch("SAVEPOINT w")?;
+    conn.prepare_cached("SAVEPOINT w")?.execute([])?;
     match f(conn) {
         Ok(r) => {
-            conn.execute_batch("RELEASE w")?;
+            conn.prepare_cached("RELEASE w")?.execute([])?;
             Ok(r)
         }
         Err(e) => {
@@ -216,7 +216,7 @@ fn ended_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Ended> {
         state: State::parse(&state).unwrap_or(State::HeldUnknown),
         status: row.get::<_, Option<i64>>(3)?.map(|s| s as u16),
         request_id: row.get(4)?,
-        response: row.get(5)?,
+        response: row.get::<_, Option<Vec<u8>>>(5)?.map(Into::into),
         cause: row.get(6)?,
         message: row.get(7)?,
         attempts: row.get(8)?,
@@ -237,13 +237,18 @@ fn append_attempts(
     seq: i64,
     more: &[serde_json::Value],
 ) -> rusqlite::Result<String> {
-    let had: String = conn.query_row("SELECT attempts FROM jobs WHERE seq = ?1", [seq], |r| {
-        r.get(0)
-    })?;
+    let had: String = conn
+        .prepare_cached("SELECT attempts FROM jobs WHERE seq = ?1")?
+        .query_row([seq], |r| r.get(0))?;
     if more.is_empty() {
         return Ok(had);
     }
-    let mut list: Vec<serde_json::Value> = serde_json::from_str(&had).unwrap_or_default();
+    // The common case, a job's first end: nothing to read back.
+    let mut list: Vec<serde_json::Value> = if had == "[]" {
+        Vec::new()
+    } else {
+        serde_json::from_str(&had).unwrap_or_default()
+    };
     list.extend(more.iter().cloned());
     Ok(serde_json::Value::Array(list).to_string())
 }
@@ -256,19 +261,20 @@ fn write_end(
     not_before_ms: i64,
 ) -> rusqlite::Result<()> {
     let attempts = append_attempts(conn, seq, &end.attempts)?;
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE jobs SET state = ?2, not_before_ms = ?3, attempts = ?4, status = ?5, request_id = ?6,
              response = ?7, cause = ?8, message = ?9, usage_in = ?10, usage_out = ?11,
              charged = charged + ?12, waited_ms = waited_ms + ?13
          WHERE seq = ?1",
-        params![
+    )?
+    .execute(params![
             seq,
             state.as_str(),
             not_before_ms,
             attempts,
             end.status.map(i64::from),
             end.request_id,
-            end.response,
+            end.response.as_deref(),
             end.cause,
             end.message,
             end.usage.map(|u| u.0 as i64),
@@ -377,7 +383,7 @@ impl Store for SqliteStore {
                     model: r.get(3)?,
                     input_estimate: r.get::<_, i64>(4)? as u64,
                     max_tokens: r.get::<_, i64>(5)? as u64,
-                    body,
+                    body: body.into(),
                     first_seen_ms: r.get(7)?,
                     double_spend: r.get::<_, i64>(8)? != 0,
                 });
@@ -399,10 +405,10 @@ impl Store for SqliteStore {
     fn started(&self, custom_id: &str, _at_ms: i64) -> Result<(), StoreError> {
         let id = custom_id.to_owned();
         let n = self.write(move |c| {
-            c.execute(
+            c.prepare_cached(
                 "UPDATE jobs SET state = 'sending', sends = sends + 1 WHERE custom_id = ?1",
-                [id],
-            )
+            )?
+            .execute([id])
         })?;
         if n == 1 {
             Ok(())
@@ -414,10 +420,10 @@ impl Store for SqliteStore {
     fn between_attempts(&self, custom_id: &str) -> Result<(), StoreError> {
         let id = custom_id.to_owned();
         self.write(move |c| {
-            c.execute(
+            c.prepare_cached(
                 "UPDATE jobs SET state = 'pending' WHERE custom_id = ?1 AND state = 'sending'",
-                [id],
-            )
+            )?
+            .execute([id])
             .map(|_| ())
         })
     }

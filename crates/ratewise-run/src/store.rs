@@ -107,7 +107,7 @@ pub struct Pending {
     /// Output cap.
     pub max_tokens: u64,
     /// The body.
-    pub body: Vec<u8>,
+    pub body: bytes::Bytes,
     /// First seen (ms since the epoch).
     pub first_seen_ms: i64,
     /// Released from `held_unknown` by `--retry-unknown`: its estimate was
@@ -134,7 +134,7 @@ pub struct End {
     pub request_id: Option<String>,
     /// The last answer's body (JSON for a 2xx; whatever came otherwise,
     /// bounded).
-    pub response: Option<Vec<u8>>,
+    pub response: Option<bytes::Bytes>,
     /// The cause, in ratewise's vocabulary (`rate_limited`, `spend_cap`).
     pub cause: Option<String>,
     /// A sentence for a person.
@@ -179,7 +179,7 @@ pub struct Ended {
     /// See [`End`].
     pub request_id: Option<String>,
     /// See [`End`].
-    pub response: Option<Vec<u8>>,
+    pub response: Option<bytes::Bytes>,
     /// See [`End`].
     pub cause: Option<String>,
     /// See [`End`].
