@@ -1,7 +1,7 @@
 //! The tower layer's journal, written to the store: an attempt is
 //! `sending` in the store before it is sent.
 
-use crate::store::Store;
+use crate::store::{HotWrite, Store};
 use ratewise_core::record::AttemptRecord;
 use ratewise_tower::{Journal, Written};
 use std::sync::Arc;
@@ -16,17 +16,13 @@ impl Journal for StoreJournal {
         &'a self,
         job_id: &'a str,
         _attempt: u32,
-        at: SystemTime,
+        _at: SystemTime,
     ) -> Written<'a> {
         let store = Arc::clone(&self.0);
         let id = job_id.to_owned();
-        let at_ms = at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || store.started(&id, at_ms))
+            crate::store::submit(&store, HotWrite::Started(id))
                 .await
-                .map_err(|e| format!("the store's write was lost: {e}"))?
                 .map_err(Into::into)
         })
     }
@@ -44,9 +40,8 @@ impl Journal for StoreJournal {
         };
         let store = Arc::clone(&self.0);
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || store.between_attempts(&id))
+            crate::store::submit(&store, HotWrite::BetweenAttempts(id))
                 .await
-                .map_err(|e| format!("the store's write was lost: {e}"))?
                 .map_err(Into::into)
         })
     }

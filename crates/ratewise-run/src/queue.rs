@@ -24,7 +24,7 @@
 use crate::input::Shape;
 use crate::output::{self, Partial};
 use crate::progress::{Progress, Status};
-use crate::store::{Counts, End, Pending, State, StopRecord, Store, StoreError};
+use crate::store::{submit, Counts, End, HotWrite, Pending, State, StopRecord, Store, StoreError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use ratewise_core::ActionKind;
@@ -189,15 +189,15 @@ async fn keep(
                     waited_ms: end.waited_ms,
                 },
             );
-            blocking(store, move |s| s.ended(seq, end)).await?;
+            submit(store, HotWrite::Ended(seq, end)).await?;
             Ok((Flow::Ended, Some(line)))
         }
         Outcome::PutBack(at, so_far) => {
-            blocking(store, move |s| s.put_back(seq, at, so_far)).await?;
+            submit(store, HotWrite::PutBack(seq, at, so_far)).await?;
             Ok((Flow::PutBack, None))
         }
         Outcome::Stop(stop, so_far) => {
-            blocking(store, move |s| s.put_back(seq, 0, so_far)).await?;
+            submit(store, HotWrite::PutBack(seq, 0, so_far)).await?;
             Ok((Flow::Stop(stop), None))
         }
         Outcome::NotSent(why) => Ok((Flow::NotSent(why), None)),

@@ -126,28 +126,42 @@ impl SqliteStore {
         f: impl FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
     ) -> Result<R, StoreError> {
         let (tx, rx) = mpsc::sync_channel::<Result<R, StoreError>>(1);
+        self.write_then(f, move |r| {
+            let _ = tx.send(r);
+        });
+        rx.recv()
+            .map_err(|_| StoreError("the store's writer is gone".into()))?
+    }
+
+    /// Queues `f` for the writer and returns at once; `done` is called
+    /// on the writer thread with the result once its group committed (or
+    /// at once when the writer is gone).
+    fn write_then<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        done: impl FnOnce(Result<R, StoreError>) + Send + 'static,
+    ) {
         let job: Write = Box::new(move |conn: Option<&Connection>| {
             let r = match conn {
                 Some(conn) => run_in_savepoint(conn, f),
                 None => Err(StoreError("the store could not open a transaction".into())),
             };
             Box::new(move |committed: Result<(), String>| {
-                let _ = tx.send(match committed {
+                done(match committed {
                     Ok(()) => r,
                     Err(e) => Err(StoreError(format!("the store's commit failed: {e}"))),
-                });
+                })
             })
         });
-        let gone = || StoreError("the store's writer is gone".into());
-        self.writes
-            .lock()
-            .map_err(|_| gone())?
-            .as_ref()
-            .ok_or_else(gone)?
-            .send(job)
-            .map_err(|_| gone())?;
-        rx.recv()
-            .map_err(|_| StoreError("the store's writer is gone".into()))?
+        let sender = self.writes.lock().ok().and_then(|w| w.clone());
+        if let Some(sender) = sender {
+            if let Err(mpsc::SendError(job)) = sender.send(job) {
+                // The writer is gone: the write is not run, its caller told.
+                job(None)(Err("the store's writer is gone".into()));
+            }
+        } else {
+            job(None)(Err("the store's writer is gone".into()));
+        }
     }
 
     fn read<R>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<R>) -> Result<R, StoreError> {
@@ -253,6 +267,32 @@ fn append_attempts(
     Ok(serde_json::Value::Array(list).to_string())
 }
 
+/// The job is `sending` and its send counted; whether it was found.
+fn mark_started(conn: &Connection, custom_id: &str) -> rusqlite::Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE jobs SET state = 'sending', sends = sends + 1 WHERE custom_id = ?1",
+        )?
+        .execute([custom_id])?;
+    Ok(n == 1)
+}
+
+fn no_job_unless(found: bool, custom_id: &str) -> Result<(), StoreError> {
+    if found {
+        Ok(())
+    } else {
+        Err(StoreError(format!("no job {custom_id:?} in the store")))
+    }
+}
+
+fn between_attempts(conn: &Connection, custom_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE jobs SET state = 'pending' WHERE custom_id = ?1 AND state = 'sending'",
+    )?
+    .execute([custom_id])
+    .map(|_| ())
+}
+
 fn write_end(
     conn: &Connection,
     seq: i64,
@@ -287,6 +327,31 @@ fn write_end(
 }
 
 impl Store for SqliteStore {
+    fn queues_writes(&self) -> bool {
+        true
+    }
+
+    fn submit(&self, write: crate::store::HotWrite, done: crate::store::Done) {
+        use crate::store::HotWrite;
+        match write {
+            HotWrite::Started(id) => self.write_then(
+                move |c| Ok((mark_started(c, &id)?, id)),
+                move |r| done(r.and_then(|(found, id)| no_job_unless(found, &id))),
+            ),
+            HotWrite::BetweenAttempts(id) => {
+                self.write_then(move |c| between_attempts(c, &id), done)
+            }
+            HotWrite::Ended(seq, end) => {
+                let state = end.state.unwrap_or(State::Failed);
+                self.write_then(move |c| write_end(c, seq, state, &end, 0), done)
+            }
+            HotWrite::PutBack(seq, at, so_far) => self.write_then(
+                move |c| write_end(c, seq, State::Pending, &so_far, at),
+                done,
+            ),
+        }
+    }
+
     fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.read(|c| {
             c.query_row("SELECT v FROM meta WHERE k = ?1", [key], |r| r.get(0))
@@ -402,30 +467,15 @@ impl Store for SqliteStore {
         })
     }
 
-    fn started(&self, custom_id: &str, _at_ms: i64) -> Result<(), StoreError> {
+    fn started(&self, custom_id: &str) -> Result<(), StoreError> {
         let id = custom_id.to_owned();
-        let n = self.write(move |c| {
-            c.prepare_cached(
-                "UPDATE jobs SET state = 'sending', sends = sends + 1 WHERE custom_id = ?1",
-            )?
-            .execute([id])
-        })?;
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(StoreError(format!("no job {custom_id:?} in the store")))
-        }
+        let found = self.write(move |c| mark_started(c, &id))?;
+        no_job_unless(found, custom_id)
     }
 
     fn between_attempts(&self, custom_id: &str) -> Result<(), StoreError> {
         let id = custom_id.to_owned();
-        self.write(move |c| {
-            c.prepare_cached(
-                "UPDATE jobs SET state = 'pending' WHERE custom_id = ?1 AND state = 'sending'",
-            )?
-            .execute([id])
-            .map(|_| ())
-        })
+        self.write(move |c| between_attempts(c, &id))
     }
 
     fn ended(&self, seq: i64, end: End) -> Result<(), StoreError> {

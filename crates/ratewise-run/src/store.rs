@@ -243,6 +243,40 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+/// One of the writes made for every send (the hot path), handed to
+/// [`Store::submit`].
+#[derive(Debug)]
+pub enum HotWrite {
+    /// [`Store::started`].
+    Started(String),
+    /// [`Store::between_attempts`].
+    BetweenAttempts(String),
+    /// [`Store::ended`].
+    Ended(i64, End),
+    /// [`Store::put_back`] (seq, not before, so far).
+    PutBack(i64, i64, End),
+}
+
+/// Told how a [`Store::submit`]ted write went, once it is durable.
+pub type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// Makes `write` without holding an async thread: queued when the store
+/// queues writes, else on a blocking thread; answers once it is durable.
+pub async fn submit(store: &std::sync::Arc<dyn Store>, write: HotWrite) -> Result<(), StoreError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let done: Done = Box::new(move |r| {
+        let _ = tx.send(r);
+    });
+    if store.queues_writes() {
+        store.submit(write, done);
+    } else {
+        let store = std::sync::Arc::clone(store);
+        tokio::task::spawn_blocking(move || store.submit(write, done));
+    }
+    rx.await
+        .map_err(|_| StoreError("the store dropped a write".into()))?
+}
+
 /// What the queue needs kept. Every write is durable when it returns
 /// (to the store's `synchronous` setting); calls block, so the queue makes
 /// them off its async threads.
@@ -275,7 +309,7 @@ pub trait Store: Send + Sync + 'static {
     fn next_due(&self) -> Result<Option<i64>, StoreError>;
     /// An attempt of `custom_id` is about to be sent: written before the
     /// send, so a crash leaves it `held_unknown`, never "not sent".
-    fn started(&self, custom_id: &str, at_ms: i64) -> Result<(), StoreError>;
+    fn started(&self, custom_id: &str) -> Result<(), StoreError>;
     /// The last attempt of `custom_id` was answered with an error: nothing
     /// was generated, and it is `pending` again until its next attempt.
     fn between_attempts(&self, custom_id: &str) -> Result<(), StoreError>;
@@ -298,6 +332,22 @@ pub trait Store: Send + Sync + 'static {
     fn release_unknown(&self) -> Result<u64, StoreError>;
     /// Jobs per state and what is left.
     fn counts(&self) -> Result<Counts, StoreError>;
+    /// Whether [`Store::submit`] queues its writes and returns at once (the
+    /// SQLite store: its writer answers). When not (the default), the queue
+    /// calls it on a blocking thread.
+    fn queues_writes(&self) -> bool {
+        false
+    }
+    /// Makes `write` and calls `done` once it is durable. The default
+    /// makes the write at once, on the caller's thread.
+    fn submit(&self, write: HotWrite, done: Done) {
+        done(match write {
+            HotWrite::Started(id) => self.started(&id),
+            HotWrite::BetweenAttempts(id) => self.between_attempts(&id),
+            HotWrite::Ended(seq, end) => self.ended(seq, end),
+            HotWrite::PutBack(seq, at, end) => self.put_back(seq, at, end),
+        })
+    }
     /// Every ended job, in input order.
     fn each_ended(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>)
         -> Result<(), StoreError>;

@@ -89,11 +89,11 @@ impl Store for FullDisk {
     fn next_due(&self) -> Result<Option<i64>, StoreError> {
         self.inner.next_due()
     }
-    fn started(&self, id: &str, at: i64) -> Result<(), StoreError> {
+    fn started(&self, id: &str) -> Result<(), StoreError> {
         if self.started.fetch_add(1, Ordering::SeqCst) + 1 >= self.fail_from {
             return Err(StoreError("database or disk is full".into()));
         }
-        self.inner.started(id, at)
+        self.inner.started(id)
     }
     fn between_attempts(&self, id: &str) -> Result<(), StoreError> {
         self.inner.between_attempts(id)
@@ -220,8 +220,8 @@ fn a_job_on_the_wire_when_the_process_died_is_held_and_charged_its_worst_case() 
     assert_eq!(store.import(jobs(3)).unwrap(), vec![true; 3]);
     // A duplicate custom_id is refused.
     assert_eq!(store.import(jobs(1)).unwrap(), vec![false]);
-    store.started("j0", now_ms()).unwrap();
-    store.started("j1", now_ms()).unwrap();
+    store.started("j0").unwrap();
+    store.started("j1").unwrap();
     // j1 was answered 429: nothing generated, pending between attempts.
     store.between_attempts("j1").unwrap();
     drop(store);
@@ -313,7 +313,7 @@ fn writes_from_many_threads_are_grouped_and_none_is_lost() {
             let s = Arc::clone(&store);
             std::thread::spawn(move || {
                 for i in (t..400).step_by(8) {
-                    s.started(&format!("j{i}"), 0).unwrap();
+                    s.started(&format!("j{i}")).unwrap();
                     s.ended(
                         i as i64 + 1,
                         End {
