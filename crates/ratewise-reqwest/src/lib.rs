@@ -20,10 +20,19 @@
 
 mod job;
 mod middleware;
+#[cfg(feature = "async-openai")]
+mod openai;
 
+/// The async-openai this crate is built against.
+#[cfg(feature = "async-openai")]
+pub use async_openai;
 pub use job::{Outcome, ACTION_HEADER};
 pub use middleware::RatewiseMiddleware;
+#[cfg(feature = "async-openai")]
+pub use openai::{OpenAiLayer, OpenAiService};
 pub use ratewise_tower;
+/// The reqwest and reqwest-middleware this crate is built against.
+pub use {reqwest, reqwest_middleware};
 
 /// The `ratewise_tower::Error` inside a `reqwest_middleware::Error` that
 /// ended with no answer to give (stopped, deferred, past the deadline):
@@ -32,5 +41,17 @@ pub fn ratewise_error(error: &reqwest_middleware::Error) -> Option<&ratewise_tow
     match error {
         reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<ratewise_tower::Error>(),
         reqwest_middleware::Error::Reqwest(_) => None,
+    }
+}
+
+/// The `ratewise_tower::Error` inside an `OpenAIError` from
+/// [`OpenAiLayer`] for a job that ended with no answer to give.
+#[cfg(feature = "async-openai")]
+pub fn openai_ratewise_error(
+    error: &async_openai::error::OpenAIError,
+) -> Option<&ratewise_tower::Error> {
+    match error {
+        async_openai::error::OpenAIError::Boxed(e) => e.downcast_ref::<ratewise_tower::Error>(),
+        _ => None,
     }
 }
