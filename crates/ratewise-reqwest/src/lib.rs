@@ -7,14 +7,15 @@
 //!   layer for `Client::with_http_service`;
 //! * rig (feature `rig`): rig's provider clients take a
 //!   `reqwest_middleware::ClientWithMiddleware` through rig-reqwest's
-//!   `ReqwestMiddlewareClient`, so the middleware is the integration.
+//!   `ReqwestMiddlewareClient`, so the middleware is the integration
+//!   (rig-agent's agents over it).
 //!
 //! Each call is one job of a [`RetryLayer`](ratewise_tower::RetryLayer):
 //! the same store (in memory or Redis), key fingerprinting and policy as
 //! the tower layer and the proxy.
 //!
 //! Supported versions: reqwest 0.13, reqwest-middleware 0.5,
-//! async-openai 0.43, rig-core / rig-reqwest 0.44.
+//! async-openai 0.43, rig-core / rig-reqwest / rig-agent 0.44.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -33,6 +34,9 @@ pub use openai::{OpenAiLayer, OpenAiService};
 pub use ratewise_tower;
 /// The reqwest and reqwest-middleware this crate is built against.
 pub use {reqwest, reqwest_middleware};
+/// The rig crates this crate is built against.
+#[cfg(feature = "rig")]
+pub use {rig_agent, rig_core, rig_reqwest};
 
 /// The `ratewise_tower::Error` inside a `reqwest_middleware::Error` that
 /// ended with no answer to give (stopped, deferred, past the deadline):
