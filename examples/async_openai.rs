@@ -68,15 +68,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         ),
         other => return Err(format!("expected the provider's ApiError, got {other:?}").into()),
     }
+    // The key is stopped: the next call raises the same ApiError from the
+    // answer ratewise kept, with nothing sent.
     let sent = server.records().len();
-    let err = client
-        .chat()
-        .create(chat()?)
-        .await
-        .err()
-        .ok_or("expected a stop")?;
-    let decision = openai_ratewise_error(&err).ok_or("expected ratewise's decision")?;
-    println!("next call: {decision} (sends still {sent})");
+    match client.chat().create(chat()?).await {
+        Err(OpenAIError::ApiError(e)) => println!(
+            "next call: {} again, sends still {sent}",
+            e.api_error.code.as_deref().unwrap_or("no code")
+        ),
+        Err(e) => match openai_ratewise_error(&e) {
+            Some(decision) => println!("next call: {decision}"),
+            None => return Err(e.into()),
+        },
+        Ok(_) => return Err("expected the stop".into()),
+    }
     assert_eq!(server.records().len(), sent);
     server.shutdown().await;
     Ok(())

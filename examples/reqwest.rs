@@ -10,7 +10,7 @@
 use ratewise::reqwest::reqwest;
 use ratewise::reqwest::reqwest_middleware::ClientBuilder;
 use ratewise::reqwest::{ratewise_error, Outcome, RatewiseMiddleware, ACTION_HEADER};
-use ratewise::tower::{JobId, Policy, RetryLayer};
+use ratewise::tower::{Deadline, JobId, Policy, RetryLayer};
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer, RetryAfterFormat};
 
 #[tokio::main]
@@ -65,32 +65,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     println!("usage: {}", answer["usage"]);
 
     // Billing off: the provider's 402 comes back as it is, and the key is
-    // stopped: the next call is refused before a send.
+    // stopped: the next call gets that answer again at once, nothing sent.
     server.set_billing_error(true);
-    let refused = client
-        .post(format!("{}/v1/messages", server.base_url()))
-        .header("x-api-key", "sk-ant-example")
-        .body(serde_json::to_vec(&body)?)
-        .send()
-        .await?;
+    let send = || {
+        client
+            .post(format!("{}/v1/messages", server.base_url()))
+            .header("x-api-key", "sk-ant-example")
+            .body(serde_json::to_vec(&body).unwrap_or_default())
+            .send()
+    };
+    let refused = send().await?;
     println!(
         "{} ({:?})",
         refused.status(),
         refused.headers().get(ACTION_HEADER)
     );
     let sent = server.records().len();
+    let again = send().await?;
+    println!(
+        "next call: {} ({:?}), sends still {sent}",
+        again.status(),
+        again.headers().get(ACTION_HEADER)
+    );
+    assert_eq!(server.records().len(), sent);
+
+    // A call that ends with no answer to give (here: past its deadline
+    // before a send) is an error carrying ratewise's decision.
+    server.set_billing_error(false);
     let err = client
         .post(format!("{}/v1/messages", server.base_url()))
-        .header("x-api-key", "sk-ant-example")
+        .header("x-api-key", "sk-ant-other")
+        .with_extension(Deadline(std::time::Duration::ZERO))
         .body(serde_json::to_vec(&body)?)
         .send()
         .await
         .err()
-        .ok_or("expected a stop")?;
-    let e = ratewise_error(&err).ok_or("expected ratewise's decision")?;
-    println!("next call: {e}");
-    assert!(e.is_stop_queue());
-    assert_eq!(server.records().len(), sent);
+        .ok_or("expected no send")?;
+    match ratewise_error(&err) {
+        Some(e) => println!("no answer: {e}"),
+        None => println!("transport: {err}"),
+    }
     server.shutdown().await;
     Ok(())
 }

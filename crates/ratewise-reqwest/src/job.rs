@@ -18,10 +18,12 @@ use ratewise_core::record::AttemptRecord;
 use ratewise_core::{Action, ActionKind, Decision};
 use ratewise_tower::{Cancel, RetryLayer, RetryService};
 use reqwest::ResponseBuilderExt;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::SystemTime;
 use tokio::sync::{mpsc, oneshot};
 use tower::{Service, ServiceExt};
 
@@ -200,6 +202,7 @@ struct Shared<E> {
 /// finished and accounted, its outcome reported).
 pub(crate) async fn run<E>(
     layer: &RetryLayer,
+    stops: &Stops,
     mut request: reqwest::Request,
     mut extensions: http::Extensions,
     mut sender: impl Sender<E>,
@@ -224,6 +227,7 @@ where
         once
     });
     let request_url = request.url().clone();
+    let key = key_of(layer, &extensions, request.headers());
     // The request without its body: every attempt is a copy of it with
     // the headers the layer gives it and the body replayed.
     let template = request;
@@ -331,8 +335,19 @@ where
         }
         Err(error) => {
             let url = lock(&shared.url).clone().unwrap_or(request_url);
-            if let Some(response) = answered(&error, url) {
+            if let Some(response) = answered(&error, url.clone()) {
+                if stopped_by_its_answer(&error) {
+                    stops.keep(&key, &error, url);
+                }
                 return Ok(response);
+            }
+            // Found the key stopped before a send: the answer that
+            // stopped it, as the proxy gives it, so the caller's client
+            // raises the provider's own error again.
+            if error.is_stop_queue() && !error.was_sent() {
+                if let Some(response) = stops.answer(&key, &error) {
+                    return Ok(response);
+                }
             }
             let transport = std::error::Error::source(&error).is_some_and(|s| {
                 s.downcast_ref::<BridgeError<E>>()
@@ -423,6 +438,92 @@ fn answered(error: &ratewise_tower::Error, url: reqwest::Url) -> Option<reqwest:
         attempts: error.attempts().to_vec(),
     });
     Some(reqwest::Response::from(response))
+}
+
+/// The provider's answers that stopped a key, by key label: replayed to
+/// the calls that find the key stopped. Clones share them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stops(Arc<Mutex<HashMap<String, Stored>>>);
+
+/// One stopping answer, as it came.
+#[derive(Debug, Clone)]
+struct Stored {
+    status: http::StatusCode,
+    headers: http::HeaderMap,
+    body: Bytes,
+    url: reqwest::Url,
+    /// When the stop lifts by itself (`None`: when a human resumes it).
+    until: Option<SystemTime>,
+}
+
+impl Stops {
+    fn keep(&self, key: &str, error: &ratewise_tower::Error, url: reqwest::Url) {
+        let (Some(status), Some(headers)) = (error.status(), error.headers()) else {
+            return;
+        };
+        let stored = Stored {
+            status,
+            headers: headers.clone(),
+            body: error.body().cloned().unwrap_or_default(),
+            url,
+            until: error.until(),
+        };
+        lock(&self.0).insert(key.to_owned(), stored);
+    }
+
+    /// The kept answer of `key`'s stop, while it holds, with this call's
+    /// decision (`stop_queue`, no attempt).
+    fn answer(&self, key: &str, error: &ratewise_tower::Error) -> Option<reqwest::Response> {
+        let stored = {
+            let mut map = lock(&self.0);
+            let now = SystemTime::now();
+            map.retain(|_, s| s.until.is_none_or(|u| u > now));
+            map.get(key).cloned()?
+        };
+        let decision = error.decision()?.clone();
+        let mut response = http::Response::builder()
+            .status(stored.status)
+            .url(stored.url)
+            .body(reqwest::Body::from(stored.body))
+            .ok()?;
+        *response.headers_mut() = stored.headers;
+        response.headers_mut().insert(
+            ACTION_HEADER,
+            http::HeaderValue::from_static(decision.action.kind().as_str()),
+        );
+        response.extensions_mut().insert(Outcome {
+            decision,
+            attempts: Vec::new(),
+        });
+        Some(reqwest::Response::from(response))
+    }
+}
+
+/// Whether the job ended on its own last answer's stop (not at an
+/// admission that found the key stopped, carrying an earlier answer).
+fn stopped_by_its_answer(error: &ratewise_tower::Error) -> bool {
+    error.is_stop_queue()
+        && error.status().is_some()
+        && error
+            .attempts()
+            .last()
+            .is_some_and(|r| r.action == ActionKind::StopQueue)
+}
+
+/// The key a call is paced under, as the layer names it: its
+/// [`KeyLabel`](ratewise_tower::KeyLabel), the layer's one key, its
+/// credentials' fingerprint, or `anonymous`.
+fn key_of(layer: &RetryLayer, extensions: &http::Extensions, headers: &http::HeaderMap) -> String {
+    if let Some(label) = extensions.get::<ratewise_tower::KeyLabel>() {
+        return label.as_str().to_owned();
+    }
+    if let Some(key) = &layer.config().key_label {
+        return key.clone();
+    }
+    ratewise_tower::KeyLabel::from_credentials(headers).map_or_else(
+        || ratewise_tower::KeyLabel::ANONYMOUS.to_owned(),
+        |k| k.as_str().to_owned(),
+    )
 }
 
 /// Sets the response URL reqwest reads back when an `http::Response` is

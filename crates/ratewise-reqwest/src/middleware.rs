@@ -3,7 +3,15 @@
 use ratewise_tower::{Policy, RetryLayer};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::job::{self, Ended, SendFuture, Sender};
+use crate::job::{self, Ended, SendFuture, Sender, Stops};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set in a call's extensions once the middleware has run it.
+#[derive(Clone, Copy, Debug)]
+struct Handled;
+
+/// Set once a second retry owner above the middleware was warned about.
+static SECOND_OWNER_SEEN: AtomicBool = AtomicBool::new(false);
 
 /// A `reqwest_middleware::Middleware` that runs each call as one job of a
 /// [`RetryLayer`]: admission before every send, every answer read whole
@@ -23,8 +31,11 @@ use crate::job::{self, Ended, SendFuture, Sender};
 ///   in its extensions;
 /// * the last send failed in transport: the `reqwest_middleware::Error`
 ///   of the stack below, kinds intact (`is_timeout()`, `is_connect()`);
-/// * no answer to give (stopped, deferred or past the deadline before a
-///   send, a body too large): `Err(reqwest_middleware::Error::Middleware)`
+/// * the key is already stopped (a spend cap, billing, credentials): the
+///   provider's answer that stopped it, kept by this middleware (clones
+///   share it), at once, nothing sent — as `ratewise proxy` answers;
+/// * no answer to give (stopped with no kept answer, deferred or past the
+///   deadline before a send, a body too large): `Err(reqwest_middleware::Error::Middleware)`
 ///   holding the `ratewise_tower::Error` with the decision
 ///   ([`ratewise_error`](crate::ratewise_error) finds it).
 ///
@@ -36,6 +47,7 @@ use crate::job::{self, Ended, SendFuture, Sender};
 #[derive(Clone, Debug)]
 pub struct RatewiseMiddleware {
     layer: RetryLayer,
+    stops: Stops,
 }
 
 impl RatewiseMiddleware {
@@ -49,7 +61,10 @@ impl RatewiseMiddleware {
     /// (in memory or Redis), clock and journal, shared with every other
     /// user of the same layer.
     pub fn from_layer(layer: RetryLayer) -> Self {
-        RatewiseMiddleware { layer }
+        RatewiseMiddleware {
+            layer,
+            stops: Stops::default(),
+        }
     }
 
     /// The layer (configuration, shared state, `resume`).
@@ -67,8 +82,21 @@ impl Middleware for RatewiseMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
         let given = extensions.clone();
+        // An outer retrier presents the same request (with the same
+        // extensions) again: a second retry owner, named once.
+        if extensions.get::<Handled>().is_some() {
+            if !SECOND_OWNER_SEEN.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "a request came through RatewiseMiddleware twice: a second retry owner \
+                     (reqwest-retry, a retry loop) is installed above it; its attempts \
+                     multiply ratewise's"
+                );
+            }
+        } else {
+            extensions.insert(Handled);
+        }
         let sender = NextSender { next, extensions };
-        let ended = job::run(&self.layer, req, given, sender).await;
+        let ended = job::run(&self.layer, &self.stops, req, given, sender).await;
         match ended {
             Ok(response) => Ok(response),
             Err(Ended::Transport(e)) => Err(e),

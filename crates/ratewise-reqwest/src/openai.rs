@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tower::{Service, ServiceExt};
 
-use crate::job::{self, Ended, SendFuture, Sender};
+use crate::job::{self, Ended, SendFuture, Sender, Stops};
 
 /// ratewise for async-openai: a tower layer over any
 /// `Service<HttpRequestFactory, Response = reqwest::Response>`
@@ -33,7 +33,9 @@ use crate::job::{self, Ended, SendFuture, Sender};
 /// a job that ended on the provider's answer returns it unchanged (so
 /// async-openai raises `OpenAIError::ApiError` with the provider's code,
 /// `insufficient_quota` for a spend cap), with `x-ratewise-action` and
-/// the [`Outcome`](crate::Outcome); a transport failure returns the inner
+/// the [`Outcome`](crate::Outcome) — and a call that finds its key
+/// stopped gets the answer that stopped it again, nothing sent; a
+/// transport failure returns the inner
 /// service's `OpenAIError` as it was; a job that ended with no answer
 /// (stopped, deferred, past its deadline before a send) returns
 /// `OpenAIError::Boxed` holding the `ratewise_tower::Error` with the
@@ -41,6 +43,7 @@ use crate::job::{self, Ended, SendFuture, Sender};
 #[derive(Clone, Debug)]
 pub struct OpenAiLayer {
     layer: RetryLayer,
+    stops: Stops,
 }
 
 impl OpenAiLayer {
@@ -52,7 +55,10 @@ impl OpenAiLayer {
     /// A layer running its calls on `layer` (its limits, store, clock,
     /// journal), shared with every other user of it.
     pub fn from_layer(layer: RetryLayer) -> Self {
-        OpenAiLayer { layer }
+        OpenAiLayer {
+            layer,
+            stops: Stops::default(),
+        }
     }
 
     /// The ratewise layer.
@@ -68,6 +74,7 @@ impl<S> tower::Layer<S> for OpenAiLayer {
         OpenAiService {
             inner,
             layer: self.layer.clone(),
+            stops: self.stops.clone(),
         }
     }
 }
@@ -77,6 +84,7 @@ impl<S> tower::Layer<S> for OpenAiLayer {
 pub struct OpenAiService<S> {
     inner: S,
     layer: RetryLayer,
+    stops: Stops,
 }
 
 impl<S> Service<HttpRequestFactory> for OpenAiService<S>
@@ -98,11 +106,12 @@ where
     fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
         let inner = self.inner.clone();
         let layer = self.layer.clone();
+        let stops = self.stops.clone();
         Box::pin(async move {
             // Built once: its body is what every attempt replays.
             let request = factory.build().await?;
             let sender = FactorySender { inner };
-            match job::run(&layer, request, http::Extensions::new(), sender).await {
+            match job::run(&layer, &stops, request, http::Extensions::new(), sender).await {
                 Ok(response) => Ok(response),
                 Err(Ended::Transport(e)) => Err(e),
                 Err(Ended::Ratewise(e)) => Err(OpenAIError::Boxed(Box::new(e))),

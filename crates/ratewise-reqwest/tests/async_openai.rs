@@ -70,8 +70,18 @@ async fn a_spend_cap_reaches_async_openai_as_api_error_with_the_code() {
         }
         other => panic!("expected the provider's ApiError, got {other:?}"),
     }
-    // The key is stopped: nothing more is sent, and the error says why.
-    let err = client.chat().create(chat()).await.expect_err("stopped");
+    // The key is stopped: nothing more is sent, and async-openai raises
+    // the provider's error again from the kept answer.
+    match client.chat().create(chat()).await {
+        Err(OpenAIError::ApiError(e)) => {
+            assert_eq!(e.api_error.code.as_deref(), Some("insufficient_quota"))
+        }
+        other => panic!("expected the kept ApiError, got {other:?}"),
+    }
+    // A layer that kept no answer (another one on the same RetryLayer):
+    // the decision, boxed.
+    let other = openai_client(&server, &layer);
+    let err = other.chat().create(chat()).await.expect_err("stopped");
     let e = openai_ratewise_error(&err).expect("ratewise's decision");
     assert!(e.is_stop_queue(), "{e}");
     assert_eq!(server.records().len(), 1);

@@ -9,6 +9,7 @@ use ratewise_core::ActionKind;
 use ratewise_mock::{Fault, FaultRule, MockConfig, RetryAfterFormat};
 use ratewise_reqwest::{ratewise_error, Outcome, ACTION_HEADER};
 use ratewise_tower::RetryLayer;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn body(v: &serde_json::Value) -> Vec<u8> {
@@ -78,6 +79,24 @@ async fn openai_sse_usage_settles_when_the_stream_is_read() {
     let ledger = clean(&layer).await;
     assert!(ledger.charged.output > 0, "{ledger:?}");
     assert_eq!(sends(&server, "o1"), 1);
+}
+
+#[tokio::test]
+async fn an_openai_stream_without_usage_still_settles() {
+    // No `stream_options.include_usage`: the stream carries no usage, so
+    // the reservation ends as a cut stream's does.
+    let server = mock(roomy()).await;
+    let layer = layer();
+    let client = client(&layer, &Wire::default());
+    let response = openai(&client, &server, "o2")
+        .body(body(&openai_body(64, true)))
+        .send()
+        .await
+        .expect("ok");
+    assert_eq!(action(&response), "done");
+    let text = String::from_utf8(response.bytes().await.unwrap().to_vec()).unwrap();
+    assert!(text.contains("[DONE]"), "{text}");
+    clean(&layer).await;
 }
 
 #[tokio::test]
@@ -190,9 +209,27 @@ async fn a_spend_cap_stops_the_key_with_no_further_send() {
     assert_eq!(action(&response), "stop_queue");
     let v: serde_json::Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
     assert_eq!(v["error"]["code"], "insufficient_quota");
-    // The key is stopped: the next call ends before a send, with the
-    // decision.
-    let err = openai(&client, &server, "s2")
+    // The key is stopped: the next call gets the answer that stopped it,
+    // at once, nothing sent.
+    let again = openai(&client, &server, "s2")
+        .body(body(&openai_body(64, false)))
+        .send()
+        .await
+        .expect("the kept answer");
+    assert_eq!(again.status(), 429);
+    assert_eq!(action(&again), "stop_queue");
+    assert!(again
+        .extensions()
+        .get::<Outcome>()
+        .unwrap()
+        .attempts()
+        .is_empty());
+    let v: serde_json::Value = serde_json::from_slice(&again.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "insufficient_quota");
+    // A middleware that kept no answer (another one on the same layer):
+    // the call ends before a send with the decision.
+    let other = client_over(reqwest::Client::new(), &layer, &Wire::default());
+    let err = openai(&other, &server, "s3")
         .body(body(&openai_body(64, false)))
         .send()
         .await
@@ -218,12 +255,13 @@ async fn a_billing_error_stops_the_key_with_no_further_send() {
     assert_eq!(response.status(), 402);
     assert_eq!(action(&response), "stop_queue");
     for job in ["b2", "b3"] {
-        let err = anthropic(&client, &server, job)
+        let again = anthropic(&client, &server, job)
             .body(body(&anthropic_body(64, false)))
             .send()
             .await
-            .expect_err("stopped");
-        assert!(ratewise_error(&err).unwrap().is_stop_queue());
+            .expect("the kept answer");
+        assert_eq!(again.status(), 402);
+        assert_eq!(action(&again), "stop_queue");
     }
     assert_eq!(server.records().len(), 1);
     clean(&layer).await;
@@ -362,4 +400,110 @@ async fn calls_dropped_in_flight_or_mid_body_leave_nothing_outstanding() {
     drop(response);
     let ledger = clean(&layer).await;
     assert_eq!(ledger.refused_ends, 0);
+}
+
+#[tokio::test]
+async fn a_call_dropped_while_it_waits_to_retry_leaves_nothing_outstanding() {
+    let server = mock(MockConfig {
+        faults: vec![FaultRule::nth(
+            Fault::RetryAfter {
+                format: RetryAfterFormat::Seconds,
+                secs: 5,
+            },
+            [1],
+        )],
+        ..roomy()
+    })
+    .await;
+    let layer = layer();
+    let client = client(&layer, &Wire::default());
+    let call = anthropic(&client, &server, "w1")
+        .body(body(&anthropic_body(64, false)))
+        .send();
+    // Answered 429 at once, then waiting out `retry-after: 5` when the
+    // caller gives up.
+    assert!(tokio::time::timeout(Duration::from_millis(300), call)
+        .await
+        .is_err());
+    assert_eq!(sends(&server, "w1"), 1);
+    clean(&layer).await;
+}
+
+/// Answers the first request that reaches it with OpenAI's 429 and
+/// `retry-after-ms` (the mock writes only `retry-after`), then passes
+/// every other through to the mock.
+#[derive(Clone, Default)]
+struct RetryAfterMs(Arc<std::sync::atomic::AtomicBool>);
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for RetryAfterMs {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        if self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return next.run(req, extensions).await;
+        }
+        let answer = http::Response::builder()
+            .status(429)
+            .header("content-type", "application/json")
+            .header("retry-after-ms", "3000")
+            .header("x-request-id", "req_injected")
+            .body(
+                r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
+            )
+            .unwrap();
+        Ok(reqwest::Response::from(answer))
+    }
+}
+
+#[tokio::test]
+async fn retry_after_ms_is_honoured_on_the_layers_clock() {
+    let server = mock(roomy()).await;
+    let clock = ManualClock::new();
+    let layer = RetryLayer::builder()
+        .policy(fast_policy())
+        .seed(7)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let wire = Wire::default();
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(ratewise_reqwest::RatewiseMiddleware::from_layer(
+            layer.clone(),
+        ))
+        .with(wire.clone())
+        .with(RetryAfterMs::default())
+        .build();
+    let response = openai(&client, &server, "ms")
+        .body(body(&openai_body(64, false)))
+        .send()
+        .await
+        .expect("ok");
+    assert_eq!(response.status(), 200);
+    drop(response.bytes().await);
+    assert_eq!(wire.bodies().len(), 2);
+    assert_eq!(sends(&server, "ms"), 1);
+    let waited = clock.elapsed();
+    assert!(waited >= Duration::from_millis(3000), "{waited:?}");
+}
+
+#[tokio::test]
+async fn a_call_past_its_deadline_before_a_send_is_an_error_with_the_decision() {
+    let server = mock(roomy()).await;
+    let layer = layer();
+    let client = client(&layer, &Wire::default());
+    let err = anthropic(&client, &server, "late")
+        .with_extension(ratewise_tower::Deadline(Duration::ZERO))
+        .body(body(&anthropic_body(64, false)))
+        .send()
+        .await
+        .expect_err("no answer");
+    let e = ratewise_error(&err).expect("ratewise's error");
+    assert!(e.is_give_up(), "{e}");
+    assert!(!e.was_sent());
+    assert_eq!(sends(&server, "late"), 0);
+    clean(&layer).await;
 }

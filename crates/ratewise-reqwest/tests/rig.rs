@@ -53,7 +53,11 @@ async fn a_spend_cap_stops_a_rig_agent_with_no_further_send() {
         format!("{first:?}").contains("insufficient_quota"),
         "the provider's code reaches rig: {first:?}"
     );
-    let _second = agent.prompt("say hello").await.expect_err("stopped");
+    let second = agent.prompt("say hello").await.expect_err("stopped");
+    assert!(
+        format!("{second:?}").contains("insufficient_quota"),
+        "the kept answer: {second:?}"
+    );
     assert_eq!(server.records().len(), 1);
     clean(&layer).await;
 }
