@@ -10,6 +10,11 @@
 //!   retry owner for any tower HTTP client service. The runnable examples
 //!   (`cargo run --example batch --features tower`, `proxy`, `worker`)
 //!   use it against the in-process mock provider.
+//! - `reqwest` (feature `reqwest`; `async-openai`, `rig` for those
+//!   clients): `RatewiseMiddleware` for reqwest-middleware, `OpenAiLayer`
+//!   for async-openai, rig through its middleware client
+//!   (`cargo run --example reqwest --features reqwest`, `async_openai`,
+//!   `rig`).
 //! - `redis` (feature `redis`): the admission store on Redis, so every
 //!   process using a key shares its limits, pauses and stops.
 //!
@@ -33,3 +38,6 @@ pub use ratewise_tower as tower;
 
 #[cfg(feature = "redis")]
 pub use ratewise_redis as redis;
+
+#[cfg(feature = "reqwest")]
+pub use ratewise_reqwest as reqwest;
