@@ -507,3 +507,38 @@ async fn a_call_past_its_deadline_before_a_send_is_an_error_with_the_decision() 
     assert_eq!(sends(&server, "late"), 0);
     clean(&layer).await;
 }
+
+#[tokio::test]
+async fn a_call_dropped_while_it_waits_for_admission_leaves_nothing_outstanding() {
+    let server = mock(roomy()).await;
+    // One request a minute for the key: the second call waits for room
+    // (its deadline leaves time for that wait, so it is not turned away).
+    let layer = RetryLayer::builder()
+        .policy(fast_policy())
+        .deadline(Duration::from_secs(600))
+        .seed(7)
+        .limits(ratewise_tower::Limits::per_minute().requests(1))
+        .build()
+        .expect("layer");
+    let client = client(&layer, &Wire::default());
+    let first = anthropic(&client, &server, "a1")
+        .body(body(&anthropic_body(64, false)))
+        .send()
+        .await
+        .expect("the first call is answered");
+    assert_eq!(first.status(), 200);
+    drop(first.bytes().await);
+    let queued = anthropic(&client, &server, "a2")
+        .body(body(&anthropic_body(64, false)))
+        .send();
+    // The caller gives up while the call waits for admission.
+    assert!(tokio::time::timeout(Duration::from_millis(300), queued)
+        .await
+        .is_err());
+    assert_eq!(
+        sends(&server, "a2"),
+        0,
+        "a call dropped in the queue is never sent"
+    );
+    clean(&layer).await;
+}
