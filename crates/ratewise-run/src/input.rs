@@ -17,9 +17,10 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use std::io::{self, BufRead};
 
-/// The longest line read (32 MiB, a request body's size limit at both
-/// providers' batch APIs is of this order); a longer line is a bad line and
-/// is skipped without being held in memory.
+/// The longest line read: 32 MiB, Anthropic's documented request size
+/// limit for the Messages API ("32 MB"), which one line's request is sent
+/// to; a longer line is a bad line and is skipped without being held in
+/// memory.
 pub const MAX_LINE: usize = 32 * 1024 * 1024;
 
 /// The two batch formats.

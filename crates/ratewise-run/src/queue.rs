@@ -63,8 +63,11 @@ pub struct Settings {
 
 impl Settings {
     /// Defaults for `shape`: its public upstream, a window of 64 jobs and
-    /// 256 MiB, a 24 h deadline (the providers' own batch window), no
-    /// budget, a 30 s grace.
+    /// 256 MiB, no budget, a 30 s grace, and a 24 h deadline — the
+    /// providers' own batch window: OpenAI's Batch API takes
+    /// `completion_window` "24h" ("Currently only `24h` is supported"),
+    /// and Anthropic's Message Batches end each request not processed
+    /// within 24 hours as `expired`.
     pub fn new(shape: Shape, api_key: impl Into<String>) -> Settings {
         Settings {
             shape,
