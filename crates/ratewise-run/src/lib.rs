@@ -50,7 +50,7 @@ pub mod store;
 
 pub use config::{FileConfig, Options, ProgressMode};
 pub use journal::StoreJournal;
-pub use queue::{usage_of, Ending, Queue, Rates, Report, Settings};
+pub use queue::{Ending, Queue, Rates, Report, Settings};
 pub use sqlite::{SqliteStore, Synchronous};
 pub use store::{State, Store, StoreError};
 

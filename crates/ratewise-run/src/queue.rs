@@ -27,6 +27,7 @@ use crate::progress::{Progress, Status};
 use crate::store::{submit, Counts, End, HotWrite, Pending, State, StopRecord, Store, StoreError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use ratewise_core::parse::request_id::request_id_from_headers;
 use ratewise_core::ActionKind;
 use ratewise_tower::{Attempts, Deadline, JobId, Model, RetryService};
 use std::collections::{HashSet, VecDeque};
@@ -634,28 +635,12 @@ fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
     records.iter().filter_map(|r| r.delay_ms).sum()
 }
 
-/// Input and output tokens of a provider's `usage` (Anthropic's
-/// `input_tokens` with its cache counts, OpenAI's `prompt_tokens` /
-/// `completion_tokens` or the Responses API's `input_tokens` /
-/// `output_tokens`).
-pub fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
-    #[derive(serde::Deserialize)]
-    struct WithUsage {
-        usage: Option<serde_json::Value>,
-    }
-    let u = serde_json::from_slice::<WithUsage>(body).ok()?.usage?;
-    let n = |k: &str| u.get(k).and_then(serde_json::Value::as_u64);
-    let input = n("input_tokens").or(n("prompt_tokens"))?
-        + n("cache_creation_input_tokens").unwrap_or(0)
-        + n("cache_read_input_tokens").unwrap_or(0);
-    let output = n("output_tokens").or(n("completion_tokens"))?;
-    Some((input, output))
-}
-
-fn request_id(headers: &http::HeaderMap) -> Option<String> {
-    ["request-id", "x-request-id"]
-        .iter()
-        .find_map(|h| headers.get(*h)?.to_str().ok().map(str::to_owned))
+/// Input (cache writes and reads included: all billed) and output tokens
+/// of a success body's `usage`, read by the core's one parser.
+fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
+    let u = ratewise_core::parse::body::parse_usage(body)?;
+    let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
+    Some((input, u.output_tokens))
 }
 
 async fn call<S: Upstream>(
@@ -672,7 +657,7 @@ async fn call<S: Upstream>(
     match result {
         Ok(resp) => {
             let status = resp.status().as_u16();
-            let rid = request_id(resp.headers());
+            let rid = request_id_from_headers(resp.headers());
             let attempts = resp
                 .extensions()
                 .get::<Attempts>()
@@ -723,7 +708,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
         .or_else(|| attempts.last().map(|a| a.cause.as_str().to_owned()));
     let mut end = End {
         status: e.status().map(|s| s.as_u16()),
-        request_id: e.headers().and_then(request_id),
+        request_id: e.headers().and_then(request_id_from_headers),
         response: e.body().cloned(),
         cause: cause.clone(),
         message: Some(e.to_string()),
