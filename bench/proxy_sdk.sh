@@ -73,7 +73,8 @@ CHECK="bench/proxy_sdk.sh"
 . "$ROOT/tests/conformance/venv.sh"
 . "$ROOT/bench/lib.sh"
 
-(cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
+# RATEWISE_BINS_BUILT: .ci/run built these binaries with the test suite.
+[ -n "${RATEWISE_BINS_BUILT:-}" ] || (cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
 MOCK_BIN="$TARGET/debug/ratewise-mock"
 PROXY_BIN="$TARGET/debug/ratewise"
 

@@ -32,7 +32,8 @@ command -v redis-server >/dev/null || skip_check "$CHECK" "redis-server not foun
 . "$ROOT/tests/conformance/venv.sh"
 . "$ROOT/bench/lib.sh"
 
-(cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
+# RATEWISE_BINS_BUILT: .ci/run built these binaries with the test suite.
+[ -n "${RATEWISE_BINS_BUILT:-}" ] || (cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
 MOCK_BIN="$TARGET/debug/ratewise-mock"
 PROXY_BIN="$TARGET/debug/ratewise"
 

@@ -25,7 +25,8 @@ CHECK="the official Python SDKs through ratewise proxy"
 . "$HERE/venv.sh"
 command -v openssl >/dev/null || { echo "FAIL: openssl is needed for the test CA" >&2; exit 1; }
 
-(cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
+# RATEWISE_BINS_BUILT: .ci/run built these binaries with the test suite.
+[ -n "${RATEWISE_BINS_BUILT:-}" ] || (cd "$ROOT" && cargo build --quiet -p ratewise-mock -p ratewise-cli)
 MOCK_BIN="$TARGET/debug/ratewise-mock"
 RATEWISE="$TARGET/debug/ratewise"
 

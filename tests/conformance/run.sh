@@ -21,7 +21,8 @@ command -v "$PYTHON" >/dev/null || { echo "FAIL: $PYTHON not found" >&2; exit 1;
 CHECK="mock conformance against the official Python SDKs"
 . "$HERE/venv.sh"
 
-(cd "$ROOT" && cargo build --quiet -p ratewise-mock)
+# RATEWISE_BINS_BUILT: .ci/run built these binaries with the test suite.
+[ -n "${RATEWISE_BINS_BUILT:-}" ] || (cd "$ROOT" && cargo build --quiet -p ratewise-mock)
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/ratewise-mock"
 
 OUT="$(mktemp)"

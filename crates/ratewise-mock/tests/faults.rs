@@ -158,9 +158,17 @@ async fn stream_error_first_frame_and_mid_way() {
     .await;
     let r = anthropic(&server, &anthropic_body("x", 100, true)).await;
     assert_eq!(r.status, 200);
+    // One `error` event and nothing else. The JSON is compared parsed: its
+    // key order follows serde_json's features (rig turns on
+    // `preserve_order`), and a client reads it parsed.
+    let text = r.text();
+    let data = text
+        .strip_prefix("event: error\ndata: ")
+        .and_then(|rest| rest.strip_suffix("\n\n"))
+        .unwrap_or_else(|| panic!("one error event, got {text:?}"));
     assert_eq!(
-        r.text(),
-        "event: error\ndata: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\"},\"type\":\"error\"}\n\n"
+        serde_json::from_str::<serde_json::Value>(data).unwrap(),
+        serde_json::json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     );
     server.set_faults(vec![FaultRule::always(Fault::StreamError {
         after_events: 4,
