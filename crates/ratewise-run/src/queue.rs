@@ -636,9 +636,18 @@ fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
 }
 
 /// Input (cache writes and reads included: all billed) and output tokens
-/// of a success body's `usage`, read by the core's one parser.
+/// of a success body's `usage`, read by the core's one usage parser.
+///
+/// The whole body is read, not the core's `parse_usage`, which looks at a
+/// 64 KiB prefix (made for error bodies): a long completion's `usage`
+/// comes after its text. The body is already bounded by the answer bound.
 fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
-    let u = ratewise_core::parse::body::parse_usage(body)?;
+    #[derive(serde::Deserialize)]
+    struct WithUsage {
+        usage: Option<serde_json::Value>,
+    }
+    let raw = serde_json::from_slice::<WithUsage>(body).ok()?.usage?;
+    let u = ratewise_core::parse::body::usage_from_value(&raw)?;
     let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
     Some((input, u.output_tokens))
 }
@@ -760,5 +769,27 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
             end.state = Some(State::Failed);
             Outcome::End(end)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_of;
+
+    #[test]
+    fn usage_after_a_long_completion_is_read() {
+        // 200 KiB of text before `usage`, as a long completion has.
+        let text = "word ".repeat(40_000);
+        let anthropic = format!(
+            r#"{{"content":[{{"type":"text","text":"{text}"}}],"usage":{{"input_tokens":10,"cache_creation_input_tokens":2,"cache_read_input_tokens":3,"output_tokens":40000}}}}"#
+        );
+        assert!(anthropic.len() > 64 * 1024);
+        assert_eq!(usage_of(anthropic.as_bytes()), Some((15, 40_000)));
+        let openai = format!(
+            r#"{{"choices":[{{"message":{{"content":"{text}"}}}}],"usage":{{"prompt_tokens":19,"completion_tokens":40000,"prompt_tokens_details":{{"cached_tokens":4}}}}}}"#
+        );
+        assert_eq!(usage_of(openai.as_bytes()), Some((19, 40_000)));
+        assert_eq!(usage_of(b"not json"), None);
+        assert_eq!(usage_of(br#"{"id":"x"}"#), None);
     }
 }
