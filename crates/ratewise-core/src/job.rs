@@ -89,7 +89,7 @@ use crate::admit::{
     Admission, AdmitRequest, Applied, End, Observed, Reservation, Sent, Target, Update, WaitReason,
 };
 use crate::classify::Classification;
-use crate::decide::{decide, JobState, Policy, RandomSource};
+use crate::decide::{decide, paced, JobState, Policy, RandomSource};
 use crate::decision::{Action, Decision, RetryBudgetState};
 use crate::note::Note;
 use crate::time::{Instant, Now};
@@ -248,6 +248,13 @@ pub struct Job {
     /// Admission must come early enough for the attempt itself to fit.
     admit_deadline: Option<Instant>,
     attempts: u32,
+    /// Attempts answered by a rate signal the job waited out
+    /// ([`paced`](crate::decide::paced)): not counted toward
+    /// `max_attempts` or the retry budget.
+    paced: u32,
+    /// The last answer was such a signal: the next admission is a paced
+    /// retry, outside the retry budget.
+    last_paced: bool,
     state: State,
     reservation: Option<Reservation>,
     admitted: Option<Sent>,
@@ -276,6 +283,8 @@ impl Job {
             spec,
             admit_deadline,
             attempts: 0,
+            paced: 0,
+            last_paced: false,
             state: State::Ready { not_before: None },
             reservation: None,
             admitted: None,
@@ -359,6 +368,7 @@ impl Job {
             body_bytes: self.spec.body_bytes,
             max_tokens: self.spec.max_tokens,
             is_retry: self.attempts > 0,
+            paced: self.last_paced,
             deadline: self.admit_deadline,
             streamed: self.spec.streamed,
         }
@@ -609,6 +619,7 @@ impl Job {
             return Update::answer(observed, end);
         }
         let d = decide(policy, &self.job_state(), c, now, rng);
+        self.note_paced(c, &d);
         let if_budget_spent = self.if_budget_spent(policy, c, &d, now, rng);
         let observed = self.observed(c, d);
         let end = self.reservation.take().map(|reservation| match usage {
@@ -647,6 +658,7 @@ impl Job {
             return nothing();
         }
         let d = decide(policy, &self.job_state(), c, now, rng);
+        self.note_paced(c, &d);
         let if_budget_spent = self.if_budget_spent(policy, c, &d, now, rng);
         let observed = self.observed(c, d);
         let end = self.reservation.take().map(|reservation| {
@@ -818,7 +830,17 @@ impl Job {
     }
 
     fn job_state(&self) -> JobState {
-        JobState::new(self.attempts, self.spec.arrived, self.spec.deadline)
+        JobState::new(self.attempts, self.spec.arrived, self.spec.deadline).with_paced(self.paced)
+    }
+
+    /// After an answer decided `d`: whether the job waits it out as a rate
+    /// signal, not counted ([`paced`](crate::decide::paced)).
+    fn note_paced(&mut self, c: &Classification, d: &Decision) {
+        self.last_paced = matches!(d.action, Action::Retry { .. } | Action::Defer { .. })
+            && paced(c, &self.job_state());
+        if self.last_paced {
+            self.paced = self.paced.saturating_add(1);
+        }
     }
 
     /// For a retry (or a deferral) decided `d`: the decision against a

@@ -21,6 +21,7 @@
 //! * `introspection` — snapshots and counters, read-only;
 //! * `forget` — forgetting idle keys.
 
+use super::belief::{effective, silent_dimensions, LimitSource};
 use super::bucket::{capacity_for, Bucket, CreditMark, ServerView};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
@@ -29,6 +30,7 @@ use super::profile::{Profile, Rounding};
 use super::ramp::{Ramp, RampConfig};
 use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, ReservationId, Sent, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
+use super::silent::{EstimateState, SilentEstimate};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
 use super::table::Table;
@@ -52,9 +54,11 @@ mod introspection;
 mod pace;
 mod records;
 mod registry;
+mod silent;
 
 pub use introspection::ScopeSnapshot;
 use pace::{apply_ramp, credit_capacities, grow_ramp, rebuild_buckets, restart_ramp};
+use silent::{estimated, follow_estimates, silent_ended, silent_took};
 
 /// Everything the controller is configured with.
 #[derive(Debug, Clone)]
@@ -192,6 +196,10 @@ pub struct AdmitRequest {
     pub max_tokens: Option<u64>,
     /// A retry (counts against the retry budget) or a first attempt.
     pub is_retry: bool,
+    /// A retry after a rate signal the job waits out
+    /// ([`paced`](crate::decide::paced)): the retry budget neither bounds
+    /// nor counts it, since the provider said when it would have room.
+    pub paced: bool,
     /// The caller's deadline for the answer's first byte (the job machine
     /// passes its deadline less the policy's `expected_attempt_time`). The
     /// last moment to send is this less the scope's learned time to the
@@ -213,6 +221,7 @@ impl AdmitRequest {
             body_bytes: 0,
             max_tokens: None,
             is_retry: false,
+            paced: false,
             deadline: None,
             streamed: false,
         }
@@ -344,6 +353,9 @@ struct ScopeState {
     /// horizon (see [`sibling_horizon`]): a hypothesis, recomputed at
     /// every view, always inside the bracket.
     guess: [Option<u64>; 4],
+    /// Per dimension, the limit estimated from 429s alone, for a provider
+    /// that states none ([`SilentEstimate`]).
+    silent: [SilentEstimate; 4],
 }
 
 impl ScopeState {
@@ -383,7 +395,14 @@ impl ScopeState {
     /// Whether admissions must wait for a first answer: no limit is
     /// configured or learned, and none has been heard yet.
     fn needs_probe(&self) -> bool {
-        !self.heard && Limits::combine(&self.configured, &self.learned) == Limits::NONE
+        !self.heard
+            && Limits::combine(&self.configured, &self.learned) == Limits::NONE
+            && !self.silent.iter().any(SilentEstimate::is_set)
+    }
+
+    /// Every dimension's limit and where it comes from, at `t`.
+    fn limits_at(&self, t: Instant) -> [Option<(u64, LimitSource)>; 4] {
+        effective(&self.configured, &self.learned, &self.silent, t)
     }
 }
 

@@ -49,6 +49,7 @@
 //! assert!(c.ledger().is_clean());
 //! ```
 
+mod belief;
 mod bucket;
 mod controller;
 mod estimate;
@@ -60,12 +61,14 @@ mod record;
 mod reservation;
 mod retry_budget;
 mod shared;
+mod silent;
 mod spend;
 mod stop;
 mod store;
 pub mod store_kit;
 mod table;
 
+pub use belief::LimitSource;
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
     WaitReason,
@@ -78,6 +81,7 @@ pub use ramp::RampConfig;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
 pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;
+pub use silent::EstimateState;
 pub use spend::{Price, PriceTable, SpendConfig, SpendTotals};
 pub use stop::Stop;
 pub use store::{Applied, End, Observed, Store, StoreFuture, Update};

@@ -24,6 +24,7 @@
 use super::bucket::BucketRecord;
 use super::limits::Limits;
 use super::ramp::Ramp;
+use super::silent::SilentRecord;
 use super::stop::Stop;
 use crate::time::{Instant, Now};
 use crate::vocab::Cause;
@@ -49,8 +50,8 @@ pub struct KeyRecord {
 
 /// The format of the records this version writes: 2 added each bucket's
 /// learned margin (`margin`, `margin_at`) and each scope's capacity
-/// `ceiling`.
-pub const RECORD_FORMAT: u32 = 2;
+/// `ceiling`; 3 each dimension's limit estimated from 429s (`silent`).
+pub const RECORD_FORMAT: u32 = 3;
 
 fn format_one() -> u32 {
     1
@@ -100,6 +101,10 @@ pub(crate) struct ScopeRecord {
     /// A capacity taken from a sibling's horizon (format 2; absent before).
     #[serde(default)]
     pub guess: [Option<u64>; 4],
+    /// Each dimension's limit estimated from 429s alone (format 3; absent
+    /// before): replicas share what each one's 429s taught.
+    #[serde(default)]
+    pub silent: [Option<SilentRecord>; 4],
     pub heard: bool,
 }
 

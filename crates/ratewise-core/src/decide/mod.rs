@@ -91,6 +91,46 @@ fn terminal_action(policy: &Policy, c: &Classification, notes: &mut Vec<Note>) -
     Some(action)
 }
 
+/// Whether an answer is a rate signal the job waits out without counting
+/// it: a rate-limit, acceleration or overload answer that says when to
+/// come back (`retry-after`, a `RetryInfo`, "try again in 1.4s"), for a
+/// job with a deadline. Such a job is bounded by its deadline alone:
+/// neither `max_attempts` nor the queue's retry budget gives it up while
+/// the deadline allows the wait (a job that cannot be sent in time is
+/// still answered at once). A job with no deadline keeps counting them:
+/// nothing else would bound it. Retries without a rate signal (a 5xx with
+/// no hint, a transport failure) are always counted.
+///
+/// ```
+/// use http::{HeaderMap, StatusCode};
+/// use ratewise_core::classify::{classify_response, ResponseView};
+/// use ratewise_core::decide::{paced, JobState};
+/// use ratewise_core::{Instant, Provider};
+/// use std::time::{Duration, SystemTime};
+///
+/// let body = br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+/// let classify = |headers: &HeaderMap| {
+///     let view = ResponseView { status: StatusCode::TOO_MANY_REQUESTS, headers, body };
+///     classify_response(Provider::Anthropic, &view, SystemTime::UNIX_EPOCH)
+/// };
+/// let mut headers = HeaderMap::new();
+/// let bare = classify(&headers);
+/// headers.insert("retry-after", "2".parse().unwrap());
+/// let hinted = classify(&headers);
+///
+/// let job = JobState::new(7, Instant::ZERO, Some(Duration::from_secs(600)));
+/// assert!(paced(&hinted, &job));
+/// assert!(!paced(&bare, &job)); // no hint: counted
+/// assert!(!paced(&hinted, &JobState::new(7, Instant::ZERO, None))); // no deadline
+/// ```
+pub fn paced(c: &Classification, job: &JobState) -> bool {
+    matches!(
+        c.cause,
+        Cause::RateLimited | Cause::AccelerationLimited | Cause::Overloaded
+    ) && c.hints.wait.is_some_and(|h| h.wait < FOREVER)
+        && job.deadline.is_some()
+}
+
 /// Retryable causes: attempts, server's say, deadline, then the wait.
 fn retry_action(
     policy: &Policy,
@@ -106,7 +146,17 @@ fn retry_action(
             reason: GiveUpReason::ServerDeclined,
         };
     }
-    if job.attempts >= policy.max_attempts {
+    // A rate signal with a hint is paced, not counted (DESIGN principle
+    // 17): the provider said when it will have room, and only the deadline
+    // bounds how long the job's caller waits for it.
+    let paced = paced(c, job);
+    if paced {
+        notes.push(
+            "rate signal with a hint: paced, not counted toward attempts or the retry budget"
+                .into(),
+        );
+    }
+    if !paced && job.counted_attempts() >= policy.max_attempts {
         notes.push(Note::AttemptsSpent {
             attempts: job.attempts,
             max: policy.max_attempts,
@@ -117,7 +167,7 @@ fn retry_action(
     }
     // The queue's budget before any wait is drawn: a deferral is a retry
     // too (its job is sent again), and a spent budget decides no delay.
-    if job.retry_budget == RetryBudgetState::Spent {
+    if !paced && job.retry_budget == RetryBudgetState::Spent {
         notes.push("the queue's retry budget is spent: no retry".into());
         return Action::GiveUp {
             reason: GiveUpReason::RetryBudget,

@@ -144,6 +144,10 @@ pub struct JobState {
     /// The queue's retry budget, as the store last saw it: a spent budget
     /// turns any retry into `give_up` `retry_budget`.
     pub retry_budget: crate::RetryBudgetState,
+    /// Of `attempts`, those answered earlier by a rate signal the job
+    /// waited out ([`paced`](crate::decide::paced)): they count toward
+    /// neither `max_attempts` nor the retry budget.
+    pub paced: u32,
 }
 
 impl JobState {
@@ -154,7 +158,21 @@ impl JobState {
             arrived,
             deadline,
             retry_budget: crate::RetryBudgetState::Available,
+            paced: 0,
         }
+    }
+
+    /// The same job, `paced` of whose attempts were answered by a rate
+    /// signal it waited out (see [`paced`](Self::paced)).
+    pub const fn with_paced(mut self, paced: u32) -> Self {
+        self.paced = paced;
+        self
+    }
+
+    /// Attempts that count toward `max_attempts`: those not answered by
+    /// a rate signal the job waited out.
+    pub const fn counted_attempts(&self) -> u32 {
+        self.attempts.saturating_sub(self.paced)
     }
 
     /// The same job, deciding against the retry budget `state`.

@@ -6,7 +6,9 @@
 //! once, and a second end is refused and counted in
 //! [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends), never charged twice.
 
-use super::{grow_ramp, Amounts, Controller, Exit, Instant, Now, Removed, Reservation, Usage};
+use super::{
+    grow_ramp, silent_ended, Amounts, Controller, Exit, Instant, Now, Removed, Reservation, Usage,
+};
 use crate::admit::End;
 
 impl Controller {
@@ -42,6 +44,9 @@ impl Controller {
             End::Release { reservation: res } => {
                 match self.slab.remove(res.id, Exit::Released) {
                     Some(e) => {
+                        if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
+                            silent_ended(s, &res.amounts, &Amounts::default(), res.admitted_at);
+                        }
                         self.touch(res.scope, now.instant);
                         self.give_back(&e, now.instant)
                     }
@@ -100,6 +105,9 @@ impl Controller {
                     b.charge(act - reserved, t);
                 }
             }
+        }
+        if live {
+            silent_ended(s, &res.amounts, &actual, res.admitted_at);
         }
         self.slab.charge(&actual);
         if let Some(sp) = &mut self.spend {

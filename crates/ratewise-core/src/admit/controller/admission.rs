@@ -8,9 +8,9 @@
 //! place so that a reader can see why a request waits.
 
 use super::{
-    grow_ramp, input_from_bytes, restart_ramp, Admission, AdmitRequest, Amounts, Bucket, Cause,
-    Config, Controller, CreditMark, Duration, GiveUpReason, Instant, Now, Ramp, RampConfig,
-    Reservation, SpendCheck, WaitReason, DIMENSIONS, PROBE_RECHECK,
+    follow_estimates, grow_ramp, input_from_bytes, restart_ramp, silent_took, Admission,
+    AdmitRequest, Amounts, Bucket, Cause, Config, Controller, CreditMark, Duration, GiveUpReason,
+    Instant, Now, Ramp, RampConfig, Reservation, SpendCheck, WaitReason, DIMENSIONS, PROBE_RECHECK,
 };
 
 impl Controller {
@@ -49,7 +49,7 @@ impl Controller {
                 earliest: None,
             };
         }
-        if req.is_retry && !self.retry.can_retry(t) {
+        if req.is_retry && !req.paced && !self.retry.can_retry(t) {
             return Admission::Refused {
                 reason: GiveUpReason::RetryBudget,
                 earliest: None,
@@ -79,6 +79,7 @@ impl Controller {
         } else {
             grow_ramp(s, &self.cfg.ramp, t);
         }
+        follow_estimates(s, self.cfg.burst, self.share_permille, t);
         let amounts = amounts_of(&self.cfg, req);
         for b in s.buckets.iter_mut().flatten() {
             b.refill(t);
@@ -116,10 +117,11 @@ impl Controller {
                 marks[i] = b.mark();
             }
         }
-        if req.is_retry {
-            self.retry.record_retry(t);
-        } else {
+        silent_took(s, &amounts, t);
+        if !req.is_retry {
             self.retry.record_first(t);
+        } else if !req.paced {
+            self.retry.record_retry(t);
         }
         let id = self.slab.insert(req.target.scope, amounts, cost, t);
         s.output_reserved = Some(amounts.output);
@@ -160,6 +162,7 @@ impl Controller {
         }
         let mut s = s.clone();
         grow_ramp(&mut s, &self.cfg.ramp, t);
+        follow_estimates(&mut s, self.cfg.burst, self.share_permille, t);
         for b in s.buckets.iter_mut().flatten() {
             b.refill(t);
         }

@@ -8,9 +8,9 @@
 //! levels.
 
 use super::{
-    apply_ramp, headers_describe, index, rebuild_buckets, restart_ramp, Action, CScope, Cause,
-    Classification, Controller, Decision, Dimension, Instant, Now, ScopeId, Sent, Stop, SystemTime,
-    DIMENSIONS,
+    apply_ramp, estimated, headers_describe, index, rebuild_buckets, restart_ramp, Action, CScope,
+    Cause, Classification, Controller, Decision, Dimension, Instant, Now, ScopeId, Sent, Stop,
+    SystemTime, DIMENSIONS,
 };
 use crate::admit::Applied;
 use crate::RetryBudgetState;
@@ -35,7 +35,10 @@ impl Controller {
     /// ([`learn_from_surprise`](Self::learn_from_surprise)).
     fn surprise(&mut self, sent: &Sent, named: Option<Dimension>, now: Now) -> Option<Surprise> {
         let s = self.scopes.get_mut(sent.scope.0 as usize)?;
-        let has = |i: usize| s.buckets[i].is_some() && sent.marks[i].get().is_some();
+        // A bucket paced at an estimate learns from its 429s through the
+        // estimate (`silent`), not through a margin on top of it.
+        let own: [bool; 4] = std::array::from_fn(|i| !estimated(s, i, now.instant));
+        let has = |i: usize| own[i] && s.buckets[i].is_some() && sent.marks[i].get().is_some();
         let i = match named.map(index) {
             Some(i) if has(i) => i,
             _ => (0..4).filter(|i| has(*i)).min_by_key(|i| {
@@ -248,6 +251,12 @@ impl Controller {
                 )
                 .into(),
             );
+        }
+        // A dimension no header states learns from the 429 itself.
+        if let (Cause::RateLimited, Some(sent)) = (c.cause, sent) {
+            if let Some(note) = self.learn_from_silence(scope, sent, c, now) {
+                d.notes.push(note.into());
+            }
         }
         // The probe's question is answered by any success, and by any
         // answer that carried rate-limit headers; an error without them

@@ -5,7 +5,10 @@
 //! Kept apart so that nothing here changes what the controller decides
 //! (the `&mut self` ones only refill buckets to `now` before reading).
 
-use super::{Bucket, Controller, Instant, Ledger, Limits, Now, ScopeId, SpendTotals, Stop};
+use super::{
+    Bucket, Controller, EstimateState, Instant, Ledger, LimitSource, Limits, Now, ScopeId,
+    SpendTotals, Stop, DIMENSIONS,
+};
 
 /// What one scope looks like now (for the CLI, tests and metrics).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +17,17 @@ pub struct ScopeSnapshot {
     pub key: String,
     /// The model class.
     pub class: String,
-    /// Effective limits (configured ∧ learned).
+    /// Effective limits: configured ∧ stated by headers, and where
+    /// neither gives one, the estimate from 429s.
     pub limits: Limits,
+    /// Where each dimension's limit comes from (requests, input, output,
+    /// combined): configured, stated by the provider's headers, or
+    /// estimated from 429s alone; `None` where there is no limit.
+    pub sources: [Option<LimitSource>; 4],
+    /// Where each estimate from 429s stands (a cold lower bound, or
+    /// measured between two 429s), whether or not it is in force: a
+    /// stated or configured limit wins over it.
+    pub estimates: [Option<EstimateState>; 4],
     /// Whole units a take could have now in each bucket (requests, input,
     /// output, combined): the lower of the pace and the credit.
     pub levels: [Option<i64>; 4],
@@ -56,6 +68,7 @@ impl ScopeSnapshot {
     /// # use ratewise_core::admit::{ScopeSnapshot, Limits};
     /// # let mut s = ScopeSnapshot {
     /// #     key: "k".into(), class: "c".into(), limits: Limits::NONE,
+    /// #     sources: [None; 4], estimates: [None; 4],
     /// #     levels: [None; 4], credits: [None; 4], margins: [None; 4],
     /// #     surprises: [0; 4], capacities: [None, None, Some(1_667), None],
     /// #     output_reserved: Some(1_024), ramp_permille: 1000,
@@ -129,10 +142,17 @@ impl Controller {
             capacities[i] = b.as_ref().map(Bucket::credit_capacity);
         }
         let key = &self.keys[s.key as usize];
+        let eff = s.limits_at(now.instant);
+        let mut limits = Limits::NONE;
+        for (i, d) in DIMENSIONS.into_iter().enumerate() {
+            limits.set(d, eff[i].map(|(l, _)| l));
+        }
         Some(ScopeSnapshot {
             key: key.name.clone(),
             class: s.class.clone(),
-            limits: Limits::combine(&s.configured, &s.learned),
+            limits,
+            sources: eff.map(|e| e.map(|(_, src)| src)),
+            estimates: std::array::from_fn(|i| s.silent[i].state()),
             levels,
             credits,
             margins,

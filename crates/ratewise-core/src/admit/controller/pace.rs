@@ -8,9 +8,7 @@
 //! itself is set through the store seam
 //! ([`StoreHooks::set_share`](crate::admit::store_kit::StoreHooks::set_share)).
 
-use super::{
-    capacity_for, index, Bucket, Burst, Instant, Limits, RampConfig, ScopeState, DIMENSIONS,
-};
+use super::{capacity_for, index, Bucket, Burst, Instant, RampConfig, ScopeState, DIMENSIONS};
 
 /// Lets the ramp take the growth steps due by `t`, one at a time: the
 /// buckets refill at each step's pace up to the step, then at the next
@@ -57,7 +55,7 @@ pub(super) fn restart_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
 /// bucket (at the ramp factor), changed ones keep their level, dropped ones
 /// go.
 pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
-    let eff = Limits::combine(&s.configured, &s.learned);
+    let eff = s.limits_at(t);
     let p = s.ramp.permille();
     let share = |v: u64| {
         if share_permille >= 1000 {
@@ -71,7 +69,7 @@ pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: 
         let i = index(d);
         let taken = s.capacity_taken(i);
         let seen = if taken == 0 { 0 } else { share(taken) };
-        match (eff.get(d).map(share), &mut s.buckets[i]) {
+        match (eff[i].map(|(l, _)| share(l)), &mut s.buckets[i]) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
                 let credit = burst.credit_units(l, seen);

@@ -10,7 +10,9 @@
 //! agree on, and what stays out (configured limits, reservations, a probe
 //! in flight) is this process's own.
 
-use super::{rebuild_buckets, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId};
+use super::{
+    rebuild_buckets, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId, SilentEstimate,
+};
 use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
 
 impl StoreHooks for Controller {
@@ -41,6 +43,7 @@ impl StoreHooks for Controller {
                     ceiling: s.ceiling,
                     upper: s.upper,
                     guess: s.guess,
+                    silent: std::array::from_fn(|i| s.silent[i].to_record(base)),
                     heard: s.heard,
                 }
             })
@@ -80,6 +83,12 @@ impl StoreHooks for Controller {
             s.ceiling = sr.ceiling;
             s.upper = sr.upper;
             s.guess = sr.guess;
+            s.silent = std::array::from_fn(|i| {
+                sr.silent[i]
+                    .as_ref()
+                    .map(|r| SilentEstimate::from_record(r, base))
+                    .unwrap_or_default()
+            });
             s.heard = sr.heard;
             // This process's configured limits decide which buckets exist.
             rebuild_buckets(s, burst, share, now.instant);

@@ -115,6 +115,7 @@ impl Controller {
             surprises: [0; 4],
             output_reserved: None,
             ceiling: [None; 4],
+            silent: Default::default(),
         };
         rebuild_buckets(&mut st, self.cfg.burst, self.share_permille, Instant::ZERO);
         let id = self.scopes.push(st);

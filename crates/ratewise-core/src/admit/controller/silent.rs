@@ -1,0 +1,143 @@
+//! Estimates from 429s: what a 429 teaches about a dimension no header
+//! states ([`SilentEstimate`](crate::admit::silent)), what admissions and
+//! settles feed the estimate, and how its slow upward probe reaches the
+//! buckets.
+//!
+//! Kept apart from `answers` (which decides which scopes an answer
+//! pauses) and from `headers` (what stated limits teach): this file is the
+//! one place where a silent provider's limits are believed.
+
+use super::{
+    index, rebuild_buckets, silent_dimensions, Amounts, Classification, Controller, Instant,
+    LimitSource, Limits, Now, ScopeId, ScopeState, Sent, DIMENSIONS,
+};
+use crate::admit::silent::Taught;
+use crate::admit::Burst;
+
+/// An estimate that moved by less than this share of the bucket's rate
+/// (1/64) since the bucket was last set is left alone: the probe grows
+/// continuously, the bucket follows it in steps.
+const FOLLOW_STEP: u64 = 64;
+
+impl Controller {
+    /// A 429 on the request admitted as `sent`: for each dimension it is
+    /// about — the one its body or message names, otherwise every one the
+    /// provider meters ([`silent_dimensions`]) and the request charged —
+    /// that no configured or stated limit covers, the estimate learns
+    /// ([`SilentEstimate::throttled`](crate::admit::silent)), the bucket
+    /// is rebuilt at it and emptied (the provider's bucket is empty: that
+    /// is what a 429 says). Returns a note for the decision, when it
+    /// taught anything.
+    pub(super) fn learn_from_silence(
+        &mut self,
+        scope: ScopeId,
+        sent: &Sent,
+        c: &Classification,
+        now: Now,
+    ) -> Option<String> {
+        let t = now.instant;
+        let (burst, share) = (self.cfg.burst, self.share_permille);
+        let s = self.scopes.get_mut(scope.0 as usize)?;
+        let stated = Limits::combine(&s.configured, &s.learned);
+        let about = match c.dimension {
+            Some(d) => {
+                let mut one = [false; 4];
+                one[index(d)] = true;
+                one
+            }
+            None => silent_dimensions(c.provider),
+        };
+        let mut taught = Vec::new();
+        for (i, d) in DIMENSIONS.into_iter().enumerate() {
+            let amount = sent.amounts.by_index(i);
+            if !about[i] || stated.get(d).is_some() || amount == 0 {
+                continue;
+            }
+            match s.silent[i].throttled(amount, t) {
+                Taught::Nothing => {}
+                how => taught.push((i, how)),
+            }
+        }
+        if taught.is_empty() {
+            return None;
+        }
+        rebuild_buckets(s, burst, share, t);
+        let mut parts = Vec::new();
+        for (i, how) in taught {
+            if let Some(b) = s.buckets[i].as_mut() {
+                // Empty now; a hint's pause empties it until the hint.
+                b.drain_until(t, t);
+            }
+            let how = match how {
+                Taught::Cold => "a cold key's lower bound",
+                Taught::Cut => "cut: too short a window to measure",
+                _ => "measured between two 429s",
+            };
+            let rate = s.silent[i].rate(t).unwrap_or(0);
+            parts.push(format!("{} {rate}/min ({how})", DIMENSIONS[i].as_str()));
+        }
+        Some(format!(
+            "admission: no stated limit; estimated from 429s: {}",
+            parts.join(", ")
+        ))
+    }
+}
+
+/// Whether bucket `i` paces at a limit estimated from 429s (not stated,
+/// not configured): its 429s teach the estimate, not a margin.
+pub(super) fn estimated(s: &ScopeState, i: usize, t: Instant) -> bool {
+    matches!(s.limits_at(t)[i], Some((_, LimitSource::Estimated)))
+}
+
+/// An admission took `amounts` at `t`: the provider is taken to let them
+/// through until an end says otherwise. The first opens each dimension's
+/// cold window (the provider's bucket is taken to be full then).
+pub(super) fn silent_took(s: &mut ScopeState, amounts: &Amounts, t: Instant) {
+    for (i, e) in s.silent.iter_mut().enumerate() {
+        let units = amounts.by_index(i);
+        if units > 0 {
+            e.took(units, t);
+        }
+    }
+}
+
+/// A reservation admitted at `admitted_at` that took `reserved` ended at
+/// `actual` (a release: nothing).
+pub(super) fn silent_ended(
+    s: &mut ScopeState,
+    reserved: &Amounts,
+    actual: &Amounts,
+    admitted_at: Instant,
+) {
+    for (i, e) in s.silent.iter_mut().enumerate() {
+        let delta = i128::from(actual.by_index(i)) - i128::from(reserved.by_index(i));
+        if delta != 0 {
+            e.corrected(delta, admitted_at);
+        }
+    }
+}
+
+/// Lets the buckets follow the estimates' probes: a bucket whose estimate
+/// moved by a [`FOLLOW_STEP`] share or more is rebuilt at it (its level
+/// kept).
+pub(super) fn follow_estimates(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
+    if !s.silent.iter().any(|e| e.is_set()) {
+        return;
+    }
+    let limits = s.limits_at(t);
+    let moved = (0..4).any(|i| match (&s.buckets[i], limits[i]) {
+        (Some(b), Some((l, LimitSource::Estimated))) => {
+            let l = if share_permille >= 1000 {
+                l
+            } else {
+                (u128::from(l) * u128::from(share_permille) / 1000).max(1) as u64
+            };
+            l.abs_diff(b.limit()) >= (b.limit() / FOLLOW_STEP).max(1)
+        }
+        (None, Some(_)) => true,
+        _ => false,
+    });
+    if moved {
+        rebuild_buckets(s, burst, share_permille, t);
+    }
+}

@@ -1,0 +1,507 @@
+//! A limit estimated from 429s alone, for a dimension no header states
+//! (DESIGN principle 17: a provider that says nothing still teaches).
+//!
+//! Many providers (Gemini, Bedrock, most OpenAI-compatible hosts, anything
+//! behind a proxy) send no `*-limit` / `*-remaining` / `*-reset` headers:
+//! only 429s. Their buckets still obey arithmetic, and a 429 says one exact
+//! thing: at that moment the provider's bucket for the dimension held less
+//! than the request asked for — it was (nearly) **empty**. So:
+//!
+//! * **Between two 429s** both ends are empty, and what the provider let
+//!   through in between is exactly what it refilled: the charge admitted
+//!   `A` over the window `Δ` is the rate, `R ≈ A / Δ`, to within one
+//!   request (a bucket that filled up meanwhile and spilled its refill only
+//!   makes `A / Δ` lower than `R`: never an estimate above the truth from
+//!   the window itself). This is the delivery-rate sample of TCP BBR, with
+//!   "the pipe is full" read from the 429 instead of from the RTT.
+//! * **The first 429 of a cold key** ends a window that started with the
+//!   provider's bucket full, of an unknown capacity `C`: `A = C + R·Δ`.
+//!   Both providers that document their buckets hold at most a minute of
+//!   their limit, so `R ≥ A / (Δ + 1 min)`: a lower bound to start from,
+//!   and `(A + a) / Δ` an upper one. Until a window between two 429s has
+//!   measured the rate, the estimate grows quickly (doubling every
+//!   [`COLD_DOUBLING`]) toward that upper bound.
+//! * **A short window** (too few units to measure) only cuts the rate
+//!   multiplicatively ([`SHORT_CUT`]), as the AWS SDKs' adaptive retry mode
+//!   does on every throttle, and keeps measuring from the same empty start.
+//! * **After a measurement** the rate is held just under it
+//!   ([`MARGIN`]) and then probes upward along a cubic, as CUBIC and the
+//!   AWS adaptive mode do: flat near the last measured rate (where the
+//!   limit almost certainly is: few probing 429s), steep far from it (a
+//!   raised limit is found within minutes).
+//!
+//! The estimate is one belief among others: a limit stated by a header or
+//! configured always wins (the controller consults this only for a
+//! dimension with neither), and the bucket arithmetic that paces sends at
+//! it is the same as for a stated limit.
+//!
+//! Sans-IO: every method takes the instant; nothing is random.
+
+use super::record::TimeBase;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// 429s within this long of an event's first are the same event: the
+/// requests in flight when the provider's bucket ran dry, answered
+/// together. They teach nothing more (the window between them is empty).
+pub(crate) const EVENT_GAP: Duration = Duration::from_secs(1);
+
+/// Share of a measured rate the pace holds below it (3 %): the
+/// measurement is good to about one request, and the provider's own clock
+/// and rounding are a hair behind ours.
+pub(crate) const MARGIN: f64 = 0.03;
+
+/// Growth of the probe above a measured rate after `τ` of calm: `PROBE ·
+/// (τ / 1 min)³` of the measurement. It is back at the measurement after
+/// about a minute (where the provider's bucket, refilling 3 % faster than
+/// the pace, has banked a second or two of sends) and doubles it after
+/// about 3.3 minutes.
+pub(crate) const PROBE: f64 = 0.03;
+
+/// Before any window between two 429s has measured the rate, the estimate
+/// (a lower bound) doubles every this long of calm, up to the cold upper
+/// bound.
+pub(crate) const COLD_DOUBLING: Duration = Duration::from_secs(20);
+
+/// A measurement never lowers the rate in force at its 429 below this
+/// share of it: the multiplicative decrease of CUBIC (its β) where the
+/// window itself under-states the limit.
+pub(crate) const HOLD: f64 = 0.9;
+
+/// A throttle in a window too short to measure cuts the rate to this
+/// share (AIMD's multiplicative decrease, the AWS adaptive mode's β).
+pub(crate) const SHORT_CUT: f64 = 0.7;
+
+/// A window measures the rate when it admitted at least this many times
+/// the throttled request's own amount (the sample's error is one request:
+/// an eighth at most)...
+pub(crate) const MEASURE_REQUESTS: u64 = 8;
+
+/// ... over at least this long.
+pub(crate) const MEASURE_MIN: Duration = Duration::from_secs(5);
+
+/// The estimate never grows past this multiple of its base: the probe's
+/// cubic is not allowed to run away over an idle hour.
+const MAX_GROWTH: f64 = 64.0;
+
+/// Where an estimate stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EstimateState {
+    /// A cold lower bound (one 429, whose window started with a full
+    /// bucket); growing quickly.
+    Cold,
+    /// Measured between two 429s; probing slowly upward.
+    Measured,
+}
+
+/// The estimate of one dimension of one scope (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SilentEstimate {
+    /// The rate the probe grows from (units per minute); 0 before the first
+    /// 429.
+    base: u64,
+    /// When the probe's growth started (the last event).
+    base_at: Instant,
+    /// The most the rate may grow to while cold (units per minute).
+    upper: u64,
+    state: Option<EstimateState>,
+    /// The open measuring window: its start, whether it started empty (a
+    /// 429) rather than full (a cold key's first admission), and the units
+    /// the provider let through since.
+    window: Option<Window>,
+    /// The last event's first 429.
+    last_event: Option<Instant>,
+    /// Events (429 bursts) taught.
+    events: u64,
+    /// Units sent lately: a sum decaying with time constant
+    /// [`RECENT`], as of `recent_at` — the pace the 429 answered, where the
+    /// rate in force is only a ceiling (a caller that sends less than it
+    /// allows proves nothing about it).
+    recent: f64,
+    recent_at: Instant,
+}
+
+/// The time constant of the recent send rate (see `recent`).
+const RECENT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Window {
+    start: Instant,
+    from_empty: bool,
+    /// Units taken since `start`, corrected by the ends of what was taken
+    /// in it (signed: a correction may arrive before its take is summed).
+    admitted: i128,
+}
+
+impl Window {
+    /// Units the provider let through, the throttled request's `less`
+    /// taken out (it is still counted until its release).
+    fn through(&self, less: u64) -> u64 {
+        u64::try_from((self.admitted - i128::from(less)).max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for SilentEstimate {
+    fn default() -> Self {
+        SilentEstimate {
+            base: 0,
+            base_at: Instant::ZERO,
+            upper: 0,
+            state: None,
+            window: None,
+            last_event: None,
+            events: 0,
+            recent: 0.0,
+            recent_at: Instant::ZERO,
+        }
+    }
+}
+
+/// What one 429 did to an estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taught {
+    /// Part of an event already taught.
+    Nothing,
+    /// The first estimate (a cold lower bound).
+    Cold,
+    /// A short window: the rate was cut.
+    Cut,
+    /// A window between two 429s measured the rate.
+    Measured,
+}
+
+impl SilentEstimate {
+    /// An admission took `units` at `t`: the provider is taken to let
+    /// them through. The first admission opens the cold window (the
+    /// provider's bucket is taken to be full then).
+    pub(crate) fn took(&mut self, units: u64, t: Instant) {
+        let w = self.window.get_or_insert(Window {
+            start: t,
+            from_empty: false,
+            admitted: 0,
+        });
+        w.admitted = w.admitted.saturating_add(i128::from(units));
+        self.recent = self.recent_at(t) + units as f64;
+        self.recent_at = t;
+    }
+
+    /// The decayed sum of recent sends at `t`.
+    fn recent_at(&self, t: Instant) -> f64 {
+        let dt = t.saturating_duration_since(self.recent_at).as_secs_f64();
+        self.recent * (-dt / RECENT.as_secs_f64()).exp()
+    }
+
+    /// Units per minute sent lately.
+    fn sent_lately(&self, t: Instant) -> f64 {
+        self.recent_at(t) * 60.0 / RECENT.as_secs_f64()
+    }
+
+    /// A reservation admitted at `admitted_at` ended at `delta` units more
+    /// (a settle above its estimate) or fewer (a settle below it; a
+    /// release, which the provider never charged) than it took: counted
+    /// only in the window it was taken in.
+    pub(crate) fn corrected(&mut self, delta: i128, admitted_at: Instant) {
+        if let Some(w) = &mut self.window {
+            if admitted_at >= w.start {
+                w.admitted = w.admitted.saturating_add(delta);
+            }
+        }
+    }
+
+    /// Whether any 429 has taught an estimate yet.
+    pub(crate) fn is_set(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// Where the estimate stands, if anywhere.
+    pub(crate) fn state(&self) -> Option<EstimateState> {
+        self.state
+    }
+
+    /// 429 events taught.
+    #[cfg(test)]
+    pub(crate) fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// A 429 on this dimension at `t`, for a request that asked for
+    /// `amount` units here.
+    pub(crate) fn throttled(&mut self, amount: u64, t: Instant) -> Taught {
+        if self
+            .last_event
+            .is_some_and(|e| t.saturating_duration_since(e) < EVENT_GAP)
+        {
+            return Taught::Nothing;
+        }
+        self.last_event = Some(t);
+        self.events = self.events.saturating_add(1);
+        let a = amount.max(1);
+        let Some(w) = self.window else {
+            // A 429 before anything was admitted: the window starts here,
+            // empty; nothing to measure yet.
+            self.window = Some(Window {
+                start: t,
+                from_empty: true,
+                admitted: 0,
+            });
+            return Taught::Nothing;
+        };
+        let span = t
+            .saturating_duration_since(w.start)
+            .max(Duration::from_millis(1));
+        let span_ns = span.as_nanos() as f64;
+        let per_min = |units: f64, ns: f64| units * 60e9 / ns;
+        // The throttled request is still counted (its release comes
+        // after this): out of a window that closes here, and left to its
+        // release in one that stays open.
+        let through = w.through(a);
+        let taught = if !w.from_empty {
+            // Cold: A = C + R·Δ with C ≤ a minute of R.
+            let lower = per_min(through as f64, span_ns + 60e9);
+            let upper = per_min(through.saturating_add(a) as f64, span_ns);
+            let now_rate = self.rate(t).map(|r| r as f64);
+            let lower = now_rate.map_or(lower, |r| r.min(lower));
+            self.base = to_units(lower);
+            self.upper = to_units(upper).max(self.base);
+            self.state = Some(EstimateState::Cold);
+            Taught::Cold
+        } else if through >= a.saturating_mul(MEASURE_REQUESTS) && span >= MEASURE_MIN {
+            // Empty at both ends: what went through is what refilled, less
+            // what a full bucket spilled while the pace was below the
+            // limit — a lower bound, exact when the pace was above it all
+            // along. The rate in force when the 429 came is an upper one:
+            // the limit is near it when the pace climbed there slowly
+            // (spilling meanwhile), so the estimate is never below
+            // `HOLD` of it (CUBIC's β) — of what was really sent lately,
+            // where that is less.
+            let measured = per_min(through as f64, span_ns);
+            let in_force = self.rate(t).map_or(f64::MAX, |r| r as f64);
+            let held = if in_force < f64::MAX {
+                in_force.min(self.sent_lately(t)) * HOLD
+            } else {
+                0.0
+            };
+            // A 429 at the rate in force says that rate is too high: the
+            // new one is never above it.
+            self.base = to_units(measured.max(held).min(in_force / (1.0 - MARGIN)));
+            self.state = Some(EstimateState::Measured);
+            Taught::Measured
+        } else {
+            // Too short to measure: cut, and keep measuring from the same
+            // empty start (the window stays open).
+            let upper = per_min(through.saturating_add(a) as f64, span_ns);
+            let in_force = self.rate(t).map_or(upper, |r| r as f64);
+            let cut = (in_force * SHORT_CUT).min(upper);
+            let state = self.state.unwrap_or(EstimateState::Cold);
+            self.base = match state {
+                EstimateState::Measured => to_units(cut / (1.0 - MARGIN)),
+                EstimateState::Cold => to_units(cut),
+            };
+            self.upper = self.upper.max(self.base);
+            self.state = Some(state);
+            self.base_at = t;
+            return Taught::Cut;
+        };
+        self.base_at = t;
+        self.window = Some(Window {
+            start: t,
+            from_empty: true,
+            admitted: 0,
+        });
+        taught
+    }
+
+    /// The estimated limit in force at `t`, units per minute (`None`
+    /// before any 429).
+    pub(crate) fn rate(&self, t: Instant) -> Option<u64> {
+        let state = self.state?;
+        let base = self.base.max(1) as f64;
+        let tau = t.saturating_duration_since(self.base_at).as_secs_f64();
+        let rate = match state {
+            EstimateState::Cold => {
+                let grown = base * (tau / COLD_DOUBLING.as_secs_f64()).exp2().min(MAX_GROWTH);
+                grown.min(self.upper.max(self.base) as f64)
+            }
+            EstimateState::Measured => {
+                let x = tau / 60.0;
+                base * (1.0 - MARGIN + (PROBE * x * x * x).min(MAX_GROWTH))
+            }
+        };
+        Some(to_units(rate))
+    }
+
+    /// The estimate as a shared record keeps it.
+    pub(crate) fn to_record(&self, base: TimeBase) -> Option<SilentRecord> {
+        let state = self.state?;
+        Some(SilentRecord {
+            state,
+            base: self.base,
+            base_at: base.out(self.base_at),
+            upper: self.upper,
+            events: self.events,
+            window_start: self.window.map(|w| base.out(w.start)),
+            window_from_empty: self.window.is_some_and(|w| w.from_empty),
+            window_admitted: self.window.map_or(0, |w| w.through(0)),
+            last_event: self.last_event.map(|e| base.out(e)),
+        })
+    }
+
+    /// An estimate read back from a record.
+    pub(crate) fn from_record(r: &SilentRecord, base: TimeBase) -> Self {
+        SilentEstimate {
+            base: r.base,
+            base_at: base.back(r.base_at),
+            upper: r.upper.max(r.base),
+            state: Some(r.state),
+            window: r.window_start.map(|s| Window {
+                start: base.back(s),
+                from_empty: r.window_from_empty,
+                admitted: i128::from(r.window_admitted),
+            }),
+            last_event: r.last_event.map(|e| base.back(e)),
+            events: r.events,
+            recent: 0.0,
+            recent_at: Instant::ZERO,
+        }
+    }
+}
+
+/// One dimension's estimate in a key's shared record (format 3): times as
+/// Unix nanoseconds, like the rest of the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SilentRecord {
+    pub state: EstimateState,
+    pub base: u64,
+    pub base_at: i64,
+    pub upper: u64,
+    pub events: u64,
+    pub window_start: Option<i64>,
+    pub window_from_empty: bool,
+    pub window_admitted: u64,
+    pub last_event: Option<i64>,
+}
+
+/// A rate as whole units per minute: at least 1, at most the largest
+/// limit a bucket takes; garbage (NaN) is 1, never 0 and never unbounded.
+fn to_units(rate: f64) -> u64 {
+    if rate.is_nan() || rate < 1.0 {
+        1
+    } else {
+        rate.min(super::bucket::MAX_LIMIT as f64) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: f64) -> Instant {
+        Instant::from_origin(Duration::from_secs_f64(secs))
+    }
+
+    /// `n` admissions of one unit at `t`, the last of which is throttled
+    /// when `throttled` (it is counted until its release, as in the
+    /// controller).
+    fn take(e: &mut SilentEstimate, n: u64, t: f64) {
+        for _ in 0..n {
+            e.took(1, s(t));
+        }
+    }
+
+    #[test]
+    fn nothing_before_a_429() {
+        let mut e = SilentEstimate::default();
+        take(&mut e, 100, 0.0);
+        assert_eq!(e.rate(s(10.0)), None);
+    }
+
+    #[test]
+    fn a_cold_429_is_a_lower_bound_that_grows_to_the_upper() {
+        // 50 per minute with a minute's bucket: 53 let through in 4 s, the
+        // 54th throttled.
+        let mut e = SilentEstimate::default();
+        take(&mut e, 53, 0.0);
+        take(&mut e, 1, 4.0);
+        assert_eq!(e.throttled(1, s(4.0)), Taught::Cold);
+        assert_eq!(e.rate(s(4.0)), Some(49));
+        // Doubles every 20 s of calm, never past (53 + 1) / 4 s.
+        assert_eq!(e.rate(s(24.0)), Some(98));
+        assert_eq!(e.rate(s(400.0)), Some(810));
+    }
+
+    #[test]
+    fn a_window_between_two_429s_measures_the_rate() {
+        let mut e = SilentEstimate::default();
+        take(&mut e, 61, 0.0);
+        e.throttled(1, s(2.0));
+        // Its release belongs to the closed window: not counted again.
+        e.corrected(-1, s(0.0));
+        // 30 s later, 25 let through: 50 a minute.
+        take(&mut e, 26, 10.0);
+        assert_eq!(e.throttled(1, s(32.0)), Taught::Measured);
+        assert_eq!(e.state(), Some(EstimateState::Measured));
+        // Held 3 % under, back at the measurement after a minute, then
+        // steeper.
+        assert_eq!(e.rate(s(32.0)), Some(48));
+        assert_eq!(e.rate(s(92.0)), Some(50));
+        assert!(e.rate(s(272.0)).unwrap() > 100);
+    }
+
+    #[test]
+    fn a_settle_corrects_only_the_window_it_was_taken_in() {
+        let mut e = SilentEstimate::default();
+        take(&mut e, 61, 0.0);
+        e.throttled(1, s(2.0));
+        // Taken at 3 s with an estimate of 1 000, used 400.
+        e.took(1_000, s(3.0));
+        e.corrected(-600, s(3.0));
+        // A request of the cold window settles late: not this window's.
+        e.corrected(5_000, s(1.0));
+        assert_eq!(e.window.unwrap().through(0), 400);
+    }
+
+    #[test]
+    fn the_requests_in_flight_at_one_429_are_one_event() {
+        let mut e = SilentEstimate::default();
+        take(&mut e, 60, 0.0);
+        assert_eq!(e.throttled(1, s(2.0)), Taught::Cold);
+        let before = e.clone();
+        assert_eq!(e.throttled(1, s(2.3)), Taught::Nothing);
+        assert_eq!(e.events(), 1);
+        assert_eq!(e.rate(s(3.0)), before.rate(s(3.0)));
+    }
+
+    #[test]
+    fn a_short_window_cuts_and_keeps_measuring() {
+        let mut e = SilentEstimate::default();
+        take(&mut e, 61, 0.0);
+        e.throttled(1, s(2.0));
+        let in_force = e.rate(s(5.0)).unwrap();
+        take(&mut e, 4, 3.0);
+        assert_eq!(e.throttled(1, s(5.0)), Taught::Cut);
+        // The window stays open: the throttled request's release counts.
+        e.corrected(-1, s(3.0));
+        assert!(e.rate(s(5.0)).unwrap() <= in_force * 7 / 10 + 1);
+        // The window still starts at the first empty (2 s): 24 s later,
+        // 3 + 20 let through over 24 s measure 57.5 a minute.
+        take(&mut e, 21, 10.0);
+        assert_eq!(e.throttled(1, s(26.0)), Taught::Measured);
+        assert_eq!(e.rate(s(26.0)), Some(55));
+    }
+
+    #[test]
+    fn garbage_never_becomes_zero_or_unbounded() {
+        let mut e = SilentEstimate::default();
+        e.took(0, s(0.0));
+        assert_eq!(e.throttled(u64::MAX, s(0.0)), Taught::Cold);
+        let r = e.rate(s(1e6)).unwrap();
+        assert!((1..=crate::admit::bucket::MAX_LIMIT).contains(&r));
+        let mut e = SilentEstimate::default();
+        e.took(u64::MAX, s(0.0));
+        e.took(u64::MAX, s(0.0));
+        e.throttled(1, s(0.0));
+        assert!(e.rate(s(0.0)).unwrap() <= crate::admit::bucket::MAX_LIMIT);
+    }
+}

@@ -1,0 +1,503 @@
+//! Silent providers (DESIGN principle 17): limits estimated from 429s
+//! alone, and rate signals paced rather than counted. Driven through the
+//! job machine over the in-memory store in virtual time, against a
+//! provider model that enforces its buckets and says nothing but 429s
+//! with `retry-after`.
+
+mod common;
+
+use common::{classify, now_at, DriveSync};
+use ratewise_core::admit::{
+    Config, Controller, EstimateState, LimitSource, RampConfig, RetryBudgetConfig, Shared,
+};
+use ratewise_core::decide::Policy;
+use ratewise_core::job::{Job, JobSpec, Step};
+use ratewise_core::{Action, GiveUpReason, Instant, Provider, Usage};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+const OK: &str =
+    r#"{"type":"message","content":[],"usage":{"input_tokens":40,"output_tokens":20}}"#;
+const TOO_MANY_REQUESTS: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your per-minute rate limit"}}"#;
+const TOO_MANY_INPUT_TOKENS: &str = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of input tokens has exceeded your per-minute rate limit"}}"#;
+const UNNAMED: &str =
+    r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited"}}"#;
+
+fn store() -> Shared {
+    let mut config = Config::default();
+    config.ramp = {
+        let mut ramp = RampConfig::default();
+        ramp.start = 1000;
+        ramp
+    };
+    config.seed = Some(3);
+    Shared::new(Controller::new(config))
+}
+
+fn usage() -> Usage {
+    Usage {
+        input_tokens: 40,
+        output_tokens: 20,
+        ..Usage::default()
+    }
+}
+
+fn job(s: &Shared, arrived: u64, deadline: Duration) -> Job {
+    let mut spec = JobSpec::new(
+        s.target("k", "claude-sonnet-4-5"),
+        Instant::from_millis(arrived),
+    );
+    spec.max_tokens = Some(20);
+    spec.input_estimate = Some(40);
+    spec.deadline = Some(deadline);
+    Job::new(spec, &Policy::default())
+}
+
+/// A provider's requests bucket, continuously refilled, in milliseconds.
+struct Provider429 {
+    /// Requests per minute, from `at` (ms) on: a limit may change mid-run.
+    rates: Vec<(u64, f64)>,
+    /// Capacity in seconds of refill.
+    capacity_s: f64,
+    level: f64,
+    at: u64,
+}
+
+impl Provider429 {
+    fn new(rpm: f64, capacity_s: f64) -> Self {
+        Provider429 {
+            rates: vec![(0, rpm)],
+            capacity_s,
+            level: rpm * capacity_s / 60.0,
+            at: 0,
+        }
+    }
+
+    fn rpm(&self, t: u64) -> f64 {
+        self.rates
+            .iter()
+            .rev()
+            .find(|(from, _)| *from <= t)
+            .map_or(0.0, |r| r.1)
+    }
+
+    fn refill(&mut self, t: u64) {
+        let rpm = self.rpm(t);
+        let cap = rpm * self.capacity_s / 60.0;
+        self.level = (self.level + rpm * (t - self.at) as f64 / 60_000.0).min(cap);
+        self.at = t;
+    }
+
+    /// Takes one request, or says how long until one fits (whole seconds,
+    /// rounded up, as `retry-after` is written).
+    fn take(&mut self, t: u64) -> Result<(), u64> {
+        self.refill(t);
+        if self.level >= 1.0 {
+            self.level -= 1.0;
+            Ok(())
+        } else {
+            let secs = (1.0 - self.level) * 60.0 / self.rpm(t);
+            Err(secs.ceil().max(1.0) as u64)
+        }
+    }
+}
+
+#[derive(Default, Debug)]
+struct Run {
+    done: u64,
+    sends: u64,
+    throttled: u64,
+    gave_up: u64,
+    /// (ms, estimated requests per minute in force) after each 429.
+    estimates: Vec<(u64, u64)>,
+    /// Completion instants.
+    completed: Vec<u64>,
+}
+
+/// `workers` callers, each sending one job after another for `for_ms`,
+/// answers after `latency_ms`.
+fn run(
+    p: &mut Provider429,
+    workers: u64,
+    latency_ms: u64,
+    for_ms: u64,
+    body: &str,
+) -> (Shared, Run) {
+    let s = store();
+    let policy = Policy::default();
+    let mut rng = fastrand::Rng::with_seed(5);
+    let mut out = Run::default();
+    let mut jobs: Vec<Job> = (0..workers)
+        .map(|_| job(&s, 0, Duration::from_secs(600)))
+        .collect();
+    // (wake-up ms, worker, an answer due: success)
+    let mut events = BinaryHeap::new();
+    for w in 0..workers as usize {
+        events.push(Reverse((0u64, w, false)));
+    }
+    while let Some(Reverse((t, w, answer))) = events.pop() {
+        let now = now_at(t);
+        if answer {
+            let ok = classify(Provider::Anthropic, 200, &[], OK, now);
+            let d = jobs[w].answer(&s, &policy, &ok, Some(&usage()), &mut rng, now);
+            assert_eq!(d.action, Action::Done);
+        }
+        loop {
+            match jobs[w].step(&s, &policy, now) {
+                Step::Send { .. } => {
+                    jobs[w].sending();
+                    out.sends += 1;
+                    match p.take(t) {
+                        Ok(()) => {
+                            events.push(Reverse((t + latency_ms, w, true)));
+                            break;
+                        }
+                        Err(secs) => {
+                            out.throttled += 1;
+                            let retry = secs.to_string();
+                            let c = classify(
+                                Provider::Anthropic,
+                                429,
+                                &[("retry-after", retry.as_str())],
+                                body,
+                                now,
+                            );
+                            jobs[w].answer(&s, &policy, &c, None, &mut rng, now);
+                            let snap = s.snapshot(s.target("k", "claude-sonnet-4-5").scope, now);
+                            if let Some(r) = snap.and_then(|x| x.limits.requests) {
+                                out.estimates.push((t, r));
+                            }
+                        }
+                    }
+                }
+                Step::Wait { until, .. } => {
+                    let at = until.since_origin().as_millis() as u64;
+                    events.push(Reverse((at.max(t + 1), w, false)));
+                    break;
+                }
+                Step::End(e) => {
+                    match e.decision.action {
+                        Action::Done => {
+                            out.done += 1;
+                            out.completed.push(t);
+                        }
+                        _ => out.gave_up += 1,
+                    }
+                    if t >= for_ms {
+                        break;
+                    }
+                    jobs[w] = job(&s, t, Duration::from_secs(600));
+                }
+                Step::Pending => unreachable!("the driver answers everything at once"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    assert!(s.ledger().is_clean(), "{:?}", s.ledger());
+    (s, out)
+}
+
+fn estimate_at(run: &Run, t: u64) -> Option<u64> {
+    run.estimates
+        .iter()
+        .rev()
+        .find(|(at, _)| *at <= t)
+        .map(|e| e.1)
+}
+
+fn done_between(run: &Run, from: u64, to: u64) -> u64 {
+    run.completed
+        .iter()
+        .filter(|t| **t >= from && **t < to)
+        .count() as u64
+}
+
+#[test]
+fn a_cold_start_converges_to_within_a_tenth_of_the_true_rate_and_holds_it() {
+    // A minute's bucket (Anthropic documents it) and a 10 s one (short
+    // buckets, as OpenAI-compatible hosts keep): the estimate starts from
+    // a lower bound either way.
+    for capacity_s in [60.0, 10.0] {
+        let rpm = 120.0;
+        let mut p = Provider429::new(rpm, capacity_s);
+        let (s, r) = run(&mut p, 16, 1_500, 420_000, TOO_MANY_REQUESTS);
+        let last = *r
+            .estimates
+            .last()
+            .map(|(_, e)| e)
+            .expect("a 429 taught an estimate");
+        let snap = s
+            .snapshot(s.target("k", "claude-sonnet-4-5").scope, now_at(420_000))
+            .unwrap();
+        assert_eq!(snap.sources[0], Some(LimitSource::Estimated), "{snap:?}");
+        assert_eq!(snap.estimates[0], Some(EstimateState::Measured));
+        // Within a minute of work and a minute to settle, then held: every
+        // estimate after 2 minutes is within 10 % of the truth.
+        for (t, e) in r.estimates.iter().filter(|(t, _)| *t >= 120_000) {
+            let ratio = *e as f64 / rpm;
+            assert!(
+                (0.9..=1.1).contains(&ratio),
+                "capacity {capacity_s}: {e}/min at {t} ms; {:?}",
+                r.estimates
+            );
+        }
+        assert!(last > 0);
+        eprintln!(
+            "capacity {capacity_s} s: {} done, {} of {} sends answered 429, {} done from minute 2 to 7 (limit {}), estimates {:?}",
+            r.done,
+            r.throttled,
+            r.sends,
+            done_between(&r, 120_000, 420_000),
+            rpm * 5.0,
+            r.estimates
+        );
+        // Goodput from minute 2 on: ≥ 0.9 of the limit; 429s ≤ 3 % of sends.
+        let done = done_between(&r, 120_000, 420_000) as f64;
+        assert!(
+            done >= 0.9 * rpm * 5.0,
+            "capacity {capacity_s}: {done} done in 5 min, {r:?}"
+        );
+        let share = r.throttled as f64 / r.sends as f64;
+        assert!(
+            share <= 0.03,
+            "capacity {capacity_s}: {} of {} sends throttled",
+            r.throttled,
+            r.sends
+        );
+        assert_eq!(r.gave_up, 0, "no job given up");
+    }
+}
+
+#[test]
+fn a_limit_raised_mid_run_is_found_again() {
+    let mut p = Provider429::new(60.0, 60.0);
+    p.rates.push((300_000, 180.0));
+    let (_, r) = run(&mut p, 16, 1_000, 900_000, TOO_MANY_REQUESTS);
+    let before = estimate_at(&r, 299_000).unwrap();
+    assert!((54..=66).contains(&before), "{before}");
+    // Six minutes after the raise the estimate is within a tenth of it.
+    let after = estimate_at(&r, 900_000).unwrap();
+    assert!(
+        (162..=198).contains(&after),
+        "{after}/min after the raise; {:?}",
+        r.estimates
+    );
+    let done = done_between(&r, 720_000, 900_000) as f64;
+    assert!(done >= 0.85 * 180.0 * 3.0, "{done} done in the last 3 min");
+}
+
+#[test]
+fn a_429_naming_one_dimension_does_not_throttle_the_others() {
+    let mut p = Provider429::new(60.0, 60.0);
+    let (s, r) = run(&mut p, 8, 1_000, 120_000, TOO_MANY_INPUT_TOKENS);
+    assert!(r.throttled > 0);
+    let snap = s
+        .snapshot(s.target("k", "claude-sonnet-4-5").scope, now_at(120_000))
+        .unwrap();
+    assert_eq!(snap.sources[1], Some(LimitSource::Estimated), "{snap:?}");
+    assert_eq!(snap.limits.requests, None, "{snap:?}");
+    assert_eq!(snap.limits.output_tokens, None, "{snap:?}");
+    assert_eq!(snap.estimates[0], None);
+    assert_eq!(snap.estimates[2], None);
+}
+
+#[test]
+fn an_unnamed_429_teaches_every_dimension_the_provider_meters() {
+    let mut p = Provider429::new(60.0, 60.0);
+    let (s, _) = run(&mut p, 8, 1_000, 60_000, UNNAMED);
+    let snap = s
+        .snapshot(s.target("k", "claude-sonnet-4-5").scope, now_at(60_000))
+        .unwrap();
+    // Anthropic meters requests, input and output apart: no combined
+    // bucket is invented.
+    assert_eq!(
+        snap.sources,
+        [
+            Some(LimitSource::Estimated),
+            Some(LimitSource::Estimated),
+            Some(LimitSource::Estimated),
+            None
+        ],
+        "{snap:?}"
+    );
+}
+
+#[test]
+fn an_estimate_never_replaces_a_stated_limit() {
+    let s = store();
+    let policy = Policy::default();
+    let mut rng = fastrand::Rng::with_seed(1);
+    let target = s.target("k", "claude-sonnet-4-5");
+    // The provider states requests (50 a minute) and nothing about tokens.
+    let stated = [
+        ("anthropic-ratelimit-requests-limit", "50"),
+        ("anthropic-ratelimit-requests-remaining", "49"),
+        ("retry-after", "2"),
+    ];
+    let mut t = 0;
+    for _ in 0..6 {
+        let now = now_at(t);
+        let mut j = job(&s, t, Duration::from_secs(600));
+        loop {
+            match j.step(&s, &policy, now_at(t)) {
+                Step::Send { .. } => break,
+                Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
+                other => panic!("{other:?}"),
+            }
+        }
+        j.sending();
+        let c = classify(Provider::Anthropic, 429, &stated, UNNAMED, now);
+        j.answer(&s, &policy, &c, None, &mut rng, now_at(t));
+        j.cancel();
+        t += 5_000;
+    }
+    let snap = s.snapshot(target.scope, now_at(t)).unwrap();
+    assert_eq!(snap.limits.requests, Some(50), "{snap:?}");
+    assert_eq!(snap.sources[0], Some(LimitSource::Stated));
+    // The tokens the headers leave out are estimated.
+    assert_eq!(snap.sources[1], Some(LimitSource::Estimated), "{snap:?}");
+}
+
+#[test]
+fn a_rate_limited_job_with_a_ten_minute_deadline_survives_twenty_429s() {
+    let s = store();
+    let policy = Policy::default();
+    assert_eq!(policy.max_attempts, 3, "the default counts three attempts");
+    let mut rng = fastrand::Rng::with_seed(2);
+    let mut j = job(&s, 0, Duration::from_secs(600));
+    let mut t = 0u64;
+    for n in 1..=21u32 {
+        let attempt = loop {
+            match j.step(&s, &policy, now_at(t)) {
+                Step::Send { attempt } => break attempt,
+                Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
+                other => panic!("429 number {n}: {other:?}"),
+            }
+        };
+        assert_eq!(attempt, n);
+        j.sending();
+        if n <= 20 {
+            let c = classify(
+                Provider::Anthropic,
+                429,
+                &[("retry-after", "5")],
+                TOO_MANY_REQUESTS,
+                now_at(t),
+            );
+            let d = j.answer(&s, &policy, &c, None, &mut rng, now_at(t));
+            assert!(
+                matches!(d.action, Action::Retry { .. }),
+                "429 number {n}: {d:?}"
+            );
+        } else {
+            let ok = classify(Provider::Anthropic, 200, &[], OK, now_at(t));
+            let d = j.answer(&s, &policy, &ok, Some(&usage()), &mut rng, now_at(t));
+            assert_eq!(d.action, Action::Done);
+        }
+    }
+    assert!(t < 600_000, "all within the deadline: {t} ms");
+    assert!(s.ledger().is_clean());
+}
+
+#[test]
+fn a_429_without_a_hint_and_a_5xx_storm_are_still_counted() {
+    let s = store();
+    let policy = Policy::default();
+    let mut rng = fastrand::Rng::with_seed(2);
+    for (status, headers, body) in [
+        (429, vec![], TOO_MANY_REQUESTS),
+        (
+            500,
+            vec![],
+            r#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#,
+        ),
+    ] {
+        let mut j = job(&s, 0, Duration::from_secs(600));
+        let mut t = 0;
+        let mut last = None;
+        for _ in 0..10 {
+            match loop {
+                match j.step(&s, &policy, now_at(t)) {
+                    Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
+                    other => break other,
+                }
+            } {
+                Step::Send { .. } => {}
+                Step::End(e) => {
+                    last = Some(e);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+            j.sending();
+            let c = classify(Provider::Anthropic, status, &headers, body, now_at(t));
+            j.answer(&s, &policy, &c, None, &mut rng, now_at(t));
+        }
+        let e = last.expect("ended");
+        assert_eq!(e.attempts, 3, "{status}: {e:?}");
+        assert_eq!(
+            e.decision.action,
+            Action::GiveUp {
+                reason: GiveUpReason::Attempts
+            }
+        );
+    }
+}
+
+#[test]
+fn the_retry_budget_still_stops_a_5xx_storm_but_not_paced_429s() {
+    let s = Shared::new(Controller::new({
+        let mut config = Config::default();
+        config.retry_budget = {
+            let mut b = RetryBudgetConfig::default();
+            b.min_retries = 0;
+            b.ratio_permille = 0;
+            b
+        };
+        config.seed = Some(1);
+        config
+    }));
+    let policy = Policy::default();
+    let mut rng = fastrand::Rng::with_seed(2);
+    let boom = r#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#;
+    type Case<'a> = (u16, &'a [(&'a str, &'a str)], &'a str, bool);
+    let cases: [Case; 2] = [
+        (500, &[], boom, false),
+        (429, &[("retry-after", "1")], TOO_MANY_REQUESTS, true),
+    ];
+    for (status, headers, body, retried) in cases {
+        let mut j = job(&s, 0, Duration::from_secs(600));
+        let mut t = 100_000;
+        loop {
+            match j.step(&s, &policy, now_at(t)) {
+                Step::Send { .. } => break,
+                Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
+                other => panic!("{other:?}"),
+            }
+        }
+        j.sending();
+        let c = classify(Provider::Anthropic, status, headers, body, now_at(t));
+        let d = j.answer(&s, &policy, &c, None, &mut rng, now_at(t));
+        if retried {
+            assert!(matches!(d.action, Action::Retry { .. }), "{d:?}");
+            // The paced retry is admitted though the budget allows none.
+            let step = loop {
+                match j.step(&s, &policy, now_at(t)) {
+                    Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
+                    other => break other,
+                }
+            };
+            assert!(matches!(step, Step::Send { attempt: 2 }), "{step:?}");
+            j.cancel();
+        } else {
+            assert_eq!(
+                d.action,
+                Action::GiveUp {
+                    reason: GiveUpReason::RetryBudget
+                },
+                "{d:?}"
+            );
+        }
+    }
+}
