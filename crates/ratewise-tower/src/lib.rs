@@ -84,20 +84,28 @@
 //!    after it.
 //! 7. core `admit/shared.rs` — one lock for the whole update.
 //! 8. core `admit/controller/answers.rs` — `Controller::apply`: what the
-//!    429 proves (a surprise, the margin), the pause for every job, the
-//!    retry budget's state.
+//!    429 proves (a surprise, the margin: `admit/bucket/margin.rs`), the
+//!    pause for every job, the retry budget's state.
 //! 9. core `admit/controller/headers.rs` — the answer's view syncs the
-//!    buckets (`admit/bucket.rs`).
-//! 10. core `admit/controller/accounting.rs` — the reservation's tokens
+//!    buckets' credit (`admit/bucket/view.rs`).
+//! 10. core `admit/controller/silent.rs` — where no header states a
+//!     dimension's limit, the 429 teaches its estimate
+//!     (`admit/silent.rs`); the bucket is rebuilt at it (`admit/belief.rs`
+//!     says which belief wins, `admit/controller/pace.rs` rebuilds).
+//! 11. core `admit/controller/accounting.rs` — the reservation's tokens
 //!     back (the request unit kept where the provider counts it).
-//! 11. core `job.rs` — `Job::applied`: the retry, against a spent budget
-//!     decided again; `Job::next` after the delay.
-//! 12. `queue.rs` — the job's turn among those waiting for the scope.
-//! 13. core `admit/controller/admission.rs` — `Controller::admit`: after
-//!     the pause, room in the buckets, a reservation: the next send
-//!     (back in `retry/run.rs`).
+//! 12. core `job.rs` — `Job::applied`: the retry, against a spent budget
+//!     decided again (a paced retry is not counted); `Job::next` after the
+//!     delay.
+//! 13. `queue.rs` — the job's turn among those waiting for the scope.
+//! 14. core `admit/controller/admission.rs` — `Controller::admit`: after
+//!     the pause, room in the buckets (`admit/bucket/mod.rs`, the
+//!     arithmetic alone), a reservation: the next send (back in
+//!     `retry/run.rs`).
 //!
-//! Twelve files (`job.rs` and `run.rs` twice).
+//! Thirteen files (`job.rs` and `retry/run.rs` twice), leaves in brackets aside.
+//! A test (`crates/ratewise-tower/tests/docs_paths.rs`) checks that every
+//! file named here exists.
 //!
 //! ## Journal
 //!
