@@ -104,7 +104,7 @@
 //!     `retry/run.rs`).
 //!
 //! Thirteen files (`job.rs` and `retry/run.rs` twice), leaves in brackets aside.
-//! A test (`crates/ratewise-tower/tests/docs_paths.rs`) checks that every
+//! A test (`tests/docs_paths.rs` of this crate) checks that every
 //! file named here exists.
 //!
 //! ## Journal
