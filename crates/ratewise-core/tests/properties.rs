@@ -153,8 +153,9 @@ proptest! {
         prop_assert_eq!(d.action.kind(), ActionKind::StopQueue);
     }
 
-    /// No retry once attempts are spent or the deadline has passed; and a
-    /// retry always fits the deadline.
+    /// No retry once attempts are spent (a rate signal with a hint, for a
+    /// job with a deadline, is paced, not counted: `decide::paced`) or the
+    /// deadline has passed; and a retry always fits the deadline.
     #[test]
     fn no_retry_past_attempts_or_deadline(
         p in provider(),
@@ -173,7 +174,7 @@ proptest! {
         let now = Now::new(Instant::from_millis(elapsed_ms), wall());
         let d = decide(&policy, &job, &c, now, &mut fastrand::Rng::with_seed(seed));
         if let Some(delay) = d.action.delay() {
-            prop_assert!(attempts < policy.max_attempts);
+            prop_assert!(attempts < policy.max_attempts || ratewise_core::decide::paced(&c, &job));
             if let Some(dl) = deadline_ms {
                 prop_assert!(elapsed_ms as u128 + delay.as_millis() <= dl as u128);
             }

@@ -225,6 +225,12 @@ fn format_status(
                     "requests": l.requests, "input_tokens": l.input_tokens,
                     "output_tokens": l.output_tokens, "tokens": l.tokens,
                 },
+                // Per dimension: whether the limit is configured, stated
+                // by the provider's headers, or estimated from 429s alone
+                // (and where an estimate stands: a cold lower bound, or
+                // measured between two 429s).
+                "limit_sources": per_dimension(s.sources.map(|x| x.map(|x| x.as_str()))),
+                "estimates": per_dimension(s.estimates),
                 "levels": per_dimension(s.levels),
                 "capacities": per_dimension(s.capacities),
                 "margins": per_dimension(s.margins),
@@ -287,6 +293,13 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 /// `/metrics`'s text from the snapshots taken.
 fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
+    use ratewise_core::Dimension;
+    const DIMENSIONS: [Dimension; 4] = [
+        Dimension::Requests,
+        Dimension::InputTokens,
+        Dimension::OutputTokens,
+        Dimension::Tokens,
+    ];
     let mut gauges = Vec::new();
     for s in snaps {
         for (i, dim) in ["requests", "input_tokens", "output_tokens", "tokens"]
@@ -300,6 +313,17 @@ fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
             );
             if let Some(level) = s.levels[i] {
                 gauges.push((format!("ratewise_bucket_level{labels}"), level as f64));
+            }
+            if let (Some(limit), Some(source)) = (s.limits.get(DIMENSIONS[i]), s.sources[i]) {
+                // One series per source, so a dashboard tells a limit the
+                // provider stated from one estimated from its 429s.
+                let labels = format!(
+                    "{{key=\"{}\",class=\"{}\",dimension=\"{dim}\",source=\"{}\"}}",
+                    crate::metrics::label(&s.key),
+                    crate::metrics::label(&s.class),
+                    source.as_str()
+                );
+                gauges.push((format!("ratewise_limit_per_minute{labels}"), limit as f64));
             }
             if let Some(margin) = s.margins[i] {
                 gauges.push((format!("ratewise_bucket_margin{labels}"), margin as f64));

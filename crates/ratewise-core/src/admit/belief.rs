@@ -49,22 +49,50 @@ impl LimitSource {
 }
 
 /// The limit of every dimension with its source, at `t` (an estimate
-/// probes upward over time, so it depends on the instant).
+/// probes upward over time, so it depends on the instant), for a process
+/// pacing at `share_permille` of the key's limits.
+///
+/// A process cut off from its peers (a shared store unreachable: a share
+/// below 1,000) cannot know what the others send, so a stated limit is
+/// only a ceiling for it: until its own 429s have taught an estimate it
+/// paces at its share of the stated limit, and then at the estimate
+/// (never above the stated limit) — the share it really gets, learned
+/// from 429s as on a silent provider. An estimate for a dimension nothing
+/// states is this process's own evidence and is never cut by the share.
 pub(crate) fn effective(
     configured: &Limits,
     learned: &Limits,
     silent: &[SilentEstimate; 4],
+    share_permille: u32,
     t: Instant,
 ) -> [Option<(u64, LimitSource)>; 4] {
+    let cut_off = share_permille < 1000;
     std::array::from_fn(|i| {
         let d = DIMENSIONS[i];
-        match (configured.get(d), learned.get(d)) {
+        let stated = match (configured.get(d), learned.get(d)) {
             (Some(c), Some(l)) if l < c => Some((l, LimitSource::Stated)),
             (Some(c), _) => Some((c, LimitSource::Configured)),
             (None, Some(l)) => Some((l, LimitSource::Stated)),
-            (None, None) => silent[i].rate(t).map(|r| (r, LimitSource::Estimated)),
+            (None, None) => None,
+        };
+        match stated {
+            Some((l, src)) if cut_off => match silent[i].rate(t) {
+                Some(r) => Some((r.min(l), LimitSource::Estimated)),
+                None => Some((share_of(l, share_permille), src)),
+            },
+            Some(stated) => Some(stated),
+            None => silent[i].rate(t).map(|r| (r, LimitSource::Estimated)),
         }
     })
+}
+
+/// `permille` of `limit`, at least 1.
+pub(crate) fn share_of(limit: u64, permille: u32) -> u64 {
+    if permille >= 1000 {
+        return limit;
+    }
+    let part = u128::from(limit) * u128::from(permille) / 1000;
+    u64::try_from(part).unwrap_or(u64::MAX).max(1)
 }
 
 /// The dimensions a 429 that names none is taken to be about, for a

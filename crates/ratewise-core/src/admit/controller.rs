@@ -21,7 +21,7 @@
 //! * `introspection` — snapshots and counters, read-only;
 //! * `forget` — forgetting idle keys.
 
-use super::belief::{effective, silent_dimensions, LimitSource};
+use super::belief::{effective, share_of, silent_dimensions, LimitSource};
 use super::bucket::{capacity_for, Bucket, CreditMark, ServerView};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
@@ -58,7 +58,7 @@ mod silent;
 
 pub use introspection::ScopeSnapshot;
 use pace::{apply_ramp, credit_capacities, grow_ramp, rebuild_buckets, restart_ramp};
-use silent::{estimated, follow_estimates, silent_ended, silent_took};
+use silent::{estimated, follow_estimates, share_changed, silent_ended, silent_took};
 
 /// Everything the controller is configured with.
 #[derive(Debug, Clone)]
@@ -400,9 +400,10 @@ impl ScopeState {
             && !self.silent.iter().any(SilentEstimate::is_set)
     }
 
-    /// Every dimension's limit and where it comes from, at `t`.
-    fn limits_at(&self, t: Instant) -> [Option<(u64, LimitSource)>; 4] {
-        effective(&self.configured, &self.learned, &self.silent, t)
+    /// Every dimension's limit and where it comes from, at `t`, for a
+    /// process pacing at `share_permille` of the key's limits.
+    fn limits_at(&self, t: Instant, share_permille: u32) -> [Option<(u64, LimitSource)>; 4] {
+        effective(&self.configured, &self.learned, &self.silent, share_permille, t)
     }
 }
 

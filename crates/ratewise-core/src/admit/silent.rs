@@ -173,6 +173,24 @@ pub(crate) enum Taught {
 }
 
 impl SilentEstimate {
+    /// An estimate that starts at `rate` at `t`, as if measured: a process
+    /// cut off from its peers starts at its share of a stated limit and
+    /// learns the share it really gets from its own 429s.
+    pub(crate) fn seeded(rate: u64, t: Instant) -> Self {
+        SilentEstimate {
+            base: to_units(rate as f64 / (1.0 - MARGIN)),
+            base_at: t,
+            upper: rate,
+            state: Some(EstimateState::Measured),
+            window: Some(Window {
+                start: t,
+                from_empty: true,
+                admitted: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
     /// An admission took `units` at `t`: the provider is taken to let
     /// them through. The first admission opens the cold window (the
     /// provider's bucket is taken to be full then).

@@ -34,10 +34,11 @@ impl Controller {
     /// margin learns after the 429's headers have had their say
     /// ([`learn_from_surprise`](Self::learn_from_surprise)).
     fn surprise(&mut self, sent: &Sent, named: Option<Dimension>, now: Now) -> Option<Surprise> {
+        let share = self.share_permille;
         let s = self.scopes.get_mut(sent.scope.0 as usize)?;
         // A bucket paced at an estimate learns from its 429s through the
         // estimate (`silent`), not through a margin on top of it.
-        let own: [bool; 4] = std::array::from_fn(|i| !estimated(s, i, now.instant));
+        let own: [bool; 4] = std::array::from_fn(|i| !estimated(s, i, share, now.instant));
         let has = |i: usize| own[i] && s.buckets[i].is_some() && sent.marks[i].get().is_some();
         let i = match named.map(index) {
             Some(i) if has(i) => i,

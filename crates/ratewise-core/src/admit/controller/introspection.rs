@@ -142,7 +142,7 @@ impl Controller {
             capacities[i] = b.as_ref().map(Bucket::credit_capacity);
         }
         let key = &self.keys[s.key as usize];
-        let eff = s.limits_at(now.instant);
+        let eff = s.limits_at(now.instant, self.share_permille);
         let mut limits = Limits::NONE;
         for (i, d) in DIMENSIONS.into_iter().enumerate() {
             limits.set(d, eff[i].map(|(l, _)| l));

@@ -8,7 +8,9 @@
 //! itself is set through the store seam
 //! ([`StoreHooks::set_share`](crate::admit::store_kit::StoreHooks::set_share)).
 
-use super::{capacity_for, index, Bucket, Burst, Instant, RampConfig, ScopeState, DIMENSIONS};
+use super::{
+    capacity_for, index, share_of, Bucket, Burst, Instant, RampConfig, ScopeState, DIMENSIONS,
+};
 
 /// Lets the ramp take the growth steps due by `t`, one at a time: the
 /// buckets refill at each step's pace up to the step, then at the next
@@ -55,21 +57,16 @@ pub(super) fn restart_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
 /// bucket (at the ramp factor), changed ones keep their level, dropped ones
 /// go.
 pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
-    let eff = s.limits_at(t);
+    // The limits come with this process's share applied where it applies
+    // (`belief::effective`).
+    let eff = s.limits_at(t, share_permille);
     let p = s.ramp.permille();
-    let share = |v: u64| {
-        if share_permille >= 1000 {
-            v
-        } else {
-            let part = u128::from(v) * u128::from(share_permille) / 1000;
-            u64::try_from(part).unwrap_or(u64::MAX).max(1)
-        }
-    };
+    let share = |v: u64| share_of(v, share_permille);
     for d in DIMENSIONS {
         let i = index(d);
         let taken = s.capacity_taken(i);
         let seen = if taken == 0 { 0 } else { share(taken) };
-        match (eff[i].map(|(l, _)| share(l)), &mut s.buckets[i]) {
+        match (eff[i].map(|(l, _)| l), &mut s.buckets[i]) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
                 let credit = burst.credit_units(l, seen);

@@ -11,7 +11,7 @@
 //! in flight) is this process's own.
 
 use super::{
-    rebuild_buckets, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId, SilentEstimate,
+    rebuild_buckets, share_changed, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId, SilentEstimate,
 };
 use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
 
@@ -127,8 +127,12 @@ impl StoreHooks for Controller {
         if permille == self.share_permille {
             return;
         }
+        let rejoined_or_cut = (permille < 1000) != (self.share_permille < 1000);
         self.share_permille = permille;
         for s in self.scopes.iter_mut() {
+            if rejoined_or_cut {
+                share_changed(s, permille, now.instant);
+            }
             rebuild_buckets(s, self.cfg.burst, permille, now.instant);
         }
     }

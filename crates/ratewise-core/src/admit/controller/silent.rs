@@ -8,7 +8,7 @@
 //! one place where a silent provider's limits are believed.
 
 use super::{
-    index, rebuild_buckets, silent_dimensions, Amounts, Classification, Controller, Instant,
+    index, rebuild_buckets, share_of, silent_dimensions, Amounts, Classification, Controller, Instant,
     LimitSource, Limits, Now, ScopeId, ScopeState, Sent, DIMENSIONS,
 };
 use crate::admit::silent::Taught;
@@ -38,6 +38,9 @@ impl Controller {
         let t = now.instant;
         let (burst, share) = (self.cfg.burst, self.share_permille);
         let s = self.scopes.get_mut(scope.0 as usize)?;
+        // Cut off from its peers, a process learns its share of a stated
+        // limit from its own 429s too (`belief::effective`).
+        let cut_off = share < 1000;
         let stated = Limits::combine(&s.configured, &s.learned);
         let about = match c.dimension {
             Some(d) => {
@@ -50,7 +53,7 @@ impl Controller {
         let mut taught = Vec::new();
         for (i, d) in DIMENSIONS.into_iter().enumerate() {
             let amount = sent.amounts.by_index(i);
-            if !about[i] || stated.get(d).is_some() || amount == 0 {
+            if !about[i] || (stated.get(d).is_some() && !cut_off) || amount == 0 {
                 continue;
             }
             match s.silent[i].throttled(amount, t) {
@@ -85,8 +88,28 @@ impl Controller {
 
 /// Whether bucket `i` paces at a limit estimated from 429s (not stated,
 /// not configured): its 429s teach the estimate, not a margin.
-pub(super) fn estimated(s: &ScopeState, i: usize, t: Instant) -> bool {
-    matches!(s.limits_at(t)[i], Some((_, LimitSource::Estimated)))
+pub(super) fn estimated(s: &ScopeState, i: usize, share_permille: u32, t: Instant) -> bool {
+    matches!(
+        s.limits_at(t, share_permille)[i],
+        Some((_, LimitSource::Estimated))
+    )
+}
+
+/// The process was cut off from its peers (`share_permille` below 1,000)
+/// or rejoined them (1,000): cut off, each stated dimension's estimate
+/// starts at the share (`seeded`) and learns from this process's own
+/// 429s; rejoined, those estimates go — the shared record is the truth
+/// again.
+pub(super) fn share_changed(s: &mut ScopeState, share_permille: u32, t: Instant) {
+    let stated = Limits::combine(&s.configured, &s.learned);
+    for (i, d) in DIMENSIONS.into_iter().enumerate() {
+        let Some(l) = stated.get(d) else { continue };
+        s.silent[i] = if share_permille < 1000 {
+            crate::admit::silent::SilentEstimate::seeded(share_of(l, share_permille), t)
+        } else {
+            Default::default()
+        };
+    }
 }
 
 /// An admission took `amounts` at `t`: the provider is taken to let them
@@ -124,14 +147,9 @@ pub(super) fn follow_estimates(s: &mut ScopeState, burst: Burst, share_permille:
     if !s.silent.iter().any(|e| e.is_set()) {
         return;
     }
-    let limits = s.limits_at(t);
+    let limits = s.limits_at(t, share_permille);
     let moved = (0..4).any(|i| match (&s.buckets[i], limits[i]) {
         (Some(b), Some((l, LimitSource::Estimated))) => {
-            let l = if share_permille >= 1000 {
-                l
-            } else {
-                (u128::from(l) * u128::from(share_permille) / 1000).max(1) as u64
-            };
             l.abs_diff(b.limit()) >= (b.limit() / FOLLOW_STEP).max(1)
         }
         (None, Some(_)) => true,
