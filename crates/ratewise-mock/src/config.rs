@@ -103,6 +103,12 @@ pub struct MockConfig {
     /// answers, errors and streams (flushed per SSE event); a request
     /// without an acceptable coding gets the body as it is.
     pub compression: bool,
+    /// Send no rate-limit headers, as many providers do (default
+    /// [`Silent::Off`]: the headers as documented). `"retry_after"` keeps
+    /// `retry-after` on a 429; `"message"` drops it too and says the wait
+    /// only in the error message. Only what the answers say changes: the
+    /// buckets admit and refuse exactly the same requests.
+    pub silent: Silent,
     /// Faults to inject, checked in order (default none).
     pub faults: Vec<FaultRule>,
     /// Labels recorded instead of a key's fingerprint: key → label.
@@ -138,6 +144,7 @@ impl Default for MockConfig {
             latency: LatencyConfig::default(),
             framing: Framing::default(),
             compression: false,
+            silent: Silent::Off,
             faults: Vec::new(),
             key_labels: BTreeMap::new(),
             max_body_bytes: 4 << 20,
@@ -202,6 +209,70 @@ pub fn is_token_dimension(dimension: Dimension) -> bool {
         dimension,
         Dimension::InputTokens | Dimension::OutputTokens | Dimension::Tokens
     )
+}
+
+/// Which rate-limit signals the mock leaves out of its answers.
+///
+/// Why it exists (issue #35): Anthropic and OpenAI state their limits in
+/// `anthropic-ratelimit-*` / `x-ratelimit-*` headers, but many providers
+/// state nothing — Gemini's API, Vertex, Bedrock, most OpenAI-compatible
+/// hosts, and any proxy that drops unknown headers. There a client learns
+/// a limit from its 429s alone, and it needs a provider to be tested
+/// against that enforces the same buckets and says less.
+///
+/// In both silent variants no answer carries a rate-limit header: no
+/// `*-limit`, `*-remaining` or `*-reset` of either family, on successes,
+/// streams and 429s alike. Everything else is unchanged: statuses, bodies
+/// (usage, ids, error types and messages), `request-id`,
+/// `x-should-retry`, SSE frames, and the buckets' decisions. An injected
+/// [`Fault::RetryAfter`](crate::Fault::RetryAfter) still sends the
+/// `retry-after` its rule asks for: a fault says exactly what it sends.
+///
+/// ```
+/// let cfg: ratewise_mock::MockConfig = serde_json::from_str(r#"{"silent": "message"}"#).unwrap();
+/// assert_eq!(cfg.silent, ratewise_mock::Silent::Message);
+/// assert_eq!(ratewise_mock::MockConfig::default().silent, ratewise_mock::Silent::Off);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Silent {
+    /// Every rate-limit header as documented (the default).
+    #[default]
+    Off,
+    /// No rate-limit headers; a 429 (a per-minute limit or the
+    /// acceleration limit) still carries `retry-after`, in real seconds
+    /// rounded up to the millisecond as always (whole seconds at real
+    /// time: the model's waits are whole provider seconds), and the
+    /// provider's usual error body — OpenAI's message keeps its own
+    /// "Please try again in …", Anthropic's has none. The shape of a
+    /// provider behind a proxy that keeps only the standard HTTP header.
+    RetryAfter,
+    /// No rate-limit headers and no `retry-after` either: a 429's wait is
+    /// said only in its error message, as OpenAI words it ("… Please try
+    /// again in 1.146s. …", a Go duration of real time), for both
+    /// providers — Anthropic's message gains the same sentence, which
+    /// ratewise-core's `parse::message::try_again_in` reads. The shape of
+    /// providers whose only hint is in the text.
+    Message,
+}
+
+impl Silent {
+    /// Rate-limit headers (`anthropic-ratelimit-*`, `x-ratelimit-*`) are
+    /// left out.
+    pub fn hides_ratelimit_headers(self) -> bool {
+        !matches!(self, Silent::Off)
+    }
+
+    /// A rate-limit 429 carries `retry-after`.
+    pub fn sends_retry_after(self) -> bool {
+        !matches!(self, Silent::Message)
+    }
+
+    /// A rate-limit 429's message says the wait ("Please try again in
+    /// …"), whatever the provider usually writes.
+    pub fn wait_in_message(self) -> bool {
+        matches!(self, Silent::Message)
+    }
 }
 
 /// Biases the providers' documentation does not describe, each off by

@@ -32,6 +32,11 @@
 //!   `Content-Length` ([`MockConfig::framing`]); with
 //!   [`MockConfig::compression`] answers are compressed per the request's
 //!   `Accept-Encoding` ([`encoding`]).
+//! * **Silent providers**: [`MockConfig::silent`] ([`Silent`]) sends no
+//!   rate-limit headers at all, and optionally no `retry-after` either
+//!   (the wait only in the 429's message), over the same buckets: the
+//!   providers that state no limits, for clients that must learn them
+//!   from their 429s.
 //! * **Runtime control**: [`MockServer::set_faults`],
 //!   [`MockServer::set_billing_error`], [`MockServer::set_spend_cap`],
 //!   [`MockServer::set_acceleration`], or the same over HTTP under `/mock/`
@@ -67,7 +72,7 @@ pub mod tokens;
 pub use clock::TimeScale;
 pub use config::{
     AccelerationConfig, BiasConfig, Framing, LatencyConfig, Limits, MockConfig, OutputRange,
-    RemainingRounding, SpendConfig,
+    RemainingRounding, Silent, SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use model::{Answer, Outcome, ProviderModel, RequestMeta};

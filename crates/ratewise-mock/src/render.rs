@@ -11,12 +11,17 @@
 //! model says the headers show (Anthropic's token values rounded to the
 //! nearest thousand by default, as documented; biases applied), never the
 //! true level.
+//!
+//! [`RenderCtx::silent`] ([`Silent`]) leaves the rate-limit headers out of
+//! every answer, and in its `message` variant moves a 429's wait from
+//! `retry-after` into the error message: a provider that states no limits.
 
 mod sse;
 
 pub use sse::{delivered_tokens, stream_error_frame, stream_frames, stream_headers, SseFrame};
 
 use crate::clock::{ceil_ms, format_retry_after, TimeScale};
+use crate::config::Silent;
 use crate::faults::{Fault, RetryAfterFormat};
 use crate::model::{Answer, Outcome, WindowView};
 use crate::tokens::fnv1a;
@@ -47,6 +52,9 @@ pub struct RenderCtx {
     pub include_usage: bool,
     /// Output tokens per content delta.
     pub tokens_per_delta: u64,
+    /// Which rate-limit signals are left out ([`MockConfig::silent`](crate::MockConfig::silent);
+    /// [`Silent::Off`] from [`RenderCtx::new`]).
+    pub silent: Silent,
 }
 
 impl RenderCtx {
@@ -63,6 +71,7 @@ impl RenderCtx {
             text_seed: fnv1a(seed, &nth.to_le_bytes()),
             include_usage: false,
             tokens_per_delta: 4,
+            silent: Silent::Off,
         }
     }
 }
@@ -124,9 +133,14 @@ pub(crate) fn id_header(ctx: &RenderCtx) -> (&'static str, String) {
     }
 }
 
-/// `anthropic-ratelimit-*` or `x-ratelimit-*` headers for `windows`.
+/// `anthropic-ratelimit-*` or `x-ratelimit-*` headers for `windows`; none
+/// when [`RenderCtx::silent`] hides them. Every answer's rate-limit headers
+/// come from here, so a silent provider leaves none out by accident.
 pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'static str, String)> {
     let mut h = Vec::new();
+    if ctx.silent.hides_ratelimit_headers() {
+        return h;
+    }
     for w in windows {
         let real_reset = ctx.scale.to_real(w.reset);
         match ctx.provider {
@@ -199,6 +213,20 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
 
 fn go_duration_ms(d: Duration) -> String {
     format_go_duration(ceil_ms(d))
+}
+
+/// The `retry-after` header of a rate-limit 429 waiting `real`, unless
+/// [`Silent::Message`] says the wait only in the message.
+fn push_retry_after(ctx: &RenderCtx, h: &mut Vec<(&'static str, String)>, real: Duration) {
+    if ctx.silent.sends_retry_after() {
+        h.push(("retry-after", format_retry_after(real)));
+    }
+}
+
+/// OpenAI's sentence for a wait of `real` ("Please try again in 1.146s."),
+/// the phrase ratewise-core's `parse::message::try_again_in` reads.
+fn try_again_sentence(real: Duration) -> String {
+    format!("Please try again in {}.", go_duration_ms(real))
 }
 
 /// The provider's error body for `error_type` (Anthropic) or
@@ -323,10 +351,17 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
             requested,
         } => {
             let real = ctx.scale.to_real(*retry_after);
-            headers.push(("retry-after", format_retry_after(real)));
+            push_retry_after(ctx, &mut headers, real);
             retry_true(&mut headers);
             headers.extend(rl);
             let body = if anthropic {
+                // Anthropic writes no wait into this message; a silent
+                // provider in `message` mode adds OpenAI's sentence.
+                let wait = if ctx.silent.wait_in_message() {
+                    format!(" {}", try_again_sentence(real))
+                } else {
+                    String::new()
+                };
                 let what = match dimension {
                     Dimension::Requests => "requests",
                     Dimension::InputTokens => "input tokens",
@@ -334,7 +369,7 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
                     _ => "tokens",
                 };
                 let msg = format!(
-                    "This request would exceed the rate limit for your organization of {limit} {what} per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."
+                    "This request would exceed the rate limit for your organization of {limit} {what} per minute.{wait} For details, refer to: https://docs.claude.com/en/api/rate-limits."
                 );
                 error_body(ctx, "rate_limit_error", None, &msg)
             } else {
@@ -344,10 +379,11 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
                     Dimension::OutputTokens => ("output_tokens", "output tokens per min"),
                     _ => ("tokens", "tokens per min (TPM)"),
                 };
+                // OpenAI says the wait in this message whatever `silent` is.
                 let msg = format!(
-                    "Rate limit reached for {} in organization org-mock on {label}: Limit {limit}, Used {used}, Requested {requested}. Please try again in {}. Visit https://platform.openai.com/account/rate-limits to learn more.",
+                    "Rate limit reached for {} in organization org-mock on {label}: Limit {limit}, Used {used}, Requested {requested}. {} Visit https://platform.openai.com/account/rate-limits to learn more.",
                     ctx.model,
-                    go_duration_ms(real)
+                    try_again_sentence(real)
                 );
                 error_body(ctx, ty, Some("rate_limit_exceeded"), &msg)
             };
@@ -355,21 +391,26 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
         }
         Outcome::SlowDown { retry_after } => {
             let real = ctx.scale.to_real(*retry_after);
-            headers.push(("retry-after", format_retry_after(real)));
+            push_retry_after(ctx, &mut headers, real);
             retry_true(&mut headers);
             headers.extend(rl);
+            let mut msg = if anthropic {
+                "Your organization's request rate increased too sharply. Please reduce the rate at which you send requests and ramp up gradually."
+            } else {
+                "Please reduce the rate at which you send requests."
+            }
+            .to_string();
+            if ctx.silent.wait_in_message() {
+                // Neither provider words a wait here; without `retry-after`
+                // the message is the only place left to say it.
+                msg = format!("{msg} {}", try_again_sentence(real));
+            }
             let body = if anthropic {
                 // Anthropic's acceleration ("ramp") limit: the official SDK
                 // maps this code to `RampLimitExceededError`.
-                error_body(ctx, "rate_limit_error", Some("ramp_limit_exceeded"),
-                    "Your organization's request rate increased too sharply. Please reduce the rate at which you send requests and ramp up gradually.")
+                error_body(ctx, "rate_limit_error", Some("ramp_limit_exceeded"), &msg)
             } else {
-                error_body(
-                    ctx,
-                    "rate_limit_error",
-                    Some("slow_down"),
-                    "Please reduce the rate at which you send requests.",
-                )
+                error_body(ctx, "rate_limit_error", Some("slow_down"), &msg)
             };
             (429, body)
         }

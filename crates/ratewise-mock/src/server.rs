@@ -396,6 +396,7 @@ async fn api(
     let mut ctx = RenderCtx::new(provider, "", state.config.seed, seq, SystemTime::now());
     ctx.scale = state.clock.scale();
     ctx.tokens_per_delta = state.config.tokens_per_delta;
+    ctx.silent = state.config.silent;
 
     // Read the whole request first: even a reset comes after the request.
     let body = match Limited::new(body, state.config.max_body_bytes)

@@ -19,16 +19,18 @@
 //! | `x-ratelimit-reset-*` (Go durations) | × speedup, rounded up to the millisecond |
 //!
 //! | "regain access on 2026-12-01 at 00:00 UTC" in an error body (the spend cap's date) | mapped onto the provider wall clock, rounded up to the minute |
+//! | "Please try again in 1.146s" in an error body (a Go duration) | × speedup, rounded up to the millisecond |
 //!
 //! Every conversion rounds up, and relative hints are measured from when
 //! the answer is read (after the mock stated them), so the converted wait
 //! is never shorter than the provider's. Values that do not parse are left
 //! untouched (the core rejects them as it would from a real provider).
-//! OpenAI's "Please try again in 1.146s" in an error body is not
-//! rewritten: the mock always sends `retry-after` with it, and the core
-//! trusts `retry-after` first. Only error bodies (non-2xx, at most
-//! [`MAX_ERROR_BODY`] bytes) are read here; successes and streams pass
-//! through untouched.
+//! The message's "try again in" is rewritten because a silent mock
+//! (`MockConfig::silent` `"message"`, a scenario's `"silent": "message"`)
+//! says its wait nowhere else; where `retry-after` is sent too, the core
+//! trusts it first, and both now say the same provider-time wait. Only
+//! error bodies (non-2xx, at most [`MAX_ERROR_BODY`] bytes) are read here;
+//! successes and streams pass through untouched.
 
 use crate::clock::ScaledClock;
 use bytes::Bytes;
@@ -120,6 +122,7 @@ where
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
             let bytes = rewrite_stated_date(&bytes, &clock).map_or(bytes, Bytes::from);
+            let bytes = rewrite_try_again_in(&bytes, &clock).map_or(bytes, Bytes::from);
             Ok(Response::from_parts(parts, Either::Right(Full::new(bytes))))
         })
     }
@@ -160,6 +163,43 @@ pub fn rewrite_stated_date(body: &[u8], clock: &ScaledClock) -> Option<Vec<u8>> 
     out.push_str(&text[..start]);
     out.push_str(&new);
     out.push_str(&rest[used..]);
+    Some(out.into_bytes())
+}
+
+const TRY_AGAIN: &str = "try again in ";
+
+/// "try again in 84ms" in `body` (the first, as the core reads it), with
+/// the Go duration brought into `clock`'s provider time (× speedup,
+/// rounded up to the millisecond); `None` when there is no such phrase or
+/// its value is not a Go duration (left as sent, for the core to judge).
+///
+/// ```
+/// use ratewise_real::{hints::rewrite_try_again_in, ScaledClock};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let clock = ScaledClock::new(ratewise_mock::TimeScale::new(1.0)); // 60× speed
+/// let body = br#"{"message":"Used 9. Please try again in 134ms. Visit"}"#;
+/// let out = rewrite_try_again_in(body, &clock).unwrap();
+/// assert_eq!(out, br#"{"message":"Used 9. Please try again in 8.04s. Visit"}"#);
+/// assert_eq!(rewrite_try_again_in(b"{}", &clock), None);
+/// assert_eq!(rewrite_try_again_in(b"try again in a moment", &clock), None);
+/// # }
+/// ```
+pub fn rewrite_try_again_in(body: &[u8], clock: &ScaledClock) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let start = text.find(TRY_AGAIN)? + TRY_AGAIN.len();
+    let rest = text.get(start..)?;
+    // The token the core reads: up to a space or punctuation, without a
+    // sentence's full stop.
+    let len = rest
+        .find(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | ')' | '"'))
+        .unwrap_or(rest.len());
+    let token = rest[..len].trim_end_matches('.');
+    let real = parse_go_duration(token).ok()?;
+    let new = format_go_duration(ceil_ms(clock.scale().to_provider(real)));
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str(&text[..start]);
+    out.push_str(&new);
+    out.push_str(&rest[token.len()..]);
     Some(out.into_bytes())
 }
 

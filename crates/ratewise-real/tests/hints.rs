@@ -5,7 +5,7 @@ use ratewise_core::parse::retry_after::RetryHeaders;
 use ratewise_core::time::parse_rfc3339;
 use ratewise_mock::clock::format_retry_after;
 use ratewise_mock::TimeScale;
-use ratewise_real::hints::to_provider_time;
+use ratewise_real::hints::{rewrite_try_again_in, to_provider_time};
 use ratewise_real::ScaledClock;
 use std::time::{Duration, SystemTime};
 
@@ -66,4 +66,52 @@ async fn reset_instants_and_durations_move_into_the_provider_frame() {
     assert_eq!(h["x-ratelimit-reset-tokens"], "15s");
     // Garbage stays garbage: the core rejects it as from a real provider.
     assert_eq!(h["retry-after"], "soon");
+}
+
+/// A silent mock (`"silent": "message"`) says its wait only in the 429's
+/// message; brought into provider time, the core reads a wait never
+/// shorter than the provider's, as with `retry-after`.
+#[tokio::test]
+async fn converted_message_hint_is_never_shorter_than_the_provider_wait() {
+    use ratewise_core::parse::message::try_again_in;
+    use ratewise_core::Provider;
+    use ratewise_mock::model::{Answer, Outcome};
+    use ratewise_mock::render::{render_answer, RenderCtx};
+    for spm in [0.5, 1.0, 1.5, 60.0] {
+        let scale = TimeScale::new(spm);
+        let clock = ScaledClock::new(scale);
+        for provider in [Provider::Anthropic, Provider::Openai] {
+            for secs in [1u64, 7, 59, 3_600] {
+                let provider_wait = Duration::from_secs(secs);
+                // What the mock renders: the message, in real time.
+                let mut ctx = RenderCtx::new(provider, "m", 1, 1, SystemTime::now());
+                ctx.scale = scale;
+                ctx.silent = ratewise_mock::Silent::Message;
+                let answer = Answer {
+                    nth: 1,
+                    outcome: Outcome::RateLimited {
+                        dimension: ratewise_core::Dimension::Requests,
+                        retry_after: provider_wait,
+                        limit: 10,
+                        used: 10,
+                        requested: 1,
+                    },
+                    windows: Vec::new(),
+                    stall: None,
+                    stream_fault: None,
+                };
+                let r = render_answer(&ctx, &answer);
+                assert_eq!(r.header("retry-after"), None);
+                let body = rewrite_try_again_in(&r.body, &clock).expect("a hint to rewrite");
+                let v: serde_json::Value = serde_json::from_slice(&body).expect("still JSON");
+                let msg = v["error"]["message"].as_str().unwrap();
+                let read = try_again_in(msg).unwrap().unwrap();
+                assert!(
+                    read >= provider_wait,
+                    "spm {spm} {provider:?}: {msg}: {read:?} < {provider_wait:?}"
+                );
+                assert!(read <= provider_wait + scale.to_provider(Duration::from_millis(2)));
+            }
+        }
+    }
 }

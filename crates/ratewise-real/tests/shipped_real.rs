@@ -43,6 +43,11 @@ const HERE: &[(&str, u64, f64)] = &[
     ("bias-remaining-high.json", 100, 6.0),
     ("bias-capacity-short.json", 100, 6.0),
     ("bias-second-client.json", 150, 6.0),
+    // Issue #35's silent providers (no rate-limit headers; OpenAI's wait
+    // only in the message, which `hints` brings into provider time):
+    // sized like `anthropic-tier1` and `short-buckets-2s`.
+    ("silent-anthropic.json", 60, 6.0),
+    ("silent-openai.json", 200, 6.0),
 ];
 
 #[test]
@@ -199,4 +204,19 @@ fn a_second_client_agrees_but_for_the_429_share() {
         real.sends
     );
     assert!(real.goodput_ratio >= 0.64, "{}", real.goodput_ratio);
+}
+
+/// Issue #35: a provider that states no limits, end to end. The mock
+/// renders the same silent answers over loopback (no rate-limit header, a
+/// 429 with `retry-after` only), and the layer learns from the same 429s.
+#[test]
+fn silent_anthropic_agrees() {
+    agrees("silent-anthropic.json", &[]);
+}
+
+/// Issue #35, OpenAI-like: no `retry-after` either, the wait only in the
+/// 429's message, read by the layer in provider time.
+#[test]
+fn silent_openai_agrees() {
+    agrees("silent-openai.json", &[]);
 }

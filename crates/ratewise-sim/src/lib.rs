@@ -19,7 +19,8 @@
 //! * The `ratewise` strategy reads them with the real
 //!   `classify_response` → `decide` → admission `Controller` path, told the
 //!   limits only when the scenario sets `limits.configured` (else it learns
-//!   them from the headers).
+//!   them from the headers, or, where the scenario's provider is `silent`
+//!   and sends none, from its 429s).
 //! * Time is virtual: an hour of traffic takes milliseconds, and a run is a
 //!   pure function of the scenario (its seed included).
 //!

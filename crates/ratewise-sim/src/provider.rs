@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use ratewise_core::{Dimension, Instant, Provider};
 use ratewise_mock::model::{BucketKey, Grant, Outcome, ProviderModel, RequestMeta};
 use ratewise_mock::render::{render_answer, RenderCtx};
-use ratewise_mock::Fault;
+use ratewise_mock::{Fault, Silent};
 use std::time::{Duration, SystemTime};
 
 /// The wall clock at the run's t = 0 (2026-12-01T00:00:00Z minus a day:
@@ -91,6 +91,7 @@ pub struct SimProvider {
     per_token_ms: f64,
     bucket: BucketKey,
     capacity_secs: f64,
+    silent: Silent,
 }
 
 impl SimProvider {
@@ -126,6 +127,7 @@ impl SimProvider {
         };
         SimProvider {
             capacity_secs: model.capacity_seconds(),
+            silent: cfg.silent,
             model,
             provider: scenario.provider,
             model_name,
@@ -181,13 +183,16 @@ impl SimProvider {
         let delivery = if verdict == Verdict::Reset {
             Delivery::Reset
         } else {
-            let ctx = RenderCtx::new(
+            let mut ctx = RenderCtx::new(
                 self.provider,
                 &self.model_name,
                 self.seed,
                 answer.nth,
                 Self::wall(now),
             );
+            // A silent scenario's answers leave out what the mock server's
+            // would (`MockConfig::silent`): clients read the same bytes.
+            ctx.silent = self.silent;
             let r = render_answer(&ctx, &answer);
             let mut headers = HeaderMap::with_capacity(r.headers.len());
             for (name, value) in &r.headers {
@@ -255,3 +260,93 @@ impl SimProvider {
 
 /// The key label every simulated request uses.
 pub const KEY: &str = "sim-key";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewise_core::parse::message::try_again_in;
+
+    fn scenario(provider: &str, silent: &str) -> Scenario {
+        Scenario::from_json(&format!(
+            r#"{{"provider": "{provider}", "limits": {{"requests_per_min": 2}}, "silent": "{silent}",
+                "jobs": {{"count": 1, "input_tokens": [10, 10], "max_tokens": 10, "output_tokens": [5, 5]}}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn job() -> Job {
+        Job {
+            id: 0,
+            arrival: Instant::ZERO,
+            input_tokens: 10,
+            max_tokens: 10,
+            output_tokens: 5,
+        }
+    }
+
+    /// Three sends at once against 2 requests a minute: what each said.
+    fn three(s: &Scenario) -> Vec<(Verdict, HeaderMap, Vec<u8>)> {
+        let mut p = SimProvider::new(s);
+        (0..3)
+            .map(|_| {
+                let a = p.send(&job(), Instant::ZERO);
+                let Delivery::Response { headers, body, .. } = a.delivery else {
+                    panic!("no fault injected")
+                };
+                (a.verdict, headers, body)
+            })
+            .collect()
+    }
+
+    fn ratelimit_names(h: &HeaderMap) -> Vec<String> {
+        h.keys()
+            .map(|n| n.as_str().to_owned())
+            .filter(|n| {
+                n.contains("ratelimit")
+                    || n.ends_with("-limit")
+                    || n.contains("remaining")
+                    || n.contains("reset")
+            })
+            .collect()
+    }
+
+    fn message(body: &[u8]) -> String {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+        v["error"]["message"].as_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_silent_scenario_renders_what_the_silent_mock_sends() {
+        for provider in ["anthropic", "openai"] {
+            let loud = three(&scenario(provider, "off"));
+            assert!(!ratelimit_names(&loud[0].1).is_empty(), "{provider}");
+            for silent in ["retry_after", "message"] {
+                let quiet = three(&scenario(provider, silent));
+                // The same decisions; the bodies as the mock renders them.
+                let verdicts =
+                    |r: &[(Verdict, HeaderMap, Vec<u8>)]| r.iter().map(|x| x.0).collect::<Vec<_>>();
+                assert_eq!(verdicts(&quiet), verdicts(&loud), "{provider} {silent}");
+                assert_eq!(
+                    verdicts(&quiet),
+                    [Verdict::Success, Verdict::Success, Verdict::RateLimited]
+                );
+                for (_, h, _) in &quiet {
+                    assert_eq!(
+                        ratelimit_names(h),
+                        Vec::<String>::new(),
+                        "{provider} {silent}"
+                    );
+                }
+                let (_, h, body) = &quiet[2];
+                let msg = message(body);
+                if silent == "retry_after" {
+                    assert_eq!(h.get("retry-after").unwrap(), "30");
+                    assert_eq!(body, &loud[2].2, "{provider}: the usual body");
+                } else {
+                    assert!(h.get("retry-after").is_none());
+                    assert_eq!(try_again_in(&msg), Some(Ok(Duration::from_secs(30))));
+                }
+            }
+        }
+    }
+}

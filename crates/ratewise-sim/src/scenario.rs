@@ -42,6 +42,7 @@
 //! | `bias.capacity_shortfall` | in `[0, 0.99]`: every bucket really holds `(1 − x)` of `capacity_seconds`, while its headers (remaining, reset) imply the full capacity | `0` |
 //! | `bias.burst_tokens`, `bias.burst_at_request` | once, just before the provider's request number `burst_at_request`, a second client takes `burst_tokens` from each token bucket of the key | `0` (never) |
 //! | `bias.other_client_share` | in `[0, 0.99]`: a second client on the key takes this share of every per-minute limit, continuously, taking only what is there; seen only in the headers | `0` |
+//! | `silent` | the provider states no limits, as Gemini, Vertex, Bedrock and most OpenAI-compatible hosts do: `"off"` (every rate-limit header as documented), `"retry_after"` (no `*-limit` / `*-remaining` / `*-reset` header on any answer; a 429 keeps `retry-after` and its usual body) or `"message"` (no rate-limit header and no `retry-after`: a 429's wait is only in its message, "Please try again in 8s."). The buckets are the same either way: only what the answers say changes (see [`ratewise_mock::Silent`]); the `oracle` reads the true state, so it is unaffected | `"off"` |
 //! | `learn_margins` | the `ratewise` strategy learns from 429s its model did not expect (`false`: without, for comparison) | `true` |
 //! | `warm` | the key was busy just before the run (the acceleration window is already over); `false` = a cold start after idle | `true` |
 //! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
@@ -65,7 +66,7 @@ use ratewise_mock::config::MAX_SHARE;
 use ratewise_mock::model::MAX_CAPACITY_SECS;
 use ratewise_mock::{
     AccelerationConfig, BiasConfig, FaultRule, Limits as MockLimits, MockConfig, RemainingRounding,
-    Trigger,
+    Silent, Trigger,
 };
 use serde::{Deserialize, Serialize};
 
@@ -106,6 +107,11 @@ pub struct Scenario {
     /// (default none).
     #[serde(default)]
     pub bias: Option<BiasConfig>,
+    /// Which rate-limit signals the provider leaves out of its answers
+    /// (default none: [`Silent::Off`]). A silent provider is one whose
+    /// limits a client can learn only from its 429s (issue #35).
+    #[serde(default)]
+    pub silent: Silent,
     /// The key was busy just before the run.
     #[serde(default = "yes")]
     pub warm: bool,
@@ -393,6 +399,14 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "bias-second-client.json",
         include_str!("../../../scenarios/bias-second-client.json"),
     ),
+    (
+        "silent-anthropic.json",
+        include_str!("../../../scenarios/silent-anthropic.json"),
+    ),
+    (
+        "silent-openai.json",
+        include_str!("../../../scenarios/silent-openai.json"),
+    ),
 ];
 
 impl Scenario {
@@ -513,6 +527,12 @@ impl Scenario {
         })
     }
 
+    /// Whether the provider states no limits in its headers (a `silent`
+    /// other than `"off"`): a client can learn them only from its 429s.
+    pub fn is_silent(&self) -> bool {
+        self.silent.hides_ratelimit_headers()
+    }
+
     /// The injected per-send fault probability: overloads plus resets.
     pub fn fault_rate(&self) -> f64 {
         self.faults.overload_rate + self.faults.reset_after_send_rate
@@ -552,6 +572,7 @@ impl Scenario {
         cfg.count_rejected = self.faults.count_rejected;
         cfg.remaining_rounding = self.remaining_rounding;
         cfg.bias = self.bias.unwrap_or_default();
+        cfg.silent = self.silent;
         cfg.spend.input_usd_per_mtok = 1.0;
         cfg.spend.output_usd_per_mtok = 1.0;
         cfg.spend.cap_usd = self.faults.spend_cap_after_tokens.map(|t| t as f64 / 1e6);
@@ -611,6 +632,36 @@ mod tests {
         assert_eq!(s.bias, None);
         assert_eq!(cfg.remaining_rounding, RemainingRounding::Documented);
         assert_eq!(cfg.bias, BiasConfig::default());
+        assert_eq!((s.silent, cfg.silent), (Silent::Off, Silent::Off));
+        assert!(!s.is_silent());
+    }
+
+    #[test]
+    fn silent_reaches_the_provider() {
+        let base = |patch: &str| {
+            format!(
+                r#"{{"limits": {{"requests_per_min": 50}}, "jobs": {{"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]}}{patch}}}"#
+            )
+        };
+        for (patch, want) in [
+            (r#", "silent": "off""#, Silent::Off),
+            (r#", "silent": "retry_after""#, Silent::RetryAfter),
+            (r#", "silent": "message""#, Silent::Message),
+        ] {
+            let s = Scenario::from_json(&base(patch)).unwrap();
+            assert_eq!(s.silent, want, "{patch}");
+            assert_eq!(s.mock_config().silent, want, "{patch}");
+            assert_eq!(s.is_silent(), want != Silent::Off, "{patch}");
+            // Silence is not a bias: the headers that are sent tell the truth.
+            assert!(!s.is_biased());
+        }
+        for patch in [
+            r#", "silent": true"#,
+            r#", "silent": "retry-after""#,
+            r#", "silent": null"#,
+        ] {
+            assert!(Scenario::from_json(&base(patch)).is_err(), "{patch}");
+        }
     }
 
     #[test]

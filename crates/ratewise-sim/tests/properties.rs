@@ -162,13 +162,17 @@ fn shipped_scenarios_learn_their_limits_but_the_spend_cap_one() {
     // Limits unknown until the provider's headers say them is the normal
     // case (a user who sets none); `spend-cap` keeps the configured path
     // covered. The first five keep a minute's bucket; the short-bucket
-    // scenarios and those of issue #24 shorten it.
+    // scenarios and those of issue #24 shorten it; of issue #35's silent
+    // providers, the Anthropic-like one keeps a minute's bucket (so a
+    // burst's first 429 comes only after a minute of the limit is spent)
+    // and the OpenAI-like one holds 10 s, like bench/proxy_sdk.sh's.
     let minute = [
         "burst-mixed.json",
         "generous-max-tokens.json",
         "overload-storm.json",
         "spend-cap.json",
         "cold-start.json",
+        "silent-anthropic.json",
     ];
     for (name, text) in ratewise_sim::SHIPPED {
         let s = Scenario::from_json(text).unwrap();

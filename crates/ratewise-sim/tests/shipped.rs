@@ -97,6 +97,8 @@ const TESTED: &[&str] = &[
     "bias-remaining-high.json",
     "bias-capacity-short.json",
     "bias-second-client.json",
+    "silent-anthropic.json",
+    "silent-openai.json",
 ];
 
 #[test]
@@ -302,6 +304,45 @@ fn bias_second_client() {
             o.goodput_ratio
         );
     }
+}
+
+/// Issue #35's silent scenarios: the targets, and every job done. A job
+/// whose deadline (2 h here; the oracle needs minutes) allows the wait is
+/// never given up for a 429 ("A 429 never ends a job its caller would
+/// wait for"). Checked here besides the goodput bar because giving jobs up
+/// shortens the run, and goodput is measured over the run: a client that
+/// gives up most of its jobs in the first minute can still show 0.9 × the
+/// oracle's.
+fn assert_silent(name: &str, silent: ratewise_mock::Silent) {
+    let (s, _) = run(name);
+    assert_eq!(s.silent, silent, "{name}");
+    assert!(s.deadline_ms.is_some(), "{name}: the deadline is the claim");
+    let r = assert_targets(name);
+    let (rw, oracle) = (find(&r, "ratewise"), find(&r, "oracle"));
+    assert_eq!(oracle.jobs_done, oracle.jobs_total, "{name}: the oracle");
+    assert_eq!(
+        rw.jobs_done,
+        rw.jobs_total,
+        "{name}: every job done\n{}",
+        ratewise_sim::table::table(&r)
+    );
+}
+
+/// Issue #35: a provider that states no limits (no rate-limit header on
+/// any answer), Anthropic-like with `retry-after` on its 429s. ratewise
+/// learns the limits from its 429s alone and is held to the same goodput
+/// bar as anywhere (0.9 × the oracle's) with at most 3 % of sends
+/// answered 429 (`targets::MAX_429_SHARE_BIASED`).
+#[test]
+fn silent_anthropic() {
+    assert_silent("silent-anthropic.json", ratewise_mock::Silent::RetryAfter);
+}
+
+/// Issue #35, OpenAI-like: no rate-limit header and no `retry-after`; a
+/// 429's wait is only in its message ("Please try again in 1.2s.").
+#[test]
+fn silent_openai() {
+    assert_silent("silent-openai.json", ratewise_mock::Silent::Message);
 }
 
 /// Learning from 429s the model did not expect costs next to nothing where
