@@ -6,7 +6,7 @@
 # from `max_tokens`. 150 jobs, 16 at a time, per shape; and an Anthropic
 # tier-1 key (`tier1`: 80 jobs at 16, the SDK's default timeout).
 #
-#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight (CI)
+#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight silent-* redis-down (CI)
 #   bash bench/proxy_sdk.sh all        # every shape below
 #   bash bench/proxy_sdk.sh anthropic  # the shapes named
 #
@@ -43,6 +43,17 @@
 #                     limit is judged on the later 60 (the run's claim:
 #                     the callers who left cost them nothing), the whole
 #                     run's is printed beside it.
+#   Silent providers (issue #35: no rate-limit headers at all, only 429s;
+#   the mock's "silent" mode), each failing unless every job is done,
+#   <= 3 % of sends are answered 429 and >= 0.85 of the binding limit is
+#   used:
+#   silent-anthropic  the anthropic shape, 429s with retry-after only.
+#   silent-openai     the openai shape, the wait only in the message
+#                     ("Please try again in 1.146s").
+#   redis-down        three proxies whose Redis is down from the start
+#                     (a closed port), on the openai shape with its headers:
+#                     each must learn its share from its own 429s instead of
+#                     pacing at a fixed half (1.5x the limit for three).
 #   The redis shapes need redis-server: without it they fail under CI=true
 #   and are skipped ("SKIPPED: ...") elsewhere.
 #
@@ -60,9 +71,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-ALL=(anthropic openai tier1 tight tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
+ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
 if [ $# -eq 0 ]; then
-    SHAPES=(anthropic openai tier1 tight)
+    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down)
 elif [ "$*" = all ]; then
     SHAPES=("${ALL[@]}")
 else
@@ -142,8 +153,13 @@ PY
 
 run_shape() {
     local shape=$1 config limit binding max_tokens input_lo input_hi sdk=$1
-    local jobs=150 max429=0.02 minused=0.9 proxies=1 tight=no pyargs=()
+    local jobs=150 max429=0.02 minused=0.9 proxies=1 tight=no pyargs=() silent="" dead_redis=no
     case "$shape" in
+        silent-anthropic) silent=retry_after; sdk=anthropic; max429=0.03; minused=0.85 ;;
+        silent-openai) silent=message; sdk=openai; max429=0.03; minused=0.85 ;;
+        redis-down) sdk=openai; max429=0.03; minused=0.85; proxies=3; dead_redis=yes ;;
+    esac
+    case "$sdk" in
         anthropic)
             # Anthropic-like: RPM 600, ITPM 300k, OTPM 60k (the user's run
             # at 5x, so 150 jobs take about a minute), 10 s buckets.
@@ -217,7 +233,17 @@ run_shape() {
             limit=12000; binding=output; max_tokens=1024; input_lo=200; input_hi=1500 ;;
         *) echo "unknown shape $shape" >&2; return 2 ;;
     esac
-    if [ "$proxies" -gt 1 ]; then
+    if [ -n "$silent" ]; then
+        # No rate-limit headers on any answer; the wait in retry-after or
+        # only in the 429's message.
+        config="${config%\}*}, \"silent\": \"$silent\"}"
+    fi
+    if [ "$dead_redis" = yes ]; then
+        # A port nothing listens on: the proxies start degraded and stay so.
+        local dead_port
+        dead_port="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+        REDIS_URL_DEAD="redis://127.0.0.1:$dead_port/"
+    elif [ "$proxies" -gt 1 ]; then
         if ! command -v redis-server >/dev/null; then
             (skip_check "$CHECK $shape" "redis-server not found") || return 1
             return 0
@@ -233,7 +259,10 @@ run_shape() {
     local urls=() admins=() pids=() i
     for i in $(seq 1 "$proxies"); do
         local args=(proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 --upstream "http://$mock_addr")
-        if [ "$proxies" -gt 1 ]; then
+        if [ "$dead_redis" = yes ]; then
+            printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL_DEAD" "$shape" >"$WORK/$shape.toml"
+            args+=(--config "$WORK/$shape.toml")
+        elif [ "$proxies" -gt 1 ]; then
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL" "$shape" >"$WORK/$shape.toml"
             args+=(--config "$WORK/$shape.toml")
         fi

@@ -617,3 +617,47 @@ fn progress_json_reports_each_second_and_ends_with_a_summary() {
         "{limits:?}"
     );
 }
+
+/// A silent OpenAI-like provider (issue #35): no rate-limit header on any
+/// answer, the wait only in the 429's message, rejected requests counted,
+/// buckets of 10 s. `ratewise run` learns the limit from the 429s alone:
+/// every job done, at most 3 % of sends answered 429.
+#[test]
+fn a_silent_provider_is_paced_from_its_429s_alone() {
+    let mut c = MockConfig {
+        latency: LatencyConfig {
+            first_byte_ms: 40,
+            per_output_token_ms: 0.0,
+        },
+        silent: ratewise_mock::Silent::Message,
+        capacity_seconds: 10.0,
+        count_rejected: true,
+        ..MockConfig::default()
+    };
+    // Requests bind: 600 a minute, a bucket of 100; 400 jobs take the
+    // bucket and then about 30 s of refill.
+    c.openai_limits.requests_per_minute = Some(600);
+    c.openai_limits.tokens_per_minute = Some(100_000_000);
+    let mock = Mock::start(c);
+    let dir = Dir::new("silent");
+    let ids = write_input(&dir.path("in.jsonl"), Shape::OpenAi, 400);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    let out = by_id(&results(&dir));
+    assert_eq!(out.keys().cloned().collect::<Vec<_>>(), ids);
+    assert!(out.values().all(|v| outcome(v) == "done"), "{err}");
+    let records = mock.records();
+    let throttled = records.iter().filter(|r| r.status == Some(429)).count();
+    let share = throttled as f64 / records.len() as f64;
+    eprintln!(
+        "silent provider: {} sends for {} jobs, {throttled} answered 429 ({:.1} %)",
+        records.len(),
+        ids.len(),
+        share * 100.0
+    );
+    assert!(
+        share <= 0.03,
+        "{throttled} of {} sends answered 429",
+        records.len()
+    );
+}

@@ -854,7 +854,10 @@ impl Job {
         now: Now,
         rng: &mut R,
     ) -> Option<Box<Decision>> {
-        matches!(d.action, Action::Retry { .. } | Action::Defer { .. }).then(|| {
+        // A paced retry is outside the budget: nothing to decide again
+        // (and no random value drawn for a decision never used).
+        let counted = !paced(c, &self.job_state());
+        (counted && matches!(d.action, Action::Retry { .. } | Action::Defer { .. })).then(|| {
             let job = self.job_state().with_retry_budget(RetryBudgetState::Spent);
             Box::new(decide(policy, &job, c, now, rng))
         })

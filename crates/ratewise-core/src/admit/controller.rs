@@ -330,7 +330,15 @@ struct ScopeState {
     /// credit ([`Burst::credit_units`]).
     seen: [u64; 4],
     /// The request out to learn the limits while none is known.
-    probe: Option<ReservationId>,
+    probes: Vec<ReservationId>,
+    /// How many requests may be out while no limit is known or estimated:
+    /// one until an answer is heard, then one more per success (TCP's slow
+    /// start: doubling every round trip), halved by a 429 that taught no
+    /// estimate; past [`SLOW_START_END`] nothing holds them back. A
+    /// provider that states its limits ends it with its first answer; a
+    /// silent one is not flooded by every waiting job at once before its
+    /// first 429 has been read.
+    probe_cap: u32,
     /// An answer from the server has been read for this scope: with no
     /// limit known after it, the provider publishes none and there is
     /// nothing to wait for.
@@ -395,7 +403,7 @@ impl ScopeState {
     /// Whether admissions must wait for a first answer: no limit is
     /// configured or learned, and none has been heard yet.
     fn needs_probe(&self) -> bool {
-        !self.heard
+        self.probe_cap < SLOW_START_END
             && Limits::combine(&self.configured, &self.learned) == Limits::NONE
             && !self.silent.iter().any(SilentEstimate::is_set)
     }
@@ -403,9 +411,19 @@ impl ScopeState {
     /// Every dimension's limit and where it comes from, at `t`, for a
     /// process pacing at `share_permille` of the key's limits.
     fn limits_at(&self, t: Instant, share_permille: u32) -> [Option<(u64, LimitSource)>; 4] {
-        effective(&self.configured, &self.learned, &self.silent, share_permille, t)
+        effective(
+            &self.configured,
+            &self.learned,
+            &self.silent,
+            share_permille,
+            t,
+        )
     }
 }
+
+/// The slow start into limits nobody states ends at this many requests
+/// out at once (see `probe_cap`).
+pub(crate) const SLOW_START_END: u32 = 64;
 
 /// How often a request waiting on a scope's probe asks again, as a bound:
 /// drivers wake waiters when a reservation ends, so this matters only for

@@ -21,9 +21,10 @@
 //!   and `(A + a) / Δ` an upper one. Until a window between two 429s has
 //!   measured the rate, the estimate grows quickly (doubling every
 //!   [`COLD_DOUBLING`]) toward that upper bound.
-//! * **A short window** (too few units to measure) only cuts the rate
-//!   multiplicatively ([`SHORT_CUT`]), as the AWS SDKs' adaptive retry mode
-//!   does on every throttle, and keeps measuring from the same empty start.
+//! * **A short window** (too few units to measure) only cuts the pace
+//!   that met the 429 multiplicatively ([`HOLD`]), as the AWS SDKs'
+//!   adaptive retry mode does on every throttle, and keeps measuring from
+//!   the same empty start.
 //! * **After a measurement** the rate is held just under it
 //!   ([`MARGIN`]) and then probes upward along a cubic, as CUBIC and the
 //!   AWS adaptive mode do: flat near the last measured rate (where the
@@ -59,24 +60,30 @@ pub(crate) const MARGIN: f64 = 0.03;
 /// about 3.3 minutes.
 pub(crate) const PROBE: f64 = 0.03;
 
+/// Two measurements agree when they differ by at most this share (10 %:
+/// a window of a couple of minutes measures to within a request or two of
+/// thousands of tokens each).
+pub(crate) const AGREE: f64 = 0.10;
+
+/// Agreeing measurements slow the probe down to `PROBE / 2^MAX_AGREED`:
+/// a stable limit is crossed about every 2.5 minutes instead of every
+/// minute, and a raised one is still found within about ten.
+pub(crate) const MAX_AGREED: u32 = 4;
+
 /// Before any window between two 429s has measured the rate, the estimate
 /// (a lower bound) doubles every this long of calm, up to the cold upper
 /// bound.
-pub(crate) const COLD_DOUBLING: Duration = Duration::from_secs(20);
+pub(crate) const COLD_DOUBLING: Duration = Duration::from_secs(10);
 
-/// A measurement never lowers the rate in force at its 429 below this
-/// share of it: the multiplicative decrease of CUBIC (its β) where the
-/// window itself under-states the limit.
-pub(crate) const HOLD: f64 = 0.9;
+/// A 429 never lowers the pace that met it below this share of it: the
+/// multiplicative decrease (CUBIC's β, the AWS adaptive mode's 0.7) where
+/// no window long enough to measure says more.
+pub(crate) const HOLD: f64 = 0.8;
 
-/// A throttle in a window too short to measure cuts the rate to this
-/// share (AIMD's multiplicative decrease, the AWS adaptive mode's β).
-pub(crate) const SHORT_CUT: f64 = 0.7;
-
-/// A window measures the rate when it admitted at least this many times
-/// the throttled request's own amount (the sample's error is one request:
-/// an eighth at most)...
-pub(crate) const MEASURE_REQUESTS: u64 = 8;
+/// A window measures the rate when at least this many requests went
+/// through besides the throttled one (the sample's error is about one
+/// request)...
+pub(crate) const MEASURE_REQUESTS: u64 = 4;
 
 /// ... over at least this long.
 pub(crate) const MEASURE_MIN: Duration = Duration::from_secs(5);
@@ -115,6 +122,11 @@ pub(crate) struct SilentEstimate {
     last_event: Option<Instant>,
     /// Events (429 bursts) taught.
     events: u64,
+    /// Measurements in a row that agreed with the one before (within
+    /// [`AGREE`]): each halves the probe's growth, down to a sixteenth — a
+    /// limit that stays put is probed less and less often, one that moved
+    /// is probed at full speed again.
+    agreed: u32,
     /// Units sent lately: a sum decaying with time constant
     /// [`RECENT`], as of `recent_at` — the pace the 429 answered, where the
     /// rate in force is only a ceiling (a caller that sends less than it
@@ -122,6 +134,9 @@ pub(crate) struct SilentEstimate {
     recent: f64,
     recent_at: Instant,
 }
+
+/// The probe grows up to this multiple of what was sent lately.
+const GROWTH_ROOM: f64 = 2.0;
 
 /// The time constant of the recent send rate (see `recent`).
 const RECENT: Duration = Duration::from_secs(10);
@@ -133,6 +148,9 @@ struct Window {
     /// Units taken since `start`, corrected by the ends of what was taken
     /// in it (signed: a correction may arrive before its take is summed).
     admitted: i128,
+    /// Takes since `start` (sends, answered or not): a window measures
+    /// once a few requests went through, whatever their sizes.
+    takes: u64,
 }
 
 impl Window {
@@ -153,6 +171,7 @@ impl Default for SilentEstimate {
             window: None,
             last_event: None,
             events: 0,
+            agreed: 0,
             recent: 0.0,
             recent_at: Instant::ZERO,
         }
@@ -186,6 +205,7 @@ impl SilentEstimate {
                 start: t,
                 from_empty: true,
                 admitted: 0,
+                takes: 0,
             }),
             ..Default::default()
         }
@@ -199,8 +219,10 @@ impl SilentEstimate {
             start: t,
             from_empty: false,
             admitted: 0,
+            takes: 0,
         });
         w.admitted = w.admitted.saturating_add(i128::from(units));
+        w.takes = w.takes.saturating_add(1);
         self.recent = self.recent_at(t) + units as f64;
         self.recent_at = t;
     }
@@ -245,8 +267,9 @@ impl SilentEstimate {
     }
 
     /// A 429 on this dimension at `t`, for a request that asked for
-    /// `amount` units here.
-    pub(crate) fn throttled(&mut self, amount: u64, t: Instant) -> Taught {
+    /// `amount` units here, whose hint (when it has one) said to wait
+    /// `hint`.
+    pub(crate) fn throttled(&mut self, amount: u64, hint: Option<Duration>, t: Instant) -> Taught {
         if self
             .last_event
             .is_some_and(|e| t.saturating_duration_since(e) < EVENT_GAP)
@@ -263,6 +286,7 @@ impl SilentEstimate {
                 start: t,
                 from_empty: true,
                 admitted: 0,
+                takes: 0,
             });
             return Taught::Nothing;
         };
@@ -275,58 +299,106 @@ impl SilentEstimate {
         // after this): out of a window that closes here, and left to its
         // release in one that stays open.
         let through = w.through(a);
+        // The hint is how long the provider needs to refill what this
+        // request lacked, at most all of it: `R ≤ a / hint`. A hint in
+        // whole seconds is rounded up by up to one.
+        let hinted = hint.and_then(|h| {
+            let slack = if h.subsec_nanos() == 0 { 1.0 } else { 0.001 };
+            let secs = h.as_secs_f64() - slack;
+            (secs > 0.0).then(|| a as f64 * 60.0 / secs)
+        });
+        // Requests that went through besides the throttled one (an
+        // estimate: a 429'd request of the same event counts too).
+        let went = w.takes.saturating_sub(1);
+        if !w.from_empty && went < MEASURE_REQUESTS {
+            // A cold key throttled before a few requests' worth went
+            // through: the provider's bucket is smaller than that, or the
+            // 429 is a one-off; either way there is no rate to bound from
+            // below. The hint's pause answers it, and the window stays
+            // open.
+            self.last_event = None;
+            self.events = self.events.saturating_sub(1);
+            return Taught::Nothing;
+        }
         let taught = if !w.from_empty {
             // Cold: A = C + R·Δ with C ≤ a minute of R.
             let lower = per_min(through as f64, span_ns + 60e9);
             let upper = per_min(through.saturating_add(a) as f64, span_ns);
+            let upper = hinted.map_or(upper, |h| upper.min(h));
             let now_rate = self.rate(t).map(|r| r as f64);
             let lower = now_rate.map_or(lower, |r| r.min(lower));
             self.base = to_units(lower);
             self.upper = to_units(upper).max(self.base);
             self.state = Some(EstimateState::Cold);
             Taught::Cold
-        } else if through >= a.saturating_mul(MEASURE_REQUESTS) && span >= MEASURE_MIN {
-            // Empty at both ends: what went through is what refilled, less
-            // what a full bucket spilled while the pace was below the
-            // limit — a lower bound, exact when the pace was above it all
-            // along. The rate in force when the 429 came is an upper one:
-            // the limit is near it when the pace climbed there slowly
-            // (spilling meanwhile), so the estimate is never below
-            // `HOLD` of it (CUBIC's β) — of what was really sent lately,
-            // where that is less.
-            let measured = per_min(through as f64, span_ns);
-            let in_force = self.rate(t).map_or(f64::MAX, |r| r as f64);
-            let held = if in_force < f64::MAX {
-                in_force.min(self.sent_lately(t)) * HOLD
-            } else {
-                0.0
-            };
-            // A 429 at the rate in force says that rate is too high: the
-            // new one is never above it.
-            self.base = to_units(measured.max(held).min(in_force / (1.0 - MARGIN)));
-            self.state = Some(EstimateState::Measured);
-            Taught::Measured
         } else {
-            // Too short to measure: cut, and keep measuring from the same
-            // empty start (the window stays open).
-            let upper = per_min(through.saturating_add(a) as f64, span_ns);
-            let in_force = self.rate(t).map_or(upper, |r| r as f64);
-            let cut = (in_force * SHORT_CUT).min(upper);
-            let state = self.state.unwrap_or(EstimateState::Cold);
-            self.base = match state {
-                EstimateState::Measured => to_units(cut / (1.0 - MARGIN)),
-                EstimateState::Cold => to_units(cut),
+            // Empty at both ends. What went through is what refilled, less
+            // what a full bucket spilled while the pace was below the
+            // limit: a lower bound, exact when the pace was above the limit
+            // all along. The pace that met the 429 — the rate in force,
+            // or what was really sent lately where that is less — is an
+            // upper one: the estimate is the measurement (held just under
+            // it) where the window is long enough to measure, never below
+            // `HOLD` of that pace (CUBIC's β: a window that spilled
+            // under-states the limit), and never above it.
+            let in_force = self.rate(t).map_or(f64::MAX, |r| r as f64);
+            let pace = in_force.min(self.sent_lately(t)).max(1.0);
+            let measurable = went >= MEASURE_REQUESTS && span >= MEASURE_MIN;
+            let held = pace * HOLD;
+            // Only the climb out of a cold start spills for long (a pace
+            // doubling up from a lower bound, below the limit for most of
+            // the window); later windows start empty under a pace near the
+            // limit, and their measurement stands alone.
+            let climbing = self.state == Some(EstimateState::Cold);
+            // `(A + a) / Δ` bounds the rate only once a few requests' worth
+            // went through: on fewer, a request the provider took just
+            // before the window (its clock is not ours) decides it.
+            let upper = if went >= 2 {
+                per_min(through.saturating_add(a) as f64, span_ns)
+            } else {
+                f64::MAX
             };
+            let upper = hinted.map_or(upper, |h| upper.min(h));
+            let new = if measurable {
+                let m = per_min(through as f64, span_ns) * (1.0 - MARGIN);
+                if climbing {
+                    m.max(held.min(upper))
+                } else {
+                    m
+                }
+            } else if climbing {
+                // The climb crossed the limit: back to half its pace (TCP
+                // leaving slow start), never below the cold lower bound.
+                (pace * 0.5).max(self.base as f64).min(upper)
+            } else {
+                held.min(upper)
+            }
+            .min(pace);
+            if measurable && self.state == Some(EstimateState::Measured) {
+                let before = self.base as f64 * (1.0 - MARGIN);
+                if (new - before).abs() <= before * AGREE {
+                    self.agreed = self.agreed.saturating_add(1).min(MAX_AGREED);
+                } else {
+                    self.agreed = 0;
+                }
+            }
+            self.base = to_units(new / (1.0 - MARGIN));
             self.upper = self.upper.max(self.base);
-            self.state = Some(state);
+            self.state = Some(EstimateState::Measured);
             self.base_at = t;
-            return Taught::Cut;
+            if !measurable {
+                // Too short to measure: keep measuring from the same empty
+                // start (the window stays open).
+                return Taught::Cut;
+            }
+            Taught::Measured
         };
         self.base_at = t;
         self.window = Some(Window {
             start: t,
             from_empty: true,
             admitted: 0,
+            takes: 0,
         });
         taught
     }
@@ -337,6 +409,11 @@ impl SilentEstimate {
         let state = self.state?;
         let base = self.base.max(1) as f64;
         let tau = t.saturating_duration_since(self.base_at).as_secs_f64();
+        // The probe grows only while the dimension is used: above what is
+        // really sent, by at most `GROWTH_ROOM` (RFC 7661's rule for an
+        // application-limited sender). An idle key keeps its estimate; a
+        // backlogged one finds a raised limit.
+        let room = (self.sent_lately(t) * GROWTH_ROOM).max(base);
         let rate = match state {
             EstimateState::Cold => {
                 let grown = base * (tau / COLD_DOUBLING.as_secs_f64()).exp2().min(MAX_GROWTH);
@@ -344,10 +421,11 @@ impl SilentEstimate {
             }
             EstimateState::Measured => {
                 let x = tau / 60.0;
-                base * (1.0 - MARGIN + (PROBE * x * x * x).min(MAX_GROWTH))
+                let probe = PROBE / f64::from(1u32 << self.agreed.min(MAX_AGREED));
+                base * (1.0 - MARGIN + (probe * x * x * x).min(MAX_GROWTH))
             }
         };
-        Some(to_units(rate))
+        Some(to_units(rate.min(room)))
     }
 
     /// The estimate as a shared record keeps it.
@@ -362,7 +440,9 @@ impl SilentEstimate {
             window_start: self.window.map(|w| base.out(w.start)),
             window_from_empty: self.window.is_some_and(|w| w.from_empty),
             window_admitted: self.window.map_or(0, |w| w.through(0)),
+            window_takes: self.window.map_or(0, |w| w.takes),
             last_event: self.last_event.map(|e| base.out(e)),
+            agreed: self.agreed,
         })
     }
 
@@ -377,9 +457,11 @@ impl SilentEstimate {
                 start: base.back(s),
                 from_empty: r.window_from_empty,
                 admitted: i128::from(r.window_admitted),
+                takes: r.window_takes,
             }),
             last_event: r.last_event.map(|e| base.back(e)),
             events: r.events,
+            agreed: r.agreed,
             recent: 0.0,
             recent_at: Instant::ZERO,
         }
@@ -398,7 +480,11 @@ pub(crate) struct SilentRecord {
     pub window_start: Option<i64>,
     pub window_from_empty: bool,
     pub window_admitted: u64,
+    #[serde(default)]
+    pub window_takes: u64,
     pub last_event: Option<i64>,
+    #[serde(default)]
+    pub agreed: u32,
 }
 
 /// A rate as whole units per minute: at least 1, at most the largest
@@ -419,12 +505,20 @@ mod tests {
         Instant::from_origin(Duration::from_secs_f64(secs))
     }
 
-    /// `n` admissions of one unit at `t`, the last of which is throttled
-    /// when `throttled` (it is counted until its release, as in the
-    /// controller).
+    /// `n` admissions of one unit at `t`.
     fn take(e: &mut SilentEstimate, n: u64, t: f64) {
         for _ in 0..n {
             e.took(1, s(t));
+        }
+    }
+
+    /// Sends at `per_min` from `from` to `to` seconds, one unit at a time.
+    fn send_at(e: &mut SilentEstimate, per_min: f64, from: f64, to: f64) {
+        let step = 60.0 / per_min;
+        let mut t = from;
+        while t < to {
+            e.took(1, s(t));
+            t += step;
         }
     }
 
@@ -436,42 +530,54 @@ mod tests {
     }
 
     #[test]
-    fn a_cold_429_is_a_lower_bound_that_grows_to_the_upper() {
+    fn a_cold_429_is_a_lower_bound_that_grows_while_used() {
         // 50 per minute with a minute's bucket: 53 let through in 4 s, the
         // 54th throttled.
         let mut e = SilentEstimate::default();
         take(&mut e, 53, 0.0);
         take(&mut e, 1, 4.0);
-        assert_eq!(e.throttled(1, s(4.0)), Taught::Cold);
+        assert_eq!(e.throttled(1, None, s(4.0)), Taught::Cold);
+        assert_eq!(e.state(), Some(EstimateState::Cold));
         assert_eq!(e.rate(s(4.0)), Some(49));
-        // Doubles every 20 s of calm, never past (53 + 1) / 4 s.
-        assert_eq!(e.rate(s(24.0)), Some(98));
-        assert_eq!(e.rate(s(400.0)), Some(810));
+        // Unused, it does not grow (RFC 7661): an idle key keeps it.
+        assert_eq!(e.rate(s(60.0)), Some(49));
+        // Used at the rate it allows, it doubles every ten seconds...
+        let mut used = e.clone();
+        send_at(&mut used, 49.0, 4.0, 14.0);
+        let r = used.rate(s(14.0)).unwrap();
+        assert!((90..=98).contains(&r), "{r}");
+        // ... never past (53 + 1) / 4 s.
+        send_at(&mut used, 810.0, 14.0, 400.0);
+        assert_eq!(used.rate(s(400.0)), Some(810));
     }
 
     #[test]
     fn a_window_between_two_429s_measures_the_rate() {
         let mut e = SilentEstimate::default();
         take(&mut e, 61, 0.0);
-        e.throttled(1, s(2.0));
+        take(&mut e, 1, 2.0);
+        assert_eq!(e.throttled(1, None, s(2.0)), Taught::Cold);
         // Its release belongs to the closed window: not counted again.
-        e.corrected(-1, s(0.0));
-        // 30 s later, 25 let through: 50 a minute.
-        take(&mut e, 26, 10.0);
-        assert_eq!(e.throttled(1, s(32.0)), Taught::Measured);
+        e.corrected(-1, s(2.0));
+        // 30 s later, 25 let through: 50 a minute (the climb from the cold
+        // bound spilled nothing: it was above the limit).
+        send_at(&mut e, 50.0, 2.0, 32.0);
+        take(&mut e, 1, 32.0);
+        assert_eq!(e.throttled(1, None, s(32.0)), Taught::Measured);
         assert_eq!(e.state(), Some(EstimateState::Measured));
-        // Held 3 % under, back at the measurement after a minute, then
-        // steeper.
-        assert_eq!(e.rate(s(32.0)), Some(48));
-        assert_eq!(e.rate(s(92.0)), Some(50));
-        assert!(e.rate(s(272.0)).unwrap() > 100);
+        // Held 3 % under, back at the measurement after a minute of use.
+        let r = e.rate(s(32.0)).unwrap();
+        assert!((45..=52).contains(&r), "{r}");
+        send_at(&mut e, 50.0, 32.0, 92.0);
+        let r = e.rate(s(92.0)).unwrap();
+        assert!((47..=54).contains(&r), "{r}");
     }
 
     #[test]
     fn a_settle_corrects_only_the_window_it_was_taken_in() {
         let mut e = SilentEstimate::default();
         take(&mut e, 61, 0.0);
-        e.throttled(1, s(2.0));
+        e.throttled(1, None, s(2.0));
         // Taken at 3 s with an estimate of 1 000, used 400.
         e.took(1_000, s(3.0));
         e.corrected(-600, s(3.0));
@@ -484,42 +590,76 @@ mod tests {
     fn the_requests_in_flight_at_one_429_are_one_event() {
         let mut e = SilentEstimate::default();
         take(&mut e, 60, 0.0);
-        assert_eq!(e.throttled(1, s(2.0)), Taught::Cold);
+        assert_eq!(e.throttled(1, None, s(2.0)), Taught::Cold);
         let before = e.clone();
-        assert_eq!(e.throttled(1, s(2.3)), Taught::Nothing);
+        assert_eq!(e.throttled(1, None, s(2.3)), Taught::Nothing);
         assert_eq!(e.events(), 1);
         assert_eq!(e.rate(s(3.0)), before.rate(s(3.0)));
     }
 
     #[test]
-    fn a_short_window_cuts_and_keeps_measuring() {
+    fn a_cold_key_throttled_at_once_learns_nothing() {
+        // A 429 on the first requests (a fault, a one-off): no lower bound
+        // from a window that let almost nothing through.
         let mut e = SilentEstimate::default();
-        take(&mut e, 61, 0.0);
-        e.throttled(1, s(2.0));
-        let in_force = e.rate(s(5.0)).unwrap();
-        take(&mut e, 4, 3.0);
-        assert_eq!(e.throttled(1, s(5.0)), Taught::Cut);
-        // The window stays open: the throttled request's release counts.
-        e.corrected(-1, s(3.0));
-        assert!(e.rate(s(5.0)).unwrap() <= in_force * 7 / 10 + 1);
-        // The window still starts at the first empty (2 s): 24 s later,
-        // 3 + 20 let through over 24 s measure 57.5 a minute.
-        take(&mut e, 21, 10.0);
-        assert_eq!(e.throttled(1, s(26.0)), Taught::Measured);
-        assert_eq!(e.rate(s(26.0)), Some(55));
+        take(&mut e, 3, 0.0);
+        assert_eq!(e.throttled(1, None, s(0.1)), Taught::Nothing);
+        assert_eq!(e.rate(s(1.0)), None);
+        take(&mut e, 20, 1.0);
+        assert_eq!(e.throttled(1, None, s(2.0)), Taught::Cold);
+    }
+
+    #[test]
+    fn a_climb_that_crosses_the_limit_falls_back_to_half_its_pace() {
+        // A cold bound of 20 a minute, then a climb used at full pace; a
+        // 429 3 s later (too short to measure) halves the pace, never
+        // below the cold bound.
+        let mut e = SilentEstimate::default();
+        take(&mut e, 20, 0.0);
+        e.took(1, s(0.5));
+        assert_eq!(e.throttled(1, None, s(0.5)), Taught::Cold);
+        let cold = e.rate(s(0.5)).unwrap();
+        send_at(&mut e, 200.0, 0.5, 30.0);
+        let pace = e.rate(s(30.0)).unwrap();
+        assert!(pace > cold * 3, "{cold} -> {pace}");
+        e.took(1, s(30.0));
+        let taught = e.throttled(1, None, s(30.0));
+        let r = e.rate(s(30.0)).unwrap();
+        assert!(
+            taught == Taught::Measured || r <= pace / 2 + 1,
+            "{taught:?} {pace} -> {r}"
+        );
+        assert!(r >= cold, "{r} < {cold}");
+    }
+
+    #[test]
+    fn a_hint_bounds_the_climb() {
+        // The provider needed 2.5 s to refill one request: at most 24 a
+        // minute, whatever the window says.
+        let mut e = SilentEstimate::default();
+        take(&mut e, 20, 0.0);
+        e.took(1, s(0.5));
+        e.throttled(1, Some(Duration::from_millis(2_500)), s(0.5));
+        send_at(&mut e, 400.0, 0.5, 300.0);
+        assert!(e.rate(s(300.0)).unwrap() <= 24);
     }
 
     #[test]
     fn garbage_never_becomes_zero_or_unbounded() {
         let mut e = SilentEstimate::default();
         e.took(0, s(0.0));
-        assert_eq!(e.throttled(u64::MAX, s(0.0)), Taught::Cold);
+        assert_eq!(e.throttled(u64::MAX, None, s(0.0)), Taught::Nothing);
+        let mut e = SilentEstimate::default();
+        for _ in 0..10 {
+            e.took(u64::MAX, s(0.0));
+        }
+        assert_eq!(e.throttled(u64::MAX / 16, None, s(0.0)), Taught::Cold);
+        assert!(e.rate(s(0.0)).unwrap() <= crate::admit::bucket::MAX_LIMIT);
         let r = e.rate(s(1e6)).unwrap();
         assert!((1..=crate::admit::bucket::MAX_LIMIT).contains(&r));
         let mut e = SilentEstimate::default();
-        e.took(u64::MAX, s(0.0));
-        e.took(u64::MAX, s(0.0));
-        e.throttled(1, s(0.0));
-        assert!(e.rate(s(0.0)).unwrap() <= crate::admit::bucket::MAX_LIMIT);
+        take(&mut e, 10, 0.0);
+        e.throttled(1, Some(Duration::MAX), s(0.0));
+        assert!(e.rate(s(1.0)).unwrap() >= 1);
     }
 }

@@ -82,9 +82,7 @@ impl Controller {
             // answer, charged at its estimate — taught nothing: the next
             // request becomes the probe, and nothing else goes out into
             // limits still unknown.
-            if s.probe == Some(res.id) {
-                s.probe = None;
-            }
+            s.probes.retain(|p| *p != res.id);
         }
         // A held reservation's buckets may have part of it back already.
         let refunded = removed.map_or([0; 4], |r| r.refunded);
@@ -161,9 +159,7 @@ impl Controller {
         self.slab.hold(res.id);
         // A probe with no answer taught nothing: the next request probes.
         if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
-            if s.probe == Some(res.id) {
-                s.probe = None;
-            }
+            s.probes.retain(|p| *p != res.id);
         }
     }
 

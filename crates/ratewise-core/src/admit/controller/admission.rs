@@ -68,10 +68,10 @@ impl Controller {
         }
         let probing = s.needs_probe();
         if probing {
-            if let Some(p) = s.probe {
-                if self.slab.is_live(p) {
-                    return wait_or_refuse(t + PROBE_RECHECK, WaitReason::Probe, deadline);
-                }
+            let slab = &mut self.slab;
+            s.probes.retain(|p| slab.is_live(*p));
+            if s.probes.len() as u32 >= s.probe_cap {
+                return wait_or_refuse(t + PROBE_RECHECK, WaitReason::Probe, deadline);
             }
         }
         if idle {
@@ -126,7 +126,7 @@ impl Controller {
         let id = self.slab.insert(req.target.scope, amounts, cost, t);
         s.output_reserved = Some(amounts.output);
         if probing {
-            s.probe = Some(id);
+            s.probes.push(id);
         }
         Admission::Go(Reservation {
             id,

@@ -265,9 +265,19 @@ impl Controller {
         if c.cause == Cause::Success || !c.hints.ratelimit.is_empty() {
             if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
                 s.heard = true;
-                s.probe = None;
                 if c.cause == Cause::Success {
                     self.keys[s.key as usize].succeeded = true;
+                    // Slow start: one more request out per success while
+                    // no limit is known (a stated one ends it at once).
+                    s.probe_cap = s.probe_cap.saturating_add(1);
+                }
+            }
+        }
+        if c.cause == Cause::RateLimited {
+            if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+                if s.needs_probe() {
+                    // A 429 that taught no estimate yet: fewer out at once.
+                    s.probe_cap = (s.probe_cap / 2).max(1);
                 }
             }
         }

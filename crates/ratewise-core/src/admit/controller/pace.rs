@@ -9,7 +9,8 @@
 //! ([`StoreHooks::set_share`](crate::admit::store_kit::StoreHooks::set_share)).
 
 use super::{
-    capacity_for, index, share_of, Bucket, Burst, Instant, RampConfig, ScopeState, DIMENSIONS,
+    capacity_for, index, share_of, Bucket, Burst, Instant, LimitSource, RampConfig, ScopeState,
+    DIMENSIONS,
 };
 
 /// Lets the ramp take the growth steps due by `t`, one at a time: the
@@ -66,10 +67,24 @@ pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: 
         let i = index(d);
         let taken = s.capacity_taken(i);
         let seen = if taken == 0 { 0 } else { share(taken) };
+        // A limit estimated from 429s has no `*-remaining` to size the
+        // provider's bucket from: its credit holds `ESTIMATED_CREDIT` of
+        // refill, so a request larger than a second's refill waits until
+        // the provider has refilled all of it after the 429 that emptied
+        // it, instead of leaving early on a debt.
+        let estimated = matches!(eff[i], Some((_, LimitSource::Estimated)));
+        let credit_of = |l: u64| {
+            let c = burst.credit_units(l, seen);
+            if estimated {
+                c.max(capacity_for(l, ESTIMATED_CREDIT))
+            } else {
+                c
+            }
+        };
         match (eff[i].map(|(l, _)| l), &mut s.buckets[i]) {
             (None, slot) => *slot = None,
             (Some(l), Some(b)) => {
-                let credit = burst.credit_units(l, seen);
+                let credit = credit_of(l);
                 if b.limit() != l {
                     b.set_limit(l, capacity_for(l, burst.of(d)), credit, t);
                 } else if b.credit_capacity() != credit {
@@ -78,12 +93,17 @@ pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: 
             }
             (Some(l), slot) => {
                 let pace = capacity_for(l, burst.of(d));
-                let credit = burst.credit_units(l, seen);
+                let credit = credit_of(l);
                 *slot = Some(Bucket::with_credit(l, pace, credit, p, t));
             }
         }
     }
 }
+
+/// The provider's bucket as modelled for a limit estimated from 429s: ten
+/// seconds of refill (the shortest bucket the shipped scenarios and the
+/// providers we know keep; a larger one only bursts more after idle time).
+pub(super) const ESTIMATED_CREDIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The credit capacity of each bucket, for what a rebuild changed.
 pub(super) fn credit_capacities(s: &ScopeState) -> [Option<u64>; 4] {

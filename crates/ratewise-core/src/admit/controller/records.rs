@@ -11,7 +11,8 @@
 //! in flight) is this process's own.
 
 use super::{
-    rebuild_buckets, share_changed, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId, SilentEstimate,
+    rebuild_buckets, share_changed, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId,
+    SilentEstimate,
 };
 use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
 

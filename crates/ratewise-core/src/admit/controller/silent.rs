@@ -8,8 +8,8 @@
 //! one place where a silent provider's limits are believed.
 
 use super::{
-    index, rebuild_buckets, share_of, silent_dimensions, Amounts, Classification, Controller, Instant,
-    LimitSource, Limits, Now, ScopeId, ScopeState, Sent, DIMENSIONS,
+    index, rebuild_buckets, share_of, silent_dimensions, Amounts, Classification, Controller,
+    Instant, LimitSource, Limits, Now, ScopeId, ScopeState, Sent, DIMENSIONS,
 };
 use crate::admit::silent::Taught;
 use crate::admit::Burst;
@@ -56,7 +56,7 @@ impl Controller {
             if !about[i] || (stated.get(d).is_some() && !cut_off) || amount == 0 {
                 continue;
             }
-            match s.silent[i].throttled(amount, t) {
+            match s.silent[i].throttled(amount, c.hints.wait.map(|h| h.wait), t) {
                 Taught::Nothing => {}
                 how => taught.push((i, how)),
             }
