@@ -618,29 +618,48 @@ fn progress_json_reports_each_second_and_ends_with_a_summary() {
     );
 }
 
-/// A silent OpenAI-like provider (issue #35): no rate-limit header on any
-/// answer, the wait only in the 429's message, rejected requests counted,
-/// buckets of 10 s. `ratewise run` learns the limit from the 429s alone:
-/// every job done, at most 3 % of sends answered 429.
+/// A silent OpenAI-like provider (issue #35): `bench/proxy_sdk.sh`'s
+/// `silent-openai` shape (RPM 500, TPM 200k charged from `max_tokens`,
+/// rejected requests counted, buckets of 10 s, 150 ms to the first byte and
+/// 1 ms per output token), with no rate-limit header on any answer and the
+/// wait only in the 429's message. `ratewise run` learns the limits from the
+/// 429s alone: every job done, at most 3 % of sends answered 429.
 #[test]
 fn a_silent_provider_is_paced_from_its_429s_alone() {
     let mut c = MockConfig {
         latency: LatencyConfig {
-            first_byte_ms: 40,
-            per_output_token_ms: 0.0,
+            first_byte_ms: 150,
+            per_output_token_ms: 1.0,
         },
         silent: ratewise_mock::Silent::Message,
         capacity_seconds: 10.0,
         count_rejected: true,
+        output_tokens: ratewise_mock::OutputRange { min: 100, max: 400 },
         ..MockConfig::default()
     };
-    // Requests bind: 600 a minute, a bucket of 100; 400 jobs take the
-    // bucket and then about 30 s of refill.
-    c.openai_limits.requests_per_minute = Some(600);
-    c.openai_limits.tokens_per_minute = Some(100_000_000);
+    c.openai_limits.requests_per_minute = Some(500);
+    c.openai_limits.tokens_per_minute = Some(200_000);
     let mock = Mock::start(c);
     let dir = Dir::new("silent");
-    let ids = write_input(&dir.path("in.jsonl"), Shape::OpenAi, 400);
+    // 150 jobs of 500-1 500 input tokens (seeded) with max_tokens 512.
+    let mut rng = fastrand::Rng::with_seed(35);
+    let ids: Vec<String> = (0..150).map(|i| format!("doc-{i:04}")).collect();
+    let text: String = ids
+        .iter()
+        .map(|id| {
+            let words = rng.usize(500..1500);
+            let body = json!({
+                "model": "gpt-4o-mini",
+                "max_tokens": 512,
+                "messages": [{"role": "user", "content": "word ".repeat(words)}],
+            });
+            format!(
+                "{}\n",
+                json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions", "body": body})
+            )
+        })
+        .collect();
+    std::fs::write(dir.path("in.jsonl"), text).unwrap();
     let (code, err) = run(&dir, &mock, &[]);
     assert_eq!(code, 0, "{err}");
     let out = by_id(&results(&dir));

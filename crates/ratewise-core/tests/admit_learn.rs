@@ -170,20 +170,51 @@ fn a_probe_whose_caller_left_before_its_answer_taught_nothing() {
     }
 }
 
+/// A provider whose answers carry no rate-limit headers is slow-started
+/// (DESIGN principle 17): one request out, then one more per few
+/// successes — its first 429 answers every request out — until
+/// nothing holds them back; no 429 came, so no limit was learned.
 #[test]
-fn a_provider_without_rate_limit_headers_is_not_held_after_its_first_answer() {
+fn a_provider_without_rate_limit_headers_is_slow_started_then_not_held() {
     let (mut c, target) = full_rate(Limits::NONE);
     let t = now_at(0);
-    let p = c.admit(&AdmitRequest::new(target), t).go().unwrap();
-    let (cl, d) = respond(200, &[], OK_BODY, t);
-    c.observe(
-        &Observed::new(p.sent().scope(), cl.clone(), d).of_sent(p.sent()),
-        t,
-    );
-    c.settle(p, &usage(), t);
-    for _ in 0..50 {
-        assert!(c.admit(&AdmitRequest::new(target), t).go().is_some());
+    let mut widths = Vec::new();
+    for _ in 0..400 {
+        let mut out = Vec::new();
+        while let Some(r) = c.admit(&AdmitRequest::new(target), t).go() {
+            out.push(r);
+            if out.len() > 100 {
+                break;
+            }
+        }
+        widths.push(out.len());
+        let done = out.len() > 100;
+        for p in out {
+            let (cl, d) = respond(200, &[], OK_BODY, t);
+            c.observe(
+                &Observed::new(p.sent().scope(), cl.clone(), d).of_sent(p.sent()),
+                t,
+            );
+            c.settle(p, &usage(), t);
+        }
+        if done {
+            break;
+        }
     }
+    assert_eq!(widths[0], 1, "one request into unknown limits: {widths:?}");
+    assert!(
+        widths.windows(2).all(|w| w[1] >= w[0]),
+        "never narrower: {widths:?}"
+    );
+    assert!(
+        *widths.last().unwrap() > 100,
+        "then nothing holds them: {widths:?}"
+    );
+    assert!(
+        widths.len() < 60,
+        "within a few dozen round trips: {widths:?}"
+    );
+    assert!(c.ledger().is_clean());
 }
 
 #[test]

@@ -332,13 +332,16 @@ struct ScopeState {
     /// The request out to learn the limits while none is known.
     probes: Vec<ReservationId>,
     /// How many requests may be out while no limit is known or estimated:
-    /// one until an answer is heard, then one more per success (TCP's slow
-    /// start: doubling every round trip), halved by a 429 that taught no
+    /// one until an answer is heard, then one more per
+    /// [`SLOW_START_ACKS`] successes (a quarter of TCP's slow start), halved by a 429 that taught no
     /// estimate; past [`SLOW_START_END`] nothing holds them back. A
     /// provider that states its limits ends it with its first answer; a
     /// silent one is not flooded by every waiting job at once before its
     /// first 429 has been read.
     probe_cap: u32,
+    /// Successes counted by the slow start.
+    probe_acks: u32,
+
     /// An answer from the server has been read for this scope: with no
     /// limit known after it, the provider publishes none and there is
     /// nothing to wait for.
@@ -424,6 +427,11 @@ impl ScopeState {
 /// The slow start into limits nobody states ends at this many requests
 /// out at once (see `probe_cap`).
 pub(crate) const SLOW_START_END: u32 = 64;
+
+/// Successes per request more out in the slow start (see `probe_cap`):
+/// at a silent provider's first 429 the requests out are answered 429
+/// too, so the slow start grows a quarter as fast as TCP's.
+pub(crate) const SLOW_START_ACKS: u32 = 4;
 
 /// How often a request waiting on a scope's probe asks again, as a bound:
 /// drivers wake waiters when a reservation ends, so this matters only for
