@@ -8,7 +8,7 @@ mod common;
 
 use common::{classify, now_at, DriveSync};
 use ratewise_core::admit::{
-    Config, Controller, EstimateState, LimitSource, RampConfig, RetryBudgetConfig, Shared,
+    Config, Controller, LimitSource, RampConfig, RetryBudgetConfig, Shared,
 };
 use ratewise_core::decide::Policy;
 use ratewise_core::job::{Job, JobSpec, Step};
@@ -52,6 +52,21 @@ fn job(s: &Shared, arrived: u64, deadline: Duration) -> Job {
     spec.input_estimate = Some(40);
     spec.deadline = Some(deadline);
     Job::new(spec, &Policy::default())
+}
+
+/// Steps `j` through its waits (the clock `t` following them) to its next
+/// send; returns the attempt number. Any other step is a test failure.
+fn send(j: &mut Job, s: &Shared, policy: &Policy, t: &mut u64) -> u32 {
+    for _ in 0..10_000 {
+        match j.step(s, policy, now_at(*t)) {
+            Step::Send { attempt } => return attempt,
+            Step::Wait { until, .. } => {
+                *t = (*t + 1).max(until.since_origin().as_millis() as u64);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no send after 10 000 waits, at {t} ms");
 }
 
 /// A provider's requests bucket, continuously refilled, in milliseconds.
@@ -231,7 +246,18 @@ fn a_cold_start_converges_to_within_a_tenth_of_the_true_rate_and_holds_it() {
             .snapshot(s.target("k", "claude-sonnet-4-5").scope, now_at(420_000))
             .unwrap();
         assert_eq!(snap.sources[0], Some(LimitSource::Estimated), "{snap:?}");
-        assert_eq!(snap.estimates[0], Some(EstimateState::Measured));
+        // Measured between two 429s, or a cold bound already at the limit
+        // (capped by what the first window proved) that never met another.
+        assert!(
+            snap.estimates[0].is_some(),
+            "capacity {capacity_s}: {:?}",
+            r.estimates
+        );
+        let now = snap.limits.requests.unwrap() as f64;
+        assert!(
+            (0.9..=1.1).contains(&(now / rpm)),
+            "capacity {capacity_s}: {now}/min at the end"
+        );
         // Within a minute of work and a minute to settle, then held: every
         // estimate after 2 minutes is within 10 % of the truth.
         for (t, e) in r.estimates.iter().filter(|(t, _)| *t >= 120_000) {
@@ -342,13 +368,7 @@ fn an_estimate_never_replaces_a_stated_limit() {
     // window to be measured over.
     for n in 0..14 {
         let mut j = job(&s, t, Duration::from_secs(600));
-        loop {
-            match j.step(&s, &policy, now_at(t)) {
-                Step::Send { .. } => break,
-                Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
-                other => panic!("{other:?}"),
-            }
-        }
+        send(&mut j, &s, &policy, &mut t);
         j.sending();
         if n < 10 {
             let ok = classify(Provider::Anthropic, 200, &stated[..2], OK, now_at(t));
@@ -376,13 +396,7 @@ fn a_rate_limited_job_with_a_ten_minute_deadline_survives_twenty_429s() {
     let mut j = job(&s, 0, Duration::from_secs(600));
     let mut t = 0u64;
     for n in 1..=21u32 {
-        let attempt = loop {
-            match j.step(&s, &policy, now_at(t)) {
-                Step::Send { attempt } => break attempt,
-                Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
-                other => panic!("429 number {n}: {other:?}"),
-            }
-        };
+        let attempt = send(&mut j, &s, &policy, &mut t);
         assert_eq!(attempt, n);
         j.sending();
         if n <= 20 {
@@ -477,13 +491,7 @@ fn the_retry_budget_still_stops_a_5xx_storm_but_not_paced_429s() {
     for (status, headers, body, retried) in cases {
         let mut j = job(&s, 0, Duration::from_secs(600));
         let mut t = 100_000;
-        loop {
-            match j.step(&s, &policy, now_at(t)) {
-                Step::Send { .. } => break,
-                Step::Wait { until, .. } => t = until.since_origin().as_millis() as u64,
-                other => panic!("{other:?}"),
-            }
-        }
+        send(&mut j, &s, &policy, &mut t);
         j.sending();
         let c = classify(Provider::Anthropic, status, headers, body, now_at(t));
         let d = j.answer(&s, &policy, &c, None, &mut rng, now_at(t));
@@ -508,4 +516,64 @@ fn the_retry_budget_still_stops_a_5xx_storm_but_not_paced_429s() {
             );
         }
     }
+}
+
+/// A process cut off from its peers (a shared store unreachable: a share
+/// below the whole) starts at its share of a stated limit, then learns the
+/// share it really gets from its own 429s — never above the stated limit —
+/// and drops that estimate when it rejoins.
+#[test]
+fn a_process_cut_off_from_its_peers_learns_its_share_from_its_429s() {
+    use ratewise_core::admit::store_kit::StoreHooks;
+    let s = store();
+    let policy = Policy::default();
+    let mut rng = fastrand::Rng::with_seed(4);
+    let target = s.target("k", "claude-sonnet-4-5");
+    let stated = [
+        ("anthropic-ratelimit-requests-limit", "600"),
+        ("anthropic-ratelimit-requests-remaining", "590"),
+    ];
+    let mut t = 0;
+    let mut answer = |s: &Shared, t: &mut u64, ok: bool| {
+        let mut j = job(s, *t, Duration::from_secs(600));
+        send(&mut j, s, &policy, t);
+        j.sending();
+        if ok {
+            let c = classify(Provider::Anthropic, 200, &stated, OK, now_at(*t));
+            j.answer(s, &policy, &c, Some(&usage()), &mut rng, now_at(*t));
+        } else {
+            let mut h = stated.to_vec();
+            h[1].1 = "0";
+            h.push(("retry-after", "1"));
+            let c = classify(Provider::Anthropic, 429, &h, TOO_MANY_REQUESTS, now_at(*t));
+            j.answer(s, &policy, &c, None, &mut rng, now_at(*t));
+            j.cancel();
+        }
+        *t += 100;
+    };
+    answer(&s, &mut t, true);
+    s.lock().set_share(500, now_at(t));
+    let snap = s.snapshot(target.scope, now_at(t)).unwrap();
+    let first = snap.limits.requests.unwrap();
+    assert!(
+        (290..=300).contains(&first),
+        "half of 600 at first: {snap:?}"
+    );
+    for _ in 0..20 {
+        answer(&s, &mut t, true);
+    }
+    answer(&s, &mut t, false);
+    t += 2_000;
+    for _ in 0..20 {
+        answer(&s, &mut t, true);
+    }
+    answer(&s, &mut t, false);
+    let snap = s.snapshot(target.scope, now_at(t)).unwrap();
+    assert_eq!(snap.sources[0], Some(LimitSource::Estimated), "{snap:?}");
+    assert!(snap.limits.requests.unwrap() <= 600, "{snap:?}");
+    // Rejoined: the stated limit again.
+    s.lock().set_share(1000, now_at(t));
+    let snap = s.snapshot(target.scope, now_at(t)).unwrap();
+    assert_eq!(snap.limits.requests, Some(600), "{snap:?}");
+    assert_eq!(snap.sources[0], Some(LimitSource::Stated));
 }

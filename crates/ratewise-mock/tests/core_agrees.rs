@@ -1,6 +1,9 @@
 //! The mock's answers read back through ratewise-core's own parsers: every
 //! error body classifies to the cause the mock meant, every header parses.
 
+mod common;
+
+use common::answer;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use ratewise_core::classify::codes::cause_of_error;
 use ratewise_core::parse::body::parse_error_body;
@@ -8,7 +11,7 @@ use ratewise_core::parse::ratelimit::RateLimitSnapshot;
 use ratewise_core::parse::request_id::request_id_from_headers;
 use ratewise_core::parse::retry_after::parse_retry_after;
 use ratewise_core::{Cause, Dimension, Provider};
-use ratewise_mock::model::{Answer, Outcome, WindowView};
+use ratewise_mock::model::Outcome;
 use ratewise_mock::render::{render_answer, stream_error_frame, RenderCtx, Rendered};
 use ratewise_mock::{Fault, TimeScale};
 use std::time::{Duration, SystemTime};
@@ -17,31 +20,6 @@ fn ctx(p: Provider) -> RenderCtx {
     let mut c = RenderCtx::new(p, "m", 3, 9, SystemTime::now());
     c.scale = TimeScale::new(6.0);
     c
-}
-
-fn answer(outcome: Outcome) -> Answer {
-    let windows = [
-        Dimension::Requests,
-        Dimension::InputTokens,
-        Dimension::OutputTokens,
-        Dimension::Tokens,
-    ]
-    .into_iter()
-    .map(|dimension| WindowView {
-        dimension,
-        limit: 100,
-        remaining: 0,
-        reported_remaining: 0,
-        reset: Duration::from_secs(12),
-    })
-    .collect();
-    Answer {
-        nth: 9,
-        outcome,
-        windows,
-        stall: None,
-        stream_fault: None,
-    }
 }
 
 fn headers(r: &Rendered) -> HeaderMap {

@@ -11,7 +11,7 @@ use ratewise_core::classify::{classify_response, ResponseView};
 use ratewise_core::parse::message::try_again_in;
 use ratewise_core::parse::retry_after::{parse_retry_after, HintSource};
 use ratewise_core::{Cause, Dimension, Provider};
-use ratewise_mock::model::{Answer, BucketKey, Grant, Outcome, WindowView};
+use ratewise_mock::model::{BucketKey, Grant, Outcome};
 use ratewise_mock::render::{render_answer, stream_frames, stream_headers, RenderCtx, Rendered};
 use ratewise_mock::{
     AccelerationConfig, Limits, MockConfig, MockServer, OutputRange, Silent, INPUT_TOKENS_HEADER,
@@ -48,32 +48,6 @@ fn ctx(p: Provider, silent: Silent) -> RenderCtx {
     );
     c.silent = silent;
     c
-}
-
-/// An answer with a window on every dimension, all exhausted.
-fn answer(outcome: Outcome) -> Answer {
-    let windows = [
-        Dimension::Requests,
-        Dimension::InputTokens,
-        Dimension::OutputTokens,
-        Dimension::Tokens,
-    ]
-    .into_iter()
-    .map(|dimension| WindowView {
-        dimension,
-        limit: 100,
-        remaining: 0,
-        reported_remaining: 0,
-        reset: Duration::from_secs(12),
-    })
-    .collect();
-    Answer {
-        nth: 9,
-        outcome,
-        windows,
-        stall: None,
-        stream_fault: None,
-    }
 }
 
 fn rate_limited() -> Outcome {

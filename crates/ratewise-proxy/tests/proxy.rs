@@ -937,3 +937,62 @@ async fn metrics_name_each_type_once() {
     );
     p.shutdown().await;
 }
+
+/// A provider that states no limit (issue #35): the proxy learns one from
+/// its 429s, and `/status` and `/metrics` say, per dimension, that the limit
+/// is estimated, not stated. 40 callers at once against 120 requests a
+/// minute over a 10 s bucket: every caller answered 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_providers_limit_is_estimated_and_shown_as_such() {
+    let mut cfg = roomy();
+    cfg.anthropic_limits.requests_per_minute = Some(120);
+    cfg.capacity_seconds = 10.0;
+    cfg.silent = ratewise_mock::Silent::RetryAfter;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let p = std::sync::Arc::new(proxy(&mock.base_url(), "").await);
+    let mut calls = Vec::new();
+    for _ in 0..40 {
+        let p = p.clone();
+        calls.push(tokio::spawn(
+            async move { call(&p, &[], BODY).await.status },
+        ));
+    }
+    for c in calls {
+        assert_eq!(c.await.unwrap(), 200);
+    }
+    let throttled = mock
+        .records()
+        .iter()
+        .filter(|r| r.status == Some(429))
+        .count();
+    assert!(
+        throttled > 0,
+        "the bucket of 20 ran dry: a 429 taught the limit"
+    );
+    let (_, status) = admin(&p, "GET", "/status").await;
+    let class = &status["keys"][0]["classes"][0];
+    assert_eq!(class["limit_sources"]["requests"], "estimated", "{status}");
+    let estimate = class["limits"]["requests"].as_u64().expect("an estimate");
+    assert!(estimate <= 240, "near 120 a minute: {estimate}");
+    let metrics = admin_text(&p, "/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("ratewise_limit_per_minute{")
+                && l.contains("dimension=\"requests\"")
+                && l.contains("source=\"estimated\"")),
+        "{metrics}"
+    );
+    assert_clean(&p);
+}
+
+/// An admin API page as text (`/metrics`).
+async fn admin_text(p: &Running, path: &str) -> String {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::get(format!("http://{}{}", p.admin_addr, path))
+        .header("authorization", p.app.admin.authorization())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.expect("the admin API answers");
+    String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned()
+}

@@ -333,7 +333,7 @@ struct ScopeState {
     probes: Vec<ReservationId>,
     /// How many requests may be out while no limit is known or estimated:
     /// one until an answer is heard, then one more per
-    /// [`SLOW_START_ACKS`] successes (a quarter of TCP's slow start), halved by a 429 that taught no
+    /// [`SLOW_START_ACKS`] successes (a fifth of TCP's slow start), halved by a 429 that taught no
     /// estimate; past [`SLOW_START_END`] nothing holds them back. A
     /// provider that states its limits ends it with its first answer; a
     /// silent one is not flooded by every waiting job at once before its
@@ -430,8 +430,8 @@ pub(crate) const SLOW_START_END: u32 = 64;
 
 /// Successes per request more out in the slow start (see `probe_cap`):
 /// at a silent provider's first 429 the requests out are answered 429
-/// too, so the slow start grows a quarter as fast as TCP's.
-pub(crate) const SLOW_START_ACKS: u32 = 4;
+/// too, so the slow start grows a fifth as fast as TCP's.
+pub(crate) const SLOW_START_ACKS: u32 = 5;
 
 /// How often a request waiting on a scope's probe asks again, as a bound:
 /// drivers wake waiters when a reservation ends, so this matters only for

@@ -101,3 +101,31 @@ pub async fn anthropic(server: &MockServer, body: &Value) -> Reply {
 pub async fn openai(server: &MockServer, body: &Value) -> Reply {
     post(server, "/v1/chat/completions", "sk-openai-test", body, &[]).await
 }
+
+/// An answer with a window on every dimension, all exhausted (full again
+/// in 12 s): what the renderers are checked on, with and without headers.
+pub fn answer(outcome: ratewise_mock::model::Outcome) -> ratewise_mock::model::Answer {
+    use ratewise_core::Dimension;
+    let windows = [
+        Dimension::Requests,
+        Dimension::InputTokens,
+        Dimension::OutputTokens,
+        Dimension::Tokens,
+    ]
+    .into_iter()
+    .map(|dimension| ratewise_mock::model::WindowView {
+        dimension,
+        limit: 100,
+        remaining: 0,
+        reported_remaining: 0,
+        reset: std::time::Duration::from_secs(12),
+    })
+    .collect();
+    ratewise_mock::model::Answer {
+        nth: 9,
+        outcome,
+        windows,
+        stall: None,
+        stream_fault: None,
+    }
+}
