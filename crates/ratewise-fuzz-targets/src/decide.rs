@@ -229,8 +229,10 @@ fn check_decision(policy: &Policy, job: &JobState, now: Now, c: &Classification,
         let unknown_retried =
             cause == Cause::OutcomeUnknown && policy.unknown_outcome == UnknownOutcome::Retry;
         assert!(cause.is_retryable() || unknown_retried, "{cause} retried");
+        // A rate signal with a hint, for a job with a deadline, is paced,
+        // not counted (`decide::paced`): only the deadline bounds it.
         assert!(
-            job.attempts < policy.max_attempts,
+            job.counted_attempts() < policy.max_attempts || ratewise_core::decide::paced(c, job),
             "attempts spent but {:?}",
             d.action
         );
