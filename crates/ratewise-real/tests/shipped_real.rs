@@ -209,14 +209,29 @@ fn a_second_client_agrees_but_for_the_429_share() {
 /// Issue #35: a provider that states no limits, end to end. The mock
 /// renders the same silent answers over loopback (no rate-limit header, a
 /// 429 with `retry-after` only), and the layer learns from the same 429s.
+/// The estimate is learned from when 429s arrive and how fast requests
+/// went lately, which the real clock spreads differently from virtual time,
+/// so the 429 share and the goodput are bounded on their own. Measured
+/// 2026-12-03 at this size (60 jobs): virtual 4.8 % of sends answered 429,
+/// real 6.3 %; goodput 0.993 and 0.922.
 #[test]
-fn silent_anthropic_agrees() {
-    agrees("silent-anthropic.json", &[]);
+fn silent_anthropic_agrees_but_for_the_429_share_and_goodput() {
+    let (_, real) = agrees("silent-anthropic.json", &["share_429", "goodput_ratio"]);
+    assert!(
+        real.sends_429 * 100 <= real.sends * 10,
+        "{} of {} sends answered 429",
+        real.sends_429,
+        real.sends
+    );
+    assert!(real.goodput_ratio >= 0.85, "{}", real.goodput_ratio);
 }
 
 /// Issue #35, OpenAI-like: no `retry-after` either, the wait only in the
-/// 429's message, read by the layer in provider time.
+/// 429's message, read by the layer in provider time. Goodput is bounded on
+/// its own, as for `silent-anthropic`. Measured 2026-12-03: virtual 0.911,
+/// real 0.870.
 #[test]
-fn silent_openai_agrees() {
-    agrees("silent-openai.json", &[]);
+fn silent_openai_agrees_but_for_goodput() {
+    let (_, real) = agrees("silent-openai.json", &["goodput_ratio"]);
+    assert!(real.goodput_ratio >= 0.8, "{}", real.goodput_ratio);
 }
