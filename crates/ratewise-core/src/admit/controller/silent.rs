@@ -42,13 +42,17 @@ impl Controller {
         // limit from its own 429s too (`belief::effective`).
         let cut_off = share < 1000;
         let stated = Limits::combine(&s.configured, &s.learned);
+        // A named dimension the provider does not meter (Anthropic's
+        // "tokens" is the most restrictive of input and output, not a
+        // bucket) is read as a 429 that names none.
+        let metered = silent_dimensions(c.provider);
         let about = match c.dimension {
-            Some(d) => {
+            Some(d) if metered[index(d)] => {
                 let mut one = [false; 4];
                 one[index(d)] = true;
                 one
             }
-            None => silent_dimensions(c.provider),
+            _ => metered,
         };
         let mut taught = Vec::new();
         for (i, d) in DIMENSIONS.into_iter().enumerate() {
