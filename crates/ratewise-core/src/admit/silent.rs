@@ -302,11 +302,15 @@ impl SilentEstimate {
         // The hint is how long the provider needs to refill what this
         // request lacked, at most all of it: `R ≤ a / hint`. A hint in
         // whole seconds is rounded up by up to one.
-        let hinted = hint.and_then(|h| {
-            let slack = if h.subsec_nanos() == 0 { 1.0 } else { 0.001 };
-            let secs = h.as_secs_f64() - slack;
-            (secs > 0.0).then(|| a as f64 * 60.0 / secs)
-        });
+        // A hint past a minute is a quota (a day's, a month's), not the
+        // refill of a per-minute bucket: it bounds nothing here.
+        let hinted = hint
+            .filter(|h| *h <= Duration::from_secs(60))
+            .and_then(|h| {
+                let slack = if h.subsec_nanos() == 0 { 1.0 } else { 0.001 };
+                let secs = h.as_secs_f64() - slack;
+                (secs > 0.0).then(|| a as f64 * 60.0 / secs)
+            });
         // Requests that went through besides the throttled one (an
         // estimate: a 429'd request of the same event counts too).
         let went = w.takes.saturating_sub(1);
