@@ -21,9 +21,10 @@ wait_addr() {
 }
 
 # The admin API needs the token (`Authorization: Bearer`). The bench
-# scripts start their proxies with XDG_STATE_HOME=$WORK/state, so the
-# first generates it into $WORK/state/ratewise/admin-token (mode 0600) and
-# the others read it there. admin_curl URL... calls with it.
+# scripts start their proxies with XDG_STATE_HOME=$WORK/state (or
+# $BENCH_STATE), so the first generates it into
+# $WORK/state/ratewise/admin-token (mode 0600) and the others read it
+# there. admin_curl URL... calls with it.
 admin_curl() {
-    curl -fsS -H "Authorization: Bearer $(cat "$WORK/state/ratewise/admin-token")" "$@"
+    curl -fsS -H "Authorization: Bearer $(cat "${BENCH_STATE:-$WORK/state}/ratewise/admin-token")" "$@"
 }

@@ -36,6 +36,7 @@ than `--max-sends-per-job` sends per job.
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 import urllib.request
@@ -162,6 +163,10 @@ def main():
 
     with urllib.request.urlopen(args.mock + "/mock/records", timeout=30) as r:
         records = json.load(r)
+    if os.environ.get("RATEWISE_BENCH_RECORDS"):
+        # Every send the mock saw, for reading a run's timeline afterwards.
+        with open(os.environ["RATEWISE_BENCH_RECORDS"], "w") as f:
+            json.dump(records, f)
     sends = len(records)
     r429 = sum(1 for x in records if x.get("status") == 429)
     ok = [x for x in records if x.get("status") == 200]

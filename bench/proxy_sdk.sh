@@ -6,10 +6,15 @@
 # from `max_tokens`. 150 jobs, 16 at a time, per shape; and an Anthropic
 # tier-1 key (`tier1`: 80 jobs at 16, the SDK's default timeout).
 #
-#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight (CI)
-#   bash bench/proxy_sdk.sh silent-openai silent-anthropic redis-down  # issue #35's shapes
+#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight and the silent shapes (CI)
 #   bash bench/proxy_sdk.sh all        # every shape below
 #   bash bench/proxy_sdk.sh anthropic  # the shapes named
+#   RATEWISE_BENCH_PARALLEL=7 bash bench/proxy_sdk.sh  # up to 7 shapes at once
+#
+# Each shape waits on its provider's pace (one takes about 8 % of a core),
+# so CI runs them side by side (RATEWISE_BENCH_PARALLEL): each has its own
+# mock, proxies and state directory, and its output is printed whole, in
+# order, when all are done. Alone is the default, for clean figures.
 #
 # Shapes:
 #   anthropic   RPM 600, ITPM 300k, OTPM 60k (a user's run at 5x), binding
@@ -74,7 +79,7 @@ PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
 if [ $# -eq 0 ]; then
-    SHAPES=(anthropic openai tier1 tight)
+    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down)
 elif [ "$*" = all ]; then
     SHAPES=("${ALL[@]}")
 else
@@ -251,6 +256,9 @@ run_shape() {
         fi
         start_redis || return 1
     fi
+    # Its own state directory (the admin token), so shapes run side by
+    # side do not race to write one.
+    local BENCH_STATE="$WORK/state-$shape"
     echo "$config" >"$WORK/$shape.json"
     "$MOCK_BIN" --config "$WORK/$shape.json" --addr 127.0.0.1:0 >"$WORK/$shape.mock.out" 2>&1 &
     local mock_pid=$!
@@ -267,7 +275,7 @@ run_shape() {
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL" "$shape" >"$WORK/$shape.toml"
             args+=(--config "$WORK/$shape.toml")
         fi
-        XDG_STATE_HOME="$WORK/state" "$PROXY_BIN" "${args[@]}" >"$WORK/$shape.proxy$i.out" 2>&1 &
+        XDG_STATE_HOME="$BENCH_STATE" "$PROXY_BIN" "${args[@]}" >"$WORK/$shape.proxy$i.out" 2>&1 &
         local pid=$!
         PIDS+=("$pid")
         pids+=("$pid")
@@ -280,7 +288,7 @@ run_shape() {
         --jobs "$jobs" --concurrency 16 --max-tokens "$max_tokens" --input "$input_lo" "$input_hi" \
         --limit "$limit" --binding "$binding" --capacity-seconds 10 \
         --max-429-share "$max429" --min-used "$minused" "${pyargs[@]}" || rc=$?
-    if [ "$tight" = yes ]; then
+    if [ "$tight" = yes ] || [ "$proxies" -gt 1 ] || [ -n "$silent" ]; then
         local show=""
         [ "$rc" -ne 0 ] && show=show
         for i in $(seq 1 "$proxies"); do
@@ -293,7 +301,45 @@ run_shape() {
 }
 
 status=0
+PARALLEL="${RATEWISE_BENCH_PARALLEL:-1}"
+if [ "$PARALLEL" -le 1 ]; then
+    for shape in "${SHAPES[@]}"; do
+        run_shape "$shape" || status=1
+    done
+    exit "$status"
+fi
+
+# Side by side: one redis-server for every shape that shares one (started
+# here, so the subshells do not each start their own), each shape in a
+# subshell that stops its own processes, its output kept and printed in
+# order with its exit status.
 for shape in "${SHAPES[@]}"; do
-    run_shape "$shape" || status=1
+    case "$shape" in
+        tight-redis*)
+            if command -v redis-server >/dev/null; then start_redis || exit 1; fi ;;
+    esac
+done
+echo "running ${#SHAPES[@]} shapes, up to $PARALLEL at once (output printed as each ends, in order)"
+running=0
+for shape in "${SHAPES[@]}"; do
+    if [ "$running" -ge "$PARALLEL" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    (
+        PIDS=()
+        REDIS_PID=""
+        trap 'for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done' EXIT
+        rc=0
+        run_shape "$shape" || rc=$?
+        echo "$rc" >"$WORK/$shape.rc"
+    ) >"$WORK/$shape.log" 2>&1 &
+    running=$((running + 1))
+done
+wait || true
+for shape in "${SHAPES[@]}"; do
+    echo "--- $shape"
+    cat "$WORK/$shape.log"
+    [ "$(cat "$WORK/$shape.rc" 2>/dev/null || echo 1)" = 0 ] || status=1
 done
 exit "$status"

@@ -176,45 +176,55 @@ fn a_probe_whose_caller_left_before_its_answer_taught_nothing() {
 /// nothing holds them back; no 429 came, so no limit was learned.
 #[test]
 fn a_provider_without_rate_limit_headers_is_slow_started_then_not_held() {
-    let (mut c, target) = full_rate(Limits::NONE);
-    let t = now_at(0);
-    let mut widths = Vec::new();
-    for _ in 0..400 {
-        let mut out = Vec::new();
-        while let Some(r) = c.admit(&AdmitRequest::new(target), t).go() {
-            out.push(r);
-            if out.len() > 100 {
+    // Round trips of `rtt_ms`: the widths of successive rounds.
+    fn widths(rtt_ms: u64) -> Vec<usize> {
+        let (mut c, target) = full_rate(Limits::NONE);
+        let mut widths = Vec::new();
+        for round in 0..400 {
+            let t = now_at(round * rtt_ms);
+            let mut out = Vec::new();
+            while let Some(r) = c.admit(&AdmitRequest::new(target), t).go() {
+                out.push(r);
+                if out.len() > 100 {
+                    break;
+                }
+            }
+            widths.push(out.len());
+            let done = out.len() > 100;
+            let t = now_at(round * rtt_ms + rtt_ms - 1);
+            for p in out {
+                let (cl, d) = respond(200, &[], OK_BODY, t);
+                c.observe(
+                    &Observed::new(p.sent().scope(), cl.clone(), d).of_sent(p.sent()),
+                    t,
+                );
+                c.settle(p, &usage(), t);
+            }
+            if done {
                 break;
             }
         }
-        widths.push(out.len());
-        let done = out.len() > 100;
-        for p in out {
-            let (cl, d) = respond(200, &[], OK_BODY, t);
-            c.observe(
-                &Observed::new(p.sent().scope(), cl.clone(), d).of_sent(p.sent()),
-                t,
-            );
-            c.settle(p, &usage(), t);
-        }
-        if done {
-            break;
-        }
+        assert!(c.ledger().is_clean());
+        widths
     }
-    assert_eq!(widths[0], 1, "one request into unknown limits: {widths:?}");
-    assert!(
-        widths.windows(2).all(|w| w[1] >= w[0]),
-        "never narrower: {widths:?}"
-    );
-    assert!(
-        *widths.last().unwrap() > 100,
-        "then nothing holds them: {widths:?}"
-    );
-    assert!(
-        widths.len() < 60,
-        "within a few dozen round trips: {widths:?}"
-    );
-    assert!(c.ledger().is_clean());
+    for rtt_ms in [400, 5_000] {
+        let w = widths(rtt_ms);
+        assert_eq!(w[0], 1, "one request into unknown limits: {w:?}");
+        assert!(w.windows(2).all(|p| p[1] >= p[0]), "never narrower: {w:?}");
+        assert!(*w.last().unwrap() > 100, "then nothing holds them: {w:?}");
+        // From one to 64 out at most e-fold per 8 s: 8 s × ln 64 ≈ 33 s
+        // to 64, 8 s × ln 8 ≈ 16.6 s to 8, however quick the answers; and
+        // one more per success (doubling per round trip) where the answers
+        // take longer than that.
+        let secs = (w.len() as u64 - 1) * rtt_ms / 1000;
+        assert!((33..=45).contains(&secs), "{secs} s at {rtt_ms} ms: {w:?}");
+        let rounds_to_8 = w.iter().position(|&n| n >= 8).unwrap();
+        let at_8 = rounds_to_8 as u64 * rtt_ms;
+        assert!(
+            at_8 >= 16_000,
+            "e-fold per 8 s at most: 8 out at {at_8} ms: {w:?}"
+        );
+    }
 }
 
 #[test]

@@ -577,3 +577,64 @@ fn a_process_cut_off_from_its_peers_learns_its_share_from_its_429s() {
     assert_eq!(snap.limits.requests, Some(600), "{snap:?}");
     assert_eq!(snap.sources[0], Some(LimitSource::Stated));
 }
+
+/// A process cut off before it heard any limit (Redis down at start)
+/// learns the limit from its first answer: its first 429 measures the
+/// share it got, not a cold key's lower bound from its own sends (a third
+/// of the limit for one of three replicas); and when the provider later
+/// shows its bucket half full or more (its peers went quiet), the share
+/// climbs again instead of staying at what it got while they were busy.
+#[test]
+fn a_process_cut_off_before_its_first_answer_keeps_its_share_and_regains_the_rest() {
+    use ratewise_core::admit::store_kit::StoreHooks;
+    let s = store();
+    let policy = Policy::default();
+    let mut rng = fastrand::Rng::with_seed(4);
+    let target = s.target("k", "claude-sonnet-4-5");
+    s.lock().set_share(500, now_at(0));
+    let mut t = 0;
+    let mut answer = |s: &Shared, t: &mut u64, remaining: Option<&str>| {
+        let mut j = job(s, *t, Duration::from_secs(600));
+        send(&mut j, s, &policy, t);
+        j.sending();
+        let mut h = vec![("anthropic-ratelimit-requests-limit", "600")];
+        match remaining {
+            Some(r) => {
+                h.push(("anthropic-ratelimit-requests-remaining", r));
+                let c = classify(Provider::Anthropic, 200, &h, OK, now_at(*t));
+                j.answer(s, &policy, &c, Some(&usage()), &mut rng, now_at(*t));
+            }
+            None => {
+                h.push(("anthropic-ratelimit-requests-remaining", "0"));
+                h.push(("retry-after", "1"));
+                let c = classify(Provider::Anthropic, 429, &h, TOO_MANY_REQUESTS, now_at(*t));
+                j.answer(s, &policy, &c, None, &mut rng, now_at(*t));
+                j.cancel();
+            }
+        }
+        *t += 50;
+    };
+    // Busy peers: the provider's bucket shows little left.
+    for _ in 0..60 {
+        answer(&s, &mut t, Some("5"));
+    }
+    answer(&s, &mut t, None);
+    let snap = s.snapshot(target.scope, now_at(t)).unwrap();
+    assert_eq!(snap.sources[0], Some(LimitSource::Estimated), "{snap:?}");
+    let measured = snap.limits.requests.unwrap();
+    assert!(
+        (200..=300).contains(&measured),
+        "about its share of 600 it got, not a cold bound: {measured} at {t} ms"
+    );
+    // Quiet peers: the provider's bucket shows itself nearly full.
+    let from = t;
+    while t < from + 30_000 {
+        answer(&s, &mut t, Some("590"));
+    }
+    let snap = s.snapshot(target.scope, now_at(t)).unwrap();
+    let regained = snap.limits.requests.unwrap();
+    assert!(
+        regained > measured * 3 / 2 && regained <= 600,
+        "climbs back toward the whole, never past it: {measured} → {regained}"
+    );
+}

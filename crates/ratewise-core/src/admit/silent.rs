@@ -211,6 +211,43 @@ impl SilentEstimate {
         }
     }
 
+    /// A process cut off from its peers that had no estimate when its
+    /// limit became stated (it learned the limit after it lost them)
+    /// starts at its share `rate` now, as [`seeded`](Self::seeded) would
+    /// have, keeping what it has admitted since its first send: its first
+    /// 429 then measures the share it really gets (at most `rate`), instead
+    /// of reading its own sends as a cold key's whole traffic (a lower
+    /// bound from a third of the sends is a third of the limit).
+    pub(crate) fn seed_keeping_window(&mut self, rate: u64, t: Instant) {
+        let window = self.window.map(|w| Window {
+            from_empty: true,
+            ..w
+        });
+        *self = SilentEstimate {
+            window,
+            recent: self.recent,
+            recent_at: self.recent_at,
+            ..SilentEstimate::seeded(rate, t)
+        };
+    }
+
+    /// The provider showed its bucket at least half full while this
+    /// estimate paced a share of a stated limit (a process cut off from
+    /// its peers, whose peers went quiet): the share measured while they
+    /// were busy is no longer the limit, so the estimate climbs again
+    /// from where it is, doubling every [`COLD_DOUBLING`] while used, until
+    /// a 429 measures anew. An estimate already climbing keeps its climb.
+    pub(crate) fn headroom(&mut self, t: Instant) {
+        if self.state != Some(EstimateState::Measured) {
+            return;
+        }
+        let Some(now) = self.rate(t) else { return };
+        self.base = now.max(1);
+        self.base_at = t;
+        self.upper = u64::MAX;
+        self.state = Some(EstimateState::Cold);
+    }
+
     /// An admission took `units` at `t`: the provider is taken to let
     /// them through. The first admission opens the cold window (the
     /// provider's bucket is taken to be full then).
@@ -502,168 +539,5 @@ fn to_units(rate: f64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(secs: f64) -> Instant {
-        Instant::from_origin(Duration::from_secs_f64(secs))
-    }
-
-    /// `n` admissions of one unit at `t`.
-    fn take(e: &mut SilentEstimate, n: u64, t: f64) {
-        for _ in 0..n {
-            e.took(1, s(t));
-        }
-    }
-
-    /// Sends at `per_min` from `from` to `to` seconds, one unit at a time.
-    fn send_at(e: &mut SilentEstimate, per_min: f64, from: f64, to: f64) {
-        let step = 60.0 / per_min;
-        let mut t = from;
-        while t < to {
-            e.took(1, s(t));
-            t += step;
-        }
-    }
-
-    #[test]
-    fn nothing_before_a_429() {
-        let mut e = SilentEstimate::default();
-        take(&mut e, 100, 0.0);
-        assert_eq!(e.rate(s(10.0)), None);
-    }
-
-    #[test]
-    fn a_cold_429_is_a_lower_bound_that_grows_while_used() {
-        // 50 per minute with a minute's bucket: 53 let through in 4 s, the
-        // 54th throttled.
-        let mut e = SilentEstimate::default();
-        take(&mut e, 53, 0.0);
-        take(&mut e, 1, 4.0);
-        assert_eq!(e.throttled(1, None, s(4.0)), Taught::Cold);
-        assert_eq!(e.state(), Some(EstimateState::Cold));
-        assert_eq!(e.rate(s(4.0)), Some(49));
-        // Unused, it does not grow (RFC 7661): an idle key keeps it.
-        assert_eq!(e.rate(s(60.0)), Some(49));
-        // Used at the rate it allows, it doubles every ten seconds...
-        let mut used = e.clone();
-        send_at(&mut used, 49.0, 4.0, 14.0);
-        let r = used.rate(s(14.0)).unwrap();
-        assert!((90..=98).contains(&r), "{r}");
-        // ... never past (53 + 1) / 4 s.
-        send_at(&mut used, 810.0, 14.0, 400.0);
-        assert_eq!(used.rate(s(400.0)), Some(810));
-    }
-
-    #[test]
-    fn a_window_between_two_429s_measures_the_rate() {
-        let mut e = SilentEstimate::default();
-        take(&mut e, 61, 0.0);
-        take(&mut e, 1, 2.0);
-        assert_eq!(e.throttled(1, None, s(2.0)), Taught::Cold);
-        // Its release belongs to the closed window: not counted again.
-        e.corrected(-1, s(2.0));
-        // 30 s later, 25 let through: 50 a minute (the climb from the cold
-        // bound spilled nothing: it was above the limit).
-        send_at(&mut e, 50.0, 2.0, 32.0);
-        take(&mut e, 1, 32.0);
-        assert_eq!(e.throttled(1, None, s(32.0)), Taught::Measured);
-        assert_eq!(e.state(), Some(EstimateState::Measured));
-        // Held 3 % under, back at the measurement after a minute of use.
-        let r = e.rate(s(32.0)).unwrap();
-        assert!((45..=52).contains(&r), "{r}");
-        send_at(&mut e, 50.0, 32.0, 92.0);
-        let r = e.rate(s(92.0)).unwrap();
-        assert!((47..=54).contains(&r), "{r}");
-    }
-
-    #[test]
-    fn a_settle_corrects_only_the_window_it_was_taken_in() {
-        let mut e = SilentEstimate::default();
-        take(&mut e, 61, 0.0);
-        e.throttled(1, None, s(2.0));
-        // Taken at 3 s with an estimate of 1 000, used 400.
-        e.took(1_000, s(3.0));
-        e.corrected(-600, s(3.0));
-        // A request of the cold window settles late: not this window's.
-        e.corrected(5_000, s(1.0));
-        assert_eq!(e.window.unwrap().through(0), 400);
-    }
-
-    #[test]
-    fn the_requests_in_flight_at_one_429_are_one_event() {
-        let mut e = SilentEstimate::default();
-        take(&mut e, 60, 0.0);
-        assert_eq!(e.throttled(1, None, s(2.0)), Taught::Cold);
-        let before = e.clone();
-        assert_eq!(e.throttled(1, None, s(2.3)), Taught::Nothing);
-        assert_eq!(e.events(), 1);
-        assert_eq!(e.rate(s(3.0)), before.rate(s(3.0)));
-    }
-
-    #[test]
-    fn a_cold_key_throttled_at_once_learns_nothing() {
-        // A 429 on the first requests (a fault, a one-off): no lower bound
-        // from a window that let almost nothing through.
-        let mut e = SilentEstimate::default();
-        take(&mut e, 3, 0.0);
-        assert_eq!(e.throttled(1, None, s(0.1)), Taught::Nothing);
-        assert_eq!(e.rate(s(1.0)), None);
-        take(&mut e, 20, 1.0);
-        assert_eq!(e.throttled(1, None, s(2.0)), Taught::Cold);
-    }
-
-    #[test]
-    fn a_climb_that_crosses_the_limit_falls_back_to_half_its_pace() {
-        // A cold bound of 20 a minute, then a climb used at full pace; a
-        // 429 3 s later (too short to measure) halves the pace, never
-        // below the cold bound.
-        let mut e = SilentEstimate::default();
-        take(&mut e, 20, 0.0);
-        e.took(1, s(0.5));
-        assert_eq!(e.throttled(1, None, s(0.5)), Taught::Cold);
-        let cold = e.rate(s(0.5)).unwrap();
-        send_at(&mut e, 200.0, 0.5, 30.0);
-        let pace = e.rate(s(30.0)).unwrap();
-        assert!(pace > cold * 3, "{cold} -> {pace}");
-        e.took(1, s(30.0));
-        let taught = e.throttled(1, None, s(30.0));
-        let r = e.rate(s(30.0)).unwrap();
-        assert!(
-            taught == Taught::Measured || r <= pace / 2 + 1,
-            "{taught:?} {pace} -> {r}"
-        );
-        assert!(r >= cold, "{r} < {cold}");
-    }
-
-    #[test]
-    fn a_hint_bounds_the_climb() {
-        // The provider needed 2.5 s to refill one request: at most 24 a
-        // minute, whatever the window says.
-        let mut e = SilentEstimate::default();
-        take(&mut e, 20, 0.0);
-        e.took(1, s(0.5));
-        e.throttled(1, Some(Duration::from_millis(2_500)), s(0.5));
-        send_at(&mut e, 400.0, 0.5, 300.0);
-        assert!(e.rate(s(300.0)).unwrap() <= 24);
-    }
-
-    #[test]
-    fn garbage_never_becomes_zero_or_unbounded() {
-        let mut e = SilentEstimate::default();
-        e.took(0, s(0.0));
-        assert_eq!(e.throttled(u64::MAX, None, s(0.0)), Taught::Nothing);
-        let mut e = SilentEstimate::default();
-        for _ in 0..10 {
-            e.took(u64::MAX, s(0.0));
-        }
-        assert_eq!(e.throttled(u64::MAX / 16, None, s(0.0)), Taught::Cold);
-        assert!(e.rate(s(0.0)).unwrap() <= crate::admit::bucket::MAX_LIMIT);
-        let r = e.rate(s(1e6)).unwrap();
-        assert!((1..=crate::admit::bucket::MAX_LIMIT).contains(&r));
-        let mut e = SilentEstimate::default();
-        take(&mut e, 10, 0.0);
-        e.throttled(1, Some(Duration::MAX), s(0.0));
-        assert!(e.rate(s(1.0)).unwrap() >= 1);
-    }
-}
+#[path = "silent_tests.rs"]
+mod tests;

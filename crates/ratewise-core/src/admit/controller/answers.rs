@@ -10,7 +10,7 @@
 use super::{
     apply_ramp, estimated, headers_describe, index, rebuild_buckets, restart_ramp, Action, CScope,
     Cause, Classification, Controller, Decision, Dimension, Instant, Now, ScopeId, Sent, Stop,
-    SystemTime, DIMENSIONS, SLOW_START_ACKS,
+    SystemTime, DIMENSIONS,
 };
 use crate::admit::Applied;
 use crate::RetryBudgetState;
@@ -267,14 +267,12 @@ impl Controller {
                 s.heard = true;
                 if c.cause == Cause::Success {
                     self.keys[s.key as usize].succeeded = true;
-                    // Slow start: one more request out per
-                    // `SLOW_START_ACKS` successes while no limit is known
-                    // (at the provider's first 429 every request out is
-                    // answered 429 too); a stated limit ends it at once.
-                    s.probe_acks = s.probe_acks.saturating_add(1);
-                    if s.probe_acks % SLOW_START_ACKS == 0 {
-                        s.probe_cap = s.probe_cap.saturating_add(1);
-                    }
+                    // Slow start: one more request out per success
+                    // while no limit is known, at most `e`-fold per
+                    // `SLOW_START_EFOLD` (at the provider's first 429
+                    // every request out is answered 429 too); a stated
+                    // limit ends it at once.
+                    s.slow_start_success(now.instant);
                 }
             }
         }
@@ -282,7 +280,7 @@ impl Controller {
             if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
                 if s.needs_probe() {
                     // A 429 that taught no estimate yet: fewer out at once.
-                    s.probe_cap = (s.probe_cap / 2).max(1);
+                    s.slow_start_halve(now.instant);
                 }
             }
         }

@@ -146,6 +146,18 @@ impl Controller {
                 s.upper[i] = None;
             }
         }
+        if share < 1000 {
+            // Cut off from its peers: a provider bucket at least half full
+            // says the share this process measured is no longer all it
+            // may use (`SilentEstimate::headroom`).
+            for d in DIMENSIONS {
+                let i = index(d);
+                let lowest = snap.window(d).remaining.map(|r| rounding(d).range(r).0);
+                if lowest.is_some_and(|l| s.seen[i] > 0 && l >= s.seen[i] / 2) {
+                    s.silent[i].headroom(t);
+                }
+            }
+        }
         let limits = std::array::from_fn(|i| {
             snap.window(DIMENSIONS[i])
                 .limit

@@ -111,7 +111,7 @@ impl Controller {
             guess: [None; 4],
             probes: Vec::new(),
             probe_cap: 1,
-            probe_acks: 0,
+            probe_base: None,
             heard: false,
             head_latency: [None; 2],
             surprises: [0; 4],

@@ -60,6 +60,11 @@ impl Controller {
             if !about[i] || (stated.get(d).is_some() && !cut_off) || amount == 0 {
                 continue;
             }
+            if let (true, Some(l), false) = (cut_off, stated.get(d), s.silent[i].is_set()) {
+                // Stated after the process was cut off: its share is
+                // where it starts (`share_changed` seeds the others).
+                s.silent[i].seed_keeping_window(share_of(l, share), t);
+            }
             match s.silent[i].throttled(amount, c.hints.wait.map(|h| h.wait), t) {
                 Taught::Nothing => {}
                 how => taught.push((i, how)),
