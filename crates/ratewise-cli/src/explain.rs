@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// Whose rules read the response.
-    #[arg(long, default_value = "auto", value_parser = ["anthropic", "openai", "generic", "auto"])]
+    #[arg(long, default_value = "auto", value_parser = ["anthropic", "openai", "gemini", "generic", "auto"])]
     provider: String,
     /// Print one JSON object instead of text.
     #[arg(long)]

@@ -9,6 +9,10 @@ const CASES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../ratewise-core/tests/fixtures/cases"
 );
+const OWN_CASES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../ratewise-core/tests/fixtures/own-cases"
+);
 const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples");
 
 fn run(args: &[&str]) -> Output {
@@ -18,7 +22,10 @@ fn run(args: &[&str]) -> Output {
 #[test]
 fn every_case_file_passes_through_explain_case_json() {
     let mut seen = 0;
-    for entry in std::fs::read_dir(CASES).unwrap() {
+    let files = std::fs::read_dir(CASES)
+        .unwrap()
+        .chain(std::fs::read_dir(OWN_CASES).unwrap());
+    for entry in files {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "json") {
             continue;
@@ -78,7 +85,7 @@ fn every_case_file_passes_through_explain_case_json() {
         }
         seen += 1;
     }
-    assert!(seen >= 20);
+    assert!(seen >= 27);
 }
 
 #[test]
@@ -99,6 +106,22 @@ fn samples_explain_in_text_and_json() {
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(got["cause"], "spend_cap");
     assert_eq!(got["action"], "stop_queue");
+
+    // Gemini, told by its body alone: a quota per minute, not money, for
+    // all its "check your plan and billing details".
+    let gemini = Path::new(SAMPLES).join("gemini-429-quota.http");
+    for args in [vec![], vec!["--provider", "gemini"]] {
+        let mut all = vec!["explain", "--json"];
+        all.extend(args);
+        all.push(gemini.to_str().unwrap());
+        let out = run(&all);
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(got["provider"], "gemini", "{got}");
+        assert_eq!(got["cause"], "rate_limited", "{got}");
+        assert_eq!(got["dimension"], "input_tokens", "{got}");
+        assert_eq!(got["hint_source"], "retry-info", "{got}");
+        assert_eq!(got["hint_ms"], 47_000, "{got}");
+    }
 }
 
 #[test]

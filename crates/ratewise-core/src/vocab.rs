@@ -150,6 +150,9 @@ vocabulary! {
         Anthropic => "anthropic",
         /// OpenAI (Chat Completions, Responses).
         Openai => "openai",
+        /// The Gemini API (Google's `google.rpc.Status` errors, no
+        /// rate-limit headers).
+        Gemini => "gemini",
         /// Any API that follows RFC 9110 alone.
         Generic => "generic",
     }

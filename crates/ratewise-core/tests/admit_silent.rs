@@ -638,3 +638,64 @@ fn a_process_cut_off_before_its_first_answer_keeps_its_share_and_regains_the_res
         "climbs back toward the whole, never past it: {measured} → {regained}"
     );
 }
+
+/// Gemini states no limits; its 429s name their quota. A per-day quota's
+/// 429 waits for midnight Pacific and teaches no per-minute estimate; a
+/// per-minute one teaches the dimension its quota names.
+#[test]
+fn a_gemini_per_day_quota_teaches_no_per_minute_estimate_and_a_per_minute_one_does() {
+    const OK_GEMINI: &str =
+        r#"{"candidates":[],"usageMetadata":{"promptTokenCount":40,"candidatesTokenCount":20}}"#;
+    let quota = |id: &str, metric: &str| {
+        format!(
+            r#"{{"error":{{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.","status":"RESOURCE_EXHAUSTED","details":[{{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{{"quotaMetric":"generativelanguage.googleapis.com/{metric}","quotaId":"{id}","quotaValue":"50"}}]}},{{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"20s"}}]}}}}"#
+        )
+    };
+    let per_day = quota(
+        "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+        "generate_content_free_tier_requests",
+    );
+    let per_minute = quota(
+        "GenerateContentPaidTierInputTokensPerModelPerMinute",
+        "generate_content_paid_tier_input_token_count",
+    );
+    let policy = Policy::default();
+    let mut rng = fastrand::Rng::with_seed(4);
+    // Jobs that may wait two days: the day's reset is a wait, not a
+    // deadline missed.
+    let mut answer = |s: &Shared, t: &mut u64, status: u16, body: &str| {
+        let mut j = job(s, *t, Duration::from_secs(2 * 86_400));
+        send(&mut j, s, &policy, t);
+        j.sending();
+        let c = classify(Provider::Gemini, status, &[], body, now_at(*t));
+        let usage = (status == 200).then(usage);
+        j.answer(s, &policy, &c, usage.as_ref(), &mut rng, now_at(*t));
+        if status != 200 {
+            j.cancel();
+        }
+        *t += 200;
+    };
+    for (quota, learned) in [
+        (&per_day, [None; 4]),
+        (
+            &per_minute,
+            [None, Some(LimitSource::Estimated), None, None],
+        ),
+    ] {
+        let s = store();
+        let target = s.target("k", "claude-sonnet-4-5");
+        let mut t = 0;
+        for _ in 0..10 {
+            answer(&s, &mut t, 200, OK_GEMINI);
+        }
+        answer(&s, &mut t, 429, quota);
+        let snap = s.snapshot(target.scope, now_at(t)).unwrap();
+        assert_eq!(snap.sources, learned, "{snap:?}");
+        if learned[1].is_none() {
+            // The model's bucket waits for the day's reset: a job that
+            // cannot wait that long is answered at once.
+            let mut j = job(&s, t, Duration::from_secs(600));
+            assert!(matches!(j.step(&s, &policy, now_at(t)), Step::End(_)));
+        }
+    }
+}

@@ -1,5 +1,7 @@
-//! Every decision case passes, from the project's own copy; and the copy is
-//! the same as `../shared/fixtures` wherever that folder exists.
+//! Every decision case passes, from the project's own copy and from its
+//! own cases (`own-cases/`: providers and answers `../shared` does not
+//! have); and the copy is the same as `../shared/fixtures` wherever that
+//! folder exists.
 
 use ratewise_core::case::Case;
 use std::collections::BTreeMap;
@@ -7,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cases");
+const OWN_CASES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/own-cases");
 const SHARED: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../../shared/fixtures/cases"
@@ -53,6 +56,12 @@ fn check_all(dir: &Path) -> usize {
 #[test]
 fn every_case_in_the_project_copy_passes() {
     assert!(check_all(Path::new(OWN)) >= 20);
+}
+
+#[test]
+fn every_case_of_our_own_passes() {
+    // Gemini's answers (issue #36), each with its `source`.
+    assert!(check_all(Path::new(OWN_CASES)) >= 7);
 }
 
 #[test]

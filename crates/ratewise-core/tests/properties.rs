@@ -17,6 +17,7 @@ fn provider() -> impl Strategy<Value = Provider> {
     prop_oneof![
         Just(Provider::Anthropic),
         Just(Provider::Openai),
+        Just(Provider::Gemini),
         Just(Provider::Generic)
     ]
 }
@@ -119,6 +120,8 @@ proptest! {
         let map = headers(&[("retry-after".into(), secs.to_string().into_bytes())]);
         let body = match p {
             Provider::Anthropic => r#"{"type":"error","error":{"type":"rate_limit_error","message":"x"}}"#,
+            // A shorter structured delay beside the header: the header wins.
+            Provider::Gemini => r#"{"error":{"code":429,"message":"x","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"0.5s"}]}}"#,
             _ => r#"{"error":{"message":"x","type":"tokens","code":"rate_limit_exceeded"}}"#,
         };
         let view = ResponseView { status: StatusCode::from_u16(status).unwrap(), headers: &map, body: body.as_bytes() };

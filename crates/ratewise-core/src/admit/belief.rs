@@ -104,6 +104,9 @@ pub(crate) fn silent_dimensions(provider: Provider) -> [bool; 4] {
     let d = |x: Dimension| super::limits::headers_describe(x, provider);
     match provider {
         Provider::Anthropic => [true, true, true, false],
+        // Requests and input tokens per minute (ai.google.dev/gemini-api/
+        // docs/rate-limits: RPM, TPM of input, RPD).
+        Provider::Gemini => [true, true, false, false],
         _ => [d(Dimension::Requests), false, false, d(Dimension::Tokens)],
     }
 }

@@ -166,12 +166,25 @@ impl Profile {
         shorter_intervals: true,
     };
 
+    /// The Gemini API: no rate-limit headers at all (its limits are
+    /// learned from its 429s); a rejected request is not documented to
+    /// count; nothing is charged from `max_tokens` (its TPM counts input).
+    pub(crate) const GEMINI: Profile = Profile {
+        provider: Provider::Gemini,
+        token_remaining: Rounding::Down(1000),
+        reset_precision: Duration::from_secs(1),
+        rejected_requests_count: false,
+        output_charged_from_max_tokens: false,
+        shorter_intervals: true,
+    };
+
     /// The profile of `provider`.
     pub const fn of(provider: Provider) -> &'static Profile {
         match provider {
             Provider::Anthropic => &Profile::ANTHROPIC,
             Provider::Openai => &Profile::OPENAI,
             Provider::Generic => &Profile::GENERIC,
+            Provider::Gemini => &Profile::GEMINI,
         }
     }
 

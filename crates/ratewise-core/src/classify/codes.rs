@@ -77,6 +77,8 @@ pub(super) fn read_error(provider: Provider, fields: ErrorFields<'_>) -> Option<
     let coded = match provider {
         Provider::Anthropic => anthropic(fields),
         Provider::Openai => openai(fields),
+        // `error.status`, read into the type's place by `google`.
+        Provider::Gemini => fields.error_type.and_then(super::google::cause_of_status),
         // The generic profile follows RFC 9110 alone: bodies prove nothing.
         Provider::Generic => return None,
     };
@@ -84,7 +86,11 @@ pub(super) fn read_error(provider: Provider, fields: ErrorFields<'_>) -> Option<
     // anything else (money, ramp, overload, a rate-limit code) stands.
     let open = match coded {
         None | Some(Cause::InvalidRequest) => true,
-        Some(Cause::RateLimited) => fields.code.is_none(),
+        // Gemini's every quota 429 says "You exceeded your current quota,
+        // please check your plan and billing details", per minute or per
+        // day: OpenAI's words for money, not Google's (its money answers
+        // are `FAILED_PRECONDITION` and billing pages).
+        Some(Cause::RateLimited) => fields.code.is_none() && provider != Provider::Gemini,
         Some(_) => false,
     };
     if open {

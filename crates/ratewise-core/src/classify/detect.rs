@@ -22,7 +22,15 @@ pub fn detect_provider(headers: &HeaderMap, body: &[u8]) -> Provider {
     }
     let head = &body[..body.len().min(256)];
     let has = |needle: &[u8]| head.windows(needle.len()).any(|w| w == needle);
-    if has(b"\"type\":\"error\"") || has(b"\"type\": \"error\"") {
+    // Google's status names come after its message, which may be long.
+    let long = &body[..body.len().min(4096)];
+    let google = |needle: &[u8]| long.windows(needle.len()).any(|w| w == needle);
+    if google(b"\"RESOURCE_EXHAUSTED\"")
+        || google(b"type.googleapis.com/google.rpc.")
+        || (google(b"\"status\"") && google(b"\"UNAVAILABLE\""))
+    {
+        Provider::Gemini
+    } else if has(b"\"type\":\"error\"") || has(b"\"type\": \"error\"") {
         Provider::Anthropic
     } else if has(b"\"error\"") {
         Provider::Openai
@@ -46,6 +54,13 @@ mod tests {
         assert_eq!(
             detect_provider(&h, br#"{"error": {"code": "x"}}"#),
             Provider::Openai
+        );
+        assert_eq!(
+            detect_provider(
+                &h,
+                br#"{"error":{"code":429,"message":"m","status":"RESOURCE_EXHAUSTED"}}"#
+            ),
+            Provider::Gemini
         );
         h.insert("x-ratelimit-limit-requests", "5".parse().unwrap());
         assert_eq!(detect_provider(&h, b""), Provider::Openai);

@@ -47,7 +47,8 @@ fn from_message(provider: Provider, message: &str) -> Option<Dimension> {
                 None
             }
         }
-        Provider::Generic => None,
+        // Gemini names its quota in `QuotaFailure` (read by `google`).
+        Provider::Generic | Provider::Gemini => None,
     }
 }
 

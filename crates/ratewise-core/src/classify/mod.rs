@@ -25,6 +25,7 @@
 pub mod codes;
 mod detect;
 mod dimension;
+mod google;
 mod headers;
 mod money;
 pub mod money_message;
@@ -207,7 +208,9 @@ pub fn classify_response(
     }
 
     // Borrowed from the body: only what the classification keeps is copied.
-    let (parsed, body_reading) = if provider == Provider::Generic {
+    // Google's status model is read by its own reader (numbers, arrays of
+    // typed details), its status name in the type's place.
+    let (parsed, body_reading) = if matches!(provider, Provider::Generic | Provider::Gemini) {
         (None, BodyReading::NotRead)
     } else {
         match parse_error_ref(response.body) {
@@ -215,7 +218,18 @@ pub fn classify_response(
             Err(u) => (None, BodyReading::Unreadable(u)),
         }
     };
-    let fields = parsed.as_ref().map(|e| e.fields());
+    let (google, body_reading) = if provider == Provider::Gemini {
+        match google::read(response.body) {
+            Ok(g) => (Some(g), BodyReading::Structured),
+            Err(u) => (None, BodyReading::Unreadable(u)),
+        }
+    } else {
+        (None, body_reading)
+    };
+    let fields = parsed
+        .as_ref()
+        .map(|e| e.fields())
+        .or_else(|| google.as_ref().map(|g| g.fields()));
     let message = fields.and_then(|f| f.message);
 
     // Codes first; a message that says money ran out beats a plain
@@ -226,7 +240,7 @@ pub fn classify_response(
             Some(said) => (r.cause, crate::note::Note::from(said.explain())),
             None => (r.cause, crate::note::Note::BodyCode(r.cause)),
         });
-    let cause = status::decide_cause(
+    let mut cause = status::decide_cause(
         provider,
         status,
         body_cause,
@@ -235,7 +249,7 @@ pub fn classify_response(
         &mut c.evidence.notes,
     );
 
-    let dimension = match cause {
+    let mut dimension = match cause {
         Cause::RateLimited | Cause::RequestTooLarge => {
             dimension::limited_dimension(provider, fields, &c.hints.ratelimit)
         }
@@ -249,6 +263,16 @@ pub fn classify_response(
         wall_now,
         &mut c.hints.rejected,
     );
+    if let (Some(g), Cause::RateLimited) = (&google, cause) {
+        google_quota(
+            g,
+            &mut cause,
+            &mut dimension,
+            &mut c.hints,
+            wall_now,
+            &mut c.evidence.notes,
+        );
+    }
     if cause.is_money() || cause == Cause::Authentication {
         c.hints.resume_at = money::resume_at(provider, cause, message, wall_now);
     }
@@ -316,6 +340,55 @@ pub fn classify_in_band(
             body: BodyReading::Structured,
             notes: vec!["error event inside the stream".into()],
         },
+    }
+}
+
+/// What a Gemini 429's `QuotaFailure` and `RetryInfo` add: the quota's
+/// dimension; a quota of zero is one the key's tier does not have (no wait
+/// helps, whatever the answer's "retry in" says: a permission); a per-day
+/// quota waits for its documented reset, not for the delay beside it; a
+/// per-minute one waits for `retryDelay` where no header said more.
+fn google_quota(
+    g: &google::GoogleStatus,
+    cause: &mut Cause,
+    dimension: &mut Option<Dimension>,
+    hints: &mut Hints,
+    wall_now: SystemTime,
+    notes: &mut Vec<crate::note::Note>,
+) {
+    if g.quota_not_granted() {
+        *cause = Cause::Permission;
+        *dimension = None;
+        hints.wait = None;
+        notes.push("gemini: a quota of 0 (\"limit: 0\"): the key's tier does not have it; waiting cannot help".into());
+        return;
+    }
+    let violation = g.violation();
+    if let Some(d) = violation.and_then(google::Violation::dimension) {
+        *dimension = Some(d);
+    }
+    if violation.is_some_and(google::Violation::per_day) {
+        let reset = google::next_daily_reset(wall_now);
+        hints.wait = Some(Hint {
+            source: HintSource::QuotaReset,
+            wait: reset
+                .duration_since(wall_now)
+                .unwrap_or(Duration::ZERO)
+                .max(Duration::from_secs(1)),
+        });
+        hints.resume_at = Some(reset);
+        notes.push("gemini: a per-day quota: it resets at midnight Pacific (taken as 08:00 UTC), not after the answer's retry delay".into());
+        return;
+    }
+    // The structured delay beats a phrase in the message; a header, where
+    // a proxy in between added one, beats both.
+    if hints.wait.is_none_or(|h| h.source == HintSource::Message) {
+        if let Some(wait) = g.retry_delay {
+            hints.wait = Some(Hint {
+                source: HintSource::RetryInfo,
+                wait,
+            });
+        }
     }
 }
 

@@ -11,7 +11,7 @@ mod policy;
 
 pub use crate::rng::{entropy_seed, RandomSource};
 pub use backoff::{backoff_delay, hinted_delay, MIN_DELAY};
-pub use policy::{Backoff, HintJitter, JobState, Policy, UnknownOutcome};
+pub use policy::{Backoff, HintJitter, JobState, Policy, UnknownOutcome, MAX_PROPORTIONAL_JITTER};
 
 use crate::classify::Classification;
 use crate::decision::{Action, Decision};

@@ -37,9 +37,11 @@ impl Default for Backoff {
 }
 
 /// Jitter added on top of a server's wait hint: uniform in
-/// `[0, fixed + fraction·hint]`. Only ever added: the hint is a minimum.
+/// `[0, fixed + fraction·hint]`, the proportional part at most
+/// [`MAX_PROPORTIONAL_JITTER`]. Only ever added: the hint is a minimum.
 /// With the defaults (1 s + 25 %) an 8 s `Retry-After` becomes 8–11 s, so
-/// workers released by the same 429 spread out instead of stampeding.
+/// workers released by the same 429 spread out instead of stampeding; a
+/// daily quota's reset 20 hours away is not moved by five more.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct HintJitter {
@@ -58,6 +60,10 @@ impl Default for HintJitter {
     }
 }
 
+/// The most the proportional part of [`HintJitter`] adds: a minute spreads
+/// any number of waiting workers; hours more would only delay them.
+pub const MAX_PROPORTIONAL_JITTER: Duration = Duration::from_secs(60);
+
 impl HintJitter {
     /// The widest jitter for a hint.
     pub fn window(&self, hint: Duration) -> Duration {
@@ -66,8 +72,9 @@ impl HintJitter {
         } else {
             0.0
         };
-        let proportional =
-            Duration::try_from_secs_f64(hint.as_secs_f64() * fraction).unwrap_or(Duration::ZERO);
+        let proportional = Duration::try_from_secs_f64(hint.as_secs_f64() * fraction)
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_PROPORTIONAL_JITTER);
         self.fixed.saturating_add(proportional)
     }
 }

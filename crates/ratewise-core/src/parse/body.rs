@@ -210,12 +210,21 @@ fn parse_error_serde(bytes: &[u8], truncated: bool) -> Result<ErrorRef<'_>, Unre
 /// Reads the `usage` object of a JSON success body: Anthropic's fields, or
 /// OpenAI's `prompt_tokens` / `completion_tokens` (whose
 /// `prompt_tokens_details.cached_tokens` become cache reads), or the
-/// Responses API's `input_tokens` / `output_tokens`. `None` when there is
-/// no readable `usage`.
+/// Responses API's `input_tokens` / `output_tokens`, or Gemini's
+/// `usageMetadata`. `None` when there is no readable usage.
+///
+/// ```
+/// use ratewise_core::parse::body::parse_usage;
+/// let u = parse_usage(br#"{"candidates":[],"usageMetadata":{"promptTokenCount":120,"candidatesTokenCount":30,"thoughtsTokenCount":12,"cachedContentTokenCount":100}}"#).unwrap();
+/// assert_eq!((u.input_tokens, u.output_tokens, u.cache_read_input_tokens), (20, 42, 100));
+/// ```
 pub fn parse_usage(body: &[u8]) -> Option<Usage> {
     let (bytes, _) = prefix_any(body)?;
     let holder: UsageHolder = serde_json::from_slice(bytes).ok()?;
-    holder.usage.map(RawUsage::into_usage)
+    holder
+        .usage
+        .map(RawUsage::into_usage)
+        .or_else(|| holder.usage_metadata.map(GeminiUsage::into_usage))
 }
 
 /// Reads a bare usage object (`{"input_tokens":..}` or OpenAI's form).
@@ -330,6 +339,41 @@ impl<'de: 'a, 'a> Deserialize<'de> for LooseStr<'a> {
 struct UsageHolder {
     #[serde(default)]
     usage: Option<RawUsage>,
+    /// Gemini's `usageMetadata`.
+    #[serde(default, rename = "usageMetadata")]
+    usage_metadata: Option<GeminiUsage>,
+}
+
+/// Gemini's `usageMetadata` (ai.google.dev/api/generate-content
+/// `UsageMetadata`): `promptTokenCount` includes the cached part
+/// (`cachedContentTokenCount`); thinking (`thoughtsTokenCount`) is billed
+/// as output beside `candidatesTokenCount`.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct GeminiUsage {
+    #[serde(default)]
+    prompt_token_count: Option<u64>,
+    #[serde(default)]
+    candidates_token_count: Option<u64>,
+    #[serde(default)]
+    thoughts_token_count: Option<u64>,
+    #[serde(default)]
+    cached_content_token_count: Option<u64>,
+}
+
+impl GeminiUsage {
+    fn into_usage(self) -> Usage {
+        let cached = self.cached_content_token_count.unwrap_or(0);
+        Usage {
+            input_tokens: self.prompt_token_count.unwrap_or(0).saturating_sub(cached),
+            output_tokens: self
+                .candidates_token_count
+                .unwrap_or(0)
+                .saturating_add(self.thoughts_token_count.unwrap_or(0)),
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: cached,
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]

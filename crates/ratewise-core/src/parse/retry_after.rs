@@ -116,6 +116,10 @@ pub enum HintSource {
     Message,
     /// The provider's reset header for the limited dimension.
     ResetHeader,
+    /// Google's `RetryInfo.retryDelay` detail.
+    RetryInfo,
+    /// A per-day quota's documented reset (Gemini: midnight Pacific).
+    QuotaReset,
 }
 
 impl HintSource {
@@ -126,6 +130,8 @@ impl HintSource {
             HintSource::RetryAfter => "retry-after",
             HintSource::Message => "message",
             HintSource::ResetHeader => "reset-header",
+            HintSource::RetryInfo => "retry-info",
+            HintSource::QuotaReset => "quota-reset",
         }
     }
 }

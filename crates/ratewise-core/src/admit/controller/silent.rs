@@ -13,6 +13,7 @@ use super::{
 };
 use crate::admit::silent::Taught;
 use crate::admit::Burst;
+use std::time::Duration;
 
 /// An estimate that moved by less than this share of the bucket's rate
 /// (1/64) since the bucket was last set is left alone: the probe grows
@@ -36,6 +37,14 @@ impl Controller {
         now: Now,
     ) -> Option<String> {
         let t = now.instant;
+        // A wait past a minute is a quota's (a day's, a month's), not a
+        // per-minute bucket's refill: it measures nothing here.
+        if c.hints
+            .wait
+            .is_some_and(|h| h.wait > Duration::from_secs(60))
+        {
+            return None;
+        }
         let (burst, share) = (self.cfg.burst, self.share_permille);
         let s = self.scopes.get_mut(scope.0 as usize)?;
         // Cut off from its peers, a process learns its share of a stated
