@@ -11,11 +11,22 @@ use ratewise_core::{Instant, Now, Provider};
 use std::io::Read;
 use std::time::{Duration, SystemTime};
 
+/// Every profile's name and `auto`: the list never drifts from the core's.
+fn provider_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        Provider::ALL
+            .iter()
+            .map(|p| p.as_str())
+            .chain(std::iter::once("auto")),
+    )
+}
+
 /// Arguments of `ratewise explain`.
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// Whose rules read the response.
-    #[arg(long, default_value = "auto", value_parser = ["anthropic", "openai", "gemini", "generic", "auto"])]
+    /// Whose rules read the response: a profile, or `auto` (found from the
+    /// headers and body).
+    #[arg(long, default_value = "auto", value_parser = provider_names())]
     provider: String,
     /// Print one JSON object instead of text.
     #[arg(long)]

@@ -85,7 +85,7 @@ fn every_case_file_passes_through_explain_case_json() {
         }
         seen += 1;
     }
-    assert!(seen >= 27);
+    assert!(seen >= 37);
 }
 
 #[test]

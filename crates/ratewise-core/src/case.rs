@@ -136,7 +136,7 @@ impl fmt::Display for CaseError {
             CaseError::Format(e) => write!(f, "not a case file: {e}"),
             CaseError::Provider(p) => write!(
                 f,
-                "unknown provider {p:?} (anthropic, openai, gemini, generic, auto)"
+                "unknown provider {p:?} (anthropic, openai, gemini, bedrock, generic, auto)"
             ),
             CaseError::Now(n) => write!(f, "`now` is not an RFC 3339 instant: {n:?}"),
             CaseError::Shape => {

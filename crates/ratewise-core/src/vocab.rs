@@ -153,6 +153,9 @@ vocabulary! {
         /// The Gemini API (Google's `google.rpc.Status` errors, no
         /// rate-limit headers).
         Gemini => "gemini",
+        /// Amazon Bedrock's runtime (`x-amzn-ErrorType` exceptions, no
+        /// rate-limit headers).
+        Bedrock => "bedrock",
         /// Any API that follows RFC 9110 alone.
         Generic => "generic",
     }

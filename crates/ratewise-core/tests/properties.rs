@@ -18,6 +18,7 @@ fn provider() -> impl Strategy<Value = Provider> {
         Just(Provider::Anthropic),
         Just(Provider::Openai),
         Just(Provider::Gemini),
+        Just(Provider::Bedrock),
         Just(Provider::Generic)
     ]
 }

@@ -158,11 +158,12 @@ pub fn run(data: &[u8]) {
         headers: &response.headers,
         body: response.body,
     };
-    let provider = match control.provider % 5 {
+    let provider = match control.provider % 6 {
         0 => Provider::Anthropic,
         1 => Provider::Openai,
         2 => Provider::Generic,
         3 => Provider::Gemini,
+        4 => Provider::Bedrock,
         _ => detect_provider(&response.headers, response.body),
     };
     let transport = control.transport_failure();

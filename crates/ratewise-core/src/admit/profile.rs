@@ -178,6 +178,18 @@ impl Profile {
         shorter_intervals: true,
     };
 
+    /// Amazon Bedrock: no rate-limit headers (its requests and tokens per
+    /// minute are learned from its throttling answers); a throttled
+    /// request is not documented to count.
+    pub(crate) const BEDROCK: Profile = Profile {
+        provider: Provider::Bedrock,
+        token_remaining: Rounding::Down(1000),
+        reset_precision: Duration::from_secs(1),
+        rejected_requests_count: false,
+        output_charged_from_max_tokens: true,
+        shorter_intervals: true,
+    };
+
     /// The profile of `provider`.
     pub const fn of(provider: Provider) -> &'static Profile {
         match provider {
@@ -185,6 +197,7 @@ impl Profile {
             Provider::Openai => &Profile::OPENAI,
             Provider::Generic => &Profile::GENERIC,
             Provider::Gemini => &Profile::GEMINI,
+            Provider::Bedrock => &Profile::BEDROCK,
         }
     }
 

@@ -79,6 +79,8 @@ pub(super) fn read_error(provider: Provider, fields: ErrorFields<'_>) -> Option<
         Provider::Openai => openai(fields),
         // `error.status`, read into the type's place by `google`.
         Provider::Gemini => fields.error_type.and_then(super::google::cause_of_status),
+        // The exception's name, read into the type's place by `bedrock`.
+        Provider::Bedrock => fields.error_type.and_then(super::bedrock::cause_of_kind),
         // The generic profile follows RFC 9110 alone: bodies prove nothing.
         Provider::Generic => return None,
     };
@@ -90,7 +92,9 @@ pub(super) fn read_error(provider: Provider, fields: ErrorFields<'_>) -> Option<
         // please check your plan and billing details", per minute or per
         // day: OpenAI's words for money, not Google's (its money answers
         // are `FAILED_PRECONDITION` and billing pages).
-        Some(Cause::RateLimited) => fields.code.is_none() && provider != Provider::Gemini,
+        Some(Cause::RateLimited) => {
+            fields.code.is_none() && !matches!(provider, Provider::Gemini | Provider::Bedrock)
+        }
         Some(_) => false,
     };
     if open {
@@ -141,6 +145,14 @@ fn openai(f: ErrorFields<'_>) -> Option<Cause> {
     if is_money(f.code) || is_money(f.error_type) {
         return Some(Cause::SpendCap);
     }
+    // Mistral: "Service tier capacity exceeded for this model." is
+    // transient capacity, though typed `invalid_request_error`
+    // (docs.mistral.ai; issue #36).
+    if f.message
+        .is_some_and(|m| crate::parse::contains_ignore_ascii_case(m, "tier capacity exceeded"))
+    {
+        return Some(Cause::Overloaded);
+    }
     if let Some(code) = f.code {
         return openai_code(code, f.message);
     }
@@ -165,6 +177,12 @@ fn openai_code(code: &str, message: Option<&str>) -> Option<Cause> {
                 Cause::RateLimited
             }
         }
+        // Azure OpenAI writes the status as the code (learn.microsoft.com,
+        // Azure OpenAI quotas); Mistral's rate limit is `"1300"` with
+        // `type: rate_limited` (docs.mistral.ai).
+        "429" | "1300" => Cause::RateLimited,
+        // Azure OpenAI's content filter: the prompt must change.
+        "content_filter" => Cause::InvalidRequest,
         "slow_down" => Cause::AccelerationLimited,
         "server_is_overloaded" | "engine_overloaded" => Cause::Overloaded,
         "server_error" | "internal_error" => Cause::ServerError,

@@ -12,6 +12,9 @@ pub fn detect_provider(headers: &HeaderMap, body: &[u8]) -> Provider {
         if name == "request-id" || name.starts_with("anthropic-") {
             return Provider::Anthropic;
         }
+        if name == "x-amzn-errortype" || name == "x-amzn-bedrock-invocation-latency" {
+            return Provider::Bedrock;
+        }
         if name == "x-request-id" || name.starts_with("x-ratelimit-") || name.starts_with("openai-")
         {
             openai = true;
@@ -62,6 +65,9 @@ mod tests {
             ),
             Provider::Gemini
         );
+        let mut aws = HeaderMap::new();
+        aws.insert("x-amzn-ErrorType", "ThrottlingException:x".parse().unwrap());
+        assert_eq!(detect_provider(&aws, b"{}"), Provider::Bedrock);
         h.insert("x-ratelimit-limit-requests", "5".parse().unwrap());
         assert_eq!(detect_provider(&h, b""), Provider::Openai);
         h.insert("request-id", "req_1".parse().unwrap());

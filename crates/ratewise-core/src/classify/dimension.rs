@@ -49,6 +49,16 @@ fn from_message(provider: Provider, message: &str) -> Option<Dimension> {
         }
         // Gemini names its quota in `QuotaFailure` (read by `google`).
         Provider::Generic | Provider::Gemini => None,
+        // "Too many tokens, please wait" / "Too many requests".
+        Provider::Bedrock => {
+            if has("too many tokens") {
+                Some(Dimension::Tokens)
+            } else if has("too many requests") {
+                Some(Dimension::Requests)
+            } else {
+                None
+            }
+        }
     }
 }
 

@@ -22,6 +22,7 @@
 //! assert_eq!(c.hints.wait.unwrap().wait.as_secs(), 8);
 //! ```
 
+mod bedrock;
 pub mod codes;
 mod detect;
 mod dimension;
@@ -210,7 +211,11 @@ pub fn classify_response(
     // Borrowed from the body: only what the classification keeps is copied.
     // Google's status model is read by its own reader (numbers, arrays of
     // typed details), its status name in the type's place.
-    let (parsed, body_reading) = if matches!(provider, Provider::Generic | Provider::Gemini) {
+    let own_reader = matches!(
+        provider,
+        Provider::Generic | Provider::Gemini | Provider::Bedrock
+    );
+    let (parsed, body_reading) = if own_reader {
         (None, BodyReading::NotRead)
     } else {
         match parse_error_ref(response.body) {
@@ -226,10 +231,19 @@ pub fn classify_response(
     } else {
         (None, body_reading)
     };
+    let (bedrock, body_reading) = if provider == Provider::Bedrock {
+        match bedrock::read(response.headers, response.body) {
+            Some(b) => (Some(b), BodyReading::Structured),
+            None => (None, BodyReading::Unreadable(Unreadable::NoErrorObject)),
+        }
+    } else {
+        (None, body_reading)
+    };
     let fields = parsed
         .as_ref()
         .map(|e| e.fields())
-        .or_else(|| google.as_ref().map(|g| g.fields()));
+        .or_else(|| google.as_ref().map(|g| g.fields()))
+        .or_else(|| bedrock.as_ref().map(|b| b.fields()));
     let message = fields.and_then(|f| f.message);
 
     // Codes first; a message that says money ran out beats a plain

@@ -19,6 +19,13 @@ pub(super) fn decide_cause(
     notes: &mut Vec<Note>,
 ) -> Cause {
     let code = status.as_u16();
+    if let (402, Some((Cause::InvalidRequest, _))) = (code, &body_cause) {
+        // 402 Payment Required under a generic "invalid request" class is
+        // money (DeepSeek: 402 "Insufficient Balance", typed
+        // `invalid_request_error`): the key stops, it is no request's fault.
+        notes.push("402 Payment Required: money, whatever the generic error class says".into());
+        return Cause::Billing;
+    }
     if let Some((cause, why)) = body_cause {
         notes.push(why);
         return cause;

@@ -1,7 +1,8 @@
 //! Error envelopes and usage objects in JSON bodies.
 //!
 //! Anthropic: `{"type":"error","error":{"type","message","details":{"error_code"}?},"request_id"}`.
-//! OpenAI: `{"error":{"message","type","param","code"}}`. Unknown fields
+//! OpenAI: `{"error":{"message","type","param","code"}}`. Mistral, flat:
+//! `{"object":"error","message","type","param","code"}`. Unknown fields
 //! are ignored; anything else (empty, not JSON, truncated, too deep, no
 //! `error` object) is a typed [`Unreadable`] reason, never a panic.
 //!
@@ -192,7 +193,29 @@ fn parse_error_serde(bytes: &[u8], truncated: bool) -> Result<ErrorRef<'_>, Unre
         Err(_) => return Err(Unreadable::NotJson),
     };
     let Some(err) = env.error else {
+        // Mistral's flat envelope: the error's fields at the top, marked
+        // by `"object": "error"`.
+        if env.object.0.as_deref() == Some("error") {
+            return Ok(ErrorRef {
+                error_type: env.kind.0,
+                code: env.code.0,
+                message: env.message.0,
+                param: env.param.0,
+                request_id: env.request_id.0,
+            });
+        }
         return Err(Unreadable::NoErrorObject);
+    };
+    let err = match err {
+        ErrorValue::Object(err) => err,
+        // xAI: `"error": "<the message>"`.
+        ErrorValue::Text(message) => {
+            return Ok(ErrorRef {
+                message: Some(message),
+                request_id: env.request_id.0,
+                ..ErrorRef::default()
+            })
+        }
     };
     let code = err
         .code
@@ -253,9 +276,54 @@ fn prefix_any(body: &[u8]) -> Option<(&[u8], bool)> {
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow, default)]
-    error: Option<ErrorObject<'a>>,
+    error: Option<ErrorValue<'a>>,
     #[serde(borrow, default)]
     request_id: LooseStr<'a>,
+    // A flat envelope's fields (Mistral), read when `error` is absent.
+    #[serde(borrow, default)]
+    object: LooseStr<'a>,
+    #[serde(borrow, default, rename = "type")]
+    kind: LooseStr<'a>,
+    #[serde(borrow, default)]
+    message: LooseStr<'a>,
+    #[serde(borrow, default)]
+    code: LooseStr<'a>,
+    #[serde(borrow, default)]
+    param: LooseStr<'a>,
+}
+
+/// `error` as an object (every provider but one) or as the message itself
+/// (xAI: `{"code": "...", "error": "Your team ... has either used all
+/// available credits or reached its monthly spending limit."}`).
+enum ErrorValue<'a> {
+    Object(ErrorObject<'a>),
+    Text(Cow<'a, str>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ErrorValue<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ErrorValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an error object or message")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(ErrorValue::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(ErrorValue::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(ErrorValue::Text(Cow::Owned(v)))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                ErrorObject::deserialize(de::value::MapAccessDeserializer::new(a))
+                    .map(ErrorValue::Object)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize)]
@@ -447,6 +515,7 @@ mod tests {
     fn json_value() -> impl Strategy<Value = String> {
         let leaf = prop::sample::select(vec![
             r#""rate_limit_error""#,
+            r#""error""#,
             r#""Number of request tokens has exceeded your per-minute rate limit""#,
             r#""""#,
             r#""a \"b\"""#,
@@ -469,6 +538,7 @@ mod tests {
         leaf.prop_recursive(4, 24, 5, |inner| {
             let key = prop::sample::select(vec![
                 "error",
+                "object",
                 "type",
                 "message",
                 "code",

@@ -25,7 +25,17 @@ pub(super) fn read(bytes: &[u8]) -> Option<Result<ErrorRef<'_>, Unreadable>> {
     let mut cur = Cursor { text, at: 0 };
     let mut error: Option<Option<ErrorRef<'_>>> = None;
     let mut request_id: Option<Option<&str>> = None;
+    // Mistral's flat envelope: `{"object":"error","type","message","code","param"}`.
+    let mut flat: [Option<Option<&str>>; 5] = [None; 5];
     cur.object(|cur, key| {
+        let at = FLAT_KEYS.iter().position(|k| *k == key);
+        if let Some(i) = at {
+            if flat[i].is_some() {
+                return None; // serde: duplicate field
+            }
+            flat[i] = Some(cur.loose_str()?);
+            return Some(());
+        }
         match key {
             "error" => {
                 if error.is_some() {
@@ -34,6 +44,8 @@ pub(super) fn read(bytes: &[u8]) -> Option<Result<ErrorRef<'_>, Unreadable>> {
                 error = Some(match cur.peek()? {
                     b'n' => cur.literal("null").map(|()| None)?,
                     b'{' => Some(error_object(cur)?),
+                    // xAI: `"error": "<the message>"`.
+                    b'"' => Some(ErrorRef::borrowed(None, None, Some(cur.string()?), None)),
                     _ => return None,
                 });
             }
@@ -50,14 +62,23 @@ pub(super) fn read(bytes: &[u8]) -> Option<Result<ErrorRef<'_>, Unreadable>> {
     if !cur.at_end() {
         return None;
     }
+    let [object, kind, message, code, param] = flat.map(Option::flatten);
     Some(match error.flatten() {
         Some(mut e) => {
+            e.request_id = request_id.flatten().map(Cow::Borrowed);
+            Ok(e)
+        }
+        None if object == Some("error") => {
+            let mut e = ErrorRef::borrowed(kind, code, message, param);
             e.request_id = request_id.flatten().map(Cow::Borrowed);
             Ok(e)
         }
         None => Err(Unreadable::NoErrorObject),
     })
 }
+
+/// The top-level keys of a flat error envelope, in [`read`]'s order.
+const FLAT_KEYS: [&str; 5] = ["object", "type", "message", "code", "param"];
 
 /// `{"type","message","code","param","details":{"error_code"}}`.
 fn error_object<'a>(cur: &mut Cursor<'a>) -> Option<ErrorRef<'a>> {
