@@ -295,35 +295,14 @@ struct Envelope<'a> {
 /// `error` as an object (every provider but one) or as the message itself
 /// (xAI: `{"code": "...", "error": "Your team ... has either used all
 /// available credits or reached its monthly spending limit."}`).
+///
+/// Untagged, the object first: anything an object was read from before
+/// (an array too, as a derived struct reads one) still is.
+#[derive(Deserialize)]
+#[serde(untagged)]
 enum ErrorValue<'a> {
-    Object(ErrorObject<'a>),
-    Text(Cow<'a, str>),
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for ErrorValue<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ErrorValue<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an error object or message")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(ErrorValue::Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(ErrorValue::Text(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(ErrorValue::Text(Cow::Owned(v)))
-            }
-            fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-                ErrorObject::deserialize(de::value::MapAccessDeserializer::new(a))
-                    .map(ErrorValue::Object)
-            }
-        }
-        d.deserialize_any(V)
-    }
+    Object(#[serde(borrow)] ErrorObject<'a>),
+    Text(#[serde(borrow)] Cow<'a, str>),
 }
 
 #[derive(Deserialize)]
