@@ -3,7 +3,8 @@
 //! and a flat body, `{"message": "Too many tokens, please wait before
 //! trying again."}` (`Message` in some services). No rate-limit headers.
 //!
-//! Source (checked 2026-12-03): docs.aws.amazon.com, Bedrock runtime API
+//! Source (as issue #36 cites it and from memory of the page; not re-read
+//! when this was written): docs.aws.amazon.com, Bedrock runtime API
 //! reference, `InvokeModel` / `Converse` errors: `ThrottlingException`
 //! (429), `ModelNotReadyException` (429, "retry"), `ServiceUnavailableException`
 //! (503), `ModelTimeoutException` (408), `InternalServerException` (500),

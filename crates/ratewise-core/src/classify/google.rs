@@ -5,7 +5,8 @@
 //! array. Read as one model (the gRPC status carries the same details), so
 //! the rules below hold for both.
 //!
-//! Sources (checked 2026-12-03):
+//! Sources (as issue #36 quotes and cites them; not re-read against the
+//! live pages when this was written — check before relying on a detail):
 //! * <https://ai.google.dev/gemini-api/docs/troubleshooting>: 429
 //!   `RESOURCE_EXHAUSTED` "You've exceeded the rate limit"; 503
 //!   `UNAVAILABLE` "The service may be temporarily overloaded or down";
