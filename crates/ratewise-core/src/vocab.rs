@@ -156,8 +156,88 @@ vocabulary! {
         /// Amazon Bedrock's runtime (`x-amzn-ErrorType` exceptions, no
         /// rate-limit headers).
         Bedrock => "bedrock",
+        /// Azure OpenAI (OpenAI's envelope; `error.code` `"429"`, daily
+        /// quotas in "retry after N seconds", `api-key` auth).
+        Azure => "azure",
+        /// Groq (OpenAI's envelope; `x-ratelimit-*-requests` count requests
+        /// per day, `*-tokens` tokens per minute).
+        Groq => "groq",
+        /// Mistral (a flat `{"object":"error"}` envelope; per-minute and
+        /// per-month `x-ratelimit-*-minute` / `-month` headers).
+        Mistral => "mistral",
+        /// DeepSeek (OpenAI's envelope; 402 balance, 503 overload,
+        /// requests in flight limited per account).
+        Deepseek => "deepseek",
+        /// OpenRouter (OpenAI's envelope; 402 credits, an upstream's
+        /// errors in `error.metadata`, errors inside 200 answers).
+        Openrouter => "openrouter",
+        /// xAI (OpenAI's envelope, with a string `error`; a 429 for money).
+        Xai => "xai",
         /// Any API that follows RFC 9110 alone.
         Generic => "generic",
+    }
+}
+
+impl Provider {
+    /// Whose error envelope and message phrasing the provider speaks:
+    /// the OpenAI-compatible APIs read as [`Provider::Openai`] before
+    /// their own rules; every other provider is its own dialect.
+    ///
+    /// ```
+    /// use ratewise_core::Provider;
+    /// assert_eq!(Provider::Groq.dialect(), Provider::Openai);
+    /// assert_eq!(Provider::Gemini.dialect(), Provider::Gemini);
+    /// ```
+    pub const fn dialect(self) -> Provider {
+        match self {
+            Provider::Azure
+            | Provider::Groq
+            | Provider::Mistral
+            | Provider::Deepseek
+            | Provider::Openrouter
+            | Provider::Xai => Provider::Openai,
+            other => other,
+        }
+    }
+
+    /// The provider whose public API is served at `host` (a URL's host,
+    /// without port), by the documented API hostnames; `None` for any
+    /// other host (a proxy, a gateway, a self-hosted server: say which
+    /// profile applies instead).
+    ///
+    /// ```
+    /// use ratewise_core::Provider;
+    /// assert_eq!(Provider::from_host("generativelanguage.googleapis.com"), Some(Provider::Gemini));
+    /// assert_eq!(Provider::from_host("my-res.openai.azure.com"), Some(Provider::Azure));
+    /// assert_eq!(Provider::from_host("127.0.0.1"), None);
+    /// ```
+    pub fn from_host(host: &str) -> Option<Provider> {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let is = |name: &str| host == name || host.ends_with(&format!(".{name}"));
+        let provider = if is("api.anthropic.com") {
+            Provider::Anthropic
+        } else if is("api.openai.com") {
+            Provider::Openai
+        } else if is("generativelanguage.googleapis.com") {
+            Provider::Gemini
+        } else if is("openai.azure.com") || is("services.ai.azure.com") {
+            Provider::Azure
+        } else if is("api.groq.com") {
+            Provider::Groq
+        } else if is("api.mistral.ai") {
+            Provider::Mistral
+        } else if is("api.deepseek.com") {
+            Provider::Deepseek
+        } else if is("openrouter.ai") {
+            Provider::Openrouter
+        } else if is("api.x.ai") {
+            Provider::Xai
+        } else if host.starts_with("bedrock-runtime") && host.ends_with(".amazonaws.com") {
+            Provider::Bedrock
+        } else {
+            return None;
+        };
+        Some(provider)
     }
 }
 

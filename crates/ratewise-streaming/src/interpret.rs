@@ -14,6 +14,12 @@
 //!   `{"error": {..}}` payload. Responses API: `response.created`,
 //!   `response.*.delta`, `response.completed` / `response.incomplete`
 //!   (with usage), `error` and `response.failed`.
+//!   The OpenAI-compatible providers (Azure, Groq, Mistral, DeepSeek,
+//!   OpenRouter, xAI) stream the same chunks: OpenRouter's mid-stream
+//!   error is a chunk with a top-level `error`, DeepSeek's `: keep-alive`
+//!   lines are SSE comments, skipped by the parser.
+//! - **Gemini** (`streamGenerateContent?alt=sse`): every event is one
+//!   `GenerateContentResponse` (see `gemini`).
 //! - **Generic**: nothing is interpreted; every event is
 //!   [`StreamEvent::Other`].
 //!
@@ -29,6 +35,8 @@ use ratewise_core::{Cause, Provider, Usage};
 use serde_json::Value;
 
 use crate::sse::SseEvent;
+
+mod gemini;
 
 /// Longest error message kept from an in-band error, in characters.
 pub const MAX_ERROR_MESSAGE_CHARS: usize = 512;
@@ -168,8 +176,8 @@ impl Interpreter {
     /// `None` for a provider whose events are not interpreted
     /// ([`Provider::Generic`]): its content is not known, not empty.
     pub fn delivered_text_bytes(&self) -> Option<u64> {
-        match self.provider {
-            Provider::Anthropic | Provider::Openai => Some(self.text_bytes),
+        match self.provider.dialect() {
+            Provider::Anthropic | Provider::Openai | Provider::Gemini => Some(self.text_bytes),
             _ => None,
         }
     }
@@ -182,9 +190,10 @@ impl Interpreter {
 
     /// Interprets one SSE event.
     pub fn interpret(&mut self, event: SseEvent) -> StreamEvent {
-        let typed = match self.provider {
+        let typed = match self.provider.dialect() {
             Provider::Anthropic => self.anthropic(event),
             Provider::Openai => self.openai(event),
+            Provider::Gemini => self.gemini(event),
             // `Generic` and any provider added later: no typed reading.
             _ => other(event),
         };

@@ -190,6 +190,29 @@ impl Profile {
         shorter_intervals: true,
     };
 
+    /// An OpenAI-compatible API that documents its headers' values but
+    /// not their rounding, nor that a rejected request counts: exact
+    /// `remaining`, rejected requests free, `max_tokens` reserved (Groq:
+    /// "`max_tokens` ... counts towards your rate limit" at admission;
+    /// the others charge like OpenAI).
+    const fn openai_compatible(provider: Provider) -> Profile {
+        Profile {
+            provider,
+            token_remaining: Rounding::Exact,
+            reset_precision: Duration::from_secs(1),
+            rejected_requests_count: false,
+            output_charged_from_max_tokens: true,
+            shorter_intervals: true,
+        }
+    }
+
+    const AZURE: Profile = Profile::openai_compatible(Provider::Azure);
+    const GROQ: Profile = Profile::openai_compatible(Provider::Groq);
+    const MISTRAL: Profile = Profile::openai_compatible(Provider::Mistral);
+    const DEEPSEEK: Profile = Profile::openai_compatible(Provider::Deepseek);
+    const OPENROUTER: Profile = Profile::openai_compatible(Provider::Openrouter);
+    const XAI: Profile = Profile::openai_compatible(Provider::Xai);
+
     /// The profile of `provider`.
     pub const fn of(provider: Provider) -> &'static Profile {
         match provider {
@@ -198,6 +221,12 @@ impl Profile {
             Provider::Generic => &Profile::GENERIC,
             Provider::Gemini => &Profile::GEMINI,
             Provider::Bedrock => &Profile::BEDROCK,
+            Provider::Azure => &Profile::AZURE,
+            Provider::Groq => &Profile::GROQ,
+            Provider::Mistral => &Profile::MISTRAL,
+            Provider::Deepseek => &Profile::DEEPSEEK,
+            Provider::Openrouter => &Profile::OPENROUTER,
+            Provider::Xai => &Profile::XAI,
         }
     }
 

@@ -74,7 +74,7 @@ pub(super) struct ErrorReading {
 
 /// [`cause_of_error`], keeping whether the message decided.
 pub(super) fn read_error(provider: Provider, fields: ErrorFields<'_>) -> Option<ErrorReading> {
-    let coded = match provider {
+    let coded = match provider.dialect() {
         Provider::Anthropic => anthropic(fields),
         Provider::Openai => openai(fields),
         // `error.status`, read into the type's place by `google`.
@@ -82,7 +82,7 @@ pub(super) fn read_error(provider: Provider, fields: ErrorFields<'_>) -> Option<
         // The exception's name, read into the type's place by `bedrock`.
         Provider::Bedrock => fields.error_type.and_then(super::bedrock::cause_of_kind),
         // The generic profile follows RFC 9110 alone: bodies prove nothing.
-        Provider::Generic => return None,
+        _ => return None,
     };
     // Only a generic class is open to the message; a code that names
     // anything else (money, ramp, overload, a rate-limit code) stands.

@@ -11,7 +11,7 @@ pub(super) fn limited_dimension(
     ratelimit: &RateLimitSnapshot,
 ) -> Option<Dimension> {
     if let Some(e) = error {
-        if provider == Provider::Openai {
+        if provider.dialect() == Provider::Openai {
             match e.error_type {
                 Some("tokens") => return Some(Dimension::Tokens),
                 Some("requests") => return Some(Dimension::Requests),
@@ -28,7 +28,7 @@ pub(super) fn limited_dimension(
 fn from_message(provider: Provider, message: &str) -> Option<Dimension> {
     let head = crate::parse::clip(message, 512);
     let has = |p: &str| crate::parse::contains_ignore_ascii_case(head, p);
-    match provider {
+    match provider.dialect() {
         Provider::Anthropic => {
             if let Some(d) = anthropic_tokens(head) {
                 Some(d)
@@ -47,8 +47,6 @@ fn from_message(provider: Provider, message: &str) -> Option<Dimension> {
                 None
             }
         }
-        // Gemini names its quota in `QuotaFailure` (read by `google`).
-        Provider::Generic | Provider::Gemini => None,
         // "Too many tokens, please wait" / "Too many requests".
         Provider::Bedrock => {
             if has("too many tokens") {
@@ -59,6 +57,8 @@ fn from_message(provider: Provider, message: &str) -> Option<Dimension> {
                 None
             }
         }
+        // Gemini names its quota in `QuotaFailure` (read by `google`).
+        _ => None,
     }
 }
 

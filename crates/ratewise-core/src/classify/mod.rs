@@ -24,12 +24,14 @@
 
 mod bedrock;
 pub mod codes;
+mod compatible;
 mod detect;
 mod dimension;
 mod google;
 mod headers;
 mod money;
 pub mod money_message;
+mod quota;
 mod status;
 mod transport;
 
@@ -187,6 +189,7 @@ pub fn classify_response(
     };
     let headers::HeaderScan { retry, ids } =
         headers::HeaderScan::new(response.headers, wall_now, &mut c.hints.ratelimit);
+    c.hints.ratelimit.for_provider(provider);
     let retry = &retry;
     c.hints.should_retry = retry.should_retry.and_then(Result::ok);
     c.hints.rejected = retry.rejected();
@@ -196,11 +199,30 @@ pub fn classify_response(
             .push("x-should-retry: unreadable value ignored".into());
     }
 
-    // Success needs no body reading.
-    if status.is_success() {
-        c.evidence.request_id = ids.request_id();
-        return c;
-    }
+    // Success needs no body reading, unless the provider sends errors
+    // inside a 2xx answer (OpenRouter, once a model started).
+    let in_band = status
+        .is_success()
+        .then(|| compatible::in_band_error(provider, response.body))
+        .flatten()
+        .and_then(|code| StatusCode::from_u16(code).ok());
+    let status = match in_band {
+        Some(code) => {
+            c.evidence.notes.push(
+                format!(
+                    "{provider}: a {} answer carrying an error {code}: read as that error",
+                    status.as_u16()
+                )
+                .into(),
+            );
+            code
+        }
+        None if status.is_success() => {
+            c.evidence.request_id = ids.request_id();
+            return c;
+        }
+        None => status,
+    };
 
     // At least one note follows (the cause's reason): room for the usual few
     // at once rather than growing from nothing.
@@ -287,6 +309,17 @@ pub fn classify_response(
             &mut c.evidence.notes,
         );
     }
+    let rules = compatible::ProviderRules {
+        provider,
+        status: status.as_u16(),
+        body: response.body,
+        message,
+        wall_now,
+    };
+    let scope = rules.apply(&mut cause, &mut c.hints, &mut c.evidence.notes);
+    if cause != Cause::RateLimited && cause != Cause::RequestTooLarge {
+        dimension = None;
+    }
     if cause.is_money() || cause == Cause::Authentication {
         c.hints.resume_at = money::resume_at(provider, cause, message, wall_now);
     }
@@ -299,7 +332,7 @@ pub fn classify_response(
     }
 
     c.cause = cause;
-    c.scope = Classification::default_scope(cause);
+    c.scope = scope.unwrap_or_else(|| Classification::default_scope(cause));
     c.dimension = dimension;
     c.evidence.request_id = ids
         .request_id()

@@ -255,6 +255,20 @@ pub fn usage_from_value(value: &serde_json::Value) -> Option<Usage> {
     RawUsage::deserialize(value).ok().map(RawUsage::into_usage)
 }
 
+/// Reads a bare Gemini `usageMetadata` object (one streamed chunk's).
+///
+/// ```
+/// use ratewise_core::parse::body::usage_metadata_from_value;
+/// let v = serde_json::json!({"promptTokenCount": 9, "candidatesTokenCount": 4, "totalTokenCount": 13});
+/// let u = usage_metadata_from_value(&v).unwrap();
+/// assert_eq!((u.input_tokens, u.output_tokens), (9, 4));
+/// ```
+pub fn usage_metadata_from_value(value: &serde_json::Value) -> Option<Usage> {
+    GeminiUsage::deserialize(value)
+        .ok()
+        .map(GeminiUsage::into_usage)
+}
+
 fn prefix(body: &[u8]) -> Result<(&[u8], bool), Unreadable> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Unreadable::Empty);

@@ -65,19 +65,41 @@ pub struct RateLimitSnapshot {
     pub priority_input_tokens: Window,
     /// Anthropic Priority Tier output tokens.
     pub priority_output_tokens: Window,
+    /// Requests per day: Groq's `x-ratelimit-*-requests` ("requests per
+    /// day" in its headers table), moved here by [`Self::for_provider`].
+    pub requests_per_day: Window,
+    /// Tokens per month: Mistral's `x-ratelimit-*-tokens-month`.
+    pub tokens_per_month: Window,
+    /// Requests per month: Mistral's `x-ratelimit-*-req-month`.
+    pub requests_per_month: Window,
     /// Headers present whose value was rejected, and why.
     pub rejected: Vec<(String, Rejected)>,
 }
 
 impl RateLimitSnapshot {
     /// Reads both families from `headers`. Which family applies is decided
-    /// by the header names present, so `provider` only orders the look-ups.
-    pub fn from_headers(headers: &HeaderMap, _provider: Provider) -> Self {
+    /// by the header names present; `provider` then says what window a
+    /// name means where a provider gave a shared name its own meaning
+    /// ([`Self::for_provider`]).
+    pub fn from_headers(headers: &HeaderMap, provider: Provider) -> Self {
         let mut snap = RateLimitSnapshot::default();
         for (name, value) in headers {
             snap.read_header(name.as_str(), value);
         }
+        snap.for_provider(provider);
         snap
+    }
+
+    /// Gives OpenAI's header names the meaning `provider` documents for
+    /// them. Groq's headers table: `x-ratelimit-limit-requests` is
+    /// "Requests Per Day (RPD)" and `x-ratelimit-limit-tokens` "Tokens Per
+    /// Minute (TPM)" (console.groq.com/docs/rate-limits), so its requests
+    /// window is a day's, never a minute's: read as a minute's, a key with
+    /// 14,400 requests a day would be paced at 14,400 a minute.
+    pub fn for_provider(&mut self, provider: Provider) {
+        if provider == Provider::Groq && !self.requests.is_empty() {
+            self.requests_per_day = std::mem::take(&mut self.requests);
+        }
     }
 
     /// Reads one header when its name is a rate-limit header (true),
@@ -96,6 +118,8 @@ impl RateLimitSnapshot {
             Slot::OutputTokens => &mut self.output_tokens,
             Slot::PriorityInputTokens => &mut self.priority_input_tokens,
             Slot::PriorityOutputTokens => &mut self.priority_output_tokens,
+            Slot::TokensPerMonth => &mut self.tokens_per_month,
+            Slot::RequestsPerMonth => &mut self.requests_per_month,
         };
         let raw = value.as_bytes();
         let stored = match field {
@@ -134,6 +158,9 @@ impl RateLimitSnapshot {
             &self.tokens,
             &self.priority_input_tokens,
             &self.priority_output_tokens,
+            &self.requests_per_day,
+            &self.tokens_per_month,
+            &self.requests_per_month,
         ]
         .iter()
         .all(|w| w.is_empty())
@@ -166,6 +193,8 @@ enum Slot {
     OutputTokens,
     PriorityInputTokens,
     PriorityOutputTokens,
+    TokensPerMonth,
+    RequestsPerMonth,
 }
 
 #[derive(Clone, Copy)]
@@ -212,7 +241,20 @@ fn known_header(name: &str) -> Option<(Family, Slot, FieldKind)> {
         } else {
             (FieldKind::Reset, rest.strip_prefix(b"reset-")?)
         };
-        Some((Family::Openai, slot_of(dim)?, field))
+        // Mistral's names carry their window: `tokens-minute`,
+        // `req-minute`, `tokens-month`, `req-month`.
+        let slot = if let Some(dim) = dim.strip_suffix(b"-minute") {
+            slot_of(if dim == b"req" { b"requests" } else { dim })?
+        } else if let Some(dim) = dim.strip_suffix(b"-month") {
+            match dim {
+                b"tokens" => Slot::TokensPerMonth,
+                b"req" | b"requests" => Slot::RequestsPerMonth,
+                _ => return None,
+            }
+        } else {
+            slot_of(dim)?
+        };
+        Some((Family::Openai, slot, field))
     }
 }
 

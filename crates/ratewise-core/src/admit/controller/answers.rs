@@ -253,8 +253,10 @@ impl Controller {
                 .into(),
             );
         }
-        // A dimension no header states learns from the 429 itself.
-        if let (Cause::RateLimited, Some(sent)) = (c.cause, sent) {
+        // A dimension no header states learns from the 429 itself; a limit
+        // of someone else's (an aggregator's upstream) teaches nothing.
+        let ours = c.scope != crate::vocab::Scope::Provider;
+        if let (Cause::RateLimited, Some(sent), true) = (c.cause, sent, ours) {
             if let Some(note) = self.learn_from_silence(scope, sent, c, now) {
                 d.notes.push(note.into());
             }
