@@ -114,7 +114,8 @@ impl Builder {
         self.edit(move |c| c.policy = policy)
     }
 
-    /// The provider profile (default: detected from each answer).
+    /// The provider profile (default: named by the request's host, else
+    /// detected from each answer).
     pub fn provider(self, provider: Provider) -> Self {
         self.edit(move |c| c.provider = Some(provider))
     }

@@ -26,8 +26,10 @@ pub struct Config {
     /// The decision policy: attempts, backoff, jitter, inline wait,
     /// default deadline, unknown-outcome handling.
     pub policy: Policy,
-    /// The provider profile used to read answers; `None` detects it from
-    /// each response's headers and body (default).
+    /// The provider profile used to read answers; `None` (default) takes
+    /// the one the request's host names (`api.groq.com` → Groq, see
+    /// [`Provider::from_host`]), else detects it from each response's
+    /// headers and body (a proxy or a self-hosted server: set it).
     pub provider: Option<Provider>,
     /// The one key behind the layer: the label of every request without a
     /// [`KeyLabel`](crate::KeyLabel) extension. Default `None`: such a

@@ -3,7 +3,7 @@
 
 use crate::extensions::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
 use http::request::Parts;
-use ratewise_core::Instant;
+use ratewise_core::{Instant, Provider};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -36,6 +36,11 @@ impl Keys {
         if let Some(k) = KeyLabel::from_credentials(&parts.headers) {
             return k.as_str().to_owned();
         }
+        // Gemini also takes its key in the URL (`?key=`): fingerprinted
+        // like a header's, never kept.
+        if let Some(k) = query_key(&parts.uri) {
+            return KeyLabel::fingerprint(k).as_str().to_owned();
+        }
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 key = KeyLabel::ANONYMOUS,
@@ -59,9 +64,34 @@ pub(crate) struct Job {
     pub max_tokens: Option<u64>,
     pub input_estimate: Option<u64>,
     pub body_bytes: u64,
-    /// `"stream": true` in the body: the answer's head comes with its
-    /// first token.
+    /// `"stream": true` in the body (Gemini: a `:streamGenerateContent`
+    /// path): the answer's head comes with its first token.
     pub streamed: bool,
+    /// Whose rules read the answers: the configured profile, else the one
+    /// the request's host names ([`Provider::from_host`]), else found from
+    /// each answer.
+    pub provider: Option<Provider>,
+}
+
+/// The `key` parameter of a URL's query (Gemini's key in the URL).
+fn query_key(uri: &http::Uri) -> Option<&str> {
+    uri.query()?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("key="))
+        .filter(|k| !k.is_empty() && k.len() <= 512)
+}
+
+/// The model a provider names in the path rather than the body: Gemini's
+/// `/v1beta/models/{model}:generateContent`, Azure OpenAI's
+/// `/openai/deployments/{deployment}/chat/completions`.
+fn model_in_path(path: &str) -> Option<&str> {
+    let after = |marker: &str| {
+        let at = path.find(marker)? + marker.len();
+        let rest = &path[at..];
+        let end = rest.find([':', '/']).unwrap_or(rest.len());
+        Some(&rest[..end]).filter(|m| !m.is_empty())
+    };
+    after("/openai/deployments/").or_else(|| after("/models/").filter(|_| path.contains(':')))
 }
 
 /// The request body fields admission reads (unknown fields are skipped).
@@ -86,6 +116,15 @@ struct Wire<'a> {
     max_output_tokens: Option<u64>,
     #[serde(default)]
     stream: Option<bool>,
+    /// Gemini: `generationConfig.maxOutputTokens`.
+    #[serde(default, rename = "generationConfig")]
+    generation_config: Option<GenerationConfig>,
+}
+
+#[derive(serde::Deserialize)]
+struct GenerationConfig {
+    #[serde(default, rename = "maxOutputTokens")]
+    max_output_tokens: Option<u64>,
 }
 
 /// Reads `model` and `max_tokens` (Anthropic), `max_completion_tokens` or
@@ -106,7 +145,8 @@ pub(crate) fn body_fields(body: &[u8]) -> BodyFields {
         max_tokens: wire
             .max_tokens
             .or(wire.max_completion_tokens)
-            .or(wire.max_output_tokens),
+            .or(wire.max_output_tokens)
+            .or(wire.generation_config.and_then(|g| g.max_output_tokens)),
         streamed: wire.stream == Some(true),
     }
 }
@@ -120,6 +160,7 @@ impl Job {
         default_deadline: Option<Duration>,
         keys: &Keys,
         body: &[u8],
+        configured: Option<Provider>,
     ) -> Job {
         let ext = &parts.extensions;
         let fields = body_fields(body);
@@ -135,11 +176,16 @@ impl Job {
                 .get::<Model>()
                 .map(|m| m.0.to_string())
                 .or(fields.model)
+                .or_else(|| {
+                    model_in_path(parts.uri.path())
+                        .map(|m| ratewise_core::parse::clip(m, 128).to_owned())
+                })
                 .unwrap_or_else(|| "unknown".to_owned()),
             max_tokens: fields.max_tokens,
             input_estimate: ext.get::<TokenEstimate>().map(|t| t.input_tokens),
             body_bytes: body.len() as u64,
-            streamed: fields.streamed,
+            streamed: fields.streamed || parts.uri.path().contains(":streamGenerateContent"),
+            provider: configured.or_else(|| parts.uri.host().and_then(Provider::from_host)),
         }
     }
 }
@@ -168,6 +214,33 @@ mod tests {
     }
 
     #[test]
+    fn gemini_and_azure_name_the_model_in_the_path() {
+        let keys = Keys::default();
+        let req = |uri: &str, body: &[u8]| {
+            let p = http::Request::post(uri).body(()).unwrap().into_parts().0;
+            Job::new(&p, || "g".into(), Instant::ZERO, None, &keys, body, None)
+        };
+        let g = req(
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=AIza-secret",
+            br#"{"contents":[],"generationConfig":{"maxOutputTokens":300}}"#,
+        );
+        assert_eq!(g.model, "gemini-2.5-flash");
+        assert_eq!(g.max_tokens, Some(300));
+        assert!(g.streamed);
+        assert_eq!(g.provider, Some(Provider::Gemini));
+        assert_eq!(g.key, KeyLabel::fingerprint("AIza-secret").as_str());
+        assert!(!format!("{g:?}").contains("AIza-secret"));
+        let a = req(
+            "https://res.openai.azure.com/openai/deployments/my-gpt4o/chat/completions?api-version=2024-10-21",
+            br#"{"messages":[]}"#,
+        );
+        assert_eq!(a.model, "my-gpt4o");
+        assert_eq!(a.provider, Some(Provider::Azure));
+        let local = req("http://127.0.0.1:9/v1/messages", br#"{"model":"m"}"#);
+        assert_eq!((local.model.as_str(), local.provider), ("m", None));
+    }
+
+    #[test]
     fn extensions_override_defaults() {
         let mut p = parts(&[("x-api-key", "sk-1")]);
         p.extensions.insert(JobId::new("j-1"));
@@ -176,7 +249,7 @@ mod tests {
         p.extensions.insert(Model::new("m"));
         p.extensions.insert(KeyLabel::new("k"));
         let keys = Keys::new(Some("configured".into()));
-        let job = Job::new(&p, || "gen".into(), Instant::ZERO, None, &keys, b"{}");
+        let job = Job::new(&p, || "gen".into(), Instant::ZERO, None, &keys, b"{}", None);
         assert_eq!(job.id, "j-1");
         assert_eq!(job.deadline, Some(Duration::from_secs(3)));
         assert_eq!(job.input_estimate, Some(42));

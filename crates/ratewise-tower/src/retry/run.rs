@@ -70,6 +70,7 @@ where
         inner.config.policy.default_deadline,
         &inner.keys,
         &bytes,
+        inner.config.provider,
     );
     // Debug formatting: a model name is the caller's text, escaped.
     let span = tracing::info_span!("ratewise_job", job_id = %job.id, model = ?job.model);
@@ -391,7 +392,7 @@ where
                     cfg.max_error_body,
                 );
                 let view = decoded.as_deref().unwrap_or(&body);
-                let provider = provider_of(cfg.provider, &rparts.headers, view);
+                let provider = provider_of(job.provider, &rparts.headers, view);
                 let c = classify_response(
                     provider,
                     &ResponseView {
@@ -418,7 +419,7 @@ where
                 } else {
                     TransportFailure::ConnectRefused
                 };
-                let c = classify_transport(cfg.provider.unwrap_or(Provider::Generic), failure);
+                let c = classify_transport(job.provider.unwrap_or(Provider::Generic), failure);
                 let update =
                     m.job
                         .failed(policy, &c, called && failure.maybe_sent(), &mut rng, now);
@@ -660,7 +661,7 @@ where
 {
     let cfg = &inner.config;
     let policy = &cfg.policy;
-    let provider = provider_of(cfg.provider, resp.headers(), b"");
+    let provider = provider_of(job.provider, resp.headers(), b"");
     let c = classify_response(
         provider,
         &ResponseView {
