@@ -115,6 +115,14 @@ pub struct Config {
     /// of a fleet spread their jitter; a fixed seed makes every decision
     /// reproducible (tests, the simulator).
     pub seed: Option<u64>,
+    /// Requests of one key (or key group) in flight at once, from admission
+    /// to the end of its answer (a held unknown outcome counts: it may
+    /// still be generating); `None` (the default): no such limit. For a
+    /// provider that limits concurrency rather than, or beside, a rate
+    /// (DeepSeek: per-account concurrency, a request counting "from send
+    /// to the end of its answer"). Per process: replicas sharing a key
+    /// through a store each hold their own count, so give each its share.
+    pub max_in_flight: Option<u32>,
 }
 
 impl Default for Config {
@@ -135,6 +143,7 @@ impl Default for Config {
             pause_jitter: Duration::from_millis(500),
             learn_margins: true,
             seed: None,
+            max_in_flight: None,
         }
     }
 }
@@ -246,6 +255,9 @@ pub enum WaitReason {
     /// Jobs queued ahead of this one go first: a prediction of when its
     /// turn comes ([`Controller::predict`]).
     Queue,
+    /// The key has [`Config::max_in_flight`] requests out; `until` is a
+    /// recheck (one ends when its answer does, at no known time).
+    InFlight,
 }
 
 /// The answer to [`Controller::admit`].
@@ -308,6 +320,9 @@ struct KeyState {
     /// reservation; `None` until then, or until a sweep first saw it
     /// ([`Controller::forget_idle`]).
     used: Option<Instant>,
+    /// Its reservations admitted under [`Config::max_in_flight`], pruned
+    /// of the ended ones at each admission.
+    in_flight: Vec<ReservationId>,
 }
 
 #[derive(Debug, Clone)]
@@ -469,6 +484,8 @@ pub(crate) const SLOW_START_EFOLD: Duration = Duration::from_secs(8);
 /// drivers wake waiters when a reservation ends, so this matters only for
 /// a driver that does not.
 pub(crate) const PROBE_RECHECK: Duration = Duration::from_millis(200);
+/// How often a request held by [`Config::max_in_flight`] asks again.
+pub(crate) const IN_FLIGHT_RECHECK: Duration = Duration::from_millis(100);
 
 /// Admission control for many (key, model class) scopes. Plain `&mut self`
 /// and explicit time: wrap it in a lock (see

@@ -681,4 +681,16 @@ mod tests {
         assert_eq!(parse_usage(b"{}"), None);
         assert_eq!(parse_usage(b"nope"), None);
     }
+
+    /// DeepSeek, while a request waits in its queue, sends blank lines
+    /// before a non-streamed answer (api-docs.deepseek.com/quick_start/
+    /// rate_limit): the usage behind them is read all the same.
+    #[test]
+    fn blank_lines_before_an_answer_hide_nothing() {
+        let body =
+            b"\n\n\r\n\n{\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4}}";
+        let u = parse_usage(body).unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (9, 4));
+        assert_eq!(parse_usage(b"\n\n\n"), None);
+    }
 }

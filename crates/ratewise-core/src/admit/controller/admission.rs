@@ -10,7 +10,8 @@
 use super::{
     follow_estimates, grow_ramp, input_from_bytes, restart_ramp, silent_took, Admission,
     AdmitRequest, Amounts, Bucket, Cause, Config, Controller, CreditMark, Duration, GiveUpReason,
-    Instant, Now, Ramp, RampConfig, Reservation, SpendCheck, WaitReason, DIMENSIONS, PROBE_RECHECK,
+    Instant, Now, Ramp, RampConfig, Reservation, SpendCheck, WaitReason, DIMENSIONS,
+    IN_FLIGHT_RECHECK, PROBE_RECHECK,
 };
 
 impl Controller {
@@ -74,6 +75,14 @@ impl Controller {
                 return wait_or_refuse(t + PROBE_RECHECK, WaitReason::Probe, deadline);
             }
         }
+        if let Some(cap) = self.cfg.max_in_flight {
+            let slab = &mut self.slab;
+            let key = &mut self.keys[s.key as usize];
+            key.in_flight.retain(|r| slab.is_live(*r));
+            if key.in_flight.len() >= cap as usize {
+                return wait_or_refuse(t + IN_FLIGHT_RECHECK, WaitReason::InFlight, deadline);
+            }
+        }
         if idle {
             restart_ramp(s, &self.cfg.ramp, t);
         } else {
@@ -127,6 +136,9 @@ impl Controller {
         s.output_reserved = Some(amounts.output);
         if probing {
             s.probes.push(id);
+        }
+        if self.cfg.max_in_flight.is_some() {
+            self.keys[s.key as usize].in_flight.push(id);
         }
         Admission::Go(Reservation {
             id,

@@ -86,6 +86,7 @@ impl Controller {
                     scopes: Vec::new(),
                     succeeded: false,
                     used: None,
+                    in_flight: Vec::new(),
                 });
                 self.key_index.insert(key.to_owned(), k);
                 k
