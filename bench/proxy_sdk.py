@@ -103,6 +103,32 @@ async def run_openai(args, sizes):
     ))
 
 
+async def run_gemini(args, sizes):
+    # The official google-genai SDK, its own retries off (one attempt), its
+    # base URL the proxy: Gemini's native path, the key in x-goog-api-key.
+    from google import genai
+    from google.genai import types
+
+    clients = [
+        genai.Client(api_key="AIza-bench-key", http_options=types.HttpOptions(
+            base_url=p, timeout=600_000, retry_options=types.HttpRetryOptions(attempts=1)))
+        for p in args.proxy
+    ]
+
+    async def call(i, n):
+        client = clients[i % len(clients)]
+        r = await client.aio.models.generate_content(
+            model="gemini-2.5-flash",
+            contents=words(n, i),
+            config=types.GenerateContentConfig(max_output_tokens=args.max_tokens),
+        )
+        if r.usage_metadata is None or not r.usage_metadata.prompt_token_count:
+            raise RuntimeError("no usage in the answer")
+        return r
+
+    return await run_jobs(args, sizes, call)
+
+
 async def run_jobs(args, sizes, call):
     sem = asyncio.Semaphore(args.concurrency)
     outcomes = []
@@ -123,7 +149,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--proxy", required=True, nargs="+")
     ap.add_argument("--mock", required=True)
-    ap.add_argument("--shape", choices=["anthropic", "openai"], default="anthropic")
+    ap.add_argument("--shape", choices=["anthropic", "openai", "gemini"], default="anthropic")
     ap.add_argument("--jobs", type=int, default=150)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=1024)
@@ -157,7 +183,7 @@ def main():
         impatient = asyncio.run(run_anthropic(args, isizes, timeout=args.impatient_timeout,
                                               headers={"x-ratewise-deadline-ms": "120000"}, salt=100000))
         mock_put(args.mock, "/mock/faults", [])
-    runner = run_anthropic if args.shape == "anthropic" else run_openai
+    runner = {"anthropic": run_anthropic, "openai": run_openai, "gemini": run_gemini}[args.shape]
     outcomes = asyncio.run(runner(args, sizes))
     wall_s = time.monotonic() - started
 

@@ -158,10 +158,7 @@ impl Options {
     ) -> Result<RetryLayer, String> {
         let mut b = RetryLayer::builder()
             .deadline(settings.deadline)
-            .provider(match settings.shape {
-                Shape::OpenAi => Provider::Openai,
-                Shape::Anthropic => Provider::Anthropic,
-            })
+            .provider(provider_of(settings))
             // The window bounds what waits in the layer; nothing of the
             // queue's is ever shed.
             .max_waiting(settings.window.saturating_mul(2).max(1024))
@@ -176,6 +173,23 @@ impl Options {
         }
         b.build().map_err(|e| e.to_string())
     }
+}
+
+/// Whose rules read the answers: the profile the upstream's host names
+/// when it speaks the file's format (`https://api.groq.com/openai` for
+/// OpenAI-format lines reads as Groq), else the format's own provider.
+fn provider_of(settings: &Settings) -> Provider {
+    let format = match settings.shape {
+        Shape::OpenAi => Provider::Openai,
+        Shape::Anthropic => Provider::Anthropic,
+    };
+    settings
+        .upstream
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().and_then(Provider::from_host))
+        .filter(|p| p.dialect() == format)
+        .unwrap_or(format)
 }
 
 /// `--config FILE` (TOML; see the module's docs).
@@ -231,5 +245,33 @@ impl FileConfig {
                 "synchronous = {other:?}: \"normal\" (survives a crash) or \"full\" (survives a power loss)"
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upstreams_host_names_the_profile_when_it_speaks_the_format() {
+        let at = |shape, url: &str| {
+            let mut s = Settings::new(shape, "k");
+            s.upstream = url.to_owned();
+            provider_of(&s)
+        };
+        assert_eq!(
+            at(Shape::OpenAi, "https://api.groq.com/openai"),
+            Provider::Groq
+        );
+        assert_eq!(
+            at(Shape::OpenAi, "https://api.deepseek.com"),
+            Provider::Deepseek
+        );
+        // A host of another format, or none known: the format's provider.
+        assert_eq!(
+            at(Shape::Anthropic, "https://api.groq.com/openai"),
+            Provider::Anthropic
+        );
+        assert_eq!(at(Shape::OpenAi, "http://127.0.0.1:9"), Provider::Openai);
     }
 }
