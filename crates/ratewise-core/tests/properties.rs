@@ -14,13 +14,7 @@ fn wall() -> SystemTime {
 }
 
 fn provider() -> impl Strategy<Value = Provider> {
-    prop_oneof![
-        Just(Provider::Anthropic),
-        Just(Provider::Openai),
-        Just(Provider::Gemini),
-        Just(Provider::Bedrock),
-        Just(Provider::Generic)
-    ]
+    prop::sample::select(Provider::ALL.to_vec())
 }
 
 fn headers(pairs: &[(String, Vec<u8>)]) -> HeaderMap {

@@ -158,14 +158,11 @@ pub fn run(data: &[u8]) {
         headers: &response.headers,
         body: response.body,
     };
-    let provider = match control.provider % 6 {
-        0 => Provider::Anthropic,
-        1 => Provider::Openai,
-        2 => Provider::Generic,
-        3 => Provider::Gemini,
-        4 => Provider::Bedrock,
-        _ => detect_provider(&response.headers, response.body),
-    };
+    // Every profile, and one more value for the detected one.
+    let provider = Provider::ALL
+        .get(usize::from(control.provider) % (Provider::ALL.len() + 1))
+        .copied()
+        .unwrap_or_else(|| detect_provider(&response.headers, response.body));
     let transport = control.transport_failure();
     let c = match transport {
         Some(t) => classify_transport(provider, t),

@@ -55,7 +55,7 @@ impl SseControl {
     }
 
     fn provider(self) -> Provider {
-        [Provider::Anthropic, Provider::Openai, Provider::Generic][usize::from(self.provider % 3)]
+        Provider::ALL[usize::from(self.provider) % Provider::ALL.len()]
     }
 
     fn limits(self) -> SseLimits {

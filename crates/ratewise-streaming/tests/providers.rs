@@ -80,3 +80,19 @@ fn deepseek_keep_alive_comments_while_queued_change_nothing() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn an_azure_content_filter_chunk_is_a_request_to_change_not_a_retry() {
+    let body = concat!(
+        "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[{\"prompt_index\":0,\"content_filter_results\":{}}]}\n\n",
+        "data: {\"error\":{\"message\":\"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.\",\"type\":null,\"param\":\"prompt\",\"code\":\"content_filter\",\"status\":400}}\n\n",
+    );
+    match run(Provider::Azure, body.as_bytes()) {
+        StreamOutcome::MidStream {
+            cause,
+            content_delivered: false,
+            ..
+        } => assert_eq!(cause, Cause::InvalidRequest),
+        other => panic!("{other:?}"),
+    }
+}
