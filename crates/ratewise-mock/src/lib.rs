@@ -71,8 +71,8 @@ pub mod tokens;
 
 pub use clock::TimeScale;
 pub use config::{
-    AccelerationConfig, BiasConfig, Framing, LatencyConfig, Limits, MockConfig, OutputRange,
-    RemainingRounding, Silent, SpendConfig,
+    AccelerationConfig, BiasConfig, Framing, GeminiConfig, LatencyConfig, Limits, MockConfig,
+    OutputRange, RemainingRounding, Silent, SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use model::{Answer, Outcome, ProviderModel, RequestMeta};
