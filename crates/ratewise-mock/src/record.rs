@@ -77,6 +77,8 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
         Outcome::RateLimited { dimension, .. } => (Some(429), Cause::RateLimited, Some(*dimension)),
         Outcome::SlowDown { .. } => (Some(429), Cause::AccelerationLimited, None),
         Outcome::SpendCap => (Some(429), Cause::SpendCap, None),
+        // Gemini's billing answer is 400 `FAILED_PRECONDITION`.
+        Outcome::Billing if ctx.provider == Provider::Gemini => (Some(400), Cause::Billing, None),
         Outcome::Billing => (Some(402), Cause::Billing, None),
         Outcome::TooManyKeys if ctx.provider == Provider::Gemini => {
             (Some(400), Cause::Authentication, None)

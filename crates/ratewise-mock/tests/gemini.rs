@@ -572,3 +572,20 @@ fn gemini_daily_quota_ends_with_the_provider_day() {
         assert!(matches!(m.handle(&a, t).outcome, Outcome::Success(_)));
     }
 }
+
+#[tokio::test]
+async fn gemini_billing_is_400_failed_precondition() {
+    let s = MockServer::start(MockConfig::default()).await.unwrap();
+    s.set_billing_error(true);
+    let r = gemini(&s, &generate("gemini-2.0-flash"), &body("hi", None)).await;
+    assert_eq!(r.status, 400);
+    let v = r.json();
+    assert_eq!(v["error"]["status"], "FAILED_PRECONDITION");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Gemini API free tier is not available in your country."));
+    assert_eq!(classify(&r).cause, Cause::Billing);
+    assert_eq!(s.records()[0].status, Some(400));
+    s.shutdown().await;
+}

@@ -54,9 +54,16 @@ fn default_message(status: u16) -> &'static str {
     }
 }
 
-/// A `google.rpc.Status` body; `details` left out when empty.
+/// A `google.rpc.Status` body with the usual name of `status`
+/// ([`status_name`]); `details` left out when empty.
 pub fn error_body(status: u16, message: &str, details: Vec<Value>) -> Vec<u8> {
-    let mut err = json!({"code": status, "message": message, "status": status_name(status)});
+    named_error_body(status, status_name(status), message, details)
+}
+
+/// A `google.rpc.Status` body with the status name `name` (400 is also
+/// `FAILED_PRECONDITION`).
+pub fn named_error_body(status: u16, name: &str, message: &str, details: Vec<Value>) -> Vec<u8> {
+    let mut err = json!({"code": status, "message": message, "status": name});
     if !details.is_empty() {
         err["details"] = Value::Array(details);
     }
@@ -215,9 +222,14 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
                 Vec::new(),
             ),
         ),
-        Outcome::Billing => render_status_error(
+        Outcome::Billing => rendered(
             400,
-            "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.",
+            named_error_body(
+                400,
+                "FAILED_PRECONDITION",
+                "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.",
+                Vec::new(),
+            ),
         ),
         Outcome::TooManyKeys => rendered(
             400,
