@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Conformance of ratewise-mock against the official anthropic and openai
-# Python SDKs (installed from PyPI into a virtual environment).
+# Conformance of ratewise-mock against the official anthropic, openai and
+# google-genai Python SDKs (installed from PyPI into a virtual environment):
+# check.py drives the first two, gemini_check.py the Gemini surface.
 #
 #   tests/conformance/run.sh
 #
@@ -39,4 +40,7 @@ for _ in $(seq 1 100); do
 done
 [ -n "$ADDR" ] || { echo "FAIL: ratewise-mock printed no address" >&2; exit 1; }
 
-"$VENV/bin/python" "$HERE/check.py" "http://$ADDR"
+status=0
+"$VENV/bin/python" "$HERE/check.py" "http://$ADDR" || status=1
+"$VENV/bin/python" "$HERE/gemini_check.py" "http://$ADDR" || status=1
+exit "$status"

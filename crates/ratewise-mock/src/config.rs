@@ -39,6 +39,17 @@ pub struct MockConfig {
     pub anthropic_limits: Limits,
     /// Limits for `/v1/chat/completions` (default 500 RPM, 200 000 TPM).
     pub openai_limits: Limits,
+    /// Limits for the Gemini routes (`/v1beta/models/{model}:generateContent`
+    /// and `:streamGenerateContent`), per (key, model class): default 15 RPM
+    /// and 1 000 000 input tokens per minute ([`Limits::gemini_default`]).
+    /// Gemini documents RPM, TPM (input) and RPD; output tokens are not
+    /// limited, so only `requests_per_minute` and `input_tokens_per_minute`
+    /// mean anything Google would say (the others work, and are named in
+    /// 429s as input tokens). Per-day: [`GeminiConfig::requests_per_day`].
+    pub gemini_limits: Limits,
+    /// What only the Gemini surface has: the per-day request quota, models
+    /// the key's tier lacks ("limit: 0"), the default `maxOutputTokens`.
+    pub gemini: GeminiConfig,
     /// Per model class limits that replace the provider's defaults.
     pub class_limits: BTreeMap<String, Limits>,
     /// Model → class mapping by prefix; first match wins. A model matching
@@ -130,6 +141,8 @@ impl Default for MockConfig {
             seconds_per_minute: 60.0,
             anthropic_limits: Limits::anthropic_default(),
             openai_limits: Limits::openai_default(),
+            gemini_limits: Limits::gemini_default(),
+            gemini: GeminiConfig::default(),
             class_limits: BTreeMap::new(),
             model_classes: Vec::new(),
             acceleration: None,
@@ -393,6 +406,77 @@ impl Limits {
             output_tokens_per_minute: None,
             tokens_per_minute: Some(200_000),
         }
+    }
+
+    /// Gemini free-tier-like defaults: 15 RPM and 1 000 000 input tokens
+    /// per minute (the free tier's published figures for its Flash models
+    /// were of this size; a choice, not a current table). No output limit:
+    /// Gemini documents none.
+    pub fn gemini_default() -> Self {
+        Limits {
+            requests_per_minute: Some(15),
+            input_tokens_per_minute: Some(1_000_000),
+            output_tokens_per_minute: None,
+            tokens_per_minute: None,
+        }
+    }
+}
+
+/// Default `generationConfig.maxOutputTokens` of a Gemini request that
+/// sets none (see [`GeminiConfig::default_max_output_tokens`]).
+pub const GEMINI_DEFAULT_MAX_OUTPUT_TOKENS: u64 = 8192;
+
+/// Gemini quotas beyond the per-minute buckets ([`MockConfig::gemini`]).
+///
+/// ```
+/// let cfg: ratewise_mock::MockConfig = serde_json::from_str(r#"{
+///     "gemini_limits": {"requests_per_minute": 5, "input_tokens_per_minute": 250000},
+///     "gemini": {"requests_per_day": 100, "limit_zero_models": ["gemini-2.5-pro"]}
+/// }"#).unwrap();
+/// assert_eq!(cfg.gemini.requests_per_day, Some(100));
+/// assert_eq!(cfg.gemini.default_max_output_tokens, 8192);
+/// assert!(cfg.gemini.grants_nothing("gemini-2.5-pro-preview"));
+/// assert!(!cfg.gemini.grants_nothing("gemini-2.5-flash"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GeminiConfig {
+    /// Requests per day per (key, model class), as Gemini's RPD: past it
+    /// every request is answered 429 naming
+    /// `GenerateRequestsPerDayPerProjectPerModel` until the day ends.
+    /// `None` (default): no daily quota. A day is a provider day
+    /// (86 400 provider seconds, scaled like every minute) counted from the
+    /// server's start — **a choice**: Google resets at midnight Pacific,
+    /// and the mock's provider clock has no calendar. Successes count;
+    /// refused requests do not.
+    pub requests_per_day: Option<u64>,
+    /// Models the key's tier does not have: every request for a model
+    /// starting with one of these prefixes is answered 429 with "limit: 0"
+    /// in the message (and "Please retry in 25.46s", which no wait honours),
+    /// as google-gemini/gemini-cli#22486 shows. Default none.
+    pub limit_zero_models: Vec<String>,
+    /// `maxOutputTokens` of a request that sets none (default 8192, the
+    /// output limit Gemini's model cards gave its 1.5 and 2.0 models; 2.5
+    /// models allow more). It caps the output like `max_tokens`.
+    pub default_max_output_tokens: u64,
+}
+
+impl Default for GeminiConfig {
+    fn default() -> Self {
+        GeminiConfig {
+            requests_per_day: None,
+            limit_zero_models: Vec::new(),
+            default_max_output_tokens: GEMINI_DEFAULT_MAX_OUTPUT_TOKENS,
+        }
+    }
+}
+
+impl GeminiConfig {
+    /// Whether `model` is one the key's tier lacks (a quota of 0).
+    pub fn grants_nothing(&self, model: &str) -> bool {
+        self.limit_zero_models
+            .iter()
+            .any(|p| !p.is_empty() && model.starts_with(p.as_str()))
     }
 }
 

@@ -1,9 +1,11 @@
 //! # ratewise-mock
 //!
 //! A fault-injecting mock LLM provider that answers like the real APIs:
-//! Anthropic `POST /v1/messages` and OpenAI `POST /v1/chat/completions`,
-//! JSON and SSE, with the providers' headers, error bodies, rate limits,
-//! acceleration limit, spend cap, billing errors and injected faults.
+//! Anthropic `POST /v1/messages`, OpenAI `POST /v1/chat/completions` and
+//! Gemini `POST /v1beta/models/{model}:generateContent` /
+//! `:streamGenerateContent`, JSON and SSE, with the providers' headers,
+//! error bodies, rate limits, acceleration limit, spend cap, billing
+//! errors and injected faults.
 //! No test ever needs a real provider.
 //!
 //! * [`model`] — the pure provider model ([`ProviderModel::handle`] with an
@@ -16,7 +18,8 @@
 //!
 //! Conventions, in short:
 //!
-//! * **Keys** come from `x-api-key` or `Authorization: Bearer`; records
+//! * **Keys** come from `x-api-key` or `Authorization: Bearer` (Gemini:
+//!   `x-goog-api-key` or `?key=`); records
 //!   keep a configured label or an 8-hex-digit fingerprint, never the key.
 //!   [`JOB_HEADER`] / [`ATTEMPT_HEADER`] are recorded so tests can count
 //!   sends per job ([`sends_per_job`]).
@@ -32,6 +35,11 @@
 //!   `Content-Length` ([`MockConfig::framing`]); with
 //!   [`MockConfig::compression`] answers are compressed per the request's
 //!   `Accept-Encoding` ([`encoding`]).
+//! * **Gemini** ([`MockConfig::gemini_limits`], [`GeminiConfig`]): per-model
+//!   RPM and input-TPM buckets, an optional per-day quota and "limit: 0"
+//!   models; never a rate-limit header, every 429 a `google.rpc.Status`
+//!   `RESOURCE_EXHAUSTED` with `QuotaFailure`, `Help` and `RetryInfo`
+//!   ([`render::gemini`]).
 //! * **Silent providers**: [`MockConfig::silent`] ([`Silent`]) sends no
 //!   rate-limit headers at all, and optionally no `retry-after` either
 //!   (the wait only in the 429's message), over the same buckets: the
@@ -71,8 +79,8 @@ pub mod tokens;
 
 pub use clock::TimeScale;
 pub use config::{
-    AccelerationConfig, BiasConfig, Framing, LatencyConfig, Limits, MockConfig, OutputRange,
-    RemainingRounding, Silent, SpendConfig,
+    AccelerationConfig, BiasConfig, Framing, GeminiConfig, LatencyConfig, Limits, MockConfig,
+    OutputRange, RemainingRounding, Silent, SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use model::{Answer, Outcome, ProviderModel, RequestMeta};

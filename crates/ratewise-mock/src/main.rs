@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// A fault-injecting mock LLM provider (Anthropic Messages, OpenAI Chat).
+/// A fault-injecting mock LLM provider (Anthropic Messages, OpenAI Chat, Gemini).
 #[derive(Debug, Parser)]
 #[command(name = "ratewise-mock", version)]
 struct Args {

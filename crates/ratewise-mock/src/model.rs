@@ -60,8 +60,8 @@
 
 use crate::bucket::Bucket;
 use crate::config::{
-    is_token_dimension, AccelerationConfig, BiasConfig, Limits, MockConfig, RemainingRounding,
-    SpendConfig,
+    is_token_dimension, AccelerationConfig, BiasConfig, GeminiConfig, Limits, MockConfig,
+    RemainingRounding, SpendConfig,
 };
 use crate::faults::{Fault, FaultPlan, FaultRule};
 use ratewise_core::{Dimension, Instant, Provider};
@@ -165,6 +165,19 @@ pub enum Outcome {
     Billing,
     /// 401: the mock tracks no more keys (bounded memory).
     TooManyKeys,
+    /// 429 (Gemini): the per-day request quota of the (key, model class)
+    /// is used up ([`GeminiConfig::requests_per_day`]); it ends with the
+    /// provider day.
+    DailyQuota {
+        /// The per-day limit.
+        limit: u64,
+        /// The small delay Google still gives beside a per-day quota:
+        /// provider time to the next whole provider minute (exact, > 0).
+        retry_after: Duration,
+    },
+    /// 429 (Gemini): a quota of 0, a model the key's tier does not have
+    /// ([`GeminiConfig::limit_zero_models`]); no wait helps.
+    QuotaNotGranted,
     /// An injected fault answers instead (never a stall or stream fault).
     Fault(Fault),
 }
@@ -218,6 +231,10 @@ struct Ramp {
 pub struct ProviderModel {
     anthropic_limits: Limits,
     openai_limits: Limits,
+    gemini_limits: Limits,
+    gemini: GeminiConfig,
+    /// Gemini's per-day request counts: (provider day, successes that day).
+    days: HashMap<BucketKey, (u64, u64)>,
     class_limits: BTreeMap<String, Limits>,
     model_classes: Vec<(String, String)>,
     acceleration: Option<AccelerationConfig>,
@@ -256,6 +273,9 @@ impl ProviderModel {
         ProviderModel {
             anthropic_limits: config.anthropic_limits,
             openai_limits: config.openai_limits,
+            gemini_limits: config.gemini_limits,
+            gemini: config.gemini.clone(),
+            days: HashMap::new(),
             class_limits: config.class_limits.clone(),
             model_classes: config
                 .model_classes
@@ -337,6 +357,7 @@ impl ProviderModel {
         }
         match provider {
             Provider::Openai => self.openai_limits,
+            Provider::Gemini => self.gemini_limits,
             _ => self.anthropic_limits,
         }
     }
@@ -404,6 +425,10 @@ impl ProviderModel {
             }
             None => {}
         }
+        if meta.provider == Provider::Gemini && self.gemini.grants_nothing(&meta.model) {
+            answer.outcome = Outcome::QuotaNotGranted;
+            return answer;
+        }
         let class = self.model_class(&meta.model);
         let bkey = BucketKey {
             provider: meta.provider,
@@ -422,6 +447,11 @@ impl ProviderModel {
         if let Some(slow) = self.acceleration_check(meta, now) {
             self.charge_rejected(&bkey, now);
             answer.outcome = slow;
+            answer.windows = self.windows(&bkey, now);
+            return answer;
+        }
+        if let Some(daily) = self.daily_quota(&bkey, now) {
+            answer.outcome = daily;
             answer.windows = self.windows(&bkey, now);
             return answer;
         }
@@ -459,6 +489,7 @@ impl ProviderModel {
         for (dim, bucket) in set.iter_mut() {
             bucket.take(charge(*dim, meta.input_tokens, meta.max_tokens), now);
         }
+        self.count_day(&bkey, now);
         answer.windows = self.windows(&bkey, now);
         answer.outcome = Outcome::Success(Grant {
             bucket: bkey,
@@ -540,6 +571,8 @@ impl ProviderModel {
     /// in: a capacity shortfall (the real, smaller buckets) and a second
     /// client's share of the refill; a header reporting more tokens than
     /// there are changes nothing here.
+    /// Gemini's per-day quota is in (the next provider day, when it is used
+    /// up); a model the tier lacks ("limit: 0") is left out, like money.
     /// Money (billing, spend cap) and injected faults are left out: they
     /// are not pacing, and a fault draw is random. Both parts only get
     /// better with time (buckets refill; an acceleration window ends or a
@@ -589,7 +622,9 @@ impl ProviderModel {
             .map(|(dim, b)| b.wait_for(charge(*dim, meta.input_tokens, meta.max_tokens), now))
             .max()
             .unwrap_or(Duration::ZERO);
-        let mut at = (now + wait).max(self.ramp_admits_at(meta, now));
+        let mut at = (now + wait)
+            .max(self.ramp_admits_at(meta, now))
+            .max(self.day_admits_at(&bkey, now));
         // The refill is floating point: step past a rounding that leaves a
         // bucket a hair short at the computed instant.
         for _ in 0..1_000 {
@@ -633,6 +668,57 @@ impl ProviderModel {
             .into_iter()
             .find(|t| admits(*t))
             .unwrap_or_else(|| now.saturating_add(window))
+    }
+
+    /// Gemini's per-day quota ([`GeminiConfig::requests_per_day`]): the
+    /// 429 when the (key, model class) has used it up this provider day.
+    fn daily_quota(&mut self, bkey: &BucketKey, now: Instant) -> Option<Outcome> {
+        let limit = self.day_limit(bkey.provider)?;
+        let day = provider_day(now);
+        let used = match self.days.get(bkey) {
+            Some(&(d, n)) if d == day => n,
+            _ => 0,
+        };
+        (used >= limit).then(|| Outcome::DailyQuota {
+            limit,
+            retry_after: to_next_minute(now),
+        })
+    }
+
+    /// Counts a success against the per-day quota (when there is one).
+    fn count_day(&mut self, bkey: &BucketKey, now: Instant) {
+        if self.day_limit(bkey.provider).is_none() {
+            return;
+        }
+        let day = provider_day(now);
+        let e = self.days.entry(bkey.clone()).or_insert((day, 0));
+        if e.0 != day {
+            *e = (day, 0);
+        }
+        e.1 += 1;
+    }
+
+    fn day_limit(&self, provider: Provider) -> Option<u64> {
+        match provider {
+            Provider::Gemini => self.gemini.requests_per_day,
+            _ => None,
+        }
+    }
+
+    /// When the per-day quota would let `bkey` in again: `now`, or the
+    /// start of the next provider day.
+    fn day_admits_at(&self, bkey: &BucketKey, now: Instant) -> Instant {
+        let Some(limit) = self.day_limit(bkey.provider) else {
+            return now;
+        };
+        let day = provider_day(now);
+        match self.days.get(bkey) {
+            Some(&(d, n)) if d == day && n >= limit => {
+                let next = Duration::from_secs((day + 1).saturating_mul(DAY_SECS));
+                Instant::ZERO.saturating_add(next).max(now)
+            }
+            _ => now,
+        }
     }
 
     /// A rate-limit answer takes one request when rejected requests count.
@@ -679,6 +765,20 @@ impl ProviderModel {
             None
         }
     }
+}
+
+/// Seconds of a provider day (Gemini's per-day quota).
+const DAY_SECS: u64 = 86_400;
+
+/// The provider day `now` falls in, counted from the model's origin.
+fn provider_day(now: Instant) -> u64 {
+    now.since_origin().as_secs() / DAY_SECS
+}
+
+/// Provider time from `now` to the next whole provider minute (60 s on one).
+fn to_next_minute(now: Instant) -> Duration {
+    let into = now.since_origin().as_nanos() % 60_000_000_000;
+    Duration::from_nanos((60_000_000_000 - into) as u64)
 }
 
 /// Largest bucket capacity, seconds of refill (a day).

@@ -77,8 +77,16 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
         Outcome::RateLimited { dimension, .. } => (Some(429), Cause::RateLimited, Some(*dimension)),
         Outcome::SlowDown { .. } => (Some(429), Cause::AccelerationLimited, None),
         Outcome::SpendCap => (Some(429), Cause::SpendCap, None),
+        // Gemini's billing answer is 400 `FAILED_PRECONDITION`.
+        Outcome::Billing if ctx.provider == Provider::Gemini => (Some(400), Cause::Billing, None),
         Outcome::Billing => (Some(402), Cause::Billing, None),
+        Outcome::TooManyKeys if ctx.provider == Provider::Gemini => {
+            (Some(400), Cause::Authentication, None)
+        }
         Outcome::TooManyKeys => (Some(401), Cause::Authentication, None),
+        Outcome::DailyQuota { .. } => (Some(429), Cause::RateLimited, Some(Dimension::Requests)),
+        // "limit: 0": ratewise-core reads a quota the tier lacks as a permission.
+        Outcome::QuotaNotGranted => (Some(429), Cause::Permission, None),
         Outcome::Fault(f) => {
             rec.fault = Some(f.clone());
             match f {
@@ -87,10 +95,9 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
                     (None, Cause::OutcomeUnknown, None)
                 }
                 Fault::Overloaded => (
-                    Some(if ctx.provider == Provider::Openai {
-                        503
-                    } else {
-                        529
+                    Some(match ctx.provider {
+                        Provider::Openai | Provider::Gemini => 503,
+                        _ => 529,
                     }),
                     Cause::Overloaded,
                     None,

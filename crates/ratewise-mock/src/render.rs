@@ -15,7 +15,11 @@
 //! [`RenderCtx::silent`] ([`Silent`]) leaves the rate-limit headers out of
 //! every answer, and in its `message` variant moves a 429's wait from
 //! `retry-after` into the error message: a provider that states no limits.
+//!
+//! [`Provider::Gemini`] answers are rendered by [`gemini`] (Google's
+//! shapes, never a rate-limit header); the functions here hand them over.
 
+pub mod gemini;
 mod sse;
 
 pub use sse::{delivered_tokens, stream_error_frame, stream_frames, stream_headers, SseFrame};
@@ -55,6 +59,13 @@ pub struct RenderCtx {
     /// Which rate-limit signals are left out ([`MockConfig::silent`](crate::MockConfig::silent);
     /// [`Silent::Off`] from [`RenderCtx::new`]).
     pub silent: Silent,
+    /// Gemini streams: `alt=sse` (server-sent events; the default), else
+    /// one JSON array.
+    pub sse: bool,
+    /// The exact provider-time wait of a rate-limit answer when the server
+    /// knows it (Gemini's "Please retry in 12.345s."); `None`: the
+    /// outcome's whole seconds.
+    pub wait: Option<Duration>,
 }
 
 impl RenderCtx {
@@ -72,6 +83,8 @@ impl RenderCtx {
             include_usage: false,
             tokens_per_delta: 4,
             silent: Silent::Off,
+            sse: true,
+            wait: None,
         }
     }
 }
@@ -85,6 +98,8 @@ pub fn ids(provider: Provider, seed: u64, nth: u64) -> (String, String) {
             format!("req_{a:016x}{:016x}", fnv1a(a, b"req")),
             format!("chatcmpl-mock{b:016x}"),
         ),
+        // Gemini's `responseId` (no request-id header): both the same.
+        Provider::Gemini => (base62(b, 23), base62(b, 23)),
         _ => (
             format!("req_011CV{}", base62(a, 16)),
             format!("msg_01{}", base62(b, 22)),
@@ -249,6 +264,9 @@ pub fn error_body(ctx: &RenderCtx, error_type: &str, code: Option<&str>, message
 /// A provider-shaped error for a request-level problem (400, 401, 404,
 /// 413, or any status), with its usual error type.
 pub fn render_status_error(ctx: &RenderCtx, status: u16, message: &str) -> Rendered {
+    if ctx.provider == Provider::Gemini {
+        return gemini::render_status_error(status, message);
+    }
     let (ty, code) = error_kind(ctx.provider, status);
     let mut headers = vec![
         ("content-type", "application/json".to_string()),
@@ -324,6 +342,9 @@ pub fn html_page(status: u16) -> Vec<u8> {
 /// (Streams use [`stream_frames`]; resets are not rendered.)
 pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
     let p = ctx.provider;
+    if p == Provider::Gemini {
+        return gemini::render_answer(ctx, answer);
+    }
     let anthropic = p != Provider::Openai;
     let mut headers = vec![
         ("content-type", "application/json".to_string()),
@@ -447,6 +468,10 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
             (402, body)
         }
         Outcome::TooManyKeys => return render_status_error(ctx, 401, "invalid x-api-key"),
+        // Gemini's own quotas; the model gives them to no other provider.
+        Outcome::DailyQuota { .. } | Outcome::QuotaNotGranted => {
+            return render_status_error(ctx, 429, "Quota exceeded.")
+        }
         Outcome::Fault(f) => return render_fault(ctx, f, headers),
     };
     Rendered {
@@ -497,15 +522,7 @@ fn render_fault(
             html: false,
         } => render_status_error(ctx, *status, default_message(ctx.provider, *status)),
         Fault::RetryAfter { format, secs } => {
-            let value = match format {
-                RetryAfterFormat::Seconds => secs.to_string(),
-                RetryAfterFormat::HttpDate => httpdate::fmt_http_date(
-                    ctx.wall_now + Duration::from_secs(*secs) + Duration::from_millis(999),
-                ),
-                RetryAfterFormat::Garbage => "soon".into(),
-                RetryAfterFormat::Negative => "-1".into(),
-            };
-            headers.push(("retry-after", value));
+            headers.push(("retry-after", retry_after_value(ctx, *format, *secs)));
             if anthropic {
                 headers.push(("x-should-retry", "true".into()));
             }
@@ -533,6 +550,18 @@ fn render_fault(
         | Fault::StreamError { .. } => {
             render_status_error(ctx, 500, default_message(ctx.provider, 500))
         }
+    }
+}
+
+/// The `retry-after` an injected [`Fault::RetryAfter`] sends.
+pub(crate) fn retry_after_value(ctx: &RenderCtx, format: RetryAfterFormat, secs: u64) -> String {
+    match format {
+        RetryAfterFormat::Seconds => secs.to_string(),
+        RetryAfterFormat::HttpDate => httpdate::fmt_http_date(
+            ctx.wall_now + Duration::from_secs(secs) + Duration::from_millis(999),
+        ),
+        RetryAfterFormat::Garbage => "soon".into(),
+        RetryAfterFormat::Negative => "-1".into(),
     }
 }
 
@@ -577,6 +606,9 @@ pub(crate) fn created(ctx: &RenderCtx) -> u64 {
 
 /// The JSON body of a non-streaming success.
 pub fn success_body(ctx: &RenderCtx, input: u64, output: u64, max_tokens: u64) -> Vec<u8> {
+    if ctx.provider == Provider::Gemini {
+        return gemini::success_body(ctx, input, output, max_tokens);
+    }
     let text = crate::tokens::text(ctx.text_seed, output);
     let stop = stop_reason(ctx.provider, output, max_tokens);
     let v = match ctx.provider {

@@ -1,5 +1,9 @@
 //! Reading a provider request: the key, the fields the model needs, and
-//! the 400 message when they are missing. Pure functions.
+//! the 400 message when they are missing. Pure functions. Gemini's
+//! request (model in the path, key in `x-goog-api-key` or `?key=`) is
+//! read by [`gemini`].
+
+pub mod gemini;
 
 use crate::tokens::{self, INPUT_TOKENS_HEADER};
 use http::HeaderMap;

@@ -4,6 +4,12 @@
 //! * `POST /v1/messages` — Anthropic Messages (JSON or `"stream": true`).
 //! * `POST /v1/chat/completions` — OpenAI Chat Completions (JSON or SSE,
 //!   `stream_options.include_usage` adds the final usage chunk).
+//! * `POST /v1beta/models/{model}:generateContent` and
+//!   `POST /v1beta/models/{model}:streamGenerateContent` (`?alt=sse`:
+//!   server-sent events; without it one JSON array) — Gemini, also under
+//!   `/v1/models/`. The key is `x-goog-api-key` or the query's `key=`; a
+//!   request without one gets Google's 403 `PERMISSION_DENIED`. Any other
+//!   path under `/v1beta/` gets Google's 404 `NOT_FOUND`.
 //! * `GET /mock/records` — the records as JSON; `DELETE` clears them.
 //! * `PUT /mock/faults` — replace the fault rules (JSON array of [`FaultRule`]).
 //! * `PUT /mock/billing` — `true` / `false`: answer 402 to everything.
@@ -244,14 +250,23 @@ async fn handle(
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let wire = Wire::of(&state.config, req.headers());
+    let gemini = match method {
+        Method::POST => request::gemini::route(&path, req.uri().query()),
+        _ => None,
+    };
     match (&method, path.as_str()) {
-        (&Method::POST, "/v1/messages") => api(state, reset, wire, Provider::Anthropic, req).await,
-        (&Method::POST, "/v1/chat/completions") => {
-            api(state, reset, wire, Provider::Openai, req).await
+        (&Method::POST, "/v1/messages") => {
+            api(state, reset, wire, Provider::Anthropic, None, req).await
         }
+        (&Method::POST, "/v1/chat/completions") => {
+            api(state, reset, wire, Provider::Openai, None, req).await
+        }
+        (_, _) if gemini.is_some() => api(state, reset, wire, Provider::Gemini, gemini, req).await,
         (_, p) if p.starts_with("/mock/") => Ok(control::control(&state, &method, p, req).await),
         (_, p) => {
-            let provider = if p.contains("/chat/") {
+            let provider = if request::gemini::is_gemini_path(p) {
+                Provider::Gemini
+            } else if p.contains("/chat/") {
                 Provider::Openai
             } else {
                 Provider::Anthropic
@@ -387,6 +402,7 @@ async fn api(
     reset: Arc<AtomicBool>,
     wire: Wire,
     provider: Provider,
+    gemini: Option<request::gemini::GeminiRoute>,
     req: Request<Incoming>,
 ) -> Result<Resp, ResetConnection> {
     let seq = state.seq.fetch_add(1, Ordering::Relaxed) + 1;
@@ -397,6 +413,7 @@ async fn api(
     ctx.scale = state.clock.scale();
     ctx.tokens_per_delta = state.config.tokens_per_delta;
     ctx.silent = state.config.silent;
+    ctx.sse = gemini.as_ref().is_none_or(|r| r.sse);
 
     // Read the whole request first: even a reset comes after the request.
     let body = match Limited::new(body, state.config.max_body_bytes)
@@ -421,16 +438,16 @@ async fn api(
             return Err(ResetConnection);
         }
     };
-    let Some(key) = request::api_key(h) else {
-        return Ok(reject(
-            &state,
-            wire,
-            rec,
-            &ctx,
-            401,
-            Cause::Authentication,
-            "x-api-key header is required",
-        ));
+    let key = match &gemini {
+        Some(_) => request::gemini::api_key(h, parts.uri.query()),
+        None => request::api_key(h),
+    };
+    let Some(key) = key else {
+        let (status, cause, msg) = match gemini {
+            Some(_) => (403, Cause::Permission, "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."),
+            None => (401, Cause::Authentication, "x-api-key header is required"),
+        };
+        return Ok(reject(&state, wire, rec, &ctx, status, cause, msg));
     };
     rec.key = state
         .config
@@ -438,7 +455,16 @@ async fn api(
         .get(key)
         .cloned()
         .unwrap_or_else(|| request::key_fingerprint(key));
-    let parsed = match request::parse_request(provider, &body, h) {
+    let parsed = match &gemini {
+        Some(route) => request::gemini::parse(
+            &body,
+            h,
+            route,
+            state.config.gemini.default_max_output_tokens,
+        ),
+        None => request::parse_request(provider, &body, h),
+    };
+    let parsed = match parsed {
         Ok(p) => p,
         Err(msg) => {
             return Ok(reject(
@@ -476,7 +502,17 @@ async fn api(
         output_tokens,
         stream: parsed.stream,
     };
-    let answer = lock(&state.model).handle(&meta, state.clock.now());
+    let now = state.clock.now();
+    let answer = {
+        let mut model = lock(&state.model);
+        let answer = model.handle(&meta, now);
+        // Gemini says the exact wait ("Please retry in 12.345s."): when
+        // the request would first be admitted.
+        if provider == Provider::Gemini && matches!(answer.outcome, Outcome::RateLimited { .. }) {
+            ctx.wait = Some(model.admission_at(&meta, now) - now).filter(|w| !w.is_zero());
+        }
+        answer
+    };
 
     // Record before answering: a test may read records as soon as it has a response.
     crate::record::describe(&mut rec, &answer, &ctx);
@@ -507,10 +543,14 @@ async fn api(
                 Some(Fault::StreamCut { after_events }) => {
                     (frames[..after_events.min(frames.len())].to_vec(), None)
                 }
-                Some(Fault::StreamError { after_events }) => (
-                    frames[..after_events.min(frames.len())].to_vec(),
-                    Some(render::stream_error_frame(&ctx)),
-                ),
+                Some(Fault::StreamError { after_events }) => {
+                    let n = after_events.min(frames.len());
+                    let tail = match provider {
+                        Provider::Gemini => render::gemini::stream_error_frame(&ctx, n == 0),
+                        _ => render::stream_error_frame(&ctx),
+                    };
+                    (frames[..n].to_vec(), Some(tail))
+                }
                 _ => (frames, None),
             };
             let mut headers = render::stream_headers(&ctx, &answer.windows);

@@ -34,8 +34,20 @@ pub fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
 /// assert_eq!(ratewise_mock::tokens::estimate_input_tokens(&body), 3);
 /// ```
 pub fn estimate_input_tokens(body: &Value) -> u64 {
+    estimate_input_tokens_of(body, &["system", "messages"])
+}
+
+/// The same estimate over other top-level fields: Gemini's request keeps
+/// its text under `contents` and `systemInstruction`.
+///
+/// ```
+/// let body = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "12345678"}]}]});
+/// // "user" (4 bytes) + "12345678" (8 bytes) = 12 bytes -> 3 tokens
+/// assert_eq!(ratewise_mock::tokens::estimate_input_tokens_of(&body, &["contents"]), 3);
+/// ```
+pub fn estimate_input_tokens_of(body: &Value, fields: &[&str]) -> u64 {
     let mut bytes = 0u64;
-    for field in ["system", "messages"] {
+    for field in fields {
         if let Some(v) = body.get(field) {
             bytes = bytes.saturating_add(string_bytes(v, 0));
         }

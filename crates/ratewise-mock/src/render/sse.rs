@@ -21,6 +21,9 @@ pub struct SseFrame {
 
 /// Headers of a successful stream.
 pub fn stream_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'static str, String)> {
+    if ctx.provider == Provider::Gemini {
+        return super::gemini::stream_headers(ctx);
+    }
     let mut h = vec![
         (
             "content-type",
@@ -43,6 +46,9 @@ fn data(data: &Value) -> String {
 
 /// The frames of a complete successful stream, in order.
 pub fn stream_frames(ctx: &RenderCtx, input: u64, output: u64, max_tokens: u64) -> Vec<SseFrame> {
+    if ctx.provider == Provider::Gemini {
+        return super::gemini::stream_frames(ctx, input, output, max_tokens);
+    }
     let per = ctx.tokens_per_delta.max(1);
     let mut chunks = Vec::new();
     let mut i = 0;
@@ -153,6 +159,9 @@ pub fn stream_frames(ctx: &RenderCtx, input: u64, output: u64, max_tokens: u64) 
 /// `overloaded_error`; OpenAI a `data:` error object.
 pub fn stream_error_frame(ctx: &RenderCtx) -> String {
     match ctx.provider {
+        // (An array stream's error before any element: the server asks
+        // `gemini::stream_error_frame` itself.)
+        Provider::Gemini => super::gemini::stream_error_frame(ctx, false),
         Provider::Openai => data(&json!({"error": {"message":
             "The server had an error while processing your request. Sorry about that!",
             "type": "server_error", "param": Value::Null, "code": Value::Null}})),
