@@ -129,6 +129,25 @@ async def run_gemini(args, sizes):
     return await run_jobs(args, sizes, call)
 
 
+async def run_gemini_zero(args):
+    # A model the key's tier has no quota for ("limit: 0"): the first
+    # answer stops the key; the jobs after it must not be sent. Its own key,
+    # so the stop does not reach the main run's.
+    from google import genai
+    from google.genai import types
+
+    client = genai.Client(api_key="AIza-bench-zero-key", http_options=types.HttpOptions(
+        base_url=args.proxy[0], timeout=60_000, retry_options=types.HttpRetryOptions(attempts=1)))
+    outcomes = []
+    for i in range(args.zero_jobs):
+        try:
+            await client.aio.models.generate_content(model=args.zero_model, contents=words(50, i))
+            outcomes.append("done")
+        except Exception as e:  # the SDK's APIError, with the status the proxy answered
+            outcomes.append(f"{type(e).__name__} {getattr(e, 'code', '')}")
+    return outcomes
+
+
 async def run_jobs(args, sizes, call):
     sem = asyncio.Semaphore(args.concurrency)
     outcomes = []
@@ -166,6 +185,9 @@ def main():
                     help="Anthropic only: callers that give up mid-request before the jobs")
     ap.add_argument("--impatient-timeout", type=float, default=1.5)
     ap.add_argument("--impatient-stall-ms", type=int, default=4000)
+    ap.add_argument("--zero-model", default=None,
+                    help="Gemini only: after the run, --zero-jobs calls to this limit-0 model on another key")
+    ap.add_argument("--zero-jobs", type=int, default=5)
     ap.add_argument("--label", default="")
     args = ap.parse_args()
     if (args.stream or args.impatient) and args.shape != "anthropic":
@@ -186,9 +208,15 @@ def main():
     runner = {"anthropic": run_anthropic, "openai": run_openai, "gemini": run_gemini}[args.shape]
     outcomes = asyncio.run(runner(args, sizes))
     wall_s = time.monotonic() - started
+    zero = asyncio.run(run_gemini_zero(args)) if args.zero_model else None
 
     with urllib.request.urlopen(args.mock + "/mock/records", timeout=30) as r:
         records = json.load(r)
+    zero_sends = 0
+    if args.zero_model:
+        # The limit-0 model's sends are the check's own, not the run's.
+        zero_sends = sum(1 for x in records if x.get("model") == args.zero_model)
+        records = [x for x in records if x.get("model") != args.zero_model]
     if os.environ.get("RATEWISE_BENCH_RECORDS"):
         # Every send the mock saw, for reading a run's timeline afterwards.
         with open(os.environ["RATEWISE_BENCH_RECORDS"], "w") as f:
@@ -264,6 +292,8 @@ def main():
         result["later_sends_per_job"] = round(len(later) / max(args.jobs, 1), 3)
         result["later_429"] = sum(1 for x in later if x.get("status") == 429)
         result["later_used_of_binding_limit"] = round(share_used(later), 3)
+    if args.zero_model:
+        result["limit_zero"] = {"jobs": args.zero_jobs, "sends": zero_sends, "outcomes": zero}
     print(json.dumps(result))
     extra = ""
     if args.impatient:
@@ -285,6 +315,8 @@ def main():
         failed.append(f"{which} {judged_used:.3f} < {args.min_used}")
     if args.max_sends_per_job is not None and result["sends_per_job"] > args.max_sends_per_job:
         failed.append(f"{result['sends_per_job']} sends per job > {args.max_sends_per_job}")
+    if args.zero_model and (zero_sends != 1 or "done" in zero):
+        failed.append(f"limit 0: {zero_sends} sends for {args.zero_jobs} jobs (one expected, then the key stopped)")
     if failed:
         print(f"FAIL: {args.label or args.shape}: " + "; ".join(failed), file=sys.stderr)
         sys.exit(1)

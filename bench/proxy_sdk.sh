@@ -6,7 +6,7 @@
 # from `max_tokens`. 150 jobs, 16 at a time, per shape; and an Anthropic
 # tier-1 key (`tier1`: 80 jobs at 16, the SDK's default timeout).
 #
-#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight and the silent shapes (CI)
+#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight, the silent shapes and gemini (CI)
 #   bash bench/proxy_sdk.sh all        # every shape below
 #   bash bench/proxy_sdk.sh anthropic  # the shapes named
 #   RATEWISE_BENCH_PARALLEL=7 bash bench/proxy_sdk.sh  # up to 7 shapes at once
@@ -56,6 +56,13 @@
 #   silent-anthropic  the anthropic shape, 429s with retry-after only.
 #   silent-openai     the openai shape, the wait only in the message
 #                     ("Please try again in 1.146s").
+#   gemini            the official google-genai SDK (retries off) on
+#                     Gemini's native path (`--provider gemini`): RPM 600
+#                     and input TPM 300k per model, no rate-limit headers,
+#                     429s as google.rpc.Status with QuotaFailure and
+#                     RetryInfo (issue #36); then 5 calls on another key to
+#                     a model its tier lacks ("limit: 0"): one send, the key
+#                     stopped, nothing more sent.
 #   redis-down        three proxies whose Redis is down from the start
 #                     (a closed port), on the openai shape with its headers:
 #                     each must learn its share from its own 429s instead of
@@ -77,9 +84,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
+ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
 if [ $# -eq 0 ]; then
-    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down)
+    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini)
 elif [ "$*" = all ]; then
     SHAPES=("${ALL[@]}")
 else
@@ -160,10 +167,13 @@ PY
 run_shape() {
     local shape=$1 config limit binding max_tokens input_lo input_hi sdk=$1
     local jobs=150 max429=0.02 minused=0.9 proxies=1 tight=no pyargs=() silent="" dead_redis=no
+    local provider_arg=()
     case "$shape" in
         silent-anthropic) silent=retry_after; sdk=anthropic; max429=0.03; minused=0.85 ;;
         silent-openai) silent=message; sdk=openai; max429=0.03; minused=0.85 ;;
         redis-down) sdk=openai; max429=0.03; minused=0.85; proxies=3; dead_redis=yes ;;
+        gemini) max429=0.03; minused=0.85; provider_arg=(--provider gemini)
+            pyargs+=(--zero-model gemini-zero --zero-jobs 5) ;;
     esac
     case "$sdk" in
         anthropic)
@@ -191,6 +201,20 @@ run_shape() {
               "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
             }'
             limit=200000; binding=tokens; max_tokens=512; input_lo=500; input_hi=1500 ;;
+        gemini)
+            # Gemini-like: RPM 600 and input TPM 300k per model, 10 s
+            # buckets, no rate-limit headers (Gemini sends none); the
+            # "gemini-zero" model has a quota of 0 on this tier.
+            config='{
+              "seconds_per_minute": 60,
+              "gemini_limits": {"requests_per_minute": 600, "input_tokens_per_minute": 300000},
+              "gemini": {"limit_zero_models": ["gemini-zero"]},
+              "capacity_seconds": 10,
+              "framing": "content_length",
+              "output_tokens": {"min": 100, "max": 400},
+              "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
+            }'
+            limit=300000; binding=input; max_tokens=1024; input_lo=1000; input_hi=3000 ;;
         tier1)
             # The most common key there is: Anthropic tier 1 (RPM 50, ITPM
             # 40k, OTPM 8k), 10 s buckets, max_tokens 1024, outputs of
@@ -267,7 +291,7 @@ run_shape() {
     mock_addr="$(wait_addr "$WORK/$shape.mock.out" "$mock_pid")"
     local urls=() admins=() pids=() i
     for i in $(seq 1 "$proxies"); do
-        local args=(proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 --upstream "http://$mock_addr")
+        local args=(proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 --upstream "http://$mock_addr" "${provider_arg[@]}")
         if [ "$dead_redis" = yes ]; then
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL_DEAD" "$shape" >"$WORK/$shape.toml"
             args+=(--config "$WORK/$shape.toml")
@@ -288,7 +312,7 @@ run_shape() {
         --jobs "$jobs" --concurrency 16 --max-tokens "$max_tokens" --input "$input_lo" "$input_hi" \
         --limit "$limit" --binding "$binding" --capacity-seconds 10 \
         --max-429-share "$max429" --min-used "$minused" "${pyargs[@]}" || rc=$?
-    if [ "$tight" = yes ] || [ "$proxies" -gt 1 ] || [ -n "$silent" ]; then
+    if [ "$tight" = yes ] || [ "$proxies" -gt 1 ] || [ -n "$silent" ] || [ "$sdk" = gemini ]; then
         local show=""
         [ "$rc" -ne 0 ] && show=show
         for i in $(seq 1 "$proxies"); do

@@ -439,13 +439,14 @@ impl GeminiUsage {
 
 #[derive(Deserialize, Default)]
 struct RawUsage {
-    #[serde(default)]
+    // Bedrock's Converse API names the same counts in camel case.
+    #[serde(default, alias = "inputTokens")]
     input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, alias = "outputTokens")]
     output_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, alias = "cacheWriteInputTokens")]
     cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, alias = "cacheReadInputTokens")]
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens: Option<u64>,
@@ -680,6 +681,13 @@ mod tests {
         );
         assert_eq!(parse_usage(b"{}"), None);
         assert_eq!(parse_usage(b"nope"), None);
+        // Bedrock Converse (docs.aws.amazon.com, `TokenUsage`).
+        let b = br#"{"output":{"message":{}},"stopReason":"end_turn","usage":{"inputTokens":30,"outputTokens":8,"totalTokens":38,"cacheReadInputTokens":4}}"#;
+        let u = parse_usage(b).unwrap();
+        assert_eq!(
+            (u.input_tokens, u.output_tokens, u.cache_read_input_tokens),
+            (30, 8, 4)
+        );
     }
 
     /// DeepSeek, while a request waits in its queue, sends blank lines
