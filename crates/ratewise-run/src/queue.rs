@@ -636,18 +636,10 @@ fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
 }
 
 /// Input (cache writes and reads included: all billed) and output tokens
-/// of a success body's `usage`, read by the core's one usage parser.
-///
-/// The whole body is read, not the core's `parse_usage`, which looks at a
-/// 64 KiB prefix (made for error bodies): a long completion's `usage`
-/// comes after its text. The body is already bounded by the answer bound.
+/// of a success body's usage, read by the core's one usage parser (the
+/// whole body, which the answer bound already limits).
 fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
-    #[derive(serde::Deserialize)]
-    struct WithUsage {
-        usage: Option<serde_json::Value>,
-    }
-    let raw = serde_json::from_slice::<WithUsage>(body).ok()?.usage?;
-    let u = ratewise_core::parse::body::usage_from_value(&raw)?;
+    let u = ratewise_core::parse::body::parse_usage(body)?;
     let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
     Some((input, u.output_tokens))
 }

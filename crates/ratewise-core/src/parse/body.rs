@@ -236,14 +236,19 @@ fn parse_error_serde(bytes: &[u8], truncated: bool) -> Result<ErrorRef<'_>, Unre
 /// Responses API's `input_tokens` / `output_tokens`, or Gemini's
 /// `usageMetadata`. `None` when there is no readable usage.
 ///
+/// The whole body is read, not a prefix: `usage` comes last, after the
+/// completion's text, so an answer over [`MAX_BODY_PREFIX`] would otherwise
+/// settle at its estimate. The caller bounds what it buffers (the tower
+/// layer's `max_metered_body`); parsing allocates nothing per byte beyond
+/// the usage fields, skipping everything else.
+///
 /// ```
 /// use ratewise_core::parse::body::parse_usage;
 /// let u = parse_usage(br#"{"candidates":[],"usageMetadata":{"promptTokenCount":120,"candidatesTokenCount":30,"thoughtsTokenCount":12,"cachedContentTokenCount":100}}"#).unwrap();
 /// assert_eq!((u.input_tokens, u.output_tokens, u.cache_read_input_tokens), (20, 42, 100));
 /// ```
 pub fn parse_usage(body: &[u8]) -> Option<Usage> {
-    let (bytes, _) = prefix_any(body)?;
-    let holder: UsageHolder = serde_json::from_slice(bytes).ok()?;
+    let holder: UsageHolder = serde_json::from_slice(body).ok()?;
     holder
         .usage
         .map(RawUsage::into_usage)
@@ -688,6 +693,36 @@ mod tests {
             (u.input_tokens, u.output_tokens, u.cache_read_input_tokens),
             (30, 8, 4)
         );
+    }
+
+    /// `usage` after 200 KiB of completion, in every provider's shape.
+    #[test]
+    fn usage_after_a_long_completion_is_read() {
+        let text = "word ".repeat(40_000);
+        let bodies = [
+            format!(
+                r#"{{"content":[{{"type":"text","text":"{text}"}}],"usage":{{"input_tokens":10,"cache_creation_input_tokens":2,"cache_read_input_tokens":3,"output_tokens":40000}}}}"#
+            ),
+            format!(
+                r#"{{"choices":[{{"message":{{"content":"{text}"}}}}],"usage":{{"prompt_tokens":19,"completion_tokens":40000}}}}"#
+            ),
+            format!(
+                r#"{{"output":[{{"content":[{{"text":"{text}"}}]}}],"usage":{{"input_tokens":19,"output_tokens":40000,"input_tokens_details":{{"cached_tokens":0}}}}}}"#
+            ),
+            format!(
+                r#"{{"candidates":[{{"content":{{"parts":[{{"text":"{text}"}}]}}}}],"usageMetadata":{{"promptTokenCount":19,"candidatesTokenCount":40000}}}}"#
+            ),
+            format!(
+                r#"{{"output":{{"message":{{"content":[{{"text":"{text}"}}]}}}},"usage":{{"inputTokens":19,"outputTokens":40000}}}}"#
+            ),
+        ];
+        for body in &bodies {
+            assert!(body.len() > MAX_BODY_PREFIX);
+            let u = parse_usage(body.as_bytes()).unwrap_or_else(|| panic!("{}", &body[..40]));
+            assert_eq!(u.output_tokens, 40_000, "{}", &body[..40]);
+        }
+        // A body cut short (the caller's bound) has no usage: never a guess.
+        assert_eq!(parse_usage(&bodies[0].as_bytes()[..MAX_BODY_PREFIX]), None);
     }
 
     /// DeepSeek, while a request waits in its queue, sends blank lines
