@@ -39,8 +39,10 @@ pub use {reqwest, reqwest_middleware};
 pub use {rig_agent, rig_core, rig_reqwest};
 
 /// The `ratewise_tower::Error` inside a `reqwest_middleware::Error` that
-/// ended with no answer to give (stopped, deferred, past the deadline):
-/// its decision, its attempts.
+/// ended with no answer to give — deferred or past the deadline before a
+/// send, or a key stopped by an answer this middleware never saw (another
+/// process's, through a shared store): its decision, its attempts. A key
+/// stopped by an answer it did see is `Ok` with that answer again.
 pub fn ratewise_error(error: &reqwest_middleware::Error) -> Option<&ratewise_tower::Error> {
     match error {
         reqwest_middleware::Error::Middleware(e) => e.downcast_ref::<ratewise_tower::Error>(),

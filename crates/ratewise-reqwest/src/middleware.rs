@@ -34,8 +34,9 @@ static SECOND_OWNER_SEEN: AtomicBool = AtomicBool::new(false);
 /// * the key is already stopped (a spend cap, billing, credentials): the
 ///   provider's answer that stopped it, kept by this middleware (clones
 ///   share it), at once, nothing sent — as `ratewise proxy` answers;
-/// * no answer to give (stopped with no kept answer, deferred or past the
-///   deadline before a send, a body too large): `Err(reqwest_middleware::Error::Middleware)`
+/// * no answer to give (a key stopped by an answer this middleware never
+///   saw — another process's, through a shared store —, deferred or past
+///   the deadline before a send, a body too large): `Err(reqwest_middleware::Error::Middleware)`
 ///   holding the `ratewise_tower::Error` with the decision
 ///   ([`ratewise_error`](crate::ratewise_error) finds it).
 ///

@@ -37,7 +37,8 @@ use crate::job::{self, Ended, SendFuture, Sender, Stops};
 /// stopped gets the answer that stopped it again, nothing sent; a
 /// transport failure returns the inner
 /// service's `OpenAIError` as it was; a job that ended with no answer
-/// (stopped, deferred, past its deadline before a send) returns
+/// (deferred or past its deadline before a send, or a key stopped by an
+/// answer this layer never saw) returns
 /// `OpenAIError::Boxed` holding the `ratewise_tower::Error` with the
 /// decision ([`openai_ratewise_error`](crate::openai_ratewise_error)).
 #[derive(Clone, Debug)]

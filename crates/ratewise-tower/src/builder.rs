@@ -45,8 +45,11 @@ use crate::state::State;
 /// in the order given, so `.key_limits(..).admission(cfg)` keeps both. The
 /// admission settings configure the in-memory store the builder makes: a
 /// store given with [`store`](Self::store) is configured by whoever made
-/// it, and [`build`](Self::build) refuses admission settings given with
-/// one ([`BuildError`]) instead of leaving them unused.
+/// it, and [`build`](Self::build) refuses every admission setting given
+/// with one ([`BuildError`], naming each) instead of leaving it unused:
+/// the named ones (`.limits`, `.seed`, ...) and any field of a whole
+/// configuration that differs from the default (its ramp, burst, retry
+/// budget, prices, lease, `max_in_flight`, ...).
 #[derive(Default)]
 #[must_use = "a builder does nothing until `build`"]
 pub struct Builder {
@@ -229,12 +232,12 @@ impl Builder {
     }
 
     /// A fixed jitter seed for the layer and its in-memory store (default:
-    /// the operating system's entropy).
+    /// the operating system's entropy). Beside a store of your own it is an
+    /// error: seed that store's controller instead (`Config::seed`), and
+    /// the layer's own jitter with [`Config::seed`](crate::Config::seed).
     pub fn seed(self, seed: u64) -> Self {
-        self.edit(move |c| {
-            c.seed = Some(seed);
-            c.admission.seed = Some(seed);
-        })
+        self.admission_edit("seed", move |a| a.seed = Some(seed))
+            .edit(move |c| c.seed = Some(seed))
     }
 
     /// The shared admission store (another process's limits shared through
@@ -265,6 +268,9 @@ impl Builder {
         if let Some(a) = self.admission {
             config.admission = a;
         }
+        // What the whole configuration given says of admission, before the
+        // named settings (each of which is listed by its own name).
+        let given = changed_admission(&config.admission);
         for edit in self.edits {
             edit(&mut config);
         }
@@ -275,8 +281,10 @@ impl Builder {
         let store = match self.store {
             Some(store) => {
                 let mut named = self.admission_named;
-                if named.is_empty() && has_limits(&config.admission) {
-                    named.push("config.admission");
+                for field in given {
+                    if !named.contains(&field) {
+                        named.push(field);
+                    }
                 }
                 if !named.is_empty() {
                     return Err(BuildError(Kind::SettingsWithStore(named)));
@@ -295,14 +303,48 @@ impl Builder {
     }
 }
 
-/// Whether an admission configuration says anything a store would have to
-/// be told: limits, groups, classes, a budget.
-fn has_limits(a: &admit::Config) -> bool {
-    a.limits != Limits::NONE
-        || !a.class_limits.is_empty()
-        || !a.key_limits.is_empty()
-        || !a.key_groups.is_empty()
-        || a.spend.is_some()
+/// The admission settings that differ from the defaults, by name: every
+/// one of them configures the in-memory store only, so none may be given
+/// beside a store of the caller's (ramp, burst, retry budget and prices
+/// too, not only the limits). Compared through their `Debug` text, which
+/// every setting has (the output estimator is a trait object).
+fn changed_admission(a: &admit::Config) -> Vec<&'static str> {
+    let d = admit::Config::default();
+    let differs =
+        |x: &dyn std::fmt::Debug, y: &dyn std::fmt::Debug| format!("{x:?}") != format!("{y:?}");
+    let fields: [(&'static str, bool); 15] = [
+        ("config.admission.limits", a.limits != d.limits),
+        ("config.admission.class_limits", !a.class_limits.is_empty()),
+        ("config.admission.key_limits", !a.key_limits.is_empty()),
+        ("config.admission.key_groups", !a.key_groups.is_empty()),
+        ("config.admission.burst", differs(&a.burst, &d.burst)),
+        ("config.admission.classes", differs(&a.classes, &d.classes)),
+        ("config.admission.ramp", differs(&a.ramp, &d.ramp)),
+        (
+            "config.admission.retry_budget",
+            differs(&a.retry_budget, &d.retry_budget),
+        ),
+        ("config.admission.spend", a.spend.is_some()),
+        ("config.admission.prices", differs(&a.prices, &d.prices)),
+        ("config.admission.output", differs(&a.output, &d.output)),
+        ("config.admission.lease", a.lease != d.lease),
+        (
+            "config.admission.pause_jitter",
+            a.pause_jitter != d.pause_jitter,
+        ),
+        (
+            "config.admission.learn_margins",
+            a.learn_margins != d.learn_margins,
+        ),
+        (
+            "config.admission.seed / max_in_flight",
+            a.seed != d.seed || a.max_in_flight != d.max_in_flight,
+        ),
+    ];
+    fields
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
 }
 
 #[cfg(feature = "tokio")]

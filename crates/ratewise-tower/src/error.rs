@@ -297,7 +297,15 @@ impl fmt::Display for Error {
         if let Some(s) = self.status() {
             write!(f, ", status {}", s.as_u16())?;
         }
-        write!(f, ", {} attempt(s)", self.inner.attempts.len())
+        write!(f, ", {} attempt(s)", self.inner.attempts.len())?;
+        if let Some(t) = self.earliest() {
+            write!(
+                f,
+                "; it could have been sent at {} (after its deadline)",
+                ratewise_core::time::format_rfc3339(t)
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -240,3 +240,63 @@ fn limits_given_with_a_store_are_an_error_not_dropped() {
         .unwrap();
     assert!(std::ptr::eq(layer.in_memory_store().unwrap(), &*given));
 }
+
+/// Every admission setting of a whole configuration, given beside a store
+/// of the caller's, is named in the error (not only the limits): the ramp,
+/// the burst, the retry budget, the prices, the in-flight bound — and a
+/// seed, which could not reach the store's jitter either.
+#[test]
+fn no_admission_setting_is_dropped_beside_a_store() {
+    use ratewise_core::admit::{Config, Controller, Shared};
+    let store = || Arc::new(Shared::new(Controller::new(Config::default())));
+    let build = |b: ratewise_tower::Builder| {
+        b.clock(Arc::new(ratewise_tower::TokioClock::new()))
+            .store(store())
+            .build()
+    };
+    type Change = fn(&mut Config);
+    let changes: [(&str, Change); 6] = [
+        ("ramp", |a| a.ramp.start = 999),
+        ("burst", |a| {
+            a.burst = ratewise_core::admit::Burst::uniform(std::time::Duration::from_secs(7))
+        }),
+        ("retry_budget", |a| a.retry_budget.ratio_permille = 500),
+        ("lease", |a| a.lease = std::time::Duration::from_secs(1)),
+        ("learn_margins", |a| a.learn_margins = false),
+        ("max_in_flight", |a| a.max_in_flight = Some(3)),
+    ];
+    for (name, change) in changes {
+        let mut config = ratewise_tower::Config::default();
+        change(&mut config.admission);
+        let err = build(RetryLayer::builder().config(config))
+            .expect_err("an admission setting beside a store is an error");
+        assert!(err.to_string().contains(name), "{name}: {err}");
+        // Given as a whole admission configuration: the same.
+        let mut admission = Config::default();
+        change(&mut admission);
+        let err = build(RetryLayer::builder().admission(admission)).unwrap_err();
+        assert!(err.to_string().contains(name), "{name}: {err}");
+    }
+    let err = build(RetryLayer::builder().seed(7)).unwrap_err();
+    assert!(err.to_string().contains("seed"), "{err}");
+    // Without a store, every one of them configures the store built.
+    let layer = RetryLayer::builder()
+        .seed(7)
+        .admission({
+            let mut a = Config::default();
+            a.max_in_flight = Some(3);
+            a
+        })
+        .clock(Arc::new(ratewise_tower::TokioClock::new()))
+        .build()
+        .unwrap();
+    assert!(layer.in_memory_store().is_some());
+    // A store alone, with settings that are the layer's own (policy,
+    // deadline, provider): fine.
+    assert!(build(
+        RetryLayer::builder()
+            .deadline(std::time::Duration::from_secs(9))
+            .provider(ratewise_core::Provider::Groq)
+    )
+    .is_ok());
+}

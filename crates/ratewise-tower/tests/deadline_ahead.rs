@@ -86,7 +86,13 @@ async fn a_job_whose_turn_comes_after_its_deadline_is_answered_at_once_and_never
         let e = out.as_ref().expect_err("cannot be sent in time");
         assert_eq!(e.action(), Some(ActionKind::GiveUp), "job {i}: {e:?}");
         assert_eq!(e.give_up_reason(), Some(GiveUpReason::Deadline));
-        assert!(e.earliest().is_some(), "job {i}: {e:?}");
+        let earliest = e.earliest().expect("when it could have gone");
+        // Its text says when too, for a caller who only logs the error.
+        let said = e.to_string();
+        assert!(
+            said.contains(&ratewise_core::time::format_rfc3339(earliest)),
+            "{said}"
+        );
         assert!(e.attempts().is_empty(), "nothing sent");
         assert!(
             *at < Duration::from_secs(1),

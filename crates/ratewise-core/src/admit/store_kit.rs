@@ -21,19 +21,29 @@
 //! reservation is only ever made by an admission, and its id cannot be
 //! built from outside the crate.
 //!
-//! ```compile_fail
-//! // A reservation cannot be forged: its constructor and its id's fields
-//! // are the crate's own.
-//! use ratewise_core::admit::{Reservation, ReservationId};
+//! What a store may do with a reservation it was given — read it, copy
+//! its id — compiles (so the two checks below fail for the reason they
+//! name, not for a wrong path):
+//!
+//! ```
+//! use ratewise_core::admit::{Amounts, Reservation, ReservationId, ScopeId};
+//! fn read(r: &Reservation) -> (ReservationId, ScopeId, Amounts) {
+//!     (r.id(), r.scope(), r.amounts())
+//! }
+//! ```
+//!
+//! ```compile_fail,E0451
+//! // An id cannot be forged: its fields are the crate's own.
+//! use ratewise_core::admit::ReservationId;
 //! let id = ReservationId { slot: 0, generation: 0 };
 //! ```
 //!
-//! ```compile_fail
-//! use ratewise_core::admit::{Amounts, Reservation, ScopeId};
-//! use ratewise_core::Instant;
-//! # fn f(id: ratewise_core::admit::ReservationId) {
-//! let r = Reservation::new(id, ScopeId::new(0), Amounts::default(), Instant::ZERO);
-//! # }
+//! ```compile_fail,E0451
+//! // Nor a reservation around a real id: its fields are the crate's own.
+//! use ratewise_core::admit::{Amounts, Reservation};
+//! fn forge(r: &Reservation) -> Reservation {
+//!     Reservation { id: r.id(), scope: r.scope(), amounts: Amounts::default(), ..todo!() }
+//! }
 //! ```
 
 use super::ReservationId;
