@@ -19,7 +19,8 @@
 
 use crate::answer;
 use crate::drain::Phase;
-use crate::keys::caller_key;
+use crate::keys::caller_key_in;
+use crate::route::PathApi;
 use crate::upstream::{self, UpBody, WireWatch};
 use crate::App;
 use axum::body::Body;
@@ -30,7 +31,7 @@ use http::{StatusCode, Uri};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use ratewise_core::Provider;
-use ratewise_tower::{Deadline, JobId, KeyLabel};
+use ratewise_tower::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -314,24 +315,44 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
+    let api = PathApi::of(&path);
     let Some(ui) = upstream::choose(&app.config.upstreams, &parts.headers, &path) else {
         return answer::shaped(
-            Provider::Anthropic,
+            api.provider(),
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             "ratewise: x-ratewise-upstream names no configured upstream",
         );
     };
     let up = &app.config.upstreams[ui];
-    let provider = up.provider.unwrap_or_else(|| guess_provider(&path));
+    // Whose API the caller speaks: the upstream's provider, else the
+    // path's (see `route`).
+    let provider = up.provider.unwrap_or_else(|| api.provider());
+    // How the layer reads the answers: the upstream's provider, else each
+    // answer's own shape — but a Gemini path's answers are Gemini's (its
+    // streams are metered as Gemini's).
+    let reads = up
+        .provider
+        .or((provider == Provider::Gemini).then_some(Provider::Gemini));
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        // The path as logs may show it: a `key=` in its query redacted.
+        tracing::debug!(
+            path = %crate::keys::redacted_path(&path),
+            upstream = %up.name,
+            provider = provider.as_str(),
+            "request"
+        );
+    }
     if app.drain.is_draining() {
         return shutting_down(provider, app.config.grace);
     }
 
     // The key: its fingerprint names the shared state; the key itself
-    // stays in the request, for the upstream alone.
-    let key = match caller_key(&parts.headers, provider) {
-        Some(k) => app.keys.note(k),
+    // stays in the request (its header, or Gemini's `?key=`), for the
+    // upstream alone.
+    let query = path.split_once('?').map(|(_, q)| q);
+    let key = match caller_key_in(&parts.headers, query, provider) {
+        Some(k) => app.keys.note(&k),
         None => ANONYMOUS.to_owned(),
     };
     parts.extensions.insert(KeyLabel::new(&key));
@@ -406,9 +427,29 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
             )
         }
     };
-    // What the journal's attempt lines say of the job.
-    app.jobs
-        .describe(job_id, &key, crate::jobs::model_of(&bytes));
+    // The model: the path's (Gemini's model, Azure's deployment), else
+    // the body's. What the journal's attempt lines say of the job.
+    let path_model = api.model(provider).map(str::to_owned);
+    if let Some(m) = &path_model {
+        parts.extensions.insert(Model::new(m));
+    }
+    app.jobs.describe(
+        job_id,
+        &key,
+        path_model.or_else(|| crate::jobs::model_of(&bytes)),
+    );
+    // A Gemini request: the layer reads its output cap and stream flag
+    // from a body of its own; the caller's goes upstream.
+    let bytes = if provider == Provider::Gemini && matches!(api, PathApi::Gemini { .. }) {
+        let read = crate::route::gemini_body(&bytes);
+        parts.extensions.insert(TokenEstimate {
+            input_tokens: read.input_estimate,
+        });
+        parts.extensions.insert(upstream::WireBody(bytes));
+        crate::route::gemini_admission_body(&api, &read)
+    } else {
+        bytes
+    };
     let sent = WireWatch::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
     // The job's cancellation: given when its caller leaves, and (through
@@ -420,7 +461,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         .boxed_unsync();
     let req = http::Request::from_parts(parts, body);
 
-    let svc = app.services[ui].clone();
+    let svc = app.service(ui, reads);
     // The job runs inside this handler; only when its caller goes away
     // after a send does it move to a task of its own (see `Job`).
     let mut job = Job {
@@ -536,21 +577,6 @@ fn strip_hop_by_hop(h: &mut http::HeaderMap) {
         "upgrade",
     ] {
         h.remove(n);
-    }
-}
-
-/// Which provider's shape a caller of `path` expects, when the upstream
-/// does not say: OpenAI's paths, else Anthropic's.
-fn guess_provider(path: &str) -> Provider {
-    let p = path.split('?').next().unwrap_or(path);
-    if p.starts_with("/v1/chat/")
-        || p.starts_with("/v1/responses")
-        || p.starts_with("/v1/embeddings")
-        || p.starts_with("/v1/completions")
-    {
-        Provider::Openai
-    } else {
-        Provider::Anthropic
     }
 }
 
@@ -800,7 +826,11 @@ where
 /// ends first).
 fn sse_error(provider: Provider) -> Bytes {
     let message = "ratewise: the proxy shut down before the stream ended";
-    let text = match provider {
+    let text = match provider.dialect() {
+        Provider::Gemini => format!(
+            "\n\ndata: {}\n\n",
+            crate::answer::google_error(StatusCode::SERVICE_UNAVAILABLE, message)
+        ),
         Provider::Openai => format!(
             "\n\ndata: {}\n\n",
             serde_json::json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}})
