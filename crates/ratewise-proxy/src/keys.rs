@@ -146,7 +146,7 @@ pub fn redacted_path(path_and_query: &str) -> String {
         out.push('?');
         for (i, pair) in q.split('&').enumerate() {
             if out.len() > MAX {
-                out.push_str("…");
+                out.push('…');
                 break;
             }
             if i > 0 {
