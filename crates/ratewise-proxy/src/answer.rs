@@ -305,7 +305,7 @@ pub fn google_status(status: StatusCode) -> &'static str {
         429 => "RESOURCE_EXHAUSTED",
         499 => "CANCELLED",
         501 => "UNIMPLEMENTED",
-        503 => "UNAVAILABLE",
+        502 | 503 => "UNAVAILABLE",
         _ => "INTERNAL",
     }
 }

@@ -88,7 +88,10 @@ pub struct App {
     pub layer: RetryLayer,
     /// The layers that read answers as one provider's (its classification,
     /// its streams' events): one per provider the upstreams are read as,
-    /// and Gemini's. All share the store, the clock and the journal.
+    /// and Gemini's. All share the store (buckets, pauses, stops), the
+    /// clock and the journal; each has its own waiting queues, so
+    /// `bounds.max_waiting` and the arrival order hold per provider read
+    /// (a key is one provider's: its jobs meet in one layer).
     pub layers: Vec<(Provider, RetryLayer)>,
     /// This process's admission state: the store itself, or with
     /// `--redis` this process's view of the shared one (as of its last
@@ -136,12 +139,12 @@ impl App {
         layer.layer(self.clients[ui].clone())
     }
 
-    /// Lifts `key`'s stop, waking the jobs waiting on it in every layer.
+    /// Lifts `key`'s stop, once, in the store every layer shares. No job
+    /// waits on a stopped key in any layer (a stop hands its waiters back
+    /// at once), so there is nobody to wake in the others — and a second
+    /// resume could lift a stop another replica made in between.
     pub async fn resume(&self, key: &str) {
         self.layer.resume(key).await;
-        for (_, l) in &self.layers {
-            l.resume(key).await;
-        }
     }
 
     /// Notes a job held as `outcome_unknown`: it was sent and no answer

@@ -204,6 +204,23 @@ async fn run(secrets: &Secrets, redis: Option<(&str, &str)>) -> (Left, Upstream)
     }
     p.shutdown().await;
     left.add("journal", std::fs::read_to_string(&journal).unwrap());
+
+    // An upstream that cannot be reached: the transport's error, in the
+    // answer and the logs, names no key.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let gone = support::proxy(
+        &format!("http://{closed}"),
+        None,
+        "[policy]\nmax_attempts = 1\n",
+    )
+    .await;
+    let a = post(&gone, &q(gen), &[], &gemini_body("hi", Some(16))).await;
+    assert!(a.status.is_server_error(), "{}", a.text());
+    left.add("the answer of an unreachable upstream", a.text());
+    gone.shutdown().await;
     let _ = std::fs::remove_file(&journal);
     (left, up)
 }
