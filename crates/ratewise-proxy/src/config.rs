@@ -120,6 +120,11 @@
 //! | `azure` | `api-key`, `Authorization: Bearer` | `/openai/deployments/{deployment}/…`, else the body's `model` |
 //! | `gemini` | `x-goog-api-key`, the query's `key=`, `Authorization: Bearer` | `/v1beta/models/{model}:…` (no `model` in the body) |
 //!
+//! Gemini's OpenAI-compatible surface (`/v1beta/openai/chat/completions`,
+//! Bearer key, `model` in the body) is read as Gemini's answers, and the
+//! proxy's own answers to it are in OpenAI's shape, as its callers'
+//! SDKs expect.
+//!
 //! Every key is paced under its fingerprint (`fp-…`, see
 //! [`crate::keys`]) and is itself never stored, logged or shown: a
 //! Gemini key given as `?key=` goes upstream in the URL as it came and

@@ -334,6 +334,12 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     let reads = up
         .provider
         .or((provider == Provider::Gemini).then_some(Provider::Gemini));
+    // The shape of the proxy's own answers: the caller's API's — OpenAI's
+    // on Gemini's OpenAI-compatible paths (`/v1beta/openai/…`).
+    let shape = match api {
+        PathApi::OpenaiCompatible => Provider::Openai,
+        _ => provider,
+    };
     if tracing::enabled!(tracing::Level::DEBUG) {
         // The path as logs may show it: a `key=` in its query redacted.
         tracing::debug!(
@@ -344,7 +350,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         );
     }
     if app.drain.is_draining() {
-        return shutting_down(provider, app.config.grace);
+        return shutting_down(shape, app.config.grace);
     }
 
     // The key: its fingerprint names the shared state; the key itself
@@ -368,7 +374,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         Ok(u) => u,
         Err(_) => {
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "ratewise: the request path is not valid",
@@ -388,19 +394,19 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     };
     let read = tokio::select! {
         r = read => r,
-        _ = drained => return shutting_down(provider, app.config.grace),
+        _ = drained => return shutting_down(shape, app.config.grace),
     };
     let (bytes, held) = match read {
         Ok(b) => b,
         Err(BodyError::TooLarge) => return answer::shaped(
-            provider,
+            shape,
             StatusCode::PAYLOAD_TOO_LARGE,
             "request_too_large",
             "ratewise: the request body is larger than the proxy accepts (bounds.max_request_body)",
         ),
         Err(BodyError::Unreadable) => {
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "ratewise: the request body could not be read",
@@ -412,7 +418,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                 "request bodies held reached bounds.max_body_memory: a request waited the body timeout and was turned away"
             );
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded_error",
                 "ratewise: the proxy holds as many request bodies as it may (bounds.max_body_memory); retry later",
@@ -420,7 +426,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         }
         Err(BodyError::Late) => {
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::REQUEST_TIMEOUT,
                 "timeout_error",
                 "ratewise: the request body did not arrive in time",
@@ -483,7 +489,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     job.finished();
     let result = match result {
         Ok(Ran::Answered(r)) => Ok(r),
-        Ok(Ran::NotSent) => return shutting_down(provider, app.config.grace),
+        Ok(Ran::NotSent) => return shutting_down(shape, app.config.grace),
         Ok(Ran::Cut) => {
             let (attempt, started_ms) = sent.last_send();
             let ctx = app.jobs.context(job_id).unwrap_or_default();
@@ -495,7 +501,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                 model: ctx.model,
                 request_id: ctx.request_id,
             });
-            return cut_at_grace(provider);
+            return cut_at_grace(shape);
         }
         Err(()) => Err(()),
     };
@@ -518,7 +524,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                             std::future::pending::<()>().await;
                         }
                     })),
-                    sse: sse.then_some(provider),
+                    sse: sse.then_some(shape),
                     app,
                 })
             })
@@ -529,7 +535,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
             if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Cancelled)
                 && app.drain.cancel.is_cancelled() =>
         {
-            shutting_down(provider, app.config.grace)
+            shutting_down(shape, app.config.grace)
         }
         Ok(Err(e)) => {
             if e.is_stop_queue() {
@@ -539,11 +545,11 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
             if e.is_hold_unknown() {
                 app.unknown_outcome(&e);
             }
-            answer::for_error(&e, provider, &key, &app.stops)
+            answer::for_error(&e, shape, &key, &app.stops)
         }
         // The job outlived its deadline and the slack after it.
         Err(()) => answer::shaped(
-            provider,
+            shape,
             StatusCode::GATEWAY_TIMEOUT,
             "timeout_error",
             "ratewise: the job outlived its deadline and was cut",

@@ -9,6 +9,7 @@
 //! | Gemini | any other `models/{model}:method` (`countTokens`, `embedContent`, …) | `{model}` | none |
 //! | Azure OpenAI | `/openai/deployments/{deployment}/chat/completions?api-version=…` (and `/completions`, `/embeddings`, …) | `{deployment}` | OpenAI's body fields |
 //! | OpenAI | `/v1/chat/…`, `/v1/responses`, `/v1/embeddings`, `/v1/completions` | the body's `model` | the body's fields |
+//! | an OpenAI-compatible surface | `/v1beta/openai/chat/completions` (Gemini's) | the body's `model` | the body's fields; the proxy's own answers in OpenAI's shape |
 //! | Anthropic (anything else) | `/v1/messages`, … | the body's `model` | `max_tokens` |
 //!
 //! A Gemini request's input is estimated from its `contents`,
@@ -48,6 +49,10 @@ pub enum PathApi {
     Azure,
     /// OpenAI's paths.
     Openai,
+    /// Another provider's OpenAI-compatible surface under a version
+    /// (Gemini's `/v1beta/openai/chat/completions`): its callers speak
+    /// OpenAI's API, and the body names the model.
+    OpenaiCompatible,
     /// Anything else.
     Other,
 }
@@ -72,6 +77,12 @@ impl PathApi {
         if path.starts_with("/openai/") {
             return PathApi::Azure;
         }
+        if ["/v1beta/openai/", "/v1/openai/", "/v1alpha/openai/"]
+            .iter()
+            .any(|p| path.starts_with(p))
+        {
+            return PathApi::OpenaiCompatible;
+        }
         if path.starts_with("/v1/chat/")
             || path.starts_with("/v1/responses")
             || path.starts_with("/v1/embeddings")
@@ -89,7 +100,7 @@ impl PathApi {
         match self {
             PathApi::Gemini { .. } => Provider::Gemini,
             PathApi::AzureDeployment { .. } | PathApi::Azure => Provider::Azure,
-            PathApi::Openai => Provider::Openai,
+            PathApi::Openai | PathApi::OpenaiCompatible => Provider::Openai,
             PathApi::Other => Provider::Anthropic,
         }
     }
@@ -264,6 +275,10 @@ mod tests {
         assert_eq!(PathApi::of("/openai/v1/chat/completions"), PathApi::Azure);
         assert_eq!(PathApi::of("/v1/chat/completions"), PathApi::Openai);
         assert_eq!(PathApi::of("/v1/messages").provider(), Provider::Anthropic);
+        let compat = PathApi::of("/v1beta/openai/chat/completions");
+        assert_eq!(compat, PathApi::OpenaiCompatible);
+        assert_eq!(compat.provider(), Provider::Openai);
+        assert_eq!(compat.model(Provider::Gemini), None);
     }
 
     #[test]

@@ -311,6 +311,33 @@ limits = { requests = 1000, input_tokens = 1000000, output_tokens = 120000 }
     p.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geminis_openai_compatible_path_is_answered_in_openais_shape() {
+    const KEY: &str = "AIzaSy-test-COMPAT-1";
+    let up = Upstream::start().await;
+    let p = proxy(&up.url, Some("gemini"), "").await;
+    let path = "/v1beta/openai/chat/completions";
+    let body = r#"{"model":"gemini-2.5-flash","messages":[{"role":"user","content":"hi"}],"max_tokens":8}"#;
+    let bearer = format!("Bearer {KEY}");
+    let key = [("authorization", bearer.as_str())];
+    let a = post(&p, path, &key, body).await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(up.seen()[0].body, body.as_bytes());
+    let fp = fingerprint(KEY);
+    assert_eq!(admin(&p, "POST", &format!("/stop?key={fp}")).await.0, 200);
+    let a = post(&p, path, &key, body).await;
+    assert_eq!(a.status, 429, "{}", a.text());
+    let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+    assert!(v["error"]["type"].is_string(), "{}", a.body);
+    assert!(
+        v["error"].get("status").is_none(),
+        "OpenAI's shape: {}",
+        a.body
+    );
+    assert_eq!(up.seen().len(), 1);
+    p.shutdown().await;
+}
+
 fn fastrand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
