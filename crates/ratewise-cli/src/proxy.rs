@@ -14,6 +14,13 @@ pub struct ProxyArgs {
     /// routing between them, in --config.
     #[arg(long)]
     upstream: Option<String>,
+    /// How --upstream's answers are read and its callers answered:
+    /// anthropic, openai, gemini, bedrock, azure, groq, mistral, deepseek,
+    /// openrouter, xai, generic, or auto (the default: from the URL's
+    /// host; an unknown host's answers are read by their own shape,
+    /// generic rules when they show none).
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
     /// A TOML file: upstreams, limits per key or group and class, policy,
     /// spend budget, bounds, log format.
     #[arg(long)]
@@ -49,6 +56,7 @@ pub fn run(args: &ProxyArgs) -> Result<u8, String> {
         redis: args.redis.clone(),
         journal: args.journal.clone(),
         admin: args.admin.clone(),
+        provider: args.provider.clone(),
     };
     let mut config =
         ProxyConfig::load(&flags, |v| std::env::var(v).ok()).map_err(|e| e.to_string())?;

@@ -472,7 +472,7 @@ async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
         Ok(k) => k,
         Err(r) => return r.response(),
     };
-    app.layer.resume(&key).await;
+    app.resume(&key).await;
     app.stops.forget(&key);
     if let Some(j) = &app.journal {
         j.resume(&key);

@@ -186,7 +186,7 @@ fn stopped(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Res
             "ratewise: sending with this key is stopped (a spend or usage limit); it resumes at the limit's reset or when an operator resumes it",
         ),
     };
-    if matches!(provider, Provider::Openai) && cause == Cause::SpendCap {
+    if provider.dialect() == Provider::Openai && cause == Cause::SpendCap {
         r = openai(
             StatusCode::TOO_MANY_REQUESTS,
             "insufficient_quota",
@@ -271,11 +271,42 @@ fn retry_after(h: &mut HeaderMap, until: Option<SystemTime>) {
     }
 }
 
-/// An error in `provider`'s shape (Anthropic's for generic providers).
+/// An error in `provider`'s shape: OpenAI's for it and the
+/// OpenAI-compatible APIs (Azure, Groq, Mistral, DeepSeek, OpenRouter,
+/// xAI), Google's `google.rpc.Status` for Gemini
+/// (`{"error":{"code":429,"message":…,"status":"RESOURCE_EXHAUSTED"}}`),
+/// Anthropic's for the others (generic providers included).
 pub fn shaped(provider: Provider, status: StatusCode, kind: &str, message: &str) -> Response {
-    match provider {
+    match provider.dialect() {
         Provider::Openai => openai(status, kind, None, message),
+        Provider::Gemini => json(status, &google_error(status, message)),
         _ => anthropic(status, kind, message),
+    }
+}
+
+/// Google's error body (`google.rpc.Status` in its JSON envelope) for an
+/// answer of `status`.
+pub fn google_error(status: StatusCode, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "error": {"code": status.as_u16(), "message": message, "status": google_status(status)},
+    })
+}
+
+/// The `google.rpc.Code` name Google's APIs answer `status` with.
+pub fn google_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        402 => "FAILED_PRECONDITION",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        408 | 504 => "DEADLINE_EXCEEDED",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        502 | 503 => "UNAVAILABLE",
+        _ => "INTERNAL",
     }
 }
 

@@ -1,6 +1,6 @@
 //! The proxy's configuration: the command line (`--listen`, `--upstream`,
-//! `--config`, `--redis`, `--journal`, `--admin`) and an optional TOML
-//! file for everything else. Flags win over the file.
+//! `--provider`, `--config`, `--redis`, `--journal`, `--admin`) and an
+//! optional TOML file for everything else. Flags win over the file.
 //!
 //! ```toml
 //! listen = "127.0.0.1:8787"
@@ -13,10 +13,15 @@
 //! [[upstream]]
 //! name = "openai"
 //! url = "https://api.openai.com"
-//! provider = "openai"               # anthropic | openai | generic (default: detected)
+//! provider = "openai"               # default "auto": from the URL's host (below)
 //! paths = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"]
 //! # ca_file = "test-ca.pem"         # extra roots, e.g. a test CA
 //! # roots = "native"                # webpki (default) or the system's
+//!
+//! [[upstream]]
+//! name = "gemini"
+//! url = "https://generativelanguage.googleapis.com"   # read as gemini (its host)
+//! paths = ["/v1beta/models/"]
 //!
 //! [policy]
 //! max_attempts = 3
@@ -75,6 +80,59 @@
 //! upstream's name), else by the longest `paths` prefix that matches, else
 //! the first upstream.
 //!
+//! ## Providers
+//!
+//! Each upstream is read as one provider's API: its answers classified by
+//! that provider's rules (its streams' events too), its callers' keys
+//! read from that provider's headers, and the proxy's own answers (429,
+//! 503, 504, …) given in that provider's error shape. `--provider NAME`
+//! (for `--upstream`) and `provider = "NAME"` (in an `[[upstream]]`) take
+//! `anthropic`, `openai`, `gemini`, `bedrock`, `azure`, `groq`,
+//! `mistral`, `deepseek`, `openrouter`, `xai`, `generic`, or `auto` (the
+//! default). `auto` reads the URL's host ([`Provider::from_host`]):
+//! `api.anthropic.com`, `api.openai.com`,
+//! `generativelanguage.googleapis.com`, `*.openai.azure.com`,
+//! `api.groq.com`, `api.mistral.ai`, `api.deepseek.com`, `openrouter.ai`,
+//! `api.x.ai`, `bedrock-runtime.*.amazonaws.com`. The start log says what
+//! each upstream is read as and why:
+//!
+//! ```text
+//! upstream https://generativelanguage.googleapis.com read as gemini (from its host)
+//! upstream http://127.0.0.1:9000 read as gemini (--provider)
+//! upstream http://10.0.0.5:8080 read as generic (unknown host: generic rules where an answer does not show its provider; say --provider)
+//! ```
+//!
+//! Any other host (a gateway, a test server, a self-hosted model) is read
+//! as before this setting existed, which is the least surprising for the
+//! configurations already written: each answer is read by its own shape
+//! (Anthropic's, OpenAI's, Google's or Bedrock's headers and error
+//! bodies; generic RFC 9110 rules when it shows none), and the caller's
+//! API is told by its path — Gemini's `…/models/{model}:generateContent`
+//! and `:streamGenerateContent` are Gemini's (its answers read and its
+//! streams metered as Gemini's), `/openai/…` Azure's, OpenAI's paths
+//! OpenAI's, anything else Anthropic's. Say `--provider` for such a host
+//! to have its answers read by one provider's rules.
+//!
+//! | provider | key read from (first found) | model from |
+//! |---|---|---|
+//! | `anthropic`, `bedrock`, `generic` | `x-api-key`, `Authorization: Bearer` | the body's `model` |
+//! | `openai`, `groq`, `mistral`, `deepseek`, `openrouter`, `xai` | `Authorization: Bearer`, `x-api-key` | the body's `model` |
+//! | `azure` | `api-key`, `Authorization: Bearer` | `/openai/deployments/{deployment}/…`, else the body's `model` |
+//! | `gemini` | `x-goog-api-key`, the query's `key=`, `Authorization: Bearer` | `/v1beta/models/{model}:…` (no `model` in the body) |
+//!
+//! Gemini's OpenAI-compatible surface (`/v1beta/openai/chat/completions`,
+//! Bearer key, `model` in the body) is read as Gemini's answers, and the
+//! proxy's own answers to it are in OpenAI's shape, as its callers'
+//! SDKs expect.
+//!
+//! Every key is paced under its fingerprint (`fp-…`, see
+//! [`crate::keys`]) and is itself never stored, logged or shown: a
+//! Gemini key given as `?key=` goes upstream in the URL as it came and
+//! nowhere else (a logged path shows `key=REDACTED`). See
+//! [`crate::route`] for the paths whose model and output reservation are
+//! read from the path (Gemini's `generationConfig.maxOutputTokens`,
+//! 8,192 when absent).
+//!
 //! A job's first-byte deadline is its caller's: `x-ratewise-deadline-ms`,
 //! else the read timeout the official SDKs send (`x-stainless-read-timeout`,
 //! then a numeric `x-stainless-timeout`, in seconds), else
@@ -132,6 +190,9 @@ pub struct Flags {
     pub journal: Option<PathBuf>,
     /// `--admin`.
     pub admin: Option<String>,
+    /// `--provider`: how `--upstream`'s answers are read and its callers
+    /// answered (a [`Provider`] word, or `auto`: from its host).
+    pub provider: Option<String>,
 }
 
 /// How logs are written to stderr.
@@ -332,6 +393,8 @@ pub struct Upstream {
     pub url: String,
     /// How its answers are read (`None`: detected per answer).
     pub provider: Option<Provider>,
+    /// Where [`provider`](Self::provider) came from.
+    pub provider_source: ProviderSource,
     /// Path prefixes routed to it.
     pub paths: Vec<String>,
     /// Extra root certificates (PEM), e.g. a test CA.
@@ -340,7 +403,95 @@ pub struct Upstream {
     pub roots: Roots,
 }
 
+/// Where an upstream's provider came from (said in the start log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ProviderSource {
+    /// `--provider` on the command line.
+    Flag,
+    /// `provider = …` in its `[[upstream]]`.
+    File,
+    /// Its URL's host is a provider's documented API host
+    /// ([`Provider::from_host`]).
+    Host,
+    /// Its host is no provider's: each answer's own shape is read
+    /// (`None`), generic rules when it has none.
+    #[default]
+    Unknown,
+}
+
+/// The words `--provider` and `provider = …` take: every [`Provider`]
+/// word, and `auto` (from the URL's host, the default).
+pub fn provider_words() -> String {
+    let mut w: Vec<&str> = Provider::ALL.iter().map(|p| p.as_str()).collect();
+    w.push("auto");
+    w.join(", ")
+}
+
+/// Reads a provider word: `Ok(None)` for `auto`.
+pub fn provider_word(word: &str) -> Result<Option<Provider>, String> {
+    let w = word.trim().to_ascii_lowercase();
+    if w == "auto" {
+        return Ok(None);
+    }
+    Provider::from_word(&w)
+        .map(Some)
+        .ok_or_else(|| format!("provider {word:?} is none of {}", provider_words()))
+}
+
+/// The provider an upstream at `url` is read as: `given` (from the flag or
+/// the file, with its source), else its host's ([`Provider::from_host`]),
+/// else `None` (each answer's own shape).
+fn resolve_provider(
+    url: &str,
+    given: Option<Provider>,
+    source: ProviderSource,
+) -> (Option<Provider>, ProviderSource) {
+    if let Some(p) = given {
+        return (Some(p), source);
+    }
+    let host = url.parse::<http::Uri>().ok();
+    match host
+        .as_ref()
+        .and_then(|u| u.host())
+        .and_then(Provider::from_host)
+    {
+        Some(p) => (Some(p), ProviderSource::Host),
+        None => (None, ProviderSource::Unknown),
+    }
+}
+
 impl Upstream {
+    /// The start log's line for it: `upstream https://… read as gemini
+    /// (from its host)`. The URL is shown without any user or password.
+    pub fn provider_line(&self) -> String {
+        let word = self.provider.map_or("generic", |p| p.as_str());
+        let why = match self.provider_source {
+            ProviderSource::Flag => "(--provider)",
+            ProviderSource::File => "(provider in --config)",
+            ProviderSource::Host => "(from its host)",
+            ProviderSource::Unknown => {
+                "(unknown host: generic rules where an answer does not show its provider; say --provider)"
+            }
+        };
+        format!("upstream {} read as {word} {why}", self.shown_url())
+    }
+
+    /// Its URL as logs show it: scheme, host, port and path, never a
+    /// user or password.
+    pub fn shown_url(&self) -> String {
+        match self.url.parse::<http::Uri>() {
+            Ok(u) => {
+                let scheme = u.scheme_str().unwrap_or("http");
+                let host = u.host().unwrap_or("");
+                let port = u.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+                let path = u.path().trim_end_matches('/');
+                format!("{scheme}://{host}{port}{path}")
+            }
+            Err(_) => "<url>".to_owned(),
+        }
+    }
+
     /// Whether it is reached over TLS.
     pub fn is_https(&self) -> bool {
         self.url.starts_with("https://")
@@ -525,35 +676,48 @@ impl ProxyConfig {
         }
 
         let mut upstreams = Vec::new();
+        let flag_provider = match flags.provider.as_deref() {
+            None => None,
+            Some(w) => provider_word(w).map_err(|e| invalid(format!("--provider: {e}")))?,
+        };
+        if flags.provider.is_some() && flags.upstream.is_none() {
+            return Err(invalid(
+                "--provider names the provider of --upstream: give --upstream too (in --config, say provider = … in each [[upstream]])",
+            ));
+        }
         if let Some(url) = &flags.upstream {
+            let url = base_url(url)?;
+            let (provider, provider_source) =
+                resolve_provider(&url, flag_provider, ProviderSource::Flag);
             upstreams.push(Upstream {
                 name: "default".into(),
-                url: base_url(url)?,
-                provider: None,
+                url,
+                provider,
+                provider_source,
                 paths: Vec::new(),
                 ca_file: None,
                 roots: Roots::Webpki,
             });
         }
         for (i, u) in file.upstream.into_iter().enumerate() {
-            let provider = match u.provider.as_deref() {
+            let given = match u.provider.as_deref() {
                 None => None,
-                Some(p) => Some(Provider::from_word(p).ok_or_else(|| {
-                    invalid(format!(
-                        "upstream {}: provider {p:?} is not anthropic, openai or generic",
-                        i + 1
-                    ))
-                })?),
+                Some(p) => {
+                    provider_word(p).map_err(|e| invalid(format!("upstream {}: {e}", i + 1)))?
+                }
             };
             for p in &u.paths {
                 if !p.starts_with('/') {
                     return Err(invalid(format!("upstream path {p:?} must start with /")));
                 }
             }
+            let url = base_url(&u.url)?;
+            let (provider, provider_source) = resolve_provider(&url, given, ProviderSource::File);
             upstreams.push(Upstream {
                 name: u.name.unwrap_or_else(|| format!("upstream-{}", i + 1)),
-                url: base_url(&u.url)?,
+                url,
                 provider,
+                provider_source,
                 paths: u.paths,
                 ca_file: u.ca_file,
                 roots: u.roots,
@@ -1035,5 +1199,115 @@ mod tests {
         assert_eq!(d.key_table.max_keys, 10_000);
         let none = ProxyConfig::from_toml(&Flags::default(), "", |_| None).unwrap_err();
         assert!(none.to_string().contains("no upstream"), "{none}");
+    }
+
+    #[test]
+    fn the_provider_comes_from_the_flag_the_file_or_the_host() {
+        let with = |up: &str, p: Option<&str>| Flags {
+            provider: p.map(Into::into),
+            ..flags(up)
+        };
+        let read = |f: &Flags, text: &str| {
+            let c = ProxyConfig::from_toml(f, text, |_| None).unwrap();
+            c.upstreams
+                .iter()
+                .map(|u| (u.provider, u.provider_source))
+                .collect::<Vec<_>>()
+        };
+        let host = |url: &str| read(&with(url, None), "")[0];
+        assert_eq!(
+            host("https://generativelanguage.googleapis.com"),
+            (Some(Provider::Gemini), ProviderSource::Host)
+        );
+        assert_eq!(
+            host("https://my-res.openai.azure.com/"),
+            (Some(Provider::Azure), ProviderSource::Host)
+        );
+        assert_eq!(
+            host("https://api.groq.com/openai"),
+            (Some(Provider::Groq), ProviderSource::Host)
+        );
+        assert_eq!(host("http://127.0.0.1:9"), (None, ProviderSource::Unknown));
+        for auto in ["auto", "AUTO"] {
+            assert_eq!(
+                read(&with("https://api.anthropic.com", Some(auto)), "")[0],
+                (Some(Provider::Anthropic), ProviderSource::Host)
+            );
+        }
+        for p in Provider::ALL {
+            assert_eq!(
+                read(&with("http://127.0.0.1:9", Some(p.as_str())), "")[0],
+                (Some(*p), ProviderSource::Flag),
+                "{p:?}"
+            );
+        }
+        // The flag wins over the host.
+        assert_eq!(
+            read(&with("https://api.openai.com", Some("generic")), "")[0],
+            (Some(Provider::Generic), ProviderSource::Flag)
+        );
+        let file = r#"
+            [[upstream]]
+            url = "https://generativelanguage.googleapis.com"
+            [[upstream]]
+            url = "http://127.0.0.1:7"
+            provider = "mistral"
+            [[upstream]]
+            url = "http://127.0.0.1:8"
+            [[upstream]]
+            url = "http://127.0.0.1:6"
+            provider = "auto"
+        "#;
+        assert_eq!(
+            read(&Flags::default(), file),
+            vec![
+                (Some(Provider::Gemini), ProviderSource::Host),
+                (Some(Provider::Mistral), ProviderSource::File),
+                (None, ProviderSource::Unknown),
+                (None, ProviderSource::Unknown),
+            ]
+        );
+        for (f, text, want) in [
+            (with("http://x", Some("acme")), "", "--provider"),
+            (
+                Flags {
+                    provider: Some("gemini".into()),
+                    ..Flags::default()
+                },
+                "[[upstream]]\nurl = \"http://x\"",
+                "--upstream",
+            ),
+            (
+                Flags::default(),
+                "[[upstream]]\nurl = \"http://x\"\nprovider = \"acme\"",
+                "upstream 1",
+            ),
+        ] {
+            let e = ProxyConfig::from_toml(&f, text, |_| None).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+            if text.is_empty() || text.contains("acme") {
+                assert!(e.to_string().contains("gemini, bedrock"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_start_line_says_what_an_upstream_is_read_as_and_why() {
+        let line = |f: Flags| {
+            ProxyConfig::from_toml(&f, "", |_| None).unwrap().upstreams[0].provider_line()
+        };
+        assert_eq!(
+            line(flags("https://generativelanguage.googleapis.com/")),
+            "upstream https://generativelanguage.googleapis.com read as gemini (from its host)"
+        );
+        assert_eq!(
+            line(Flags {
+                provider: Some("azure".into()),
+                ..flags("http://user:pw@127.0.0.1:9/base")
+            }),
+            "upstream http://127.0.0.1:9/base read as azure (--provider)"
+        );
+        assert!(line(flags("http://127.0.0.1:9"))
+            .starts_with("upstream http://127.0.0.1:9 read as generic (unknown host"));
     }
 }

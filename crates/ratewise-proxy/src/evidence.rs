@@ -296,10 +296,11 @@ impl Evidence {
             ),
             None => return Response::new(Body::empty()),
         };
-        let body = match provider {
+        let body = match provider.dialect() {
             Provider::Openai => serde_json::json!({
                 "error": {"message": message, "type": kind, "param": null, "code": code},
             }),
+            Provider::Gemini => crate::answer::google_error(status, &message),
             _ => {
                 let mut err = serde_json::json!({"type": kind, "message": message});
                 if let Some(c) = &code {

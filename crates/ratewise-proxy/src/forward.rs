@@ -19,7 +19,8 @@
 
 use crate::answer;
 use crate::drain::Phase;
-use crate::keys::caller_key;
+use crate::keys::caller_key_in;
+use crate::route::PathApi;
 use crate::upstream::{self, UpBody, WireWatch};
 use crate::App;
 use axum::body::Body;
@@ -30,7 +31,7 @@ use http::{StatusCode, Uri};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use ratewise_core::Provider;
-use ratewise_tower::{Deadline, JobId, KeyLabel};
+use ratewise_tower::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -314,24 +315,50 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
+    let api = PathApi::of(&path);
     let Some(ui) = upstream::choose(&app.config.upstreams, &parts.headers, &path) else {
         return answer::shaped(
-            Provider::Anthropic,
+            api.provider(),
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             "ratewise: x-ratewise-upstream names no configured upstream",
         );
     };
     let up = &app.config.upstreams[ui];
-    let provider = up.provider.unwrap_or_else(|| guess_provider(&path));
+    // Whose API the caller speaks: the upstream's provider, else the
+    // path's (see `route`).
+    let provider = up.provider.unwrap_or_else(|| api.provider());
+    // How the layer reads the answers: the upstream's provider, else each
+    // answer's own shape — but a Gemini path's answers are Gemini's (its
+    // streams are metered as Gemini's).
+    let reads = up
+        .provider
+        .or((provider == Provider::Gemini).then_some(Provider::Gemini));
+    // The shape of the proxy's own answers: the caller's API's — OpenAI's
+    // on Gemini's OpenAI-compatible paths (`/v1beta/openai/…`).
+    let shape = match api {
+        PathApi::OpenaiCompatible => Provider::Openai,
+        _ => provider,
+    };
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        // The path as logs may show it: a `key=` in its query redacted.
+        tracing::debug!(
+            path = %crate::keys::redacted_path(&path),
+            upstream = %up.name,
+            provider = provider.as_str(),
+            "request"
+        );
+    }
     if app.drain.is_draining() {
-        return shutting_down(provider, app.config.grace);
+        return shutting_down(shape, app.config.grace);
     }
 
     // The key: its fingerprint names the shared state; the key itself
-    // stays in the request, for the upstream alone.
-    let key = match caller_key(&parts.headers, provider) {
-        Some(k) => app.keys.note(k),
+    // stays in the request (its header, or Gemini's `?key=`), for the
+    // upstream alone.
+    let query = path.split_once('?').map(|(_, q)| q);
+    let key = match caller_key_in(&parts.headers, query, provider) {
+        Some(k) => app.keys.note(&k),
         None => ANONYMOUS.to_owned(),
     };
     parts.extensions.insert(KeyLabel::new(&key));
@@ -347,7 +374,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         Ok(u) => u,
         Err(_) => {
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "ratewise: the request path is not valid",
@@ -367,19 +394,19 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     };
     let read = tokio::select! {
         r = read => r,
-        _ = drained => return shutting_down(provider, app.config.grace),
+        _ = drained => return shutting_down(shape, app.config.grace),
     };
     let (bytes, held) = match read {
         Ok(b) => b,
         Err(BodyError::TooLarge) => return answer::shaped(
-            provider,
+            shape,
             StatusCode::PAYLOAD_TOO_LARGE,
             "request_too_large",
             "ratewise: the request body is larger than the proxy accepts (bounds.max_request_body)",
         ),
         Err(BodyError::Unreadable) => {
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "ratewise: the request body could not be read",
@@ -391,7 +418,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                 "request bodies held reached bounds.max_body_memory: a request waited the body timeout and was turned away"
             );
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded_error",
                 "ratewise: the proxy holds as many request bodies as it may (bounds.max_body_memory); retry later",
@@ -399,16 +426,36 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         }
         Err(BodyError::Late) => {
             return answer::shaped(
-                provider,
+                shape,
                 StatusCode::REQUEST_TIMEOUT,
                 "timeout_error",
                 "ratewise: the request body did not arrive in time",
             )
         }
     };
-    // What the journal's attempt lines say of the job.
-    app.jobs
-        .describe(job_id, &key, crate::jobs::model_of(&bytes));
+    // The model: the path's (Gemini's model, Azure's deployment), else
+    // the body's. What the journal's attempt lines say of the job.
+    let path_model = api.model(provider).map(str::to_owned);
+    if let Some(m) = &path_model {
+        parts.extensions.insert(Model::new(m));
+    }
+    app.jobs.describe(
+        job_id,
+        &key,
+        path_model.or_else(|| crate::jobs::model_of(&bytes)),
+    );
+    // A Gemini request: the layer reads its output cap and stream flag
+    // from a body of its own; the caller's goes upstream.
+    let bytes = if provider == Provider::Gemini && matches!(api, PathApi::Gemini { .. }) {
+        let read = crate::route::gemini_body(&bytes);
+        parts.extensions.insert(TokenEstimate {
+            input_tokens: read.input_estimate,
+        });
+        parts.extensions.insert(upstream::WireBody(bytes));
+        crate::route::gemini_admission_body(&api, &read)
+    } else {
+        bytes
+    };
     let sent = WireWatch::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
     // The job's cancellation: given when its caller leaves, and (through
@@ -420,7 +467,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         .boxed_unsync();
     let req = http::Request::from_parts(parts, body);
 
-    let svc = app.services[ui].clone();
+    let svc = app.service(ui, reads);
     // The job runs inside this handler; only when its caller goes away
     // after a send does it move to a task of its own (see `Job`).
     let mut job = Job {
@@ -442,7 +489,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     job.finished();
     let result = match result {
         Ok(Ran::Answered(r)) => Ok(r),
-        Ok(Ran::NotSent) => return shutting_down(provider, app.config.grace),
+        Ok(Ran::NotSent) => return shutting_down(shape, app.config.grace),
         Ok(Ran::Cut) => {
             let (attempt, started_ms) = sent.last_send();
             let ctx = app.jobs.context(job_id).unwrap_or_default();
@@ -454,7 +501,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                 model: ctx.model,
                 request_id: ctx.request_id,
             });
-            return cut_at_grace(provider);
+            return cut_at_grace(shape);
         }
         Err(()) => Err(()),
     };
@@ -477,7 +524,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                             std::future::pending::<()>().await;
                         }
                     })),
-                    sse: sse.then_some(provider),
+                    sse: sse.then_some(shape),
                     app,
                 })
             })
@@ -488,7 +535,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
             if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Cancelled)
                 && app.drain.cancel.is_cancelled() =>
         {
-            shutting_down(provider, app.config.grace)
+            shutting_down(shape, app.config.grace)
         }
         Ok(Err(e)) => {
             if e.is_stop_queue() {
@@ -498,11 +545,11 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
             if e.is_hold_unknown() {
                 app.unknown_outcome(&e);
             }
-            answer::for_error(&e, provider, &key, &app.stops)
+            answer::for_error(&e, shape, &key, &app.stops)
         }
         // The job outlived its deadline and the slack after it.
         Err(()) => answer::shaped(
-            provider,
+            shape,
             StatusCode::GATEWAY_TIMEOUT,
             "timeout_error",
             "ratewise: the job outlived its deadline and was cut",
@@ -536,21 +583,6 @@ fn strip_hop_by_hop(h: &mut http::HeaderMap) {
         "upgrade",
     ] {
         h.remove(n);
-    }
-}
-
-/// Which provider's shape a caller of `path` expects, when the upstream
-/// does not say: OpenAI's paths, else Anthropic's.
-fn guess_provider(path: &str) -> Provider {
-    let p = path.split('?').next().unwrap_or(path);
-    if p.starts_with("/v1/chat/")
-        || p.starts_with("/v1/responses")
-        || p.starts_with("/v1/embeddings")
-        || p.starts_with("/v1/completions")
-    {
-        Provider::Openai
-    } else {
-        Provider::Anthropic
     }
 }
 
@@ -800,7 +832,11 @@ where
 /// ends first).
 fn sse_error(provider: Provider) -> Bytes {
     let message = "ratewise: the proxy shut down before the stream ended";
-    let text = match provider {
+    let text = match provider.dialect() {
+        Provider::Gemini => format!(
+            "\n\ndata: {}\n\n",
+            crate::answer::google_error(StatusCode::SERVICE_UNAVAILABLE, message)
+        ),
         Provider::Openai => format!(
             "\n\ndata: {}\n\n",
             serde_json::json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}})

@@ -9,12 +9,25 @@
 //!
 //! ```text
 //! ratewise proxy --listen 127.0.0.1:8787 --upstream https://api.anthropic.com
-//!                [--config ratewise.toml] [--journal FILE] [--admin 127.0.0.1:8788]
-//!                [--grace SECONDS]
+//!                [--provider NAME] [--config ratewise.toml] [--journal FILE]
+//!                [--admin 127.0.0.1:8788] [--grace SECONDS]
 //! ```
 //!
 //! ```python
 //! client = anthropic.Anthropic(base_url="http://127.0.0.1:8787", max_retries=0)
+//! ```
+//!
+//! The proxy speaks each provider's own paths and key headers: Anthropic's
+//! and OpenAI's, the OpenAI-compatible APIs', Azure OpenAI's deployments
+//! (`/openai/deployments/{deployment}/chat/completions`, `api-key`), and
+//! Gemini's native API (`/v1beta/models/{model}:generateContent` and
+//! `:streamGenerateContent?alt=sse`, `x-goog-api-key` or `?key=`). Which
+//! provider an upstream is comes from `--provider`, else its host (see
+//! [`config`], "Providers"); the model of a Gemini or Azure request from
+//! its path ([`route`]).
+//!
+//! ```python
+//! client = genai.Client(api_key=KEY, http_options={"base_url": "http://127.0.0.1:8787"})
 //! ```
 //!
 //! * [`config`]: the flags and the TOML file.
@@ -25,7 +38,10 @@
 //!   replica, and this process after a restart, answers it alike.
 //! * [`jobs`]: jobs in flight by id (`x-ratewise-job`), with what the
 //!   journal says of their attempts.
-//! * [`keys`]: callers' keys, fingerprinted.
+//! * [`keys`]: callers' keys, fingerprinted (and a path's `key=` redacted
+//!   wherever it is logged).
+//! * [`route`]: what a path says — the provider's API, a model named in
+//!   the path (Gemini, Azure), a Gemini body's output cap.
 //! * [`upstream`]: HTTP(S) clients and routing.
 //! * [`admin`]: `/status`, `/resume`, `/stop`, `/metrics`, `/healthz` on
 //!   their own listener.
@@ -48,13 +64,14 @@ pub mod jobs;
 pub mod journal;
 pub mod keys;
 pub mod metrics;
+pub mod route;
 pub mod serve;
 pub mod upstream;
 
 use config::ProxyConfig;
 use evidence::Evidence;
 use ratewise_core::admit::{Controller, Shared};
-use ratewise_core::Cause;
+use ratewise_core::{Cause, Provider};
 use ratewise_tower::{RetryLayer, RetryService, TokioClock};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,16 +83,24 @@ use tower::Layer;
 pub struct App {
     /// The configuration.
     pub config: ProxyConfig,
-    /// The layer (shared state, queues, clock).
+    /// The layer (shared state, queues, clock) that reads each answer's
+    /// provider from the answer itself.
     pub layer: RetryLayer,
+    /// The layers that read answers as one provider's (its classification,
+    /// its streams' events): one per provider the upstreams are read as,
+    /// and Gemini's. All share the store (buckets, pauses, stops), the
+    /// clock and the journal; each has its own waiting queues, so
+    /// `bounds.max_waiting` and the arrival order hold per provider read
+    /// (a key is one provider's: its jobs meet in one layer).
+    pub layers: Vec<(Provider, RetryLayer)>,
     /// This process's admission state: the store itself, or with
     /// `--redis` this process's view of the shared one (as of its last
     /// round trip), for `/status` and `/metrics`.
     pub store: Arc<Shared>,
     /// The shared store on Redis, with `--redis`.
     pub redis: Option<ratewise_redis::RedisStore>,
-    /// One service per upstream, in the configuration's order.
-    pub services: Vec<RetryService<upstream::Marking>>,
+    /// One client per upstream, in the configuration's order.
+    pub clients: Vec<upstream::Marking>,
     /// Keys seen.
     pub keys: keys::Seen,
     /// Answers that stopped keys.
@@ -101,6 +126,27 @@ pub struct App {
 }
 
 impl App {
+    /// The service sending to upstream `ui` whose answers are read as
+    /// `provider`'s (`None`: each answer's own shape).
+    pub fn service(
+        &self,
+        ui: usize,
+        provider: Option<Provider>,
+    ) -> RetryService<upstream::Marking> {
+        let layer = provider
+            .and_then(|p| self.layers.iter().find(|(q, _)| *q == p))
+            .map_or(&self.layer, |(_, l)| l);
+        layer.layer(self.clients[ui].clone())
+    }
+
+    /// Lifts `key`'s stop, once, in the store every layer shares. No job
+    /// waits on a stopped key in any layer (a stop hands its waiters back
+    /// at once), so there is nobody to wake in the others — and a second
+    /// resume could lift a stop another replica made in between.
+    pub async fn resume(&self, key: &str) {
+        self.layer.resume(key).await;
+    }
+
     /// Notes a job held as `outcome_unknown`: it was sent and no answer
     /// came, so it may have been processed. Its key, model and the last
     /// upstream request id seen come with it.
@@ -502,18 +548,32 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
     // given that store, and no admission settings of its own.
     let mut layer_config = config.layer.clone();
     layer_config.admission = ratewise_core::admit::Config::default();
-    let layer = RetryLayer::builder()
-        .config(layer_config)
-        .store(state)
-        .clock(Arc::new(TokioClock::new()))
-        .journal(hook)
-        .build()
-        .expect("a store with no admission settings beside it builds");
+    let clock: Arc<dyn ratewise_tower::Clock> = Arc::new(TokioClock::new());
+    let build = |provider: Option<Provider>| {
+        let mut c = layer_config.clone();
+        c.provider = provider;
+        RetryLayer::builder()
+            .config(c)
+            .store(state.clone())
+            .clock(clock.clone())
+            .journal(hook.clone())
+            .build()
+            .expect("a store with no admission settings beside it builds")
+    };
+    let layer = build(None);
+    // A layer per provider read: the upstreams' own, and Gemini's (a
+    // Gemini path's answers are Gemini's whatever the upstream).
+    let mut read: Vec<Provider> = config.upstreams.iter().filter_map(|u| u.provider).collect();
+    read.push(Provider::Gemini);
+    read.sort_by_key(|p| p.as_str());
+    read.dedup();
+    let layers = read.into_iter().map(|p| (p, build(Some(p)))).collect();
     let drain = drain::Drain::default();
-    let mut services = Vec::new();
+    let mut clients = Vec::new();
     for up in &config.upstreams {
         let client = upstream::client(up).map_err(StartError::Tls)?;
-        services.push(layer.layer(upstream::Marking(client, drain.wire.clone())));
+        clients.push(upstream::Marking(client, drain.wire.clone()));
+        tracing::info!(upstream = %up.name, provider = up.provider.map_or("generic", |p| p.as_str()), "{}", up.provider_line());
     }
     config
         .admin_access
@@ -546,9 +606,10 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         drain,
         body_memory,
         layer,
+        layers,
         store,
         redis,
-        services,
+        clients,
         keys: keys::Seen::default(),
         stops,
         metrics,

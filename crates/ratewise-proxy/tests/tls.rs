@@ -137,6 +137,7 @@ fn a_ca_file_without_certificates_is_a_start_error() {
         name: "x".into(),
         url: "https://localhost:1".into(),
         provider: None,
+        provider_source: Default::default(),
         paths: vec![],
         ca_file: Some(ca_file),
         roots: ratewise_proxy::config::Roots::Webpki,
