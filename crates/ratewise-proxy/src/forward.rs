@@ -31,7 +31,7 @@ use http::{StatusCode, Uri};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use ratewise_core::Provider;
-use ratewise_tower::{Deadline, JobId, KeyLabel, Model, TokenEstimate};
+use ratewise_tower::{Deadline, JobId, KeyLabel, Model};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -444,18 +444,9 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         &key,
         path_model.or_else(|| crate::jobs::model_of(&bytes)),
     );
-    // A Gemini request: the layer reads its output cap and stream flag
-    // from a body of its own; the caller's goes upstream.
-    let bytes = if provider == Provider::Gemini && matches!(api, PathApi::Gemini { .. }) {
-        let read = crate::route::gemini_body(&bytes);
-        parts.extensions.insert(TokenEstimate {
-            input_tokens: read.input_estimate,
-        });
-        parts.extensions.insert(upstream::WireBody(bytes));
-        crate::route::gemini_admission_body(&api, &read)
-    } else {
-        bytes
-    };
+    // A Gemini request's output cap and stream flag are read by the layer
+    // from its path and body (`generationConfig.maxOutputTokens`): one
+    // reader of Gemini requests, the layer's.
     let sent = WireWatch::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
     // The job's cancellation: given when its caller leaves, and (through

@@ -18,12 +18,7 @@
 //! Nothing here allocates more than the path's own length, and a path
 //! that fits no pattern is simply not one of these APIs.
 
-use bytes::Bytes;
 use ratewise_core::Provider;
-
-/// The output reserved for a Gemini generation that sets no
-/// `generationConfig.maxOutputTokens`.
-pub const GEMINI_DEFAULT_MAX_OUTPUT: u64 = 8192;
 
 /// The longest model or deployment name kept from a path.
 const MAX_MODEL: usize = 128;
@@ -153,71 +148,6 @@ fn gemini(path: &str) -> Option<PathApi> {
     })
 }
 
-/// What admission reads of a Gemini request's body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GeminiBody {
-    /// `generationConfig.maxOutputTokens`, when set.
-    pub max_output_tokens: Option<u64>,
-    /// Input tokens estimated from `contents`, `systemInstruction` and
-    /// `tools` (a token per 4 bytes of their JSON); from the whole body
-    /// when it is not a JSON object.
-    pub input_estimate: u64,
-}
-
-/// Reads a Gemini request body (never building a tree of it).
-pub fn gemini_body(body: &[u8]) -> GeminiBody {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Config {
-        #[serde(default)]
-        max_output_tokens: Option<u64>,
-    }
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Wire<'a> {
-        #[serde(borrow, default)]
-        contents: Option<&'a serde_json::value::RawValue>,
-        #[serde(borrow, default)]
-        system_instruction: Option<&'a serde_json::value::RawValue>,
-        #[serde(borrow, default)]
-        tools: Option<&'a serde_json::value::RawValue>,
-        #[serde(default)]
-        generation_config: Option<Config>,
-    }
-    let whole = GeminiBody {
-        max_output_tokens: None,
-        input_estimate: (body.len() as u64).div_ceil(4),
-    };
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return whole;
-    }
-    let Ok(w) = serde_json::from_slice::<Wire<'_>>(body) else {
-        return whole;
-    };
-    let bytes: usize = [w.contents, w.system_instruction, w.tools]
-        .iter()
-        .flatten()
-        .map(|r| r.get().len())
-        .sum();
-    GeminiBody {
-        max_output_tokens: w.generation_config.and_then(|c| c.max_output_tokens),
-        input_estimate: (bytes as u64).div_ceil(4),
-    }
-}
-
-/// The body the layer reads for a Gemini request, in the fields it knows
-/// (`max_tokens`, `stream`): the layer reads OpenAI's and Anthropic's
-/// fields only. It is never sent: the request's own body goes upstream
-/// ([`crate::upstream::WireBody`]).
-pub fn gemini_admission_body(api: &PathApi, body: &GeminiBody) -> Bytes {
-    let max = if api.generates() {
-        body.max_output_tokens.unwrap_or(GEMINI_DEFAULT_MAX_OUTPUT)
-    } else {
-        0
-    };
-    Bytes::from(serde_json::json!({"max_tokens": max, "stream": api.streams()}).to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,29 +231,5 @@ mod tests {
         ] {
             let _ = PathApi::of(junk);
         }
-    }
-
-    #[test]
-    fn a_gemini_body_gives_its_output_cap_and_input_estimate() {
-        let body = br#"{"contents":[{"role":"user","parts":[{"text":"hello there"}]}],"generationConfig":{"maxOutputTokens":256,"temperature":0.2}}"#;
-        let b = gemini_body(body);
-        assert_eq!(b.max_output_tokens, Some(256));
-        let contents = r#"[{"role":"user","parts":[{"text":"hello there"}]}]"#;
-        assert_eq!(b.input_estimate, (contents.len() as u64).div_ceil(4));
-        let none = gemini_body(br#"{"contents":[]}"#);
-        assert_eq!(none.max_output_tokens, None);
-        let api = PathApi::of("/v1beta/models/m:generateContent");
-        assert_eq!(
-            gemini_admission_body(&api, &none),
-            Bytes::from_static(br#"{"max_tokens":8192,"stream":false}"#)
-        );
-        let count = PathApi::of("/v1beta/models/m:countTokens");
-        assert_eq!(
-            gemini_admission_body(&count, &b),
-            Bytes::from_static(br#"{"max_tokens":0,"stream":false}"#)
-        );
-        // Not JSON: the whole body, as any other.
-        assert_eq!(gemini_body(b"12345678").input_estimate, 2);
-        assert_eq!(gemini_body(br#"{"contents": 5"#).input_estimate, 4);
     }
 }

@@ -228,14 +228,6 @@ impl Drop for NoLongerWaiting {
     }
 }
 
-/// The body a request is sent upstream with, when the layer was given
-/// another to read (a Gemini request: the layer reads its output cap and
-/// stream flag in the fields it knows, see
-/// [`crate::route::gemini_admission_body`]). Every send carries these
-/// bytes, as the caller sent them.
-#[derive(Debug, Clone)]
-pub struct WireBody(pub Bytes);
-
 /// The upstream client, telling each request's [`WireWatch`] what goes on
 /// the wire and what comes back. Every send it is given is made: the layer
 /// hands a send over only when the job's cancellation allows it.
@@ -251,14 +243,8 @@ impl Service<http::Request<UpBody>> for Marking {
         Service::poll_ready(&mut self.0, cx).map_err(Into::into)
     }
 
-    fn call(&mut self, mut req: http::Request<UpBody>) -> Self::Future {
+    fn call(&mut self, req: http::Request<UpBody>) -> Self::Future {
         use futures::FutureExt;
-        use http_body_util::BodyExt;
-        if let Some(WireBody(bytes)) = req.extensions_mut().remove::<WireBody>() {
-            *req.body_mut() = http_body_util::Full::new(bytes)
-                .map_err(|never: std::convert::Infallible| -> axum::Error { match never {} })
-                .boxed_unsync();
-        }
         let watch = req.extensions().get::<WireWatch>().cloned();
         if let Some(watch) = &watch {
             watch.on(&self.1);

@@ -81,6 +81,24 @@ fn query_key(uri: &http::Uri) -> Option<&str> {
         .filter(|k| !k.is_empty() && k.len() <= 512)
 }
 
+/// What Gemini reserves for a generation that sets no
+/// `generationConfig.maxOutputTokens`: its models' usual output cap.
+pub const GEMINI_DEFAULT_MAX_OUTPUT: u64 = 8192;
+
+/// The output a Gemini call of `path` may produce when its body names no
+/// cap: [`GEMINI_DEFAULT_MAX_OUTPUT`] for `:generateContent` and
+/// `:streamGenerateContent`, nothing for the methods that generate no text
+/// (`:countTokens`, `:embedContent`, ...); `None` for a path that is not
+/// Gemini's `/models/{model}:{method}`.
+fn gemini_output_cap(path: &str) -> Option<u64> {
+    let at = path.find("/models/")?;
+    let (_, method) = path[at..].rsplit_once(':')?;
+    Some(match method {
+        "generateContent" | "streamGenerateContent" => GEMINI_DEFAULT_MAX_OUTPUT,
+        _ => 0,
+    })
+}
+
 /// The model a provider names in the path rather than the body: Gemini's
 /// `/v1beta/models/{model}:generateContent`, Azure OpenAI's
 /// `/openai/deployments/{deployment}/chat/completions`.
@@ -181,7 +199,9 @@ impl Job {
                         .map(|m| ratewise_core::parse::clip(m, 128).to_owned())
                 })
                 .unwrap_or_else(|| "unknown".to_owned()),
-            max_tokens: fields.max_tokens,
+            max_tokens: fields
+                .max_tokens
+                .or_else(|| gemini_output_cap(parts.uri.path())),
             input_estimate: ext.get::<TokenEstimate>().map(|t| t.input_tokens),
             body_bytes: body.len() as u64,
             streamed: fields.streamed || parts.uri.path().contains(":streamGenerateContent"),
@@ -236,6 +256,19 @@ mod tests {
         );
         assert_eq!(a.model, "my-gpt4o");
         assert_eq!(a.provider, Some(Provider::Azure));
+        let default = req(
+            "http://127.0.0.1:9/v1beta/models/gemini-2.5-pro:generateContent",
+            br#"{"contents":[]}"#,
+        );
+        assert_eq!(
+            (default.model.as_str(), default.max_tokens),
+            ("gemini-2.5-pro", Some(GEMINI_DEFAULT_MAX_OUTPUT))
+        );
+        let count = req(
+            "http://127.0.0.1:9/v1beta/models/gemini-2.5-pro:countTokens",
+            br#"{"contents":[]}"#,
+        );
+        assert_eq!(count.max_tokens, Some(0));
         let local = req("http://127.0.0.1:9/v1/messages", br#"{"model":"m"}"#);
         assert_eq!((local.model.as_str(), local.provider), ("m", None));
     }
