@@ -35,6 +35,8 @@
 //! requests = 50
 //! input_tokens = 30000
 //! output_tokens = 8000
+//! # in_flight = 8                   # requests of one key in flight at once (DeepSeek
+//!                                   # limits concurrency per account); default: none
 //!
 //! [[key]]                           # by fingerprint (see /status) …
 //! fingerprint = "fp-0123456789abcdef"
@@ -325,6 +327,8 @@ struct LimitsFile {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     tokens: Option<u64>,
+    /// Requests of one key in flight at once (top-level `[limits]` only).
+    in_flight: Option<u32>,
 }
 
 impl LimitsFile {
@@ -817,6 +821,22 @@ impl ProxyConfig {
         }
         if let Some(l) = file.limits {
             adm.limits = l.limits();
+            adm.max_in_flight = l.in_flight.filter(|n| *n > 0);
+        }
+        let per_entry_in_flight = file.class.iter().any(|c| c.limits.in_flight.is_some())
+            || file
+                .group
+                .iter()
+                .any(|g| g.limits.is_some_and(|l| l.in_flight.is_some()))
+            || file
+                .key
+                .iter()
+                .any(|k| k.limits.is_some_and(|l| l.in_flight.is_some()));
+        if per_entry_in_flight {
+            return Err(invalid(
+                "limits.in_flight applies to every key alike: give it in the top-level [limits] only"
+                    .to_owned(),
+            ));
         }
         for c in file.class {
             adm.classes.set(c.name.clone(), c.name.clone());
@@ -1309,5 +1329,23 @@ mod tests {
         );
         assert!(line(flags("http://127.0.0.1:9"))
             .starts_with("upstream http://127.0.0.1:9 read as generic (unknown host"));
+    }
+
+    #[test]
+    fn in_flight_bounds_every_key_and_only_at_the_top() {
+        let c = ProxyConfig::from_toml(
+            &flags("http://127.0.0.1:8"),
+            "[limits]\nin_flight = 4\n",
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.layer.admission.max_in_flight, Some(4));
+        let err = ProxyConfig::from_toml(
+            &flags("http://127.0.0.1:8"),
+            "[[key]]\nfingerprint = \"fp-0123456789abcdef\"\nlimits = { in_flight = 2 }\n",
+            |_| None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("top-level [limits]"), "{err}");
     }
 }
