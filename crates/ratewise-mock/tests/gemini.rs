@@ -313,7 +313,8 @@ async fn gemini_limit_zero_model_is_a_permission_never_retried() {
         assert!(msg.ends_with("Please retry in 25.46s."), "{msg}");
         let c = classify(&r);
         assert_eq!(c.cause, Cause::Permission);
-        assert_eq!(c.scope, Scope::Key);
+        // The model's on this key: its class stops, not the whole key.
+        assert_eq!(c.scope, Scope::Bucket);
         assert!(!c.cause.is_retryable());
         assert_eq!(c.hints.wait, None);
     }

@@ -334,6 +334,10 @@ struct ScopeState {
     buckets: [Option<Bucket>; 4],
     ramp: Ramp,
     paused_until: Option<Instant>,
+    /// A stop of this model class alone (a quota the key's tier does not
+    /// have for it: Gemini's "limit: 0"): nothing more is sent for it
+    /// until the key is resumed; the key's other classes go on.
+    class_stop: Option<Cause>,
     last_call: Option<Instant>,
     /// Running total of units given back unused (never charged by the
     /// server), per bucket: a response's view is read net of what was

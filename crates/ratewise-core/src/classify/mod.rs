@@ -299,8 +299,9 @@ pub fn classify_response(
         wall_now,
         &mut c.hints.rejected,
     );
+    let mut scope_of_quota = None;
     if let (Some(g), Cause::RateLimited) = (&google, cause) {
-        google_quota(
+        scope_of_quota = google_quota(
             g,
             &mut cause,
             &mut dimension,
@@ -316,7 +317,9 @@ pub fn classify_response(
         message,
         wall_now,
     };
-    let scope = rules.apply(&mut cause, &mut c.hints, &mut c.evidence.notes);
+    let scope = rules
+        .apply(&mut cause, &mut c.hints, &mut c.evidence.notes)
+        .or(scope_of_quota);
     if cause != Cause::RateLimited && cause != Cause::RequestTooLarge {
         dimension = None;
     }
@@ -395,6 +398,8 @@ pub fn classify_in_band(
 /// helps, whatever the answer's "retry in" says: a permission); a per-day
 /// quota waits for its documented reset, not for the delay beside it; a
 /// per-minute one waits for `retryDelay` where no header said more.
+/// Returns the scope when it is not the cause's (a quota of 0 is the
+/// model's on this key: its bucket, not the whole key).
 fn google_quota(
     g: &google::GoogleStatus,
     cause: &mut Cause,
@@ -402,13 +407,13 @@ fn google_quota(
     hints: &mut Hints,
     wall_now: SystemTime,
     notes: &mut Vec<crate::note::Note>,
-) {
+) -> Option<Scope> {
     if g.quota_not_granted() {
         *cause = Cause::Permission;
         *dimension = None;
         hints.wait = None;
-        notes.push("gemini: a quota of 0 (\"limit: 0\"): the key's tier does not have it; waiting cannot help".into());
-        return;
+        notes.push("gemini: a quota of 0 (\"limit: 0\"): the key's tier does not have it for this model; waiting cannot help".into());
+        return Some(Scope::Bucket);
     }
     let violation = g.violation();
     if let Some(d) = violation.and_then(google::Violation::dimension) {
@@ -425,7 +430,7 @@ fn google_quota(
         });
         hints.resume_at = Some(reset);
         notes.push("gemini: a per-day quota: it resets at midnight Pacific (taken as 08:00 UTC), not after the answer's retry delay".into());
-        return;
+        return None;
     }
     // The structured delay beats a phrase in the message; a header, where
     // a proxy in between added one, beats both.
@@ -437,6 +442,7 @@ fn google_quota(
             });
         }
     }
+    None
 }
 
 /// The most trusted valid wait hint, in DESIGN's order: `retry-after-ms`,

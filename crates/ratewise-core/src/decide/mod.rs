@@ -70,6 +70,13 @@ fn terminal_action(policy: &Policy, c: &Classification, notes: &mut Vec<Note>) -
                 until: c.hints.resume_at,
             }
         }
+        // A permission of one model class (Gemini's "limit: 0": the key's
+        // tier has no quota for this model): that class is stopped, so
+        // nothing more is sent for it; the key's other models go on.
+        Cause::Permission if c.scope == crate::vocab::Scope::Bucket => {
+            notes.push("no quota for this model on this key: its class stops".into());
+            Action::StopQueue { until: None }
+        }
         Cause::InvalidRequest | Cause::RequestTooLarge | Cause::NotFound | Cause::Permission => {
             notes.push("the request or configuration must change".into());
             Action::Fail

@@ -41,6 +41,9 @@ impl Controller {
             }
         }
         let s = &mut self.scopes[req.target.scope.0 as usize];
+        if let Some(cause) = s.class_stop {
+            return Admission::Stopped { cause, until: None };
+        }
         let deadline = req.deadline.map(|d| s.last_send(d, req.streamed));
         if deadline.is_some_and(|d| t > d) {
             // Past the last moment to send: the answer could not come in

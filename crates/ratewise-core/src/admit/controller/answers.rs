@@ -335,8 +335,16 @@ impl Controller {
             _ => {}
         }
         if let Action::StopQueue { until } = d.action {
-            self.stop(scope, c.cause, until, now);
-            d.notes.push("admission: key stopped".into());
+            if c.scope == crate::vocab::Scope::Bucket {
+                if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
+                    s.class_stop = Some(c.cause);
+                }
+                d.notes
+                    .push("admission: this model class stopped (the key's others go on)".into());
+            } else {
+                self.stop(scope, c.cause, until, now);
+                d.notes.push("admission: key stopped".into());
+            }
         }
         d
     }
@@ -396,7 +404,9 @@ impl Controller {
         let ks = &mut self.keys[k as usize];
         ks.stop = None;
         for id in ks.scopes.clone() {
-            restart_ramp(&mut self.scopes[id as usize], &self.cfg.ramp, now.instant);
+            let s = &mut self.scopes[id as usize];
+            s.class_stop = None;
+            restart_ramp(s, &self.cfg.ramp, now.instant);
         }
     }
 }

@@ -105,6 +105,7 @@ impl Controller {
             buckets: [None, None, None, None],
             ramp,
             paused_until: None,
+            class_stop: None,
             last_call: None,
             released: [0; 4],
             seen: [0; 4],
