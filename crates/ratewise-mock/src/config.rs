@@ -21,6 +21,7 @@
 //! ```
 
 use crate::faults::FaultRule;
+use crate::flavor::{CompatibleConfig, Flavor};
 use ratewise_core::{Dimension, Provider};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -120,6 +121,12 @@ pub struct MockConfig {
     /// only in the error message. Only what the answers say changes: the
     /// buckets admit and refuse exactly the same requests.
     pub silent: Silent,
+    /// Which OpenAI-compatible provider `/v1/chat/completions` answers as
+    /// (default [`Flavor::Openai`]: OpenAI). See [`crate::flavor`].
+    pub flavor: Flavor,
+    /// Settings of the OpenAI-compatible flavors (daily and monthly
+    /// quotas, Azure's content filter, DeepSeek's concurrency queue).
+    pub compatible: CompatibleConfig,
     /// Faults to inject, checked in order (default none).
     pub faults: Vec<FaultRule>,
     /// Labels recorded instead of a key's fingerprint: key → label.
@@ -158,6 +165,8 @@ impl Default for MockConfig {
             framing: Framing::default(),
             compression: false,
             silent: Silent::Off,
+            flavor: Flavor::Openai,
+            compatible: CompatibleConfig::default(),
             faults: Vec::new(),
             key_labels: BTreeMap::new(),
             max_body_bytes: 4 << 20,

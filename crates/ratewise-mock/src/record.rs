@@ -3,6 +3,7 @@
 //! (no key, no body).
 
 use crate::faults::Fault;
+use crate::flavor::Flavor;
 use crate::model::{Answer, Outcome};
 use crate::render::RenderCtx;
 use ratewise_core::{Cause, Dimension, Provider};
@@ -52,6 +53,9 @@ pub struct RequestRecord {
     pub fault: Option<Fault>,
     /// Request id sent back (none for resets).
     pub request_id: Option<String>,
+    /// Real milliseconds the request waited for a concurrency slot
+    /// (DeepSeek's queue, [`CompatibleConfig::concurrency`](crate::CompatibleConfig::concurrency)); 0 otherwise.
+    pub queued_ms: u64,
 }
 
 /// Counts of records by job: how many sends each job made.
@@ -76,7 +80,13 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
         },
         Outcome::RateLimited { dimension, .. } => (Some(429), Cause::RateLimited, Some(*dimension)),
         Outcome::SlowDown { .. } => (Some(429), Cause::AccelerationLimited, None),
+        // DeepSeek and OpenRouter answer money with 402.
+        Outcome::SpendCap if matches!(ctx.flavor, Flavor::Deepseek | Flavor::Openrouter) => {
+            (Some(402), Cause::SpendCap, None)
+        }
         Outcome::SpendCap => (Some(429), Cause::SpendCap, None),
+        // xAI's money answer is a 429.
+        Outcome::Billing if ctx.flavor == Flavor::Xai => (Some(429), Cause::Billing, None),
         // Gemini's billing answer is 400 `FAILED_PRECONDITION`.
         Outcome::Billing if ctx.provider == Provider::Gemini => (Some(400), Cause::Billing, None),
         Outcome::Billing => (Some(402), Cause::Billing, None),
@@ -87,6 +97,10 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
         Outcome::DailyQuota { .. } => (Some(429), Cause::RateLimited, Some(Dimension::Requests)),
         // "limit: 0": ratewise-core reads a quota the tier lacks as a permission.
         Outcome::QuotaNotGranted => (Some(429), Cause::Permission, None),
+        Outcome::RequestTooLarge { .. } => {
+            (Some(413), Cause::RequestTooLarge, Some(Dimension::Tokens))
+        }
+        Outcome::MonthlyQuota { .. } => (Some(429), Cause::RateLimited, Some(Dimension::Tokens)),
         Outcome::Fault(f) => {
             rec.fault = Some(f.clone());
             match f {
@@ -95,8 +109,9 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
                     (None, Cause::OutcomeUnknown, None)
                 }
                 Fault::Overloaded => (
-                    Some(match ctx.provider {
-                        Provider::Openai | Provider::Gemini => 503,
+                    Some(match (ctx.provider, ctx.flavor) {
+                        (Provider::Openai, Flavor::Mistral) => 429,
+                        (Provider::Openai | Provider::Gemini, _) => 503,
                         _ => 529,
                     }),
                     Cause::Overloaded,
@@ -112,9 +127,13 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
                     },
                     None,
                 ),
-                Fault::RetryAfter { .. } => {
+                Fault::RetryAfter { .. } | Fault::UpstreamRateLimited => {
                     (Some(429), Cause::RateLimited, Some(Dimension::Requests))
                 }
+                Fault::ErrorInBody { .. } if ctx.provider == Provider::Openai => {
+                    (Some(200), Cause::ServerError, None)
+                }
+                Fault::ErrorInBody { .. } => (Some(502), Cause::ServerError, None),
                 _ => (Some(200), Cause::Success, None),
             }
         }

@@ -1,0 +1,39 @@
+//! DeepSeek: no rate-limit headers; 402 "Insufficient Balance" for money,
+//! 503 "Server overloaded"; a waiting request is sent blank lines (JSON) or
+//! `: keep-alive` comments (streams) — the queue itself is the server's
+//! (`server::queue`).
+
+use super::{json_headers, rendered};
+use crate::model::{Answer, Outcome};
+use crate::render::{RenderCtx, Rendered};
+use crate::Fault;
+use serde_json::{json, Value};
+
+/// What a waiting request is sent every keep-alive interval.
+pub fn keepalive(stream: bool) -> &'static str {
+    if stream {
+        ": keep-alive\n\n"
+    } else {
+        "\n"
+    }
+}
+
+/// The 503 of an overloaded server (also a queue wait that ran out).
+pub fn overloaded(ctx: &RenderCtx) -> Rendered {
+    let body = json!({"error": {"message": "Server overloaded, please try again later.",
+        "type": "service_unavailable_error", "param": Value::Null, "code": "server_overloaded"}});
+    rendered(503, json_headers(ctx), &body)
+}
+
+/// DeepSeek's renderings: money and overload.
+pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Option<Rendered> {
+    match &answer.outcome {
+        Outcome::Billing | Outcome::SpendCap => {
+            let body = json!({"error": {"message": "Insufficient Balance",
+                "type": "unknown_error", "param": Value::Null, "code": "invalid_request_error"}});
+            Some(rendered(402, json_headers(ctx), &body))
+        }
+        Outcome::Fault(Fault::Overloaded) => Some(overloaded(ctx)),
+        _ => None,
+    }
+}
