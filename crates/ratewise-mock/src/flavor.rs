@@ -80,7 +80,7 @@ impl Flavor {
 /// }"#).unwrap();
 /// assert_eq!(cfg.compatible.concurrency, Some(2));
 /// let d = ratewise_mock::CompatibleConfig::default();
-/// assert_eq!((d.keepalive_ms, d.queue_timeout_ms), (1000, 1_800_000));
+/// assert_eq!((d.keepalive_ms, d.queue_timeout_ms), (1000, 600_000));
 /// assert_eq!(d.content_filter_marker, None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,10 +106,19 @@ pub struct CompatibleConfig {
     /// Nothing is sent, not even the status, before the first is due.
     pub keepalive_ms: u64,
     /// DeepSeek: real milliseconds a request waits for a slot at most
-    /// (default 1 800 000: DeepSeek's 30 minutes). Past it, a request to
-    /// which nothing was sent yet is answered 503 "Server overloaded"; one
-    /// already sent keep-alives has its connection closed.
+    /// (default 600 000: "If the request has not started inference after
+    /// 10 minutes, the server will close the connection."; earlier versions
+    /// of the page said 30 minutes). Past it, a request to which nothing
+    /// was sent yet is answered 503 "Server overloaded"; one already sent
+    /// keep-alives has its connection closed.
     pub queue_timeout_ms: u64,
+    /// DeepSeek: a request over the concurrency limit is refused at once
+    /// with 429 instead of waiting (default false: it waits). DeepSeek's
+    /// pages disagree: the current "Rate Limit & Isolation" page says "when
+    /// the concurrency limit is exceeded, you will receive an HTTP 429 error
+    /// code"; the earlier "Rate Limit" page describes the wait with blank
+    /// lines and keep-alive comments.
+    pub concurrency_refuses: bool,
     /// OpenRouter: the upstream provider named by an upstream error
     /// (default `"DeepInfra"`).
     pub upstream_provider: String,
@@ -123,7 +132,8 @@ impl Default for CompatibleConfig {
             content_filter_marker: None,
             concurrency: None,
             keepalive_ms: 1000,
-            queue_timeout_ms: 1_800_000,
+            queue_timeout_ms: 600_000,
+            concurrency_refuses: false,
             upstream_provider: "DeepInfra".into(),
         }
     }

@@ -606,6 +606,17 @@ async fn api(
             {
                 queue::Entry::Entered(slot) => Some(slot),
                 queue::Entry::Untracked => None,
+                queue::Entry::Wait(_) if state.config.compatible.concurrency_refuses => {
+                    let r = deepseek::concurrency_exceeded(&ctx);
+                    return Ok(reject_rendered(
+                        &state,
+                        wire,
+                        rec,
+                        &ctx,
+                        Cause::RateLimited,
+                        r,
+                    ));
+                }
                 queue::Entry::Wait(gate) => {
                     let cfg = &state.config.compatible;
                     let keepalive = Duration::from_millis(cfg.keepalive_ms.max(1));

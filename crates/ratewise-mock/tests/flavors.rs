@@ -500,6 +500,24 @@ async fn deepseek_queue_wait_limit_is_503() {
     assert_eq!(c.cause, Cause::Overloaded, "{c:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deepseek_concurrency_may_refuse_with_429_instead() {
+    let mut cfg = slow_deepseek(1, 500);
+    cfg.compatible.concurrency_refuses = true;
+    let s = MockServer::start(cfg).await.unwrap();
+    let json_body = body(100, false);
+    let (first, second) = tokio::join!(chat(&s, &json_body), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        chat(&s, &json_body).await
+    });
+    assert_eq!(first.status, 200);
+    assert_eq!(second.status, 429);
+    assert!(ratelimit_names(&second).is_empty());
+    let c = classify(Provider::Deepseek, &second);
+    assert_eq!(c.cause, Cause::RateLimited, "{c:?}");
+    assert_eq!(s.records()[1].cause, Cause::RateLimited);
+}
+
 // ----------------------------------------------------------- OpenRouter
 
 #[tokio::test]

@@ -25,6 +25,18 @@ pub fn overloaded(ctx: &RenderCtx) -> Rendered {
     rendered(503, json_headers(ctx), &body)
 }
 
+/// The 429 of a request over the concurrency limit
+/// ([`CompatibleConfig::concurrency_refuses`](crate::CompatibleConfig::concurrency_refuses)).
+/// DeepSeek documents the status ("429 - Rate Limit Reached") but no body:
+/// OpenAI's envelope and code (`rate_limit_exceeded`) with the table's
+/// words is **a choice** (ratewise-core reads an unknown code in a 429 as
+/// an unknown cause).
+pub fn concurrency_exceeded(ctx: &RenderCtx) -> Rendered {
+    let body = json!({"error": {"message": "Rate Limit Reached",
+        "type": "requests", "param": Value::Null, "code": "rate_limit_exceeded"}});
+    rendered(429, json_headers(ctx), &body)
+}
+
 /// DeepSeek's renderings: money and overload.
 pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Option<Rendered> {
     match &answer.outcome {
