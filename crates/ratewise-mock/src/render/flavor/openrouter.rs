@@ -58,11 +58,12 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Option<Rendered> {
         }
         Outcome::Fault(Fault::UpstreamRateLimited) => {
             let raw = format!(
-                "{{\"error\":{{\"message\":\"Rate limit exceeded for {}\",\"code\":429}}}}",
+                "{} is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits: https://openrouter.ai/settings/integrations",
                 ctx.model
             );
             let body = json!({"error": {"code": 429, "message": "Provider returned error",
-                "metadata": {"provider_name": ctx.upstream, "raw": raw}},
+                "metadata": {"raw": raw, "provider_name": ctx.upstream,
+                    "limit_source": "upstream_provider_shared_pool"}},
                 "user_id": USER_ID});
             Some(rendered(429, json_headers(ctx), &body))
         }
