@@ -694,20 +694,22 @@ fn queued(
     headers.push(render::id_header(&ctx));
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
-        let deadline = w.arrived + w.timeout;
+        // A wait limit past the clock's range: no limit.
+        let deadline = w.arrived.checked_add(w.timeout);
         let st = state.clone();
         let enter = async move { st.gates.enter(w.gate).await };
         tokio::pin!(enter);
         let mut alive = tx.send(Bytes::from_static(ka.as_bytes())).await.is_ok();
         let slot = loop {
             let now = std::time::Instant::now();
-            if !alive || now >= deadline {
+            let left = deadline.map_or(w.keepalive, |d| d.saturating_duration_since(now));
+            if !alive || left.is_zero() {
                 break None;
             }
             tokio::select! {
                 slot = &mut enter => break slot,
-                _ = tokio::time::sleep(w.keepalive.min(deadline - now)) => {
-                    if std::time::Instant::now() < deadline {
+                _ = tokio::time::sleep(w.keepalive.min(left)) => {
+                    if deadline.is_none_or(|d| std::time::Instant::now() < d) {
                         alive = tx.send(Bytes::from_static(ka.as_bytes())).await.is_ok();
                     }
                 }

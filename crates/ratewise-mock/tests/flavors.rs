@@ -446,9 +446,13 @@ async fn deepseek_concurrency_queues_the_request_over_the_limit() {
         assert_eq!(r.status, 200);
         assert_eq!(r.json()["object"], "chat.completion");
     }
-    // The third waited: blank lines first, then the answer.
-    assert!(c.body.starts_with(b"\n"), "{:?}", c.text());
-    assert!(!a.body.starts_with(b"\n") && !b2.body.starts_with(b"\n"));
+    // One (the last to arrive, unless the machine is slow) waited: blank
+    // lines first, then the answer.
+    let waited_bodies = [&a, &b2, &c]
+        .iter()
+        .filter(|r| r.body.starts_with(b"\n"))
+        .count();
+    assert_eq!(waited_bodies, 1, "{:?}", c.text());
     let recs = s.records();
     assert_eq!(recs.len(), 3);
     let waited: Vec<u64> = recs.iter().map(|r| r.queued_ms).collect();
@@ -463,7 +467,7 @@ async fn deepseek_queued_stream_gets_keepalive_comments() {
     let s = MockServer::start(slow_deepseek(1, 500)).await.unwrap();
     let json_body = body(100, false);
     let (first, streamed) = tokio::join!(chat(&s, &json_body), async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
         chat(&s, &body(100, true)).await
     });
     assert_eq!(first.status, 200);
@@ -487,7 +491,7 @@ async fn deepseek_queue_wait_limit_is_503() {
     let s = MockServer::start(cfg).await.unwrap();
     let json_body = body(100, false);
     let (first, second) = tokio::join!(chat(&s, &json_body), async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
         chat(&s, &body(100, false)).await
     });
     assert_eq!(first.status, 200);
@@ -507,7 +511,7 @@ async fn deepseek_concurrency_may_refuse_with_429_instead() {
     let s = MockServer::start(cfg).await.unwrap();
     let json_body = body(100, false);
     let (first, second) = tokio::join!(chat(&s, &json_body), async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
         chat(&s, &json_body).await
     });
     assert_eq!(first.status, 200);
