@@ -44,6 +44,9 @@
 //!   makes the OpenAI surface answer as Azure OpenAI, Groq, Mistral,
 //!   DeepSeek, OpenRouter or xAI document ([`flavor`], [`render::flavor`]),
 //!   with [`CompatibleConfig`] for what only they have.
+//! * **Bedrock** ([`MockConfig::bedrock_limits`]): `POST
+//!   /model/{modelId}/converse`, throttled with `ThrottlingException`
+//!   ([`render::bedrock`]).
 //! * **Silent providers**: [`MockConfig::silent`] ([`Silent`]) sends no
 //!   rate-limit headers at all, and optionally no `retry-after` either
 //!   (the wait only in the 429's message), over the same buckets: the

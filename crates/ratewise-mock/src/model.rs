@@ -248,6 +248,7 @@ pub struct ProviderModel {
     anthropic_limits: Limits,
     openai_limits: Limits,
     gemini_limits: Limits,
+    bedrock_limits: Limits,
     gemini: GeminiConfig,
     /// Gemini's per-day request counts: (provider day, successes that day).
     days: HashMap<BucketKey, (u64, u64)>,
@@ -295,6 +296,7 @@ impl ProviderModel {
             anthropic_limits: config.anthropic_limits,
             openai_limits: config.openai_limits,
             gemini_limits: config.gemini_limits,
+            bedrock_limits: config.bedrock_limits,
             gemini: config.gemini.clone(),
             days: HashMap::new(),
             flavor: config.flavor,
@@ -382,6 +384,7 @@ impl ProviderModel {
         match provider {
             Provider::Openai => self.openai_limits,
             Provider::Gemini => self.gemini_limits,
+            Provider::Bedrock => self.bedrock_limits,
             _ => self.anthropic_limits,
         }
     }

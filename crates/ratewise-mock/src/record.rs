@@ -72,6 +72,10 @@ pub fn sends_per_job(records: &[RequestRecord]) -> std::collections::BTreeMap<St
 /// Fills in what the answer was, in ratewise's vocabulary.
 pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
     rec.request_id = Some(ctx.request_id.clone());
+    if ctx.provider == Provider::Bedrock {
+        describe_bedrock(rec, answer, ctx);
+        return;
+    }
     let (status, cause, dimension): (Option<u16>, Cause, Option<Dimension>) = match &answer.outcome
     {
         Outcome::Success(_) => match answer.stream_fault {
@@ -148,4 +152,45 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
     rec.status = status;
     rec.cause = cause;
     rec.dimension = dimension;
+}
+
+/// Bedrock's statuses: read back from the rendering, which names them.
+fn describe_bedrock(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
+    let r = crate::render::bedrock::render_answer(ctx, answer);
+    rec.request_id = Some(ctx.request_id.clone());
+    rec.status = Some(r.status);
+    rec.fault = match &answer.outcome {
+        Outcome::Fault(f) => Some(f.clone()),
+        _ => None,
+    };
+    if let Some(ms) = answer.stall {
+        rec.fault = Some(Fault::Stall {
+            ms: ms.as_millis() as u64,
+        });
+    }
+    (rec.cause, rec.dimension) = match &answer.outcome {
+        Outcome::Success(_) => (Cause::Success, None),
+        Outcome::RateLimited { dimension, .. } => (Cause::RateLimited, Some(*dimension)),
+        Outcome::SlowDown { .. } => (Cause::AccelerationLimited, None),
+        Outcome::SpendCap | Outcome::DailyQuota { .. } | Outcome::MonthlyQuota { .. } => {
+            (Cause::RateLimited, Some(Dimension::Tokens))
+        }
+        Outcome::RequestTooLarge { .. } => (Cause::RateLimited, Some(Dimension::Tokens)),
+        Outcome::Billing | Outcome::QuotaNotGranted => (Cause::Permission, None),
+        Outcome::TooManyKeys => (Cause::Authentication, None),
+        Outcome::Fault(Fault::Reset) => {
+            rec.request_id = None;
+            rec.status = None;
+            (Cause::OutcomeUnknown, None)
+        }
+        Outcome::Fault(Fault::Overloaded) => (Cause::Overloaded, None),
+        Outcome::Fault(Fault::RetryAfter { .. } | Fault::UpstreamRateLimited) => {
+            (Cause::RateLimited, Some(Dimension::Tokens))
+        }
+        Outcome::Fault(_) => match r.status {
+            408 | 504 => (Cause::Timeout, None),
+            s if s >= 500 => (Cause::ServerError, None),
+            _ => (Cause::Unknown, None),
+        },
+    };
 }

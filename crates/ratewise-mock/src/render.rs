@@ -21,6 +21,7 @@
 //! The OpenAI surface's flavors ([`RenderCtx::flavor`]) are rendered by
 //! [`flavor`], which hands back what it renders as OpenAI does.
 
+pub mod bedrock;
 pub mod flavor;
 pub mod gemini;
 mod sse;
@@ -120,6 +121,19 @@ pub fn ids(provider: Provider, seed: u64, nth: u64) -> (String, String) {
         ),
         // Gemini's `responseId` (no request-id header): both the same.
         Provider::Gemini => (base62(b, 23), base62(b, 23)),
+        // `x-amzn-RequestId` is a UUID.
+        Provider::Bedrock => {
+            let c = fnv1a(a, b"uuid");
+            let id = format!(
+                "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                a >> 32,
+                (a >> 16) & 0xffff,
+                a & 0xffff,
+                c >> 48,
+                c & 0xffff_ffff_ffff
+            );
+            (id.clone(), id)
+        }
         _ => (
             format!("req_011CV{}", base62(a, 16)),
             format!("msg_01{}", base62(b, 22)),
@@ -296,6 +310,9 @@ pub fn render_status_error(ctx: &RenderCtx, status: u16, message: &str) -> Rende
     if ctx.provider == Provider::Gemini {
         return gemini::render_status_error(status, message);
     }
+    if ctx.provider == Provider::Bedrock {
+        return bedrock::render_status_error(ctx, status, message);
+    }
     let (ty, code) = error_kind(ctx.provider, status);
     let mut headers = vec![
         ("content-type", "application/json".to_string()),
@@ -373,6 +390,9 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
     let p = ctx.provider;
     if p == Provider::Gemini {
         return gemini::render_answer(ctx, answer);
+    }
+    if p == Provider::Bedrock {
+        return bedrock::render_answer(ctx, answer);
     }
     if flavor::flavored(ctx) {
         if let Some(r) = flavor::render_answer(ctx, answer) {

@@ -3,6 +3,7 @@
 //! request (model in the path, key in `x-goog-api-key` or `?key=`) is
 //! read by [`gemini`].
 
+pub mod bedrock;
 pub mod gemini;
 
 use crate::tokens::{self, INPUT_TOKENS_HEADER};

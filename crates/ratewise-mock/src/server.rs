@@ -13,6 +13,10 @@
 //! * `POST /openai/deployments/{deployment}/chat/completions?api-version=…`
 //!   — Azure OpenAI, when [`MockConfig::flavor`] is `azure` (the model
 //!   class is the deployment; the key is `api-key`, else a Bearer token).
+//! * `POST /model/{modelId}/converse` — Amazon Bedrock `Converse` (JSON
+//!   only): the key is a SigV4 `Authorization`'s access key id (never
+//!   verified) or a Bearer token; errors name their exception in
+//!   `x-amzn-ErrorType`.
 //! * `GET /mock/records` — the records as JSON; `DELETE` clears them.
 //! * `PUT /mock/faults` — replace the fault rules (JSON array of [`FaultRule`]).
 //! * `PUT /mock/billing` — `true` / `false`: answer 402 to everything.
@@ -270,6 +274,10 @@ async fn handle(
         Method::POST => request::gemini::route(&path, req.uri().query()),
         _ => None,
     };
+    let bedrock = match method {
+        Method::POST => request::bedrock::route(&path),
+        _ => None,
+    };
     let deployment = match (&method, state.config.flavor) {
         (&Method::POST, Flavor::Azure) => request::azure_deployment(&path),
         _ => None,
@@ -293,6 +301,13 @@ async fn handle(
             };
             api(state, reset, wire, route, req).await
         }
+        (_, _) if bedrock.is_some() => {
+            let route = ApiRoute {
+                deployment: bedrock,
+                ..plain(Provider::Bedrock)
+            };
+            api(state, reset, wire, route, req).await
+        }
         (_, _) if deployment.is_some() => {
             let route = ApiRoute {
                 deployment,
@@ -304,6 +319,8 @@ async fn handle(
         (_, p) => {
             let provider = if request::gemini::is_gemini_path(p) {
                 Provider::Gemini
+            } else if p.starts_with("/model/") {
+                Provider::Bedrock
             } else if p.contains("/chat/") {
                 Provider::Openai
             } else {
@@ -441,7 +458,8 @@ struct ApiRoute {
     provider: Provider,
     /// Gemini's model and method.
     gemini: Option<request::gemini::GeminiRoute>,
-    /// Azure's deployment (the OpenAI surface's other path).
+    /// Azure's deployment (the OpenAI surface's other path), or Bedrock's
+    /// model id.
     deployment: Option<String>,
 }
 
@@ -516,11 +534,13 @@ async fn api(
     let key = match &gemini {
         Some(_) => request::gemini::api_key(h, parts.uri.query()),
         None if ctx.flavor == Flavor::Azure => request::azure_api_key(h),
+        None if provider == Provider::Bedrock => request::bedrock::api_key(h),
         None => request::api_key(h),
     };
     let Some(key) = key else {
         let (status, cause, msg) = match gemini {
             Some(_) => (403, Cause::Permission, "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."),
+            None if provider == Provider::Bedrock => (403, Cause::Authentication, "Missing Authentication Token"),
             None => (401, Cause::Authentication, "x-api-key header is required"),
         };
         return Ok(reject(&state, wire, rec, &ctx, status, cause, msg));
@@ -539,6 +559,7 @@ async fn api(
             state.config.gemini.default_max_output_tokens,
         ),
         None => match &deployment {
+            Some(m) if provider == Provider::Bedrock => request::bedrock::parse(&body, h, m),
             Some(d) => request::parse_deployment_request(&body, h, d),
             None => request::parse_request(provider, &body, h),
         },

@@ -648,3 +648,66 @@ async fn openai_flavor_is_the_default() {
     let r = chat(&s, &body(10, false)).await;
     assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
 }
+
+// -------------------------------------------------------------- Bedrock
+
+const CONVERSE: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse";
+const SIGV4: &str = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261129/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=0123abcd";
+
+fn converse_body(max_tokens: u64) -> Value {
+    json!({"messages": [{"role": "user", "content": [{"text": "hello there"}]}],
+        "inferenceConfig": {"maxTokens": max_tokens}})
+}
+
+#[tokio::test]
+async fn bedrock_converse_throttles_with_too_many_tokens() {
+    // 200 output tokens each: the first leaves less than 800 + input.
+    let cfg = MockConfig {
+        bedrock_limits: tpm(1000),
+        output_tokens: OutputRange { min: 200, max: 200 },
+        ..MockConfig::default()
+    };
+    let s = MockServer::start(cfg).await.unwrap();
+    let auth = [("authorization", SIGV4)];
+    let ok = post(&s, CONVERSE, "", &converse_body(800), &auth).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let v = ok.json();
+    assert_eq!(v["output"]["message"]["role"], "assistant");
+    assert!(v["output"]["message"]["content"][0]["text"].is_string());
+    assert!(v["usage"]["inputTokens"].as_u64().unwrap() > 0);
+    assert!(ok.header("x-amzn-requestid").is_some());
+    assert!(ratelimit_names(&ok).is_empty());
+    let r = post(&s, CONVERSE, "", &converse_body(800), &auth).await;
+    assert_eq!(r.status, 429);
+    assert!(r
+        .header("x-amzn-errortype")
+        .unwrap()
+        .starts_with("ThrottlingException"));
+    assert_eq!(
+        r.json(),
+        json!({"message": "Too many tokens, please wait before trying again."})
+    );
+    assert_eq!(r.header("retry-after"), None);
+    let c = classify(Provider::Bedrock, &r);
+    assert_eq!(c.cause, Cause::RateLimited, "{c:?}");
+    let recs = s.records();
+    assert_eq!(recs[0].model, "anthropic.claude-3-haiku-20240307-v1:0");
+    assert_eq!(recs[0].key, recs[1].key);
+    assert_eq!(
+        (recs[1].status, recs[1].cause),
+        (Some(429), Cause::RateLimited)
+    );
+    // Unsigned: 403; a bad body: 400 ValidationException.
+    let unsigned = post(&s, CONVERSE, "", &converse_body(10), &[]).await;
+    assert_eq!(unsigned.status, 403);
+    let bad = post(&s, CONVERSE, "", &json!({"inferenceConfig": {}}), &auth).await;
+    assert_eq!(bad.status, 400);
+    assert!(bad
+        .header("x-amzn-errortype")
+        .unwrap()
+        .starts_with("ValidationException"));
+    assert_eq!(
+        classify(Provider::Bedrock, &bad).cause,
+        Cause::InvalidRequest
+    );
+}
