@@ -21,6 +21,7 @@
 //! ```
 
 use crate::faults::FaultRule;
+use crate::flavor::{CompatibleConfig, Flavor};
 use ratewise_core::{Dimension, Provider};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -47,6 +48,10 @@ pub struct MockConfig {
     /// mean anything Google would say (the others work, and are named in
     /// 429s as input tokens). Per-day: [`GeminiConfig::requests_per_day`].
     pub gemini_limits: Limits,
+    /// Limits for Bedrock's `POST /model/{modelId}/converse`, per (key,
+    /// model class): default 50 requests and 200 000 tokens (input +
+    /// output) per minute ([`Limits::bedrock_default`]).
+    pub bedrock_limits: Limits,
     /// What only the Gemini surface has: the per-day request quota, models
     /// the key's tier lacks ("limit: 0"), the default `maxOutputTokens`.
     pub gemini: GeminiConfig,
@@ -120,6 +125,12 @@ pub struct MockConfig {
     /// only in the error message. Only what the answers say changes: the
     /// buckets admit and refuse exactly the same requests.
     pub silent: Silent,
+    /// Which OpenAI-compatible provider `/v1/chat/completions` answers as
+    /// (default [`Flavor::Openai`]: OpenAI). See [`crate::flavor`].
+    pub flavor: Flavor,
+    /// Settings of the OpenAI-compatible flavors (daily and monthly
+    /// quotas, Azure's content filter, DeepSeek's concurrency queue).
+    pub compatible: CompatibleConfig,
     /// Faults to inject, checked in order (default none).
     pub faults: Vec<FaultRule>,
     /// Labels recorded instead of a key's fingerprint: key → label.
@@ -143,6 +154,7 @@ impl Default for MockConfig {
             openai_limits: Limits::openai_default(),
             gemini_limits: Limits::gemini_default(),
             gemini: GeminiConfig::default(),
+            bedrock_limits: Limits::bedrock_default(),
             class_limits: BTreeMap::new(),
             model_classes: Vec::new(),
             acceleration: None,
@@ -158,6 +170,8 @@ impl Default for MockConfig {
             framing: Framing::default(),
             compression: false,
             silent: Silent::Off,
+            flavor: Flavor::Openai,
+            compatible: CompatibleConfig::default(),
             faults: Vec::new(),
             key_labels: BTreeMap::new(),
             max_body_bytes: 4 << 20,
@@ -402,6 +416,17 @@ impl Limits {
     pub fn openai_default() -> Self {
         Limits {
             requests_per_minute: Some(500),
+            input_tokens_per_minute: None,
+            output_tokens_per_minute: None,
+            tokens_per_minute: Some(200_000),
+        }
+    }
+
+    /// Bedrock on-demand-like defaults: 50 requests and 200 000 tokens per
+    /// minute (**a choice**: Bedrock's quotas differ by model and region).
+    pub fn bedrock_default() -> Self {
+        Limits {
+            requests_per_minute: Some(50),
             input_tokens_per_minute: None,
             output_tokens_per_minute: None,
             tokens_per_minute: Some(200_000),

@@ -15,6 +15,8 @@
 //! {"fault": {"stream_cut": {"after_events": 3}}, "when": "always"}
 //! {"fault": {"stream_error": {"after_events": 0}}, "when": {"nth": [1]}}
 //! {"fault": {"retry_after": {"format": "http_date", "secs": 2}}, "when": {"nth": [1]}}
+//! {"fault": "upstream_rate_limited", "when": {"nth": [1]}}
+//! {"fault": {"error_in_body": {"after_events": 3}}, "when": "always"}
 //! ```
 
 use ratewise_core::{Instant, Provider};
@@ -58,6 +60,22 @@ pub enum Fault {
         /// Events sent before the error.
         after_events: usize,
     },
+    /// A 429 from the model's upstream provider rather than the key's own
+    /// limit: OpenRouter's `{"error":{"code":429,"message":"Provider
+    /// returned error","metadata":{"provider_name":…,"raw":…}}}`
+    /// ([`CompatibleConfig::upstream_provider`](crate::CompatibleConfig::upstream_provider));
+    /// other flavors: their plain requests 429, without `retry-after`.
+    UpstreamRateLimited,
+    /// An error inside a successful answer, as OpenRouter sends one once
+    /// the model started: a JSON request gets 200 with
+    /// `{"error":{"code":502,"message":…}}`; a stream sends
+    /// `after_events` events, then an error chunk (`finish_reason:
+    /// "error"`) and ends. Anthropic and Gemini answer a plain 502.
+    ErrorInBody {
+        /// Stream events sent before the error chunk (default 2).
+        #[serde(default = "two")]
+        after_events: usize,
+    },
     /// A 429 rate-limit answer whose `retry-after` is written in an unusual
     /// or broken form.
     RetryAfter {
@@ -71,6 +89,10 @@ pub enum Fault {
 
 fn one() -> u64 {
     1
+}
+
+fn two() -> usize {
+    2
 }
 
 /// How a `retry-after` header is written by [`Fault::RetryAfter`].

@@ -40,6 +40,13 @@
 //!   models; never a rate-limit header, every 429 a `google.rpc.Status`
 //!   `RESOURCE_EXHAUSTED` with `QuotaFailure`, `Help` and `RetryInfo`
 //!   ([`render::gemini`]).
+//! * **OpenAI-compatible flavors**: [`MockConfig::flavor`] ([`Flavor`])
+//!   makes the OpenAI surface answer as Azure OpenAI, Groq, Mistral,
+//!   DeepSeek, OpenRouter or xAI document ([`flavor`], [`render::flavor`]),
+//!   with [`CompatibleConfig`] for what only they have.
+//! * **Bedrock** ([`MockConfig::bedrock_limits`]): `POST
+//!   /model/{modelId}/converse`, throttled with `ThrottlingException`
+//!   ([`render::bedrock`]).
 //! * **Silent providers**: [`MockConfig::silent`] ([`Silent`]) sends no
 //!   rate-limit headers at all, and optionally no `retry-after` either
 //!   (the wait only in the 429's message), over the same buckets: the
@@ -69,6 +76,7 @@ pub mod clock;
 pub mod config;
 pub mod encoding;
 pub mod faults;
+pub mod flavor;
 mod io;
 pub mod model;
 pub mod record;
@@ -83,6 +91,7 @@ pub use config::{
     OutputRange, RemainingRounding, Silent, SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
+pub use flavor::{CompatibleConfig, Flavor};
 pub use model::{Answer, Outcome, ProviderModel, RequestMeta};
 pub use record::{sends_per_job, RequestRecord, ATTEMPT_HEADER, JOB_HEADER};
 pub use server::MockServer;

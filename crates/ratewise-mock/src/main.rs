@@ -8,7 +8,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// A fault-injecting mock LLM provider (Anthropic Messages, OpenAI Chat, Gemini).
+/// A fault-injecting mock LLM provider (Anthropic Messages, OpenAI Chat and its
+/// compatible flavors, Gemini, Bedrock Converse).
 #[derive(Debug, Parser)]
 #[command(name = "ratewise-mock", version)]
 struct Args {

@@ -64,6 +64,7 @@ use crate::config::{
     RemainingRounding, SpendConfig,
 };
 use crate::faults::{Fault, FaultPlan, FaultRule};
+use crate::flavor::{CompatibleConfig, Flavor};
 use ratewise_core::{Dimension, Instant, Provider};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -178,6 +179,21 @@ pub enum Outcome {
     /// 429 (Gemini): a quota of 0, a model the key's tier does not have
     /// ([`GeminiConfig::limit_zero_models`]); no wait helps.
     QuotaNotGranted,
+    /// 413 (Groq): the request alone (input + `max_tokens`) is more than
+    /// the tokens-per-minute limit; it can never fit.
+    RequestTooLarge {
+        /// The tokens-per-minute limit.
+        limit: u64,
+        /// What the request asked for.
+        requested: u64,
+    },
+    /// 429 (Mistral): the (key, model class)'s monthly tokens are spent
+    /// ([`CompatibleConfig::tokens_per_month`]); it ends with the provider
+    /// month.
+    MonthlyQuota {
+        /// The per-month token limit.
+        limit: u64,
+    },
     /// An injected fault answers instead (never a stall or stream fault).
     Fault(Fault),
 }
@@ -232,9 +248,15 @@ pub struct ProviderModel {
     anthropic_limits: Limits,
     openai_limits: Limits,
     gemini_limits: Limits,
+    bedrock_limits: Limits,
     gemini: GeminiConfig,
     /// Gemini's per-day request counts: (provider day, successes that day).
     days: HashMap<BucketKey, (u64, u64)>,
+    /// The OpenAI surface's flavor and its settings.
+    flavor: Flavor,
+    compat: CompatibleConfig,
+    /// Mistral's per-month token counts: (provider month, tokens).
+    months: HashMap<BucketKey, (u64, u64)>,
     class_limits: BTreeMap<String, Limits>,
     model_classes: Vec<(String, String)>,
     acceleration: Option<AccelerationConfig>,
@@ -274,8 +296,12 @@ impl ProviderModel {
             anthropic_limits: config.anthropic_limits,
             openai_limits: config.openai_limits,
             gemini_limits: config.gemini_limits,
+            bedrock_limits: config.bedrock_limits,
             gemini: config.gemini.clone(),
             days: HashMap::new(),
+            flavor: config.flavor,
+            compat: config.compatible.clone(),
+            months: HashMap::new(),
             class_limits: config.class_limits.clone(),
             model_classes: config
                 .model_classes
@@ -358,6 +384,7 @@ impl ProviderModel {
         match provider {
             Provider::Openai => self.openai_limits,
             Provider::Gemini => self.gemini_limits,
+            Provider::Bedrock => self.bedrock_limits,
             _ => self.anthropic_limits,
         }
     }
@@ -414,7 +441,11 @@ impl ProviderModel {
         }
         match self.faults.pick(self.seen, meta.provider, &meta.model, now) {
             Some(Fault::Stall { ms }) => answer.stall = Some(Duration::from_millis(ms)),
-            Some(f @ (Fault::StreamCut { .. } | Fault::StreamError { .. })) if meta.stream => {
+            Some(
+                f @ (Fault::StreamCut { .. }
+                | Fault::StreamError { .. }
+                | Fault::ErrorInBody { .. }),
+            ) if meta.stream => {
                 answer.stream_fault = Some(f);
             }
             // A stream fault leaves a non-streaming request alone.
@@ -455,6 +486,11 @@ impl ProviderModel {
             answer.windows = self.windows(&bkey, now);
             return answer;
         }
+        if let Some(refused) = self.compatible_check(meta, &bkey, now) {
+            answer.outcome = refused;
+            answer.windows = self.windows(&bkey, now);
+            return answer;
+        }
         let set = self.buckets.get_mut(&bkey).expect("inserted above");
         if self.bias.burst_tokens > 0 && self.seen == self.bias.burst_at_request {
             // `BiasConfig::burst_tokens`: another client's one-off burst.
@@ -490,6 +526,7 @@ impl ProviderModel {
             bucket.take(charge(*dim, meta.input_tokens, meta.max_tokens), now);
         }
         self.count_day(&bkey, now);
+        self.count_month(&bkey, meta, now);
         answer.windows = self.windows(&bkey, now);
         answer.outcome = Outcome::Success(Grant {
             bucket: bkey,
@@ -699,10 +736,100 @@ impl ProviderModel {
     }
 
     fn day_limit(&self, provider: Provider) -> Option<u64> {
-        match provider {
-            Provider::Gemini => self.gemini.requests_per_day,
+        match (provider, self.flavor) {
+            (Provider::Gemini, _) => self.gemini.requests_per_day,
+            (Provider::Openai, Flavor::Azure | Flavor::Groq) => self.compat.requests_per_day,
             _ => None,
         }
+    }
+
+    fn month_limit(&self, provider: Provider) -> Option<u64> {
+        match (provider, self.flavor) {
+            (Provider::Openai, Flavor::Mistral) => self.compat.tokens_per_month,
+            _ => None,
+        }
+    }
+
+    /// The flavors' own refusals before the buckets: Groq's 413 for a
+    /// request larger than its TPM limit, Mistral's spent month.
+    fn compatible_check(
+        &mut self,
+        meta: &RequestMeta,
+        bkey: &BucketKey,
+        now: Instant,
+    ) -> Option<Outcome> {
+        if meta.provider != Provider::Openai {
+            return None;
+        }
+        if self.flavor == Flavor::Groq {
+            let requested = meta.input_tokens.saturating_add(meta.max_tokens);
+            let tpm = self.buckets.get(bkey).and_then(|set| {
+                set.iter()
+                    .find(|(d, _)| *d == Dimension::Tokens)
+                    .map(|(_, b)| b.limit())
+            });
+            if let Some(limit) = tpm.filter(|l| requested > *l) {
+                return Some(Outcome::RequestTooLarge { limit, requested });
+            }
+        }
+        let limit = self.month_limit(meta.provider)?;
+        let used = self.month_used(bkey, now);
+        (used >= limit).then_some(Outcome::MonthlyQuota { limit })
+    }
+
+    fn month_used(&self, bkey: &BucketKey, now: Instant) -> u64 {
+        match self.months.get(bkey) {
+            Some(&(m, n)) if m == provider_month(now) => n,
+            _ => 0,
+        }
+    }
+
+    /// Counts a success's tokens (input + its planned output) against the
+    /// monthly quota (when there is one).
+    fn count_month(&mut self, bkey: &BucketKey, meta: &RequestMeta, now: Instant) {
+        if self.month_limit(bkey.provider).is_none() {
+            return;
+        }
+        let month = provider_month(now);
+        let e = self.months.entry(bkey.clone()).or_insert((month, 0));
+        if e.0 != month {
+            *e = (month, 0);
+        }
+        e.1 =
+            e.1.saturating_add(meta.input_tokens.saturating_add(meta.output_tokens));
+    }
+
+    /// The per-day and per-month quotas of `meta`'s (key, model class) at
+    /// `now`, when its provider has them: what Groq's
+    /// `x-ratelimit-*-requests` and Mistral's `x-ratelimit-*-tokens-month`
+    /// report. Read-only.
+    pub fn long_quotas(&self, meta: &RequestMeta, now: Instant) -> LongQuotas {
+        let bkey = BucketKey {
+            provider: meta.provider,
+            key: meta.key.clone(),
+            class: self.model_class(&meta.model),
+        };
+        let day = self.day_limit(meta.provider).map(|limit| {
+            let used = match self.days.get(&bkey) {
+                Some(&(d, n)) if d == provider_day(now) => n,
+                _ => 0,
+            };
+            let end = Duration::from_secs((provider_day(now) + 1).saturating_mul(DAY_SECS));
+            LongQuota {
+                limit,
+                remaining: limit.saturating_sub(used),
+                reset: end.saturating_sub(now.since_origin()),
+            }
+        });
+        let month = self.month_limit(meta.provider).map(|limit| {
+            let end = Duration::from_secs((provider_month(now) + 1).saturating_mul(MONTH_SECS));
+            LongQuota {
+                limit,
+                remaining: limit.saturating_sub(self.month_used(&bkey, now)),
+                reset: end.saturating_sub(now.since_origin()),
+            }
+        });
+        LongQuotas { day, month }
     }
 
     /// When the per-day quota would let `bkey` in again: `now`, or the
@@ -769,6 +896,35 @@ impl ProviderModel {
 
 /// Seconds of a provider day (Gemini's per-day quota).
 const DAY_SECS: u64 = 86_400;
+
+/// Seconds of a provider month (Mistral's monthly quota): 30 days.
+const MONTH_SECS: u64 = 30 * DAY_SECS;
+
+/// The provider month `now` falls in, counted from the model's origin.
+fn provider_month(now: Instant) -> u64 {
+    now.since_origin().as_secs() / MONTH_SECS
+}
+
+/// A quota longer than a minute, as its headers report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongQuota {
+    /// The limit (requests per day, tokens per month).
+    pub limit: u64,
+    /// What is left of it.
+    pub remaining: u64,
+    /// Provider time until the period ends.
+    pub reset: Duration,
+}
+
+/// The per-day and per-month quotas of one (key, model class)
+/// ([`ProviderModel::long_quotas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LongQuotas {
+    /// Requests per day (Gemini, Groq, Azure).
+    pub day: Option<LongQuota>,
+    /// Tokens per month (Mistral).
+    pub month: Option<LongQuota>,
+}
 
 /// The provider day `now` falls in, counted from the model's origin.
 fn provider_day(now: Instant) -> u64 {

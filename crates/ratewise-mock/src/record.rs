@@ -3,6 +3,7 @@
 //! (no key, no body).
 
 use crate::faults::Fault;
+use crate::flavor::Flavor;
 use crate::model::{Answer, Outcome};
 use crate::render::RenderCtx;
 use ratewise_core::{Cause, Dimension, Provider};
@@ -52,6 +53,9 @@ pub struct RequestRecord {
     pub fault: Option<Fault>,
     /// Request id sent back (none for resets).
     pub request_id: Option<String>,
+    /// Real milliseconds the request waited for a concurrency slot
+    /// (DeepSeek's queue, [`CompatibleConfig::concurrency`](crate::CompatibleConfig::concurrency)); 0 otherwise.
+    pub queued_ms: u64,
 }
 
 /// Counts of records by job: how many sends each job made.
@@ -68,6 +72,10 @@ pub fn sends_per_job(records: &[RequestRecord]) -> std::collections::BTreeMap<St
 /// Fills in what the answer was, in ratewise's vocabulary.
 pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
     rec.request_id = Some(ctx.request_id.clone());
+    if ctx.provider == Provider::Bedrock {
+        describe_bedrock(rec, answer, ctx);
+        return;
+    }
     let (status, cause, dimension): (Option<u16>, Cause, Option<Dimension>) = match &answer.outcome
     {
         Outcome::Success(_) => match answer.stream_fault {
@@ -76,7 +84,13 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
         },
         Outcome::RateLimited { dimension, .. } => (Some(429), Cause::RateLimited, Some(*dimension)),
         Outcome::SlowDown { .. } => (Some(429), Cause::AccelerationLimited, None),
+        // DeepSeek and OpenRouter answer money with 402.
+        Outcome::SpendCap if matches!(ctx.flavor, Flavor::Deepseek | Flavor::Openrouter) => {
+            (Some(402), Cause::SpendCap, None)
+        }
         Outcome::SpendCap => (Some(429), Cause::SpendCap, None),
+        // xAI's money answer is a 429.
+        Outcome::Billing if ctx.flavor == Flavor::Xai => (Some(429), Cause::Billing, None),
         // Gemini's billing answer is 400 `FAILED_PRECONDITION`.
         Outcome::Billing if ctx.provider == Provider::Gemini => (Some(400), Cause::Billing, None),
         Outcome::Billing => (Some(402), Cause::Billing, None),
@@ -87,6 +101,10 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
         Outcome::DailyQuota { .. } => (Some(429), Cause::RateLimited, Some(Dimension::Requests)),
         // "limit: 0": ratewise-core reads a quota the tier lacks as a permission.
         Outcome::QuotaNotGranted => (Some(429), Cause::Permission, None),
+        Outcome::RequestTooLarge { .. } => {
+            (Some(413), Cause::RequestTooLarge, Some(Dimension::Tokens))
+        }
+        Outcome::MonthlyQuota { .. } => (Some(429), Cause::RateLimited, Some(Dimension::Tokens)),
         Outcome::Fault(f) => {
             rec.fault = Some(f.clone());
             match f {
@@ -95,8 +113,9 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
                     (None, Cause::OutcomeUnknown, None)
                 }
                 Fault::Overloaded => (
-                    Some(match ctx.provider {
-                        Provider::Openai | Provider::Gemini => 503,
+                    Some(match (ctx.provider, ctx.flavor) {
+                        (Provider::Openai, Flavor::Mistral) => 429,
+                        (Provider::Openai | Provider::Gemini, _) => 503,
                         _ => 529,
                     }),
                     Cause::Overloaded,
@@ -112,9 +131,13 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
                     },
                     None,
                 ),
-                Fault::RetryAfter { .. } => {
+                Fault::RetryAfter { .. } | Fault::UpstreamRateLimited => {
                     (Some(429), Cause::RateLimited, Some(Dimension::Requests))
                 }
+                Fault::ErrorInBody { .. } if ctx.provider == Provider::Openai => {
+                    (Some(200), Cause::ServerError, None)
+                }
+                Fault::ErrorInBody { .. } => (Some(502), Cause::ServerError, None),
                 _ => (Some(200), Cause::Success, None),
             }
         }
@@ -129,4 +152,45 @@ pub fn describe(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
     rec.status = status;
     rec.cause = cause;
     rec.dimension = dimension;
+}
+
+/// Bedrock's statuses: read back from the rendering, which names them.
+fn describe_bedrock(rec: &mut RequestRecord, answer: &Answer, ctx: &RenderCtx) {
+    let r = crate::render::bedrock::render_answer(ctx, answer);
+    rec.request_id = Some(ctx.request_id.clone());
+    rec.status = Some(r.status);
+    rec.fault = match &answer.outcome {
+        Outcome::Fault(f) => Some(f.clone()),
+        _ => None,
+    };
+    if let Some(ms) = answer.stall {
+        rec.fault = Some(Fault::Stall {
+            ms: ms.as_millis() as u64,
+        });
+    }
+    (rec.cause, rec.dimension) = match &answer.outcome {
+        Outcome::Success(_) => (Cause::Success, None),
+        Outcome::RateLimited { dimension, .. } => (Cause::RateLimited, Some(*dimension)),
+        Outcome::SlowDown { .. } => (Cause::AccelerationLimited, None),
+        Outcome::SpendCap | Outcome::DailyQuota { .. } | Outcome::MonthlyQuota { .. } => {
+            (Cause::RateLimited, Some(Dimension::Tokens))
+        }
+        Outcome::RequestTooLarge { .. } => (Cause::RateLimited, Some(Dimension::Tokens)),
+        Outcome::Billing | Outcome::QuotaNotGranted => (Cause::Permission, None),
+        Outcome::TooManyKeys => (Cause::Authentication, None),
+        Outcome::Fault(Fault::Reset) => {
+            rec.request_id = None;
+            rec.status = None;
+            (Cause::OutcomeUnknown, None)
+        }
+        Outcome::Fault(Fault::Overloaded) => (Cause::Overloaded, None),
+        Outcome::Fault(Fault::RetryAfter { .. } | Fault::UpstreamRateLimited) => {
+            (Cause::RateLimited, Some(Dimension::Tokens))
+        }
+        Outcome::Fault(_) => match r.status {
+            408 | 504 => (Cause::Timeout, None),
+            s if s >= 500 => (Cause::ServerError, None),
+            _ => (Cause::Unknown, None),
+        },
+    };
 }

@@ -18,7 +18,11 @@
 //!
 //! [`Provider::Gemini`] answers are rendered by [`gemini`] (Google's
 //! shapes, never a rate-limit header); the functions here hand them over.
+//! The OpenAI surface's flavors ([`RenderCtx::flavor`]) are rendered by
+//! [`flavor`], which hands back what it renders as OpenAI does.
 
+pub mod bedrock;
+pub mod flavor;
 pub mod gemini;
 mod sse;
 
@@ -27,6 +31,8 @@ pub use sse::{delivered_tokens, stream_error_frame, stream_frames, stream_header
 use crate::clock::{ceil_ms, format_retry_after, TimeScale};
 use crate::config::Silent;
 use crate::faults::{Fault, RetryAfterFormat};
+use crate::flavor::Flavor;
+use crate::model::LongQuotas;
 use crate::model::{Answer, Outcome, WindowView};
 use crate::tokens::fnv1a;
 use ratewise_core::parse::duration::format_go_duration;
@@ -66,6 +72,17 @@ pub struct RenderCtx {
     /// knows it (Gemini's "Please retry in 12.345s."); `None`: the
     /// outcome's whole seconds.
     pub wait: Option<Duration>,
+    /// Which provider the OpenAI surface answers as
+    /// ([`MockConfig::flavor`](crate::MockConfig::flavor); [`Flavor::Openai`]
+    /// from [`RenderCtx::new`] and on the other routes).
+    pub flavor: Flavor,
+    /// Azure's `api-version` (empty: none sent).
+    pub api_version: String,
+    /// The request's per-day and per-month quotas (Groq's and Mistral's
+    /// headers); none from [`RenderCtx::new`].
+    pub quotas: LongQuotas,
+    /// OpenRouter's upstream provider (errors from the model's provider).
+    pub upstream: String,
 }
 
 impl RenderCtx {
@@ -85,6 +102,10 @@ impl RenderCtx {
             silent: Silent::Off,
             sse: true,
             wait: None,
+            flavor: Flavor::Openai,
+            api_version: String::new(),
+            quotas: LongQuotas::default(),
+            upstream: String::new(),
         }
     }
 }
@@ -100,6 +121,19 @@ pub fn ids(provider: Provider, seed: u64, nth: u64) -> (String, String) {
         ),
         // Gemini's `responseId` (no request-id header): both the same.
         Provider::Gemini => (base62(b, 23), base62(b, 23)),
+        // `x-amzn-RequestId` is a UUID.
+        Provider::Bedrock => {
+            let c = fnv1a(a, b"uuid");
+            let id = format!(
+                "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                a >> 32,
+                (a >> 16) & 0xffff,
+                a & 0xffff,
+                c >> 48,
+                c & 0xffff_ffff_ffff
+            );
+            (id.clone(), id)
+        }
         _ => (
             format!("req_011CV{}", base62(a, 16)),
             format!("msg_01{}", base62(b, 22)),
@@ -155,6 +189,11 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
     let mut h = Vec::new();
     if ctx.silent.hides_ratelimit_headers() {
         return h;
+    }
+    if flavor::flavored(ctx) {
+        if let Some(h) = flavor::ratelimit_headers(ctx, windows) {
+            return h;
+        }
     }
     for w in windows {
         let real_reset = ctx.scale.to_real(w.reset);
@@ -226,13 +265,17 @@ pub fn ratelimit_headers(ctx: &RenderCtx, windows: &[WindowView]) -> Vec<(&'stat
     h
 }
 
-fn go_duration_ms(d: Duration) -> String {
+pub(crate) fn go_duration_ms(d: Duration) -> String {
     format_go_duration(ceil_ms(d))
 }
 
 /// The `retry-after` header of a rate-limit 429 waiting `real`, unless
 /// [`Silent::Message`] says the wait only in the message.
-fn push_retry_after(ctx: &RenderCtx, h: &mut Vec<(&'static str, String)>, real: Duration) {
+pub(crate) fn push_retry_after(
+    ctx: &RenderCtx,
+    h: &mut Vec<(&'static str, String)>,
+    real: Duration,
+) {
     if ctx.silent.sends_retry_after() {
         h.push(("retry-after", format_retry_after(real)));
     }
@@ -266,6 +309,9 @@ pub fn error_body(ctx: &RenderCtx, error_type: &str, code: Option<&str>, message
 pub fn render_status_error(ctx: &RenderCtx, status: u16, message: &str) -> Rendered {
     if ctx.provider == Provider::Gemini {
         return gemini::render_status_error(status, message);
+    }
+    if ctx.provider == Provider::Bedrock {
+        return bedrock::render_status_error(ctx, status, message);
     }
     let (ty, code) = error_kind(ctx.provider, status);
     let mut headers = vec![
@@ -344,6 +390,14 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
     let p = ctx.provider;
     if p == Provider::Gemini {
         return gemini::render_answer(ctx, answer);
+    }
+    if p == Provider::Bedrock {
+        return bedrock::render_answer(ctx, answer);
+    }
+    if flavor::flavored(ctx) {
+        if let Some(r) = flavor::render_answer(ctx, answer) {
+            return r;
+        }
     }
     let anthropic = p != Provider::Openai;
     let mut headers = vec![
@@ -468,9 +522,13 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
             (402, body)
         }
         Outcome::TooManyKeys => return render_status_error(ctx, 401, "invalid x-api-key"),
-        // Gemini's own quotas; the model gives them to no other provider.
-        Outcome::DailyQuota { .. } | Outcome::QuotaNotGranted => {
+        // Quotas of Gemini and the flavors, rendered by them; a provider
+        // the model gives none of these to never gets here.
+        Outcome::DailyQuota { .. } | Outcome::QuotaNotGranted | Outcome::MonthlyQuota { .. } => {
             return render_status_error(ctx, 429, "Quota exceeded.")
+        }
+        Outcome::RequestTooLarge { .. } => {
+            return render_status_error(ctx, 413, "Request too large.")
         }
         Outcome::Fault(f) => return render_fault(ctx, f, headers),
     };
@@ -543,6 +601,22 @@ fn render_fault(
                 body,
             }
         }
+        Fault::UpstreamRateLimited => {
+            let mut r = render_status_error(ctx, 429, "Rate limit reached for requests.");
+            r.headers.retain(|(n, _)| *n != "x-should-retry");
+            r
+        }
+        // OpenRouter's error inside a 200 (any flavor: a fault says what it
+        // sends); Anthropic's surface has no such answer: a 502.
+        Fault::ErrorInBody { .. } if !anthropic => Rendered {
+            status: 200,
+            headers,
+            body: serde_json::to_vec(
+                &json!({"error": {"code": 502, "message": flavor::openrouter::in_body_message(ctx)}}),
+            )
+            .unwrap_or_default(),
+        },
+        Fault::ErrorInBody { .. } => render_status_error(ctx, 502, default_message(ctx.provider, 502)),
         // Not answers of their own; a server never renders these.
         Fault::Reset
         | Fault::Stall { .. }

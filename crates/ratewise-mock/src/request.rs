@@ -3,6 +3,7 @@
 //! request (model in the path, key in `x-goog-api-key` or `?key=`) is
 //! read by [`gemini`].
 
+pub mod bedrock;
 pub mod gemini;
 
 use crate::tokens::{self, INPUT_TOKENS_HEADER};
@@ -70,6 +71,50 @@ pub fn parse_request(
     h: &HeaderMap,
 ) -> Result<ParsedRequest, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    parse_value(provider, &v, h)
+}
+
+/// Azure's deployment route: the model is the deployment named in the path
+/// (the body's `model`, if any, is ignored, as Azure does).
+pub fn parse_deployment_request(
+    body: &[u8],
+    h: &HeaderMap,
+    deployment: &str,
+) -> Result<ParsedRequest, String> {
+    let mut v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    let obj = v.as_object_mut().ok_or("body must be a JSON object")?;
+    obj.insert("model".into(), Value::String(deployment.to_string()));
+    parse_value(Provider::Openai, &v, h)
+}
+
+/// Azure's key: `api-key`, else [`api_key`].
+pub fn azure_api_key(h: &HeaderMap) -> Option<&str> {
+    header_str(h, "api-key")
+        .filter(|k| !k.is_empty())
+        .or_else(|| api_key(h))
+}
+
+/// An Azure deployment path, `/openai/deployments/{deployment}/chat/completions`:
+/// the deployment (at most 256 bytes).
+pub fn azure_deployment(path: &str) -> Option<String> {
+    let d = path
+        .strip_prefix("/openai/deployments/")?
+        .strip_suffix("/chat/completions")?;
+    (!d.is_empty() && !d.contains('/')).then(|| truncate(d, 256))
+}
+
+/// The query's `api-version` (at most 64 bytes), empty when absent.
+pub fn api_version(query: Option<&str>) -> String {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("api-version="))
+        .map(|v| truncate(v, 64))
+        .unwrap_or_default()
+}
+
+fn parse_value(provider: Provider, v: &Value, h: &HeaderMap) -> Result<ParsedRequest, String> {
     let obj = v.as_object().ok_or("body must be a JSON object")?;
     let model = obj
         .get("model")
@@ -102,7 +147,7 @@ pub fn parse_request(
         .unwrap_or(false);
     let input_tokens = header_str(h, INPUT_TOKENS_HEADER)
         .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or_else(|| tokens::estimate_input_tokens(&v));
+        .unwrap_or_else(|| tokens::estimate_input_tokens(v));
     Ok(ParsedRequest {
         model: truncate(model, 256),
         max_tokens,

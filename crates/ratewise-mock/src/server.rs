@@ -10,6 +10,13 @@
 //!   `/v1/models/`. The key is `x-goog-api-key` or the query's `key=`; a
 //!   request without one gets Google's 403 `PERMISSION_DENIED`. Any other
 //!   path under `/v1beta/` gets Google's 404 `NOT_FOUND`.
+//! * `POST /openai/deployments/{deployment}/chat/completions?api-version=…`
+//!   — Azure OpenAI, when [`MockConfig::flavor`] is `azure` (the model
+//!   class is the deployment; the key is `api-key`, else a Bearer token).
+//! * `POST /model/{modelId}/converse` — Amazon Bedrock `Converse` (JSON
+//!   only): the key is a SigV4 `Authorization`'s access key id (never
+//!   verified) or a Bearer token; errors name their exception in
+//!   `x-amzn-ErrorType`.
 //! * `GET /mock/records` — the records as JSON; `DELETE` clears them.
 //! * `PUT /mock/faults` — replace the fault rules (JSON array of [`FaultRule`]).
 //! * `PUT /mock/billing` — `true` / `false`: answer 402 to everything.
@@ -24,15 +31,18 @@
 //! `/mock/` routes always answer with a `Content-Length` and uncompressed.
 
 mod control;
+mod queue;
 
 use crate::body::MockBody;
 use crate::clock::{Clock, TimeScale};
 use crate::config::{AccelerationConfig, Framing, MockConfig};
 use crate::encoding::{self, Coding, StreamEncoder};
 use crate::faults::{Fault, FaultRule};
+use crate::flavor::Flavor;
 use crate::io::ResettableStream;
 use crate::model::{Outcome, ProviderModel, RequestMeta};
 use crate::record::{RequestRecord, ATTEMPT_HEADER, JOB_HEADER};
+use crate::render::flavor::{azure, deepseek};
 use crate::render::{self, RenderCtx, Rendered};
 use crate::request::{self, header_str};
 use crate::tokens;
@@ -76,6 +86,8 @@ struct State {
     records: Mutex<Vec<RequestRecord>>,
     seq: AtomicU64,
     unrecorded: AtomicU64,
+    /// DeepSeek's per-key concurrency slots.
+    gates: queue::Gates,
 }
 
 /// Returned by the service to make hyper drop the connection unanswered.
@@ -118,6 +130,7 @@ impl MockServer {
             records: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             unrecorded: AtomicU64::new(0),
+            gates: queue::Gates::default(),
             config,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -174,6 +187,13 @@ impl MockServer {
     /// Sets or removes the acceleration limit.
     pub fn set_acceleration(&self, acceleration: Option<AccelerationConfig>) {
         lock(&self.state.model).set_acceleration(acceleration);
+    }
+
+    /// The most requests one key ever had in flight at once under
+    /// DeepSeek's concurrency limit ([`CompatibleConfig::concurrency`](crate::CompatibleConfig::concurrency);
+    /// 0 when there is none).
+    pub fn peak_in_flight(&self) -> u64 {
+        self.state.gates.peak()
     }
 
     /// Total spend so far, USD.
@@ -254,18 +274,53 @@ async fn handle(
         Method::POST => request::gemini::route(&path, req.uri().query()),
         _ => None,
     };
+    let bedrock = match method {
+        Method::POST => request::bedrock::route(&path),
+        _ => None,
+    };
+    let deployment = match (&method, state.config.flavor) {
+        (&Method::POST, Flavor::Azure) => request::azure_deployment(&path),
+        _ => None,
+    };
+    let plain = |provider| ApiRoute {
+        provider,
+        gemini: None,
+        deployment: None,
+    };
     match (&method, path.as_str()) {
         (&Method::POST, "/v1/messages") => {
-            api(state, reset, wire, Provider::Anthropic, None, req).await
+            api(state, reset, wire, plain(Provider::Anthropic), req).await
         }
         (&Method::POST, "/v1/chat/completions") => {
-            api(state, reset, wire, Provider::Openai, None, req).await
+            api(state, reset, wire, plain(Provider::Openai), req).await
         }
-        (_, _) if gemini.is_some() => api(state, reset, wire, Provider::Gemini, gemini, req).await,
+        (_, _) if gemini.is_some() => {
+            let route = ApiRoute {
+                gemini,
+                ..plain(Provider::Gemini)
+            };
+            api(state, reset, wire, route, req).await
+        }
+        (_, _) if bedrock.is_some() => {
+            let route = ApiRoute {
+                deployment: bedrock,
+                ..plain(Provider::Bedrock)
+            };
+            api(state, reset, wire, route, req).await
+        }
+        (_, _) if deployment.is_some() => {
+            let route = ApiRoute {
+                deployment,
+                ..plain(Provider::Openai)
+            };
+            api(state, reset, wire, route, req).await
+        }
         (_, p) if p.starts_with("/mock/") => Ok(control::control(&state, &method, p, req).await),
         (_, p) => {
             let provider = if request::gemini::is_gemini_path(p) {
                 Provider::Gemini
+            } else if p.starts_with("/model/") {
+                Provider::Bedrock
             } else if p.contains("/chat/") {
                 Provider::Openai
             } else {
@@ -368,6 +423,7 @@ fn base_record(state: &State, seq: u64, provider: Provider, h: &HeaderMap) -> Re
         dimension: None,
         fault: None,
         request_id: None,
+        queued_ms: 0,
     }
 }
 
@@ -397,14 +453,44 @@ fn reject(
     wire.respond(render::render_status_error(ctx, status, msg))
 }
 
+/// Which API surface a request came to.
+struct ApiRoute {
+    provider: Provider,
+    /// Gemini's model and method.
+    gemini: Option<request::gemini::GeminiRoute>,
+    /// Azure's deployment (the OpenAI surface's other path), or Bedrock's
+    /// model id.
+    deployment: Option<String>,
+}
+
+/// Like [`reject`], with an answer rendered by the caller.
+fn reject_rendered(
+    state: &State,
+    wire: Wire,
+    mut rec: RequestRecord,
+    ctx: &RenderCtx,
+    cause: Cause,
+    r: Rendered,
+) -> Resp {
+    rec.status = Some(r.status);
+    rec.cause = cause;
+    rec.request_id = Some(ctx.request_id.clone());
+    push_record(state, rec);
+    wire.respond(r)
+}
+
 async fn api(
     state: Arc<State>,
     reset: Arc<AtomicBool>,
     wire: Wire,
-    provider: Provider,
-    gemini: Option<request::gemini::GeminiRoute>,
+    route: ApiRoute,
     req: Request<Incoming>,
 ) -> Result<Resp, ResetConnection> {
+    let ApiRoute {
+        provider,
+        gemini,
+        deployment,
+    } = route;
     let seq = state.seq.fetch_add(1, Ordering::Relaxed) + 1;
     let (parts, body) = req.into_parts();
     let h = &parts.headers;
@@ -414,6 +500,13 @@ async fn api(
     ctx.tokens_per_delta = state.config.tokens_per_delta;
     ctx.silent = state.config.silent;
     ctx.sse = gemini.as_ref().is_none_or(|r| r.sse);
+    if provider == Provider::Openai {
+        ctx.flavor = state.config.flavor;
+        ctx.upstream = state.config.compatible.upstream_provider.clone();
+        if deployment.is_some() {
+            ctx.api_version = request::api_version(parts.uri.query());
+        }
+    }
 
     // Read the whole request first: even a reset comes after the request.
     let body = match Limited::new(body, state.config.max_body_bytes)
@@ -440,11 +533,14 @@ async fn api(
     };
     let key = match &gemini {
         Some(_) => request::gemini::api_key(h, parts.uri.query()),
+        None if ctx.flavor == Flavor::Azure => request::azure_api_key(h),
+        None if provider == Provider::Bedrock => request::bedrock::api_key(h),
         None => request::api_key(h),
     };
     let Some(key) = key else {
         let (status, cause, msg) = match gemini {
             Some(_) => (403, Cause::Permission, "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."),
+            None if provider == Provider::Bedrock => (403, Cause::Authentication, "Missing Authentication Token"),
             None => (401, Cause::Authentication, "x-api-key header is required"),
         };
         return Ok(reject(&state, wire, rec, &ctx, status, cause, msg));
@@ -462,7 +558,11 @@ async fn api(
             route,
             state.config.gemini.default_max_output_tokens,
         ),
-        None => request::parse_request(provider, &body, h),
+        None => match &deployment {
+            Some(m) if provider == Provider::Bedrock => request::bedrock::parse(&body, h, m),
+            Some(d) => request::parse_deployment_request(&body, h, d),
+            None => request::parse_request(provider, &body, h),
+        },
     };
     let parsed = match parsed {
         Ok(p) => p,
@@ -478,6 +578,22 @@ async fn api(
             ))
         }
     };
+    let marker = state.config.compatible.content_filter_marker.as_deref();
+    if ctx.flavor == Flavor::Azure
+        && marker.is_some_and(|m| !m.is_empty() && contains(&body, m.as_bytes()))
+    {
+        ctx.model = parsed.model.clone();
+        rec.model = parsed.model;
+        let r = azure::content_filter(&ctx);
+        return Ok(reject_rendered(
+            &state,
+            wire,
+            rec,
+            &ctx,
+            Cause::InvalidRequest,
+            r,
+        ));
+    }
     let range = state.config.output_tokens;
     let output_tokens = tokens::output_tokens_for(
         state.config.seed,
@@ -502,10 +618,177 @@ async fn api(
         output_tokens,
         stream: parsed.stream,
     };
+    let limit = state.config.compatible.concurrency;
+    let slot = match (ctx.flavor, limit) {
+        (Flavor::Deepseek, Some(limit)) => {
+            match state
+                .gates
+                .try_enter(&meta.key, limit, state.config.max_keys)
+            {
+                queue::Entry::Entered(slot) => Some(slot),
+                queue::Entry::Untracked => None,
+                queue::Entry::Wait(_) if state.config.compatible.concurrency_refuses => {
+                    let r = deepseek::concurrency_exceeded(&ctx);
+                    return Ok(reject_rendered(
+                        &state,
+                        wire,
+                        rec,
+                        &ctx,
+                        Cause::RateLimited,
+                        r,
+                    ));
+                }
+                queue::Entry::Wait(gate) => {
+                    let cfg = &state.config.compatible;
+                    let keepalive = Duration::from_millis(cfg.keepalive_ms.max(1));
+                    let timeout = Duration::from_millis(cfg.queue_timeout_ms);
+                    let arrived = std::time::Instant::now();
+                    let first = keepalive.min(timeout);
+                    match tokio::time::timeout(first, state.gates.enter(gate.clone())).await {
+                        Ok(slot) => {
+                            rec.queued_ms = arrived.elapsed().as_millis() as u64;
+                            slot
+                        }
+                        Err(_) if timeout <= keepalive => {
+                            // Nothing sent yet: DeepSeek's 503.
+                            rec.queued_ms = arrived.elapsed().as_millis() as u64;
+                            let r = deepseek::overloaded(&ctx);
+                            return Ok(reject_rendered(
+                                &state,
+                                wire,
+                                rec,
+                                &ctx,
+                                Cause::Overloaded,
+                                r,
+                            ));
+                        }
+                        Err(_) => {
+                            let waiting = Waiting {
+                                gate,
+                                arrived,
+                                keepalive,
+                                timeout,
+                            };
+                            return Ok(queued(state, reset, ctx, rec, meta, waiting));
+                        }
+                    }
+                }
+            }
+        }
+        _ => None,
+    };
+    answer(state, reset, wire, ctx, rec, meta, slot).await
+}
+
+/// A request waiting for a concurrency slot.
+struct Waiting {
+    gate: Arc<queue::Gate>,
+    arrived: std::time::Instant,
+    keepalive: Duration,
+    timeout: Duration,
+}
+
+/// DeepSeek's queue once the first keep-alive is due: a 200 whose body is
+/// a keep-alive (a blank line, or `: keep-alive` in a stream) every
+/// interval until a slot is free, then the answer's body (an error's too:
+/// the status is already sent). Past the wait limit the body ends.
+fn queued(
+    state: Arc<State>,
+    reset: Arc<AtomicBool>,
+    ctx: RenderCtx,
+    mut rec: RequestRecord,
+    meta: RequestMeta,
+    w: Waiting,
+) -> Resp {
+    let ka = deepseek::keepalive(meta.stream);
+    let mut headers = if meta.stream {
+        vec![
+            (
+                "content-type",
+                "text/event-stream; charset=utf-8".to_string(),
+            ),
+            ("cache-control", "no-cache".to_string()),
+        ]
+    } else {
+        vec![("content-type", "application/json".to_string())]
+    };
+    headers.push(render::id_header(&ctx));
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        // A wait limit past the clock's range: no limit.
+        let deadline = w.arrived.checked_add(w.timeout);
+        let st = state.clone();
+        let enter = async move { st.gates.enter(w.gate).await };
+        tokio::pin!(enter);
+        let mut alive = tx.send(Bytes::from_static(ka.as_bytes())).await.is_ok();
+        let slot = loop {
+            let now = std::time::Instant::now();
+            let left = deadline.map_or(w.keepalive, |d| d.saturating_duration_since(now));
+            if !alive || left.is_zero() {
+                break None;
+            }
+            tokio::select! {
+                slot = &mut enter => break slot,
+                _ = tokio::time::sleep(w.keepalive.min(left)) => {
+                    if deadline.is_none_or(|d| std::time::Instant::now() < d) {
+                        alive = tx.send(Bytes::from_static(ka.as_bytes())).await.is_ok();
+                    }
+                }
+            }
+        };
+        rec.queued_ms = w.arrived.elapsed().as_millis() as u64;
+        let Some(slot) = slot else {
+            // The wait ran out (or the client left): the connection ends.
+            rec.request_id = Some(ctx.request_id.clone());
+            rec.cause = Cause::OutcomeUnknown;
+            push_record(&state, rec);
+            return;
+        };
+        // The headers are sent: the body goes as it is, uncompressed.
+        let wire = Wire {
+            framing: Framing::Chunked,
+            compression: false,
+            coding: None,
+        };
+        let Ok(resp) = answer(state, reset, wire, ctx, rec, meta, Some(slot)).await else {
+            return;
+        };
+        let mut body = resp.into_body();
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                if tx.send(data).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    build(200, &headers, MockBody::Stream(rx))
+}
+
+/// Whether `hay` contains `needle`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Answers an admitted request (holding its concurrency `slot`, if any,
+/// until the answer ends).
+async fn answer(
+    state: Arc<State>,
+    reset: Arc<AtomicBool>,
+    wire: Wire,
+    mut ctx: RenderCtx,
+    mut rec: RequestRecord,
+    meta: RequestMeta,
+    slot: Option<queue::Slot>,
+) -> Result<Resp, ResetConnection> {
+    let provider = meta.provider;
     let now = state.clock.now();
     let answer = {
         let mut model = lock(&state.model);
         let answer = model.handle(&meta, now);
+        if matches!(ctx.flavor, Flavor::Groq | Flavor::Azure | Flavor::Mistral) {
+            ctx.quotas = model.long_quotas(&meta, now);
+        }
         // Gemini says the exact wait ("Please retry in 12.345s."): when
         // the request would first be admitted.
         if provider == Provider::Gemini && matches!(answer.outcome, Outcome::RateLimited { .. }) {
@@ -543,10 +826,15 @@ async fn api(
                 Some(Fault::StreamCut { after_events }) => {
                     (frames[..after_events.min(frames.len())].to_vec(), None)
                 }
-                Some(Fault::StreamError { after_events }) => {
+                Some(Fault::StreamError { after_events } | Fault::ErrorInBody { after_events }) => {
                     let n = after_events.min(frames.len());
+                    let in_body = matches!(answer.stream_fault, Some(Fault::ErrorInBody { .. }));
                     let tail = match provider {
                         Provider::Gemini => render::gemini::stream_error_frame(&ctx, n == 0),
+                        // OpenRouter's error chunk, whatever the flavor.
+                        Provider::Openai if in_body => {
+                            render::flavor::openrouter::error_chunk(&ctx)
+                        }
                         _ => render::stream_error_frame(&ctx),
                     };
                     (frames[..n].to_vec(), Some(tail))
@@ -575,6 +863,8 @@ async fn api(
                 }
             };
             tokio::spawn(async move {
+                // In flight until the last frame is sent.
+                let _slot = slot;
                 let mut delivered = 0;
                 let count = frames.len();
                 for (i, f) in frames.into_iter().enumerate() {
@@ -612,6 +902,7 @@ async fn api(
                 .await;
             }
             drop(settle);
+            drop(slot);
             Ok(wire.respond(render::render_answer(&ctx, &answer)))
         }
         _ => Ok(wire.respond(render::render_answer(&ctx, &answer))),

@@ -605,6 +605,7 @@ fn every_test_the_readme_names_exists() {
         include_str!("shapes.rs"),
         include_str!("silent.rs"),
         include_str!("gemini.rs"),
+        include_str!("flavors.rs"),
         include_str!("../src/model.rs"),
         include_str!("../src/bucket.rs"),
     ]

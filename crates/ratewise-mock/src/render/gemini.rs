@@ -241,6 +241,10 @@ pub fn render_answer(ctx: &RenderCtx, answer: &Answer) -> Rendered {
                     "metadata": {"service": "generativelanguage.googleapis.com"}})],
             ),
         ),
+        // The OpenAI flavors' outcomes; the model gives Gemini none.
+        Outcome::RequestTooLarge { .. } | Outcome::MonthlyQuota { .. } => {
+            render_status_error(429, "Resource has been exhausted (e.g. check quota).")
+        }
         Outcome::Fault(f) => render_fault(ctx, f),
     }
 }
@@ -262,6 +266,10 @@ fn render_fault(ctx: &RenderCtx, fault: &Fault) -> Rendered {
                 .push(("retry-after", retry_after_value(ctx, *format, *secs)));
             r
         }
+        Fault::UpstreamRateLimited => {
+            render_status_error(429, "Resource has been exhausted (e.g. check quota).")
+        }
+        Fault::ErrorInBody { .. } => render_status_error(502, default_message(502)),
         Fault::Reset
         | Fault::Stall { .. }
         | Fault::StreamCut { .. }

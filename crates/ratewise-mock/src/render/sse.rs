@@ -104,6 +104,9 @@ pub fn stream_frames(ctx: &RenderCtx, input: u64, output: u64, max_tokens: u64) 
                 out.push(frame(data(&v), 0));
             }
             out.push(frame("data: [DONE]\n\n".into(), 0));
+            if ctx.flavor == crate::flavor::Flavor::Openrouter {
+                out.insert(0, frame(super::flavor::openrouter::PROCESSING.into(), 0));
+            }
         }
         _ => {
             let start = json!({"type": "message_start", "message": {"id": ctx.message_id,
@@ -162,6 +165,9 @@ pub fn stream_error_frame(ctx: &RenderCtx) -> String {
         // (An array stream's error before any element: the server asks
         // `gemini::stream_error_frame` itself.)
         Provider::Gemini => super::gemini::stream_error_frame(ctx, false),
+        Provider::Openai if ctx.flavor == crate::flavor::Flavor::Openrouter => {
+            super::flavor::openrouter::error_chunk(ctx)
+        }
         Provider::Openai => data(&json!({"error": {"message":
             "The server had an error while processing your request. Sorry about that!",
             "type": "server_error", "param": Value::Null, "code": Value::Null}})),
