@@ -321,6 +321,23 @@ run_shape() {
     fi
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     kill "$mock_pid" 2>/dev/null || true
+    if [ "$sdk" = gemini ] && [ -z "${RATEWISE_BENCH_NO_SDK_LOOP:-}" ]; then
+        # Side by side: the same jobs from the SDK with its own retry loop
+        # (its defaults), straight at a fresh provider of the same shape,
+        # without ratewise. Printed, never failing the run.
+        "$MOCK_BIN" --config "$WORK/$shape.json" --addr 127.0.0.1:0 >"$WORK/$shape.mock2.out" 2>&1 &
+        local mock2_pid=$!
+        PIDS+=("$mock2_pid")
+        local mock2_addr
+        mock2_addr="$(wait_addr "$WORK/$shape.mock2.out" "$mock2_pid")"
+        echo "  the same jobs, the SDK's own retries, no ratewise:"
+        "$VENV/bin/python" "$ROOT/bench/proxy_sdk.py" --shape gemini --label "$shape (SDK's retries, direct)" \
+            --proxy "http://$mock2_addr" --mock "http://$mock2_addr" --sdk-retries \
+            --jobs "$jobs" --concurrency 16 --max-tokens "$max_tokens" --input "$input_lo" "$input_hi" \
+            --limit "$limit" --binding "$binding" --capacity-seconds 10 \
+            --max-429-share 1 --min-used 0 2>&1 | sed 's/^/  /' || true
+        kill "$mock2_pid" 2>/dev/null || true
+    fi
     return "$rc"
 }
 
