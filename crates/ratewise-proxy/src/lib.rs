@@ -573,9 +573,36 @@ async fn redis_store(
     }
 }
 
-/// Starts the proxy: reads the journal, binds both listeners, serves.
-/// Nothing is sent anywhere at start.
-pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
+/// Raises the descriptor limit to its hard limit (as servers do), works
+/// the connection cap out again from it unless it is configured, and
+/// logs the cap with its source.
+fn descriptors(config: &mut ProxyConfig) {
+    match config::raise_descriptor_limit() {
+        Ok(Some((from, to))) => {
+            tracing::info!(from, to, "descriptor limit raised to its hard limit");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "the descriptor limit could not be raised to its hard limit");
+        }
+    }
+    if config.max_connections_source != config::CapSource::Configured {
+        (config.max_connections, config.max_connections_source) = config::connection_cap();
+    }
+    tracing::info!(
+        max_connections = config.max_connections,
+        source = %config.max_connections_source,
+        "connection cap per listener: {} ({}); at the cap the connections idle longest are closed for new ones",
+        config.max_connections,
+        config.max_connections_source,
+    );
+}
+
+/// Starts the proxy: raises the descriptor limit to its hard limit, reads
+/// the journal, binds both listeners, serves. Nothing is sent anywhere at
+/// start.
+pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
+    descriptors(&mut config);
     let mut recovered = journal::Recovered::default();
     let journal = match &config.journal {
         Some(path) => {
