@@ -248,7 +248,8 @@ async fn every_admin_error_has_one_shape() {
     let wrong: &[(&str, &str)] = &[("authorization", "Bearer nope")];
     let none: &[(&str, &str)] = &[];
     // (method, path, headers, status, type)
-    let cases: Vec<(&str, String, &[(&str, &str)], u16, &str)> = vec![
+    type Case<'a> = (&'a str, String, &'a [(&'a str, &'a str)], u16, &'a str);
+    let cases: Vec<Case> = vec![
         ("POST", "/stop".into(), token, 400, "key_required"),
         ("POST", "/resume?key=".into(), token, 400, "key_required"),
         ("GET", "/status?key=".into(), token, 400, "key_required"),
