@@ -15,12 +15,22 @@
 //!   `operator`; its callers get a 429 coded `ratewise_operator_stop`);
 //! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
 //!   them, capacities, learned margins and surprises);
-//! * `GET /healthz` — `ok`.
+//! * `GET /healthz` — `ok`; `degraded: <reason>` (still 200: the proxy
+//!   serves) while the Redis store is unavailable and this process paces
+//!   on its share of the limits; 503 `draining` once a shutdown began.
 //!
 //! Every call but `/healthz` must name this listener in `Host`, come from
 //! no foreign page (`Origin`) and carry the admin token
 //! (`Authorization: Bearer …`; `/metrics` without it when
 //! `[admin] open_metrics`): see [`guard`], [`settings`], [`token`].
+//!
+//! Every error the admin API answers, a refusal or a request it cannot
+//! act on, has one shape, `{"error": {"type": "…", "message": "…"}}`
+//! (`application/json`): 400 `key_required`, `key_invalid`,
+//! `query_invalid`; 401 `token_required`, `token_wrong`; 403
+//! `origin_not_allowed`; 404 `key_not_found`, `not_found` (no such
+//! endpoint); 405 `method_not_allowed`; 421 `host_not_allowed`; 500
+//! `internal`.
 //! A key is named by its fingerprint (`fp-` and 16 hex digits) or its
 //! configured group; `/stop` and `/resume` of a key this process never
 //! saw answer 404 (with `--redis`, a well-formed fingerprint goes to the
@@ -34,6 +44,7 @@
 //! `/status?key=FP` shows one.
 
 use crate::App;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -60,6 +71,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route("/resume", post(resume))
         .route("/stop", post(stop))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guarded))
         .with_state(app)
 }
@@ -83,6 +96,40 @@ async fn guarded(State(app): State<Arc<App>>, req: Request, next: Next) -> Respo
 #[derive(Deserialize)]
 struct KeyQuery {
     key: Option<String>,
+}
+
+/// An admin error, in the one shape every admin error has:
+/// `{"error": {"type": kind, "message": message}}`.
+pub(crate) fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+    json(
+        status,
+        serde_json::json!({"error": {"type": kind, "message": message}}),
+    )
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such admin endpoint: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=",
+    )
+}
+
+async fn method_not_allowed() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "not with this method: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=",
+    )
+}
+
+/// A query that cannot be read (a key given twice, say).
+fn bad_query() -> Response {
+    error(
+        StatusCode::BAD_REQUEST,
+        "query_invalid",
+        "the query cannot be read: give ?key=FINGERPRINT once (see GET /status)",
+    )
 }
 
 fn json(status: StatusCode, v: serde_json::Value) -> Response {
@@ -166,7 +213,13 @@ fn listed(app: &App, only: Option<&str>, max: usize) -> (Vec<String>, usize) {
     (first, total)
 }
 
-async fn status(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
+async fn status(
+    State(app): State<Arc<App>>,
+    q: Result<Query<KeyQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return bad_query();
+    };
     let only = match key_of(&q) {
         None if q.key.is_some() => return no_key(),
         None => None,
@@ -188,10 +241,15 @@ async fn status(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
     // store's lock and off the runtime's workers, which the callers'
     // requests share.
     let app2 = app.clone();
-    let body = tokio::task::spawn_blocking(move || format_status(&app2, names, scopes, total, now))
-        .await
-        .unwrap_or_else(|_| serde_json::json!({"error": "status formatting failed"}));
-    json(StatusCode::OK, body)
+    match tokio::task::spawn_blocking(move || format_status(&app2, names, scopes, total, now)).await
+    {
+        Ok(body) => json(StatusCode::OK, body),
+        Err(_) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "status formatting failed",
+        ),
+    }
 }
 
 /// `/status`'s body from the snapshots taken.
@@ -418,23 +476,26 @@ fn seen(app: &App, key: &str) -> bool {
 }
 
 fn no_key() -> Response {
-    json(
+    error(
         StatusCode::BAD_REQUEST,
-        serde_json::json!({"error": "give ?key=FINGERPRINT (see GET /status)"}),
+        "key_required",
+        "give ?key=FINGERPRINT (see GET /status)",
     )
 }
 
 fn bad_key() -> Response {
-    json(
+    error(
         StatusCode::BAD_REQUEST,
-        serde_json::json!({"error": "?key= is not a fingerprint (fp- and 16 lowercase hex digits, see GET /status) nor a configured group"}),
+        "key_invalid",
+        "?key= is not a fingerprint (fp- and 16 lowercase hex digits, see GET /status) nor a configured group",
     )
 }
 
 fn unseen() -> Response {
-    json(
+    error(
         StatusCode::NOT_FOUND,
-        serde_json::json!({"error": "no such key: never seen by this proxy, or forgotten when idle"}),
+        "key_not_found",
+        "no such key: never seen by this proxy, or forgotten when idle",
     )
 }
 
@@ -467,7 +528,13 @@ fn named_key(app: &App, q: &KeyQuery) -> Result<String, KeyRefusal> {
     Ok(key)
 }
 
-async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
+async fn resume(
+    State(app): State<Arc<App>>,
+    q: Result<Query<KeyQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return bad_query();
+    };
     let key = match named_key(&app, &q) {
         Ok(k) => k,
         Err(r) => return r.response(),
@@ -481,7 +548,10 @@ async fn resume(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respo
     json(StatusCode::OK, serde_json::json!({"resumed": key}))
 }
 
-async fn stop(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Response {
+async fn stop(State(app): State<Arc<App>>, q: Result<Query<KeyQuery>, QueryRejection>) -> Response {
+    let Ok(Query(q)) = q else {
+        return bad_query();
+    };
     let key = match named_key(&app, &q) {
         Ok(k) => k,
         Err(r) => return r.response(),

@@ -61,7 +61,9 @@
 //! body_timeout_ms = 30000           # a request body must arrive by then
 //! header_read_timeout_ms = 10000    # a request's head must arrive by then (at most 30 s)
 //! idle_timeout_ms = 60000           # a keep-alive connection with no request is closed
-//! # max_connections = 4000          # per listener; default: from the descriptor limit
+//! # max_connections = 4000          # per listener; default: a third of the descriptor
+//!                                   # limit (raised to its hard limit at start); at the
+//!                                   # cap the connections idle longest are closed for new ones
 //! max_body_memory = 268435456       # request bodies held at once, all callers (256 MiB)
 //!
 //! [admin]                           # see crate::admin (or admin = "ADDRESS")
@@ -538,9 +540,15 @@ pub struct ProxyConfig {
     /// waiting for its turn, or streaming its answer, is in progress.
     pub idle_timeout: Duration,
     /// Connections each listener serves at once (`bounds.max_connections`;
-    /// default: see [`default_max_connections`]). Beyond it, new
-    /// connections wait in the listen backlog.
+    /// default: see [`connection_cap`]). At the cap, the connections idle
+    /// longest (no request in progress) are closed to admit new ones; only
+    /// while every connection has a request in progress do new ones wait
+    /// in the listen backlog (see [`crate::serve`]).
     pub max_connections: usize,
+    /// Where [`max_connections`](Self::max_connections) came from (said in
+    /// the start log). Unless configured, [`crate::start`] works it out
+    /// again once it has raised the descriptor limit.
+    pub max_connections_source: CapSource,
     /// Bytes of request bodies held at once, all callers together
     /// (`bounds.max_body_memory`, default [`MAX_BODY_MEMORY`]). Over it a
     /// request waits up to the body timeout, then gets a 503.
@@ -566,27 +574,91 @@ pub const MAX_BODY_MEMORY: usize = 256 << 20;
 /// The connection cap used when the descriptor limit cannot be read.
 pub const FALLBACK_MAX_CONNECTIONS: usize = 1024;
 
-/// The default connection cap of each listener: a third of the soft
-/// descriptor limit (`RLIMIT_NOFILE`, read from `/proc/self/limits`), so
-/// that the callers' connections, one upstream connection per send and
-/// the admin's still fit; [`FALLBACK_MAX_CONNECTIONS`] where the limit
-/// cannot be read (not Linux) or is unlimited.
-pub fn default_max_connections() -> usize {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|t| nofile_soft_limit(&t))
-        .map_or(FALLBACK_MAX_CONNECTIONS, |n| (n / 3).max(16))
+/// Where a listener's connection cap came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CapSource {
+    /// `bounds.max_connections`.
+    Configured,
+    /// A third of this soft descriptor limit (`RLIMIT_NOFILE`).
+    DescriptorLimit(u64),
+    /// The descriptor limit is unlimited or could not be read:
+    /// [`FALLBACK_MAX_CONNECTIONS`].
+    Fallback,
 }
 
-/// The soft `Max open files` of a `/proc/self/limits` text (`None`:
-/// absent or unlimited).
-fn nofile_soft_limit(limits: &str) -> Option<usize> {
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line["Max open files".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+impl std::fmt::Display for CapSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapSource::Configured => f.write_str("bounds.max_connections"),
+            CapSource::DescriptorLimit(n) => {
+                write!(f, "a third of the descriptor limit, {n}")
+            }
+            CapSource::Fallback => f.write_str("the descriptor limit is unlimited or unknown"),
+        }
+    }
+}
+
+/// The default connection cap of each listener: a third of the soft
+/// descriptor limit (`RLIMIT_NOFILE`), so that the callers' connections,
+/// one upstream connection per send and the admin's still fit, and at
+/// least 16; [`FALLBACK_MAX_CONNECTIONS`] where the limit cannot be read
+/// (not Unix) or is unlimited.
+pub fn default_max_connections() -> usize {
+    connection_cap().0
+}
+
+/// [`default_max_connections`] and where it came from.
+pub fn connection_cap() -> (usize, CapSource) {
+    match descriptor_limit() {
+        Some(n) => (
+            usize::try_from(n / 3).unwrap_or(usize::MAX).max(16),
+            CapSource::DescriptorLimit(n),
+        ),
+        None => (FALLBACK_MAX_CONNECTIONS, CapSource::Fallback),
+    }
+}
+
+/// The soft descriptor limit in force (`None`: unlimited, or not Unix).
+pub fn descriptor_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// Raises the soft descriptor limit (`RLIMIT_NOFILE`) to the hard limit,
+/// as servers do at start (a soft limit of 1,024 is many systems'
+/// default, the hard one far above). `Ok(Some((from, to)))` when raised;
+/// `Ok(None)` when there is nothing to raise (already at the hard limit,
+/// an unlimited hard limit, not Unix); `Err` when the system refused.
+pub fn raise_descriptor_limit() -> std::io::Result<Option<(u64, u64)>> {
+    #[cfg(unix)]
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let now = getrlimit(Resource::Nofile);
+        match (now.current, now.maximum) {
+            (Some(soft), Some(hard)) if soft < hard => {
+                setrlimit(
+                    Resource::Nofile,
+                    Rlimit {
+                        current: Some(hard),
+                        maximum: Some(hard),
+                    },
+                )?;
+                Ok(Some((soft, hard)))
+            }
+            _ => Ok(None),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(None)
+    }
 }
 
 /// Where and how the keys' state is shared through Redis.
@@ -976,6 +1048,10 @@ impl ProxyConfig {
             max_keys: kt.max_keys.unwrap_or(defaults.max_keys),
             idle: kt.idle_s.map_or(defaults.idle, Duration::from_secs),
         };
+        let (max_connections, max_connections_source) = match bounds.max_connections {
+            Some(n) => (n, CapSource::Configured),
+            None => connection_cap(),
+        };
         Ok(ProxyConfig {
             admin_access,
             key_table,
@@ -995,9 +1071,8 @@ impl ProxyConfig {
             idle_timeout: bounds
                 .idle_timeout_ms
                 .map_or(IDLE_TIMEOUT, Duration::from_millis),
-            max_connections: bounds
-                .max_connections
-                .unwrap_or_else(default_max_connections),
+            max_connections,
+            max_connections_source,
             max_body_memory,
         })
     }
@@ -1036,14 +1111,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_descriptor_limit_is_read_from_proc() {
-        let text = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\n";
-        assert_eq!(nofile_soft_limit(text), Some(1024));
-        let unlimited =
-            "Max open files            unlimited            unlimited            files\n";
-        assert_eq!(nofile_soft_limit(unlimited), None);
-        assert_eq!(nofile_soft_limit(""), None);
-        assert!(default_max_connections() >= 16);
+    fn the_cap_comes_from_the_descriptor_limit_raised_to_the_hard_one() {
+        let raised = raise_descriptor_limit();
+        assert!(raised.is_ok(), "{raised:?}");
+        let (cap, source) = connection_cap();
+        assert!(cap >= 16);
+        match source {
+            CapSource::DescriptorLimit(n) => {
+                assert_eq!(cap as u64, (n / 3).max(16));
+                assert_eq!(Some(n), descriptor_limit());
+                // Raised: nothing more to raise.
+                assert!(matches!(raise_descriptor_limit(), Ok(None)));
+            }
+            CapSource::Fallback => assert_eq!(cap, FALLBACK_MAX_CONNECTIONS),
+            CapSource::Configured => panic!("not configured"),
+        }
+        assert!(source.to_string().contains("descriptor limit"), "{source}");
     }
 
     #[test]
@@ -1074,6 +1157,7 @@ mod tests {
         assert_eq!(c.header_read_timeout, Duration::from_millis(500));
         assert_eq!(c.idle_timeout, Duration::from_millis(700));
         assert_eq!(c.max_connections, 5);
+        assert_eq!(c.max_connections_source, CapSource::Configured);
         assert_eq!(c.max_body_memory, 40_000_000);
     }
 

@@ -392,6 +392,7 @@ pub struct Running {
     server: serve::Served,
     admin: serve::Served,
     expiry: tokio::task::JoinHandle<()>,
+    store_watch: tokio::task::JoinHandle<()>,
 }
 
 /// How long, once the grace is over, the cut answers (504s, a stream's
@@ -414,15 +415,76 @@ pub const EXIT_CUT: i32 = 3;
 /// The exit code when a second signal ended the shutdown at once.
 pub const EXIT_SECOND_SIGNAL: i32 = 4;
 
-/// `GET /healthz` on the admin listener: `ok`, or 503 `draining` once a
-/// shutdown has started.
+/// `GET /healthz` on the admin listener: `ok`; `degraded: <reason>`
+/// (still 200: the proxy serves, so a load balancer keeps sending) while
+/// the Redis store is unavailable and this process paces alone on its
+/// share of the limits; 503 `draining` once a shutdown has started.
 pub async fn healthz(
     axum::extract::State(app): axum::extract::State<Arc<App>>,
-) -> (http::StatusCode, &'static str) {
+) -> (http::StatusCode, String) {
     if app.drain.is_draining() {
-        (http::StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-    } else {
-        (http::StatusCode::OK, "ok\n")
+        return (http::StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
+    }
+    match store_degraded(&app) {
+        Some(reason) => (http::StatusCode::OK, format!("degraded: {reason}\n")),
+        None => (http::StatusCode::OK, "ok\n".into()),
+    }
+}
+
+/// Why the store is degraded, while it is.
+fn store_degraded(app: &App) -> Option<String> {
+    let h = app.redis.as_ref()?.health();
+    h.degraded.then(|| {
+        format!(
+            "Redis unavailable: the keys' limits are not shared; this process paces on its share of them ({}%) until Redis answers ({} failed round trips so far)",
+            f64::from(h.share_permille) / 10.0,
+            h.errors
+        )
+    })
+}
+
+/// How often the store's health is looked at (and, while it is degraded,
+/// Redis tried through a read of one key, so that its return shows with
+/// no traffic).
+const STORE_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often a degraded store is said again in the log.
+const DEGRADED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// While the Redis store is degraded: a WARN line a minute (the store
+/// says when it goes and when it comes back), and a read of one key every
+/// [`STORE_CHECK`], which tries Redis again.
+async fn watch_store(app: Arc<App>) {
+    let Some(r) = app.redis.clone() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(STORE_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Since when it has been degraded, and when that was last said.
+    let mut since: Option<(std::time::Instant, std::time::Instant)> = None;
+    loop {
+        tick.tick().await;
+        let h = r.health();
+        if !h.degraded {
+            since = None;
+            continue;
+        }
+        let now = std::time::Instant::now();
+        // The store's own line says it first.
+        let (from, said) = since.get_or_insert((now, now));
+        if now.duration_since(*said) >= DEGRADED_LOG_EVERY {
+            *said = now;
+            tracing::warn!(
+                for_s = now.duration_since(*from).as_secs(),
+                share_percent = f64::from(h.share_permille) / 10.0,
+                errors = h.errors,
+                "Redis still unavailable: the keys' limits are not shared; pacing on this process's share of them until it answers"
+            );
+        }
+        let one = app.store.lock().scopes().first().copied();
+        if let Some(id) = one {
+            let _ = ratewise_core::admit::Store::snapshot(&r, id, app.layer.now()).await;
+        }
     }
 }
 
@@ -466,6 +528,7 @@ impl Running {
         self.server.close().await;
         self.admin.close().await;
         self.expiry.abort();
+        self.store_watch.abort();
         // The last settles reach the other replicas.
         if let Some(r) = &app.redis {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), r.flush()).await;
@@ -510,9 +573,36 @@ async fn redis_store(
     }
 }
 
-/// Starts the proxy: reads the journal, binds both listeners, serves.
-/// Nothing is sent anywhere at start.
-pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
+/// Raises the descriptor limit to its hard limit (as servers do), works
+/// the connection cap out again from it unless it is configured, and
+/// logs the cap with its source.
+fn descriptors(config: &mut ProxyConfig) {
+    match config::raise_descriptor_limit() {
+        Ok(Some((from, to))) => {
+            tracing::info!(from, to, "descriptor limit raised to its hard limit");
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "the descriptor limit could not be raised to its hard limit");
+        }
+    }
+    if config.max_connections_source != config::CapSource::Configured {
+        (config.max_connections, config.max_connections_source) = config::connection_cap();
+    }
+    tracing::info!(
+        max_connections = config.max_connections,
+        source = %config.max_connections_source,
+        "connection cap per listener: {} ({}); at the cap the connections idle longest are closed for new ones",
+        config.max_connections,
+        config.max_connections_source,
+    );
+}
+
+/// Starts the proxy: raises the descriptor limit to its hard limit, reads
+/// the journal, binds both listeners, serves. Nothing is sent anywhere at
+/// start.
+pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
+    descriptors(&mut config);
     let mut recovered = journal::Recovered::default();
     let journal = match &config.journal {
         Some(path) => {
@@ -691,6 +781,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
     if !admin_addr.ip().is_loopback() {
         tracing::warn!(%admin_addr, "the admin listener is not on loopback (allow_remote): its token travels in clear unless TLS is put in front");
     }
+    let store_watch = tokio::spawn(watch_store(app.clone()));
     tokio::spawn(forget::sweep(Arc::downgrade(&app)));
     tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), "ratewise proxy listening");
     Ok(Running {
@@ -700,6 +791,7 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
         server,
         admin,
         expiry,
+        store_watch,
     })
 }
 

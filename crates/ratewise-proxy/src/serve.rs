@@ -2,10 +2,17 @@
 //! served at once, a header-read timeout, an idle keep-alive timeout, and
 //! a close that ends every connection at once (the end of a shutdown).
 //!
-//! * **Connection cap** (`bounds.max_connections`): a connection is
-//!   accepted only with a free place; beyond the cap new connections wait
-//!   in the kernel's listen backlog (and are refused by it when that is
-//!   full). Reaching the cap is logged (at most every 10 s).
+//! * **Connection cap** (`bounds.max_connections`): at the cap, a new
+//!   connection is admitted by closing the connection idle longest — one
+//!   with no request in progress: opened and never used, or idle between
+//!   requests (as servers reuse their idle keep-alive connections).
+//!   Idle connections above the cap never hold back a caller. Only while
+//!   every connection has a request in progress (or is sending one) do
+//!   new connections wait in the kernel's listen backlog (refused by it
+//!   when that is full). Reaching the cap is logged (at most every 10 s).
+//!   An idle connection closed so is shut down as hyper does it (what is
+//!   being written is written first; a request that arrives in that
+//!   instant is answered, then the connection closes).
 //! * **Accept errors**: out of descriptors (`EMFILE`, `ENFILE`: logged at
 //!   most every 10 s) or any other failure is logged and retried after a
 //!   100 ms backoff, never in a busy loop.
@@ -27,15 +34,16 @@ use axum::Router;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::TokioIo;
+use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tower::Service;
 
@@ -103,27 +111,33 @@ async fn accept_loop(
     active: Arc<AtomicUsize>,
 ) {
     let places = Arc::new(Semaphore::new(bounds.max_connections.max(1)));
+    let registry = Arc::new(Registry::default());
+    let mut oldest = Oldest::default();
     let mut conns = tokio::task::JoinSet::new();
     // The cap and the descriptor limit are logged at most once per
     // LOG_EVERY each, so a listener held at its cap does not flood the log.
     let mut cap_logged: Option<Instant> = None;
     let mut emfile_logged: Option<Instant> = None;
     loop {
+        // A free place; at the cap, a connection with no request in
+        // progress, to be closed for the next one. While every connection
+        // is busy, new ones wait in the listen backlog.
         let place = match places.clone().try_acquire_owned() {
-            Ok(p) => p,
+            Ok(p) => Some(p),
             Err(_) => {
                 if due(&mut cap_logged) {
                     tracing::warn!(
                         listener = name,
                         max_connections = bounds.max_connections,
-                        "connection cap reached: new connections wait in the listen backlog (bounds.max_connections)"
+                        "connection cap reached: the connections idle longest are closed to admit new ones; while every connection has a request in progress, new connections wait in the listen backlog (bounds.max_connections)"
                     );
                 }
                 tokio::select! {
                     p = places.clone().acquire_owned() => match p {
-                        Ok(p) => p,
+                        Ok(p) => Some(p),
                         Err(_) => break,
                     },
+                    () = registry.some_idle() => None,
                     _ = closed.wait_for(|c| *c) => break,
                 }
             }
@@ -150,21 +164,194 @@ async fn accept_loop(
                 continue;
             }
         };
+        let place = match place {
+            Some(p) => p,
+            None => match make_room(&places, &registry, &mut oldest, &mut closed).await {
+                Some(p) => p,
+                None => break,
+            },
+        };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let closed = closed.clone();
         let active = active.clone();
+        // Idle (never used) from its accept, in the order of the accepts.
+        let (conn, registered) = registry.add();
         conns.spawn(async move {
             let _place = place;
-            connection(stream, router, bounds, closed, active).await;
+            // Dropped before the place: out of the registry first.
+            let _registered = registered;
+            connection(stream, router, bounds, closed, active, conn).await;
         });
     }
     // Closed: every connection ends now.
     conns.shutdown().await;
 }
 
+/// At the cap, with a connection accepted: closes the connection idle
+/// longest and waits for its place (or any place that frees first). When
+/// the one asked has a request in progress again by then, the next idle
+/// one is asked; with none idle, this waits for one to be.
+async fn make_room(
+    places: &Arc<Semaphore>,
+    registry: &Registry,
+    oldest: &mut Oldest,
+    closed: &mut watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    let mut asked: Option<Arc<Conn>> = None;
+    loop {
+        if let Ok(p) = places.clone().try_acquire_owned() {
+            return Some(p);
+        }
+        let changed = registry.changed.notified();
+        if !asked
+            .as_ref()
+            .is_some_and(|c| c.asked.load(Ordering::Acquire))
+        {
+            asked = oldest.next(registry);
+        }
+        tokio::select! {
+            p = places.clone().acquire_owned() => return p.ok(),
+            () = changed => {}
+            _ = closed.wait_for(|c| *c) => return None,
+        }
+    }
+}
+
+/// A listener's connections, for closing the idle longest at the cap.
+#[derive(Default)]
+struct Registry {
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    next_id: AtomicU64,
+    /// A connection became idle, ended, or declined to close (it had a
+    /// request in progress again).
+    changed: Arc<Notify>,
+}
+
+/// One connection as the accept loop sees it.
+struct Conn {
+    watch: Arc<Watch>,
+    /// Set by the accept loop when it asks the connection to close; cleared
+    /// by the connection when it declines (a request is in progress).
+    asked: AtomicBool,
+    close: Notify,
+}
+
+/// A connection's place in the [`Registry`], left when dropped.
+struct Registered {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.registry.lock().remove(&self.id);
+        self.registry.changed.notify_one();
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection: idle (never used) from now.
+    fn add(self: &Arc<Self>) -> (Arc<Conn>, Registered) {
+        let conn = Arc::new(Conn {
+            watch: Arc::new(Watch::new(self.changed.clone())),
+            asked: AtomicBool::new(false),
+            close: Notify::new(),
+        });
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, conn.clone());
+        (
+            conn,
+            Registered {
+                registry: self.clone(),
+                id,
+            },
+        )
+    }
+
+    /// Resolves once a connection has no request in progress.
+    async fn some_idle(&self) {
+        loop {
+            let changed = self.changed.notified();
+            let any = self
+                .lock()
+                .values()
+                .any(|c| !c.asked.load(Ordering::Acquire) && c.watch.idle_since().is_some());
+            if any {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Up to `n` idle connections, the idle longest last, with the moment
+    /// each became idle.
+    fn oldest_idle(&self, n: usize) -> Vec<(Instant, Weak<Conn>)> {
+        let conns = self.lock();
+        let mut idle: Vec<(Instant, u64)> = conns
+            .iter()
+            .filter(|(_, c)| !c.asked.load(Ordering::Acquire))
+            .filter_map(|(id, c)| Some((c.watch.idle_since()?, *id)))
+            .collect();
+        if idle.len() > n {
+            idle.select_nth_unstable(n);
+            idle.truncate(n);
+        }
+        idle.sort_unstable();
+        idle.into_iter()
+            .rev()
+            .filter_map(|(at, id)| Some((at, Arc::downgrade(conns.get(&id)?))))
+            .collect()
+    }
+}
+
+/// Idle connections found by one pass over the registry, handed out idle
+/// longest first (one pass per [`OLDEST_BATCH`] closes, not one per close).
+#[derive(Default)]
+struct Oldest {
+    queue: Vec<(Instant, Weak<Conn>)>,
+}
+
+/// Idle connections taken by one pass over a listener's connections.
+const OLDEST_BATCH: usize = 64;
+
+impl Oldest {
+    /// Asks the connection idle longest to close; `None` when none is
+    /// idle. One found by an earlier pass is asked only if it has stayed
+    /// idle since (one used meanwhile is idle more recently than any not
+    /// taken by that pass).
+    fn next(&mut self, registry: &Registry) -> Option<Arc<Conn>> {
+        for pass in [false, true] {
+            if pass {
+                self.queue = registry.oldest_idle(OLDEST_BATCH);
+            }
+            while let Some((at, c)) = self.queue.pop() {
+                let Some(c) = c.upgrade() else { continue };
+                if c.watch.idle_since() == Some(at)
+                    && c.asked
+                        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                {
+                    c.close.notify_one();
+                    return Some(c);
+                }
+            }
+        }
+        None
+    }
+}
+
 /// How often a listener at its cap, or out of descriptors, says so.
 const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// How long a connection closed for a new one may take to write what it
+/// has before it is dropped (checked again while a request that arrived
+/// in that instant is in progress).
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 
 /// Whether a warning last given at `last` is due again (and notes it).
 fn due(last: &mut Option<Instant>) -> bool {
@@ -187,6 +374,8 @@ struct Watch {
     active: AtomicUsize,
     times: Mutex<Times>,
     changed: Notify,
+    /// The listener's: told when this connection becomes idle.
+    idle: Arc<Notify>,
 }
 
 struct Times {
@@ -195,6 +384,18 @@ struct Times {
 }
 
 impl Watch {
+    fn new(idle: Arc<Notify>) -> Self {
+        Watch {
+            active: AtomicUsize::new(0),
+            times: Mutex::new(Times {
+                idle_since: Instant::now(),
+                head_from: None,
+            }),
+            changed: Notify::new(),
+            idle,
+        }
+    }
+
     fn begin(&self) {
         self.active.fetch_add(1, Ordering::AcqRel);
         self.times().head_from = None;
@@ -206,6 +407,8 @@ impl Watch {
             let mut t = self.times();
             t.idle_since = Instant::now();
             t.head_from = None;
+            drop(t);
+            self.idle.notify_one();
         }
         self.changed.notify_one();
     }
@@ -223,6 +426,16 @@ impl Watch {
 
     fn times(&self) -> std::sync::MutexGuard<'_, Times> {
         self.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Since when the connection has had no request in progress and no
+    /// byte of a next one; `None` while it has.
+    fn idle_since(&self) -> Option<Instant> {
+        if self.active.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let t = self.times();
+        t.head_from.is_none().then_some(t.idle_since)
     }
 
     /// Resolves when the connection has been idle, or reading a head, for
@@ -261,15 +474,9 @@ async fn connection(
     bounds: Bounds,
     mut closed: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
+    me: Arc<Conn>,
 ) {
-    let watch = Arc::new(Watch {
-        active: AtomicUsize::new(0),
-        times: Mutex::new(Times {
-            idle_since: Instant::now(),
-            head_from: None,
-        }),
-        changed: Notify::new(),
-    });
+    let watch = me.watch.clone();
     let io = TokioIo::new(Watched {
         inner: stream,
         watch: watch.clone(),
@@ -292,16 +499,48 @@ async fn connection(
     let conn = hyper::server::conn::http1::Builder::new()
         .header_read_timeout(None)
         .serve_connection(io, svc);
-    tokio::select! {
-        r = conn => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "connection ended with an error");
+    tokio::pin!(conn);
+    // Asked to close for a new connection: by when it is dropped, if it is
+    // still idle then.
+    let mut closing: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            why = watch.expired(bounds) => {
+                tracing::debug!(reason = why, "connection closed");
+                break;
+            }
+            _ = closed.wait_for(|c| *c) => break,
+            () = me.close.notified(), if closing.is_none() => {
+                if watch.idle_since().is_some() {
+                    tracing::debug!("connection closed: idle longest at the connection cap");
+                    // As hyper closes: what is being written is written.
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some(Instant::now() + CLOSE_FLUSH);
+                } else {
+                    // A request came meanwhile: another is asked.
+                    me.asked.store(false, Ordering::Release);
+                    watch.idle.notify_one();
+                }
+            }
+            () = tokio::time::sleep_until(closing.unwrap_or_else(Instant::now)), if closing.is_some() => {
+                if watch.idle_since().is_some() {
+                    break;
+                }
+                // A request that came in that instant is answered first
+                // (keep-alive is off: hyper closes after it); the accept
+                // loop asks another meanwhile.
+                if me.asked.swap(false, Ordering::AcqRel) {
+                    watch.idle.notify_one();
+                }
+                closing = Some(Instant::now() + CLOSE_FLUSH);
             }
         }
-        why = watch.expired(bounds) => {
-            tracing::debug!(reason = why, "connection closed");
-        }
-        _ = closed.wait_for(|c| *c) => {}
     }
 }
 

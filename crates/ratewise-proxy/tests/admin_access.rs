@@ -1,7 +1,8 @@
 //! The admin listener against a hostile browser and a neighbour: a
 //! cross-origin `POST /stop`, a wrong `Host`, a missing or wrong token are
 //! refused and stop nothing; keys are validated and must have been seen;
-//! the key table stays within its bound and never forgets a stopped key.
+//! every admin error has one shape; the key table stays within its bound
+//! and never forgets a stopped key.
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -229,6 +230,108 @@ async fn keys_are_validated_and_must_have_been_seen() {
     assert_eq!(s, 404);
     let (s, _) = admin(&p, "GET", "/status?key=junk").await;
     assert_eq!(s, 400);
+    // Nothing was made for them.
+    assert_eq!(p.app.store.lock().key_count(), 0);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_error_has_one_shape() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = proxy(&mock.base_url(), "").await;
+    let unseen = fingerprint("sk-never-sent");
+    let auth = p.app.admin.authorization();
+    let token: &[(&str, &str)] = &[("authorization", &auth)];
+    let evil_origin: &[(&str, &str)] =
+        &[("authorization", &auth), ("origin", "http://evil.example")];
+    let evil_host: &[(&str, &str)] = &[("authorization", &auth), ("host", "evil.example")];
+    let wrong: &[(&str, &str)] = &[("authorization", "Bearer nope")];
+    let none: &[(&str, &str)] = &[];
+    // (method, path, headers, status, type)
+    type Case<'a> = (&'a str, String, &'a [(&'a str, &'a str)], u16, &'a str);
+    let cases: Vec<Case> = vec![
+        ("POST", "/stop".into(), token, 400, "key_required"),
+        ("POST", "/resume?key=".into(), token, 400, "key_required"),
+        ("GET", "/status?key=".into(), token, 400, "key_required"),
+        ("POST", "/stop?key=junk".into(), token, 400, "key_invalid"),
+        ("GET", "/status?key=junk".into(), token, 400, "key_invalid"),
+        (
+            "POST",
+            format!("/resume?key={unseen}&key={unseen}"),
+            token,
+            400,
+            "query_invalid",
+        ),
+        (
+            "POST",
+            format!("/stop?key={unseen}"),
+            token,
+            404,
+            "key_not_found",
+        ),
+        (
+            "POST",
+            format!("/resume?key={unseen}"),
+            token,
+            404,
+            "key_not_found",
+        ),
+        (
+            "GET",
+            format!("/status?key={unseen}"),
+            token,
+            404,
+            "key_not_found",
+        ),
+        ("GET", "/nowhere".into(), token, 404, "not_found"),
+        ("GET", "/stop".into(), token, 405, "method_not_allowed"),
+        ("POST", "/status".into(), token, 405, "method_not_allowed"),
+        ("GET", "/status".into(), none, 401, "token_required"),
+        ("GET", "/status".into(), wrong, 401, "token_wrong"),
+        (
+            "GET",
+            "/status".into(),
+            evil_origin,
+            403,
+            "origin_not_allowed",
+        ),
+        ("GET", "/status".into(), evil_host, 421, "host_not_allowed"),
+    ];
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    for (method, path, headers, status, kind) in cases {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", p.admin_addr));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = client
+            .request(req.body(Full::new(Bytes::new())).unwrap())
+            .await
+            .unwrap();
+        let what = format!("{method} {path} {headers:?}");
+        assert_eq!(resp.status().as_u16(), status, "{what}");
+        assert_eq!(
+            resp.headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            Some("application/json"),
+            "{what}"
+        );
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| panic!("{what}: JSON: {}", String::from_utf8_lossy(&body)));
+        let error = v["error"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{what}: {v}"));
+        assert_eq!(error.len(), 2, "{what}: only type and message: {v}");
+        assert_eq!(error["type"], kind, "{what}: {v}");
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {v}"
+        );
+        assert_eq!(v.as_object().map(|o| o.len()), Some(1), "{what}: {v}");
+    }
     // Nothing was made for them.
     assert_eq!(p.app.store.lock().key_count(), 0);
     p.shutdown().await;

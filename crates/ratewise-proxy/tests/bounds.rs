@@ -1,9 +1,10 @@
 //! The listeners' bounds, black-box over raw TCP: a slow header and an
 //! idle keep-alive connection are closed at their (short, test-set)
 //! timeouts while a request waiting for admission far longer is not, nor a
-//! stream with long gaps between its events; the
-//! connection cap holds new connections back and says so in the logs;
-//! many large uploads stay within the body-memory bound.
+//! stream with long gaps between its events; at the connection cap the
+//! connections idle longest make room for new ones, and only busy ones
+//! hold new connections back (said in the logs); many large uploads stay
+//! within the body-memory bound.
 
 use ratewise_mock::{Fault, FaultRule, MockConfig, MockServer};
 use ratewise_proxy::config::{Flags, ProxyConfig};
@@ -217,9 +218,11 @@ async fn idle_connections_are_closed_but_a_waiting_job_is_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_connection_cap_holds_new_connections_back_and_says_so() {
+async fn the_connection_cap_holds_new_connections_back_while_all_are_busy_and_says_so() {
     let logs = logs();
     let mock = MockServer::start(roomy()).await.unwrap();
+    // The first two requests take 3 s upstream.
+    mock.set_faults(vec![FaultRule::nth(Fault::Stall { ms: 3000 }, [1, 2])]);
     let p = proxy(
         &mock.base_url(),
         "[bounds]\nmax_connections = 2\nidle_timeout_ms = 60000\nheader_read_timeout_ms = 30000\n",
@@ -228,26 +231,93 @@ async fn the_connection_cap_holds_new_connections_back_and_says_so() {
     let mut a = TcpStream::connect(p.addr).await.unwrap();
     let mut b = TcpStream::connect(p.addr).await.unwrap();
     a.write_all(request(BODY).as_bytes()).await.unwrap();
-    assert!(read_answer(&mut a).await.starts_with("HTTP/1.1 200"));
     b.write_all(request(BODY).as_bytes()).await.unwrap();
-    assert!(read_answer(&mut b).await.starts_with("HTTP/1.1 200"));
+    until("two requests in progress", || {
+        p.app.metrics.in_flight.load(Ordering::Relaxed) == 2
+    })
+    .await;
 
-    // A third: the kernel takes it into the backlog; the proxy does not
-    // serve it while two are open.
+    // A third, while both have a request in progress: the kernel takes it
+    // into the backlog; the proxy does not serve it, and closes neither.
     let mut c = TcpStream::connect(p.addr).await.unwrap();
     c.write_all(request(BODY).as_bytes()).await.unwrap();
     let mut buf = [0u8; 16];
     let early = tokio::time::timeout(Duration::from_millis(500), c.read(&mut buf)).await;
-    assert!(early.is_err(), "beyond the cap: not served");
-    assert_eq!(mock.records().len(), 2, "nothing of it was sent");
+    assert!(
+        early.is_err(),
+        "beyond the cap, every connection busy: not served"
+    );
     let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
     assert!(text.contains("connection cap reached"), "{text}");
 
-    // One closes: the third is served.
-    drop(a);
+    // Both are answered; idle then, one is closed to admit the third.
+    assert!(read_answer(&mut a).await.starts_with("HTTP/1.1 200"));
+    assert!(read_answer(&mut b).await.starts_with("HTTP/1.1 200"));
     let answer = read_answer(&mut c).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    drop(b);
+    assert_eq!(mock.records().len(), 3);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_above_the_cap_never_stall_a_new_request() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    // Idle connections would stay ten minutes: before, a request beyond
+    // the cap waited for that.
+    let p = proxy(
+        &mock.base_url(),
+        "[bounds]\nmax_connections = 4\nidle_timeout_ms = 600000\nheader_read_timeout_ms = 30000\n",
+    )
+    .await;
+    // Two connections used once, idle between requests since.
+    let mut used = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(request(BODY).as_bytes()).await.unwrap();
+        assert!(read_answer(&mut s).await.starts_with("HTTP/1.1 200"));
+        used.push(s);
+    }
+    // Four opened and never used: six idle connections against a cap of
+    // four, all held open by this side.
+    let mut fresh = Vec::new();
+    for _ in 0..4 {
+        fresh.push(TcpStream::connect(p.addr).await.unwrap());
+    }
+    // A new request is answered at once (the bound is against a hang:
+    // the old behaviour waited the ten-minute idle timeout).
+    let mut new = TcpStream::connect(p.addr).await.unwrap();
+    new.write_all(request(BODY).as_bytes()).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), read_answer(&mut new))
+        .await
+        .expect("served while the idle connections are open");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // The ones closed to make room are the idle longest: the two used
+    // first (idle since their answers), then the first never used.
+    let limit = Duration::from_secs(5);
+    for (i, s) in used.iter_mut().enumerate() {
+        let got = closed_within(s, limit).await;
+        assert_eq!(
+            got.as_deref(),
+            Some(&b""[..]),
+            "used {i}: closed, nothing written"
+        );
+    }
+    let got = closed_within(&mut fresh[0], limit).await;
+    assert_eq!(got.as_deref(), Some(&b""[..]), "fresh 0: closed");
+    // The others stay open and serve (nothing else would close them for
+    // ten minutes).
+    for (i, s) in fresh.iter_mut().enumerate().skip(1) {
+        assert!(
+            closed_within(s, Duration::from_millis(200)).await.is_none(),
+            "fresh {i}: open"
+        );
+    }
+    fresh[3].write_all(request(BODY).as_bytes()).await.unwrap();
+    assert!(read_answer(&mut fresh[3]).await.starts_with("HTTP/1.1 200"));
+    new.write_all(request(BODY).as_bytes()).await.unwrap();
+    assert!(read_answer(&mut new).await.starts_with("HTTP/1.1 200"));
+    assert_eq!(mock.records().len(), 5);
     p.shutdown().await;
 }
 

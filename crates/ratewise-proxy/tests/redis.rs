@@ -1,7 +1,8 @@
 //! `ratewise proxy --redis`: replicas of the proxy sharing one key's state
 //! through Redis. A stop one of them meets stops the others with no send;
-//! an operator's stop and resume on one hold for all; `/status` and
-//! `/metrics` say which store is in use and how it is doing.
+//! an operator's stop and resume on one hold for all; `/status`,
+//! `/metrics` and `/healthz` say which store is in use and how it is
+//! doing.
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -349,5 +350,88 @@ async fn a_redis_unreached_at_start_is_degraded_at_half_share_from_the_first_rea
     assert_eq!(call(&p).await.0, 200, "served on local pacing");
     let (_, metrics) = admin(&p, "GET", "/metrics").await;
     assert!(metrics.contains("ratewise_store_share 0.5"), "{metrics}");
+    p.shutdown().await;
+}
+
+/// `GET /healthz`, as a load balancer sends it (no token).
+async fn healthz(p: &Running) -> (StatusCode, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::get(format!("http://{}/healthz", p.admin_addr))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_says_degraded_with_its_reason_while_redis_is_unreached() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = replica(
+        &mock.base_url(),
+        &format!("redis://127.0.0.1:{port}/"),
+        "healthz-unreached",
+    )
+    .await;
+    // Before any traffic, and after: degraded, still 200 (it serves).
+    for _ in 0..2 {
+        let (s, body) = healthz(&p).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        assert!(body.starts_with("degraded: Redis unavailable"), "{body}");
+        assert!(body.contains("(50%)"), "the share it paces on: {body}");
+        assert_eq!(call(&p).await.0, 200, "served on local pacing");
+    }
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server"]
+async fn healthz_says_degraded_while_redis_is_down_and_ok_once_it_is_back() {
+    // A server of this test's own: it is killed and started again.
+    let mut server = ratewise_redis::testing::Server::start();
+    let port = server.port;
+    let prefix = ratewise_redis::testing::prefix();
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let p = replica(&mock.base_url(), &server.url(), &prefix).await;
+    assert_eq!(call(&p).await.0, 200);
+    assert_eq!(healthz(&p).await, (StatusCode::OK, "ok\n".to_owned()));
+
+    server.kill();
+    // The next round trips find it gone; requests are served meanwhile.
+    let mut said = String::new();
+    for _ in 0..50 {
+        assert_eq!(call(&p).await.0, 200, "served on local pacing");
+        let (s, body) = healthz(&p).await;
+        assert_eq!(s, StatusCode::OK, "degraded is still 200: {body}");
+        said = body;
+        if said != "ok\n" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(said.starts_with("degraded: Redis unavailable"), "{said}");
+    let (_, metrics) = admin(&p, "GET", "/metrics").await;
+    assert!(metrics.contains("ratewise_store_degraded 1"), "{metrics}");
+
+    // Back: Redis is tried again (at most once a second) and the store
+    // shares again.
+    let _back = ratewise_redis::testing::Server::start_on(port);
+    for _ in 0..100 {
+        assert_eq!(call(&p).await.0, 200);
+        said = healthz(&p).await.1;
+        if said == "ok\n" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(said, "ok\n");
+    let (_, metrics) = admin(&p, "GET", "/metrics").await;
+    assert!(metrics.contains("ratewise_store_degraded 0"), "{metrics}");
     p.shutdown().await;
 }

@@ -7,7 +7,7 @@
 //!
 //! Refusals say why, in JSON, and never echo what was sent.
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -68,15 +68,10 @@ impl Refusal {
                 "the bearer token is not the admin token",
             ),
         };
-        let body = serde_json::json!({"error": {"type": kind, "message": message}});
-        let mut r = (status, body.to_string()).into_response();
-        let h = r.headers_mut();
-        h.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        // The one shape of every admin error.
+        let mut r = super::error(status, kind, message);
         if status == StatusCode::UNAUTHORIZED {
-            h.insert(
+            r.headers_mut().insert(
                 http::header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"ratewise-admin\""),
             );
