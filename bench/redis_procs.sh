@@ -7,8 +7,9 @@
 #   1. with --redis: one set of limits between the three. Fails (exit 1)
 #      unless every job is done, at most 2 % of the sends are answered 429
 #      and at least 0.9 of the binding limit is used;
-#   2. the same three without Redis, beside it: each paces on its own
-#      (reported, not judged);
+#   2. the same three without Redis, beside it (run at the same time as
+#      1, each on its own mock): each paces on its own (reported, not
+#      judged);
 #   3. with --redis, Redis killed (SIGKILL) 8 s in and restarted empty 5 s
 #      later: fails unless every job is done, every proxy is still up, and
 #      each went back to Redis after it noticed the outage.
@@ -79,6 +80,9 @@ echo "$CONFIG" >"$WORK/mock.json"
 # run LABEL REDIS(yes|no) MAX_429 MIN_USED [outage]
 run() {
     local label=$1 redis=$2 max429=$3 minused=$4 outage=${5:-}
+    # Its own state directory (the admin token): runs side by side do not
+    # race to write one (admin_curl reads BENCH_STATE).
+    local BENCH_STATE="$WORK/state-$label"
     "$MOCK_BIN" --config "$WORK/mock.json" --addr 127.0.0.1:0 >"$WORK/$label.mock.out" 2>&1 &
     local mock_pid=$!
     PIDS+=("$mock_pid")
@@ -91,7 +95,7 @@ run() {
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL" "$label" >"$WORK/$label.toml"
             args+=(--config "$WORK/$label.toml")
         fi
-        XDG_STATE_HOME="$WORK/state" "$PROXY_BIN" "${args[@]}" >"$WORK/$label.proxy$i.out" 2>&1 &
+        XDG_STATE_HOME="$BENCH_STATE" "$PROXY_BIN" "${args[@]}" >"$WORK/$label.proxy$i.out" 2>&1 &
         local pid=$!
         PIDS+=("$pid")
         pids+=("$pid")
@@ -149,12 +153,35 @@ run() {
     return "$rc"
 }
 
+# A run in a subshell of its own, its output kept in $WORK/LABEL.log and
+# its status in $WORK/LABEL.rc; it stops its own processes on the way out.
+run_aside() {
+    local label=$1
+    shift
+    (
+        PIDS=()
+        trap 'for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done' EXIT
+        rc=0
+        run "$label" "$@" || rc=$?
+        echo "$rc" >"$WORK/$label.rc"
+    ) >"$WORK/$label.log" 2>&1 &
+}
+
 start_redis
 status=0
+# The first two side by side: each has its own mock, proxies and state
+# directory, the second no Redis, and each waits on its provider's pace
+# (a few % of a core). The outage kills Redis, so it runs after them.
+run_aside redis yes 0.02 0.9
+run_aside alone no 1 0
+wait
 echo "three proxies sharing one key through Redis:"
-run redis yes 0.02 0.9 || status=1
+cat "$WORK/redis.log"
+[ "$(cat "$WORK/redis.rc" 2>/dev/null || echo 1)" = 0 ] || status=1
 echo "the same three, each pacing alone (for comparison, not judged):"
-run alone no 1 0 || echo "  (not judged: without a shared store each proxy paces on its own)"
+cat "$WORK/alone.log"
+[ "$(cat "$WORK/alone.rc" 2>/dev/null || echo 1)" = 0 ] \
+    || echo "  (not judged: without a shared store each proxy paces on its own)"
 echo "with Redis killed 8 s in and restarted empty 5 s later:"
 run outage yes 1 0 outage || status=1
 exit "$status"
