@@ -8,13 +8,22 @@
 //!   model did not expect and how many there were, advice where the
 //!   provider's own rule binds (`max_tokens` reservations filling the
 //!   output bucket), ramp, pause, stop with cause and since when; jobs in flight; attempts whose outcome
-//!   is unknown (cut by a crash before the last start, or sent with no
-//!   answer since);
+//!   is unknown (cut by a crash, or sent with no answer), kept across
+//!   restarts until acknowledged;
+//! * `POST /unknown/ack?job=ID` — acknowledges job `ID`'s unknown
+//!   outcomes (every attempt of it); `POST /unknown/ack?all=true` — all of
+//!   them listed. Journaled before they leave `/status` and
+//!   `ratewise_unknown_outcomes`, so a restart no longer reports them.
+//!   Answers `{"acknowledged": [job ids]}`; neither `job` nor `all=true`
+//!   (a bare POST acknowledges nothing), or both, is a 400; a job with no
+//!   unknown outcome a 404; a journal that cannot be written a 500 (the
+//!   outcomes stay listed);
 //! * `POST /resume?key=FP` — lifts a key's stop;
 //! * `POST /stop?key=FP` — stops a key until resumed (`/status` says
 //!   `operator`; its callers get a 429 coded `ratewise_operator_stop`);
 //! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
-//!   them, capacities, learned margins and surprises);
+//!   them, capacities, learned margins and surprises, unknown outcomes not
+//!   acknowledged: `ratewise_unknown_outcomes`);
 //! * `GET /healthz` — `ok`.
 //!
 //! Every call but `/healthz` must name this listener in `Host`, come from
@@ -60,6 +69,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route("/resume", post(resume))
         .route("/stop", post(stop))
+        .route("/unknown/ack", post(ack_unknown))
         .layer(axum::middleware::from_fn_with_state(app.clone(), guarded))
         .with_state(app)
 }
@@ -355,6 +365,8 @@ fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
         ));
         gauges.push(("ratewise_store_errors_total".into(), h.errors as f64));
     }
+    let unknown = app.unknown.lock().unwrap_or_else(|p| p.into_inner()).len();
+    gauges.push(("ratewise_unknown_outcomes".into(), unknown as f64));
     let ledger = app.store.ledger();
     gauges.push((
         "ratewise_tokens_charged{kind=\"input\"}".into(),
@@ -490,4 +502,73 @@ async fn stop(State(app): State<Arc<App>>, Query(q): Query<KeyQuery>) -> Respons
     app.operator_stop(&key).await;
     tracing::warn!(key = %key, "key stopped by an operator");
     json(StatusCode::OK, serde_json::json!({"stopped": key}))
+}
+
+#[derive(Deserialize)]
+struct AckQuery {
+    job: Option<String>,
+    all: Option<String>,
+}
+
+/// An admin refusal in the guard's shape: `{"error": {"type", "message"}}`.
+fn refused(status: StatusCode, kind: &str, message: &str) -> Response {
+    json(
+        status,
+        serde_json::json!({"error": {"type": kind, "message": message}}),
+    )
+}
+
+/// Whether `j` reads as a job id the proxy writes (a caller's plain word,
+/// a generated id, a `~n` suffix).
+fn job_id_like(j: &str) -> bool {
+    !j.is_empty()
+        && j.len() <= 128
+        && j.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-~".contains(&b))
+}
+
+/// `POST /unknown/ack?job=ID` or `?all=true`: see the module's docs.
+async fn ack_unknown(State(app): State<Arc<App>>, Query(q): Query<AckQuery>) -> Response {
+    let bad = |message: &str| refused(StatusCode::BAD_REQUEST, "invalid_request", message);
+    let job = q.job.as_deref().map(str::trim).filter(|j| !j.is_empty());
+    let all = match q.all.as_deref().map(str::trim) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return bad("all= is true or false"),
+    };
+    let job = match (job, all) {
+        (Some(_), true) => return bad("give ?job=ID or ?all=true, not both"),
+        (None, false) => {
+            return bad("give ?job=ID (see unknown_outcomes in GET /status) or ?all=true")
+        }
+        (Some(j), false) if !job_id_like(j) => {
+            return bad("?job= is not a job id (see unknown_outcomes in GET /status)")
+        }
+        (job, _) => job.map(str::to_owned),
+    };
+    // The journal's writes block: off the runtime's workers.
+    let app2 = app.clone();
+    let one = job.clone();
+    let done = tokio::task::spawn_blocking(move || app2.acknowledge_unknown(one.as_deref())).await;
+    match done {
+        Ok(Ok(jobs)) if jobs.is_empty() && job.is_some() => refused(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no unknown outcome for this job (see unknown_outcomes in GET /status)",
+        ),
+        Ok(Ok(jobs)) => json(StatusCode::OK, serde_json::json!({"acknowledged": jobs})),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "an acknowledgement could not be journaled");
+            refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "journal_error",
+                "the journal could not be written; the unknown outcomes not acknowledged stay listed",
+            )
+        }
+        Err(_) => refused(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "the acknowledgement failed",
+        ),
+    }
 }
