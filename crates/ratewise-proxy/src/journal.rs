@@ -21,10 +21,9 @@
 //! one `stop` line (with its evidence) per stop in force, one
 //! `outcome_unknown` line per unknown outcome not yet acknowledged, one
 //! `attempt_started` line per attempt in flight — on every start, and
-//! while running whenever the file grows past
-//! `max(`[`COMPACT_ABOVE`]` (1 MiB), 2 × its size after the last
-//! compaction)` (an embedder may change the threshold:
-//! [`FileJournal::set_compact_above`]). A journal with nothing live is
+//! while running whenever the file grows past [`COMPACT_ABOVE`] (1 MiB),
+//! or twice its size after the last compaction when that is more (an
+//! embedder may change the threshold: [`FileJournal::set_compact_above`]). A journal with nothing live is
 //! empty after a start; its size is bounded by
 //! `max(1 MiB, 2 × live state)` plus one line, where the live state is
 //! at most about 1.5 KiB per stopped key (the evidence's provider message
