@@ -15,9 +15,11 @@
 //!   them listed. Journaled before they leave `/status` and
 //!   `ratewise_unknown_outcomes`, so a restart no longer reports them.
 //!   Answers `{"acknowledged": [job ids]}`; neither `job` nor `all=true`
-//!   (a bare POST acknowledges nothing), or both, is a 400; a job with no
-//!   unknown outcome a 404; a journal that cannot be written a 500 (the
-//!   outcomes stay listed);
+//!   (a bare POST acknowledges nothing) is a 400 `job_required`, both or a
+//!   query that cannot be read a 400 `query_invalid`, a malformed id a 400
+//!   `job_invalid`; a job with no unknown outcome a 404 `job_not_found`; a
+//!   journal that cannot be written a 500 `journal_error` (the outcomes
+//!   stay listed);
 //! * `POST /resume?key=FP` — lifts a key's stop;
 //! * `POST /stop?key=FP` — stops a key until resumed (`/status` says
 //!   `operator`; its callers get a 429 coded `ratewise_operator_stop`);
@@ -528,21 +530,36 @@ fn job_id_like(j: &str) -> bool {
 }
 
 /// `POST /unknown/ack?job=ID` or `?all=true`: see the module's docs.
-async fn ack_unknown(State(app): State<Arc<App>>, Query(q): Query<AckQuery>) -> Response {
-    let bad = |message: &str| refused(StatusCode::BAD_REQUEST, "invalid_request", message);
+async fn ack_unknown(
+    State(app): State<Arc<App>>,
+    q: Result<Query<AckQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let bad = |kind: &str, message: &str| refused(StatusCode::BAD_REQUEST, kind, message);
+    let Ok(Query(q)) = q else {
+        return bad(
+            "query_invalid",
+            "the query cannot be read: give ?job=ID or ?all=true once",
+        );
+    };
     let job = q.job.as_deref().map(str::trim).filter(|j| !j.is_empty());
     let all = match q.all.as_deref().map(str::trim) {
         None | Some("false") => false,
         Some("true") => true,
-        Some(_) => return bad("all= is true or false"),
+        Some(_) => return bad("query_invalid", "all= is true or false"),
     };
     let job = match (job, all) {
-        (Some(_), true) => return bad("give ?job=ID or ?all=true, not both"),
+        (Some(_), true) => return bad("query_invalid", "give ?job=ID or ?all=true, not both"),
         (None, false) => {
-            return bad("give ?job=ID (see unknown_outcomes in GET /status) or ?all=true")
+            return bad(
+                "job_required",
+                "give ?job=ID (see unknown_outcomes in GET /status) or ?all=true",
+            )
         }
         (Some(j), false) if !job_id_like(j) => {
-            return bad("?job= is not a job id (see unknown_outcomes in GET /status)")
+            return bad(
+                "job_invalid",
+                "?job= is not a job id (see unknown_outcomes in GET /status)",
+            )
         }
         (job, _) => job.map(str::to_owned),
     };
@@ -553,7 +570,7 @@ async fn ack_unknown(State(app): State<Arc<App>>, Query(q): Query<AckQuery>) -> 
     match done {
         Ok(Ok(jobs)) if jobs.is_empty() && job.is_some() => refused(
             StatusCode::NOT_FOUND,
-            "not_found",
+            "job_not_found",
             "no unknown outcome for this job (see unknown_outcomes in GET /status)",
         ),
         Ok(Ok(jobs)) => json(StatusCode::OK, serde_json::json!({"acknowledged": jobs})),

@@ -580,19 +580,30 @@ async fn an_unknown_outcome_is_kept_across_restarts_until_an_operator_acknowledg
     let (s, b) = admin(&p, "POST", "/unknown/ack", true).await;
     assert_eq!(
         (s, b["error"]["type"].as_str()),
-        (400, Some("invalid_request")),
+        (400, Some("job_required")),
         "{b}"
     );
     assert!(
         b["error"]["message"].as_str().unwrap().contains("all=true"),
         "{b}"
     );
-    let (s, b) = admin(&p, "POST", "/unknown/ack?job=lost-1&all=true", true).await;
-    assert_eq!(s, 400, "{b}");
+    for (query, kind) in [
+        ("job=lost-1&all=true", "query_invalid"),
+        ("job=lost-1&job=lost-2", "query_invalid"),
+        ("all=yes", "query_invalid"),
+        ("job=no%20such/job", "job_invalid"),
+    ] {
+        let (s, b) = admin(&p, "POST", &format!("/unknown/ack?{query}"), true).await;
+        assert_eq!(
+            (s, b["error"]["type"].as_str()),
+            (400, Some(kind)),
+            "{query}: {b}"
+        );
+    }
     let (s, b) = admin(&p, "POST", "/unknown/ack?job=nobody", true).await;
     assert_eq!(
         (s, b["error"]["type"].as_str()),
-        (404, Some("not_found")),
+        (404, Some("job_not_found")),
         "{b}"
     );
     let (s, b) = admin(&p, "GET", "/unknown/ack?all=true", true).await;
