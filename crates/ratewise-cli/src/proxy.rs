@@ -28,10 +28,13 @@ pub struct ProxyArgs {
     /// Share each key's limits with other processes through Redis.
     #[arg(long)]
     redis: Option<String>,
-    /// Write every attempt and stop to this file; read it back on start.
+    /// Write every attempt and stop to this file; read it back on start
+    /// (unknown outcomes are kept until acknowledged; the file is compacted
+    /// to what a restart needs on start and past 1 MiB).
     #[arg(long)]
     journal: Option<PathBuf>,
-    /// The admin listener: /status, /resume, /stop, /metrics, /healthz
+    /// The admin listener: /status, /resume, /stop, /unknown/ack, /metrics,
+    /// /healthz
     /// (default 127.0.0.1:8788). Every call but /healthz needs the admin
     /// token as `Authorization: Bearer` (`[admin]` in --config; by default
     /// generated into a 0600 file whose path the start log gives).

@@ -8,13 +8,24 @@
 //!   model did not expect and how many there were, advice where the
 //!   provider's own rule binds (`max_tokens` reservations filling the
 //!   output bucket), ramp, pause, stop with cause and since when; jobs in flight; attempts whose outcome
-//!   is unknown (cut by a crash before the last start, or sent with no
-//!   answer since);
+//!   is unknown (cut by a crash, or sent with no answer), kept across
+//!   restarts until acknowledged;
+//! * `POST /unknown/ack?job=ID` — acknowledges job `ID`'s unknown
+//!   outcomes (every attempt of it); `POST /unknown/ack?all=true` — all of
+//!   them listed. Journaled before they leave `/status` and
+//!   `ratewise_unknown_outcomes`, so a restart no longer reports them.
+//!   Answers `{"acknowledged": [job ids]}`; neither `job` nor `all=true`
+//!   (a bare POST acknowledges nothing) is a 400 `job_required`, both or a
+//!   query that cannot be read a 400 `query_invalid`, a malformed id a 400
+//!   `job_invalid`; a job with no unknown outcome a 404 `job_not_found`; a
+//!   journal that cannot be written a 500 `journal_error` (the outcomes
+//!   stay listed);
 //! * `POST /resume?key=FP` — lifts a key's stop;
 //! * `POST /stop?key=FP` — stops a key until resumed (`/status` says
 //!   `operator`; its callers get a 429 coded `ratewise_operator_stop`);
 //! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
-//!   them, capacities, learned margins and surprises);
+//!   them, capacities, learned margins and surprises, unknown outcomes not
+//!   acknowledged: `ratewise_unknown_outcomes`);
 //! * `GET /healthz` — `ok`; `degraded: <reason>` (still 200: the proxy
 //!   serves) while the Redis store is unavailable and this process paces
 //!   on its share of the limits; 503 `draining` once a shutdown began.
@@ -71,6 +82,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route("/resume", post(resume))
         .route("/stop", post(stop))
+        .route("/unknown/ack", post(ack_unknown))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guarded))
@@ -111,7 +123,7 @@ async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such admin endpoint: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=",
+        "no such admin endpoint: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=, /unknown/ack?job=|all=true",
     )
 }
 
@@ -119,7 +131,7 @@ async fn method_not_allowed() -> Response {
     error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        "not with this method: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=",
+        "not with this method: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=, /unknown/ack?job=|all=true",
     )
 }
 
@@ -413,6 +425,8 @@ fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
         ));
         gauges.push(("ratewise_store_errors_total".into(), h.errors as f64));
     }
+    let unknown = app.unknown.lock().unwrap_or_else(|p| p.into_inner()).len();
+    gauges.push(("ratewise_unknown_outcomes".into(), unknown as f64));
     let ledger = app.store.ledger();
     gauges.push((
         "ratewise_tokens_charged{kind=\"input\"}".into(),
@@ -560,4 +574,80 @@ async fn stop(State(app): State<Arc<App>>, q: Result<Query<KeyQuery>, QueryRejec
     app.operator_stop(&key).await;
     tracing::warn!(key = %key, "key stopped by an operator");
     json(StatusCode::OK, serde_json::json!({"stopped": key}))
+}
+
+#[derive(Deserialize)]
+struct AckQuery {
+    job: Option<String>,
+    all: Option<String>,
+}
+
+/// Whether `j` reads as a job id the proxy writes (a caller's plain word,
+/// a generated id, a `~n` suffix).
+fn job_id_like(j: &str) -> bool {
+    !j.is_empty()
+        && j.len() <= 128
+        && j.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-~".contains(&b))
+}
+
+/// `POST /unknown/ack?job=ID` or `?all=true`: see the module's docs.
+async fn ack_unknown(
+    State(app): State<Arc<App>>,
+    q: Result<Query<AckQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let bad = |kind: &str, message: &str| error(StatusCode::BAD_REQUEST, kind, message);
+    let Ok(Query(q)) = q else {
+        return bad(
+            "query_invalid",
+            "the query cannot be read: give ?job=ID or ?all=true once",
+        );
+    };
+    let job = q.job.as_deref().map(str::trim).filter(|j| !j.is_empty());
+    let all = match q.all.as_deref().map(str::trim) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return bad("query_invalid", "all= is true or false"),
+    };
+    let job = match (job, all) {
+        (Some(_), true) => return bad("query_invalid", "give ?job=ID or ?all=true, not both"),
+        (None, false) => {
+            return bad(
+                "job_required",
+                "give ?job=ID (see unknown_outcomes in GET /status) or ?all=true",
+            )
+        }
+        (Some(j), false) if !job_id_like(j) => {
+            return bad(
+                "job_invalid",
+                "?job= is not a job id (see unknown_outcomes in GET /status)",
+            )
+        }
+        (job, _) => job.map(str::to_owned),
+    };
+    // The journal's writes block: off the runtime's workers.
+    let app2 = app.clone();
+    let one = job.clone();
+    let done = tokio::task::spawn_blocking(move || app2.acknowledge_unknown(one.as_deref())).await;
+    match done {
+        Ok(Ok(jobs)) if jobs.is_empty() && job.is_some() => error(
+            StatusCode::NOT_FOUND,
+            "job_not_found",
+            "no unknown outcome for this job (see unknown_outcomes in GET /status)",
+        ),
+        Ok(Ok(jobs)) => json(StatusCode::OK, serde_json::json!({"acknowledged": jobs})),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "an acknowledgement could not be journaled");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "journal_error",
+                "the journal could not be written; the unknown outcomes not acknowledged stay listed",
+            )
+        }
+        Err(_) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "the acknowledgement failed",
+        ),
+    }
 }

@@ -1,13 +1,44 @@
 //! The journal (`--journal FILE`): one JSON line per attempt *before* it is
-//! sent and one when it ends (the allow-listed [`AttemptRecord`]), and
-//! every stop and resume of a key. Lines are written and flushed to the
-//! operating system before the send, so they survive the process being
-//! killed (not a power cut: there is no fsync per line).
+//! sent and one when it ends (the allow-listed [`AttemptRecord`]), every
+//! stop and resume of a key, and every acknowledgement of an unknown
+//! outcome. Lines are written and flushed to the operating system before
+//! the send, so they survive the process being killed (not a power cut:
+//! there is no fsync per line). No key, no body, no header is ever
+//! written: job ids, attempt numbers, times, key fingerprints, models,
+//! upstream request ids, causes and actions, and a stop's bounded evidence.
 //!
-//! On start the proxy reads it back ([`recover`]): an attempt that started
-//! and never ended is reported as `outcome_unknown` — it may have been
-//! generated and billed — and closed in the journal so the next start does
-//! not report it again; a stop still in force stays in force.
+//! On start the proxy reads it back ([`FileJournal::open`]): an attempt
+//! that started and never ended is an *unknown outcome* — it may have
+//! been generated and billed — and so is an attempt that ended
+//! `hold_unknown` (a send with no answer, one cut at the end of the
+//! shutdown's grace). Unknown outcomes are kept, across any number of
+//! restarts, until an operator acknowledges them (`POST /unknown/ack`,
+//! an `unknown_ack` line); a stop still in force stays in force.
+//!
+//! # What it holds, and its size
+//!
+//! The journal is compacted to what a restart needs — its *live state*:
+//! one `stop` line (with its evidence) per stop in force, one
+//! `outcome_unknown` line per unknown outcome not yet acknowledged, one
+//! `attempt_started` line per attempt in flight — on every start, and
+//! while running whenever the file grows past [`COMPACT_ABOVE`] (1 MiB),
+//! or twice its size after the last compaction when that is more (an
+//! embedder may change the threshold: [`FileJournal::set_compact_above`]). A journal with nothing live is
+//! empty after a start; its size is bounded by
+//! `max(1 MiB, 2 × live state)` plus one line, where the live state is
+//! at most about 1.5 KiB per stopped key (the evidence's provider message
+//! is clipped to 1 KiB), about 300 bytes per attempt in flight, and about
+//! 300 bytes per unknown outcome, of which at most [`MAX_UNKNOWN`] are
+//! kept (beyond that the oldest is dropped, with a WARN naming its job).
+//!
+//! Compaction writes the live state to `FILE.compact` beside the journal,
+//! fsyncs it, renames it over the journal and fsyncs the directory; the
+//! new file's handle (opened before the rename) takes the appends after
+//! it. It runs under the journal's lock, so no line is written meanwhile:
+//! the new file says exactly what the old one did. Killed before the
+//! rename, the old journal is whole (the leftover `.compact` file is
+//! overwritten next time); after it, the new one is. Lines this version
+//! cannot read (a line cut by a crash) are counted at start and not kept.
 
 use ratewise_core::record::AttemptRecord;
 use ratewise_core::Cause;
@@ -15,8 +46,20 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::SystemTime;
+
+/// The size past which a running journal is compacted (unless its live
+/// state is over half of it: then twice the live state).
+pub const COMPACT_ABOVE: u64 = 1 << 20;
+
+/// The most unknown outcomes kept (here and in `/status`); beyond it the
+/// oldest is dropped, with a WARN naming its job.
+pub const MAX_UNKNOWN: usize = 1000;
+
+/// The action an attempt ends with when its outcome is unknown.
+const HOLD_UNKNOWN: &str = "hold_unknown";
 
 /// One line of the journal.
 #[derive(Debug, Serialize, Deserialize)]
@@ -35,6 +78,7 @@ enum Line {
         #[serde(skip_serializing_if = "Option::is_none", default)]
         request_id: Option<String>,
     },
+    /// An attempt's end; `hold_unknown` makes it an unknown outcome.
     AttemptEnded {
         job_id: String,
         attempt: u32,
@@ -62,12 +106,32 @@ enum Line {
         key: String,
         at_ms: u64,
     },
+    /// An unknown outcome not yet acknowledged (what compaction writes
+    /// for one).
+    OutcomeUnknown {
+        job_id: String,
+        attempt: u32,
+        at_ms: u64,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        key: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        model: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        request_id: Option<String>,
+    },
+    /// An operator acknowledged a job's unknown outcomes (every attempt
+    /// of it written before this line).
+    UnknownAck {
+        job_id: String,
+        at_ms: u64,
+    },
 }
 
 use crate::evidence::{at, ms, Evidence, ProviderAnswer};
 use crate::jobs::JobContext;
 
-/// An attempt that started and never ended.
+/// An attempt whose outcome is unknown: it started and never ended, or
+/// ended with no answer (`hold_unknown`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unknown {
     /// The job.
@@ -97,7 +161,8 @@ pub struct KeptStop {
 /// What a journal says after a restart.
 #[derive(Debug, Default)]
 pub struct Recovered {
-    /// Attempts that started and never ended: outcome unknown.
+    /// Unknown outcomes not yet acknowledged, oldest first: attempts that
+    /// started and never ended, or ended `hold_unknown`.
     pub unknown: Vec<Unknown>,
     /// Stops still in force.
     pub stops: Vec<KeptStop>,
@@ -105,62 +170,142 @@ pub struct Recovered {
     pub unreadable: usize,
 }
 
-/// Reads the journal at `path` (none yet: nothing to recover).
-pub fn recover(path: &Path) -> std::io::Result<Recovered> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::default()),
-        Err(e) => return Err(e),
-    };
-    let mut open: BTreeMap<(String, u32), (u64, JobContext)> = BTreeMap::new();
-    let mut stops: HashMap<String, KeptStop> = HashMap::new();
-    let mut unreadable = 0;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::BufReader::new(file), &mut bytes)?;
-    // Split on newlines ourselves: a line cut by a crash (even inside a
-    // multi-byte character) is one unreadable line, not the end of the
-    // journal.
-    for raw in bytes.split(|b| *b == b'\n') {
-        let line = String::from_utf8_lossy(raw);
-        if line.trim().is_empty() {
-            continue;
+/// What a restart needs, kept as the lines are written (and as they are
+/// read back): what compaction writes.
+#[derive(Debug, Default)]
+struct Live {
+    /// Attempts started and not ended.
+    open: BTreeMap<(String, u32), (u64, JobContext)>,
+    /// Unknown outcomes not acknowledged, oldest first.
+    unknown: Vec<Unknown>,
+    /// Stops, by key (an expired one is dropped when compacted).
+    stops: HashMap<String, KeptStop>,
+}
+
+impl Live {
+    /// Reads the journal's lines; how many could not be read.
+    fn replay(bytes: &[u8]) -> (Live, usize) {
+        let mut live = Live::default();
+        let mut unreadable = 0;
+        // Split on newlines ourselves: a line cut by a crash (even inside a
+        // multi-byte character) is one unreadable line, not the end of the
+        // journal.
+        for raw in bytes.split(|b| *b == b'\n') {
+            let line = String::from_utf8_lossy(raw);
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Line>(&line) {
+                Ok(l) => {
+                    live.apply(l);
+                }
+                Err(_) => unreadable += 1,
+            }
         }
-        match serde_json::from_str::<Line>(&line) {
-            Ok(Line::AttemptStarted {
+        (live, unreadable)
+    }
+
+    /// After a restart nothing is in flight: what was open is unknown.
+    fn restarted(&mut self) {
+        for ((job_id, attempt), (started_ms, ctx)) in std::mem::take(&mut self.open) {
+            self.push_unknown(Unknown {
+                job_id,
+                attempt,
+                started_ms,
+                key: ctx.key,
+                model: ctx.model,
+                request_id: ctx.request_id,
+            });
+        }
+    }
+
+    /// Adds an unknown outcome (once); the one dropped to make room.
+    fn push_unknown(&mut self, u: Unknown) -> Option<Unknown> {
+        if self
+            .unknown
+            .iter()
+            .any(|k| k.job_id == u.job_id && k.attempt == u.attempt)
+        {
+            return None;
+        }
+        self.unknown.push(u);
+        (self.unknown.len() > MAX_UNKNOWN).then(|| self.unknown.remove(0))
+    }
+
+    /// Applies one line; an unknown outcome dropped to make room.
+    fn apply(&mut self, line: Line) -> Option<Unknown> {
+        match line {
+            Line::AttemptStarted {
                 job_id,
                 attempt,
                 at_ms,
                 key,
                 model,
                 request_id,
-            }) => {
+            } => {
                 let ctx = JobContext {
                     key,
                     model,
                     request_id,
                 };
-                open.insert((job_id, attempt), (at_ms, ctx));
+                self.open.insert((job_id, attempt), (at_ms, ctx));
             }
-            Ok(Line::AttemptEnded {
-                job_id, attempt, ..
-            }) => {
-                open.remove(&(job_id, attempt));
+            Line::AttemptEnded {
+                job_id,
+                attempt,
+                action,
+                request_id,
+                ..
+            } => {
+                let started = self.open.remove(&(job_id.clone(), attempt));
+                if action == HOLD_UNKNOWN {
+                    let (started_ms, ctx) = started.unwrap_or_default();
+                    return self.push_unknown(Unknown {
+                        job_id,
+                        attempt,
+                        started_ms,
+                        key: ctx.key,
+                        model: ctx.model,
+                        request_id: request_id.or(ctx.request_id),
+                    });
+                }
             }
-            Ok(Line::Stop {
+            Line::OutcomeUnknown {
+                job_id,
+                attempt,
+                at_ms,
+                key,
+                model,
+                request_id,
+            } => {
+                self.open.remove(&(job_id.clone(), attempt));
+                return self.push_unknown(Unknown {
+                    job_id,
+                    attempt,
+                    started_ms: at_ms,
+                    key,
+                    model,
+                    request_id,
+                });
+            }
+            Line::UnknownAck { job_id, .. } => {
+                self.unknown.retain(|u| u.job_id != job_id);
+            }
+            Line::Stop {
                 key,
                 cause,
                 at_ms,
                 until_ms,
                 operator,
                 answer,
-            }) => {
+            } => {
                 let cause = Cause::from_word(&cause).unwrap_or(Cause::Unknown);
                 let ev = Evidence {
                     operator,
                     answer: answer.and_then(ProviderAnswer::bounded),
                     ..Evidence::bare(cause, at(at_ms), until_ms.map(at))
                 };
-                match stops.get_mut(&key) {
+                match self.stops.get_mut(&key) {
                     // A bare line on a key already stopped (the admin
                     // writes one after the evidence): the stop in force
                     // keeps its evidence and its since; the later end wins.
@@ -173,70 +318,174 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
                         }
                     }
                     _ => {
-                        stops.insert(key.clone(), KeptStop { key, evidence: ev });
+                        self.stops
+                            .insert(key.clone(), KeptStop { key, evidence: ev });
                     }
                 }
             }
-            Ok(Line::Resume { key, .. }) => {
-                stops.remove(&key);
+            Line::Resume { key, .. } => {
+                self.stops.remove(&key);
             }
-            Err(_) => unreadable += 1,
         }
+        None
     }
-    let now = SystemTime::now();
-    let mut stops: Vec<KeptStop> = stops
-        .into_values()
-        .filter(|s| s.evidence.until.is_none_or(|u| u > now))
-        .collect();
-    stops.sort_by(|a, b| a.key.cmp(&b.key));
+
+    /// The stops in force at `now`, by key.
+    fn stops_in_force(&self, now: SystemTime) -> Vec<KeptStop> {
+        let mut stops: Vec<KeptStop> = self
+            .stops
+            .values()
+            .filter(|s| s.evidence.until.is_none_or(|u| u > now))
+            .cloned()
+            .collect();
+        stops.sort_by(|a, b| a.key.cmp(&b.key));
+        stops
+    }
+
+    /// Forgets the stops ended by `now`.
+    fn expire(&mut self, now: SystemTime) {
+        self.stops
+            .retain(|_, s| s.evidence.until.is_none_or(|u| u > now));
+    }
+
+    /// The live state as journal text: stops in force, unknown outcomes,
+    /// attempts in flight.
+    fn text(&self, now: SystemTime) -> std::io::Result<String> {
+        let mut lines = Vec::new();
+        for s in self.stops_in_force(now) {
+            let ev = s.evidence;
+            lines.push(Line::Stop {
+                key: s.key,
+                cause: ev.cause.as_str().to_owned(),
+                at_ms: ms(ev.since),
+                until_ms: ev.until.map(ms),
+                operator: ev.operator,
+                answer: ev.answer,
+            });
+        }
+        for u in &self.unknown {
+            lines.push(Line::OutcomeUnknown {
+                job_id: u.job_id.clone(),
+                attempt: u.attempt,
+                at_ms: u.started_ms,
+                key: u.key.clone(),
+                model: u.model.clone(),
+                request_id: u.request_id.clone(),
+            });
+        }
+        for ((job_id, attempt), (at_ms, ctx)) in &self.open {
+            lines.push(Line::AttemptStarted {
+                job_id: job_id.clone(),
+                attempt: *attempt,
+                at_ms: *at_ms,
+                key: ctx.key.clone(),
+                model: ctx.model.clone(),
+                request_id: ctx.request_id.clone(),
+            });
+        }
+        let mut text = String::new();
+        for l in &lines {
+            text.push_str(&serde_json::to_string(l).map_err(std::io::Error::other)?);
+            text.push('\n');
+        }
+        Ok(text)
+    }
+}
+
+/// Reads the journal at `path` as a restart would (none yet: nothing to
+/// recover). It is not changed: [`FileJournal::open`] also compacts it.
+pub fn recover(path: &Path) -> std::io::Result<Recovered> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::default()),
+        Err(e) => return Err(e),
+    };
+    let (mut live, unreadable) = Live::replay(&bytes);
+    live.restarted();
     Ok(Recovered {
-        unknown: open
-            .into_iter()
-            .map(|((job_id, attempt), (started_ms, ctx))| Unknown {
-                job_id,
-                attempt,
-                started_ms,
-                key: ctx.key,
-                model: ctx.model,
-                request_id: ctx.request_id,
-            })
-            .collect(),
-        stops,
+        stops: live.stops_in_force(SystemTime::now()),
+        unknown: live.unknown,
         unreadable,
     })
 }
 
-/// The journal file, appended to.
+/// The journal file, appended to, and the live state its lines make.
 #[derive(Debug)]
 pub struct FileJournal {
     path: PathBuf,
-    /// The file, and whether the last write may have left half a line.
-    file: Mutex<(std::fs::File, bool)>,
+    inner: Mutex<Inner>,
+    /// The size past which it is compacted while running.
+    compact_above: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    file: std::fs::File,
+    /// Whether the last write may have left half a line.
+    torn: bool,
+    /// The file's size (as written here).
+    len: u64,
+    /// Its size after the last compaction.
+    compacted: u64,
+    live: Live,
+}
+
+/// Where compaction writes the new journal before renaming it over.
+fn compact_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".compact");
+    PathBuf::from(p)
 }
 
 impl FileJournal {
-    /// Opens (creates) the journal at `path` for appending.
-    pub fn open(path: &Path) -> std::io::Result<FileJournal> {
+    /// Opens (creates) the journal at `path`: reads it back as a restart
+    /// does (what it says is returned), compacts it to its live state
+    /// (a failure to compact is logged, and the old file appended to), and
+    /// appends after that.
+    pub fn open(path: &Path) -> std::io::Result<(FileJournal, Recovered)> {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
             .open(path)?;
-        // A line cut by a crash is ended, so the next one starts clean.
-        let len = file.metadata()?.len();
-        if len > 0 {
+        let mut bytes = Vec::new();
+        {
             use std::io::{Read, Seek, SeekFrom};
-            let mut last = [0u8; 1];
-            file.seek(SeekFrom::Start(len - 1))?;
-            file.read_exact(&mut last)?;
-            if last[0] != b'\n' {
-                file.write_all(b"\n")?;
+            file.seek(SeekFrom::Start(0))?;
+            file.read_to_end(&mut bytes)?;
+        }
+        let (mut live, unreadable) = Live::replay(&bytes);
+        live.restarted();
+        let mut len = bytes.len() as u64;
+        // A line cut by a crash is ended, so the next one starts clean.
+        if bytes.last().is_some_and(|b| *b != b'\n') {
+            file.write_all(b"\n")?;
+            len += 1;
+        }
+        let now = SystemTime::now();
+        let recovered = Recovered {
+            unknown: live.unknown.clone(),
+            stops: live.stops_in_force(now),
+            unreadable,
+        };
+        let journal = FileJournal {
+            path: path.to_owned(),
+            inner: Mutex::new(Inner {
+                file,
+                torn: false,
+                len,
+                compacted: 0,
+                live,
+            }),
+            compact_above: AtomicU64::new(COMPACT_ABOVE),
+        };
+        {
+            let mut inner = journal.lock();
+            if let Err(e) = journal.compact_locked(&mut inner) {
+                tracing::warn!(error = %e, path = %path.display(), "the journal could not be compacted at start; appending to it as it is");
             }
         }
-        Ok(FileJournal {
-            path: path.to_owned(),
-            file: Mutex::new((file, false)),
-        })
+        Ok((journal, recovered))
     }
 
     /// Its path.
@@ -244,46 +493,171 @@ impl FileJournal {
         &self.path
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the size past which the running journal is compacted
+    /// (default [`COMPACT_ABOVE`]; tests use a small one).
+    pub fn set_compact_above(&self, bytes: u64) {
+        self.compact_above.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The file's size now, in bytes.
+    pub fn len(&self) -> u64 {
+        self.lock().len
+    }
+
+    /// Whether the file is empty (nothing live, nothing since).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The unknown outcomes the journal keeps (not yet acknowledged),
+    /// oldest first.
+    pub fn unknown(&self) -> Vec<Unknown> {
+        self.lock().live.unknown.clone()
+    }
+
+    /// Compacts the journal to its live state now.
+    pub fn compact(&self) -> std::io::Result<()> {
+        let mut inner = self.lock();
+        self.compact_locked(&mut inner)
+    }
+
+    /// Writes the live state to a new file, fsyncs it, renames it over
+    /// the journal and fsyncs the directory; the new file takes the
+    /// appends. Called with the lock held: no line is written meanwhile.
+    fn compact_locked(&self, inner: &mut Inner) -> std::io::Result<()> {
+        let now = SystemTime::now();
+        inner.live.expire(now);
+        let text = inner.live.text(now)?;
+        let tmp = compact_path(&self.path);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let written = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .create_new(true)
+                .append(true)
+                .read(true)
+                .open(&tmp)?;
+            // The journal's own permissions.
+            if let Ok(m) = inner.file.metadata() {
+                let _ = f.set_permissions(m.permissions());
+            }
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            Ok::<_, std::io::Error>(f)
+        })();
+        let f = match written {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        // The rename itself made durable (the journal's directory).
+        #[cfg(unix)]
+        if let Some(dir) = self.path.parent() {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        let old = inner.len;
+        inner.file = f;
+        inner.torn = false;
+        inner.len = text.len() as u64;
+        inner.compacted = inner.len;
+        tracing::debug!(
+            from = old,
+            to = inner.len,
+            path = %self.path.display(),
+            "journal compacted"
+        );
+        Ok(())
+    }
+
     /// Writes a line whose failure is only logged (a stop, a resume, an
     /// unknown outcome closed): the next start reads the journal as it
     /// stands.
-    fn write(&self, line: &Line) {
+    fn write(&self, line: Line) {
         let _ = self.try_write(line);
     }
 
-    /// Writes a line; an error says it is not on disk.
-    fn try_write(&self, line: &Line) -> std::io::Result<()> {
-        let mut text = serde_json::to_string(line).map_err(std::io::Error::other)?;
+    /// Writes a line (and keeps what it says); an error says it is not on
+    /// disk. Past the size threshold, the journal is compacted after it.
+    fn try_write(&self, line: Line) -> std::io::Result<()> {
+        let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
         text.push('\n');
-        let mut guard = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        let (f, torn) = &mut *guard;
-        if *torn {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if inner.torn {
             // After a failed write, start on a fresh line.
             text.insert(0, '\n');
         }
-        match f.write_all(text.as_bytes()).and_then(|()| f.flush()) {
+        match inner
+            .file
+            .write_all(text.as_bytes())
+            .and_then(|()| inner.file.flush())
+        {
             Ok(()) => {
-                *torn = false;
-                Ok(())
+                inner.torn = false;
+                inner.len += text.len() as u64;
             }
             Err(e) => {
-                *torn = true;
+                inner.torn = true;
                 tracing::error!(error = %e, path = %self.path.display(), "journal write failed");
-                Err(e)
+                return Err(e);
             }
         }
+        if let Some(u) = inner.live.apply(line) {
+            tracing::warn!(job_id = %u.job_id, attempt = u.attempt, kept = MAX_UNKNOWN,
+                "outcome_unknown dropped unacknowledged: too many unknown outcomes kept");
+        }
+        let above = self
+            .compact_above
+            .load(Ordering::Relaxed)
+            .max(inner.compacted.saturating_mul(2));
+        if inner.len > above {
+            if let Err(e) = self.compact_locked(inner) {
+                // Tried again once the file has grown as much again.
+                inner.compacted = inner.len;
+                tracing::error!(error = %e, path = %self.path.display(), "journal compaction failed; appending to it as it is");
+            }
+        }
+        Ok(())
     }
 
-    /// Closes an attempt found unfinished at start: it is reported once.
+    /// An attempt cut at the end of the shutdown's grace: ended as an
+    /// unknown outcome, kept until acknowledged.
     pub fn close_unknown(&self, u: &Unknown) {
-        self.write(&Line::AttemptEnded {
+        self.write(Line::AttemptEnded {
             job_id: u.job_id.clone(),
             attempt: u.attempt,
             cause: Cause::OutcomeUnknown.as_str().to_owned(),
-            action: "hold_unknown".to_owned(),
+            action: HOLD_UNKNOWN.to_owned(),
             status: None,
             request_id: None,
         });
+    }
+
+    /// An operator acknowledged `job_id`'s unknown outcomes: the next
+    /// start no longer reports them. An error says the acknowledgement is
+    /// not on disk.
+    pub fn acknowledge(&self, job_id: &str) -> std::io::Result<()> {
+        self.try_write(Line::UnknownAck {
+            job_id: job_id.to_owned(),
+            at_ms: ms(SystemTime::now()),
+        })
     }
 
     /// A key stopped (no evidence: a bare line; a stop already in force
@@ -294,7 +668,7 @@ impl FileJournal {
 
     /// A key stopped, with its evidence.
     pub fn stop_with(&self, key: &str, ev: &Evidence) {
-        self.write(&Line::Stop {
+        self.write(Line::Stop {
             key: key.to_owned(),
             cause: ev.cause.as_str().to_owned(),
             at_ms: ms(ev.since),
@@ -313,7 +687,7 @@ impl FileJournal {
         ctx: Option<JobContext>,
     ) -> std::io::Result<()> {
         let ctx = ctx.unwrap_or_default();
-        self.try_write(&Line::AttemptStarted {
+        self.try_write(Line::AttemptStarted {
             job_id: job_id.to_owned(),
             attempt,
             at_ms: ms(at),
@@ -325,7 +699,7 @@ impl FileJournal {
 
     /// An attempt's end.
     pub fn ended(&self, record: &AttemptRecord) -> std::io::Result<()> {
-        self.try_write(&Line::AttemptEnded {
+        self.try_write(Line::AttemptEnded {
             job_id: record.job_id.clone().unwrap_or_default(),
             attempt: record.attempt,
             cause: record.cause.as_str().to_owned(),
@@ -337,7 +711,7 @@ impl FileJournal {
 
     /// A key resumed.
     pub fn resume(&self, key: &str) {
-        self.write(&Line::Resume {
+        self.write(Line::Resume {
             key: key.to_owned(),
             at_ms: ms(SystemTime::now()),
         });
@@ -345,8 +719,7 @@ impl FileJournal {
 
     /// Flushes what is written (on shutdown).
     pub fn sync(&self) {
-        let guard = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = guard.0.sync_all();
+        let _ = self.lock().file.sync_all();
     }
 }
 
@@ -370,11 +743,54 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// A fresh path in the temp directory (and its `.compact` sibling
+    /// removed).
+    fn fresh(name: &str) -> PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("ratewise-journal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let _ = std::fs::remove_file(compact_path(&p));
+        p
+    }
+
+    fn ended(job: &str, attempt: u32, cause: &str, action: &str) -> Line {
+        Line::AttemptEnded {
+            job_id: job.into(),
+            attempt,
+            cause: cause.into(),
+            action: action.into(),
+            status: None,
+            request_id: None,
+        }
+    }
+
+    fn ctx(key: &str) -> Option<JobContext> {
+        Some(JobContext {
+            key: Some(key.into()),
+            model: Some("claude-sonnet-4-5".into()),
+            request_id: None,
+        })
+    }
+
+    fn jobs(r: &Recovered) -> Vec<(&str, u32)> {
+        r.unknown
+            .iter()
+            .map(|u| (u.job_id.as_str(), u.attempt))
+            .collect()
+    }
+
+    fn stop_keys(r: &Recovered) -> Vec<(&str, Cause)> {
+        r.stops
+            .iter()
+            .map(|s| (s.key.as_str(), s.evidence.cause))
+            .collect()
+    }
+
     #[test]
-    fn unfinished_attempts_and_stops_in_force_come_back() {
-        let dir = std::env::temp_dir().join(format!("ratewise-journal-{}", std::process::id()));
-        let _ = std::fs::remove_file(&dir);
-        let j = FileJournal::open(&dir).unwrap();
+    fn unfinished_attempts_and_stops_in_force_come_back_until_acknowledged() {
+        let path = fresh("back");
+        let (j, first) = FileJournal::open(&path).unwrap();
+        assert!(first.unknown.is_empty() && first.stops.is_empty());
         let now = SystemTime::now();
         j.attempt_started_with("a", 1, now, None).unwrap();
         j.attempt_started_with("b", 1, now, None).unwrap();
@@ -382,52 +798,54 @@ mod tests {
         j.stop("fp-2", Cause::Billing, None);
         j.resume("fp-2");
         j.stop("fp-3", Cause::UserLimit, Some(now - Duration::from_secs(1)));
+        drop(j);
         // "a" ends; "b" never does; a crash cuts the last line.
-        let rec = serde_json::to_string(&Line::AttemptEnded {
-            job_id: "a".into(),
-            attempt: 1,
-            cause: "success".into(),
-            action: "done".into(),
-            status: Some(200),
-            request_id: None,
-        })
-        .unwrap();
+        let rec = serde_json::to_string(&ended("a", 1, "success", "done")).unwrap();
         {
-            let mut f = std::fs::OpenOptions::new().append(true).open(&dir).unwrap();
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
             writeln!(f, "{rec}").unwrap();
             // Cut inside a multi-byte character, as a crash can.
             f.write_all(b"{\"event\":\"stop\",\"key\":\"\xc3").unwrap();
         }
-        let r = recover(&dir).unwrap();
-        assert_eq!(r.unknown.len(), 1);
-        assert_eq!(r.unknown[0].job_id, "b");
+        let r = recover(&path).unwrap();
+        assert_eq!(jobs(&r), vec![("b", 1)]);
         assert_eq!(r.unreadable, 1);
-        let keys: Vec<_> = r
-            .stops
-            .iter()
-            .map(|s| (s.key.as_str(), s.evidence.cause))
-            .collect();
         assert_eq!(
-            keys,
+            stop_keys(&r),
             vec![("fp-1", Cause::SpendCap)],
             "resumed and expired stops are gone"
         );
-        // Closed once, reported once.
-        let j = FileJournal::open(&dir).unwrap();
-        j.close_unknown(&r.unknown[0]);
-        let again = recover(&dir).unwrap();
-        assert!(again.unknown.is_empty());
-        let _ = std::fs::remove_file(&dir);
+        // Every restart reports it again (and compacts the journal to it
+        // and the stop), until an operator acknowledges it.
+        for restart in 1..=3 {
+            let (j, r) = FileJournal::open(&path).unwrap();
+            assert_eq!(jobs(&r), vec![("b", 1)], "restart {restart}");
+            assert_eq!(stop_keys(&r), vec![("fp-1", Cause::SpendCap)]);
+            assert_eq!(j.unknown().len(), 1);
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(text.lines().count(), 2, "only live state: {text}");
+        }
+        let (j, _) = FileJournal::open(&path).unwrap();
+        j.acknowledge("b").unwrap();
+        assert!(j.unknown().is_empty());
+        drop(j);
+        assert!(recover(&path).unwrap().unknown.is_empty(), "acknowledged");
+        let (_, r) = FileJournal::open(&path).unwrap();
+        assert!(r.unknown.is_empty(), "and after a restart");
+        assert_eq!(stop_keys(&r), vec![("fp-1", Cause::SpendCap)]);
+        let _ = std::fs::remove_file(&path);
         assert!(
-            recover(&dir).unwrap().unknown.is_empty(),
+            recover(&path).unwrap().unknown.is_empty(),
             "no file: nothing"
         );
     }
 
     #[test]
     fn a_stop_keeps_its_evidence_and_old_lines_still_read() {
-        let path = std::env::temp_dir().join(format!("ratewise-journal-ev-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
+        let path = fresh("ev");
         {
             // Lines written before the evidence existed.
             let mut f = std::fs::File::create(&path).unwrap();
@@ -442,7 +860,9 @@ mod tests {
             )
             .unwrap();
         }
-        let j = FileJournal::open(&path).unwrap();
+        let (j, r) = FileJournal::open(&path).unwrap();
+        assert_eq!(r.unknown.len(), 1);
+        assert_eq!(r.unknown[0].key, None, "an old attempt line reads");
         let since = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_000_000_123);
         let cap = Evidence::of_answer(
             Cause::SpendCap,
@@ -456,21 +876,236 @@ mod tests {
         // and the since.
         j.stop("fp-cap", Cause::SpendCap, None);
         j.stop_with("fp-op", &Evidence::operator(since));
-        let r = recover(&path).unwrap();
-        let by = |k: &str| {
-            r.stops
-                .iter()
-                .find(|s| s.key == k)
-                .unwrap()
-                .evidence
-                .clone()
+        drop(j);
+        let check = |r: &Recovered| {
+            let by = |k: &str| {
+                r.stops
+                    .iter()
+                    .find(|s| s.key == k)
+                    .unwrap()
+                    .evidence
+                    .clone()
+            };
+            assert_eq!(by("fp-cap"), cap);
+            assert_eq!(by("fp-old").cause, Cause::Billing);
+            assert!(by("fp-old").answer.is_none());
+            assert!(by("fp-op").operator && by("fp-op").cause_word() == "operator");
+            assert_eq!(jobs(r), vec![("j", 1)]);
         };
-        assert_eq!(by("fp-cap"), cap);
-        assert_eq!(by("fp-old").cause, Cause::Billing);
-        assert!(by("fp-old").answer.is_none());
-        assert!(by("fp-op").operator && by("fp-op").cause_word() == "operator");
-        assert_eq!(r.unknown.len(), 1);
-        assert_eq!(r.unknown[0].key, None, "an old attempt line reads");
+        check(&recover(&path).unwrap());
+        // Compacted (one line per stop), the same evidence comes back.
+        let (j, r) = FileJournal::open(&path).unwrap();
+        check(&r);
+        drop(j);
+        check(&recover(&path).unwrap());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4, "3 stops, 1 unknown: {text}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Issue #38: 10,000 requests leave a journal of megabytes; a restart
+    /// leaves only what is live.
+    #[test]
+    fn ten_thousand_requests_and_a_restart_leave_only_live_state() {
+        let path = fresh("10k");
+        let (j, _) = FileJournal::open(&path).unwrap();
+        // Never compacted while running: the file as it used to grow.
+        j.set_compact_above(u64::MAX);
+        let now = SystemTime::now();
+        for i in 0..10_000 {
+            let job = format!("{:x}-{i}", 0x18f0_0000_0000_u64);
+            j.attempt_started_with(&job, 1, now, ctx("fp-0123456789abcdef"))
+                .unwrap();
+            j.try_write(Line::AttemptEnded {
+                job_id: job,
+                attempt: 1,
+                cause: "success".into(),
+                action: "done".into(),
+                status: Some(200),
+                request_id: Some(format!("req_{i:024}")),
+            })
+            .unwrap();
+        }
+        let grown = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(grown, j.len());
+        assert!(grown > 2_000_000, "{grown} bytes before the restart");
+        drop(j);
+        let (j, r) = FileJournal::open(&path).unwrap();
+        assert!(r.unknown.is_empty() && r.stops.is_empty());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "nothing live");
+        assert!(j.is_empty());
+
+        // With a stop and an unknown outcome live: those two lines alone.
+        j.set_compact_above(u64::MAX);
+        j.stop("fp-0123456789abcdef", Cause::SpendCap, None);
+        for i in 0..10_000 {
+            let job = format!("job-{i}");
+            j.attempt_started_with(&job, 1, now, ctx("fp-0123456789abcdef"))
+                .unwrap();
+            let action = if i == 5_000 { "hold_unknown" } else { "done" };
+            j.try_write(ended(&job, 1, "success", action)).unwrap();
+        }
+        drop(j);
+        let (_, r) = FileJournal::open(&path).unwrap();
+        assert_eq!(jobs(&r), vec![("job-5000", 1)]);
+        assert_eq!(
+            stop_keys(&r),
+            vec![("fp-0123456789abcdef", Cause::SpendCap)]
+        );
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size < 1024, "{size} bytes: a stop and an unknown outcome");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Past its threshold the running journal is compacted: its size stays
+    /// bounded, the appends after go to the new file, and a restart keeps
+    /// every stop, unknown outcome and attempt in flight.
+    #[test]
+    fn a_running_journal_is_compacted_past_its_threshold_and_keeps_what_is_live() {
+        let path = fresh("running");
+        let (j, _) = FileJournal::open(&path).unwrap();
+        j.set_compact_above(4096);
+        let now = SystemTime::now();
+        j.stop_with("fp-cap", &Evidence::operator(now));
+        j.stop(
+            "fp-until",
+            Cause::UserLimit,
+            Some(now + Duration::from_secs(3600)),
+        );
+        j.attempt_started_with("lost", 1, now, ctx("fp-aa"))
+            .unwrap();
+        j.try_write(ended("lost", 1, "outcome_unknown", "hold_unknown"))
+            .unwrap();
+        j.attempt_started_with("in-flight", 2, now, ctx("fp-bb"))
+            .unwrap();
+        let mut peak = 0;
+        for i in 0..2_000 {
+            let job = format!("job-{i}");
+            j.attempt_started_with(&job, 1, now, None).unwrap();
+            j.try_write(ended(&job, 1, "success", "done")).unwrap();
+            peak = peak.max(j.len());
+            // The file on disk is the one appended to.
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), j.len());
+        }
+        assert!(peak <= 4096 + 512, "bounded: {peak}");
+        j.attempt_started_with("last", 1, now, None).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(r#""job_id":"last""#), "{text}");
+        assert!(!text.contains(r#""job_id":"job-0""#), "compacted: {text}");
+        assert!(!compact_path(&path).exists(), "renamed over the journal");
+        drop(j);
+        // The process is killed here: the restart finds what is live.
+        let (_, r) = FileJournal::open(&path).unwrap();
+        assert_eq!(jobs(&r), vec![("lost", 1), ("in-flight", 2), ("last", 1)]);
+        assert_eq!(r.unknown[0].key.as_deref(), Some("fp-aa"));
+        assert_eq!(r.unknown[1].key.as_deref(), Some("fp-bb"));
+        let keys: Vec<_> = r.stops.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, vec!["fp-cap", "fp-until"]);
+        assert!(r.stops[0].evidence.operator);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Lines written from several threads while compactions run: none is
+    /// lost (every compaction holds the journal's lock).
+    #[test]
+    fn concurrent_appends_during_compaction_lose_nothing() {
+        let path = fresh("concurrent");
+        let (j, _) = FileJournal::open(&path).unwrap();
+        j.set_compact_above(2048);
+        let j = std::sync::Arc::new(j);
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let j = j.clone();
+                std::thread::spawn(move || {
+                    let now = SystemTime::now();
+                    for i in 0..1_000 {
+                        let job = format!("t{t}-{i}");
+                        j.attempt_started_with(&job, 1, now, None).unwrap();
+                        let action = if i == 500 { "hold_unknown" } else { "done" };
+                        j.try_write(ended(&job, 1, "x", action)).unwrap();
+                    }
+                    j.stop(&format!("fp-{t}"), Cause::Billing, None);
+                    j.attempt_started_with(&format!("t{t}-open"), 1, now, None)
+                        .unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        drop(j);
+        let r = recover(&path).unwrap();
+        let mut got: Vec<String> = r.unknown.iter().map(|u| u.job_id.clone()).collect();
+        got.sort();
+        let mut want: Vec<String> = (0..4)
+            .flat_map(|t| [format!("t{t}-500"), format!("t{t}-open")])
+            .collect();
+        want.sort();
+        assert_eq!(got, want);
+        assert_eq!(r.stops.len(), 4);
+        assert_eq!(r.unreadable, 0);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Killed mid-compaction, before the rename: the old journal is whole
+    /// and the half-written new one is not read.
+    #[test]
+    fn a_compaction_killed_before_its_rename_loses_nothing() {
+        let path = fresh("killed");
+        let (j, _) = FileJournal::open(&path).unwrap();
+        j.stop("fp-1", Cause::SpendCap, None);
+        j.attempt_started_with("cut", 1, SystemTime::now(), None)
+            .unwrap();
+        drop(j);
+        std::fs::write(
+            compact_path(&path),
+            b"{\"event\":\"resume\",\"key\":\"fp-1\"",
+        )
+        .unwrap();
+        let (_, r) = FileJournal::open(&path).unwrap();
+        assert_eq!(jobs(&r), vec![("cut", 1)]);
+        assert_eq!(stop_keys(&r), vec![("fp-1", Cause::SpendCap)]);
+        assert!(!compact_path(&path).exists());
+        let r = recover(&path).unwrap();
+        assert_eq!(jobs(&r), vec![("cut", 1)]);
+        assert_eq!(stop_keys(&r), vec![("fp-1", Cause::SpendCap)]);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn an_acknowledgement_names_one_job_and_the_oldest_go_past_the_bound() {
+        let path = fresh("ack");
+        let (j, _) = FileJournal::open(&path).unwrap();
+        let now = SystemTime::now();
+        for job in ["x", "y"] {
+            for attempt in [1, 2] {
+                j.attempt_started_with(job, attempt, now, None).unwrap();
+            }
+        }
+        drop(j);
+        let (j, r) = FileJournal::open(&path).unwrap();
+        assert_eq!(jobs(&r), vec![("x", 1), ("x", 2), ("y", 1), ("y", 2)]);
+        j.acknowledge("x").unwrap();
+        drop(j);
+        let (j, r) = FileJournal::open(&path).unwrap();
+        assert_eq!(jobs(&r), vec![("y", 1), ("y", 2)]);
+        j.set_compact_above(u64::MAX);
+        for i in 0..MAX_UNKNOWN {
+            j.try_write(ended(
+                &format!("u{i}"),
+                1,
+                "outcome_unknown",
+                "hold_unknown",
+            ))
+            .unwrap();
+        }
+        let kept = j.unknown();
+        assert_eq!(kept.len(), MAX_UNKNOWN);
+        assert_eq!(kept[0].job_id, "u0", "y's two dropped, oldest first");
+        drop(j);
+        let (_, r) = FileJournal::open(&path).unwrap();
+        assert_eq!(r.unknown.len(), MAX_UNKNOWN);
+        assert_eq!(r.unknown[0].job_id, "u0");
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -43,9 +43,10 @@
 //! * [`route`]: what a path says — the provider's API, a model named in
 //!   the path (Gemini, Azure), a Gemini body's output cap.
 //! * [`upstream`]: HTTP(S) clients and routing.
-//! * [`admin`]: `/status`, `/resume`, `/stop`, `/metrics`, `/healthz` on
-//!   their own listener.
-//! * [`journal`]: attempts and stops written down, read back on start.
+//! * [`admin`]: `/status`, `/resume`, `/stop`, `/unknown/ack`, `/metrics`,
+//!   `/healthz` on their own listener.
+//! * [`journal`]: attempts, stops and acknowledgements written down, read
+//!   back on start, compacted to what a restart needs.
 //! * [`serve`]: the listeners, bounded (connections, header and idle
 //!   timeouts).
 //! * [`drain`]: the shutdown (SIGTERM, SIGINT) and its grace.
@@ -109,8 +110,10 @@ pub struct App {
     pub metrics: Arc<metrics::Metrics>,
     /// The journal file.
     pub journal: Option<Arc<journal::FileJournal>>,
-    /// Attempts whose outcome is unknown: found unfinished at start, or
-    /// sent with no answer during this run (at most the last 1,000).
+    /// Attempts whose outcome is unknown, until an operator acknowledges
+    /// them: kept in the journal from before this start, or sent with no
+    /// answer during this run (at most [`journal::MAX_UNKNOWN`], the
+    /// latest).
     pub unknown: std::sync::Mutex<Vec<journal::Unknown>>,
     /// This run's prefix of job ids (its start, Unix milliseconds in hex).
     pub boot: String,
@@ -165,7 +168,7 @@ impl App {
             .find_map(|r| r.request_id.clone())
             .or(ctx.request_id);
         let mut list = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
-        if list.len() >= 1000 {
+        if list.len() >= journal::MAX_UNKNOWN {
             list.remove(0);
         }
         list.push(journal::Unknown {
@@ -189,10 +192,47 @@ impl App {
             j.close_unknown(&u);
         }
         let mut list = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
-        if list.len() >= 1000 {
+        if list.len() >= journal::MAX_UNKNOWN {
             list.remove(0);
         }
         list.push(u);
+    }
+
+    /// An operator acknowledges unknown outcomes (`POST /unknown/ack`):
+    /// those of `job`, or all of them (`None`). Each job is journaled
+    /// before it leaves the list, so a restart no longer reports it; the
+    /// jobs acknowledged are returned. An error says the journal could not
+    /// be written: the jobs not yet written stay listed.
+    pub fn acknowledge_unknown(&self, job: Option<&str>) -> Result<Vec<String>, std::io::Error> {
+        let mut listed: Vec<journal::Unknown> = self
+            .unknown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        // The journal may keep one this process's list does not (a job
+        // whose caller had left before its answer).
+        if let Some(j) = &self.journal {
+            listed.extend(j.unknown());
+        }
+        let mut jobs: Vec<String> = Vec::new();
+        for u in listed {
+            if job.is_none_or(|j| j == u.job_id) && !jobs.contains(&u.job_id) {
+                jobs.push(u.job_id);
+            }
+        }
+        let mut done = Vec::with_capacity(jobs.len());
+        for id in jobs {
+            if let Some(j) = &self.journal {
+                j.acknowledge(&id)?;
+            }
+            self.unknown
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|u| u.job_id != id);
+            tracing::warn!(job_id = %id, "outcome_unknown acknowledged by an operator");
+            done.push(id);
+        }
+        Ok(done)
     }
 
     /// A job ended stopped. The first time a stop of `key` is seen here,
@@ -606,11 +646,11 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
     let mut recovered = journal::Recovered::default();
     let journal = match &config.journal {
         Some(path) => {
-            recovered = journal::recover(path).map_err(|e| StartError::Journal(path.clone(), e))?;
-            Some(Arc::new(
-                journal::FileJournal::open(path)
-                    .map_err(|e| StartError::Journal(path.clone(), e))?,
-            ))
+            // Read back and compacted to what is live.
+            let (j, r) = journal::FileJournal::open(path)
+                .map_err(|e| StartError::Journal(path.clone(), e))?;
+            recovered = r;
+            Some(Arc::new(j))
         }
         None => None,
     };
@@ -713,14 +753,7 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
         ),
         jobs,
     });
-    for u in &recovered.unknown {
-        tracing::warn!(job_id = %u.job_id, attempt = u.attempt, started_ms = u.started_ms,
-            key = u.key.as_deref(), model = u.model.as_deref(), request_id = u.request_id.as_deref(),
-            "outcome_unknown: an attempt started before a restart and never ended; it may have been processed");
-        if let Some(j) = &app.journal {
-            j.close_unknown(u);
-        }
-    }
+    warn_unknown(&recovered.unknown);
     for s in &recovered.stops {
         if app.redis.is_some() {
             // The shared record decides: another replica may have resumed
@@ -793,6 +826,43 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
         expiry,
         store_watch,
     })
+}
+
+/// How many unknown outcomes the start log details, and how many job ids
+/// its summary names.
+const LOG_UNKNOWN: usize = 20;
+
+/// At every start, while unknown outcomes are not acknowledged: a WARN
+/// for each of the first [`LOG_UNKNOWN`] (job, attempt, key, model,
+/// request id) and one naming the first [`LOG_UNKNOWN`] jobs, with the
+/// count.
+fn warn_unknown(unknown: &[journal::Unknown]) {
+    if unknown.is_empty() {
+        return;
+    }
+    for u in unknown.iter().take(LOG_UNKNOWN) {
+        tracing::warn!(job_id = %u.job_id, attempt = u.attempt, started_ms = u.started_ms,
+            key = u.key.as_deref(), model = u.model.as_deref(), request_id = u.request_id.as_deref(),
+            "outcome_unknown: an attempt that may have been processed, not acknowledged");
+    }
+    let mut ids: Vec<&str> = Vec::new();
+    for u in unknown {
+        if !ids.contains(&u.job_id.as_str()) {
+            ids.push(&u.job_id);
+        }
+    }
+    let jobs = ids.len();
+    let mut named = ids
+        .iter()
+        .take(LOG_UNKNOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",");
+    if jobs > LOG_UNKNOWN {
+        named.push_str(&format!(",… ({} more)", jobs - LOG_UNKNOWN));
+    }
+    tracing::warn!(count = unknown.len(), jobs, job_ids = %named,
+        "outcome_unknown: unknown outcomes kept from before this start, until acknowledged (POST /unknown/ack?job=ID or ?all=true on the admin listener)");
 }
 
 /// The admin token from its source: the path is logged, never the token.

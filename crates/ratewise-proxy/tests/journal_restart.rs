@@ -1,5 +1,7 @@
 //! `--journal`: after a crash, attempts that started and never ended are
-//! reported as unknown outcomes (once), and a stop survives the restart.
+//! reported as unknown outcomes (until an operator acknowledges them), a
+//! stop survives the restart, and the journal is compacted to what is
+//! live.
 
 use bytes::Bytes;
 use http::Request;
@@ -108,10 +110,11 @@ async fn unfinished_attempts_are_unknown_after_a_crash_and_a_stop_survives() {
     assert_eq!(mock.records().len(), sends, "a stopped key sends nothing");
     p.shutdown().await;
 
-    // Reported once: the next start has no unknown outcome left.
+    // Kept until an operator acknowledges it: the next start reports it
+    // again (see `an_unknown_outcome_is_kept_across_restarts_until_an_operator_acknowledges_it`).
     let p = start(&mock.base_url(), &journal).await;
     let status = get(&p, "/status").await;
-    assert!(!status.contains("crashed-7"), "{status}");
+    assert!(status.contains("crashed-7"), "{status}");
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -382,5 +385,338 @@ async fn a_caller_gone_after_its_send_makes_no_further_attempt() {
         text.contains(r#""cause":"rate_limited","action":"give_up""#),
         "{text}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const KEY2: &str = "sk-ant-journal-OTHER";
+
+async fn start_with(
+    upstream: &str,
+    journal: &std::path::Path,
+    toml: &str,
+) -> ratewise_proxy::Running {
+    let flags = Flags {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:1".into()),
+        upstream: Some(upstream.into()),
+        journal: Some(journal.to_owned()),
+        ..Flags::default()
+    };
+    let mut config = ProxyConfig::from_toml(&flags, toml, |_| None).unwrap();
+    config.admin = "127.0.0.1:0".parse().unwrap();
+    ratewise_proxy::start(config).await.unwrap()
+}
+
+/// One call on `key`, naming its job when given: status and action.
+async fn call_as(p: &ratewise_proxy::Running, key: &str, job: Option<&str>) -> (u16, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::post(format!("http://{}/v1/messages", p.addr))
+        .header("content-type", "application/json")
+        .header("x-api-key", key);
+    if let Some(j) = job {
+        req = req.header("x-ratewise-job", j);
+    }
+    let req = req
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#,
+        )))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let action = resp
+        .headers()
+        .get("x-ratewise-action")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let status = resp.status().as_u16();
+    resp.into_body().collect().await.unwrap();
+    (status, action)
+}
+
+/// An admin call, with the token or without: status and body as JSON
+/// (null when not JSON).
+async fn admin(
+    p: &ratewise_proxy::Running,
+    method: &str,
+    path: &str,
+    token: bool,
+) -> (u16, serde_json::Value) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", p.admin_addr));
+    if token {
+        req = req.header("authorization", p.app.admin.authorization());
+    }
+    let resp = client
+        .request(req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or_default())
+}
+
+/// The job ids `/status` lists as unknown outcomes.
+async fn unknown_jobs(p: &ratewise_proxy::Running) -> Vec<String> {
+    let (_, s) = admin(p, "GET", "/status", true).await;
+    let mut v: Vec<String> = s["unknown_outcomes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{s}"))
+        .iter()
+        .map(|u| u["job_id"].as_str().unwrap().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `ratewise_unknown_outcomes` in `/metrics`.
+async fn unknown_gauge(p: &ratewise_proxy::Running) -> Option<f64> {
+    let text = get(p, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix("ratewise_unknown_outcomes "))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// The log lines written on this thread while `f` runs (the proxy's
+/// start logs from the caller's thread).
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Starts the proxy, with what its start logged.
+async fn start_logged(
+    upstream: &str,
+    journal: &std::path::Path,
+    toml: &str,
+) -> (ratewise_proxy::Running, String) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let p = {
+        let _g = tracing::subscriber::set_default(subscriber);
+        start_with(upstream, journal, toml).await
+    };
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    (p, text)
+}
+
+/// Issue #38: an unknown outcome (a send with no answer: the upstream
+/// stalls past the send timeout) is listed in `/status` and counted in
+/// `ratewise_unknown_outcomes`, and logged at every start, across
+/// restarts, until an operator acknowledges it — one job, then all; after
+/// the acknowledgement and a restart it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_outcome_is_kept_across_restarts_until_an_operator_acknowledges_it() {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    let mock = MockServer::start(cfg).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("ratewise-journal-ack-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("journal.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let toml = "[policy]\nsend_timeout_ms = 300\n";
+
+    let p = start_with(&mock.base_url(), &journal, toml).await;
+    assert_eq!(
+        unknown_gauge(&p).await,
+        Some(0.0),
+        "the gauge is always there"
+    );
+    mock.set_faults(vec![ratewise_mock::FaultRule::always(
+        ratewise_mock::Fault::Stall { ms: 1_500 },
+    )]);
+    for job in ["lost-1", "lost-2"] {
+        assert_eq!(
+            call_as(&p, KEY, Some(job)).await,
+            (504, "hold_unknown".to_owned())
+        );
+    }
+    mock.set_faults(Vec::new());
+    assert_eq!(unknown_jobs(&p).await, ["lost-1", "lost-2"]);
+    assert_eq!(unknown_gauge(&p).await, Some(2.0));
+    p.shutdown().await;
+
+    // Two restarts: still listed, counted and logged.
+    for restart in 1..=2 {
+        let (p, log) = start_logged(&mock.base_url(), &journal, toml).await;
+        assert_eq!(
+            unknown_jobs(&p).await,
+            ["lost-1", "lost-2"],
+            "restart {restart}"
+        );
+        assert_eq!(unknown_gauge(&p).await, Some(2.0), "restart {restart}");
+        let summary = log
+            .lines()
+            .find(|l| l.contains("WARN") && l.contains("until acknowledged"))
+            .unwrap_or_else(|| panic!("restart {restart}: {log}"));
+        assert!(
+            summary.contains("lost-1") && summary.contains("lost-2") && summary.contains("count=2"),
+            "{summary}"
+        );
+        p.shutdown().await;
+    }
+
+    let p = start_with(&mock.base_url(), &journal, toml).await;
+    // Behind the admin token, as every admin write.
+    let (s, b) = admin(&p, "POST", "/unknown/ack?job=lost-1", false).await;
+    assert_eq!(
+        (s, b["error"]["type"].as_str()),
+        (401, Some("token_required"))
+    );
+    // A bare POST acknowledges nothing; refusals in the admin's shape.
+    let (s, b) = admin(&p, "POST", "/unknown/ack", true).await;
+    assert_eq!(
+        (s, b["error"]["type"].as_str()),
+        (400, Some("job_required")),
+        "{b}"
+    );
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("all=true"),
+        "{b}"
+    );
+    for (query, kind) in [
+        ("job=lost-1&all=true", "query_invalid"),
+        ("job=lost-1&job=lost-2", "query_invalid"),
+        ("all=yes", "query_invalid"),
+        ("job=no%20such/job", "job_invalid"),
+    ] {
+        let (s, b) = admin(&p, "POST", &format!("/unknown/ack?{query}"), true).await;
+        assert_eq!(
+            (s, b["error"]["type"].as_str()),
+            (400, Some(kind)),
+            "{query}: {b}"
+        );
+    }
+    let (s, b) = admin(&p, "POST", "/unknown/ack?job=nobody", true).await;
+    assert_eq!(
+        (s, b["error"]["type"].as_str()),
+        (404, Some("job_not_found")),
+        "{b}"
+    );
+    let (s, b) = admin(&p, "GET", "/unknown/ack?all=true", true).await;
+    assert_eq!(s, 405, "a write is a POST: {b}");
+    assert_eq!(
+        unknown_jobs(&p).await,
+        ["lost-1", "lost-2"],
+        "nothing acknowledged yet"
+    );
+
+    // One job.
+    let (s, b) = admin(&p, "POST", "/unknown/ack?job=lost-1", true).await;
+    assert_eq!(
+        (s, &b),
+        (200, &serde_json::json!({"acknowledged": ["lost-1"]}))
+    );
+    assert_eq!(unknown_jobs(&p).await, ["lost-2"]);
+    assert_eq!(unknown_gauge(&p).await, Some(1.0));
+    p.shutdown().await;
+    let (p, log) = start_logged(&mock.base_url(), &journal, toml).await;
+    assert_eq!(
+        unknown_jobs(&p).await,
+        ["lost-2"],
+        "lost-1 stays acknowledged"
+    );
+    assert!(!log.contains("lost-1"), "{log}");
+    // All.
+    let (s, b) = admin(&p, "POST", "/unknown/ack?all=true", true).await;
+    assert_eq!(
+        (s, &b),
+        (200, &serde_json::json!({"acknowledged": ["lost-2"]}))
+    );
+    assert!(unknown_jobs(&p).await.is_empty());
+    assert_eq!(unknown_gauge(&p).await, Some(0.0));
+    p.shutdown().await;
+
+    let (p, log) = start_logged(&mock.base_url(), &journal, toml).await;
+    assert!(unknown_jobs(&p).await.is_empty(), "gone after the restart");
+    assert_eq!(unknown_gauge(&p).await, Some(0.0));
+    assert!(!log.contains("outcome_unknown"), "{log}");
+    p.shutdown().await;
+    // Nothing live: the journal the restart compacted is empty.
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue #38: the journal no longer only grows. Past its threshold (a
+/// small one here) the running proxy compacts it; a restart compacts it
+/// to what is live — the operator's stop and the unknown outcome, kept —
+/// a few hundred bytes after hundreds of requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_is_compacted_while_running_and_at_start_keeping_stops_and_unknown_outcomes() {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    let mock = MockServer::start(cfg).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("ratewise-journal-compact-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("journal.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let toml = "[policy]\nsend_timeout_ms = 300\n";
+    const THRESHOLD: u64 = 8 * 1024;
+
+    let p = start_with(&mock.base_url(), &journal, toml).await;
+    let j = p.app.journal.clone().unwrap();
+    j.set_compact_above(THRESHOLD);
+    // An operator's stop on one key, an unknown outcome on the other.
+    assert_eq!(call_as(&p, KEY, None).await.0, 200);
+    let fp = fingerprint(KEY);
+    let (s, _) = admin(&p, "POST", &format!("/stop?key={fp}"), true).await;
+    assert_eq!(s, 200);
+    mock.set_faults(vec![ratewise_mock::FaultRule::always(
+        ratewise_mock::Fault::Stall { ms: 1_500 },
+    )]);
+    assert_eq!(
+        call_as(&p, KEY2, Some("lost-c")).await,
+        (504, "hold_unknown".to_owned())
+    );
+    mock.set_faults(Vec::new());
+    // Hundreds of requests: about 300 bytes of journal each.
+    let mut peak = 0;
+    for _ in 0..400 {
+        assert_eq!(call_as(&p, KEY2, None).await.0, 200);
+        let len = std::fs::metadata(&journal).unwrap().len();
+        assert_eq!(len, j.len(), "appends go to the file at the journal's path");
+        peak = peak.max(len);
+    }
+    assert!(
+        peak <= THRESHOLD,
+        "compacted past its threshold: {peak} bytes"
+    );
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(text.contains(&fp) && text.contains("lost-c"), "{text}");
+    assert!(
+        !text.contains(KEY) && !text.contains(KEY2),
+        "no key in the journal"
+    );
+    p.shutdown().await;
+
+    let p = start_with(&mock.base_url(), &journal, toml).await;
+    let size = std::fs::metadata(&journal).unwrap().len();
+    assert!(size < 1024, "only what is live: {size} bytes");
+    assert_eq!(unknown_jobs(&p).await, ["lost-c"]);
+    let (_, s) = admin(&p, "GET", "/status", true).await;
+    let stop = s["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["fingerprint"] == fp.as_str())
+        .map(|k| k["stop"]["cause"].clone());
+    assert_eq!(stop, Some(serde_json::json!("operator")), "{s}");
+    let sends = mock.records().len();
+    assert_eq!(call_as(&p, KEY, None).await.0, 429);
+    assert_eq!(mock.records().len(), sends, "the stopped key sends nothing");
+    p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
