@@ -1236,6 +1236,76 @@ mod tests {
         assert!(!valid_custom_id(&"x".repeat(65)));
     }
 
+    fn store(rate: f64, window: f64) -> (BatchStore, ProviderModel) {
+        let cfg = MockConfig {
+            batch: BatchConfig {
+                items_per_second: rate,
+                window_seconds: window,
+                ..BatchConfig::default()
+            },
+            ..MockConfig::default()
+        };
+        (
+            BatchStore::new(&cfg, SystemTime::UNIX_EPOCH),
+            ProviderModel::new(&cfg),
+        )
+    }
+
+    fn requests(n: usize) -> Value {
+        let reqs: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"custom_id": format!("r{i}"), "params": {"model": "claude-sonnet-4-5",
+                "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}})
+            })
+            .collect();
+        json!({ "requests": reqs })
+    }
+
+    #[test]
+    fn items_are_processed_at_the_configured_rate_and_expire_at_the_window() {
+        // 2 items per second, a 2-second window: items end at 0.5, 1, 1.5
+        // and 2 s; the other 6 expire when the window ends.
+        let (mut st, mut model) = store(2.0, 2.0);
+        let b = st
+            .create_anthropic(&requests(10), 0, "k", Instant::ZERO, "")
+            .unwrap();
+        let id = b["id"].as_str().unwrap().to_string();
+        st.advance(Instant::from_millis(1_000), &mut model);
+        let v = st.get(Provider::Anthropic, &id, "").unwrap();
+        assert_eq!(v["request_counts"]["succeeded"], 2);
+        assert_eq!(v["processing_status"], "in_progress");
+        st.advance(Instant::from_millis(60_000), &mut model);
+        let v = st.get(Provider::Anthropic, &id, "").unwrap();
+        assert_eq!(v["processing_status"], "ended");
+        assert_eq!(v["request_counts"]["succeeded"], 4);
+        assert_eq!(v["request_counts"]["expired"], 6);
+        assert_eq!(v["ended_at"], v["expires_at"]);
+        // the bucket state is untouched; the spend is not
+        assert_eq!(model.requests_seen(), 0);
+        assert!(model.usd_batch() > 0.0 && model.usd_direct() == 0.0);
+    }
+
+    #[test]
+    fn batches_are_processed_oldest_first() {
+        let (mut st, mut model) = store(1.0, 86_400.0);
+        let a = st
+            .create_anthropic(&requests(2), 0, "k", Instant::ZERO, "")
+            .unwrap();
+        let b = st
+            .create_anthropic(&requests(2), 0, "k", Instant::ZERO, "")
+            .unwrap();
+        st.advance(Instant::from_millis(2_000), &mut model);
+        let count = |st: &BatchStore, v: &Value| {
+            st.get(Provider::Anthropic, v["id"].as_str().unwrap(), "")
+                .unwrap()["request_counts"]["succeeded"]
+                .clone()
+        };
+        assert_eq!(count(&st, &a), 2);
+        assert_eq!(count(&st, &b), 0);
+        st.advance(Instant::from_millis(4_000), &mut model);
+        assert_eq!(count(&st, &b), 2);
+    }
+
     #[test]
     fn a_file_mixing_models_fails_validation() {
         let f = b"{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m1\",\"messages\":[]}}\n{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m2\",\"messages\":[]}}\n";

@@ -1061,3 +1061,57 @@ async fn batch_stores_are_bounded() {
     assert_eq!(upload(&server, b"{}\n").await.status, 200);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn file_uploads_are_multipart_with_purpose_batch() {
+    let server = MockServer::start(fast()).await.unwrap();
+    let r = call(
+        &server,
+        "POST",
+        "/v1/files",
+        OPENAI_KEY,
+        "application/json",
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    let body = b"--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nfine-tune\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\n{}\r\n--b--\r\n";
+    let r = call(
+        &server,
+        "POST",
+        "/v1/files",
+        OPENAI_KEY,
+        "multipart/form-data; boundary=b",
+        body.to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = call(
+        &server,
+        "POST",
+        "/v1/files",
+        "",
+        "multipart/form-data; boundary=b",
+        body.to_vec(),
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        get(&server, "/v1/files/file-nope/content", OPENAI_KEY)
+            .await
+            .status,
+        404
+    );
+    // a batch naming an unknown file, a window other than 24h, an endpoint the mock does not serve
+    for req in [
+        json!({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
+        json!({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "1h"}),
+        json!({"input_file_id": "file-nope", "endpoint": "/v1/embeddings", "completion_window": "24h"}),
+    ] {
+        let r = post_json(&server, "/v1/batches", OPENAI_KEY, &req).await;
+        assert!(r.status == 400 || r.status == 404, "{req}: {}", r.text());
+        assert!(r.json()["error"]["message"].as_str().is_some());
+    }
+    server.shutdown().await;
+}
