@@ -52,6 +52,12 @@
 //!   (the wait only in the 429's message), over the same buckets: the
 //!   providers that state no limits, for clients that must learn them
 //!   from their 429s.
+//! * **Batch APIs** ([`batch`], [`BatchConfig`]): OpenAI `/v1/files` +
+//!   `/v1/batches` and Anthropic `/v1/messages/batches`, processed in the
+//!   background on the provider clock; items take nothing from the
+//!   per-minute buckets, cost [`BatchConfig::discount`] of the model's
+//!   price ([`MockConfig::prices`]) and count toward the spend cap
+//!   ([`MockServer::usd_direct`], [`MockServer::usd_batch`]).
 //! * **Runtime control**: [`MockServer::set_faults`],
 //!   [`MockServer::set_billing_error`], [`MockServer::set_spend_cap`],
 //!   [`MockServer::set_acceleration`], or the same over HTTP under `/mock/`
@@ -70,6 +76,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod batch;
 pub mod body;
 pub mod bucket;
 pub mod clock;
@@ -87,8 +94,8 @@ pub mod tokens;
 
 pub use clock::TimeScale;
 pub use config::{
-    AccelerationConfig, BiasConfig, Framing, GeminiConfig, LatencyConfig, Limits, MockConfig,
-    OutputRange, RemainingRounding, Silent, SpendConfig,
+    AccelerationConfig, BatchConfig, BiasConfig, Framing, GeminiConfig, LatencyConfig, Limits,
+    MockConfig, ModelPrice, OutputRange, RemainingRounding, Silent, SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use flavor::{CompatibleConfig, Flavor};
