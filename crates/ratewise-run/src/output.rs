@@ -55,9 +55,22 @@ fn ratewise_object(e: &Ended) -> Value {
     o
 }
 
-/// One output line (no newline).
+/// One output line (no newline) of a job of the direct path
+/// (`ratewise.price_basis` `"direct"`).
 pub fn line(shape: Shape, e: &Ended) -> String {
-    let rw = ratewise_object(e);
+    line_with_batch(shape, e, None)
+}
+
+/// One output line (no newline); `batch` names the provider's batch the
+/// result came from (`crate::batch`): `ratewise.batch_id`,
+/// `ratewise.price_basis` `"batch"`, and an OpenAI line keeps the
+/// provider's `batch_req_…` id.
+pub fn line_with_batch(shape: Shape, e: &Ended, batch: Option<&crate::store::BatchRef>) -> String {
+    let mut rw = ratewise_object(e);
+    rw["price_basis"] = Value::String(if batch.is_some() { "batch" } else { "direct" }.into());
+    if let Some(b) = batch {
+        rw["batch_id"] = Value::String(b.batch_id.clone());
+    }
     let message = e.message.clone().unwrap_or_default();
     let v = match shape {
         Shape::OpenAi => {
@@ -85,10 +98,14 @@ pub fn line(shape: Shape, e: &Ended) -> String {
                     Value::Null,
                     json!({"code": "batch_expired", "message": message}),
                 ),
-                State::Pending | State::Sending => (Value::Null, Value::Null),
+                State::Pending | State::Sending | State::Batched => (Value::Null, Value::Null),
+            };
+            let id = match batch.and_then(|b| b.result_id.clone()) {
+                Some(id) => id,
+                None => format!("rw_req_{}", e.seq),
             };
             json!({
-                "id": format!("rw_req_{}", e.seq),
+                "id": id,
                 "custom_id": e.custom_id,
                 "response": response,
                 "error": error,
@@ -114,7 +131,7 @@ pub fn line(shape: Shape, e: &Ended) -> String {
                 }
                 State::Stopped => json!({"type": "canceled"}),
                 State::Expired => json!({"type": "expired"}),
-                State::Pending | State::Sending => Value::Null,
+                State::Pending | State::Sending | State::Batched => Value::Null,
             };
             json!({"custom_id": e.custom_id, "result": result, "ratewise": rw})
         }
