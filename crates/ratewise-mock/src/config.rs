@@ -97,6 +97,16 @@ pub struct MockConfig {
     pub bias: BiasConfig,
     /// Prices and the spend cap (no cap by default).
     pub spend: SpendConfig,
+    /// Per-model prices (USD per million tokens), first matching prefix
+    /// wins; a model matching none costs [`SpendConfig`]'s flat prices.
+    /// Default empty (every model at the flat 3 / 15, Claude Sonnet's
+    /// price); [`ModelPrice::documented`] is a table from the providers'
+    /// pricing pages. Direct answers and batch items are priced alike,
+    /// batch items at [`BatchConfig::discount`] of it.
+    pub prices: Vec<ModelPrice>,
+    /// The batch APIs (OpenAI `/v1/files` + `/v1/batches`, Anthropic
+    /// `/v1/messages/batches`): throughput, window, bounds, discount.
+    pub batch: BatchConfig,
     /// Answer every request with 402 `billing_error` (default false;
     /// switchable at runtime).
     pub billing_error: bool,
@@ -163,6 +173,8 @@ impl Default for MockConfig {
             remaining_rounding: RemainingRounding::default(),
             bias: BiasConfig::default(),
             spend: SpendConfig::default(),
+            prices: Vec::new(),
+            batch: BatchConfig::default(),
             billing_error: false,
             output_tokens: OutputRange::default(),
             tokens_per_delta: 4,
@@ -563,6 +575,123 @@ impl Default for SpendConfig {
     }
 }
 
+/// The price of the models starting with `prefix`.
+///
+/// ```
+/// let cfg: ratewise_mock::MockConfig = serde_json::from_str(r#"{
+///     "prices": [{"prefix": "gpt-4o-mini", "input_usd_per_mtok": 0.15, "output_usd_per_mtok": 0.6}]
+/// }"#).unwrap();
+/// assert_eq!(cfg.price_of("gpt-4o-mini-2024-07-18").input_usd_per_mtok, 0.15);
+/// assert_eq!(cfg.price_of("claude-sonnet-4-5").output_usd_per_mtok, 15.0); // the flat default
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Model name prefix.
+    pub prefix: String,
+    /// USD per million input tokens.
+    pub input_usd_per_mtok: f64,
+    /// USD per million output tokens.
+    pub output_usd_per_mtok: f64,
+}
+
+impl ModelPrice {
+    /// A price row.
+    pub fn new(prefix: &str, input_usd_per_mtok: f64, output_usd_per_mtok: f64) -> Self {
+        ModelPrice {
+            prefix: prefix.to_string(),
+            input_usd_per_mtok,
+            output_usd_per_mtok,
+        }
+    }
+
+    /// Standard (non-batch) prices from the providers' pricing pages
+    /// (<https://platform.claude.com/docs/en/about-claude/pricing>,
+    /// <https://platform.openai.com/docs/pricing>), USD per million input /
+    /// output tokens, longer prefixes first. A snapshot: the pages change.
+    pub fn documented() -> Vec<ModelPrice> {
+        vec![
+            ModelPrice::new("claude-opus-4", 15.0, 75.0),
+            ModelPrice::new("claude-sonnet-4", 3.0, 15.0),
+            ModelPrice::new("claude-haiku-4-5", 1.0, 5.0),
+            ModelPrice::new("claude-3-5-haiku", 0.8, 4.0),
+            ModelPrice::new("gpt-4o-mini", 0.15, 0.6),
+            ModelPrice::new("gpt-4o", 2.5, 10.0),
+            ModelPrice::new("gpt-4.1-mini", 0.4, 1.6),
+            ModelPrice::new("gpt-4.1", 2.0, 8.0),
+        ]
+    }
+
+    /// The cost of `input` and `output` tokens at this price, USD.
+    pub fn cost(&self, input: u64, output: u64) -> f64 {
+        (input as f64 * self.input_usd_per_mtok + output as f64 * self.output_usd_per_mtok) / 1e6
+    }
+}
+
+/// The batch APIs' settings ([`MockConfig::batch`]). Times are provider
+/// seconds (scaled by [`MockConfig::seconds_per_minute`] like everything
+/// else), so a test shrinks the 24-hour window with the clock or directly.
+///
+/// ```
+/// let cfg: ratewise_mock::MockConfig = serde_json::from_str(r#"{
+///     "batch": {"items_per_second": 5, "window_seconds": 2}
+/// }"#).unwrap();
+/// assert_eq!(cfg.batch.window_seconds, 2.0);
+/// assert_eq!(cfg.batch.discount, 0.5);
+/// assert_eq!(ratewise_mock::BatchConfig::default().window_seconds, 86_400.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Items the mock processes per provider second, across every batch
+    /// of both providers, oldest batch first (default 10). Not a
+    /// documented figure: both providers only promise "within 24 hours".
+    pub items_per_second: f64,
+    /// How long a batch may run before what is left of it expires,
+    /// provider seconds (default 86 400: the documented 24 hours).
+    pub window_seconds: f64,
+    /// How long an OpenAI batch stays `validating`, provider seconds
+    /// (default 1). Anthropic batches start `in_progress`.
+    pub validating_seconds: f64,
+    /// Items still finished after a cancel (the "in-progress,
+    /// non-interruptible requests" both providers say may complete;
+    /// default 1); the rest are cancelled.
+    pub cancel_finishes: u64,
+    /// Batch price as a share of the direct price (default 0.5: both
+    /// providers document 50 % off).
+    pub discount: f64,
+    /// Most batches kept (default 1 000, both providers together): past
+    /// it the oldest ended batch is forgotten (with its files), and when
+    /// none has ended a create is refused with 429.
+    pub max_batches: usize,
+    /// Most files kept (default 10 000): past it an upload is refused.
+    pub max_files: usize,
+    /// Largest OpenAI file, bytes (default 200 MB, as documented).
+    pub max_file_bytes: usize,
+    /// Largest Anthropic create body, bytes (default 256 MB, as documented).
+    pub max_anthropic_bytes: usize,
+    /// Most bytes all files and batch inputs may hold together (default
+    /// 1 GiB); past it uploads and creates are refused.
+    pub max_store_bytes: usize,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            items_per_second: 10.0,
+            window_seconds: 86_400.0,
+            validating_seconds: 1.0,
+            cancel_finishes: 1,
+            discount: 0.5,
+            max_batches: 1_000,
+            max_files: 10_000,
+            max_file_bytes: 200_000_000,
+            max_anthropic_bytes: 256_000_000,
+            max_store_bytes: 1 << 30,
+        }
+    }
+}
+
 /// Inclusive range of output lengths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -606,4 +735,23 @@ impl MockConfig {
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text)
     }
+
+    /// The price of `model`: the first [`MockConfig::prices`] row whose
+    /// prefix it starts with, else [`SpendConfig`]'s flat prices.
+    pub fn price_of(&self, model: &str) -> ModelPrice {
+        price_of(&self.prices, &self.spend, model)
+    }
+}
+
+/// The price of `model` in `prices`, else `spend`'s flat prices.
+pub fn price_of(prices: &[ModelPrice], spend: &SpendConfig, model: &str) -> ModelPrice {
+    prices
+        .iter()
+        .find(|p| model.starts_with(p.prefix.as_str()))
+        .cloned()
+        .unwrap_or_else(|| ModelPrice {
+            prefix: String::new(),
+            input_usd_per_mtok: spend.input_usd_per_mtok,
+            output_usd_per_mtok: spend.output_usd_per_mtok,
+        })
 }

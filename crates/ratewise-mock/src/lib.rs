@@ -70,6 +70,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod batch;
 pub mod body;
 pub mod bucket;
 pub mod clock;
@@ -87,8 +88,8 @@ pub mod tokens;
 
 pub use clock::TimeScale;
 pub use config::{
-    AccelerationConfig, BiasConfig, Framing, GeminiConfig, LatencyConfig, Limits, MockConfig,
-    OutputRange, RemainingRounding, Silent, SpendConfig,
+    AccelerationConfig, BatchConfig, BiasConfig, Framing, GeminiConfig, LatencyConfig, Limits,
+    MockConfig, ModelPrice, OutputRange, RemainingRounding, Silent, SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use flavor::{CompatibleConfig, Flavor};

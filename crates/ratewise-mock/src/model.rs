@@ -61,7 +61,7 @@
 use crate::bucket::Bucket;
 use crate::config::{
     is_token_dimension, AccelerationConfig, BiasConfig, GeminiConfig, Limits, MockConfig,
-    RemainingRounding, SpendConfig,
+    ModelPrice, RemainingRounding, SpendConfig,
 };
 use crate::faults::{Fault, FaultPlan, FaultRule};
 use crate::flavor::{CompatibleConfig, Flavor};
@@ -115,6 +115,8 @@ impl RequestMeta {
 pub struct Grant {
     /// Bucket set the charge went to.
     pub bucket: BucketKey,
+    /// The requested model (what the answer is priced by).
+    pub model: String,
     /// Input tokens charged.
     pub input_tokens: u64,
     /// Output tokens reserved (the request's `max_tokens`).
@@ -265,6 +267,9 @@ pub struct ProviderModel {
     rounding: RemainingRounding,
     bias: BiasConfig,
     spend_cfg: SpendConfig,
+    prices: Vec<ModelPrice>,
+    usd_direct: f64,
+    usd_batch: f64,
     billing: bool,
     max_keys: usize,
     buckets: HashMap<BucketKey, Vec<(Dimension, Bucket)>>,
@@ -314,6 +319,9 @@ impl ProviderModel {
             rounding: config.remaining_rounding,
             bias: config.bias.clamped(),
             spend_cfg: config.spend,
+            prices: config.prices.clone(),
+            usd_direct: 0.0,
+            usd_batch: 0.0,
             billing: config.billing_error,
             max_keys: config.max_keys,
             buckets: HashMap::new(),
@@ -346,9 +354,34 @@ impl ProviderModel {
         self.faults.set_rules(rules);
     }
 
-    /// Total spend so far, USD.
+    /// Total spend so far, USD (direct answers and batch items).
     pub fn spend_usd(&self) -> f64 {
         self.spend_usd
+    }
+
+    /// What the direct answers cost so far, USD.
+    pub fn usd_direct(&self) -> f64 {
+        self.usd_direct
+    }
+
+    /// What the batch items cost so far, USD (at the batch discount).
+    pub fn usd_batch(&self) -> f64 {
+        self.usd_batch
+    }
+
+    /// The price of `model` ([`MockConfig::prices`], else the flat
+    /// [`SpendConfig`] prices).
+    pub fn price_of(&self, model: &str) -> ModelPrice {
+        crate::config::price_of(&self.prices, &self.spend_cfg, model)
+    }
+
+    /// Adds a batch item's cost (already discounted) to the spend: batch
+    /// work charges no bucket but counts toward the spend cap.
+    pub fn add_batch_cost(&mut self, usd: f64) {
+        if usd.is_finite() && usd > 0.0 {
+            self.usd_batch += usd;
+            self.spend_usd += usd;
+        }
     }
 
     /// What the model billed for the successes that ended so far.
@@ -530,6 +563,7 @@ impl ProviderModel {
         answer.windows = self.windows(&bkey, now);
         answer.outcome = Outcome::Success(Grant {
             bucket: bkey,
+            model: meta.model.clone(),
             input_tokens: meta.input_tokens,
             reserved_output: meta.max_tokens,
             output_tokens: meta.output_tokens,
@@ -554,8 +588,11 @@ impl ProviderModel {
         self.settled.requests += 1;
         self.settled.input_tokens = self.settled.input_tokens.saturating_add(grant.input_tokens);
         self.settled.output_tokens = self.settled.output_tokens.saturating_add(actual_output);
-        self.spend_usd += grant.input_tokens as f64 * self.spend_cfg.input_usd_per_mtok / 1e6
-            + actual_output as f64 * self.spend_cfg.output_usd_per_mtok / 1e6;
+        let usd = self
+            .price_of(&grant.model)
+            .cost(grant.input_tokens, actual_output);
+        self.usd_direct += usd;
+        self.spend_usd += usd;
     }
 
     /// The rate-limit windows of a bucket set at `now`: the true levels
@@ -594,6 +631,20 @@ impl ProviderModel {
     /// so pacing alone would not hold such sends back.
     pub fn refuses_for_money(&self) -> bool {
         self.billing || self.spend_capped()
+    }
+
+    /// The money answer the next request would get ([`Outcome::Billing`]
+    /// when the billing switch is on, else [`Outcome::SpendCap`] when the
+    /// cap is reached), if any. Read-only: what a batch create is refused
+    /// with.
+    pub fn money_outcome(&self) -> Option<Outcome> {
+        if self.billing {
+            Some(Outcome::Billing)
+        } else if self.spend_capped() {
+            Some(Outcome::SpendCap)
+        } else {
+            None
+        }
     }
 
     /// The earliest provider time at or after `now` at which [`handle`]

@@ -793,6 +793,7 @@ mod tests {
                 key: "k".into(),
                 class: "m".into(),
             },
+            model: "m".into(),
             input_tokens: 7,
             reserved_output: 100,
             output_tokens: 9,

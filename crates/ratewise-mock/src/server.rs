@@ -22,6 +22,19 @@
 //! * `PUT /mock/billing` — `true` / `false`: answer 402 to everything.
 //! * `PUT /mock/spend-cap` — a number (USD) or `null`.
 //! * `PUT /mock/acceleration` — an [`AccelerationConfig`] or `null`.
+//! * `GET /mock/spend` — `{usd_direct, usd_batch, usd_total, batch_items,
+//!   batches}`: what direct answers and batch items cost so far.
+//! * `GET /mock/batches` — every batch ([`BatchSummary`]).
+//! * Batch APIs ([`crate::batch`]): `POST /v1/files` (multipart,
+//!   `purpose=batch`), `GET /v1/files/{id}`, `GET /v1/files/{id}/content`,
+//!   `DELETE /v1/files/{id}`; `POST /v1/batches`, `GET /v1/batches`,
+//!   `GET /v1/batches/{id}`, `POST /v1/batches/{id}/cancel`;
+//!   `POST /v1/messages/batches`, `GET /v1/messages/batches`,
+//!   `GET /v1/messages/batches/{id}`, `POST /v1/messages/batches/{id}/cancel`,
+//!   `GET /v1/messages/batches/{id}/results`,
+//!   `DELETE /v1/messages/batches/{id}`. Same keys as the direct routes;
+//!   a create while billing is off or the spend cap is reached gets the
+//!   direct path's money answer.
 //!
 //! The key is `x-api-key` (Anthropic) or `Authorization: Bearer …` (either
 //! is accepted on both routes); a request without one gets 401.
@@ -30,9 +43,11 @@
 //! with [`MockConfig::compression`], the request's `Accept-Encoding`; the
 //! `/mock/` routes always answer with a `Content-Length` and uncompressed.
 
+mod batch;
 mod control;
 mod queue;
 
+use crate::batch::{BatchStore, BatchSummary, BatchTotals};
 use crate::body::MockBody;
 use crate::clock::{Clock, TimeScale};
 use crate::config::{AccelerationConfig, Framing, MockConfig};
@@ -88,6 +103,10 @@ struct State {
     unrecorded: AtomicU64,
     /// DeepSeek's per-key concurrency slots.
     gates: queue::Gates,
+    /// The batch APIs' files and batches (locked before `model`).
+    batches: Mutex<BatchStore>,
+    /// `http://ADDR` (Anthropic's `results_url`).
+    base_url: String,
 }
 
 /// Returned by the service to make hyper drop the connection unanswered.
@@ -124,8 +143,11 @@ impl MockServer {
     pub async fn bind(config: MockConfig, addr: SocketAddr) -> std::io::Result<MockServer> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let clock = Clock::start(TimeScale::new(config.seconds_per_minute));
         let state = Arc::new(State {
-            clock: Clock::start(TimeScale::new(config.seconds_per_minute)),
+            batches: Mutex::new(BatchStore::new(&config, SystemTime::now())),
+            base_url: format!("http://{addr}"),
+            clock,
             model: Mutex::new(ProviderModel::new(&config)),
             records: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
@@ -134,6 +156,7 @@ impl MockServer {
             config,
         });
         let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(batch_ticker(state.clone(), stop.subscribe()));
         let task = tokio::spawn(accept_loop(listener, state.clone(), stop_rx));
         Ok(MockServer {
             addr,
@@ -196,9 +219,39 @@ impl MockServer {
         self.state.gates.peak()
     }
 
-    /// Total spend so far, USD.
+    /// Total spend so far, USD (direct answers and batch items).
     pub fn spend_usd(&self) -> f64 {
+        self.advance_batches();
         lock(&self.state.model).spend_usd()
+    }
+
+    /// What the direct answers cost so far, USD ([`MockConfig::prices`]).
+    pub fn usd_direct(&self) -> f64 {
+        lock(&self.state.model).usd_direct()
+    }
+
+    /// What the batch items cost so far, USD (at
+    /// [`BatchConfig::discount`](crate::BatchConfig::discount) of the
+    /// direct price).
+    pub fn usd_batch(&self) -> f64 {
+        self.advance_batches();
+        lock(&self.state.model).usd_batch()
+    }
+
+    /// Every batch of both providers (oldest first), as processed up to now.
+    pub fn batches(&self) -> Vec<BatchSummary> {
+        self.advance_batches();
+        lock(&self.state.batches).summaries()
+    }
+
+    /// Batch items processed so far, by state, and batches created.
+    pub fn batch_totals(&self) -> BatchTotals {
+        self.advance_batches();
+        lock(&self.state.batches).totals()
+    }
+
+    fn advance_batches(&self) {
+        advance_batches(&self.state);
     }
 
     /// Runs `f` on the provider model (under its lock; keep it short).
@@ -216,6 +269,25 @@ impl MockServer {
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take() {
             let _ = task.await;
+        }
+    }
+}
+
+/// Processes the batches due by now (batches, then model, locked in that order).
+fn advance_batches(state: &State) {
+    let now = state.clock.now();
+    let mut store = lock(&state.batches);
+    if store.busy() {
+        store.advance(now, &mut lock(&state.model));
+    }
+}
+
+/// Processes batch items in the background, every 10 ms of real time.
+async fn batch_ticker(state: Arc<State>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(10)) => advance_batches(&state),
+            _ = stop.changed() => break,
         }
     }
 }
@@ -316,6 +388,10 @@ async fn handle(
             api(state, reset, wire, route, req).await
         }
         (_, p) if p.starts_with("/mock/") => Ok(control::control(&state, &method, p, req).await),
+        (m, p) if batch::route(m, p).is_some() => {
+            let route = batch::route(m, p).expect("matched");
+            Ok(batch::serve(&state, wire, route, req).await)
+        }
         (_, p) => {
             let provider = if request::gemini::is_gemini_path(p) {
                 Provider::Gemini

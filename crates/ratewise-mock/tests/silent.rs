@@ -73,6 +73,7 @@ fn success(p: Provider) -> Outcome {
             key: "k".into(),
             class: "m".into(),
         },
+        model: "m".into(),
         input_tokens: 7,
         reserved_output: 100,
         output_tokens: 9,

@@ -1,5 +1,8 @@
 //! The mock's own control routes (`/mock/...`), for the binary and for
-//! scripts that cannot call the Rust API.
+//! scripts that cannot call the Rust API. `GET /mock/spend` says what
+//! direct answers and batch items cost (`usd_direct`, `usd_batch`,
+//! `usd_total`, `batch_items`, `batches`); `GET /mock/batches` lists the
+//! batches of both providers.
 
 use super::{lock, Resp, State};
 use crate::body::MockBody;
@@ -22,6 +25,27 @@ pub(super) async fn control(
         Ok(b) => b.to_bytes(),
         Err(_) => return plain(413, "body too large"),
     };
+    match (method, path) {
+        (&Method::GET, "/mock/spend") => {
+            super::advance_batches(state);
+            let totals = lock(&state.batches).totals();
+            let model = lock(&state.model);
+            let v = serde_json::json!({
+                "usd_direct": model.usd_direct(),
+                "usd_batch": model.usd_batch(),
+                "usd_total": model.spend_usd(),
+                "batch_items": totals.items,
+                "batches": totals.batches,
+            });
+            return json_resp(200, serde_json::to_vec(&v).unwrap_or_default());
+        }
+        (&Method::GET, "/mock/batches") => {
+            super::advance_batches(state);
+            let list = lock(&state.batches).summaries();
+            return json_resp(200, serde_json::to_vec(&list).unwrap_or_default());
+        }
+        _ => {}
+    }
     let mut model = lock(&state.model);
     match (method, path) {
         (&Method::GET, "/mock/records") => {
