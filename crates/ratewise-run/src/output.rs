@@ -269,6 +269,28 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_result_names_its_batch_and_price_basis() {
+        let direct: Value =
+            serde_json::from_str(&line(Shape::OpenAi, &ended(State::Done))).unwrap();
+        assert_eq!(direct["ratewise"]["price_basis"], "direct");
+        assert_eq!(direct["id"], "rw_req_3");
+        let b = crate::store::BatchRef {
+            batch_id: "batch_1".into(),
+            result_id: Some("batch_req_9".into()),
+        };
+        for shape in [Shape::OpenAi, Shape::Anthropic] {
+            let v: Value =
+                serde_json::from_str(&line_with_batch(shape, &ended(State::Done), Some(&b)))
+                    .unwrap();
+            assert_eq!(v["ratewise"]["price_basis"], "batch");
+            assert_eq!(v["ratewise"]["batch_id"], "batch_1");
+            if shape == Shape::OpenAi {
+                assert_eq!(v["id"], "batch_req_9");
+            }
+        }
+    }
+
+    #[test]
     fn a_body_that_is_not_json_is_kept_as_text() {
         let mut e = ended(State::Failed);
         e.response = Some(bytes::Bytes::from_static(b"<html>bad gateway</html>"));

@@ -526,6 +526,12 @@ async fn a_spend_cap_on_create_stops_the_queue_with_its_cause() {
 
 #[tokio::test]
 async fn a_stop_cancels_the_submitted_batch_and_accounts_what_may_still_be_billed() {
+    for shape in [Shape::Anthropic, Shape::OpenAi] {
+        stop_cancels(shape).await;
+    }
+}
+
+async fn stop_cancels(shape: Shape) {
     // Slow items: the first batch is still running when the second create
     // is refused.
     let server = MockServer::start(MockConfig {
@@ -542,8 +548,8 @@ async fn a_stop_cancels_the_submitted_batch_and_accounts_what_may_still_be_bille
     .unwrap();
     let dir = temp("cancel");
     let store = open_store(&dir);
-    store.import(jobs(Shape::Anthropic, 6)).unwrap();
-    let mut s = settings(Shape::Anthropic, &server);
+    store.import(jobs(shape, 6)).unwrap();
+    let mut s = settings(shape, &server);
     s.limits = Limits {
         max_requests: 5,
         max_bytes: 1 << 20,
@@ -561,9 +567,12 @@ async fn a_stop_cancels_the_submitted_batch_and_accounts_what_may_still_be_bille
     .await
     .unwrap();
     let BatchEnding::Stopped(stop) = &r.ending else {
-        panic!("{r:?}")
+        panic!("{shape:?}: {r:?}")
     };
-    assert_eq!(stop.cause, "spend_cap", "{stop:?}");
+    assert!(
+        ["spend_cap", "billing"].contains(&stop.cause.as_str()),
+        "{shape:?}: {stop:?}"
+    );
     assert_eq!(r.created.len(), 1);
     assert!(r.possibly_billed > 0, "{r:?}");
     let b = server.batches();
@@ -574,7 +583,7 @@ async fn a_stop_cancels_the_submitted_batch_and_accounts_what_may_still_be_bille
         c.stopped >= 2,
         "the canceled items and the one never batched: {c:?}"
     );
-    let lines = output(store.as_ref(), Shape::Anthropic, &dir);
+    let lines = output(store.as_ref(), shape, &dir);
     assert_eq!(lines.len(), 6);
     server.shutdown().await;
 }
@@ -628,5 +637,86 @@ async fn auto_batches_only_the_jobs_whose_deadline_leaves_room() {
     ids.sort();
     assert_eq!(ids, ["c0", "c2", "c4"]);
     let _ = State::Batched;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_budget_creates_only_the_batch_that_fits_then_stops() {
+    let server = MockServer::start(fast()).await.unwrap();
+    let dir = temp("budget");
+    let store = open_store(&dir);
+    store.import(jobs(Shape::Anthropic, 6)).unwrap();
+    let worst: Vec<u64> = store
+        .next_pending(i64::MIN, i64::MAX, 100, 1 << 20)
+        .unwrap()
+        .iter()
+        .map(Pending::worst_case)
+        .collect();
+    let mut s = settings(Shape::Anthropic, &server);
+    // Room for the first three jobs' worst case, not the fourth.
+    s.budget_tokens = Some(worst[..3].iter().sum::<u64>() + worst[3] / 2);
+    let (r, _) = run(store.clone(), s).await;
+    let r = r.unwrap();
+    let BatchEnding::Stopped(stop) = &r.ending else {
+        panic!("{r:?}")
+    };
+    assert_eq!(stop.cause, "budget");
+    assert_eq!(r.created.len(), 1);
+    assert_eq!(total(&server.batches()[0].counts), 3);
+    assert_eq!((r.counts.done, r.counts.stopped), (3, 3), "{:?}", r.counts);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_signal_leaves_the_batch_running_and_a_rerun_resumes_it() {
+    let server = MockServer::start(MockConfig {
+        seconds_per_minute: 0.6,
+        batch: BatchConfig {
+            items_per_second: 0.5,
+            validating_seconds: 0.0,
+            ..BatchConfig::default()
+        },
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = temp("signal");
+    let store = open_store(&dir);
+    store.import(jobs(Shape::OpenAi, 4)).unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let r = run_batches(
+        store.clone(),
+        ratewise_run::client().unwrap(),
+        settings(Shape::OpenAi, &server),
+        |_: &Pending| true,
+        rx,
+        move |_| {
+            let _ = tx.send(true);
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.ending, BatchEnding::Interrupted);
+    assert_eq!(r.created.len(), 1);
+    assert_eq!(
+        r.counts.sending, 4,
+        "still inside the batch: {:?}",
+        r.counts
+    );
+    let b = server.batches();
+    assert_eq!(b.len(), 1);
+    assert!(
+        !format!("{:?}", b[0].phase).contains("Cancel"),
+        "{:?}",
+        b[0].phase
+    );
+    let (again, seen) = run(store.clone(), settings(Shape::OpenAi, &server)).await;
+    let again = again.unwrap();
+    assert!(again.created.is_empty());
+    assert_eq!(again.ending, BatchEnding::Finished);
+    assert_eq!(again.counts.done, 4);
+    assert_eq!(server.batches().len(), 1);
+    assert!(seen.iter().all(|s| s.batch_id == r.created[0]));
+    assert_eq!(output(store.as_ref(), Shape::OpenAi, &dir).len(), 4);
     server.shutdown().await;
 }

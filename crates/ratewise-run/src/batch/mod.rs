@@ -27,8 +27,10 @@
 //! may still finish after a cancel ("the system may complete any
 //! in-progress, non-interruptible requests before finalizing
 //! cancellation", <https://docs.anthropic.com/en/api/canceling-message-batches>;
-//! OpenAI's cancelled batch keeps the results of the requests that
-//! completed, <https://platform.openai.com/docs/api-reference/batch/cancel>)
+//! OpenAI: "The batch will be in status `cancelling` for up to 10 minutes,
+//! before changing to `cancelled`, where it will have partial results (if
+//! any) available in the output file",
+//! <https://platform.openai.com/docs/api-reference/batch/cancel>)
 //! is accounted as possibly billed: its worst case stays reserved, and a
 //! job whose result never comes is held as unknown, charged its worst
 //! case.

@@ -155,7 +155,14 @@ fn parse_openai(batch_id: &str, line: &[u8]) -> Option<ItemResult> {
             Some(e) => (e.code.clone(), e.message.clone()),
             None => (None, None),
         };
-        if code.as_deref() == Some("batch_expired") {
+        if code.as_deref() == Some("batch_cancelled") {
+            // Cancelled before it ran (a cancelled batch "will have partial
+            // results (if any) available in the output file"; the rest
+            // are named in the error file): not run, not billed.
+            item = Item::Canceled;
+            end.state = Some(State::Pending);
+            end.cause = Some("batch_canceled".into());
+        } else if code.as_deref() == Some("batch_expired") {
             item = Item::Expired;
             end.state = Some(State::Expired);
             end.cause = Some("batch_expired".into());
@@ -272,6 +279,12 @@ mod tests {
         let exp = br#"{"id":"batch_req_3","custom_id":"c","response":null,"error":{"code":"batch_expired","message":"This request could not be executed before the completion window expired."}}"#;
         let r = parse(Shape::OpenAi, "batch_x", exp).unwrap();
         assert_eq!(r.end.state, Some(State::Expired));
+        let can = br#"{"id":"batch_req_4","custom_id":"d","response":null,"error":{"code":"batch_cancelled","message":"cancelled"}}"#;
+        let r = parse(Shape::OpenAi, "batch_x", can).unwrap();
+        assert_eq!(
+            (r.item, r.end.state),
+            (Item::Canceled, Some(State::Pending))
+        );
         assert!(parse(Shape::OpenAi, "batch_x", b"nonsense").is_none());
     }
 
