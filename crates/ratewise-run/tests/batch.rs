@@ -720,3 +720,28 @@ async fn a_signal_leaves_the_batch_running_and_a_rerun_resumes_it() {
     assert_eq!(output(store.as_ref(), Shape::OpenAi, &dir).len(), 4);
     server.shutdown().await;
 }
+
+/// The run can be spawned on a multi-thread runtime.
+#[test]
+fn the_batch_path_is_a_send_future() {
+    fn assert_send<T: Send>(_: &T) {}
+    let dir = temp("send");
+    let store: Arc<dyn Store> = open_store(&dir);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let fut = run_batches(
+        store,
+        ratewise_run::client().unwrap(),
+        BatchSettings::new(Shape::OpenAi, "k"),
+        |_: &Pending| true,
+        rx,
+        |_| {},
+    );
+    assert_send(&fut);
+    assert!(format!("{:?}", BatchSettings::new(Shape::OpenAi, "sk-secret")).contains("<redacted>"));
+    assert!(!format!("{:?}", BatchSettings::new(Shape::OpenAi, "sk-secret")).contains("sk-secret"));
+}

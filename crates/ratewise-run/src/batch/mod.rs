@@ -51,7 +51,6 @@ pub use via::{route, Route, Via};
 use crate::input::Shape;
 use crate::store::{Counts, StopRecord, Store, StoreError};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How the batch path runs.
@@ -232,6 +231,3 @@ pub fn write_output(store: &dyn Store, shape: Shape, out: &Path) -> std::io::Res
             .map_err(|e| std::io::Error::other(e.to_string()))
     })
 }
-
-/// A shared store, as [`run_batches`] takes it.
-pub type SharedStore = Arc<dyn Store>;

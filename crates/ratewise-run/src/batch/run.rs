@@ -115,7 +115,8 @@ struct Runner<'a> {
     /// Worst case of the jobs inside open batches.
     reserved: u64,
     shutdown: watch::Receiver<bool>,
-    on_status: &'a mut (dyn FnMut(BatchStatus) + Send),
+    /// In a mutex so that the runner is `Sync` (its future `Send`).
+    on_status: std::sync::Mutex<&'a mut (dyn FnMut(BatchStatus) + Send)>,
     interrupted: bool,
 }
 
@@ -164,7 +165,7 @@ pub async fn run_batches(
         },
         reserved: 0,
         shutdown,
-        on_status: &mut on_status,
+        on_status: std::sync::Mutex::new(&mut on_status),
         interrupted: false,
     };
     if r.settings.retry_failed {
@@ -192,6 +193,12 @@ pub async fn run_batches(
 }
 
 impl Runner<'_> {
+    fn status(&self, status: BatchStatus) {
+        if let Ok(mut f) = self.on_status.lock() {
+            (*f)(status);
+        }
+    }
+
     async fn rows(&self) -> Result<Vec<BatchRow>, BatchError> {
         on_store(&self.store, |s| s.batches()).await
     }
@@ -390,7 +397,7 @@ impl Runner<'_> {
                     self.reserved = self.reserved.saturating_add(worst);
                     tracing::info!(batch = %remote.id, jobs = planned.jobs.len(), "batch created");
                     self.report.created.push(remote.id.clone());
-                    (self.on_status)(status_of(&nonce, &remote));
+                    self.status(status_of(&nonce, &remote));
                     if trimmed {
                         let budget = self.settings.budget_tokens.unwrap_or(0);
                         return self
@@ -529,7 +536,7 @@ impl Runner<'_> {
                 continue;
             };
             match self.api.cancel(&id).await {
-                Ok(remote) => (self.on_status)(status_of(&row.nonce, &remote)),
+                Ok(remote) => self.status(status_of(&row.nonce, &remote)),
                 // Already ended, or no answer: the poll tells.
                 Err(e) => tracing::warn!(batch = %id, error = %e, "cancelling a batch"),
             }
@@ -567,9 +574,9 @@ impl Runner<'_> {
                 let id = row.batch_id.clone().unwrap_or_default();
                 let got = match self.api.get(&id).await {
                     Ok(remote) => {
-                        (self.on_status)(status_of(&row.nonce, &remote));
+                        self.status(status_of(&row.nonce, &remote));
                         if remote.phase == Phase::Ended {
-                            self.collect(row, &remote).await
+                            self.collect(row, &remote).await?
                         } else {
                             left += 1;
                             Ok(())
@@ -600,16 +607,18 @@ impl Runner<'_> {
         }
     }
 
-    /// Reads an ended batch's results into the store and closes it.
-    async fn collect(&mut self, row: &BatchRow, remote: &Remote) -> Result<(), ApiError> {
-        let store_err = |e: BatchError| ApiError::Unreadable(e.to_string());
+    /// Reads an ended batch's results into the store and closes it. The
+    /// outer error is the store's (the run stops); the inner the API's
+    /// (the batch stays open, its results are read again at the next
+    /// poll: the jobs already written are skipped).
+    async fn collect(
+        &mut self,
+        row: &BatchRow,
+        remote: &Remote,
+    ) -> Result<Result<(), ApiError>, BatchError> {
         let nonce = row.nonce.clone();
-        let jobs = on_store(&self.store, move |s| s.batch_jobs(&nonce))
-            .await
-            .map_err(store_err)?;
-        let stop = on_store(&self.store, |s| s.stopped())
-            .await
-            .map_err(store_err)?;
+        let jobs = on_store(&self.store, move |s| s.batch_jobs(&nonce)).await?;
+        let stop = on_store(&self.store, |s| s.stopped()).await?;
         let by_id: HashMap<&str, (i64, u64)> = jobs
             .iter()
             .filter(|j| j.state == State::Batched)
@@ -661,10 +670,15 @@ impl Runner<'_> {
                 }
                 Ok(())
             };
-            self.api
+            match self
+                .api
                 .each_result_line(&remote.id, file.as_deref(), &mut on_line)
-                .await?
-                .map_err(|e| ApiError::Unreadable(format!("the store: {e}")))?;
+                .await
+            {
+                Err(e) => return Ok(Err(e)),
+                Ok(Err(e)) => return Err(BatchError::Store(e)),
+                Ok(Ok(())) => {}
+            }
         }
         // Jobs of the batch with no result line.
         for j in jobs.iter().filter(|j| j.state == State::Batched) {
@@ -707,8 +721,7 @@ impl Runner<'_> {
         on_store(&self.store, move |s| {
             s.batch_results(&nonce, group, Some("ended"))
         })
-        .await
-        .map_err(store_err)?;
+        .await?;
         let released: u64 = jobs
             .iter()
             .filter(|j| j.state == State::Batched)
@@ -716,7 +729,7 @@ impl Runner<'_> {
             .sum();
         self.reserved = self.reserved.saturating_sub(released);
         self.report.ended += 1;
-        Ok(())
+        Ok(Ok(()))
     }
 }
 
