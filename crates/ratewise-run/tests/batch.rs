@@ -427,6 +427,12 @@ async fn anthropic_recovery_with_two_candidates_holds_the_jobs_and_creates_none(
 
 #[tokio::test]
 async fn errored_and_expired_items_are_reported_and_resent_only_with_retry_failed() {
+    for shape in [Shape::Anthropic, Shape::OpenAi] {
+        errored_and_expired(shape).await;
+    }
+}
+
+async fn errored_and_expired(shape: Shape) {
     // 2 items per provider second, a 2-second window: some expire.
     let cfg = MockConfig {
         seconds_per_minute: 0.6,
@@ -441,32 +447,56 @@ async fn errored_and_expired_items_are_reported_and_resent_only_with_retry_faile
     let server = MockServer::start(cfg).await.unwrap();
     let dir = temp("errored");
     let store = open_store(&dir);
-    let mut js = jobs(Shape::Anthropic, 10);
-    // No max_tokens: the provider refuses it.
-    js[0].body =
-        br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"no cap"}]}"#
-            .to_vec();
+    let mut js = jobs(shape, 10);
+    // The provider refuses it: Anthropic without max_tokens, OpenAI with a
+    // negative cap.
+    js[0].body = match shape {
+        Shape::Anthropic => {
+            br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"no cap"}]}"#
+                .to_vec()
+        }
+        Shape::OpenAi => {
+            br#"{"model":"gpt-4o-mini","max_completion_tokens":-1,"messages":[{"role":"user","content":"bad cap"}]}"#
+                .to_vec()
+        }
+    };
     store.import(js).unwrap();
-    let s = settings(Shape::Anthropic, &server);
+    let s = settings(shape, &server);
     let (r, _) = run(store.clone(), s.clone()).await;
     let r = r.unwrap();
     let c = &r.counts;
     assert!(c.failed >= 1 && c.expired >= 1, "{c:?}");
     assert_eq!(c.done + c.failed + c.expired, 10, "{c:?}");
-    let lines = output(store.as_ref(), Shape::Anthropic, &dir);
-    assert_eq!(lines["c0"]["result"]["type"], "errored");
-    assert!(lines["c0"]["result"]["error"]["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("max_tokens"));
+    let lines = output(store.as_ref(), shape, &dir);
+    match shape {
+        Shape::Anthropic => {
+            assert_eq!(lines["c0"]["result"]["type"], "errored");
+            assert!(lines["c0"]["result"]["error"]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("max_tokens"));
+        }
+        Shape::OpenAi => {
+            assert_eq!(lines["c0"]["response"]["status_code"], 400);
+            assert!(lines["c0"]["id"]
+                .as_str()
+                .unwrap()
+                .starts_with("batch_req_"));
+        }
+    }
+    assert_eq!(lines["c0"]["ratewise"]["outcome"], "failed");
     let expired: Vec<&Value> = lines
         .values()
-        .filter(|v| v["result"]["type"] == "expired")
+        .filter(|v| v["ratewise"]["outcome"] == "expired")
         .collect();
     assert_eq!(expired.len() as u64, c.expired);
-    assert!(expired
-        .iter()
-        .all(|v| v["ratewise"]["cause"] == "batch_expired"));
+    for v in &expired {
+        assert_eq!(v["ratewise"]["cause"], "batch_expired");
+        match shape {
+            Shape::Anthropic => assert_eq!(v["result"]["type"], "expired"),
+            Shape::OpenAi => assert_eq!(v["error"]["code"], "batch_expired"),
+        }
+    }
     let again_failed = c.failed + c.expired;
 
     // Not asked: nothing is resent.
@@ -744,4 +774,90 @@ fn the_batch_path_is_a_send_future() {
     assert_send(&fut);
     assert!(format!("{:?}", BatchSettings::new(Shape::OpenAi, "sk-secret")).contains("<redacted>"));
     assert!(!format!("{:?}", BatchSettings::new(Shape::OpenAi, "sk-secret")).contains("sk-secret"));
+}
+
+/// A loopback proxy to `target` that forwards everything, but never
+/// answers the first `POST hang_path` (after the mock has answered it):
+/// the create call's answer is lost on the way back.
+async fn losing_proxy(target: String, hang_path: &'static str) -> String {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let lost = Arc::new(AtomicBool::new(false));
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<bytes::Bytes>>();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (target, lost, client) = (target.clone(), lost.clone(), client.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                    let (target, lost, client) = (target.clone(), lost.clone(), client.clone());
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await?.to_bytes();
+                        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                        let mut b = http::Request::builder()
+                            .method(parts.method.clone())
+                            .uri(format!("{target}{pq}"));
+                        for (k, v) in &parts.headers {
+                            if k != http::header::HOST {
+                                b = b.header(k, v);
+                            }
+                        }
+                        let resp = client
+                            .request(b.body(Full::new(body)).unwrap())
+                            .await
+                            .unwrap();
+                        let status = resp.status();
+                        let headers = resp.headers().clone();
+                        let body = resp.into_body().collect().await?.to_bytes();
+                        if parts.method == http::Method::POST
+                            && parts.uri.path() == hang_path
+                            && !lost.swap(true, Ordering::SeqCst)
+                        {
+                            std::future::pending::<()>().await;
+                        }
+                        let mut out = http::Response::new(Full::new(body));
+                        *out.status_mut() = status;
+                        *out.headers_mut() = headers;
+                        Ok::<_, hyper::Error>(out)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_create_call_whose_answer_is_lost_is_found_again_in_the_same_run() {
+    for (shape, path) in [
+        (Shape::OpenAi, "/v1/batches"),
+        (Shape::Anthropic, "/v1/messages/batches"),
+    ] {
+        let server = MockServer::start(fast()).await.unwrap();
+        let dir = temp("lost");
+        let store = open_store(&dir);
+        store.import(jobs(shape, 3)).unwrap();
+        let mut s = settings(shape, &server);
+        s.upstream = losing_proxy(server.base_url(), path).await;
+        s.request_timeout = Duration::from_millis(500);
+        let (r, _) = run(store.clone(), s).await;
+        let r = r.unwrap();
+        let mock: Vec<String> = server.batches().iter().map(|b| b.id.clone()).collect();
+        assert_eq!(mock.len(), 1, "{shape:?}: one batch");
+        assert_eq!(r.recovered, mock, "{shape:?}: {r:?}");
+        assert!(r.created.is_empty());
+        assert_eq!(r.counts.done, 3, "{shape:?}: {:?}", r.counts);
+        assert_eq!(output(store.as_ref(), shape, &dir).len(), 3);
+        server.shutdown().await;
+    }
 }
