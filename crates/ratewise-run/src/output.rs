@@ -69,7 +69,7 @@ pub fn line_with_batch(shape: Shape, e: &Ended, batch: Option<&crate::store::Bat
     let mut rw = ratewise_object(e);
     rw["price_basis"] = Value::String(if batch.is_some() { "batch" } else { "direct" }.into());
     if let Some(b) = batch {
-        rw["batch_id"] = Value::String(b.batch_id.clone());
+        rw["batch_id"] = b.batch_id.clone().map_or(Value::Null, Value::String);
     }
     let message = e.message.clone().unwrap_or_default();
     let v = match shape {
@@ -275,7 +275,7 @@ mod tests {
         assert_eq!(direct["ratewise"]["price_basis"], "direct");
         assert_eq!(direct["id"], "rw_req_3");
         let b = crate::store::BatchRef {
-            batch_id: "batch_1".into(),
+            batch_id: Some("batch_1".into()),
             result_id: Some("batch_req_9".into()),
         };
         for shape in [Shape::OpenAi, Shape::Anthropic] {

@@ -786,6 +786,12 @@ impl Store for SqliteStore {
                  WHERE state = 'batched' AND seq IN (SELECT seq FROM batch_jobs WHERE nonce = ?1)",
                 params![nonce, cause, message],
             )?;
+            // The jobs' output names the batch path (its id unknown).
+            c.execute(
+                "UPDATE batch_jobs SET ended = 1
+                 WHERE nonce = ?1 AND seq IN (SELECT seq FROM jobs WHERE state = 'held_unknown')",
+                [&nonce],
+            )?;
             c.execute(
                 "UPDATE batches SET state = 'held' WHERE nonce = ?1",
                 [&nonce],
@@ -822,19 +828,24 @@ impl Store for SqliteStore {
         let mut stmt = conn.prepare(
             "SELECT j.seq, j.custom_id, j.state, j.status, j.request_id, j.response, j.cause, j.message,
                     j.attempts, j.usage_in, j.usage_out, j.charged, j.sends, j.double_spend, j.waited_ms,
-                    (SELECT b.batch_id FROM batch_jobs x JOIN batches b ON b.nonce = x.nonce
-                      WHERE x.seq = j.seq AND x.ended = 1 ORDER BY x.rowid DESC LIMIT 1),
-                    (SELECT x.result_id FROM batch_jobs x
-                      WHERE x.seq = j.seq AND x.ended = 1 ORDER BY x.rowid DESC LIMIT 1)
-             FROM jobs j WHERE j.state NOT IN ('pending', 'sending', 'batched') ORDER BY j.seq",
+                    x.nonce, b.batch_id, x.result_id
+             FROM jobs j
+             LEFT JOIN batch_jobs x ON x.rowid = (
+                 SELECT y.rowid FROM batch_jobs y WHERE y.seq = j.seq AND y.ended = 1
+                 ORDER BY y.rowid DESC LIMIT 1)
+             LEFT JOIN batches b ON b.nonce = x.nonce
+             WHERE j.state NOT IN ('pending', 'sending', 'batched') ORDER BY j.seq",
         )?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let ended = ended_of(r)?;
-            let batch = r.get::<_, Option<String>>(15)?.map(|batch_id| BatchRef {
-                batch_id,
-                result_id: r.get(16).ok().flatten(),
-            });
+            let batch = match r.get::<_, Option<String>>(15)? {
+                Some(_) => Some(BatchRef {
+                    batch_id: r.get(16)?,
+                    result_id: r.get(17)?,
+                }),
+                None => None,
+            };
             f(ended, batch).map_err(|e| StoreError(format!("cannot write a result: {e}")))?;
         }
         Ok(())

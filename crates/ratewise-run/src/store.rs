@@ -511,11 +511,13 @@ pub struct BatchEnd {
     pub end: End,
 }
 
-/// The batch an ended job's result came from, for its output line.
+/// The batch an ended job's result came from (or that it went into), for
+/// its output line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchRef {
-    /// The provider's batch id.
-    pub batch_id: String,
+    /// The provider's batch id (`None`: held from an intent whose batch
+    /// could not be told apart, or refused at its create call).
+    pub batch_id: Option<String>,
     /// The provider's id of the result line (OpenAI `batch_req_…`).
     pub result_id: Option<String>,
 }

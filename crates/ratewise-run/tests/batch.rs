@@ -416,6 +416,8 @@ async fn anthropic_recovery_with_two_candidates_holds_the_jobs_and_creates_none(
     let lines = output(store.as_ref(), Shape::Anthropic, &dir);
     for v in lines.values() {
         assert_eq!(v["ratewise"]["outcome"], "held_unknown");
+        assert_eq!(v["ratewise"]["price_basis"], "batch");
+        assert!(v["ratewise"]["batch_id"].is_null());
         assert_eq!(v["result"]["error"]["error"]["type"], "outcome_unknown");
     }
     // A re-run sends nothing again.
@@ -860,4 +862,63 @@ async fn a_create_call_whose_answer_is_lost_is_found_again_in_the_same_run() {
         assert_eq!(output(store.as_ref(), shape, &dir).len(), 3);
         server.shutdown().await;
     }
+}
+
+#[test]
+fn the_store_keeps_an_intent_whole_or_not_at_all() {
+    let dir = temp("intent");
+    let store = open_store(&dir);
+    store.import(jobs(Shape::Anthropic, 3)).unwrap();
+    let seqs: Vec<i64> = store
+        .next_pending(i64::MIN, i64::MAX, 10, 1 << 20)
+        .unwrap()
+        .iter()
+        .map(|p| p.seq)
+        .collect();
+    let intent = |nonce: &str, seqs: Vec<i64>| BatchIntent {
+        nonce: nonce.into(),
+        shape: "anthropic".into(),
+        model: None,
+        endpoint: "/v1/messages".into(),
+        intent_ms: now_ms(),
+        seqs,
+        bytes: 10,
+    };
+    store
+        .batch_intent(&intent("a", seqs[..2].to_vec()))
+        .unwrap();
+    // Job 2 is batched already: the whole intent is refused, job 3 stays
+    // pending.
+    assert!(store
+        .batch_intent(&intent("b", seqs[1..].to_vec()))
+        .is_err());
+    let rows = store.batches().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].is_open());
+    assert_eq!(
+        store
+            .next_pending(i64::MIN, i64::MAX, 10, 1 << 20)
+            .unwrap()
+            .len(),
+        1
+    );
+    let jobs = store.batch_jobs("a").unwrap();
+    assert!(jobs.iter().all(|j| j.state == State::Batched));
+    // No batch was created: its jobs are pending again, the row closed.
+    assert_eq!(store.batch_not_created("a").unwrap(), 2);
+    assert_eq!(store.batches().unwrap()[0].state, "not_created");
+    assert_eq!(store.counts().unwrap().pending, 3);
+    // Batched jobs are not cut by `hold_cut` (they are not on the wire of
+    // the direct path).
+    store.batch_intent(&intent("c", seqs.clone())).unwrap();
+    assert_eq!(store.hold_cut().unwrap(), 0);
+    assert_eq!(
+        store
+            .batch_hold("c", "outcome_unknown", "two candidates")
+            .unwrap(),
+        3
+    );
+    let c = store.counts().unwrap();
+    assert_eq!(c.held, 3);
+    assert!(c.spent > 0, "held jobs are charged their worst case");
 }
