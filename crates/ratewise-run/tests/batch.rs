@@ -674,7 +674,18 @@ async fn auto_batches_only_the_jobs_whose_deadline_leaves_room() {
 
 #[tokio::test]
 async fn a_budget_creates_only_the_batch_that_fits_then_stops() {
-    let server = MockServer::start(fast()).await.unwrap();
+    // Items slow enough that a cancel would catch them.
+    let server = MockServer::start(MockConfig {
+        seconds_per_minute: 0.6,
+        batch: BatchConfig {
+            items_per_second: 1.0,
+            validating_seconds: 0.0,
+            ..BatchConfig::default()
+        },
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap();
     let dir = temp("budget");
     let store = open_store(&dir);
     store.import(jobs(Shape::Anthropic, 6)).unwrap();
@@ -696,6 +707,8 @@ async fn a_budget_creates_only_the_batch_that_fits_then_stops() {
     assert_eq!(r.created.len(), 1);
     assert_eq!(total(&server.batches()[0].counts), 3);
     assert_eq!((r.counts.done, r.counts.stopped), (3, 3), "{:?}", r.counts);
+    assert_eq!(r.possibly_billed, 0, "the budget cancels nothing");
+    assert_eq!(server.batches()[0].counts.canceled, 0);
     server.shutdown().await;
 }
 

@@ -23,7 +23,8 @@
 //!
 //! A create call answered `stop_queue` by ratewise's classifier (spend
 //! cap, billing, authentication) stops the queue with a stop record naming
-//! the cause, and every submitted batch is cancelled; what the provider
+//! the cause, and every submitted batch is cancelled (the run's own
+//! budget only stops creating: what was created fits in it); what the provider
 //! may still finish after a cancel ("the system may complete any
 //! in-progress, non-interruptible requests before finalizing
 //! cancellation", <https://docs.anthropic.com/en/api/canceling-message-batches>;

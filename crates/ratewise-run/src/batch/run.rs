@@ -177,7 +177,10 @@ pub async fn run_batches(
     if stop.is_none() && !*r.shutdown.borrow() {
         stop = r.create_all(&select).await?;
     }
-    if stop.is_some() {
+    // A stop from the provider (spend cap, billing, authentication)
+    // cancels what was submitted; the run's own budget does not: the
+    // batches created fit in it.
+    if stop.as_ref().is_some_and(|s| s.cause != "budget") {
         r.cancel_open().await?;
     }
     if !r.interrupted {
