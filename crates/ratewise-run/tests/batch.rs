@@ -108,6 +108,7 @@ fn settings(shape: Shape, server: &MockServer) -> BatchSettings {
     // The mock's clock runs 100× real time: its creation times are
     // wall-clock, but give recovery room.
     s.clock_skew = Duration::from_secs(600);
+    s.settle = Duration::from_millis(50);
     s
 }
 

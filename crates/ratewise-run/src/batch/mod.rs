@@ -77,6 +77,12 @@ pub struct BatchSettings {
     pub request_timeout: Duration,
     /// Clock skew allowed when a batch is looked for by its creation time.
     pub clock_skew: Duration,
+    /// How long after an unanswered create call (or, for an intent found
+    /// on start, after its intent) the batch listing is read to look for
+    /// its batch: a create the provider was still handling when the answer
+    /// was lost must have had time to show. Only then is "not in the
+    /// listing" taken as "not created".
+    pub settle: Duration,
     /// Create calls per planned batch before its jobs are left pending.
     pub create_attempts: u32,
     /// Polls failing in a row before the run gives up (the batches go on).
@@ -101,7 +107,8 @@ impl std::fmt::Debug for BatchSettings {
 impl BatchSettings {
     /// Defaults for `shape`: its public upstream, a poll every 30 s, the
     /// documented limits, 10 minutes per call (a 200 MB upload), 5
-    /// minutes of clock skew, 3 create attempts, 20 failed polls.
+    /// minutes of clock skew, a minute to settle, 3 create attempts, 20
+    /// failed polls.
     pub fn new(shape: Shape, api_key: impl Into<String>) -> BatchSettings {
         BatchSettings {
             shape,
@@ -113,6 +120,7 @@ impl BatchSettings {
             limits: Limits::for_shape(shape),
             request_timeout: Duration::from_secs(600),
             clock_skew: Duration::from_secs(300),
+            settle: Duration::from_secs(60),
             create_attempts: 3,
             max_poll_errors: 20,
         }

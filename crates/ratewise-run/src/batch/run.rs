@@ -229,8 +229,18 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// Looks for the batch of intent `row`; whether it was found.
+    /// Looks for the batch of intent `row` (not before [`BatchSettings::settle`]
+    /// after its intent); whether it was found.
     async fn recover(&mut self, row: &BatchRow) -> Result<bool, BatchError> {
+        let settled_at = row
+            .intent_ms
+            .saturating_add(self.settings.settle.as_millis() as i64);
+        let wait = settled_at.saturating_sub(now_ms());
+        if wait > 0 {
+            // Not interrupted by a signal: the intent must be resolved
+            // before anything else is created.
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
         let known: HashSet<String> = self
             .rows()
             .await?
@@ -503,6 +513,7 @@ impl Runner<'_> {
                 }
                 Err(e @ (ApiError::NoAnswer(_) | ApiError::Unreadable(_))) => {
                     tracing::warn!(error = %e, "a batch create call went unanswered: looking for its batch");
+                    tokio::time::sleep(self.settings.settle).await;
                     if self.recover(&row).await? {
                         self.reserved = self.reserved.saturating_add(worst);
                         return Ok(None);
