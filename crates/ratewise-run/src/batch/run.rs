@@ -757,3 +757,62 @@ fn new_nonce_rng() -> impl FnMut() -> u64 {
         state.hash_one(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::api::RemoteCounts;
+
+    fn remote(created_ms: Option<i64>, total: u64, processing: u64, phase: Phase) -> Remote {
+        Remote {
+            id: "batch_1".into(),
+            status: "in_progress".into(),
+            phase,
+            counts: RemoteCounts {
+                total,
+                succeeded: total - processing,
+                processing,
+                ..RemoteCounts::default()
+            },
+            created_ms,
+            intent: None,
+            output_file_id: None,
+            error_file_id: None,
+            errors: None,
+        }
+    }
+
+    #[test]
+    fn the_eta_follows_the_pace_so_far() {
+        let ten_s_ago = Some(now_ms() - 10_000);
+        let eta = status_of("n", &remote(ten_s_ago, 10, 5, Phase::Running))
+            .eta
+            .unwrap();
+        assert!((9_900..=10_500).contains(&eta.as_millis()), "{eta:?}");
+        let eta = status_of("n", &remote(ten_s_ago, 10, 8, Phase::Running))
+            .eta
+            .unwrap();
+        assert!((39_000..=41_000).contains(&eta.as_millis()), "{eta:?}");
+        assert_eq!(
+            status_of("n", &remote(ten_s_ago, 10, 10, Phase::Running)).eta,
+            None,
+            "nothing ended yet"
+        );
+        assert_eq!(
+            status_of("n", &remote(None, 10, 5, Phase::Running)).eta,
+            None
+        );
+        let done = status_of("n", &remote(ten_s_ago, 10, 0, Phase::Ended));
+        assert_eq!(
+            (done.eta, done.batch_id.as_str()),
+            (Some(Duration::ZERO), "batch_1")
+        );
+    }
+
+    #[test]
+    fn nonces_differ() {
+        let a: std::collections::HashSet<String> = (0..1000).map(|_| new_nonce()).collect();
+        assert_eq!(a.len(), 1000);
+        assert!(a.iter().all(|n| n.len() == 35 && n.starts_with("rw_")));
+    }
+}
