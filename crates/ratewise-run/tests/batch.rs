@@ -936,3 +936,38 @@ fn the_store_keeps_an_intent_whole_or_not_at_all() {
     assert_eq!(c.held, 3);
     assert!(c.spent > 0, "held jobs are charged their worst case");
 }
+
+#[tokio::test]
+async fn creating_first_then_polling_beside_the_direct_queue() {
+    let server = MockServer::start(fast()).await.unwrap();
+    let dir = temp("phases");
+    let store = open_store(&dir);
+    store.import(jobs(Shape::Anthropic, 4)).unwrap();
+    let mut create = settings(Shape::Anthropic, &server);
+    create.poll_to_end = false;
+    let (r, _) = run(store.clone(), create).await;
+    let r = r.unwrap();
+    assert_eq!(r.ending, BatchEnding::Submitted);
+    assert_eq!(r.created.len(), 1);
+    assert_eq!(
+        (r.counts.pending, r.counts.sending),
+        (0, 4),
+        "none left for the direct queue"
+    );
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let polled = run_batches(
+        store.clone(),
+        ratewise_run::client().unwrap(),
+        settings(Shape::Anthropic, &server),
+        |_: &Pending| false,
+        rx,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(polled.ending, BatchEnding::Finished);
+    assert!(polled.created.is_empty());
+    assert_eq!(polled.counts.done, 4);
+    assert_eq!(server.batches().len(), 1);
+    server.shutdown().await;
+}

@@ -83,6 +83,12 @@ pub struct BatchSettings {
     /// was lost must have had time to show. Only then is "not in the
     /// listing" taken as "not created".
     pub settle: Duration,
+    /// Poll the open batches to their end (the default). Off, the run
+    /// returns once its batches are created: a caller running the direct
+    /// queue beside the batch path creates first (so that no job meant for
+    /// a batch is left pending for the direct queue), then polls with
+    /// another call (selecting nothing) while the direct queue runs.
+    pub poll_to_end: bool,
     /// Create calls per planned batch before its jobs are left pending.
     pub create_attempts: u32,
     /// Polls failing in a row before the run gives up (the batches go on).
@@ -121,6 +127,7 @@ impl BatchSettings {
             request_timeout: Duration::from_secs(600),
             clock_skew: Duration::from_secs(300),
             settle: Duration::from_secs(60),
+            poll_to_end: true,
             create_attempts: 3,
             max_poll_errors: 20,
         }
@@ -162,6 +169,9 @@ pub enum BatchEnding {
     /// A signal: submitted batches go on at the provider; a re-run
     /// resumes polling them.
     Interrupted,
+    /// [`BatchSettings::poll_to_end`] off: the batches are created and go
+    /// on at the provider.
+    Submitted,
 }
 
 /// What the batch path did.

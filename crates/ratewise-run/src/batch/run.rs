@@ -183,13 +183,14 @@ pub async fn run_batches(
     if stop.as_ref().is_some_and(|s| s.cause != "budget") {
         r.cancel_open().await?;
     }
-    if !r.interrupted {
+    if !r.interrupted && r.settings.poll_to_end {
         r.poll_all().await?;
     }
     r.report.counts = on_store(&r.store, |s| s.counts()).await?;
     r.report.ending = match (stop, r.interrupted) {
         (Some(stop), _) => BatchEnding::Stopped(stop),
         (None, true) => BatchEnding::Interrupted,
+        (None, false) if !r.settings.poll_to_end => BatchEnding::Submitted,
         (None, false) => BatchEnding::Finished,
     };
     Ok(r.report)
