@@ -55,9 +55,22 @@ fn ratewise_object(e: &Ended) -> Value {
     o
 }
 
-/// One output line (no newline).
+/// One output line (no newline) of a job of the direct path
+/// (`ratewise.price_basis` `"direct"`).
 pub fn line(shape: Shape, e: &Ended) -> String {
-    let rw = ratewise_object(e);
+    line_with_batch(shape, e, None)
+}
+
+/// One output line (no newline); `batch` names the provider's batch the
+/// result came from (`crate::batch`): `ratewise.batch_id`,
+/// `ratewise.price_basis` `"batch"`, and an OpenAI line keeps the
+/// provider's `batch_req_…` id.
+pub fn line_with_batch(shape: Shape, e: &Ended, batch: Option<&crate::store::BatchRef>) -> String {
+    let mut rw = ratewise_object(e);
+    rw["price_basis"] = Value::String(if batch.is_some() { "batch" } else { "direct" }.into());
+    if let Some(b) = batch {
+        rw["batch_id"] = b.batch_id.clone().map_or(Value::Null, Value::String);
+    }
     let message = e.message.clone().unwrap_or_default();
     let v = match shape {
         Shape::OpenAi => {
@@ -85,10 +98,14 @@ pub fn line(shape: Shape, e: &Ended) -> String {
                     Value::Null,
                     json!({"code": "batch_expired", "message": message}),
                 ),
-                State::Pending | State::Sending => (Value::Null, Value::Null),
+                State::Pending | State::Sending | State::Batched => (Value::Null, Value::Null),
+            };
+            let id = match batch.and_then(|b| b.result_id.clone()) {
+                Some(id) => id,
+                None => format!("rw_req_{}", e.seq),
             };
             json!({
-                "id": format!("rw_req_{}", e.seq),
+                "id": id,
                 "custom_id": e.custom_id,
                 "response": response,
                 "error": error,
@@ -114,7 +131,7 @@ pub fn line(shape: Shape, e: &Ended) -> String {
                 }
                 State::Stopped => json!({"type": "canceled"}),
                 State::Expired => json!({"type": "expired"}),
-                State::Pending | State::Sending => Value::Null,
+                State::Pending | State::Sending | State::Batched => Value::Null,
             };
             json!({"custom_id": e.custom_id, "result": result, "ratewise": rw})
         }
@@ -249,6 +266,28 @@ mod tests {
             get(Shape::Anthropic, State::Expired)["ratewise"]["outcome"],
             "expired"
         );
+    }
+
+    #[test]
+    fn a_batch_result_names_its_batch_and_price_basis() {
+        let direct: Value =
+            serde_json::from_str(&line(Shape::OpenAi, &ended(State::Done))).unwrap();
+        assert_eq!(direct["ratewise"]["price_basis"], "direct");
+        assert_eq!(direct["id"], "rw_req_3");
+        let b = crate::store::BatchRef {
+            batch_id: Some("batch_1".into()),
+            result_id: Some("batch_req_9".into()),
+        };
+        for shape in [Shape::OpenAi, Shape::Anthropic] {
+            let v: Value =
+                serde_json::from_str(&line_with_batch(shape, &ended(State::Done), Some(&b)))
+                    .unwrap();
+            assert_eq!(v["ratewise"]["price_basis"], "batch");
+            assert_eq!(v["ratewise"]["batch_id"], "batch_1");
+            if shape == Shape::OpenAi {
+                assert_eq!(v["id"], "batch_req_9");
+            }
+        }
     }
 
     #[test]

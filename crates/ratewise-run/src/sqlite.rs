@@ -12,7 +12,10 @@
 //! survive a power loss or an OS crash: for that, `synchronous = "full"`
 //! in the config, which syncs the WAL at every commit.
 
-use crate::store::{Counts, End, Ended, NewJob, Pending, State, StopRecord, Store, StoreError};
+use crate::store::{
+    BatchEnd, BatchIntent, BatchJob, BatchRef, BatchRow, Counts, End, Ended, NewJob, Pending,
+    State, StopRecord, Store, StoreError,
+};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::mpsc;
@@ -87,6 +90,31 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, seq);
 ";
 
+/// The batch path's tables (`crate::batch`): a row per batch intent
+/// (written before the create call) and its jobs.
+const BATCH_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS batches (
+    nonce TEXT PRIMARY KEY,
+    batch_id TEXT UNIQUE,
+    shape TEXT NOT NULL,
+    model TEXT,
+    endpoint TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'intent',
+    intent_ms INTEGER NOT NULL,
+    jobs INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    cancel_ms INTEGER
+);
+CREATE TABLE IF NOT EXISTS batch_jobs (
+    nonce TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    result_id TEXT,
+    ended INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (nonce, seq)
+);
+CREATE INDEX IF NOT EXISTS batch_jobs_by_seq ON batch_jobs(seq, ended);
+";
+
 /// Most writes grouped into one commit.
 const GROUP: usize = 512;
 
@@ -105,6 +133,7 @@ impl SqliteStore {
             },
         )?;
         writer.execute_batch(SCHEMA)?;
+        writer.execute_batch(BATCH_SCHEMA)?;
         let read = Connection::open(path)?;
         read.busy_timeout(std::time::Duration::from_secs(5))?;
         let (tx, rx) = mpsc::channel::<Write>();
@@ -561,7 +590,9 @@ impl Store for SqliteStore {
                 counts.total += n;
                 counts.spent += r.get::<_, Option<i64>>(4)?.unwrap_or(0) as u64;
                 match State::parse(&state) {
-                    Some(State::Pending) | Some(State::Sending) => {
+                    Some(State::Pending) | Some(State::Sending) | Some(State::Batched) => {
+                        // A job inside a submitted batch is counted with
+                        // those on the wire.
                         if state == "pending" {
                             counts.pending += n;
                         } else {
@@ -592,12 +623,230 @@ impl Store for SqliteStore {
         let mut stmt = conn.prepare(
             "SELECT seq, custom_id, state, status, request_id, response, cause, message, attempts,
                     usage_in, usage_out, charged, sends, double_spend, waited_ms
-             FROM jobs WHERE state NOT IN ('pending', 'sending') ORDER BY seq",
+             FROM jobs WHERE state NOT IN ('pending', 'sending', 'batched') ORDER BY seq",
         )?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let ended = ended_of(r)?;
             f(ended).map_err(|e| StoreError(format!("cannot write a result: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn batch_intent(&self, intent: &BatchIntent) -> Result<(), StoreError> {
+        let intent = intent.clone();
+        self.write(move |c| {
+            c.execute(
+                "INSERT INTO batches (nonce, shape, model, endpoint, intent_ms, jobs, bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    intent.nonce,
+                    intent.shape,
+                    intent.model,
+                    intent.endpoint,
+                    intent.intent_ms,
+                    intent.seqs.len() as i64,
+                    intent.bytes as i64
+                ],
+            )?;
+            let mut mark = c.prepare_cached(
+                "UPDATE jobs SET state = 'batched' WHERE seq = ?1 AND state = 'pending'",
+            )?;
+            let mut link =
+                c.prepare_cached("INSERT INTO batch_jobs (nonce, seq) VALUES (?1, ?2)")?;
+            for seq in &intent.seqs {
+                if mark.execute([seq])? != 1 {
+                    // Rolls the whole intent back (its savepoint).
+                    return Err(rusqlite::Error::ToSqlConversionFailure(
+                        format!("job {seq} is not pending: no batch intent recorded").into(),
+                    ));
+                }
+                link.execute(params![intent.nonce, seq])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn batch_submitted(&self, nonce: &str, batch_id: &str) -> Result<(), StoreError> {
+        let (nonce, id) = (nonce.to_owned(), batch_id.to_owned());
+        self.write(move |c| {
+            c.execute(
+                "UPDATE batches SET batch_id = ?2, state = 'submitted' WHERE nonce = ?1",
+                params![nonce, id],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn batch_not_created(&self, nonce: &str) -> Result<u64, StoreError> {
+        let nonce = nonce.to_owned();
+        self.write(move |c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'pending'
+                 WHERE state = 'batched' AND seq IN (SELECT seq FROM batch_jobs WHERE nonce = ?1)",
+                [&nonce],
+            )?;
+            c.execute(
+                "UPDATE batches SET state = 'not_created' WHERE nonce = ?1",
+                [&nonce],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn batch_cancel_requested(&self, nonce: &str, at_ms: i64) -> Result<(), StoreError> {
+        let nonce = nonce.to_owned();
+        self.write(move |c| {
+            c.execute(
+                "UPDATE batches SET cancel_ms = ?2 WHERE nonce = ?1 AND cancel_ms IS NULL",
+                params![nonce, at_ms],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn batches(&self) -> Result<Vec<BatchRow>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare(
+                "SELECT nonce, batch_id, shape, model, endpoint, state, intent_ms, jobs, bytes, cancel_ms
+                 FROM batches ORDER BY intent_ms, rowid",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(BatchRow {
+                    nonce: r.get(0)?,
+                    batch_id: r.get(1)?,
+                    shape: r.get(2)?,
+                    model: r.get(3)?,
+                    endpoint: r.get(4)?,
+                    state: r.get(5)?,
+                    intent_ms: r.get(6)?,
+                    jobs: r.get::<_, i64>(7)? as u64,
+                    bytes: r.get::<_, i64>(8)? as u64,
+                    cancel_ms: r.get(9)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn batch_jobs(&self, nonce: &str) -> Result<Vec<BatchJob>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT j.seq, j.custom_id, j.input_estimate + j.max_tokens, j.state
+                 FROM batch_jobs b JOIN jobs j ON j.seq = b.seq
+                 WHERE b.nonce = ?1 ORDER BY j.seq",
+            )?;
+            let rows = stmt.query_map([nonce], |r| {
+                let state: String = r.get(3)?;
+                Ok(BatchJob {
+                    seq: r.get(0)?,
+                    custom_id: r.get(1)?,
+                    worst_case: r.get::<_, i64>(2)? as u64,
+                    state: State::parse(&state).unwrap_or(State::HeldUnknown),
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn batch_results(
+        &self,
+        nonce: &str,
+        ends: Vec<BatchEnd>,
+        close: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let nonce = nonce.to_owned();
+        let close = close.map(str::to_owned);
+        self.write(move |c| {
+            for e in &ends {
+                let state = e.end.state.unwrap_or(State::Failed);
+                write_end(c, e.seq, state, &e.end, 0)?;
+                c.prepare_cached(
+                    "UPDATE batch_jobs SET result_id = ?3, ended = ?4 WHERE nonce = ?1 AND seq = ?2",
+                )?
+                .execute(params![nonce, e.seq, e.result_id, i64::from(state.is_end())])?;
+            }
+            if let Some(state) = &close {
+                c.execute(
+                    "UPDATE batches SET state = ?2 WHERE nonce = ?1",
+                    params![nonce, state],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn batch_hold(&self, nonce: &str, cause: &str, message: &str) -> Result<u64, StoreError> {
+        let (nonce, cause, message) = (nonce.to_owned(), cause.to_owned(), message.to_owned());
+        self.write(move |c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'held_unknown', cause = ?2, message = ?3,
+                     status = NULL, response = NULL, request_id = NULL,
+                     charged = charged + input_estimate + max_tokens
+                 WHERE state = 'batched' AND seq IN (SELECT seq FROM batch_jobs WHERE nonce = ?1)",
+                params![nonce, cause, message],
+            )?;
+            // The jobs' output names the batch path (its id unknown).
+            c.execute(
+                "UPDATE batch_jobs SET ended = 1
+                 WHERE nonce = ?1 AND seq IN (SELECT seq FROM jobs WHERE state = 'held_unknown')",
+                [&nonce],
+            )?;
+            c.execute(
+                "UPDATE batches SET state = 'held' WHERE nonce = ?1",
+                [&nonce],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn release_batch_failed(&self) -> Result<u64, StoreError> {
+        self.write(|c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'pending', not_before_ms = 0
+                 WHERE state IN ('failed', 'expired')
+                   AND seq IN (SELECT seq FROM batch_jobs WHERE ended = 1)",
+                [],
+            )?;
+            c.execute(
+                "UPDATE batch_jobs SET ended = 0 WHERE ended = 1
+                   AND seq IN (SELECT seq FROM jobs WHERE state = 'pending')",
+                [],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn each_ended_with_batch(
+        &self,
+        f: &mut dyn FnMut(Ended, Option<BatchRef>) -> std::io::Result<()>,
+    ) -> Result<(), StoreError> {
+        let conn = self
+            .read
+            .lock()
+            .map_err(|_| StoreError("the store's reader is poisoned".into()))?;
+        let mut stmt = conn.prepare(
+            "SELECT j.seq, j.custom_id, j.state, j.status, j.request_id, j.response, j.cause, j.message,
+                    j.attempts, j.usage_in, j.usage_out, j.charged, j.sends, j.double_spend, j.waited_ms,
+                    x.nonce, b.batch_id, x.result_id
+             FROM jobs j
+             LEFT JOIN batch_jobs x ON x.rowid = (
+                 SELECT y.rowid FROM batch_jobs y WHERE y.seq = j.seq AND y.ended = 1
+                 ORDER BY y.rowid DESC LIMIT 1)
+             LEFT JOIN batches b ON b.nonce = x.nonce
+             WHERE j.state NOT IN ('pending', 'sending', 'batched') ORDER BY j.seq",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let ended = ended_of(r)?;
+            let batch = match r.get::<_, Option<String>>(15)? {
+                Some(_) => Some(BatchRef {
+                    batch_id: r.get(16)?,
+                    result_id: r.get(17)?,
+                }),
+                None => None,
+            };
+            f(ended, batch).map_err(|e| StoreError(format!("cannot write a result: {e}")))?;
         }
         Ok(())
     }

@@ -32,6 +32,10 @@ pub enum State {
     Stopped,
     /// Its deadline passed before it could be sent.
     Expired,
+    /// Inside a batch submitted to the provider's batch API (or about to
+    /// be: its intent is recorded before the create call). Never sent by
+    /// the direct path; it ends when the batch's results are read.
+    Batched,
 }
 
 impl State {
@@ -45,6 +49,7 @@ impl State {
             State::HeldUnknown => "held_unknown",
             State::Stopped => "stopped",
             State::Expired => "expired",
+            State::Batched => "batched",
         }
     }
 
@@ -58,6 +63,7 @@ impl State {
             State::HeldUnknown,
             State::Stopped,
             State::Expired,
+            State::Batched,
         ]
         .into_iter()
         .find(|s| s.as_str() == name)
@@ -65,7 +71,7 @@ impl State {
 
     /// Whether the job has its line in the output.
     pub fn is_end(self) -> bool {
-        !matches!(self, State::Pending | State::Sending)
+        !matches!(self, State::Pending | State::Sending | State::Batched)
     }
 }
 
@@ -351,4 +357,173 @@ pub trait Store: Send + Sync + 'static {
     /// Every ended job, in input order.
     fn each_ended(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>)
         -> Result<(), StoreError>;
+
+    // The batch path (`crate::batch`). The defaults keep no batches: a
+    // store without them refuses the batch path and nothing else.
+
+    /// Records a batch's intent before its create call, in one write: the
+    /// batch row (state `intent`) and its jobs, each `pending` job made
+    /// [`State::Batched`]. Refused, with nothing written, when a job is
+    /// not pending.
+    fn batch_intent(&self, intent: &BatchIntent) -> Result<(), StoreError> {
+        let _ = intent;
+        Err(batch_store_error("this store keeps no batches"))
+    }
+    /// The create call answered (or a recovery found the batch): its id;
+    /// the row is `submitted`.
+    fn batch_submitted(&self, nonce: &str, batch_id: &str) -> Result<(), StoreError> {
+        let _ = (nonce, batch_id);
+        Err(batch_store_error("this store keeps no batches"))
+    }
+    /// No batch was created for the intent (the create call was answered
+    /// with an error, or a recovery ruled every candidate out): its jobs
+    /// still batched are pending again; the row is `not_created`. How
+    /// many jobs went back.
+    fn batch_not_created(&self, nonce: &str) -> Result<u64, StoreError> {
+        let _ = nonce;
+        Err(batch_store_error("this store keeps no batches"))
+    }
+    /// A cancel of the batch was asked for, at `at_ms`.
+    fn batch_cancel_requested(&self, nonce: &str, at_ms: i64) -> Result<(), StoreError> {
+        let _ = (nonce, at_ms);
+        Err(batch_store_error("this store keeps no batches"))
+    }
+    /// Every batch the store knows of, oldest first.
+    fn batches(&self) -> Result<Vec<BatchRow>, StoreError> {
+        Ok(Vec::new())
+    }
+    /// The jobs of a batch, in input order.
+    fn batch_jobs(&self, nonce: &str) -> Result<Vec<BatchJob>, StoreError> {
+        let _ = nonce;
+        Err(batch_store_error("this store keeps no batches"))
+    }
+    /// Writes the results of a batch's jobs in one write (each job's end
+    /// and its result id); with `close`, the row takes that state
+    /// (`ended`).
+    fn batch_results(
+        &self,
+        nonce: &str,
+        ends: Vec<BatchEnd>,
+        close: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let _ = (nonce, ends, close);
+        Err(batch_store_error("this store keeps no batches"))
+    }
+    /// The batch's jobs still batched are `held_unknown` (charged their
+    /// worst case) with `cause` and `message`; the row is `held`. How many.
+    fn batch_hold(&self, nonce: &str, cause: &str, message: &str) -> Result<u64, StoreError> {
+        let _ = (nonce, cause, message);
+        Err(batch_store_error("this store keeps no batches"))
+    }
+    /// `retry_failed`: jobs a batch ended `failed` or `expired` are pending
+    /// again (their record kept). How many.
+    fn release_batch_failed(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+    /// Every ended job, in input order, with the batch its result came
+    /// from (`None`: the direct path). The default knows of no batch.
+    fn each_ended_with_batch(
+        &self,
+        f: &mut dyn FnMut(Ended, Option<BatchRef>) -> std::io::Result<()>,
+    ) -> Result<(), StoreError> {
+        self.each_ended(&mut |e| f(e, None))
+    }
+}
+
+/// A batch about to be created with the provider's batch API, recorded
+/// before the create call ([`Store::batch_intent`]).
+#[derive(Debug, Clone)]
+pub struct BatchIntent {
+    /// A local nonce, unique per intent (OpenAI: the batch's
+    /// `metadata.ratewise_intent`).
+    pub nonce: String,
+    /// `openai` or `anthropic`.
+    pub shape: String,
+    /// The one model of an OpenAI batch (Anthropic batches may mix).
+    pub model: Option<String>,
+    /// The endpoint (`/v1/chat/completions`, `/v1/messages`).
+    pub endpoint: String,
+    /// When the intent was recorded, before the create call (ms since the
+    /// epoch): a recovery looks for the batch from here on.
+    pub intent_ms: i64,
+    /// The jobs' seqs, in order.
+    pub seqs: Vec<i64>,
+    /// The request's size in bytes (the file or the JSON body).
+    pub bytes: u64,
+}
+
+/// A batch the store knows of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRow {
+    /// See [`BatchIntent::nonce`].
+    pub nonce: String,
+    /// The provider's id, once the create call answered (or a recovery
+    /// found it).
+    pub batch_id: Option<String>,
+    /// `openai` or `anthropic`.
+    pub shape: String,
+    /// See [`BatchIntent::model`].
+    pub model: Option<String>,
+    /// See [`BatchIntent::endpoint`].
+    pub endpoint: String,
+    /// `intent` (create call made or about to be, no id known),
+    /// `submitted`, `ended`, `not_created`, `held`.
+    pub state: String,
+    /// See [`BatchIntent::intent_ms`].
+    pub intent_ms: i64,
+    /// Jobs in it.
+    pub jobs: u64,
+    /// See [`BatchIntent::bytes`].
+    pub bytes: u64,
+    /// When a cancel was asked for (ms since the epoch).
+    pub cancel_ms: Option<i64>,
+}
+
+impl BatchRow {
+    /// Whether its jobs may still be waiting for it (`intent` or
+    /// `submitted`).
+    pub fn is_open(&self) -> bool {
+        matches!(self.state.as_str(), "intent" | "submitted")
+    }
+}
+
+/// One job of a batch, without its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchJob {
+    /// Input order.
+    pub seq: i64,
+    /// The caller's id.
+    pub custom_id: String,
+    /// Its worst case ([`Pending::worst_case`]).
+    pub worst_case: u64,
+    /// Its state now.
+    pub state: State,
+}
+
+/// One job's result out of a batch ([`Store::batch_results`]).
+#[derive(Debug, Clone)]
+pub struct BatchEnd {
+    /// The job.
+    pub seq: i64,
+    /// The provider's id of the result line (OpenAI `batch_req_…`).
+    pub result_id: Option<String>,
+    /// How it ended: `state` `Pending` (a canceled item) puts it back.
+    pub end: End,
+}
+
+/// The batch an ended job's result came from (or that it went into), for
+/// its output line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRef {
+    /// The provider's batch id (`None`: held from an intent whose batch
+    /// could not be told apart, or refused at its create call).
+    pub batch_id: Option<String>,
+    /// The provider's id of the result line (OpenAI `batch_req_…`).
+    pub result_id: Option<String>,
+}
+
+/// The error of a [`Store`] that keeps no batches (the defaults of the
+/// batch methods). The one place the batch path builds a [`StoreError`].
+pub fn batch_store_error(what: impl std::fmt::Display) -> StoreError {
+    StoreError(format!("the store: {what}"))
 }
