@@ -131,8 +131,11 @@ fn command(dir: &Dir, mock: &Mock, extra: &[&str]) -> Command {
         .arg(dir.path("in.jsonl"))
         .arg("--out")
         .arg(dir.path("out.jsonl"))
-        .arg("--upstream")
-        .arg(mock.url())
+        .args(if extra.contains(&"--upstream") {
+            Vec::new()
+        } else {
+            vec!["--upstream".to_owned(), mock.url()]
+        })
         .args(if extra.contains(&"--progress") {
             &[][..]
         } else {
@@ -682,4 +685,301 @@ fn a_silent_provider_is_paced_from_its_429s_alone() {
         "{throttled} of {} sends answered 429",
         records.len()
     );
+}
+
+fn summary_of(stdout: &[u8]) -> Value {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "summary")
+        .expect("a summary line")
+}
+
+/// Jobs paced inside the layer are not on the wire: after a signal none
+/// of them is sent (issue: 53 sends after SIGINT, for ~17 s).
+#[test]
+fn a_signal_stops_new_sends_at_once_and_the_results_hold_every_job() {
+    let mock = Mock::start(roomy(50));
+    let dir = Dir::new("signal-now");
+    let ids = write_input(&dir.path("in.jsonl"), Shape::OpenAi, 100);
+    // Two requests a second: the window's jobs wait in the layer.
+    std::fs::write(
+        dir.path("rw.toml"),
+        "[limits]\nrequests_per_minute = 120\n",
+    )
+    .unwrap();
+    let cfg = dir.path("rw.toml");
+    let child = command(
+        &dir,
+        &mock,
+        &["--grace", "10s", "--config", cfg.to_str().unwrap(), "--progress", "json"],
+    )
+    .spawn()
+    .unwrap();
+    while mock.records().len() < 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let at_signal = mock.records().len();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    let after = mock.records().len();
+    assert!(
+        after <= at_signal + 1,
+        "{} new sends after the signal: {err}",
+        after - at_signal
+    );
+    // Every custom_id is in the results; the unfinished ones say so.
+    let res = by_id(&results(&dir));
+    assert_eq!(res.keys().cloned().collect::<Vec<_>>(), ids, "{err}");
+    let unfinished = res.values().filter(|v| outcome(v) == "pending").count();
+    assert!(unfinished > 50, "{unfinished}");
+    for v in res.values().filter(|v| outcome(v) == "pending") {
+        assert_eq!(v["error"]["code"], "unfinished", "{v}");
+        assert!(v["response"].is_null());
+    }
+    let summary = summary_of(&out.stdout);
+    assert_eq!(summary["complete"], false, "{summary}");
+    assert!(err.contains("incomplete"), "{err}");
+    // The re-run finishes: nothing sent twice.
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(by_id(&results(&dir)).values().all(|v| outcome(v) == "done"));
+    assert!(sends_by_job(&mock.records()).values().all(|n| *n == 1));
+}
+
+/// A spend cap with jobs waiting in the layer: the stop names the job whose
+/// answer stopped the queue (one that was sent) and the cause in words;
+/// every stopped line carries the cause.
+#[test]
+fn a_stop_names_the_job_that_was_answered_and_its_cause() {
+    let mock = Mock::start(roomy(30));
+    let dir = Dir::new("cap-named");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 60);
+    std::fs::write(
+        dir.path("rw.toml"),
+        "[limits]\nrequests_per_minute = 600\n",
+    )
+    .unwrap();
+    let cfg = dir.path("rw.toml");
+    let child = command(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--progress", "json"],
+    )
+    .spawn()
+    .unwrap();
+    while mock.records().len() < 5 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    mock.server().set_spend_cap(Some(0.0));
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("spend cap"), "{err}");
+    let summary = summary_of(&out.stdout);
+    let stop = &summary["stop"];
+    assert_eq!(stop["cause"], "spend_cap", "{summary}");
+    let who = stop["custom_id"].as_str().unwrap().to_owned();
+    assert!(err.contains(&who), "{err}");
+    let capped: BTreeSet<String> = mock
+        .records()
+        .iter()
+        .filter(|r| r.cause == ratewise_core::Cause::SpendCap)
+        .filter_map(|r| r.job.clone())
+        .collect();
+    assert!(capped.contains(&who), "{who} was not answered with the cap: {capped:?}");
+    let res = by_id(&results(&dir));
+    assert!(res.values().any(|v| outcome(v) == "stopped"));
+    for v in res.values().filter(|v| outcome(v) == "stopped") {
+        assert_eq!(v["ratewise"]["cause"], "spend_cap", "{v}");
+    }
+}
+
+/// Roomy limits do not bind: no `binding`, and the ETA comes from the
+/// observed throughput; a configured limit that binds names itself.
+#[test]
+fn the_eta_and_binding_come_from_the_limit_that_binds() {
+    let ticks_of = |stdout: &[u8]| -> Vec<Value> {
+        String::from_utf8_lossy(stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["event"] == "progress")
+            .collect()
+    };
+    let mock = Mock::start(roomy(200));
+    let dir = Dir::new("eta-roomy");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 40);
+    std::fs::write(dir.path("rw.toml"), "window = 4\n").unwrap();
+    let cfg = dir.path("rw.toml");
+    let out = command(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--progress", "json"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let ticks = ticks_of(&out.stdout);
+    let mid: Vec<&Value> = ticks
+        .iter()
+        .filter(|t| t["done"].as_u64().unwrap() > 0 && t["done"].as_u64() < t["total"].as_u64())
+        .collect();
+    assert!(!mid.is_empty(), "{ticks:?}");
+    for t in &mid {
+        assert!(t["binding"].is_null(), "{t}");
+        let left = t["total"].as_u64().unwrap() - t["done"].as_u64().unwrap();
+        // 4 at a time, 200 ms each: about 20 a second.
+        let eta = t["eta_s"].as_u64().expect("an ETA from the throughput");
+        assert!(eta >= 1 && eta <= left, "{t}");
+    }
+    // One request a second binds.
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("eta-bound");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 5);
+    std::fs::write(dir.path("rw.toml"), "[limits]\nrequests_per_minute = 60\n").unwrap();
+    let cfg = dir.path("rw.toml");
+    let out = command(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--progress", "json"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let ticks = ticks_of(&out.stdout);
+    let mid: Vec<&Value> = ticks
+        .iter()
+        .filter(|t| t["done"].as_u64() < t["total"].as_u64())
+        .collect();
+    assert!(!mid.is_empty());
+    assert!(mid.iter().any(|t| t["binding"] == "requests"), "{mid:?}");
+}
+
+/// A bad line fixed after a run runs; an unchanged line is never sent
+/// again; an added line runs; a line changed after it was sent is refused
+/// by its number.
+#[test]
+fn an_input_edited_after_a_run_runs_what_changed() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("edited");
+    let line = |id: &str| request_line(Shape::OpenAi, id, 16).to_string();
+    let mut lines = vec![line("a"), line("b"), "not json".to_owned(), line("d")];
+    let write = |lines: &[String]| {
+        std::fs::write(dir.path("in.jsonl"), lines.join("\n") + "\n").unwrap()
+    };
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(mock.records().len(), 3);
+    // The bad line fixed: only it is sent.
+    lines[2] = line("c");
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    let sends = sends_by_job(&mock.records());
+    assert_eq!(sends.len(), 4, "{sends:?}");
+    assert!(sends.values().all(|n| *n == 1), "{sends:?}");
+    assert_eq!(by_id(&results(&dir)).len(), 4);
+    // A line added: it runs.
+    lines.push(line("e"));
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mock.records().len(), 5);
+    // A line sent and then changed: refused by its number, nothing sent.
+    lines[1] = request_line(Shape::OpenAi, "b", 99).to_string();
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 2") && err.contains("\"b\""), "{err}");
+    assert_eq!(mock.records().len(), 5);
+}
+
+#[test]
+fn expired_jobs_are_revived_by_a_later_deadline_or_retry_expired() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("revive");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 4);
+    let (code, _) = run(&dir, &mock, &["--deadline", "1ms"]);
+    assert_eq!(code, 7);
+    assert!(mock.records().is_empty());
+    // A later deadline: they expired only because of the old one.
+    let (code, err) = run(&dir, &mock, &["--deadline", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(by_id(&results(&dir)).values().all(|v| outcome(v) == "done"));
+    assert_eq!(mock.records().len(), 4);
+    // --retry-expired: a fresh deadline from now.
+    let dir = Dir::new("revive2");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 3);
+    let (code, _) = run(&dir, &mock, &["--deadline", "1ms"]);
+    assert_eq!(code, 7);
+    std::thread::sleep(Duration::from_millis(30));
+    let (code, _) = run(&dir, &mock, &["--deadline", "20ms"]);
+    assert_eq!(code, 7);
+    let (code, err) = run(&dir, &mock, &["--deadline", "20s", "--retry-expired"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(by_id(&results(&dir)).values().all(|v| outcome(v) == "done"));
+}
+
+#[test]
+fn the_upstream_works_with_or_without_v1_and_openai_ids_are_batch_req() {
+    for suffix in ["", "/", "/v1", "/v1/"] {
+        let mock = Mock::start(roomy(0));
+        let dir = Dir::new("v1");
+        write_input(&dir.path("in.jsonl"), Shape::OpenAi, 2);
+        let url = format!("{}{suffix}", mock.url());
+        let out = command(&dir, &mock, &["--upstream", &url]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{suffix}: {err}");
+        for v in results(&dir) {
+            assert_eq!(outcome(&v), "done", "{suffix}: {v}");
+            assert!(v["id"].as_str().unwrap().starts_with("batch_req_"), "{v}");
+        }
+    }
+}
+
+#[test]
+fn help_documents_the_config_and_the_budget_is_cumulative_across_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewise"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for word in ["window", "[limits]", "requests_per_minute", "cumulative"] {
+        assert!(help.contains(word), "{word} not in --help: {help}");
+    }
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("budget-again");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 20);
+    let (code, _) = run(&dir, &mock, &["--budget-tokens", "800"]);
+    assert_eq!(code, 4);
+    let sent = mock.records().len();
+    // The same budget on a re-run: what was spent counts.
+    let (code, err) = run(&dir, &mock, &["--budget-tokens", "800", "--resume-stopped"]);
+    assert_eq!(code, 4, "{err}");
+    assert_eq!(mock.records().len(), sent);
+}
+
+#[test]
+fn a_bad_key_or_upstream_is_refused_before_anything_is_sent() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("badkey");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 3);
+    let out = command(&dir, &mock, &[])
+        .env("OPENAI_API_KEY", "sk-two\nlines")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("API key"), "{err}");
+    assert!(!err.contains("sk-two"), "the key leaked: {err}");
+    assert!(mock.records().is_empty());
+    let (code, err) = run(&dir, &mock, &["--upstream", "http://bad host:99"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("upstream"), "{err}");
+    assert!(mock.records().is_empty());
 }

@@ -334,3 +334,30 @@ fn writes_from_many_threads_are_grouped_and_none_is_lost() {
     assert_eq!((c.done, c.spent, c.pending, c.sending), (400, 400, 0, 0));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_held_jobs_line_keeps_its_attempt() {
+    let dir = temp("held-attempts");
+    let store = SqliteStore::open(&dir.join("q.db"), Synchronous::Normal).unwrap();
+    store.import(jobs(2)).unwrap();
+    store.started("j0").unwrap();
+    drop(store);
+    let store = SqliteStore::open(&dir.join("q.db"), Synchronous::Normal).unwrap();
+    assert_eq!(store.hold_cut().unwrap(), 1);
+    let mut held = Vec::new();
+    store
+        .each_ended(&mut |e| {
+            held.push(e);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].sends, 1);
+    let attempts: serde_json::Value = serde_json::from_str(&held[0].attempts).unwrap();
+    let attempts = attempts.as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert!(attempts[0]["sent_at"].as_str().unwrap().ends_with('Z'), "{attempts:?}");
+    assert_eq!(attempts[0]["attempt"], 1);
+    assert_eq!(attempts[0]["cause"], "outcome_unknown");
+    let _ = std::fs::remove_dir_all(dir);
+}
