@@ -8,6 +8,12 @@
 //! | held_unknown | `error.code` `outcome_unknown` | `errored`, `outcome_unknown` |
 //! | stopped | `error.code` `stopped` + the cause | `canceled` |
 //! | expired | `error.code` `batch_expired` | `expired` |
+//! | pending (an unfinished run) | `error.code` `unfinished` | `result` null |
+//!
+//! A run that did not finish (a signal, a stop, a store that could not be
+//! written) still writes a line for every job: an unfinished job's line
+//! has `ratewise.outcome` `pending` and no result. An OpenAI line's `id` is
+//! `batch_req_<n>`, as the Batch API's output names its lines.
 //!
 //! The OpenAI line follows the [Batch API's output
 //! format](https://platform.openai.com/docs/guides/batch) (`id`,
@@ -85,10 +91,13 @@ pub fn line(shape: Shape, e: &Ended) -> String {
                     Value::Null,
                     json!({"code": "batch_expired", "message": message}),
                 ),
-                State::Pending | State::Sending => (Value::Null, Value::Null),
+                State::Pending | State::Sending => (
+                    Value::Null,
+                    json!({"code": "unfinished", "message": "not finished: run the same command again to resume"}),
+                ),
             };
             json!({
-                "id": format!("rw_req_{}", e.seq),
+                "id": format!("batch_req_{}", e.seq),
                 "custom_id": e.custom_id,
                 "response": response,
                 "error": error,
