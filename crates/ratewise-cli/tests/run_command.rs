@@ -265,6 +265,15 @@ fn kill_9_at_random_points_and_a_rerun_each_time_pays_nothing_twice() {
         assert!(out
             .values()
             .all(|v| matches!(outcome(v), "done" | "held_unknown")));
+        // A held job's line keeps the attempt that was on the wire.
+        for id in &held {
+            let rw = &out[id]["ratewise"];
+            assert_eq!(
+                rw["attempts"].as_array().unwrap().len() as u64,
+                rw["sends"].as_u64().unwrap(),
+                "{id}: {rw}"
+            );
+        }
         // The kills cut sends on the wire: the path under test was taken.
         assert!(
             !held.is_empty(),
@@ -513,6 +522,13 @@ fn a_held_job_is_never_sent_again_unless_released() {
     assert_eq!(held.len(), 1, "{res:?}");
     let held = held[0].clone();
     assert_eq!(res[&held]["error"]["code"], "outcome_unknown");
+    // Its line keeps the attempt that was sent.
+    let attempts = res[&held]["ratewise"]["attempts"].as_array().unwrap();
+    assert_eq!(
+        attempts.len() as u64,
+        res[&held]["ratewise"]["sends"].as_u64().unwrap()
+    );
+    assert!(attempts[0]["sent_at"].is_string(), "{attempts:?}");
     let sent = mock.records().len();
     let (code, _) = run(&dir, &mock, &["--config", cfg]);
     assert_eq!(code, 6);
