@@ -47,7 +47,8 @@ pub enum Event {
         /// Jobs whose line is gone and that were never sent (removed).
         withdrawn: u64,
     },
-    /// The queue stopped (now or in an earlier run).
+    /// The queue stopped (now, or in an earlier run and not resumed): the
+    /// job whose answer stopped it, the cause ([`cause_in_words`]).
     Stopped(StopRecord),
     /// Once a second while the queue runs, and once at its end.
     Progress(Status),

@@ -272,6 +272,14 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Resolves once `shutdown` is true (at once when it already is); never
+/// when its sender is gone without saying so.
+async fn shutdown_asked(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|asked| *asked).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// A store call, off the async threads (the store's calls block).
 async fn blocking<R: Send + 'static>(
     store: &Arc<dyn Store>,
@@ -319,8 +327,9 @@ impl<S: Upstream> Queue<S> {
         }
     }
 
-    /// Runs until no job is pending, the queue stops, or `shutdown` turns
-    /// true. Each ended job's line is appended to `partial`; a
+    /// Runs until no job is pending, the queue stops, or `shutdown` is
+    /// true (a sender dropped without sending `true` is not a shutdown).
+    /// Each ended job's line is appended to `partial`; an
     /// [`Event::Progress`] goes to `observer` each second.
     pub async fn run(
         self,
@@ -334,6 +343,7 @@ impl<S: Upstream> Queue<S> {
         let mut answered_429 = 0u64;
         let mut counts = blocking(&store, move |s| s.counts()).await?;
         if let Some(stop) = blocking(&store, move |s| s.stopped()).await? {
+            observer.event(Event::Stopped(stop.clone()));
             return Ok(Report {
                 ending: Ending::Stopped(stop),
                 counts,
@@ -455,8 +465,9 @@ impl<S: Upstream> Queue<S> {
             }
             if let Some(Ending::Stopped(stop)) = &ending {
                 if window.is_empty() {
-                    let stop = stop.clone();
-                    blocking(&store, move |s| s.stop(&stop)).await?;
+                    let kept = stop.clone();
+                    blocking(&store, move |s| s.stop(&kept)).await?;
+                    observer.event(Event::Stopped(stop.clone()));
                     break;
                 }
             }
@@ -478,7 +489,7 @@ impl<S: Upstream> Queue<S> {
                         let wait = Duration::from_millis((at - now_ms()).max(1) as u64);
                         tokio::select! {
                             _ = tokio::time::sleep(wait) => { cursor = 0; continue; }
-                            _ = shutdown.changed() => {
+                            _ = shutdown_asked(&mut shutdown) => {
                                 cancel.cancel();
                                 draining = true;
                                 ending = Some(Ending::Interrupted);
@@ -543,7 +554,7 @@ impl<S: Upstream> Queue<S> {
                         }
                     }
                 }
-                _ = shutdown.changed(), if !draining => {
+                _ = shutdown_asked(&mut shutdown), if !draining => {
                     // Nothing more is sent: the jobs waiting in the layer
                     // end unsent; those on the wire get the grace.
                     cancel.cancel();
