@@ -116,10 +116,16 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// The worst case of what the job can cost: input estimate plus its
-    /// output cap.
+    /// The worst case of what the job can cost: the tokens of the core's
+    /// reservation of it (input estimate plus output cap,
+    /// [`ratewise_core::admit::Amounts::tokens`]).
     pub fn worst_case(&self) -> u64 {
-        self.input_estimate.saturating_add(self.max_tokens)
+        ratewise_core::admit::Amounts {
+            requests: 1,
+            input: self.input_estimate,
+            output: self.max_tokens,
+        }
+        .tokens()
     }
 }
 
