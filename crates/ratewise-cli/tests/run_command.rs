@@ -1020,3 +1020,36 @@ fn a_bad_key_or_upstream_is_refused_before_anything_is_sent() {
     assert!(err.contains("upstream"), "{err}");
     assert!(mock.records().is_empty());
 }
+
+/// Jobs expire in file order: once the layer finds a job cannot be sent
+/// before its deadline (the jobs ahead of it take the time left), no later
+/// line is sent in its place (issue: one expired at 55 s of a 60 s deadline
+/// while later lines were still sent).
+#[test]
+fn jobs_expire_in_file_order_and_no_later_line_is_sent_in_their_place() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("in-order");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 40);
+    std::fs::write(
+        dir.path("rw.toml"),
+        "window = 16\n[limits]\nrequests_per_minute = 60\n",
+    )
+    .unwrap();
+    let cfg = dir.path("rw.toml");
+    let (code, err) = run(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--deadline", "8s"],
+    );
+    assert_eq!(code, 7, "{err}");
+    let res = by_id(&results(&dir));
+    let states: Vec<&str> = res.values().map(outcome).collect();
+    let first_expired = states.iter().position(|s| *s == "expired").unwrap();
+    assert!(first_expired > 0, "{states:?}");
+    assert!(
+        states[first_expired..].iter().all(|s| *s == "expired"),
+        "a later line was sent after an earlier one expired: {states:?}"
+    );
+    assert!(states[..first_expired].iter().all(|s| *s == "done"));
+    assert_eq!(mock.records().len(), first_expired);
+}

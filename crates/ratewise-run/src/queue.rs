@@ -17,7 +17,10 @@
 //!   output cap) of every job in the window never pass
 //!   [`Settings::budget_tokens`].
 //! * **deadlines**: counted from when a job was first seen, across runs; a
-//!   job past its deadline is `expired` without a send.
+//!   job past its deadline is `expired` without a send. Jobs expire in file
+//!   order: once the layer finds a job cannot be sent before its deadline
+//!   (the jobs before it take the time left), the later jobs of its model
+//!   due no later are expired unsent rather than sent in its place.
 //! * **shutdown**: on a signal nothing more is sent, at once: every job
 //!   carries a [`Cancel`] child of the run's, so a job waiting in the layer
 //!   (for its pace, or before a retry) ends unsent and is pending again;
@@ -254,6 +257,8 @@ async fn keep(
 /// A job back from its task.
 struct Back {
     job: Pending,
+    /// The layer expired it: it cannot be sent before its deadline.
+    expired: bool,
     tally: Tally,
     kept: Result<(Flow, Option<String>), StoreError>,
 }
@@ -359,6 +364,12 @@ impl<S: Upstream> Queue<S> {
         // signal, a job not on the wire ends unsent.
         let cancel = Cancel::new();
         let mut ended_here = 0u64;
+        let deadline_ms = i64::try_from(self.settings.deadline.as_millis()).unwrap_or(i64::MAX);
+        // Per model, the latest deadline of a job the layer found it could
+        // not send in time: jobs of that model due no later are expired
+        // unsent.
+        let mut doomed: std::collections::HashMap<Option<String>, i64> =
+            std::collections::HashMap::new();
         let mut tasks = JoinSet::new();
         let mut window: HashSet<i64> = HashSet::new();
         let mut window_bytes = 0usize;
@@ -405,14 +416,20 @@ impl<S: Upstream> Queue<S> {
                     if window.contains(&job.seq) {
                         continue;
                     }
-                    let deadline_ms = job
-                        .first_seen_ms
-                        .saturating_add(self.settings.deadline.as_millis() as i64);
-                    if deadline_ms <= now {
+                    let job_deadline_ms = job.first_seen_ms.saturating_add(deadline_ms);
+                    let behind_doomed = doomed
+                        .get(&job.model)
+                        .is_some_and(|d| job_deadline_ms <= *d);
+                    if job_deadline_ms <= now || behind_doomed {
+                        let message = if job_deadline_ms <= now {
+                            "its deadline passed before it could be sent"
+                        } else {
+                            "it cannot be sent before its deadline: an earlier job of its model could not be"
+                        };
                         let end = End {
                             state: Some(State::Expired),
                             cause: Some("deadline".into()),
-                            message: Some("its deadline passed before it could be sent".into()),
+                            message: Some(message.into()),
                             ..End::default()
                         };
                         let (_, line) = keep(&store, shape, &job, Outcome::End(end)).await?;
@@ -446,17 +463,38 @@ impl<S: Upstream> Queue<S> {
                     window.insert(job.seq);
                     window_bytes += job.body.len();
                     in_flight_worst += job.worst_case();
-                    let remaining = Duration::from_millis((deadline_ms - now) as u64);
-                    let svc = self.service.clone();
+                    let remaining = Duration::from_millis((job_deadline_ms - now) as u64);
+                    // The call is made here, in file order: the layer
+                    // queues jobs by when their call was made, so the
+                    // window's jobs wait (and expire) in file order.
+                    let mut svc = self.service.clone();
+                    let started =
+                        start(&mut svc, &self.settings, &job, remaining, cancel.child()).await;
                     let settings = self.settings.clone();
                     let tx = tx.clone();
                     let store = Arc::clone(&store);
-                    let job_cancel = cancel.child();
                     tasks.spawn(async move {
-                        let outcome = call(svc, &settings, &job, remaining, job_cancel).await;
+                        let outcome = match started {
+                            Ok(call) => answer::<S>(call.await, &job).await,
+                            Err(not_sent) => not_sent,
+                        };
                         let tally = Tally::of(&outcome);
+                        let expired = matches!(
+                            &outcome,
+                            Outcome::End(End {
+                                state: Some(State::Expired),
+                                ..
+                            })
+                        );
                         let kept = keep(&store, settings.shape, &job, outcome).await;
-                        let _ = tx.send(Back { job, tally, kept }).await;
+                        let _ = tx
+                            .send(Back {
+                                job,
+                                expired,
+                                tally,
+                                kept,
+                            })
+                            .await;
                     });
                 }
                 if budget_blocked || !took {
@@ -506,7 +544,16 @@ impl<S: Upstream> Queue<S> {
                 }
             };
             tokio::select! {
-                Some(Back { job, tally, kept }) = rx.recv() => {
+                Some(Back { job, expired, tally, kept }) = rx.recv() => {
+                    // The layer found it cannot be sent in time (the jobs
+                    // before it take the time left): no later job of its
+                    // model due as soon is sent either — they expire, in
+                    // file order.
+                    if expired {
+                        let due = job.first_seen_ms.saturating_add(deadline_ms);
+                        let d = doomed.entry(job.model.clone()).or_insert(due);
+                        *d = (*d).max(due);
+                    }
                     // Finished tasks are reaped, or the set keeps them all.
                     while tasks.try_join_next().is_some() {}
                     window.remove(&job.seq);
@@ -748,21 +795,31 @@ fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
     Some((input, u.output_tokens))
 }
 
-async fn call<S: Upstream>(
-    mut svc: RetryService<S>,
+/// The request of `job` handed to the layer: the call's future (the
+/// job's place in the layer's queue is taken now), or what it came to when
+/// none could be made.
+async fn start<S: Upstream>(
+    svc: &mut RetryService<S>,
     settings: &Settings,
     job: &Pending,
     remaining: Duration,
     cancel: Cancel,
+) -> Result<<RetryService<S> as Service<http::Request<Full<Bytes>>>>::Future, Outcome> {
+    let req = request(settings, job, remaining, cancel).map_err(Outcome::NotSent)?;
+    match svc.ready().await {
+        Ok(s) => Ok(s.call(req)),
+        Err(e) => Err(outcome_of_error(job, &e)),
+    }
+}
+
+/// What the layer's answer to `job` comes to.
+async fn answer<S: Upstream>(
+    result: Result<
+        <RetryService<S> as Service<http::Request<Full<Bytes>>>>::Response,
+        ratewise_tower::Error,
+    >,
+    job: &Pending,
 ) -> Outcome {
-    let req = match request(settings, job, remaining, cancel) {
-        Ok(req) => req,
-        Err(why) => return Outcome::NotSent(why),
-    };
-    let result = match svc.ready().await {
-        Ok(s) => s.call(req).await,
-        Err(e) => Err(e),
-    };
     match result {
         Ok(resp) => {
             let status = resp.status().as_u16();
@@ -805,16 +862,11 @@ async fn call<S: Upstream>(
             }
             Outcome::End(end)
         }
-        Err(e) => outcome_of_error(
-            job,
-            &e,
-            job.first_seen_ms
-                .saturating_add(settings.deadline.as_millis() as i64),
-        ),
+        Err(e) => outcome_of_error(job, &e),
     }
 }
 
-fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error, job_deadline_ms: i64) -> Outcome {
+fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
     let attempts = e.attempts();
     let cause = e
         .classification()
@@ -857,17 +909,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error, job_deadline_ms: i
             end.message = None;
             Outcome::PutBack(0, end)
         }
-        // The layer answers at once a job it predicts cannot be sent before
-        // its deadline; while the deadline has not passed the job goes back
-        // (the queue expires it, in file order, once its time is up).
-        Some(ActionKind::GiveUp)
-            if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Deadline)
-                && job_deadline_ms > now_ms() + 1_000 =>
-        {
-            end.cause = None;
-            end.message = None;
-            Outcome::PutBack(now_ms() + 1_000, end)
-        }
+
         Some(ActionKind::HoldUnknown) => {
             end.state = Some(State::HeldUnknown);
             end.charged = job.worst_case();
