@@ -37,6 +37,7 @@ use ratewise_core::parse::request_id::request_id_from_headers;
 use ratewise_core::ActionKind;
 use ratewise_tower::{Attempts, Cancel, Deadline, JobId, Model, RetryService};
 use std::collections::{HashSet, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
@@ -464,19 +465,42 @@ impl<S: Upstream> Queue<S> {
                     window_bytes += job.body.len();
                     in_flight_worst += job.worst_case();
                     let remaining = Duration::from_millis((job_deadline_ms - now) as u64);
-                    // The call is made here, in file order: the layer
-                    // queues jobs by when their call was made, so the
-                    // window's jobs wait (and expire) in file order.
+                    // The call is made and first polled here, in file
+                    // order: the job takes its place in the layer's queue
+                    // (and is told whether it can be sent in time) before
+                    // the next line's, so the window's jobs wait and
+                    // expire in file order.
                     let mut svc = self.service.clone();
                     let started =
                         start(&mut svc, &self.settings, &job, remaining, cancel.child()).await;
+                    let first = match started {
+                        Ok(call) => {
+                            let mut call = Box::pin(call);
+                            match std::future::poll_fn(|cx| {
+                                std::task::Poll::Ready(call.as_mut().poll(cx))
+                            })
+                            .await
+                            {
+                                std::task::Poll::Ready(result) => First::Answered(result),
+                                std::task::Poll::Pending => First::Waiting(call),
+                            }
+                        }
+                        Err(not_sent) => First::NotSent(Box::new(not_sent)),
+                    };
+                    if let First::Answered(Err(e)) = &first {
+                        if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Deadline) {
+                            let d = doomed.entry(job.model.clone()).or_insert(job_deadline_ms);
+                            *d = (*d).max(job_deadline_ms);
+                        }
+                    }
                     let settings = self.settings.clone();
                     let tx = tx.clone();
                     let store = Arc::clone(&store);
                     tasks.spawn(async move {
-                        let outcome = match started {
-                            Ok(call) => answer::<S>(call.await, &job).await,
-                            Err(not_sent) => not_sent,
+                        let outcome = match first {
+                            First::Waiting(call) => answer::<S>(call.await, &job).await,
+                            First::Answered(result) => answer::<S>(result, &job).await,
+                            First::NotSent(not_sent) => *not_sent,
                         };
                         let tally = Tally::of(&outcome);
                         let expired = matches!(
@@ -793,6 +817,16 @@ fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
     let u = ratewise_core::parse::body::parse_usage(body)?;
     let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
     Some((input, u.output_tokens))
+}
+
+/// A call after its first poll in the fill loop.
+enum First<F: Future> {
+    /// Waiting in the layer (or on the wire).
+    Waiting(std::pin::Pin<Box<F>>),
+    /// Answered at once (the layer ended it before a send).
+    Answered(F::Output),
+    /// No call could be made.
+    NotSent(Box<Outcome>),
 }
 
 /// The request of `job` handed to the layer: the call's future (the
