@@ -129,3 +129,11 @@ fn a_store_error_keeps_the_sqlite_error_as_its_source() {
     assert!(std::error::Error::source(&plain).is_none());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_run_can_be_spawned() {
+    fn send<T: Send + 'static>(_: &T) {}
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let run = Run::new("in.jsonl").execute(rx, Arc::new(Ignore));
+    send(&run);
+}
