@@ -2,8 +2,13 @@
 //! twice (the durable queue of `ratewise-run`).
 
 use clap::{Args, ValueEnum};
-use ratewise_run::{Options, ProgressMode};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ratewise_run::progress::{cause_in_words, Event, Observer, Status};
+use ratewise_run::{Ending, Options, Run};
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// `--progress`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -18,21 +23,18 @@ pub enum ProgressArg {
 
 /// The run's flags (keep these names: scripts depend on them).
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Exit codes (the first that applies): 0 all done; 2 usage or input error \
-(bad lines included); 3 the store is locked by another run; 4 stopped (spend cap, billing, auth, \
-budget); 5 interrupted (a signal, or the store could not be written); 6 some held_unknown; \
-7 some failed or expired."
-)]
+#[command(after_help = AFTER_HELP)]
 pub struct RunArgs {
     /// The requests: an OpenAI Batch API file or Anthropic Message Batches
     /// requests, one JSON object per line.
     input: PathBuf,
-    /// Where the results go (default: INPUT.results.jsonl).
+    /// Where the results go (default: INPUT.results.jsonl): a line per
+    /// job, unfinished ones included (`ratewise.outcome` "pending").
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The provider's base URL (default: `https://api.openai.com` or
-    /// `https://api.anthropic.com`, by the input's shape).
+    /// The provider's base URL, with or without a trailing /v1 (default:
+    /// `https://api.openai.com` or `https://api.anthropic.com`, by the
+    /// input's shape).
     #[arg(long)]
     upstream: Option<String>,
     /// The store (default: INPUT.ratewise.db). Re-running with the same
@@ -40,17 +42,20 @@ pub struct RunArgs {
     #[arg(long)]
     db: Option<PathBuf>,
     /// A TOML file: upstream, api_key, window, deadline, budget_tokens,
-    /// grace_s, synchronous, `[limits]`.
+    /// grace_s, synchronous, `[limits]` (see below).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Input + output tokens the whole run may spend (spent plus the worst
-    /// case of what is in flight never passes it).
+    /// Input + output tokens the store may spend, cumulative across every
+    /// run of the same store (spent plus the worst case of what is in
+    /// flight never passes it).
     #[arg(long, value_name = "N")]
     budget_tokens: Option<u64>,
-    /// Each job's deadline, from when it was first seen (default 24h).
+    /// Each job's deadline, from when it was first seen (default 24h). A
+    /// later deadline on a re-run revives jobs the earlier one expired.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     deadline: Option<std::time::Duration>,
-    /// On SIGTERM or SIGINT, how long sends in flight get (default 30s).
+    /// On SIGTERM or SIGINT nothing more is sent at once; this is how long
+    /// sends already on the wire get (default 30s).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<std::time::Duration>,
     /// Progress: a bar on a terminal, JSON lines on stdout, or nothing.
@@ -62,14 +67,96 @@ pub struct RunArgs {
     /// Send each job held as unknown once more (it may be paid twice).
     #[arg(long)]
     retry_unknown: bool,
+    /// Send each expired job again, its deadline counted from now.
+    #[arg(long)]
+    retry_expired: bool,
     /// Refuse the whole file when any line is bad.
     #[arg(long)]
     strict: bool,
 }
 
+const AFTER_HELP: &str = "\
+--config FILE (TOML, every key optional):
+  upstream = \"https://api.openai.com\"  the base URL (a trailing /v1 is fine)
+  api_key = \"sk-...\"                   else OPENAI_API_KEY / ANTHROPIC_API_KEY
+  window = 64                          most jobs handed to the rate-limit layer at once;
+                                       the rest wait in the store (bounds memory and what
+                                       a signal finds in flight, not the pace)
+  deadline = \"24h\"                     each job's, from when it was first seen
+  budget_tokens = 5000000              input + output tokens, cumulative over every run
+                                       of the same store
+  grace_s = 30                         on a signal, for sends on the wire
+  synchronous = \"normal\"               \"full\": survive a power loss too
+  [limits]                             per minute; each one not given is learned from
+  requests_per_minute = 500            the provider's headers (or its 429s)
+  input_tokens_per_minute = 200000
+  output_tokens_per_minute = 40000
+  tokens_per_minute = 200000           OpenAI's combined TPM
+
+An input edited after a run: unchanged lines keep their state and are never sent again;
+new and edited lines run; a line whose job was already sent or ended and whose request
+changed is refused, by its line number.
+
+Exit codes (the first that applies): 0 all done; 2 usage or input error \
+(bad lines included); 3 the store is locked by another run; 4 stopped (spend cap, billing, auth, \
+budget); 5 interrupted (a signal, or the store could not be written); 6 some held_unknown; \
+7 some failed or expired.";
+
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     ratewise_run::duration::parse(text)
         .ok_or_else(|| format!("{text:?} is not a duration (6h, 30m, 90s, 1h30m)"))
+}
+
+fn say(message: impl std::fmt::Display) {
+    eprintln!("ratewise run: {message}");
+}
+
+/// Bad lines printed one by one; past these, a count.
+const BAD_LINES_SHOWN: u64 = 50;
+
+/// Prints the run's events: bad lines and recoveries on stderr, progress
+/// as a bar or JSON lines.
+struct Printer {
+    input: PathBuf,
+    progress: Mutex<Progress>,
+    bad_lines: AtomicU64,
+}
+
+impl Observer for Printer {
+    fn event(&self, event: Event) {
+        match event {
+            Event::BadLine { line, why } => {
+                let before = self.bad_lines.fetch_add(1, Ordering::Relaxed);
+                if before < BAD_LINES_SHOWN {
+                    say(format!("{}:{line}: {why}", self.input.display()));
+                }
+            }
+            Event::HeldFromLastRun(n) => say(format!(
+                "{n} job(s) were being sent when the last run ended: held as unknown (never sent again unless --retry-unknown)"
+            )),
+            Event::Resumed(n) => say(format!("--resume-stopped: {n} stopped job(s) pending again")),
+            Event::Released(n) => say(format!(
+                "--retry-unknown: {n} held job(s) will be sent once more; each may be paid twice (its worst case stays charged, and its record says so)"
+            )),
+            Event::Revived(n) => say(format!(
+                "{n} expired job(s) pending again (--retry-expired, or a deadline later than the one that expired them)"
+            )),
+            Event::InputEdited {
+                added,
+                edited,
+                withdrawn,
+            } => say(format!(
+                "{} changed since the last run: {added} new line(s), {edited} edited before their send, {withdrawn} unsent job(s) whose line is gone removed; unchanged lines keep their state",
+                self.input.display()
+            )),
+            Event::Progress(status) => {
+                if let Ok(mut p) = self.progress.lock() {
+                    p.tick(&status);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Runs the queue; its exit code.
@@ -82,13 +169,199 @@ pub fn run(args: &RunArgs) -> u8 {
     options.budget_tokens = args.budget_tokens;
     options.deadline = args.deadline;
     options.grace = args.grace;
-    options.progress = match args.progress {
-        ProgressArg::Auto => ProgressMode::Auto,
-        ProgressArg::Json => ProgressMode::Json,
-        ProgressArg::Off => ProgressMode::Off,
-    };
     options.resume_stopped = args.resume_stopped;
     options.retry_unknown = args.retry_unknown;
+    options.retry_expired = args.retry_expired;
     options.strict = args.strict;
-    ratewise_run::run(&options, &|v| std::env::var(v).ok())
+    let progress = match args.progress {
+        ProgressArg::Auto => Progress::auto(),
+        ProgressArg::Json => Progress::Json,
+        ProgressArg::Off => Progress::Off,
+    };
+    let printer = Arc::new(Printer {
+        input: args.input.clone(),
+        progress: Mutex::new(progress),
+        bad_lines: AtomicU64::new(0),
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        // Store calls run on blocking threads; the writer groups whatever
+        // they bring, so a few dozen are plenty, and each costs a stack.
+        .max_blocking_threads(32)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            say(format!("cannot start the runtime: {e}"));
+            return ratewise_run::EXIT_INTERRUPTED;
+        }
+    };
+    let run = Run::from_options(options).key_from(|var| std::env::var(var).ok());
+    let observer: Arc<dyn Observer> = printer.clone();
+    let result = runtime.block_on(async {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(signals(tx));
+        run.execute(rx, observer).await
+    });
+    runtime.shutdown_background();
+    let shown = printer.bad_lines.load(Ordering::Relaxed);
+    if shown > BAD_LINES_SHOWN {
+        say(format!("... {shown} bad lines in all"));
+    }
+    let finished = match result {
+        Ok(f) => f,
+        Err(e) => {
+            say(&e);
+            return e.exit_code();
+        }
+    };
+    let report = &finished.report;
+    match &report.ending {
+        Ending::Stopped(stop) => say(format!(
+            "stopped: {} ({}){}: {}; nothing more is sent until a re-run with --resume-stopped",
+            cause_in_words(&stop.cause),
+            stop.cause,
+            stop.custom_id
+                .as_ref()
+                .map(|id| format!(", on the answer to job {id}"))
+                .unwrap_or_default(),
+            stop.message
+        )),
+        Ending::Interrupted => say(format!(
+            "interrupted: nothing more was sent after the signal; {} job(s) cut on the wire and held. Run the same command again to resume.",
+            report.cut
+        )),
+        Ending::StoreFailed(why) => say(format!(
+            "the store could not be written ({why}); nothing more was sent. Free the disk and run the same command again."
+        )),
+        Ending::Finished => {}
+    }
+    let c = &report.counts;
+    say(format!(
+        "{} done, {} failed, {} expired, {} held, {} stopped of {}; {} sends, {} answered 429; {} results in {}",
+        c.done, c.failed, c.expired, c.held, c.stopped, c.total, report.sends, report.answered_429,
+        finished.written, finished.out.display()
+    ));
+    if !finished.complete() {
+        say(format!(
+            "incomplete: {} job(s) not finished (their lines say \"pending\"); run the same command again to go on",
+            finished.unfinished
+        ));
+    }
+    let mut summary = finished.summary();
+    summary["peak_rss_kb"] = peak_rss_kb().into();
+    if let Ok(mut p) = printer.progress.lock() {
+        p.finish(summary);
+    }
+    finished.exit_code()
+}
+
+/// The process's peak resident memory, in KiB (Linux; `None` elsewhere).
+fn peak_rss_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// SIGINT / SIGTERM: the first stops every new send at once (sends on the
+/// wire get the grace); a second exits at once — the store stays
+/// consistent (a job on the wire is `sending`, held on the next run).
+async fn signals(tx: tokio::sync::watch::Sender<bool>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        let mut seen = 0;
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            seen += 1;
+            if seen == 1 {
+                say("signal: no new sends from now; sends on the wire get the grace (a second signal exits at once)");
+                let _ = tx.send(true);
+            } else {
+                say("second signal: exiting now; run the same command again to resume");
+                std::process::exit(i32::from(ratewise_run::EXIT_INTERRUPTED));
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tx;
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Where progress goes (`--progress`).
+enum Progress {
+    /// Nothing.
+    Off,
+    /// One JSON object per line on stdout.
+    Json,
+    /// indicatif's bar on stderr.
+    Bar(ProgressBar),
+}
+
+impl Progress {
+    /// `auto`: a bar when stderr is a terminal, else nothing.
+    fn auto() -> Progress {
+        let target = ProgressDrawTarget::stderr();
+        if target.is_hidden() {
+            return Progress::Off;
+        }
+        let bar = ProgressBar::with_draw_target(Some(0), target);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} done  {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Progress::Bar(bar)
+    }
+
+    fn tick(&mut self, s: &Status) {
+        match self {
+            Progress::Off => {}
+            Progress::Json => {
+                let mut v = serde_json::to_value(s).unwrap_or_default();
+                v["event"] = "progress".into();
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{v}");
+                let _ = out.flush();
+            }
+            Progress::Bar(bar) => {
+                bar.set_length(s.total);
+                bar.set_position(s.done + s.failed + s.expired + s.held + s.stopped);
+                bar.set_message(format!(
+                    "{} failed, {} held, {} sends, {} × 429, eta {}{}",
+                    s.failed,
+                    s.held,
+                    s.sends,
+                    s.answered_429,
+                    s.eta_s.map_or("?".into(), |e| format!("{e}s")),
+                    s.binding
+                        .map(|b| format!(" ({b} bind)"))
+                        .unwrap_or_default(),
+                ));
+            }
+        }
+    }
+
+    fn finish(&mut self, summary: serde_json::Value) {
+        match self {
+            Progress::Off => {}
+            Progress::Json => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{summary}");
+                let _ = out.flush();
+            }
+            Progress::Bar(bar) => bar.finish_and_clear(),
+        }
+    }
 }

@@ -131,8 +131,11 @@ fn command(dir: &Dir, mock: &Mock, extra: &[&str]) -> Command {
         .arg(dir.path("in.jsonl"))
         .arg("--out")
         .arg(dir.path("out.jsonl"))
-        .arg("--upstream")
-        .arg(mock.url())
+        .args(if extra.contains(&"--upstream") {
+            Vec::new()
+        } else {
+            vec!["--upstream".to_owned(), mock.url()]
+        })
         .args(if extra.contains(&"--progress") {
             &[][..]
         } else {
@@ -262,6 +265,15 @@ fn kill_9_at_random_points_and_a_rerun_each_time_pays_nothing_twice() {
         assert!(out
             .values()
             .all(|v| matches!(outcome(v), "done" | "held_unknown")));
+        // A held job's line keeps the attempt that was on the wire.
+        for id in &held {
+            let rw = &out[id]["ratewise"];
+            assert_eq!(
+                rw["attempts"].as_array().unwrap().len() as u64,
+                rw["sends"].as_u64().unwrap(),
+                "{id}: {rw}"
+            );
+        }
         // The kills cut sends on the wire: the path under test was taken.
         assert!(
             !held.is_empty(),
@@ -444,26 +456,38 @@ fn an_unreadable_input_a_missing_key_a_changed_input_and_a_locked_store_are_refu
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("OPENAI_API_KEY"));
     assert!(mock.records().is_empty());
-    // A run, then the input changes: refused, nothing sent.
+    // A run, then the input changes: a line whose job was sent and whose
+    // request changed is refused by its number, nothing sent; a line
+    // removed leaves the store as it is; a line added runs.
     let (code, _) = run(&dir, &mock, &[]);
     assert_eq!(code, 0);
     let sent = mock.records().len();
-    for change in ["edit", "remove", "add"] {
-        let text = std::fs::read_to_string(dir.path("in.jsonl")).unwrap();
-        let changed = match change {
-            "edit" => text.replacen("doc-0001", "doc-9999", 1),
-            "remove" => text.lines().skip(1).map(|l| format!("{l}\n")).collect(),
-            _ => format!("{text}{}\n", request_line(Shape::OpenAi, "new", 16)),
-        };
-        std::fs::write(dir.path("in2.jsonl"), &changed).unwrap();
-        std::fs::copy(dir.path("in.jsonl"), dir.path("keep.jsonl")).unwrap();
-        std::fs::write(dir.path("in.jsonl"), &changed).unwrap();
-        let (code, err) = run(&dir, &mock, &[]);
-        assert_eq!(code, 2, "{change}: {err}");
-        assert!(err.contains("changed"), "{err}");
-        std::fs::copy(dir.path("keep.jsonl"), dir.path("in.jsonl")).unwrap();
-    }
+    let text = std::fs::read_to_string(dir.path("in.jsonl")).unwrap();
+    std::fs::write(
+        dir.path("in.jsonl"),
+        text.replacen("summarise document doc-0001", "summarise doc-0001", 1),
+    )
+    .unwrap();
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 2") && err.contains("doc-0001"), "{err}");
     assert_eq!(mock.records().len(), sent);
+    let removed: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.path("in.jsonl"), &removed).unwrap();
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mock.records().len(), sent);
+    // The removed line's job was sent: its result stays.
+    assert_eq!(by_id(&results(&dir)).len(), 5);
+    std::fs::write(
+        dir.path("in.jsonl"),
+        format!("{text}{}\n", request_line(Shape::OpenAi, "new", 16)),
+    )
+    .unwrap();
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mock.records().len(), sent + 1);
+    std::fs::write(dir.path("in.jsonl"), &text).unwrap();
     // A second run on a locked store exits 3, naming the holder.
     let db = dir.path("in.jsonl.ratewise.db");
     let _held = ratewise_run::lock::lock(&db).unwrap();
@@ -498,6 +522,13 @@ fn a_held_job_is_never_sent_again_unless_released() {
     assert_eq!(held.len(), 1, "{res:?}");
     let held = held[0].clone();
     assert_eq!(res[&held]["error"]["code"], "outcome_unknown");
+    // Its line keeps the attempt that was sent.
+    let attempts = res[&held]["ratewise"]["attempts"].as_array().unwrap();
+    assert_eq!(
+        attempts.len() as u64,
+        res[&held]["ratewise"]["sends"].as_u64().unwrap()
+    );
+    assert!(attempts[0]["sent_at"].is_string(), "{attempts:?}");
     let sent = mock.records().len();
     let (code, _) = run(&dir, &mock, &["--config", cfg]);
     assert_eq!(code, 6);
@@ -525,10 +556,16 @@ fn a_signal_drains_what_is_on_the_wire_and_the_rerun_finishes() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{err}");
-    // Within the grace every send on the wire was answered: none held.
+    // Within the grace every send on the wire was answered: none held;
+    // the jobs not sent are in the results as unfinished.
     let res = by_id(&results(&dir));
-    assert!(res.values().all(|v| outcome(v) == "done"), "{res:?}");
-    assert!(res.len() < ids.len());
+    assert_eq!(res.len(), ids.len());
+    assert!(
+        res.values()
+            .all(|v| matches!(outcome(v), "done" | "pending")),
+        "{err}"
+    );
+    assert!(res.values().any(|v| outcome(v) == "pending"));
     let (code, err) = run(&dir, &mock, &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(by_id(&results(&dir)).len(), ids.len());
@@ -682,4 +719,337 @@ fn a_silent_provider_is_paced_from_its_429s_alone() {
         "{throttled} of {} sends answered 429",
         records.len()
     );
+}
+
+fn summary_of(stdout: &[u8]) -> Value {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "summary")
+        .expect("a summary line")
+}
+
+/// Jobs paced inside the layer are not on the wire: after a signal none
+/// of them is sent (issue: 53 sends after SIGINT, for ~17 s).
+#[test]
+fn a_signal_stops_new_sends_at_once_and_the_results_hold_every_job() {
+    let mock = Mock::start(roomy(50));
+    let dir = Dir::new("signal-now");
+    let ids = write_input(&dir.path("in.jsonl"), Shape::OpenAi, 100);
+    // Two requests a second: the window's jobs wait in the layer.
+    std::fs::write(dir.path("rw.toml"), "[limits]\nrequests_per_minute = 120\n").unwrap();
+    let cfg = dir.path("rw.toml");
+    let child = command(
+        &dir,
+        &mock,
+        &[
+            "--grace",
+            "10s",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--progress",
+            "json",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    while mock.records().len() < 3 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let at_signal = mock.records().len();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    let after = mock.records().len();
+    assert!(
+        after <= at_signal + 2,
+        "{} new sends after the signal: {err}",
+        after - at_signal
+    );
+    // Every custom_id is in the results; the unfinished ones say so.
+    let res = by_id(&results(&dir));
+    assert_eq!(res.keys().cloned().collect::<Vec<_>>(), ids, "{err}");
+    let unfinished = res.values().filter(|v| outcome(v) == "pending").count();
+    assert!(unfinished > 50, "{unfinished}");
+    for v in res.values().filter(|v| outcome(v) == "pending") {
+        assert_eq!(v["error"]["code"], "unfinished", "{v}");
+        assert!(v["response"].is_null());
+    }
+    let summary = summary_of(&out.stdout);
+    assert_eq!(summary["complete"], false, "{summary}");
+    assert!(err.contains("incomplete"), "{err}");
+    // The re-run finishes: nothing sent twice.
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(by_id(&results(&dir)).values().all(|v| outcome(v) == "done"));
+    assert!(sends_by_job(&mock.records()).values().all(|n| *n == 1));
+}
+
+/// A spend cap with jobs waiting in the layer: the stop names the job whose
+/// answer stopped the queue (one that was sent) and the cause in words;
+/// every stopped line carries the cause.
+#[test]
+fn a_stop_names_the_job_that_was_answered_and_its_cause() {
+    let mock = Mock::start(roomy(30));
+    let dir = Dir::new("cap-named");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 60);
+    std::fs::write(dir.path("rw.toml"), "[limits]\nrequests_per_minute = 600\n").unwrap();
+    let cfg = dir.path("rw.toml");
+    let child = command(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--progress", "json"],
+    )
+    .spawn()
+    .unwrap();
+    while mock.records().len() < 5 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    mock.server().set_spend_cap(Some(0.0));
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("spend cap"), "{err}");
+    let summary = summary_of(&out.stdout);
+    let stop = &summary["stop"];
+    assert_eq!(stop["cause"], "spend_cap", "{summary}");
+    let who = stop["custom_id"].as_str().unwrap().to_owned();
+    assert!(err.contains(&who), "{err}");
+    let capped: BTreeSet<String> = mock
+        .records()
+        .iter()
+        .filter(|r| r.cause == ratewise_core::Cause::SpendCap)
+        .filter_map(|r| r.job.clone())
+        .collect();
+    assert!(
+        capped.contains(&who),
+        "{who} was not answered with the cap: {capped:?}"
+    );
+    let res = by_id(&results(&dir));
+    assert!(res.values().any(|v| outcome(v) == "stopped"));
+    for v in res.values().filter(|v| outcome(v) == "stopped") {
+        assert_eq!(v["ratewise"]["cause"], "spend_cap", "{v}");
+    }
+}
+
+/// Roomy limits do not bind: no `binding`, and the ETA comes from the
+/// observed throughput; a configured limit that binds names itself.
+#[test]
+fn the_eta_and_binding_come_from_the_limit_that_binds() {
+    let ticks_of = |stdout: &[u8]| -> Vec<Value> {
+        String::from_utf8_lossy(stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["event"] == "progress")
+            .collect()
+    };
+    let mock = Mock::start(roomy(200));
+    let dir = Dir::new("eta-roomy");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 40);
+    std::fs::write(dir.path("rw.toml"), "window = 4\n").unwrap();
+    let cfg = dir.path("rw.toml");
+    let out = command(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--progress", "json"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let ticks = ticks_of(&out.stdout);
+    let mid: Vec<&Value> = ticks
+        .iter()
+        .filter(|t| t["done"].as_u64().unwrap() > 0 && t["done"].as_u64() < t["total"].as_u64())
+        .collect();
+    assert!(!mid.is_empty(), "{ticks:?}");
+    for t in &mid {
+        assert!(t["binding"].is_null(), "{t}");
+        let left = t["total"].as_u64().unwrap() - t["done"].as_u64().unwrap();
+        // 4 at a time, 200 ms each: about 20 a second.
+        let eta = t["eta_s"].as_u64().expect("an ETA from the throughput");
+        assert!(eta >= 1 && eta <= left, "{t}");
+    }
+    // One request a second binds.
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("eta-bound");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 5);
+    std::fs::write(dir.path("rw.toml"), "[limits]\nrequests_per_minute = 60\n").unwrap();
+    let cfg = dir.path("rw.toml");
+    let out = command(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--progress", "json"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let ticks = ticks_of(&out.stdout);
+    let mid: Vec<&Value> = ticks
+        .iter()
+        .filter(|t| t["done"].as_u64() < t["total"].as_u64())
+        .collect();
+    assert!(!mid.is_empty());
+    assert!(mid.iter().any(|t| t["binding"] == "requests"), "{mid:?}");
+}
+
+/// A bad line fixed after a run runs; an unchanged line is never sent
+/// again; an added line runs; a line changed after it was sent is refused
+/// by its number.
+#[test]
+fn an_input_edited_after_a_run_runs_what_changed() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("edited");
+    let line = |id: &str| request_line(Shape::OpenAi, id, 16).to_string();
+    let mut lines = vec![line("a"), line("b"), "not json".to_owned(), line("d")];
+    let write =
+        |lines: &[String]| std::fs::write(dir.path("in.jsonl"), lines.join("\n") + "\n").unwrap();
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(mock.records().len(), 3);
+    // The bad line fixed: only it is sent.
+    lines[2] = line("c");
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    let sends = sends_by_job(&mock.records());
+    assert_eq!(sends.len(), 4, "{sends:?}");
+    assert!(sends.values().all(|n| *n == 1), "{sends:?}");
+    assert_eq!(by_id(&results(&dir)).len(), 4);
+    // A line added: it runs.
+    lines.push(line("e"));
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mock.records().len(), 5);
+    // A line sent and then changed: refused by its number, nothing sent.
+    lines[1] = request_line(Shape::OpenAi, "b", 99).to_string();
+    write(&lines);
+    let (code, err) = run(&dir, &mock, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 2") && err.contains("\"b\""), "{err}");
+    assert_eq!(mock.records().len(), 5);
+}
+
+#[test]
+fn expired_jobs_are_revived_by_a_later_deadline_or_retry_expired() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("revive");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 4);
+    let (code, _) = run(&dir, &mock, &["--deadline", "1ms"]);
+    assert_eq!(code, 7);
+    assert!(mock.records().is_empty());
+    // A later deadline: they expired only because of the old one.
+    let (code, err) = run(&dir, &mock, &["--deadline", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(by_id(&results(&dir)).values().all(|v| outcome(v) == "done"));
+    assert_eq!(mock.records().len(), 4);
+    // --retry-expired: a fresh deadline from now.
+    let dir = Dir::new("revive2");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 3);
+    let (code, _) = run(&dir, &mock, &["--deadline", "1ms"]);
+    assert_eq!(code, 7);
+    std::thread::sleep(Duration::from_millis(30));
+    let (code, _) = run(&dir, &mock, &["--deadline", "20ms"]);
+    assert_eq!(code, 7);
+    let (code, err) = run(&dir, &mock, &["--deadline", "20s", "--retry-expired"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(by_id(&results(&dir)).values().all(|v| outcome(v) == "done"));
+}
+
+#[test]
+fn the_upstream_works_with_or_without_v1_and_openai_ids_are_batch_req() {
+    for suffix in ["", "/", "/v1", "/v1/"] {
+        let mock = Mock::start(roomy(0));
+        let dir = Dir::new("v1");
+        write_input(&dir.path("in.jsonl"), Shape::OpenAi, 2);
+        let url = format!("{}{suffix}", mock.url());
+        let out = command(&dir, &mock, &["--upstream", &url])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{suffix}: {err}");
+        for v in results(&dir) {
+            assert_eq!(outcome(&v), "done", "{suffix}: {v}");
+            assert!(v["id"].as_str().unwrap().starts_with("batch_req_"), "{v}");
+        }
+    }
+}
+
+#[test]
+fn help_documents_the_config_and_the_budget_is_cumulative_across_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewise"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for word in ["window", "[limits]", "requests_per_minute", "cumulative"] {
+        assert!(help.contains(word), "{word} not in --help: {help}");
+    }
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("budget-again");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 20);
+    let (code, err) = run(&dir, &mock, &["--budget-tokens", "400"]);
+    assert_eq!(code, 4, "{err}");
+    let sent = mock.records().len();
+    // The same budget on a re-run: what was spent counts.
+    let (code, err) = run(&dir, &mock, &["--budget-tokens", "400", "--resume-stopped"]);
+    assert_eq!(code, 4, "{err}");
+    assert_eq!(mock.records().len(), sent);
+}
+
+#[test]
+fn a_bad_key_or_upstream_is_refused_before_anything_is_sent() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("badkey");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 3);
+    let out = command(&dir, &mock, &[])
+        .env("OPENAI_API_KEY", "sk-two\nlines")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("API key"), "{err}");
+    assert!(!err.contains("sk-two"), "the key leaked: {err}");
+    assert!(mock.records().is_empty());
+    let (code, err) = run(&dir, &mock, &["--upstream", "http://bad host:99"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("upstream"), "{err}");
+    assert!(mock.records().is_empty());
+}
+
+/// Jobs expire in file order: once the layer finds a job cannot be sent
+/// before its deadline (the jobs ahead of it take the time left), no later
+/// line is sent in its place (issue: one expired at 55 s of a 60 s deadline
+/// while later lines were still sent).
+#[test]
+fn jobs_expire_in_file_order_and_no_later_line_is_sent_in_their_place() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("in-order");
+    write_input(&dir.path("in.jsonl"), Shape::OpenAi, 40);
+    std::fs::write(
+        dir.path("rw.toml"),
+        "window = 16\n[limits]\nrequests_per_minute = 60\n",
+    )
+    .unwrap();
+    let cfg = dir.path("rw.toml");
+    let (code, err) = run(
+        &dir,
+        &mock,
+        &["--config", cfg.to_str().unwrap(), "--deadline", "8s"],
+    );
+    assert_eq!(code, 7, "{err}");
+    let res = by_id(&results(&dir));
+    let states: Vec<&str> = res.values().map(outcome).collect();
+    let first_expired = states.iter().position(|s| *s == "expired").unwrap();
+    assert!(first_expired > 0, "{states:?}");
+    assert!(
+        states[first_expired..].iter().all(|s| *s == "expired"),
+        "a later line was sent after an earlier one expired: {states:?}"
+    );
+    assert!(states[..first_expired].iter().all(|s| *s == "done"));
+    assert_eq!(mock.records().len(), first_expired);
 }

@@ -2,12 +2,12 @@
 //!
 //! ```toml
 //! # all optional
-//! upstream = "https://api.openai.com"   # else --upstream, else the shape's
+//! upstream = "https://api.openai.com"   # else --upstream, else the shape's (a trailing /v1 is fine)
 //! api_key = "sk-..."                    # else OPENAI_API_KEY / ANTHROPIC_API_KEY
 //! window = 64                           # most jobs in the layer at once
 //! deadline = "24h"                      # each job's, from when first seen
-//! budget_tokens = 5000000               # input + output, the whole run
-//! grace_s = 30                          # on a signal, for sends in flight
+//! budget_tokens = 5000000               # input + output, cumulative over every run of the store
+//! grace_s = 30                          # on a signal, for sends on the wire
 //! synchronous = "normal"                # "full": survive a power loss too
 //!
 //! [limits]                              # else learned from the headers
@@ -16,6 +16,18 @@
 //! output_tokens_per_minute = 40000
 //! tokens_per_minute = 200000
 //! ```
+//!
+//! * `window`: most jobs handed to the tower layer at once (default 64);
+//!   the rest wait in the store. It bounds memory and what a signal or a
+//!   stop finds in flight, not the pace: the layer paces with the limits.
+//! * `[limits]`: the provider's limits per minute, when they are known and
+//!   its headers do not say them (or say more than the key may use); each
+//!   one not given is learned from the answers' headers (or from 429s).
+//!   `tokens_per_minute` is OpenAI's combined TPM; Anthropic's are the
+//!   input and output ones.
+//! * `budget_tokens` / `--budget-tokens`: input + output tokens charged to
+//!   the **store**, across every run of it: a re-run with the same budget
+//!   sends only what the budget has left.
 
 use crate::input::Shape;
 use crate::journal::StoreJournal;
@@ -26,19 +38,7 @@ use ratewise_tower::{Limits, Provider, RetryLayer};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// `--progress`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ProgressMode {
-    /// A bar on stderr when it is a terminal.
-    #[default]
-    Auto,
-    /// One JSON object per second on stdout, then a summary.
-    Json,
-    /// Nothing but the closing lines on stderr.
-    Off,
-}
+use std::time::Duration;
 
 /// The command line.
 #[derive(Debug, Clone)]
@@ -59,16 +59,14 @@ pub struct Options {
     pub deadline: Option<Duration>,
     /// `--grace`.
     pub grace: Option<Duration>,
-    /// `--progress`.
-    pub progress: ProgressMode,
     /// `--resume-stopped`.
     pub resume_stopped: bool,
     /// `--retry-unknown`.
     pub retry_unknown: bool,
+    /// `--retry-expired`.
+    pub retry_expired: bool,
     /// `--strict`.
     pub strict: bool,
-    /// When the command started (for the summary's elapsed time).
-    pub started: Instant,
 }
 
 impl Options {
@@ -83,11 +81,10 @@ impl Options {
             budget_tokens: None,
             deadline: None,
             grace: None,
-            progress: ProgressMode::Auto,
             resume_stopped: false,
             retry_unknown: false,
+            retry_expired: false,
             strict: false,
-            started: Instant::now(),
         }
     }
 
@@ -120,11 +117,7 @@ impl Options {
     ) -> Result<Settings, String> {
         let mut s = Settings::new(shape, api_key);
         if let Some(up) = self.upstream.clone().or_else(|| file.upstream.clone()) {
-            let up = up.trim_end_matches('/').to_owned();
-            if !(up.starts_with("http://") || up.starts_with("https://")) {
-                return Err(format!("upstream {up:?}: not an http:// or https:// URL"));
-            }
-            s.upstream = up;
+            s.upstream = crate::queue::normalize_upstream(&up)?;
         }
         if let Some(w) = file.window {
             if w == 0 {

@@ -88,10 +88,20 @@ pub struct Request {
 }
 
 impl Request {
-    /// Input tokens expected, by the core's rule of one token per 4 bytes
-    /// of body, rounded up.
+    /// Input tokens expected, by the core's rule
+    /// ([`ratewise_core::admit::input_from_bytes`]: one token per 4 bytes
+    /// of body, rounded up).
     pub fn input_estimate(&self) -> u64 {
-        (self.body.len() as u64).div_ceil(4)
+        ratewise_core::admit::input_from_bytes(self.body.len() as u64)
+    }
+
+    /// Output tokens reserved, by the core's default estimator
+    /// ([`ratewise_core::admit::MaxTokens`]): the request's cap, else the
+    /// core's default.
+    pub fn output_reserve(&self) -> u64 {
+        use ratewise_core::admit::OutputEstimator;
+        ratewise_core::admit::MaxTokens::default()
+            .output_estimate(self.max_tokens, self.input_estimate())
     }
 }
 

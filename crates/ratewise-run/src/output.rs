@@ -8,6 +8,12 @@
 //! | held_unknown | `error.code` `outcome_unknown` | `errored`, `outcome_unknown` |
 //! | stopped | `error.code` `stopped` + the cause | `canceled` |
 //! | expired | `error.code` `batch_expired` | `expired` |
+//! | pending (an unfinished run) | `error.code` `unfinished` | `result` null |
+//!
+//! A run that did not finish (a signal, a stop, a store that could not be
+//! written) still writes a line for every job: an unfinished job's line
+//! has `ratewise.outcome` `pending` and no result. An OpenAI line's `id` is
+//! `batch_req_<n>`, as the Batch API's output names its lines.
 //!
 //! The OpenAI line follows the [Batch API's output
 //! format](https://platform.openai.com/docs/guides/batch) (`id`,
@@ -98,11 +104,14 @@ pub fn line_with_batch(shape: Shape, e: &Ended, batch: Option<&crate::store::Bat
                     Value::Null,
                     json!({"code": "batch_expired", "message": message}),
                 ),
-                State::Pending | State::Sending | State::Batched => (Value::Null, Value::Null),
+                State::Pending | State::Sending | State::Batched => (
+                    Value::Null,
+                    json!({"code": "unfinished", "message": "not finished: run the same command again to resume"}),
+                ),
             };
             let id = match batch.and_then(|b| b.result_id.clone()) {
                 Some(id) => id,
-                None => format!("rw_req_{}", e.seq),
+                None => format!("batch_req_{}", e.seq),
             };
             json!({
                 "id": id,
@@ -174,6 +183,29 @@ impl Partial {
     pub fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
     }
+}
+
+/// Writes the result file `out` from the store: every job in input order,
+/// one line per `custom_id` (a job not ended as unfinished), a batch's
+/// with its `batch_id` and `price_basis` `"batch"` ([`line_with_batch`]).
+/// The lines written and, of them, the jobs not ended.
+pub fn write_results(
+    store: &dyn crate::Store,
+    shape: Shape,
+    out: &Path,
+) -> io::Result<(u64, u64)> {
+    let mut unfinished = 0u64;
+    let written = write_final(out, |emit| {
+        store
+            .each_job_with_batch(&mut |e, b| {
+                if !e.state.is_end() {
+                    unfinished += 1;
+                }
+                emit(&line_with_batch(shape, &e, b.as_ref()))
+            })
+            .map_err(io::Error::other)
+    })?;
+    Ok((written, unfinished))
 }
 
 /// Writes the whole result file from `each` (every ended job in input
@@ -273,7 +305,7 @@ mod tests {
         let direct: Value =
             serde_json::from_str(&line(Shape::OpenAi, &ended(State::Done))).unwrap();
         assert_eq!(direct["ratewise"]["price_basis"], "direct");
-        assert_eq!(direct["id"], "rw_req_3");
+        assert_eq!(direct["id"], "batch_req_3");
         let b = crate::store::BatchRef {
             batch_id: Some("batch_1".into()),
             result_id: Some("batch_req_9".into()),

@@ -1,18 +1,93 @@
-//! What the run tells a person (a bar on a terminal) or a script (one JSON
-//! object per second on stdout, then a summary).
+//! What a run tells its driver, as typed [`Event`]s to an [`Observer`]:
+//! the library prints nothing (`ratewise run` draws a bar or writes JSON
+//! lines from them).
 //!
-//! The ETA comes from the pacing model, not from the recent rate: the
-//! tokens and requests still to send over the limits the layer paces with
-//! (learned from the provider's headers or configured), the largest of
-//! them — the binding one — is the time left.
+//! The ETA: the requests and tokens still to send over the limits the
+//! layer paces with (learned from the provider's headers or configured)
+//! give, per dimension, the time those limits need; the jobs left over the
+//! throughput seen in this run give another. A limit **binds** when the
+//! time it needs is at least half the throughput's (the run goes about as
+//! fast as that limit lets it): then it is `binding`, and the ETA is the
+//! larger of the two. When no limit binds (limits far above what the run
+//! reaches), `binding` is none and the ETA is the throughput's.
 
 use crate::queue::Rates;
-use crate::store::Counts;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use crate::store::{Counts, StopRecord};
 use ratewise_core::admit::ScopeSnapshot;
 use serde::Serialize;
-use std::io::Write;
 use std::time::Duration;
+
+/// Something the run did that its driver may tell a person.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Event {
+    /// A line of the input is not run.
+    BadLine {
+        /// 1-based line number.
+        line: u64,
+        /// Why.
+        why: String,
+    },
+    /// Jobs were being sent when the last run ended: held as unknown.
+    HeldFromLastRun(u64),
+    /// `resume_stopped`: stopped jobs pending again.
+    Resumed(u64),
+    /// `retry_unknown`: held jobs to be sent once more (each may be paid
+    /// twice).
+    Released(u64),
+    /// Expired jobs pending again: by `retry_expired`, or because this
+    /// run's deadline is later than the one that expired them.
+    Revived(u64),
+    /// The input changed since the store was made: what was taken.
+    InputEdited {
+        /// Lines of a `custom_id` the store did not have.
+        added: u64,
+        /// Lines changed before their job was sent (replaced).
+        edited: u64,
+        /// Jobs whose line is gone and that were never sent (removed).
+        withdrawn: u64,
+    },
+    /// The queue stopped (now, or in an earlier run and not resumed): the
+    /// job whose answer stopped it, the cause ([`cause_in_words`]).
+    Stopped(StopRecord),
+    /// Once a second while the queue runs, and once at its end.
+    Progress(Status),
+}
+
+/// Told each [`Event`] of a run, on the run's threads: keep it short (a
+/// bounded channel's `try_send`, a print).
+pub trait Observer: Send + Sync {
+    /// One event.
+    fn event(&self, event: Event);
+}
+
+impl<F: Fn(Event) + Send + Sync> Observer for F {
+    fn event(&self, event: Event) {
+        self(event)
+    }
+}
+
+/// An observer that drops every event.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ignore;
+
+impl Observer for Ignore {
+    fn event(&self, _event: Event) {}
+}
+
+/// A [`StopRecord`]'s cause in words: `spend_cap` is "the provider's spend
+/// cap", `budget` "the run's token budget (--budget-tokens)".
+pub fn cause_in_words(cause: &str) -> &'static str {
+    match cause {
+        "spend_cap" => "the provider's spend cap or quota was reached",
+        "billing" => "the provider refused for billing (payment required)",
+        "user_limit" => "a usage limit set on the account was reached",
+        "authentication" => "the API key was refused (authentication)",
+        "permission" => "the API key may not use this model or feature (permission)",
+        "budget" => "the run's token budget (--budget-tokens) would be passed",
+        _ => "the provider's answer stops every send",
+    }
+}
 
 /// One progress report.
 #[derive(Debug, Clone, Serialize)]
@@ -40,19 +115,23 @@ pub struct Status {
     /// The limits paced with (per minute), per scope: `key/class` →
     /// `{requests, input_tokens, output_tokens, tokens}`.
     pub limits: serde_json::Value,
-    /// The dimension the ETA is bound by (`requests`, `input_tokens`,
-    /// `output_tokens`, `tokens`), when limits are known.
+    /// The limit that binds (`requests`, `input_tokens`, `output_tokens`,
+    /// `tokens`): the one the run goes about as fast as; none when no
+    /// limit binds (see the module's docs).
     pub binding: Option<&'static str>,
     /// Tokens charged to the budget.
     pub budget_spent: u64,
-    /// Seconds left, from the pacing model; none before a limit is known.
+    /// Seconds left: from the binding limit, else from the throughput seen
+    /// in this run; none before either is known.
     pub eta_s: Option<u64>,
     /// Seconds since the run began.
     pub elapsed_s: f64,
 }
 
 impl Status {
-    /// The report of the queue's state.
+    /// The report of the queue's state; `ended_here` jobs ended in this
+    /// run, in `elapsed`.
+    #[allow(clippy::too_many_arguments)]
     pub fn from_parts(
         counts: &Counts,
         sends: u64,
@@ -61,6 +140,7 @@ impl Status {
         rates: &Rates,
         snapshots: &[ScopeSnapshot],
         elapsed: Duration,
+        ended_here: u64,
     ) -> Status {
         let (i, o) = rates.last_minute();
         let mut limits = serde_json::Map::new();
@@ -99,15 +179,26 @@ impl Status {
             ("output_tokens", out_left),
             ("tokens", counts.remaining_input + out_left),
         ];
-        let mut eta: Option<(f64, &'static str)> = None;
+        // Seconds each known limit needs for what is left; the largest.
+        let mut by_limit: Option<(f64, &'static str)> = None;
         for ((name, need), limit) in needs.into_iter().zip(tightest) {
             if let Some(per_min) = limit {
-                let minutes = need as f64 / per_min as f64;
-                if eta.is_none_or(|(m, _)| minutes > m) {
-                    eta = Some((minutes, name));
+                let seconds = need as f64 / per_min as f64 * 60.0;
+                if by_limit.is_none_or(|(m, _)| seconds > m) {
+                    by_limit = Some((seconds, name));
                 }
             }
         }
+        // Seconds at the throughput seen in this run.
+        let secs = elapsed.as_secs_f64();
+        let by_throughput =
+            (ended_here > 0 && secs > 0.0).then(|| left_jobs as f64 / (ended_here as f64 / secs));
+        let (eta, binding) = match (by_throughput, by_limit) {
+            (Some(t), Some((l, name))) if l >= t / 2.0 => (Some(t.max(l)), Some(name)),
+            (Some(t), _) => (Some(t), None),
+            (None, Some((l, _))) => (Some(l), None),
+            (None, None) => (None, None),
+        };
         Status {
             done: counts.done,
             total: counts.total,
@@ -120,79 +211,14 @@ impl Status {
             input_tokens_per_min: i,
             output_tokens_per_min: o,
             limits: serde_json::Value::Object(limits),
-            binding: eta.map(|(_, n)| n),
+            binding: if left_jobs == 0 { None } else { binding },
             budget_spent: spent,
             eta_s: if left_jobs == 0 {
                 Some(0)
             } else {
-                eta.map(|(m, _)| (m * 60.0).ceil() as u64)
+                eta.map(|s| s.ceil() as u64)
             },
             elapsed_s: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
-        }
-    }
-}
-
-/// Where progress goes (`--progress`).
-pub enum Progress {
-    /// Nothing.
-    Off,
-    /// One JSON object per line on stdout.
-    Json,
-    /// indicatif's bar on stderr.
-    Bar(ProgressBar),
-}
-
-impl Progress {
-    /// `auto`: a bar when stderr is a terminal, else nothing.
-    pub fn auto() -> Progress {
-        let target = ProgressDrawTarget::stderr();
-        if target.is_hidden() {
-            return Progress::Off;
-        }
-        let bar = ProgressBar::with_draw_target(Some(0), target);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} done  {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        Progress::Bar(bar)
-    }
-
-    /// A report.
-    pub fn tick(&mut self, s: &Status) {
-        match self {
-            Progress::Off => {}
-            Progress::Json => {
-                let mut v = serde_json::to_value(s).unwrap_or_default();
-                v["event"] = "progress".into();
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{v}");
-                let _ = out.flush();
-            }
-            Progress::Bar(bar) => {
-                bar.set_length(s.total);
-                bar.set_position(s.done + s.failed + s.expired + s.held + s.stopped);
-                bar.set_message(format!(
-                    "{} failed, {} held, {} sends, {} × 429, eta {}",
-                    s.failed,
-                    s.held,
-                    s.sends,
-                    s.answered_429,
-                    s.eta_s.map_or("?".into(), |e| format!("{e}s")),
-                ));
-            }
-        }
-    }
-
-    /// The last report: `summary` extended with the exit code and more.
-    pub fn finish(&mut self, summary: serde_json::Value) {
-        match self {
-            Progress::Off => {}
-            Progress::Json => {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{summary}");
-                let _ = out.flush();
-            }
-            Progress::Bar(bar) => bar.finish_and_clear(),
         }
     }
 }

@@ -17,20 +17,27 @@
 //!   output cap) of every job in the window never pass
 //!   [`Settings::budget_tokens`].
 //! * **deadlines**: counted from when a job was first seen, across runs; a
-//!   job past its deadline is `expired` without a send.
-//! * **shutdown**: on a signal nothing more is admitted; jobs on the wire
-//!   get [`Settings::grace`]; what is cut is held as unknown.
+//!   job past its deadline is `expired` without a send. Jobs expire in file
+//!   order: once the layer finds a job cannot be sent before its deadline
+//!   (the jobs before it take the time left), the later jobs of its model
+//!   due no later are expired unsent rather than sent in its place.
+//! * **shutdown**: on a signal nothing more is sent, at once: every job
+//!   carries a [`Cancel`] child of the run's, so a job waiting in the layer
+//!   (for its pace, or before a retry) ends unsent and is pending again;
+//!   only sends already on the wire get [`Settings::grace`], and what the
+//!   grace cuts is held as unknown.
 
 use crate::input::Shape;
 use crate::output::{self, Partial};
-use crate::progress::{Progress, Status};
+use crate::progress::{Event, Observer, Status};
 use crate::store::{submit, Counts, End, HotWrite, Pending, State, StopRecord, Store, StoreError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use ratewise_core::parse::request_id::request_id_from_headers;
 use ratewise_core::ActionKind;
-use ratewise_tower::{Attempts, Deadline, JobId, Model, RetryService};
+use ratewise_tower::{Attempts, Cancel, Deadline, JobId, Model, RetryService};
 use std::collections::{HashSet, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
@@ -46,7 +53,8 @@ const MAX_ANSWER: usize = 64 * 1024 * 1024;
 pub struct Settings {
     /// The input's shape (headers and the output's format).
     pub shape: Shape,
-    /// The provider's base URL, no trailing slash.
+    /// The provider's base URL, no trailing slash and no `/v1` (every
+    /// input path begins with `/v1/`; see [`normalize_upstream`]).
     pub upstream: String,
     /// The API key: sent, never written anywhere.
     pub api_key: String,
@@ -80,6 +88,44 @@ impl Settings {
             budget_tokens: None,
             grace: Duration::from_secs(30),
         }
+    }
+}
+
+/// `url` as [`Settings::upstream`] keeps it: `https://host`,
+/// `https://host/` and `https://host/v1` are the same upstream (the
+/// input's paths name `/v1/...`). An error when it is not an `http://` or
+/// `https://` URL with a host.
+pub fn normalize_upstream(url: &str) -> Result<String, String> {
+    let mut up = url.trim().trim_end_matches('/');
+    if let Some(base) = up.strip_suffix("/v1") {
+        up = base;
+    }
+    if !(up.starts_with("http://") || up.starts_with("https://")) {
+        return Err(format!("upstream {url:?}: not an http:// or https:// URL"));
+    }
+    let uri: http::Uri = up
+        .parse()
+        .map_err(|e| format!("upstream {url:?}: not a URL ({e})"))?;
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("upstream {url:?}: no host"));
+    }
+    Ok(up.to_owned())
+}
+
+/// Checks that `key` can be sent in the header its shape uses (no newline,
+/// no byte a header cannot carry). The error never shows the key.
+pub fn check_api_key(shape: Shape, key: &str) -> Result<(), String> {
+    let value = match shape {
+        Shape::Anthropic => http::HeaderValue::from_str(key),
+        Shape::OpenAi => http::HeaderValue::from_str(&format!("Bearer {key}")),
+    };
+    match value {
+        Ok(_) if !key.trim().is_empty() => Ok(()),
+        Ok(_) => Err("the API key is empty".into()),
+        Err(_) => Err(format!(
+            "the API key holds a byte an HTTP header cannot carry (a newline, a control character, non-ASCII); {} chars",
+            key.chars().count()
+        )),
     }
 }
 
@@ -118,8 +164,9 @@ enum Outcome {
     End(End),
     /// Deferred: back to the store, due then.
     PutBack(i64, End),
-    /// Its answer stops the queue.
-    Stop(StopRecord, End),
+    /// Its answer stops the queue; whether this job was sent (else the
+    /// layer was already stopped by another job's answer).
+    Stop(StopRecord, End, bool),
     /// Nothing was sent and the store could not record why (the journal's
     /// write failed): the run stops, the job stays pending.
     NotSent(String),
@@ -132,8 +179,8 @@ enum Flow {
     Ended,
     /// Back in the store, due later.
     PutBack,
-    /// Back in the store; its answer stops the queue.
-    Stop(StopRecord),
+    /// Back in the store; its answer stops the queue (whether it was sent).
+    Stop(StopRecord, bool),
     /// Not sent; the store could not record the send.
     NotSent(String),
 }
@@ -150,7 +197,7 @@ struct Tally {
 impl Tally {
     fn of(outcome: &Outcome) -> Tally {
         match outcome {
-            Outcome::End(e) | Outcome::PutBack(_, e) | Outcome::Stop(_, e) => Tally {
+            Outcome::End(e) | Outcome::PutBack(_, e) | Outcome::Stop(_, e, _) => Tally {
                 sends: e.attempts.len() as u64,
                 answered_429: e.attempts.iter().filter(|a| a["status"] == 429).count() as u64,
                 usage: e.usage,
@@ -200,9 +247,9 @@ async fn keep(
             submit(store, HotWrite::PutBack(seq, at, so_far)).await?;
             Ok((Flow::PutBack, None))
         }
-        Outcome::Stop(stop, so_far) => {
+        Outcome::Stop(stop, so_far, sent) => {
             submit(store, HotWrite::PutBack(seq, 0, so_far)).await?;
-            Ok((Flow::Stop(stop), None))
+            Ok((Flow::Stop(stop, sent), None))
         }
         Outcome::NotSent(why) => Ok((Flow::NotSent(why), None)),
     }
@@ -211,6 +258,8 @@ async fn keep(
 /// A job back from its task.
 struct Back {
     job: Pending,
+    /// The layer expired it: it cannot be sent before its deadline.
+    expired: bool,
     tally: Tally,
     kept: Result<(Flow, Option<String>), StoreError>,
 }
@@ -229,6 +278,14 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Resolves once `shutdown` is true (at once when it already is); never
+/// when its sender is gone without saying so.
+async fn shutdown_asked(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|asked| *asked).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// A store call, off the async threads (the store's calls block).
 async fn blocking<R: Send + 'static>(
     store: &Arc<dyn Store>,
@@ -237,7 +294,7 @@ async fn blocking<R: Send + 'static>(
     let store = Arc::clone(store);
     tokio::task::spawn_blocking(move || f(store.as_ref()))
         .await
-        .map_err(|e| StoreError(format!("a store call was lost: {e}")))?
+        .map_err(|e| StoreError::with_source("a store call was lost", e))?
 }
 
 /// The HTTP client under the layer: one send per call (hyper-util's
@@ -276,13 +333,15 @@ impl<S: Upstream> Queue<S> {
         }
     }
 
-    /// Runs until no job is pending, the queue stops, or `shutdown` turns
-    /// true. Each ended job's line is appended to `partial`.
+    /// Runs until no job is pending, the queue stops, or `shutdown` is
+    /// true (a sender dropped without sending `true` is not a shutdown).
+    /// Each ended job's line is appended to `partial`; an
+    /// [`Event::Progress`] goes to `observer` each second.
     pub async fn run(
         self,
         mut shutdown: watch::Receiver<bool>,
         partial: &mut Partial,
-        progress: &mut Progress,
+        observer: &dyn Observer,
     ) -> Result<Report, StoreError> {
         let store = Arc::clone(&self.store);
         let shape = self.settings.shape;
@@ -290,6 +349,7 @@ impl<S: Upstream> Queue<S> {
         let mut answered_429 = 0u64;
         let mut counts = blocking(&store, move |s| s.counts()).await?;
         if let Some(stop) = blocking(&store, move |s| s.stopped()).await? {
+            observer.event(Event::Stopped(stop.clone()));
             return Ok(Report {
                 ending: Ending::Stopped(stop),
                 counts,
@@ -299,13 +359,26 @@ impl<S: Upstream> Queue<S> {
             });
         }
         let mut spent = counts.spent;
-        let (tx, mut rx) = mpsc::unbounded_channel::<Back>();
+        // Each task sends one `Back`, and at most a window of tasks run.
+        let (tx, mut rx) = mpsc::channel::<Back>(self.settings.window.max(1));
+        // The run's cancellation: a child in every request. Given on a
+        // signal, a job not on the wire ends unsent.
+        let cancel = Cancel::new();
+        let mut ended_here = 0u64;
+        let deadline_ms = i64::try_from(self.settings.deadline.as_millis()).unwrap_or(i64::MAX);
+        // Per model, the latest deadline of a job the layer found it could
+        // not send in time: jobs of that model due no later are expired
+        // unsent.
+        let mut doomed: std::collections::HashMap<Option<String>, i64> =
+            std::collections::HashMap::new();
         let mut tasks = JoinSet::new();
         let mut window: HashSet<i64> = HashSet::new();
         let mut window_bytes = 0usize;
         let mut in_flight_worst = 0u64;
         let mut cursor = 0i64;
         let mut ending: Option<Ending> = None;
+        // Whether the stop in `ending` came from an answer to its job.
+        let mut stop_by_answer = false;
         let mut draining = false;
         let mut grace_end: Option<tokio::time::Instant> = None;
         let mut rates = Rates::default();
@@ -344,14 +417,20 @@ impl<S: Upstream> Queue<S> {
                     if window.contains(&job.seq) {
                         continue;
                     }
-                    let deadline_ms = job
-                        .first_seen_ms
-                        .saturating_add(self.settings.deadline.as_millis() as i64);
-                    if deadline_ms <= now {
+                    let job_deadline_ms = job.first_seen_ms.saturating_add(deadline_ms);
+                    let behind_doomed = doomed
+                        .get(&job.model)
+                        .is_some_and(|d| job_deadline_ms <= *d);
+                    if job_deadline_ms <= now || behind_doomed {
+                        let message = if job_deadline_ms <= now {
+                            "its deadline passed before it could be sent"
+                        } else {
+                            "it cannot be sent before its deadline: an earlier job of its model could not be"
+                        };
                         let end = End {
                             state: Some(State::Expired),
                             cause: Some("deadline".into()),
-                            message: Some("its deadline passed before it could be sent".into()),
+                            message: Some(message.into()),
                             ..End::default()
                         };
                         let (_, line) = keep(&store, shape, &job, Outcome::End(end)).await?;
@@ -385,16 +464,61 @@ impl<S: Upstream> Queue<S> {
                     window.insert(job.seq);
                     window_bytes += job.body.len();
                     in_flight_worst += job.worst_case();
-                    let remaining = Duration::from_millis((deadline_ms - now) as u64);
-                    let svc = self.service.clone();
+                    let remaining = Duration::from_millis((job_deadline_ms - now) as u64);
+                    // The call is made and first polled here, in file
+                    // order: the job takes its place in the layer's queue
+                    // (and is told whether it can be sent in time) before
+                    // the next line's, so the window's jobs wait and
+                    // expire in file order.
+                    let mut svc = self.service.clone();
+                    let started =
+                        start(&mut svc, &self.settings, &job, remaining, cancel.child()).await;
+                    let first = match started {
+                        Ok(call) => {
+                            let mut call = Box::pin(call);
+                            match std::future::poll_fn(|cx| {
+                                std::task::Poll::Ready(call.as_mut().poll(cx))
+                            })
+                            .await
+                            {
+                                std::task::Poll::Ready(result) => First::Answered(result),
+                                std::task::Poll::Pending => First::Waiting(call),
+                            }
+                        }
+                        Err(not_sent) => First::NotSent(Box::new(not_sent)),
+                    };
+                    if let First::Answered(Err(e)) = &first {
+                        if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Deadline) {
+                            let d = doomed.entry(job.model.clone()).or_insert(job_deadline_ms);
+                            *d = (*d).max(job_deadline_ms);
+                        }
+                    }
                     let settings = self.settings.clone();
                     let tx = tx.clone();
                     let store = Arc::clone(&store);
                     tasks.spawn(async move {
-                        let outcome = call(svc, &settings, &job, remaining).await;
+                        let outcome = match first {
+                            First::Waiting(call) => answer::<S>(call.await, &job).await,
+                            First::Answered(result) => answer::<S>(result, &job).await,
+                            First::NotSent(not_sent) => *not_sent,
+                        };
                         let tally = Tally::of(&outcome);
+                        let expired = matches!(
+                            &outcome,
+                            Outcome::End(End {
+                                state: Some(State::Expired),
+                                ..
+                            })
+                        );
                         let kept = keep(&store, settings.shape, &job, outcome).await;
-                        let _ = tx.send(Back { job, tally, kept });
+                        let _ = tx
+                            .send(Back {
+                                job,
+                                expired,
+                                tally,
+                                kept,
+                            })
+                            .await;
                     });
                 }
                 if budget_blocked || !took {
@@ -403,8 +527,9 @@ impl<S: Upstream> Queue<S> {
             }
             if let Some(Ending::Stopped(stop)) = &ending {
                 if window.is_empty() {
-                    let stop = stop.clone();
-                    blocking(&store, move |s| s.stop(&stop)).await?;
+                    let kept = stop.clone();
+                    blocking(&store, move |s| s.stop(&kept)).await?;
+                    observer.event(Event::Stopped(stop.clone()));
                     break;
                 }
             }
@@ -426,7 +551,12 @@ impl<S: Upstream> Queue<S> {
                         let wait = Duration::from_millis((at - now_ms()).max(1) as u64);
                         tokio::select! {
                             _ = tokio::time::sleep(wait) => { cursor = 0; continue; }
-                            _ = shutdown.changed() => { draining = true; ending = Some(Ending::Interrupted); continue; }
+                            _ = shutdown_asked(&mut shutdown) => {
+                                cancel.cancel();
+                                draining = true;
+                                ending = Some(Ending::Interrupted);
+                                continue;
+                            }
                         }
                     }
                 }
@@ -438,7 +568,16 @@ impl<S: Upstream> Queue<S> {
                 }
             };
             tokio::select! {
-                Some(Back { job, tally, kept }) = rx.recv() => {
+                Some(Back { job, expired, tally, kept }) = rx.recv() => {
+                    // The layer found it cannot be sent in time (the jobs
+                    // before it take the time left): no later job of its
+                    // model due as soon is sent either — they expire, in
+                    // file order.
+                    if expired {
+                        let due = job.first_seen_ms.saturating_add(deadline_ms);
+                        let d = doomed.entry(job.model.clone()).or_insert(due);
+                        *d = (*d).max(due);
+                    }
                     // Finished tasks are reaped, or the set keeps them all.
                     while tasks.try_join_next().is_some() {}
                     window.remove(&job.seq);
@@ -451,6 +590,9 @@ impl<S: Upstream> Queue<S> {
                     }
                     spent += tally.charged;
                     let kept = kept.unwrap_or_else(|e| (Flow::NotSent(e.to_string()), None));
+                    if matches!(kept.0, Flow::Ended) {
+                        ended_here += 1;
+                    }
                     match kept {
                         (Flow::Ended, line) => {
                             // The partial file is a convenience; the final
@@ -460,8 +602,16 @@ impl<S: Upstream> Queue<S> {
                             }
                         }
                         (Flow::PutBack, _) => {}
-                        (Flow::Stop(stop), _) => {
-                            if !matches!(ending, Some(Ending::Stopped(_))) {
+                        // The stop names the job whose answer stopped the
+                        // queue: one that was sent, not one the stopped
+                        // layer turned away before a send.
+                        (Flow::Stop(stop, sent), _) => {
+                            let replace = match &ending {
+                                Some(Ending::Stopped(_)) => sent && !stop_by_answer,
+                                _ => true,
+                            };
+                            if replace {
+                                stop_by_answer = sent;
                                 ending = Some(Ending::Stopped(stop));
                             }
                         }
@@ -475,7 +625,10 @@ impl<S: Upstream> Queue<S> {
                         }
                     }
                 }
-                _ = shutdown.changed(), if !draining => {
+                _ = shutdown_asked(&mut shutdown), if !draining => {
+                    // Nothing more is sent: the jobs waiting in the layer
+                    // end unsent; those on the wire get the grace.
+                    cancel.cancel();
                     draining = true;
                     ending = Some(Ending::Interrupted);
                     grace_end = Some(tokio::time::Instant::now() + self.settings.grace);
@@ -489,7 +642,7 @@ impl<S: Upstream> Queue<S> {
                     let c = blocking(&store, move |s| s.counts())
                     .await?;
                     counts = c;
-                    progress.tick(&self.status(&counts, sends, answered_429, spent, &rates, started));
+                    observer.event(Event::Progress(self.status(&counts, sends, answered_429, spent, &rates, started, ended_here)));
                 }
             }
         }
@@ -500,7 +653,15 @@ impl<S: Upstream> Queue<S> {
         // (cut at the end of the grace): held, never re-sent silently.
         let cut = blocking(&store, move |s| s.hold_cut()).await?;
         let counts = blocking(&store, move |s| s.counts()).await?;
-        progress.tick(&self.status(&counts, sends, answered_429, spent, &rates, started));
+        observer.event(Event::Progress(self.status(
+            &counts,
+            sends,
+            answered_429,
+            spent,
+            &rates,
+            started,
+            ended_here,
+        )));
         Ok(Report {
             ending: ending.unwrap_or(Ending::Finished),
             counts,
@@ -510,6 +671,7 @@ impl<S: Upstream> Queue<S> {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn status(
         &self,
         counts: &Counts,
@@ -518,6 +680,7 @@ impl<S: Upstream> Queue<S> {
         spent: u64,
         rates: &Rates,
         started: Instant,
+        ended_here: u64,
     ) -> Status {
         let snapshots = self.service.layer().snapshots().unwrap_or_default();
         Status::from_parts(
@@ -528,6 +691,7 @@ impl<S: Upstream> Queue<S> {
             rates,
             &snapshots,
             started.elapsed(),
+            ended_here,
         )
     }
 }
@@ -568,8 +732,15 @@ impl Rates {
     }
 }
 
-/// The request of `job`, with the headers its shape needs.
-fn request(settings: &Settings, job: &Pending, remaining: Duration) -> http::Request<Full<Bytes>> {
+/// The request of `job`, with the headers its shape needs; an error (not
+/// a request with something left out) when the key or the URL cannot be
+/// put in one.
+fn request(
+    settings: &Settings,
+    job: &Pending,
+    remaining: Duration,
+    cancel: Cancel,
+) -> Result<http::Request<Full<Bytes>>, String> {
     let mut builder = http::Request::post(format!("{}{}", settings.upstream, job.path))
         .header(http::header::CONTENT_TYPE, "application/json");
     builder = match settings.shape {
@@ -583,15 +754,19 @@ fn request(settings: &Settings, job: &Pending, remaining: Duration) -> http::Req
             format!("Bearer {}", settings.api_key),
         ),
     };
-    let mut req = builder
-        .body(Full::new(job.body.clone()))
-        .unwrap_or_else(|_| http::Request::new(Full::new(Bytes::new())));
+    let mut req = builder.body(Full::new(job.body.clone())).map_err(|_| {
+        format!(
+            "the request of {:?} could not be made (the upstream URL or the API key cannot be sent); nothing was sent",
+            job.custom_id
+        )
+    })?;
     req.extensions_mut().insert(JobId::new(&job.custom_id));
     req.extensions_mut().insert(Deadline(remaining));
+    req.extensions_mut().insert(cancel);
     if let Some(m) = &job.model {
         req.extensions_mut().insert(Model::new(m));
     }
-    req
+    Ok(req)
 }
 
 /// Each attempt as the output keeps it: when it was sent, what came back
@@ -644,17 +819,41 @@ fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
     Some((input, u.output_tokens))
 }
 
-async fn call<S: Upstream>(
-    mut svc: RetryService<S>,
+/// A call after its first poll in the fill loop.
+enum First<F: Future> {
+    /// Waiting in the layer (or on the wire).
+    Waiting(std::pin::Pin<Box<F>>),
+    /// Answered at once (the layer ended it before a send).
+    Answered(F::Output),
+    /// No call could be made.
+    NotSent(Box<Outcome>),
+}
+
+/// The request of `job` handed to the layer: the call's future (the
+/// job's place in the layer's queue is taken now), or what it came to when
+/// none could be made.
+async fn start<S: Upstream>(
+    svc: &mut RetryService<S>,
     settings: &Settings,
     job: &Pending,
     remaining: Duration,
+    cancel: Cancel,
+) -> Result<<RetryService<S> as Service<http::Request<Full<Bytes>>>>::Future, Outcome> {
+    let req = request(settings, job, remaining, cancel).map_err(Outcome::NotSent)?;
+    match svc.ready().await {
+        Ok(s) => Ok(s.call(req)),
+        Err(e) => Err(outcome_of_error(job, &e)),
+    }
+}
+
+/// What the layer's answer to `job` comes to.
+async fn answer<S: Upstream>(
+    result: Result<
+        <RetryService<S> as Service<http::Request<Full<Bytes>>>>::Response,
+        ratewise_tower::Error,
+    >,
+    job: &Pending,
 ) -> Outcome {
-    let req = request(settings, job, remaining);
-    let result = match svc.ready().await {
-        Ok(s) => s.call(req).await,
-        Err(e) => Err(e),
-    };
     match result {
         Ok(resp) => {
             let status = resp.status().as_u16();
@@ -733,8 +932,18 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
                 message: e.to_string(),
                 custom_id: Some(job.custom_id.clone()),
             };
-            Outcome::Stop(stop, end)
+            Outcome::Stop(stop, end, e.was_sent())
         }
+        // The run's cancellation (a signal): nothing more is sent for it;
+        // it is pending again, what it has so far kept.
+        Some(ActionKind::GiveUp)
+            if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Cancelled) =>
+        {
+            end.cause = None;
+            end.message = None;
+            Outcome::PutBack(0, end)
+        }
+
         Some(ActionKind::HoldUnknown) => {
             end.state = Some(State::HeldUnknown);
             end.charged = job.worst_case();

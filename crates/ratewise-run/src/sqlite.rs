@@ -13,13 +13,13 @@
 //! in the config, which syncs the WAL at every commit.
 
 use crate::store::{
-    BatchEnd, BatchIntent, BatchJob, BatchRef, BatchRow, Counts, End, Ended, NewJob, Pending,
-    State, StopRecord, Store, StoreError,
+    BatchEnd, BatchIntent, BatchJob, BatchRef, BatchRow, Compared, Counts, End, Ended, NewJob,
+    Pending, State, StopRecord, Store, StoreError,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// How hard a commit is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,12 +36,13 @@ pub enum Synchronous {
 /// once the transaction's commit is known.
 type Write = Box<dyn FnOnce(Option<&Connection>) -> Answer + Send>;
 
-/// Tells a write's caller how its commit went.
-type Answer = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// Tells a write's caller how its commit went (`Err(None)`: the writer is
+/// gone, nothing was run).
+type Answer = Box<dyn FnOnce(Result<(), Option<Arc<rusqlite::Error>>>) + Send>;
 
 /// The store in one SQLite file.
 pub struct SqliteStore {
-    writes: Mutex<Option<mpsc::Sender<Write>>>,
+    writes: Mutex<Option<mpsc::SyncSender<Write>>>,
     read: Mutex<Connection>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -118,6 +119,41 @@ CREATE INDEX IF NOT EXISTS batch_jobs_by_seq ON batch_jobs(seq, ended);
 /// Most writes grouped into one commit.
 const GROUP: usize = 512;
 
+/// Most writes queued for the writer: past these a caller waits for room
+/// (the queue's window keeps far fewer in flight: two writes per job).
+const WRITES_QUEUED: usize = 16 * GROUP;
+
+/// Columns added since the first schema, each with its `ALTER TABLE`
+/// (run once, when the column is missing): a store of an older version
+/// opens as it is and gains them.
+const MIGRATIONS: &[(&str, &str)] = &[
+    // When the attempt on the wire was journaled: a job cut there keeps
+    // the attempt in its line.
+    (
+        "sending_since",
+        "ALTER TABLE jobs ADD COLUMN sending_since TEXT",
+    ),
+    // The input generation the job's line was last read in (an input
+    // edited after a run).
+    (
+        "input_gen",
+        "ALTER TABLE jobs ADD COLUMN input_gen INTEGER NOT NULL DEFAULT 0",
+    ),
+];
+
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let have: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('jobs')")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (column, statement) in MIGRATIONS {
+        if !have.iter().any(|c| c == column) {
+            conn.execute_batch(statement)?;
+        }
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (or makes) the store at `path`.
     pub fn open(path: &Path, sync: Synchronous) -> Result<SqliteStore, StoreError> {
@@ -134,13 +170,14 @@ impl SqliteStore {
         )?;
         writer.execute_batch(SCHEMA)?;
         writer.execute_batch(BATCH_SCHEMA)?;
+        migrate(&writer)?;
         let read = Connection::open(path)?;
         read.busy_timeout(std::time::Duration::from_secs(5))?;
-        let (tx, rx) = mpsc::channel::<Write>();
+        let (tx, rx) = mpsc::sync_channel::<Write>(WRITES_QUEUED);
         let handle = std::thread::Builder::new()
             .name("ratewise-store".into())
             .spawn(move || writer_loop(writer, rx))
-            .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
+            .map_err(|e| StoreError::with_source("cannot start the store's writer", e))?;
         Ok(SqliteStore {
             writes: Mutex::new(Some(tx)),
             read: Mutex::new(read),
@@ -159,7 +196,7 @@ impl SqliteStore {
             let _ = tx.send(r);
         });
         rx.recv()
-            .map_err(|_| StoreError("the store's writer is gone".into()))?
+            .map_err(|_| StoreError::new("the store's writer is gone"))?
     }
 
     /// Queues `f` for the writer and returns at once; `done` is called
@@ -173,12 +210,13 @@ impl SqliteStore {
         let job: Write = Box::new(move |conn: Option<&Connection>| {
             let r = match conn {
                 Some(conn) => run_in_savepoint(conn, f),
-                None => Err(StoreError("the store could not open a transaction".into())),
+                None => Err(StoreError::new("the store could not open a transaction")),
             };
-            Box::new(move |committed: Result<(), String>| {
+            Box::new(move |committed: Result<(), Option<Arc<rusqlite::Error>>>| {
                 done(match committed {
                     Ok(()) => r,
-                    Err(e) => Err(StoreError(format!("the store's commit failed: {e}"))),
+                    Err(Some(e)) => Err(StoreError::with_source("the store's commit failed", e)),
+                    Err(None) => Err(StoreError::new("the store's writer is gone")),
                 })
             })
         });
@@ -186,10 +224,10 @@ impl SqliteStore {
         if let Some(sender) = sender {
             if let Err(mpsc::SendError(job)) = sender.send(job) {
                 // The writer is gone: the write is not run, its caller told.
-                job(None)(Err("the store's writer is gone".into()));
+                job(None)(Err(None));
             }
         } else {
-            job(None)(Err("the store's writer is gone".into()));
+            job(None)(Err(None));
         }
     }
 
@@ -197,7 +235,7 @@ impl SqliteStore {
         let conn = self
             .read
             .lock()
-            .map_err(|_| StoreError("the store's reader is poisoned".into()))?;
+            .map_err(|_| StoreError::new("the store's reader is poisoned"))?;
         Ok(f(&conn)?)
     }
 }
@@ -228,11 +266,11 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        let (answers, result): (Vec<Answer>, Result<(), String>) =
+        let (answers, result): (Vec<Answer>, Result<(), Option<Arc<rusqlite::Error>>>) =
             match conn.execute_batch("BEGIN IMMEDIATE") {
                 Ok(()) => {
                     let answers = group.into_iter().map(|w| w(Some(&conn))).collect();
-                    let committed = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
+                    let committed = conn.execute_batch("COMMIT").map_err(|e| Some(Arc::new(e)));
                     if committed.is_err() {
                         let _ = conn.execute_batch("ROLLBACK");
                     }
@@ -240,7 +278,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Write>) {
                 }
                 Err(e) => (
                     group.into_iter().map(|w| w(None)).collect(),
-                    Err(e.to_string()),
+                    Err(Some(Arc::new(e))),
                 ),
             };
         for a in answers {
@@ -300,7 +338,9 @@ fn append_attempts(
 fn mark_started(conn: &Connection, custom_id: &str) -> rusqlite::Result<bool> {
     let n = conn
         .prepare_cached(
-            "UPDATE jobs SET state = 'sending', sends = sends + 1 WHERE custom_id = ?1",
+            "UPDATE jobs SET state = 'sending', sends = sends + 1,
+                 sending_since = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+             WHERE custom_id = ?1",
         )?
         .execute([custom_id])?;
     Ok(n == 1)
@@ -310,7 +350,9 @@ fn no_job_unless(found: bool, custom_id: &str) -> Result<(), StoreError> {
     if found {
         Ok(())
     } else {
-        Err(StoreError(format!("no job {custom_id:?} in the store")))
+        Err(StoreError::new(format!(
+            "no job {custom_id:?} in the store"
+        )))
     }
 }
 
@@ -517,7 +559,8 @@ impl Store for SqliteStore {
     }
 
     fn stop(&self, stop: &StopRecord) -> Result<(), StoreError> {
-        let text = serde_json::to_string(stop).map_err(|e| StoreError(e.to_string()))?;
+        let text =
+            serde_json::to_string(stop).map_err(|e| StoreError::with_source("the stop", e))?;
         let cause = stop.cause.clone();
         let message = stop.message.clone();
         self.write(move |c| {
@@ -557,7 +600,11 @@ impl Store for SqliteStore {
                 "UPDATE jobs SET state = 'held_unknown', cause = 'outcome_unknown',
                      message = 'sent when the run was cut; the answer is unknown',
                      status = NULL, response = NULL, request_id = NULL,
-                     charged = charged + input_estimate + max_tokens
+                     charged = charged + input_estimate + max_tokens,
+                     attempts = json_insert(attempts, '$[#]', json_object(
+                         'sent_at', sending_since, 'attempt', sends, 'status', NULL,
+                         'request_id', NULL, 'cause', 'outcome_unknown',
+                         'action', 'hold_unknown'))
                  WHERE state = 'sending'",
                 [],
             )?;
@@ -616,23 +663,128 @@ impl Store for SqliteStore {
         &self,
         f: &mut dyn FnMut(Ended) -> std::io::Result<()>,
     ) -> Result<(), StoreError> {
-        let conn = self
-            .read
-            .lock()
-            .map_err(|_| StoreError("the store's reader is poisoned".into()))?;
-        let mut stmt = conn.prepare(
-            "SELECT seq, custom_id, state, status, request_id, response, cause, message, attempts,
-                    usage_in, usage_out, charged, sends, double_spend, waited_ms
-             FROM jobs WHERE state NOT IN ('pending', 'sending', 'batched') ORDER BY seq",
-        )?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            let ended = ended_of(r)?;
-            f(ended).map_err(|e| StoreError(format!("cannot write a result: {e}")))?;
-        }
-        Ok(())
+        self.each_row("WHERE state NOT IN ('pending', 'sending', 'batched')", f)
     }
 
+    fn each_job(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>) -> Result<(), StoreError> {
+        self.each_row("", f)
+    }
+
+    fn compare(&self, jobs: &[NewJob]) -> Result<Vec<Compared>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT path = ?2 AND body = ?3, state, sends FROM jobs WHERE custom_id = ?1",
+            )?;
+            jobs.iter()
+                .map(|j| {
+                    let row = stmt
+                        .query_row(params![j.custom_id, j.path, j.body], |r| {
+                            Ok((
+                                r.get::<_, bool>(0)?,
+                                r.get::<_, String>(1)?,
+                                r.get::<_, i64>(2)? as u64,
+                            ))
+                        })
+                        .optional()?;
+                    Ok(match row {
+                        None => Compared::New,
+                        Some((true, _, _)) => Compared::Same,
+                        Some((false, state, sends)) => {
+                            let state = State::parse(&state).unwrap_or(State::HeldUnknown);
+                            if sends == 0
+                                && matches!(state, State::Pending | State::Stopped | State::Expired)
+                            {
+                                Compared::Edited
+                            } else {
+                                Compared::Refused { state, sends }
+                            }
+                        }
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn sync(&self, jobs: Vec<NewJob>, generation: i64) -> Result<(), StoreError> {
+        self.write(move |c| {
+            let mut same = c.prepare_cached(
+                "UPDATE jobs SET line = ?2, input_gen = ?3
+                 WHERE custom_id = ?1 AND path = ?4 AND body = ?5",
+            )?;
+            let mut edited = c.prepare_cached(
+                "UPDATE jobs SET line = ?2, input_gen = ?3, path = ?4, body = ?5, model = ?6,
+                     input_estimate = ?7, max_tokens = ?8, state = 'pending', not_before_ms = 0,
+                     cause = NULL, message = NULL, status = NULL, response = NULL,
+                     request_id = NULL
+                 WHERE custom_id = ?1 AND sends = 0
+                   AND state IN ('pending', 'stopped', 'expired')",
+            )?;
+            let mut add = c.prepare_cached(
+                "INSERT OR IGNORE INTO jobs (custom_id, line, path, model, input_estimate,
+                     max_tokens, body, first_seen_ms, input_gen)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for j in &jobs {
+                let line = j.line as i64;
+                if same.execute(params![j.custom_id, line, generation, j.path, j.body])? == 1 {
+                    continue;
+                }
+                if edited.execute(params![
+                    j.custom_id,
+                    line,
+                    generation,
+                    j.path,
+                    j.body,
+                    j.model,
+                    j.input_estimate as i64,
+                    j.max_tokens as i64
+                ])? == 1
+                {
+                    continue;
+                }
+                add.execute(params![
+                    j.custom_id,
+                    line,
+                    j.path,
+                    j.model,
+                    j.input_estimate as i64,
+                    j.max_tokens as i64,
+                    j.body,
+                    j.first_seen_ms,
+                    generation
+                ])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn withdraw_missing(&self, generation: i64) -> Result<u64, StoreError> {
+        self.write(move |c| {
+            let n = c.execute(
+                "DELETE FROM jobs WHERE input_gen < ?1 AND sends = 0
+                     AND state IN ('pending', 'stopped', 'expired')",
+                [generation],
+            )?;
+            Ok(n as u64)
+        })
+    }
+
+    fn clear_bad_lines(&self) -> Result<(), StoreError> {
+        self.write(|c| c.execute_batch("DELETE FROM bad_lines"))
+    }
+
+    fn revive_expired(&self, deadline_ms: i64, now_ms: i64, all: bool) -> Result<u64, StoreError> {
+        self.write(move |c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'pending', not_before_ms = 0, cause = NULL,
+                     message = NULL, status = NULL, response = NULL, request_id = NULL,
+                     first_seen_ms = CASE WHEN ?3 THEN ?2 ELSE first_seen_ms END
+                 WHERE state = 'expired' AND (?3 OR first_seen_ms + ?1 > ?2)",
+                params![deadline_ms, now_ms, all],
+            )?;
+            Ok(n as u64)
+        })
+    }
     fn batch_intent(&self, intent: &BatchIntent) -> Result<(), StoreError> {
         let intent = intent.clone();
         self.write(move |c| {
@@ -817,14 +969,14 @@ impl Store for SqliteStore {
         })
     }
 
-    fn each_ended_with_batch(
+    fn each_job_with_batch(
         &self,
         f: &mut dyn FnMut(Ended, Option<BatchRef>) -> std::io::Result<()>,
     ) -> Result<(), StoreError> {
         let conn = self
             .read
             .lock()
-            .map_err(|_| StoreError("the store's reader is poisoned".into()))?;
+            .map_err(|_| StoreError::new("the store's reader is poisoned"))?;
         let mut stmt = conn.prepare(
             "SELECT j.seq, j.custom_id, j.state, j.status, j.request_id, j.response, j.cause, j.message,
                     j.attempts, j.usage_in, j.usage_out, j.charged, j.sends, j.double_spend, j.waited_ms,
@@ -834,7 +986,7 @@ impl Store for SqliteStore {
                  SELECT y.rowid FROM batch_jobs y WHERE y.seq = j.seq AND y.ended = 1
                  ORDER BY y.rowid DESC LIMIT 1)
              LEFT JOIN batches b ON b.nonce = x.nonce
-             WHERE j.state NOT IN ('pending', 'sending', 'batched') ORDER BY j.seq",
+             ORDER BY j.seq",
         )?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
@@ -846,7 +998,33 @@ impl Store for SqliteStore {
                 }),
                 None => None,
             };
-            f(ended, batch).map_err(|e| StoreError(format!("cannot write a result: {e}")))?;
+            f(ended, batch).map_err(|e| StoreError::with_source("cannot write a result", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    /// Each job the `filter` (a `WHERE` clause, or none) selects, in input
+    /// order.
+    fn each_row(
+        &self,
+        filter: &str,
+        f: &mut dyn FnMut(Ended) -> std::io::Result<()>,
+    ) -> Result<(), StoreError> {
+        let conn = self
+            .read
+            .lock()
+            .map_err(|_| StoreError::new("the store's reader is poisoned"))?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT seq, custom_id, state, status, request_id, response, cause, message, attempts,
+                    usage_in, usage_out, charged, sends, double_spend, waited_ms
+             FROM jobs {filter} ORDER BY seq"
+        ))?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let ended = ended_of(r)?;
+            f(ended).map_err(|e| StoreError::with_source("cannot write a result", e))?;
         }
         Ok(())
     }

@@ -122,10 +122,16 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// The worst case of what the job can cost: input estimate plus its
-    /// output cap.
+    /// The worst case of what the job can cost: the tokens of the core's
+    /// reservation of it (input estimate plus output cap,
+    /// [`ratewise_core::admit::Amounts::tokens`]).
     pub fn worst_case(&self) -> u64 {
-        self.input_estimate.saturating_add(self.max_tokens)
+        ratewise_core::admit::Amounts {
+            requests: 1,
+            input: self.input_estimate,
+            output: self.max_tokens,
+        }
+        .tokens()
     }
 }
 
@@ -231,22 +237,95 @@ pub struct Counts {
     pub spent: u64,
 }
 
-/// Why the store could not do what was asked.
+/// Why the store could not do what was asked: a sentence, and the error
+/// underneath when there is one (SQLite's, an I/O error).
 #[derive(Debug)]
-pub struct StoreError(pub String);
+pub struct StoreError {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
 
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl StoreError {
+    /// An error of a plain message.
+    pub fn new(message: impl Into<String>) -> StoreError {
+        StoreError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error with the error underneath kept as its
+    /// [`source`](std::error::Error::source).
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The sentence, without the source.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
-impl std::error::Error for StoreError {}
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<String> for StoreError {
+    fn from(message: String) -> Self {
+        StoreError::new(message)
+    }
+}
+
+impl From<&str> for StoreError {
+    fn from(message: &str) -> Self {
+        StoreError::new(message)
+    }
+}
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError(format!("the store: {e}"))
+        StoreError::with_source("the store", e)
     }
+}
+
+/// How a line of an input edited since the last run compares with the job
+/// the store has of its `custom_id` ([`Store::compare`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compared {
+    /// No job of that `custom_id`: a new job.
+    New,
+    /// The same request (path and body byte for byte): kept as it is.
+    Same,
+    /// A different request, and the job was never sent: it is replaced.
+    Edited,
+    /// A different request for a job that was sent or ended: refused (a
+    /// result of the old request exists or may exist).
+    Refused {
+        /// The job's state.
+        state: State,
+        /// Its sends so far.
+        sends: u64,
+    },
 }
 
 /// One of the writes made for every send (the hot path), handed to
@@ -280,7 +359,7 @@ pub async fn submit(store: &std::sync::Arc<dyn Store>, write: HotWrite) -> Resul
         tokio::task::spawn_blocking(move || store.submit(write, done));
     }
     rx.await
-        .map_err(|_| StoreError("the store dropped a write".into()))?
+        .map_err(|_| StoreError::new("the store dropped a write"))?
 }
 
 /// What the queue needs kept. Every write is durable when it returns
@@ -357,6 +436,44 @@ pub trait Store: Send + Sync + 'static {
     /// Every ended job, in input order.
     fn each_ended(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>)
         -> Result<(), StoreError>;
+    /// Every job, ended or not, in input order: a job not ended comes with
+    /// its state (`pending`) and what it has so far. The default gives the
+    /// ended jobs only.
+    fn each_job(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>) -> Result<(), StoreError> {
+        self.each_ended(f)
+    }
+    /// How each of `jobs` (lines of an input edited since the store was
+    /// made) compares with the job of its `custom_id`.
+    fn compare(&self, jobs: &[NewJob]) -> Result<Vec<Compared>, StoreError> {
+        let _ = jobs;
+        Err(StoreError::new("this store cannot take an edited input"))
+    }
+    /// Keeps `jobs` as the input's lines of generation `generation`: a new
+    /// `custom_id` is added, an edited one never sent is replaced (pending
+    /// again), an unchanged one keeps its state (its line number is
+    /// updated). A job refused by [`Store::compare`] is left as it is.
+    fn sync(&self, jobs: Vec<NewJob>, generation: i64) -> Result<(), StoreError> {
+        let _ = (jobs, generation);
+        Err(StoreError::new("this store cannot take an edited input"))
+    }
+    /// Jobs of an older generation than `generation` (their line is gone
+    /// from the input) that were never sent are removed; the rest stay
+    /// (their results exist or may). How many were removed.
+    fn withdraw_missing(&self, generation: i64) -> Result<u64, StoreError> {
+        let _ = generation;
+        Err(StoreError::new("this store cannot take an edited input"))
+    }
+    /// Forgets the bad lines kept (an edited input reports its own).
+    fn clear_bad_lines(&self) -> Result<(), StoreError> {
+        Err(StoreError::new("this store cannot take an edited input"))
+    }
+    /// Expired jobs that the deadline `deadline_ms` (from first seen) no
+    /// longer expires at `now_ms` become pending again; with `all`, every
+    /// expired job does, its deadline counted afresh from `now_ms`. How many.
+    fn revive_expired(&self, deadline_ms: i64, now_ms: i64, all: bool) -> Result<u64, StoreError> {
+        let _ = (deadline_ms, now_ms, all);
+        Ok(0)
+    }
 
     // The batch path (`crate::batch`). The defaults keep no batches: a
     // store without them refuses the batch path and nothing else.
@@ -422,11 +539,11 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Every ended job, in input order, with the batch its result came
     /// from (`None`: the direct path). The default knows of no batch.
-    fn each_ended_with_batch(
+    fn each_job_with_batch(
         &self,
         f: &mut dyn FnMut(Ended, Option<BatchRef>) -> std::io::Result<()>,
     ) -> Result<(), StoreError> {
-        self.each_ended(&mut |e| f(e, None))
+        self.each_job(&mut |e| f(e, None))
     }
 }
 
@@ -525,5 +642,5 @@ pub struct BatchRef {
 /// The error of a [`Store`] that keeps no batches (the defaults of the
 /// batch methods). The one place the batch path builds a [`StoreError`].
 pub fn batch_store_error(what: impl std::fmt::Display) -> StoreError {
-    StoreError(format!("the store: {what}"))
+    StoreError::new(format!("the store: {what}"))
 }

@@ -5,7 +5,6 @@
 
 use ratewise_mock::{LatencyConfig, MockConfig, MockServer};
 use ratewise_run::output::Partial;
-use ratewise_run::progress::Progress;
 use ratewise_run::store::{Counts, End, Ended, NewJob, Pending, StopRecord};
 use ratewise_run::{
     Ending, Queue, Settings, SqliteStore, State, Store, StoreError, StoreJournal, Synchronous,
@@ -91,7 +90,7 @@ impl Store for FullDisk {
     }
     fn started(&self, id: &str) -> Result<(), StoreError> {
         if self.started.fetch_add(1, Ordering::SeqCst) + 1 >= self.fail_from {
-            return Err(StoreError("database or disk is full".into()));
+            return Err(StoreError::new("database or disk is full"));
         }
         self.inner.started(id)
     }
@@ -148,7 +147,7 @@ async fn run_queue(
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let mut partial = Partial::open(&dir.join("out.partial")).unwrap();
     queue
-        .run(rx, &mut partial, &mut Progress::Off)
+        .run(rx, &mut partial, &ratewise_run::progress::Ignore)
         .await
         .unwrap()
 }
@@ -332,5 +331,35 @@ fn writes_from_many_threads_are_grouped_and_none_is_lost() {
     }
     let c = store.counts().unwrap();
     assert_eq!((c.done, c.spent, c.pending, c.sending), (400, 400, 0, 0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_held_jobs_line_keeps_its_attempt() {
+    let dir = temp("held-attempts");
+    let store = SqliteStore::open(&dir.join("q.db"), Synchronous::Normal).unwrap();
+    store.import(jobs(2)).unwrap();
+    store.started("j0").unwrap();
+    drop(store);
+    let store = SqliteStore::open(&dir.join("q.db"), Synchronous::Normal).unwrap();
+    assert_eq!(store.hold_cut().unwrap(), 1);
+    let mut held = Vec::new();
+    store
+        .each_ended(&mut |e| {
+            held.push(e);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].sends, 1);
+    let attempts: serde_json::Value = serde_json::from_str(&held[0].attempts).unwrap();
+    let attempts = attempts.as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert!(
+        attempts[0]["sent_at"].as_str().unwrap().ends_with('Z'),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[0]["attempt"], 1);
+    assert_eq!(attempts[0]["cause"], "outcome_unknown");
     let _ = std::fs::remove_dir_all(dir);
 }

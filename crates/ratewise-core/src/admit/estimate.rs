@@ -9,7 +9,7 @@
 //! when a request starts, corrected at its end).
 
 /// Input tokens estimated from a request body's size: `ceil(bytes / 4)`.
-pub(crate) const fn input_from_bytes(bytes: u64) -> u64 {
+pub const fn input_from_bytes(bytes: u64) -> u64 {
     bytes.div_ceil(4)
 }
 

@@ -73,7 +73,7 @@ pub use controller::{
     Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
     WaitReason,
 };
-pub use estimate::{MaxTokens, OutputEstimator};
+pub use estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
 pub use model_class::ModelClasses;
 pub use profile::{Profile, Rounding};

@@ -20,7 +20,7 @@ pub struct Amounts {
 
 impl Amounts {
     /// Input plus output.
-    pub(crate) const fn tokens(&self) -> u64 {
+    pub const fn tokens(&self) -> u64 {
         self.input.saturating_add(self.output)
     }
 

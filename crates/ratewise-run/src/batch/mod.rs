@@ -50,8 +50,7 @@ pub use run::run_batches;
 pub use via::{route, Route, Via};
 
 use crate::input::Shape;
-use crate::store::{Counts, StopRecord, Store, StoreError};
-use std::path::Path;
+use crate::store::{Counts, StopRecord, StoreError};
 use std::time::Duration;
 
 /// How the batch path runs.
@@ -236,17 +235,4 @@ impl From<StoreError> for BatchError {
     fn from(e: StoreError) -> Self {
         BatchError::Store(e)
     }
-}
-
-/// Writes the result file `out` from the store: every ended job in input
-/// order, a batch's with its `batch_id` and `price_basis` `"batch"`
-/// ([`crate::output::line_with_batch`]). The number of lines.
-pub fn write_output(store: &dyn Store, shape: Shape, out: &Path) -> std::io::Result<u64> {
-    crate::output::write_final(out, |emit| {
-        store
-            .each_ended_with_batch(&mut |e, b| {
-                emit(&crate::output::line_with_batch(shape, &e, b.as_ref()))
-            })
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    })
 }

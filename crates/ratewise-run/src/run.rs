@@ -1,0 +1,670 @@
+//! [`Run`]: the whole of `ratewise run` as a library call — lock the
+//! store, import the input (or take what changed in it), recover what the
+//! last run left, run the queue, write every result.
+
+use crate::config::{FileConfig, Options};
+use crate::error::RunError;
+use crate::input::{self, Line, Lines, Shape};
+use crate::output;
+use crate::progress::{Event, Observer};
+use crate::queue::{Ending, Queue, Report, Settings};
+use crate::sqlite::SqliteStore;
+use crate::store::{Compared, NewJob, State, Store};
+use std::collections::HashSet;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Jobs imported per store write.
+const IMPORT_GROUP: usize = 256;
+
+/// Lines refused for a change after their send, named one by one; past
+/// these, a count.
+const REFUSED_SHOWN: usize = 20;
+
+/// Reads the key's variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
+type Env = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// A run of a file of requests, built then [executed](Run::execute).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), ratewise_run::RunError> {
+/// use ratewise_run::{progress::Ignore, Run};
+/// use std::sync::Arc;
+///
+/// let (_stop, shutdown) = tokio::sync::watch::channel(false);
+/// let finished = Run::new("requests.jsonl")
+///     .upstream("http://127.0.0.1:8080") // the mock, say
+///     .api_key("sk-...")
+///     .execute(shutdown, Arc::new(Ignore))
+///     .await?;
+/// println!("{} of {} done", finished.report.counts.done, finished.report.counts.total);
+/// std::process::exit(i32::from(finished.exit_code()));
+/// # }
+/// ```
+pub struct Run {
+    options: Options,
+    api_key: Option<String>,
+    env: Option<Env>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("Run")
+            .field("options", &self.options)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl Run {
+    /// A run of `input`, every setting at its default.
+    pub fn new(input: impl Into<PathBuf>) -> Run {
+        Run::from_options(Options::new(input))
+    }
+
+    /// A run with these options.
+    pub fn from_options(options: Options) -> Run {
+        Run {
+            options,
+            api_key: None,
+            env: None,
+        }
+    }
+
+    /// The options as built so far.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Where the results go (default `<input>.results.jsonl`).
+    pub fn out(mut self, path: impl Into<PathBuf>) -> Run {
+        self.options.out = Some(path.into());
+        self
+    }
+
+    /// The store (default `<input>.ratewise.db`).
+    pub fn db(mut self, path: impl Into<PathBuf>) -> Run {
+        self.options.db = Some(path.into());
+        self
+    }
+
+    /// The provider's base URL (with or without a trailing `/v1`).
+    pub fn upstream(mut self, url: impl Into<String>) -> Run {
+        self.options.upstream = Some(url.into());
+        self
+    }
+
+    /// The TOML config file.
+    pub fn config(mut self, path: impl Into<PathBuf>) -> Run {
+        self.options.config = Some(path.into());
+        self
+    }
+
+    /// The API key (over the config's and the environment's).
+    pub fn api_key(mut self, key: impl Into<String>) -> Run {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Where the key is read when neither [`Run::api_key`] nor the config
+    /// gives one: `env("OPENAI_API_KEY")` or `env("ANTHROPIC_API_KEY")`.
+    pub fn key_from(mut self, env: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Run {
+        self.env = Some(Box::new(env));
+        self
+    }
+
+    /// Input + output tokens the store may spend, over all its runs.
+    pub fn budget_tokens(mut self, tokens: u64) -> Run {
+        self.options.budget_tokens = Some(tokens);
+        self
+    }
+
+    /// Each job's deadline, from when it was first seen.
+    pub fn deadline(mut self, deadline: Duration) -> Run {
+        self.options.deadline = Some(deadline);
+        self
+    }
+
+    /// On shutdown, how long sends on the wire get.
+    pub fn grace(mut self, grace: Duration) -> Run {
+        self.options.grace = Some(grace);
+        self
+    }
+
+    /// Clear a kept stop and send again.
+    pub fn resume_stopped(mut self, yes: bool) -> Run {
+        self.options.resume_stopped = yes;
+        self
+    }
+
+    /// Send each job held as unknown once more (it may be paid twice).
+    pub fn retry_unknown(mut self, yes: bool) -> Run {
+        self.options.retry_unknown = yes;
+        self
+    }
+
+    /// Send each expired job again, its deadline counted afresh.
+    pub fn retry_expired(mut self, yes: bool) -> Run {
+        self.options.retry_expired = yes;
+        self
+    }
+
+    /// Refuse the whole input when a line is bad.
+    pub fn strict(mut self, yes: bool) -> Run {
+        self.options.strict = yes;
+        self
+    }
+
+    /// Runs: blocks nothing of the caller's runtime (the store's work is
+    /// on blocking threads). Sends stop at once when `shutdown` turns true
+    /// (what is on the wire gets the grace). Every event goes to
+    /// `observer`; nothing is printed.
+    pub async fn execute(
+        self,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+        observer: Arc<dyn Observer>,
+    ) -> Result<Finished, RunError> {
+        let started = Instant::now();
+        let obs = Arc::clone(&observer);
+        let prepared = tokio::task::spawn_blocking(move || prepare(self, obs.as_ref()))
+            .await
+            .map_err(|e| {
+                RunError::Store(crate::StoreError::with_source(
+                    "the run's setup was lost",
+                    e,
+                ))
+            })??;
+        let Prepared {
+            lock,
+            store,
+            imported,
+            settings,
+            layer,
+            out,
+            mut partial,
+        } = prepared;
+        let client = crate::client().map_err(RunError::Client)?;
+        let service = ratewise_tower::RetryService::new(client, layer);
+        let queue = Queue::new(Arc::clone(&store), service, settings);
+        let report = queue.run(shutdown, &mut partial, observer.as_ref()).await?;
+        let shape = imported.shape;
+        let out2 = out.clone();
+        let (written, unfinished) = tokio::task::spawn_blocking(move || {
+            let (written, unfinished) = output::write_results(store.as_ref(), shape, &out2)?;
+            drop(partial);
+            let _ = std::fs::remove_file(output::partial_path(&out2));
+            drop(lock);
+            Ok::<_, std::io::Error>((written, unfinished))
+        })
+        .await
+        .map_err(|e| {
+            RunError::Store(crate::StoreError::with_source(
+                "writing the results was lost",
+                e,
+            ))
+        })?
+        .map_err(|source| RunError::Output {
+            path: out.clone(),
+            source,
+        })?;
+        Ok(Finished {
+            report,
+            bad_lines: imported.bad_lines,
+            written,
+            unfinished,
+            out,
+            shape,
+            elapsed: started.elapsed(),
+        })
+    }
+}
+
+/// What a run came to.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// The queue's report: how it ended, the counts, the sends.
+    pub report: Report,
+    /// Lines of the input not run.
+    pub bad_lines: u64,
+    /// Lines in the results file: one per job.
+    pub written: u64,
+    /// Of them, jobs not finished (`ratewise.outcome` `pending`): a re-run
+    /// goes on with them.
+    pub unfinished: u64,
+    /// The results file.
+    pub out: PathBuf,
+    /// The input's format.
+    pub shape: Shape,
+    /// How long the run took.
+    pub elapsed: Duration,
+}
+
+impl Finished {
+    /// Whether every job ended (none is left pending).
+    pub fn complete(&self) -> bool {
+        self.unfinished == 0
+    }
+
+    /// The exit code, the first that applies: [`crate::EXIT_INPUT`] (bad
+    /// lines), [`crate::EXIT_STOPPED`], [`crate::EXIT_INTERRUPTED`],
+    /// [`crate::EXIT_HELD`], [`crate::EXIT_FAILED`], else 0.
+    pub fn exit_code(&self) -> u8 {
+        crate::exit_code(self.bad_lines, &self.report)
+    }
+
+    /// The summary as one JSON object (`"event": "summary"`).
+    pub fn summary(&self) -> serde_json::Value {
+        let c = &self.report.counts;
+        let mut summary = serde_json::json!({
+            "event": "summary",
+            "done": c.done, "total": c.total, "failed": c.failed, "expired": c.expired,
+            "held": c.held, "stopped": c.stopped, "pending": c.pending,
+            "sends": self.report.sends, "answered_429": self.report.answered_429,
+            "budget_spent": c.spent, "bad_lines": self.bad_lines, "cut": self.report.cut,
+            "complete": self.complete(), "unfinished": self.unfinished,
+            "elapsed_s": self.elapsed.as_secs_f64(),
+            "out": self.out.display().to_string(),
+            "exit": self.exit_code(),
+        });
+        if let Ending::Stopped(stop) = &self.report.ending {
+            summary["stop"] = serde_json::to_value(stop).unwrap_or_default();
+            summary["stop"]["cause_in_words"] = crate::progress::cause_in_words(&stop.cause).into();
+        }
+        summary
+    }
+}
+
+struct Prepared {
+    lock: crate::lock::DbLock,
+    store: Arc<dyn Store>,
+    imported: Imported,
+    settings: Settings,
+    layer: ratewise_tower::RetryLayer,
+    out: PathBuf,
+    partial: output::Partial,
+}
+
+/// What importing or checking the input found.
+struct Imported {
+    shape: Shape,
+    bad_lines: u64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
+    let options = &run.options;
+    let file_config = match &options.config {
+        Some(path) => FileConfig::load(path).map_err(RunError::Config)?,
+        None => FileConfig::default(),
+    };
+    // An unreadable input is told before a store is made beside it.
+    std::fs::File::open(&options.input).map_err(|source| RunError::Unreadable {
+        path: options.input.clone(),
+        source,
+    })?;
+    let db = options.db_path();
+    let lock = crate::lock::lock(&db).map_err(|e| match e {
+        crate::lock::LockError::Held(holder) => RunError::Locked {
+            store: db.clone(),
+            holder,
+        },
+        crate::lock::LockError::Io(source) => RunError::Lock {
+            store: db.clone(),
+            source,
+        },
+    })?;
+    let sync = file_config.synchronous().map_err(RunError::Config)?;
+    let store: Arc<dyn Store> =
+        Arc::new(
+            SqliteStore::open(&db, sync).map_err(|source| RunError::OpenStore {
+                store: db.clone(),
+                source,
+            })?,
+        );
+    let imported = import_or_sync(store.as_ref(), &options.input, options.strict, observer)?;
+    let key_var = imported.shape.key_variable();
+    let api_key = run
+        .api_key
+        .clone()
+        .or_else(|| file_config.api_key.clone())
+        .or_else(|| run.env.as_ref().and_then(|env| env(key_var)))
+        .filter(|k| !k.trim().is_empty())
+        .ok_or(RunError::NoKey { variable: key_var })?;
+    crate::queue::check_api_key(imported.shape, &api_key).map_err(RunError::InvalidKey)?;
+    let settings = options
+        .settings(&file_config, imported.shape, api_key)
+        .map_err(|why| {
+            if why.starts_with("upstream") {
+                RunError::InvalidUpstream(why)
+            } else {
+                RunError::Config(why)
+            }
+        })?;
+    let cut = store.hold_cut()?;
+    if cut > 0 {
+        observer.event(Event::HeldFromLastRun(cut));
+    }
+    if options.resume_stopped {
+        let n = store.resume_stopped()?;
+        if n > 0 {
+            observer.event(Event::Resumed(n));
+        }
+    }
+    if options.retry_unknown {
+        let n = store.release_unknown()?;
+        if n > 0 {
+            observer.event(Event::Released(n));
+        }
+    }
+    let deadline_ms = i64::try_from(settings.deadline.as_millis()).unwrap_or(i64::MAX);
+    let n = store.revive_expired(deadline_ms, now_ms(), options.retry_expired)?;
+    if n > 0 {
+        observer.event(Event::Revived(n));
+    }
+    let out = options.out_path();
+    let partial =
+        output::Partial::open(&output::partial_path(&out)).map_err(|source| RunError::Output {
+            path: out.clone(),
+            source,
+        })?;
+    let layer = options
+        .layer(&file_config, &settings, Arc::clone(&store))
+        .map_err(RunError::Config)?;
+    Ok(Prepared {
+        lock,
+        store,
+        imported,
+        settings,
+        layer,
+        out,
+        partial,
+    })
+}
+
+/// SHA-256 and length of the file at `path`, read as a stream (the same
+/// fingerprint [`Lines`] takes of every byte it reads).
+fn fingerprint_file(path: &Path) -> std::io::Result<(String, u64)> {
+    use sha2::Digest;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        total += n as u64;
+    }
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((hex, total))
+}
+
+fn new_job(r: input::Request, first_seen_ms: i64) -> NewJob {
+    NewJob {
+        line: r.line,
+        input_estimate: r.input_estimate(),
+        max_tokens: r.output_reserve(),
+        custom_id: r.custom_id,
+        path: r.path,
+        model: r.model,
+        body: r.body,
+        first_seen_ms,
+    }
+}
+
+fn open_lines(input: &Path) -> Result<Lines<BufReader<std::fs::File>>, RunError> {
+    let file = std::fs::File::open(input).map_err(|source| RunError::Unreadable {
+        path: input.to_owned(),
+        source,
+    })?;
+    Ok(Lines::new(BufReader::with_capacity(1 << 20, file)))
+}
+
+/// Reads the input into the store (first run); on a re-run, checks it is
+/// the one the store has, or takes what changed in it.
+fn import_or_sync(
+    store: &dyn Store,
+    input: &Path,
+    strict: bool,
+    observer: &dyn Observer,
+) -> Result<Imported, RunError> {
+    let cant_read = |source| RunError::Unreadable {
+        path: input.to_owned(),
+        source,
+    };
+    if store.meta("imported")?.is_some() {
+        let shape = store
+            .meta("shape")?
+            .and_then(|s| Shape::parse(&s))
+            .ok_or_else(|| RunError::Config("the store names no input shape".into()))?;
+        let (sha, _) = fingerprint_file(input).map_err(cant_read)?;
+        if store.meta("input_sha256")?.as_deref() != Some(sha.as_str()) {
+            return take_edits(store, input, strict, observer, shape);
+        }
+        let bad = store.list_bad_lines()?;
+        for (line, why) in &bad {
+            observer.event(Event::BadLine {
+                line: *line,
+                why: why.clone(),
+            });
+        }
+        return Ok(Imported {
+            shape,
+            bad_lines: bad.len() as u64,
+        });
+    }
+    store.reset()?;
+    let mut lines = open_lines(input)?;
+    let first_seen_ms = now_ms();
+    let mut group: Vec<NewJob> = Vec::new();
+    let mut group_bytes = 0usize;
+    let mut bad: Vec<(u64, String)> = Vec::new();
+    let mut bad_total = 0u64;
+    let flush_bad = |bad: &mut Vec<(u64, String)>, total: &mut u64| -> Result<(), RunError> {
+        for (line, why) in bad.iter() {
+            observer.event(Event::BadLine {
+                line: *line,
+                why: why.clone(),
+            });
+            *total += 1;
+        }
+        Ok(store.bad_lines(std::mem::take(bad))?)
+    };
+    let flush_jobs = |group: &mut Vec<NewJob>,
+                      bad: &mut Vec<(u64, String)>|
+     -> Result<(), RunError> {
+        let jobs = std::mem::take(group);
+        let ids: Vec<(u64, String)> = jobs.iter().map(|j| (j.line, j.custom_id.clone())).collect();
+        let added = store.import(jobs)?;
+        for ((line, id), new) in ids.into_iter().zip(added) {
+            if !new {
+                bad.push((line, input::BadLine::Duplicate(id).to_string()));
+            }
+        }
+        Ok(())
+    };
+    while let Some(line) = lines.next_line().map_err(cant_read)? {
+        match line {
+            Line::Request(r) => {
+                group_bytes += r.body.len();
+                group.push(new_job(r, first_seen_ms));
+            }
+            Line::Bad { line, why } => bad.push((line, why.to_string())),
+        }
+        if group.len() >= IMPORT_GROUP || group_bytes >= 64 << 20 {
+            flush_jobs(&mut group, &mut bad)?;
+            group_bytes = 0;
+        }
+        if bad.len() >= IMPORT_GROUP {
+            flush_bad(&mut bad, &mut bad_total)?;
+        }
+    }
+    flush_jobs(&mut group, &mut bad)?;
+    flush_bad(&mut bad, &mut bad_total)?;
+    let Some(shape) = lines.shape() else {
+        return Err(RunError::NoValidLine {
+            path: input.to_owned(),
+        });
+    };
+    if strict && bad_total > 0 {
+        return Err(RunError::Strict {
+            bad_lines: bad_total,
+            path: input.to_owned(),
+        });
+    }
+    let (sha, len) = lines.fingerprint();
+    for (k, v) in [
+        ("shape", shape.as_str().to_owned()),
+        ("input_sha256", sha),
+        ("input_bytes", len.to_string()),
+        ("imported", "1".to_owned()),
+    ] {
+        store.set_meta(k, &v)?;
+    }
+    Ok(Imported {
+        shape,
+        bad_lines: bad_total,
+    })
+}
+
+/// An input edited since the store was made: first read whole to find
+/// lines whose job was sent or ended and whose request changed (then
+/// nothing changes: refused, naming them); else read again and kept: new
+/// `custom_id`s added, edited unsent ones replaced, unchanged ones kept as
+/// they are, unsent jobs whose line is gone removed. Bad lines are the new
+/// file's.
+fn take_edits(
+    store: &dyn Store,
+    input: &Path,
+    strict: bool,
+    observer: &dyn Observer,
+    shape: Shape,
+) -> Result<Imported, RunError> {
+    let cant_read = |source| RunError::Unreadable {
+        path: input.to_owned(),
+        source,
+    };
+    let now = now_ms();
+    // Pass 1: compare, change nothing.
+    let mut lines = open_lines(input)?;
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut refused: Vec<(u64, String, State, u64)> = Vec::new();
+    let mut refused_total = 0u64;
+    let (mut added, mut edited, mut bad_total) = (0u64, 0u64, 0u64);
+    let mut group: Vec<NewJob> = Vec::new();
+    let mut compare = |group: &mut Vec<NewJob>| -> Result<(), RunError> {
+        let jobs = std::mem::take(group);
+        for (job, c) in jobs.iter().zip(store.compare(&jobs)?) {
+            match c {
+                Compared::New => added += 1,
+                Compared::Edited => edited += 1,
+                Compared::Same => {}
+                Compared::Refused { state, sends } => {
+                    refused_total += 1;
+                    if refused.len() < REFUSED_SHOWN {
+                        refused.push((job.line, job.custom_id.clone(), state, sends));
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    while let Some(line) = lines.next_line().map_err(cant_read)? {
+        match line {
+            Line::Request(r) if seen.insert(r.custom_id.clone()) => {
+                group.push(new_job(r, now));
+                if group.len() >= IMPORT_GROUP {
+                    compare(&mut group)?;
+                }
+            }
+            Line::Request(_) | Line::Bad { .. } => bad_total += 1,
+        }
+    }
+    compare(&mut group)?;
+    if let Some(now_shape) = lines.shape() {
+        if now_shape != shape {
+            return Err(RunError::OtherFormat {
+                store: shape.as_str(),
+                input: now_shape.as_str(),
+            });
+        }
+    }
+    if refused_total > 0 {
+        return Err(RunError::ChangedAfterSend {
+            lines: refused,
+            total: refused_total,
+        });
+    }
+    if strict && bad_total > 0 {
+        return Err(RunError::Strict {
+            bad_lines: bad_total,
+            path: input.to_owned(),
+        });
+    }
+    // Pass 2: keep.
+    let generation = store
+        .meta("input_gen")?
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(0)
+        + 1;
+    store.clear_bad_lines()?;
+    let mut lines = open_lines(input)?;
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut group: Vec<NewJob> = Vec::new();
+    let mut bad: Vec<(u64, String)> = Vec::new();
+    while let Some(line) = lines.next_line().map_err(cant_read)? {
+        match line {
+            Line::Request(r) => {
+                if seen.insert(r.custom_id.clone()) {
+                    group.push(new_job(r, now));
+                } else {
+                    bad.push((r.line, input::BadLine::Duplicate(r.custom_id).to_string()));
+                }
+            }
+            Line::Bad { line, why } => bad.push((line, why.to_string())),
+        }
+        if group.len() >= IMPORT_GROUP {
+            store.sync(std::mem::take(&mut group), generation)?;
+        }
+    }
+    store.sync(group, generation)?;
+    for (line, why) in &bad {
+        observer.event(Event::BadLine {
+            line: *line,
+            why: why.clone(),
+        });
+    }
+    store.bad_lines(bad)?;
+    let withdrawn = store.withdraw_missing(generation)?;
+    let (sha, len) = lines.fingerprint();
+    for (k, v) in [
+        ("input_sha256", sha),
+        ("input_bytes", len.to_string()),
+        ("input_gen", generation.to_string()),
+    ] {
+        store.set_meta(k, &v)?;
+    }
+    observer.event(Event::InputEdited {
+        added,
+        edited,
+        withdrawn,
+    });
+    Ok(Imported {
+        shape,
+        bad_lines: bad_total,
+    })
+}

@@ -1,0 +1,139 @@
+//! `Run` as a library: typed errors before anything is sent, events to an
+//! observer instead of prints, a store error that keeps its source.
+
+use ratewise_mock::{LatencyConfig, MockConfig, MockServer};
+use ratewise_run::progress::{Event, Ignore};
+use ratewise_run::{Run, RunError, SqliteStore, Synchronous};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "rw-api-{name}-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn input(dir: &std::path::Path, n: usize) -> PathBuf {
+    let text: String = (0..n)
+        .map(|i| {
+            format!(
+                "{{\"custom_id\":\"r{i}\",\"params\":{{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":16,\"messages\":[{{\"role\":\"user\",\"content\":\"hi {i}\"}}]}}}}\n"
+            )
+        })
+        .collect();
+    let path = dir.join("in.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn roomy() -> MockConfig {
+    let mut c = MockConfig {
+        latency: LatencyConfig {
+            first_byte_ms: 0,
+            per_output_token_ms: 0.0,
+        },
+        ..MockConfig::default()
+    };
+    c.anthropic_limits.requests_per_minute = Some(1_000_000);
+    c.anthropic_limits.input_tokens_per_minute = Some(100_000_000);
+    c.anthropic_limits.output_tokens_per_minute = Some(100_000_000);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_or_upstream_that_cannot_be_sent_is_a_typed_error_and_nothing_is_sent() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let dir = temp("bad");
+    let path = input(&dir, 3);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let err = Run::new(&path)
+        .upstream(mock.base_url())
+        .api_key("sk-ant-one\r\nX-Injected: yes")
+        .execute(rx.clone(), Arc::new(Ignore))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::InvalidKey(_)), "{err:?}");
+    assert_eq!(err.exit_code(), ratewise_run::EXIT_INPUT);
+    assert!(!err.to_string().contains("sk-ant-one"), "{err}");
+    let err = Run::new(&path)
+        .upstream("http://exa mple.com/v1")
+        .api_key("sk-ant-fine")
+        .execute(rx.clone(), Arc::new(Ignore))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::InvalidUpstream(_)), "{err:?}");
+    let err = Run::new(&path)
+        .upstream(mock.base_url())
+        .key_from(|_| None)
+        .execute(rx, Arc::new(Ignore))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RunError::NoKey {
+                variable: "ANTHROPIC_API_KEY"
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(mock.records().is_empty());
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_reports_to_its_observer_and_ends_in_a_summary() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let dir = temp("ok");
+    let path = input(&dir, 5);
+    let events: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let seen = Arc::clone(&events);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let finished = Run::new(&path)
+        .upstream(format!("{}/v1", mock.base_url()))
+        .key_from(|var| (var == "ANTHROPIC_API_KEY").then(|| "sk-ant-test".to_owned()))
+        .execute(rx, Arc::new(move |e: Event| seen.lock().unwrap().push(e)))
+        .await
+        .unwrap();
+    assert_eq!(finished.exit_code(), 0);
+    assert!(finished.complete());
+    assert_eq!((finished.report.counts.done, finished.written), (5, 5));
+    let summary = finished.summary();
+    assert_eq!(summary["complete"], true);
+    assert_eq!(summary["exit"], 0);
+    let last_done = events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, Event::Progress(s) if s.done == 5));
+    assert!(last_done);
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_store_error_keeps_the_sqlite_error_as_its_source() {
+    let dir = temp("source");
+    // A directory is not a database.
+    let err = SqliteStore::open(&dir, Synchronous::Normal)
+        .err()
+        .expect("a directory cannot be opened as a store");
+    let source = std::error::Error::source(&err).expect("the SQLite error");
+    assert!(!source.to_string().is_empty());
+    let plain = ratewise_run::StoreError::new("disk full");
+    assert!(std::error::Error::source(&plain).is_none());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_run_can_be_spawned() {
+    fn send<T: Send + 'static>(_: &T) {}
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let run = Run::new("in.jsonl").execute(rx, Arc::new(Ignore));
+    send(&run);
+}
