@@ -3,6 +3,7 @@
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ratewise_run::batch::{BatchStatus, Via};
 use ratewise_run::progress::{cause_in_words, Event, Observer, Status};
 use ratewise_run::{Ending, Options, Run};
 use std::io::Write;
@@ -73,6 +74,23 @@ pub struct RunArgs {
     /// Refuse the whole file when any line is bad.
     #[arg(long)]
     strict: bool,
+    /// Which path the jobs take: `direct` (one request each, paced),
+    /// `batch` (the provider's batch API: half the price, results within
+    /// its 24 h window), or `auto` (the batch API for the jobs whose
+    /// deadline leaves room for its window, the rest directly).
+    #[arg(long, value_name = "direct|batch|auto", default_value = "direct", value_parser = parse_via)]
+    via: Via,
+    /// How often a submitted batch is polled (default 30s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    batch_poll: Option<std::time::Duration>,
+    /// Send again the items a batch ended `errored` or `expired` (never
+    /// without it): in a new batch, or directly with `--via direct`.
+    #[arg(long)]
+    retry_failed: bool,
+}
+
+fn parse_via(text: &str) -> Result<Via, String> {
+    text.parse::<Via>().map_err(|e| e.to_string())
 }
 
 const AFTER_HELP: &str = "\
@@ -118,6 +136,8 @@ const BAD_LINES_SHOWN: u64 = 50;
 /// as a bar or JSON lines.
 struct Printer {
     input: PathBuf,
+    /// Each batch's last status word: a line on stderr when it changes.
+    batches: Mutex<std::collections::HashMap<String, String>>,
     progress: Mutex<Progress>,
     bad_lines: AtomicU64,
 }
@@ -154,6 +174,16 @@ impl Observer for Printer {
                     p.tick(&status);
                 }
             }
+            Event::Batch(status) => {
+                let changed = self.batches.lock().is_ok_and(|mut seen| {
+                    seen.insert(status.batch_id.clone(), status.status.clone())
+                        .as_deref()
+                        != Some(status.status.as_str())
+                });
+                if let Ok(mut p) = self.progress.lock() {
+                    p.batch(&status, changed);
+                }
+            }
             _ => {}
         }
     }
@@ -173,6 +203,9 @@ pub fn run(args: &RunArgs) -> u8 {
     options.retry_unknown = args.retry_unknown;
     options.retry_expired = args.retry_expired;
     options.strict = args.strict;
+    options.via = args.via;
+    options.batch_poll = args.batch_poll;
+    options.retry_failed = args.retry_failed;
     let progress = match args.progress {
         ProgressArg::Auto => Progress::auto(),
         ProgressArg::Json => Progress::Json,
@@ -180,6 +213,7 @@ pub fn run(args: &RunArgs) -> u8 {
     };
     let printer = Arc::new(Printer {
         input: args.input.clone(),
+        batches: Mutex::new(std::collections::HashMap::new()),
         progress: Mutex::new(progress),
         bad_lines: AtomicU64::new(0),
     });
@@ -300,6 +334,24 @@ async fn signals(tx: tokio::sync::watch::Sender<bool>) {
     }
 }
 
+/// A batch's status in one line.
+fn batch_line(b: &BatchStatus) -> String {
+    let c = &b.counts;
+    format!(
+        "batch {}: {} ({} of {} succeeded, {} errored, {} expired, {} canceled{})",
+        b.batch_id,
+        b.status,
+        c.succeeded,
+        c.total,
+        c.errored,
+        c.expired,
+        c.canceled,
+        b.eta
+            .map(|d| format!("; eta {}s", d.as_secs()))
+            .unwrap_or_default()
+    )
+}
+
 /// Where progress goes (`--progress`).
 enum Progress {
     /// Nothing.
@@ -350,6 +402,28 @@ impl Progress {
                         .unwrap_or_default(),
                 ));
             }
+        }
+    }
+
+    /// A batch polled: a JSON line each poll; otherwise a line on stderr
+    /// when its status `changed`.
+    fn batch(&mut self, b: &BatchStatus, changed: bool) {
+        let c = &b.counts;
+        match self {
+            Progress::Json => {
+                let v = serde_json::json!({
+                    "event": "batch", "batch_id": b.batch_id, "status": b.status,
+                    "total": c.total, "succeeded": c.succeeded, "errored": c.errored,
+                    "expired": c.expired, "canceled": c.canceled, "processing": c.processing,
+                    "eta_s": b.eta.map(|d| d.as_secs()),
+                });
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{v}");
+                let _ = out.flush();
+            }
+            _ if !changed => {}
+            Progress::Off => say(batch_line(b)),
+            Progress::Bar(bar) => bar.println(format!("ratewise run: {}", batch_line(b))),
         }
     }
 

@@ -1053,3 +1053,138 @@ fn jobs_expire_in_file_order_and_no_later_line_is_sent_in_their_place() {
     assert!(states[..first_expired].iter().all(|s| *s == "done"));
     assert_eq!(mock.records().len(), first_expired);
 }
+
+/// Roomy limits and a batch surface that ends `items_per_second` items a
+/// second (real time).
+fn with_batches(items_per_second: f64) -> MockConfig {
+    let mut c = roomy(0);
+    c.batch.items_per_second = items_per_second;
+    c.batch.validating_seconds = 0.2;
+    c
+}
+
+#[test]
+fn via_batch_runs_both_formats_through_one_batch_at_the_batch_price() {
+    for shape in [Shape::OpenAi, Shape::Anthropic] {
+        let mock = Mock::start(with_batches(1000.0));
+        let dir = Dir::new("via-batch");
+        let ids = write_input(&dir.path("in.jsonl"), shape, 30);
+        let (code, stderr) = run(&dir, &mock, &["--via", "batch", "--batch-poll", "200ms"]);
+        assert_eq!(code, 0, "{shape:?}: {stderr}");
+        let out = by_id(&results(&dir));
+        assert_eq!(out.keys().cloned().collect::<Vec<_>>(), ids, "{shape:?}");
+        let batches = mock.server().batches();
+        assert_eq!(batches.len(), 1, "{shape:?}: one batch for 30 jobs");
+        for v in out.values() {
+            assert_eq!(outcome(v), "done", "{shape:?}: {v}");
+            assert_eq!(v["ratewise"]["price_basis"], "batch");
+            assert_eq!(v["ratewise"]["batch_id"], batches[0].id.as_str());
+        }
+        if shape == Shape::OpenAi {
+            assert!(out.values().all(|v| v["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("batch_req_"))));
+        }
+        // Nothing went the direct way: no direct send, nothing billed at
+        // the list price; the batch was billed at its discount.
+        assert!(mock.records().is_empty(), "{shape:?}: direct sends made");
+        assert_eq!(mock.server().usd_direct(), 0.0);
+        assert!(mock.server().usd_batch() > 0.0);
+        assert!(stderr.contains(&batches[0].id), "{stderr}");
+    }
+}
+
+#[test]
+fn kill_9_right_after_the_batch_is_created_then_a_rerun_makes_no_second_batch() {
+    for shape in [Shape::OpenAi, Shape::Anthropic] {
+        let mock = Mock::start(with_batches(10.0));
+        let dir = Dir::new("via-batch-kill");
+        let ids = write_input(&dir.path("in.jsonl"), shape, 20);
+        let mut child = command(&dir, &mock, &["--via", "batch", "--batch-poll", "200ms"])
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while mock.server().batches().is_empty() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no batch created");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        kill9(&mut child);
+        let (code, stderr) = run(&dir, &mock, &["--via", "batch", "--batch-poll", "200ms"]);
+        assert_eq!(code, 0, "{shape:?}: {stderr}");
+        assert_eq!(
+            mock.server().batches().len(),
+            1,
+            "{shape:?}: a second batch"
+        );
+        let out = by_id(&results(&dir));
+        assert_eq!(out.keys().cloned().collect::<Vec<_>>(), ids);
+        assert!(out.values().all(|v| outcome(v) == "done"), "{out:?}");
+        assert!(mock.records().is_empty(), "{shape:?}: direct sends made");
+    }
+}
+
+#[test]
+fn a_spend_cap_on_the_batch_api_stops_the_run_with_its_cause() {
+    let mut config = with_batches(1000.0);
+    config.spend.cap_usd = Some(0.0);
+    let mock = Mock::start(config);
+    let dir = Dir::new("via-batch-cap");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 5);
+    let (code, stderr) = run(&dir, &mock, &["--via", "batch", "--batch-poll", "200ms"]);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("spend"), "{stderr}");
+    assert!(mock.server().batches().is_empty());
+    let out = by_id(&results(&dir));
+    assert_eq!(out.len(), 5, "every custom_id has its line");
+    assert!(mock.records().is_empty());
+}
+
+#[test]
+fn via_auto_sends_by_deadline_the_old_jobs_directly_and_the_new_in_a_batch() {
+    let mock = Mock::start(with_batches(1000.0));
+    let dir = Dir::new("via-auto");
+    let input = dir.path("in.jsonl");
+    // Five jobs first seen now, kept pending by a budget that stops the
+    // run before any send.
+    let old = write_input(&input, Shape::OpenAi, 5);
+    let (code, stderr) = run(&dir, &mock, &["--budget-tokens", "1"]);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(mock.records().is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    // Five more lines; a deadline of 25 h + 1 s leaves the batch window
+    // (24 h) and its margin (1 h) to the new jobs only: the old ones have
+    // lived 2 s of theirs.
+    let mut text = std::fs::read_to_string(&input).unwrap();
+    let new: Vec<String> = (0..5).map(|i| format!("new-{i}")).collect();
+    for id in &new {
+        text.push_str(&format!("{}\n", request_line(Shape::OpenAi, id, 64)));
+    }
+    std::fs::write(&input, text).unwrap();
+    let (code, stderr) = run(
+        &dir,
+        &mock,
+        &[
+            "--via",
+            "auto",
+            "--deadline",
+            "90001s",
+            "--resume-stopped",
+            "--batch-poll",
+            "200ms",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let out = by_id(&results(&dir));
+    for id in &old {
+        assert_eq!(out[id]["ratewise"]["price_basis"], "direct", "{id}");
+        assert_eq!(outcome(&out[id]), "done");
+    }
+    for id in &new {
+        assert_eq!(out[id]["ratewise"]["price_basis"], "batch", "{id}");
+        assert_eq!(outcome(&out[id]), "done");
+    }
+    let sent: BTreeSet<String> = sends_by_job(&mock.records()).into_keys().collect();
+    assert_eq!(sent, old.iter().cloned().collect::<BTreeSet<_>>());
+    let batches = mock.server().batches();
+    assert_eq!(batches.len(), 1);
+}

@@ -67,6 +67,14 @@ pub struct Options {
     pub retry_expired: bool,
     /// `--strict`.
     pub strict: bool,
+    /// `--via`: every job sent directly (the default), through the
+    /// provider's batch API, or by deadline.
+    pub via: crate::batch::Via,
+    /// `--batch-poll`: how often a submitted batch is polled.
+    pub batch_poll: Option<Duration>,
+    /// `--retry-failed`: items a batch ended `errored` or `expired` are
+    /// sent again (in a new batch, or directly with `--via direct`).
+    pub retry_failed: bool,
 }
 
 impl Options {
@@ -85,6 +93,9 @@ impl Options {
             retry_unknown: false,
             retry_expired: false,
             strict: false,
+            via: crate::batch::Via::Direct,
+            batch_poll: None,
+            retry_failed: false,
         }
     }
 

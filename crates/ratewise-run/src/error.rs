@@ -80,6 +80,10 @@ pub enum RunError {
     InvalidUpstream(String),
     /// The HTTP client could not be made (TLS setup).
     Client(String),
+    /// The batch path could not go on (its store, or a batch API call
+    /// that failed where going on was not possible). Batches already
+    /// submitted go on at the provider; a re-run resumes polling them.
+    Batch(crate::batch::BatchError),
     /// The results could not be written.
     Output {
         /// The results file.
@@ -96,9 +100,10 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::Locked { .. } => crate::EXIT_LOCKED,
-            RunError::Store(_) | RunError::Output { .. } | RunError::Client(_) => {
-                crate::EXIT_INTERRUPTED
-            }
+            RunError::Store(_)
+            | RunError::Output { .. }
+            | RunError::Client(_)
+            | RunError::Batch(_) => crate::EXIT_INTERRUPTED,
             _ => crate::EXIT_INPUT,
         }
     }
@@ -158,6 +163,10 @@ impl std::fmt::Display for RunError {
             RunError::InvalidKey(why) => write!(f, "the API key cannot be sent: {why}; nothing was sent"),
             RunError::InvalidUpstream(why) => write!(f, "{why}; nothing was sent"),
             RunError::Client(why) => write!(f, "the HTTP client: {why}"),
+            RunError::Batch(e) => write!(
+                f,
+                "{e}; submitted batches go on at the provider: run the same command again to resume"
+            ),
             RunError::Output { path, source } => {
                 write!(f, "cannot write {}: {source}", path.display())
             }
@@ -172,8 +181,15 @@ impl std::error::Error for RunError {
             | RunError::Lock { source, .. }
             | RunError::Output { source, .. } => Some(source),
             RunError::OpenStore { source, .. } | RunError::Store(source) => Some(source),
+            RunError::Batch(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl From<crate::batch::BatchError> for RunError {
+    fn from(e: crate::batch::BatchError) -> Self {
+        RunError::Batch(e)
     }
 }
 

@@ -189,11 +189,7 @@ impl Partial {
 /// one line per `custom_id` (a job not ended as unfinished), a batch's
 /// with its `batch_id` and `price_basis` `"batch"` ([`line_with_batch`]).
 /// The lines written and, of them, the jobs not ended.
-pub fn write_results(
-    store: &dyn crate::Store,
-    shape: Shape,
-    out: &Path,
-) -> io::Result<(u64, u64)> {
+pub fn write_results(store: &dyn crate::Store, shape: Shape, out: &Path) -> io::Result<(u64, u64)> {
     let mut unfinished = 0u64;
     let written = write_final(out, |emit| {
         store

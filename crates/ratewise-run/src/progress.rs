@@ -52,6 +52,8 @@ pub enum Event {
     Stopped(StopRecord),
     /// Once a second while the queue runs, and once at its end.
     Progress(Status),
+    /// A batch of the batch path, each time it is polled.
+    Batch(crate::batch::BatchStatus),
 }
 
 /// Told each [`Event`] of a run, on the run's threads: keep it short (a

@@ -2,6 +2,7 @@
 //! store, import the input (or take what changed in it), recover what the
 //! last run left, run the queue, write every result.
 
+use crate::batch::{self, BatchEnding, BatchReport, BatchSettings, Via};
 use crate::config::{FileConfig, Options};
 use crate::error::RunError;
 use crate::input::{self, Line, Lines, Shape};
@@ -152,6 +153,27 @@ impl Run {
         self
     }
 
+    /// Which path the jobs take: [`Via::Direct`] (the default), the
+    /// provider's batch API ([`Via::Batch`], half the price, results
+    /// within its 24 h window), or per job by its deadline ([`Via::Auto`]).
+    pub fn via(mut self, via: Via) -> Run {
+        self.options.via = via;
+        self
+    }
+
+    /// How often a submitted batch is polled (default 30 s).
+    pub fn batch_poll(mut self, every: Duration) -> Run {
+        self.options.batch_poll = Some(every);
+        self
+    }
+
+    /// Items a batch ended `errored` or `expired` are sent again (never
+    /// without it).
+    pub fn retry_failed(mut self, yes: bool) -> Run {
+        self.options.retry_failed = yes;
+        self
+    }
+
     /// Refuse the whole input when a line is bad.
     pub fn strict(mut self, yes: bool) -> Run {
         self.options.strict = yes;
@@ -185,11 +207,107 @@ impl Run {
             layer,
             out,
             mut partial,
+            via,
+            batch,
         } = prepared;
         let client = crate::client().map_err(RunError::Client)?;
-        let service = ratewise_tower::RetryService::new(client, layer);
-        let queue = Queue::new(Arc::clone(&store), service, settings);
-        let report = queue.run(shutdown, &mut partial, observer.as_ref()).await?;
+        let deadline = settings.deadline;
+        let batch_status = {
+            let observer = Arc::clone(&observer);
+            move |status| observer.event(Event::Batch(status))
+        };
+        // Batches a run before this one left at the provider are polled
+        // whatever the path now (a signal leaves them running).
+        let open = {
+            let store = Arc::clone(&store);
+            tokio::task::spawn_blocking(move || store.batches())
+                .await
+                .map_err(|e| {
+                    RunError::Store(crate::StoreError::with_source("a store call was lost", e))
+                })??
+                .iter()
+                .any(crate::store::BatchRow::is_open)
+        };
+        let (report, batch_report) = if via == Via::Batch {
+            let b = batch::run_batches(
+                Arc::clone(&store),
+                client,
+                batch,
+                |_| true,
+                shutdown,
+                batch_status,
+            )
+            .await?;
+            (report_of_batches(&b), Some(b))
+        } else {
+            // Auto: the batches are created first, so that no job meant
+            // for one is taken by the direct queue; then they are polled
+            // beside it.
+            let created = if via == Via::Auto {
+                let select = move |p: &crate::store::Pending| {
+                    batch::route(
+                        Via::Auto,
+                        p.first_seen_ms,
+                        deadline,
+                        now_ms(),
+                        batch::via::BATCH_WINDOW,
+                        batch::via::DEFAULT_MARGIN,
+                    ) == batch::Route::Batch
+                };
+                let create = BatchSettings {
+                    poll_to_end: false,
+                    ..batch.clone()
+                };
+                Some(
+                    batch::run_batches(
+                        Arc::clone(&store),
+                        client.clone(),
+                        create,
+                        select,
+                        shutdown.clone(),
+                        batch_status.clone(),
+                    )
+                    .await?,
+                )
+            } else {
+                None
+            };
+            let service = ratewise_tower::RetryService::new(client.clone(), layer);
+            let queue = Queue::new(Arc::clone(&store), service, settings);
+            let poll = created.is_some() || open || batch.retry_failed;
+            let polled = async {
+                if poll {
+                    batch::run_batches(
+                        Arc::clone(&store),
+                        client,
+                        batch,
+                        |_| false,
+                        shutdown.clone(),
+                        batch_status,
+                    )
+                    .await
+                    .map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let (report, polled) = tokio::join!(
+                queue.run(shutdown.clone(), &mut partial, observer.as_ref()),
+                polled
+            );
+            let mut report = report?;
+            let polled = polled?;
+            if let Some(b) = &polled {
+                merge_batch_ending(&mut report, b);
+                let store = Arc::clone(&store);
+                report.counts = tokio::task::spawn_blocking(move || store.counts())
+                    .await
+                    .map_err(|e| {
+                        RunError::Store(crate::StoreError::with_source("a store call was lost", e))
+                    })??;
+            }
+            (report, polled.or(created))
+        };
         let shape = imported.shape;
         let out2 = out.clone();
         let (written, unfinished) = tokio::task::spawn_blocking(move || {
@@ -212,6 +330,7 @@ impl Run {
         })?;
         Ok(Finished {
             report,
+            batches: batch_report,
             bad_lines: imported.bad_lines,
             written,
             unfinished,
@@ -225,8 +344,11 @@ impl Run {
 /// What a run came to.
 #[derive(Debug, Clone)]
 pub struct Finished {
-    /// The queue's report: how it ended, the counts, the sends.
+    /// The queue's report: how it ended, the counts, the sends (direct
+    /// sends only: a batch's items are not sends).
     pub report: Report,
+    /// What the batch path did, when it ran.
+    pub batches: Option<BatchReport>,
     /// Lines of the input not run.
     pub bad_lines: u64,
     /// Lines in the results file: one per job.
@@ -269,6 +391,14 @@ impl Finished {
             "out": self.out.display().to_string(),
             "exit": self.exit_code(),
         });
+        if let Some(b) = &self.batches {
+            summary["batches"] = serde_json::json!({
+                "created": b.created, "recovered": b.recovered, "ended": b.ended,
+                "held": b.held, "not_created": b.not_created,
+                "possibly_billed_tokens": b.possibly_billed,
+                "create_failures": b.create_failures,
+            });
+        }
         if let Ending::Stopped(stop) = &self.report.ending {
             summary["stop"] = serde_json::to_value(stop).unwrap_or_default();
             summary["stop"]["cause_in_words"] = crate::progress::cause_in_words(&stop.cause).into();
@@ -277,7 +407,38 @@ impl Finished {
     }
 }
 
+/// The batch path's ending as the run's report (no direct sends).
+fn report_of_batches(b: &BatchReport) -> Report {
+    Report {
+        ending: match &b.ending {
+            BatchEnding::Finished => Ending::Finished,
+            BatchEnding::Stopped(stop) => Ending::Stopped(stop.clone()),
+            // Batches left at the provider: a re-run resumes polling.
+            BatchEnding::Interrupted | BatchEnding::Submitted => Ending::Interrupted,
+        },
+        counts: b.counts.clone(),
+        sends: 0,
+        answered_429: 0,
+        cut: 0,
+    }
+}
+
+/// A stop or an interruption of the batch path beside the direct queue is
+/// the run's, unless the queue's own ending says more.
+fn merge_batch_ending(report: &mut Report, b: &BatchReport) {
+    match (&report.ending, &b.ending) {
+        (Ending::Stopped(_) | Ending::StoreFailed(_), _) => {}
+        (_, BatchEnding::Stopped(stop)) => report.ending = Ending::Stopped(stop.clone()),
+        (Ending::Finished, BatchEnding::Interrupted | BatchEnding::Submitted) => {
+            report.ending = Ending::Interrupted
+        }
+        _ => {}
+    }
+}
+
 struct Prepared {
+    via: Via,
+    batch: BatchSettings,
     lock: crate::lock::DbLock,
     store: Arc<dyn Store>,
     imported: Imported,
@@ -378,7 +539,20 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     let layer = options
         .layer(&file_config, &settings, Arc::clone(&store))
         .map_err(RunError::Config)?;
+    if options.retry_failed && options.via == Via::Direct {
+        // Sent again directly: pending before the queue starts.
+        store.release_batch_failed()?;
+    }
+    let mut batch = BatchSettings::new(imported.shape, settings.api_key.clone());
+    batch.upstream = settings.upstream.clone();
+    batch.budget_tokens = settings.budget_tokens;
+    batch.retry_failed = options.retry_failed && options.via != Via::Direct;
+    if let Some(every) = options.batch_poll {
+        batch.poll_interval = every;
+    }
     Ok(Prepared {
+        via: options.via,
+        batch,
         lock,
         store,
         imported,

@@ -5,8 +5,8 @@
 
 use ratewise_mock::{BatchConfig, MockConfig, MockServer, SpendConfig};
 use ratewise_run::batch::{
-    route, run_batches, BatchEnding, BatchError, BatchReport, BatchSettings,
-    BatchStatus, Limits, Route, Via,
+    route, run_batches, BatchEnding, BatchError, BatchReport, BatchSettings, BatchStatus, Limits,
+    Route, Via,
 };
 use ratewise_run::input::Shape;
 use ratewise_run::store::{
