@@ -3,7 +3,7 @@
 # provider: an OpenAI batch file in, every result out. Three parts, each
 # printing its figures; all must pass.
 #
-#   bash bench/run_queue.sh                             # parts 1 2 3 (CI)
+#   bash bench/run_queue.sh                             # parts 1 2 3 4 (CI)
 #   RATEWISE_RUN_BENCH_PARTS="1 3" bash bench/run_queue.sh
 #   RATEWISE_BENCH_SKIP_BUILD=1 ...                     # binaries already built
 #
@@ -47,6 +47,13 @@
 #    is missing, python's getrusage of the child). The input is generated
 #    under a `mktemp -d` directory, deleted on exit like everything else.
 #
+# 4. Price. 1 000 jobs (part 1's inputs, gpt-4o-mini at its list price
+#    in the mock: 0.15 / 0.60 USD per million input / output tokens) once
+#    with `--via direct` and once with `--via batch` against a fresh mock
+#    each; both must do every job, every line names its price basis, and
+#    what the mock billed for the batch run is about half the direct run's
+#    (both providers document batch work at 50 % of the list price).
+#
 # All parts use the release build: part 2 measures what a user's run
 # does, and the debug build's unoptimised code is the bottleneck there
 # (about 500 jobs/s, ratewise's own CPU). On a 2-core machine part 1 takes
@@ -60,7 +67,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-PARTS="${RATEWISE_RUN_BENCH_PARTS:-1 2 3}"
+PARTS="${RATEWISE_RUN_BENCH_PARTS:-1 2 3 4}"
 . "$ROOT/bench/lib.sh"
 
 if [ "${RATEWISE_BENCH_SKIP_BUILD:-}" != 1 ]; then
@@ -79,6 +86,8 @@ cleanup() {
 trap cleanup EXIT
 
 FAILS=()
+# Extra `ratewise run` arguments (part 4: --via batch).
+RUN_EXTRA=()
 fail() {
     echo "  FAIL: $*"
     FAILS+=("$*")
@@ -120,7 +129,7 @@ sys.exit(rc)' "$WORK/$label.time")
     OPENAI_API_KEY=sk-test XDG_STATE_HOME="$WORK/state" \
         timeout "$limit" "${timer[@]}" "$RATEWISE_BIN" run "$input" \
         --out "$WORK/$label.out.jsonl" --db "$WORK/$label.db" \
-        --upstream "http://$MOCK_ADDR" --progress json \
+        --upstream "http://$MOCK_ADDR" --progress json "${RUN_EXTRA[@]}" \
         >"$WORK/$label.stdout" 2>"$WORK/$label.stderr" || rc=$?
     t1=$(date +%s.%N)
     echo "$rc" >"$WORK/$label.rc"
@@ -388,12 +397,95 @@ part3() {
     judge p3 "$jobs" 3
 }
 
+# Judges part 4: both runs did every job, and what the mock billed each.
+judge_price() {
+    local lines
+    lines="$(WORK="$WORK" "$PYTHON" - <<'PY'
+import json, os
+work = os.environ["WORK"]
+fails, usd = [], {}
+for label, via in (("p4d", "direct"), ("p4b", "batch")):
+    p = lambda ext: os.path.join(work, f"{label}.{ext}")
+    rc = open(p("rc")).read().strip()
+    summary = {}
+    for line in open(p("stdout"), errors="replace"):
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict) and ev.get("event") == "summary":
+            summary = ev
+    outcomes, bases, ids = {}, {}, set()
+    try:
+        for line in open(p("out.jsonl"), errors="replace"):
+            if line.strip():
+                o = json.loads(line)
+                ids.add(o.get("custom_id"))
+                rw = o.get("ratewise") or {}
+                outcomes[rw.get("outcome")] = outcomes.get(rw.get("outcome"), 0) + 1
+                bases[rw.get("price_basis")] = bases.get(rw.get("price_basis"), 0) + 1
+    except FileNotFoundError:
+        fails.append(f"{via}: no output file")
+    spend = json.load(open(p("spend.json")))
+    usd[via] = spend.get(f"usd_{via}", 0.0)
+    wall = float(open(p("wall_s")).read())
+    print(f"  via {via}: exit {rc}, {wall:.1f} s, {len(ids)} custom_ids, outcomes {outcomes}, "
+          f"price_basis {bases}; the mock billed {usd[via]:.4f} USD")
+    if rc != "0":
+        fails.append(f"via {via}: exit {rc}")
+    if outcomes != {"done": 1000} or len(ids) != 1000:
+        fails.append(f"via {via}: outcomes {outcomes}, {len(ids)} custom_ids (want 1000 done)")
+    if bases != {via: 1000}:
+        fails.append(f"via {via}: price_basis {bases}")
+if usd.get("direct"):
+    ratio = usd["batch"] / usd["direct"]
+    print(f"  price: direct {usd['direct']:.4f} USD, batch {usd['batch']:.4f} USD, batch/direct {ratio:.3f}")
+    if not 0.45 <= ratio <= 0.55:
+        fails.append(f"batch/direct price {ratio:.3f}, not about 0.5")
+else:
+    fails.append("the mock billed nothing for the direct run")
+for f in fails:
+    print(f"FAIL: {f}")
+PY
+)" || lines+=$'\nFAIL: the judging script failed (see above)'
+    while IFS= read -r line; do
+        case "$line" in
+            FAIL:\ *) fail "part 4: ${line#FAIL: }" ;;
+            *) echo "$line" ;;
+        esac
+    done <<<"$lines"
+}
+
+part4() {
+    echo "== part 4: price, 1000 jobs via direct and via batch (gpt-4o-mini at its list price, batch at the documented 50 %)"
+    gen "$WORK/p4.jsonl" pacing 1000 200 2000
+    local mock='{'"$HUGE"', "output_tokens": {"min": 50, "max": 400},
+      "prices": [{"prefix": "gpt-4o-mini", "input_usd_per_mtok": 0.15, "output_usd_per_mtok": 0.6}],
+      "batch": {"items_per_second": 1000, "validating_seconds": 1}}'
+    local label via
+    for via in direct batch; do
+        label="p4${via:0:1}"
+        RUN_EXTRA=(--via "$via" --batch-poll 1s)
+        start_mock "$label" "$mock"
+        run_queue "$label" "$WORK/p4.jsonl" 300
+        curl -fsS "http://$MOCK_ADDR/mock/spend" >"$WORK/$label.spend.json" || echo '{}' >"$WORK/$label.spend.json"
+        stop_mock
+        if [ "$(cat "$WORK/$label.rc")" != 0 ]; then
+            echo "  ratewise run --via $via stderr (last 20 lines):"
+            tail -n 20 "$WORK/$label.stderr" | sed 's/^/    /'
+        fi
+    done
+    RUN_EXTRA=()
+    judge_price
+}
+
 for part in $PARTS; do
     case "$part" in
         1) part1 ;;
         2) part2 ;;
         3) part3 ;;
-        *) echo "unknown part $part (parts: 1 2 3)" >&2; exit 2 ;;
+        4) part4 ;;
+        *) echo "unknown part $part (parts: 1 2 3 4)" >&2; exit 2 ;;
     esac
 done
 

@@ -277,6 +277,23 @@ pub fn run(args: &RunArgs) -> u8 {
         c.done, c.failed, c.expired, c.held, c.stopped, c.total, report.sends, report.answered_429,
         finished.written, finished.out.display()
     ));
+    if let Some(b) = &finished.batches {
+        say(format!(
+            "batch API: {} batch(es) created, {} found again after a lost create call, {} ended here; {} job(s) held as unknown by a recovery{}",
+            b.created.len(),
+            b.recovered.len(),
+            b.ended,
+            b.held,
+            if b.possibly_billed > 0 {
+                format!(
+                    "; up to {} tokens of cancelled batches may still be billed",
+                    b.possibly_billed
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
     if !finished.complete() {
         say(format!(
             "incomplete: {} job(s) not finished (their lines say \"pending\"); run the same command again to go on",
