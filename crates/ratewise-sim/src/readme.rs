@@ -94,7 +94,10 @@ fn the_demo_block_is_what_simulate_prints() {
             percent(naive.sends_429, naive.sends)
         ),
     ] {
-        assert!(row.contains(&cell), "README.md's demo row should say {cell}:\n{row}");
+        assert!(
+            row.contains(&cell),
+            "README.md's demo row should say {cell}:\n{row}"
+        );
     }
     assert_says(
         &readme,
