@@ -232,3 +232,26 @@ fn the_scenario_figures_in_the_prose() {
         "On `short-buckets-2s` a quarter of the requests are larger than the whole 2 s token bucket",
     );
 }
+
+#[test]
+fn the_workspace_map_lists_every_crate_and_only_those() {
+    let readme = read("README.md");
+    let map = &readme[readme.find("## Workspace").expect("the workspace map")..];
+    let map = &map[..map[3..].find("\n## ").map_or(map.len(), |e| e + 3)];
+    let listed: std::collections::BTreeSet<String> = map
+        .lines()
+        .filter_map(|l| l.strip_prefix("| [`"))
+        .map(|l| l[..l.find('`').unwrap()].to_string())
+        .collect();
+    let crates = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let present: std::collections::BTreeSet<String> = std::fs::read_dir(crates)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().join("Cargo.toml").exists())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        listed, present,
+        "README.md's workspace map should list every crate in crates/, one line each"
+    );
+}
