@@ -41,3 +41,34 @@ pub use ratewise_redis as redis;
 
 #[cfg(feature = "reqwest")]
 pub use ratewise_reqwest as reqwest;
+
+/// The workspace README's and the guides' Rust blocks, compiled and run as
+/// doc tests by `cargo test --workspace --all-features`: what a newcomer
+/// copies works. They need every client integration, hence the features.
+#[cfg(all(
+    doctest,
+    feature = "tower",
+    feature = "redis",
+    feature = "async-openai",
+    feature = "rig"
+))]
+mod guides {
+    #[doc = include_str!("../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../docs/architecture.md")]
+    pub struct Architecture;
+    #[doc = include_str!("../docs/benchmarks.md")]
+    pub struct Benchmarks;
+    #[doc = include_str!("../docs/clients.md")]
+    pub struct Clients;
+    #[doc = include_str!("../docs/development.md")]
+    pub struct Development;
+    #[doc = include_str!("../docs/pacing.md")]
+    pub struct Pacing;
+    #[doc = include_str!("../docs/providers.md")]
+    pub struct Providers;
+    #[doc = include_str!("../docs/proxy.md")]
+    pub struct Proxy;
+    #[doc = include_str!("../docs/run.md")]
+    pub struct Run;
+}

@@ -143,3 +143,22 @@ fn bad_input_is_one_line_and_exit_2() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `docs/providers.md` shows `explain`'s output for a sample: it must be
+/// exactly what the binary prints.
+#[test]
+fn the_docs_explain_block_is_what_explain_prints() {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/providers.md");
+    let docs = std::fs::read_to_string(docs).expect("docs/providers.md");
+    let command = "$ cargo run -q -p ratewise-cli -- explain crates/ratewise-cli/samples/anthropic-429.http\n";
+    let at = docs.find(command).expect("the explain block") + command.len();
+    let shown = &docs[at..at + docs[at..].find("```").expect("the block's end")];
+    let sample = Path::new(SAMPLES).join("anthropic-429.http");
+    let out = run(&["explain", sample.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert_eq!(
+        shown,
+        String::from_utf8(out.stdout).unwrap(),
+        "docs/providers.md's explain block differs from `ratewise explain`"
+    );
+}

@@ -1,16 +1,24 @@
-//! The README's simulation figures, checked: its demo block is exactly
-//! what `ratewise simulate` prints, its table of every shipped scenario is
-//! what `ratewise simulate --scenario F --json` gives, and the figures its
-//! prose draws from them are recomputed here. A README that drifts from
-//! the code fails this test (DESIGN principle 16).
+//! The simulation figures of the docs, checked: the demo block of
+//! `docs/benchmarks.md` is exactly what `ratewise simulate` prints, its
+//! table of every shipped scenario is what `ratewise simulate --scenario F
+//! --json` gives, the figures its prose draws from them are recomputed
+//! here, and so is the README's headline row for the demo. Docs that drift
+//! from the code fail this test (DESIGN principle 16).
 
 use crate::metrics::Report;
 use crate::scenario::{Scenario, SHIPPED};
 use crate::{simulate, table, workload, Strategy};
 
+/// Where the demo block, the shipped-scenario table and their prose live.
+const BENCHMARKS: &str = "docs/benchmarks.md";
+
+fn read(file: &str) -> String {
+    let path = format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 fn readme() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-    std::fs::read_to_string(path).expect("README.md at the workspace root")
+    read(BENCHMARKS)
 }
 
 /// The README with every run of whitespace made one space, so prose can be
@@ -38,7 +46,7 @@ fn percent(part: u64, whole: u64) -> u64 {
 fn assert_says(readme: &str, phrase: &str) {
     assert!(
         flat(readme).contains(&flat(phrase)),
-        "README.md should say: {phrase}"
+        "{BENCHMARKS} should say: {phrase}"
     );
 }
 
@@ -53,7 +61,7 @@ fn the_demo_block_is_what_simulate_prints() {
     assert_eq!(
         &readme[at..end],
         table::text_report(&scenario, &reports),
-        "README.md's demo block differs from `ratewise simulate`"
+        "{BENCHMARKS}'s demo block differs from `ratewise simulate`"
     );
 
     // The prose under the demo.
@@ -68,6 +76,29 @@ fn the_demo_block_is_what_simulate_prints() {
         ),
     );
     let naive = find(&reports, "sdk-naive");
+    // The README's headline row for the demo quotes the same run.
+    let headline = read("README.md");
+    let row = headline
+        .lines()
+        .find(|l| l.contains("`cargo run -q -p ratewise-cli -- simulate`") && l.starts_with('|'))
+        .expect("README.md's headline row for the demo");
+    for cell in [
+        format!(
+            "| {} / {} done ({} held), {} answered 429 |",
+            rw.jobs_done, rw.jobs_total, rw.jobs_held_unknown, rw.sends_429
+        ),
+        format!(
+            "| {} / {} done, {} % of sends answered 429 |",
+            naive.jobs_done,
+            naive.jobs_total,
+            percent(naive.sends_429, naive.sends)
+        ),
+    ] {
+        assert!(
+            row.contains(&cell),
+            "README.md's demo row should say {cell}:\n{row}"
+        );
+    }
     assert_says(
         &readme,
         &format!(
@@ -126,7 +157,7 @@ fn the_shipped_table_is_what_simulate_gives() {
         );
         assert!(
             readme.lines().any(|l| l == row),
-            "README.md's row for {file} should be:\n{row}"
+            "{BENCHMARKS}'s row for {file} should be:\n{row}"
         );
         if s.name == "spend-cap" {
             assert_says(
@@ -199,5 +230,28 @@ fn the_scenario_figures_in_the_prose() {
     assert_says(
         &readme,
         "On `short-buckets-2s` a quarter of the requests are larger than the whole 2 s token bucket",
+    );
+}
+
+#[test]
+fn the_workspace_map_lists_every_crate_and_only_those() {
+    let readme = read("README.md");
+    let map = &readme[readme.find("## Workspace").expect("the workspace map")..];
+    let map = &map[..map[3..].find("\n## ").map_or(map.len(), |e| e + 3)];
+    let listed: std::collections::BTreeSet<String> = map
+        .lines()
+        .filter_map(|l| l.strip_prefix("| [`"))
+        .map(|l| l[..l.find('`').unwrap()].to_string())
+        .collect();
+    let crates = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let present: std::collections::BTreeSet<String> = std::fs::read_dir(crates)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().join("Cargo.toml").exists())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        listed, present,
+        "README.md's workspace map should list every crate in crates/, one line each"
     );
 }

@@ -172,12 +172,6 @@ pub use transport::transport_failure;
 /// `ratewise_core` import.
 pub use ratewise_core::{admit::Limits, admit::SpendConfig, decide::Policy, Provider};
 
-/// The README's Rust snippets, compiled and run as doc tests: what a
-/// newcomer copies works.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeSnippets;
-
 /// This crate's README snippet, compiled likewise.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
