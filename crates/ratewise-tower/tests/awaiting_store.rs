@@ -310,7 +310,7 @@ async fn calls_cancelled_at_every_await_leave_nothing_outstanding_in_a_store_tha
     let provider = service_fn(move |_req: Request<Full<Bytes>>| {
         let n = c.fetch_add(1, Ordering::SeqCst);
         async move {
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 futures::future::pending::<()>().await;
             }
             Ok::<_, std::io::Error>(endless_json())

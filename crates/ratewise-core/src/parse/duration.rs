@@ -80,9 +80,9 @@ pub fn format_go_duration(d: Duration) -> String {
         return "0s".into();
     }
     if nanos < 1_000_000_000 {
-        return if nanos % 1_000_000 == 0 {
+        return if nanos.is_multiple_of(1_000_000) {
             format!("{}ms", nanos / 1_000_000)
-        } else if nanos % 1_000 == 0 {
+        } else if nanos.is_multiple_of(1_000) {
             format!("{}us", nanos / 1_000)
         } else {
             format!("{nanos}ns")
