@@ -56,7 +56,9 @@ impl Rounding {
         let exact = (r, r + 1);
         match self {
             Rounding::Exact => exact,
-            Rounding::Down(step) if step > 1 && r.is_multiple_of(step) => (r, r.saturating_add(step)),
+            Rounding::Down(step) if step > 1 && r.is_multiple_of(step) => {
+                (r, r.saturating_add(step))
+            }
             Rounding::Nearest(step) if step > 1 && r.is_multiple_of(step) => {
                 let half = step / 2;
                 (r.saturating_sub(half), r.saturating_add(step - half))
