@@ -361,7 +361,10 @@ impl Job {
     fn past_inline(&self, at: Instant) -> Option<Duration> {
         let by = self.inline_by()?;
         let since = self.waiting_since?;
-        (at > by).then(|| self.waited.saturating_add(at.saturating_duration_since(since)))
+        (at > by).then(|| {
+            self.waited
+                .saturating_add(at.saturating_duration_since(since))
+        })
     }
 
     /// A deferral to `not_before`: it would have waited `total` in line.
@@ -449,9 +452,9 @@ impl Job {
             }
             Admission::Wait { until, .. } => {
                 let total = self.past_inline(until)?;
-                let d = self
-                    .deferred(total, until, now)
-                    .with_note("its turn behind the jobs queued before it comes too late to wait in line");
+                let d = self.deferred(total, until, now).with_note(
+                    "its turn behind the jobs queued before it comes too late to wait in line",
+                );
                 Some(self.end_at_admission(d))
             }
             _ => None,

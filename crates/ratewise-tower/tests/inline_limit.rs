@@ -52,12 +52,18 @@ impl Scripted {
         tower::service_fn(move |_req: Request<Full<Bytes>>| {
             *me.sends.lock().unwrap() += 1;
             let (status, headers, body) =
-                me.script.lock().unwrap().pop_front().unwrap_or((200, vec![], OK));
+                me.script
+                    .lock()
+                    .unwrap()
+                    .pop_front()
+                    .unwrap_or((200, vec![], OK));
             let mut b = Response::builder().status(status);
             for (n, v) in headers {
                 b = b.header(n, v);
             }
-            let resp = b.body(Full::new(Bytes::from_static(body.as_bytes()))).unwrap();
+            let resp = b
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap();
             async move { Ok::<_, Infallible>(resp) }
         })
     }
@@ -127,9 +133,15 @@ async fn no_call_waits_in_line_past_the_default_limit_and_the_rest_are_deferred(
     }
     assert_eq!(done + deferred, 150);
     assert!(done >= 6, "the calls that fit were sent: {done}");
-    assert!(deferred > 100, "the calls that did not were deferred: {deferred}");
+    assert!(
+        deferred > 100,
+        "the calls that did not were deferred: {deferred}"
+    );
     assert_eq!(*inner.sends.lock().unwrap(), done, "one send per sent call");
-    assert!(longest > Duration::from_secs(30), "calls did wait in line: {longest:?}");
+    assert!(
+        longest > Duration::from_secs(30),
+        "calls did wait in line: {longest:?}"
+    );
 }
 
 /// Waits are counted together, not one by one: a call that waited in line
@@ -170,11 +182,17 @@ async fn an_admission_wait_and_a_retry_delay_count_together() {
         .await
         .expect_err("deferred");
     let held = t0.elapsed();
-    assert!(held >= Duration::from_secs(20), "it waited for admission: {held:?}");
+    assert!(
+        held >= Duration::from_secs(20),
+        "it waited for admission: {held:?}"
+    );
     assert!(held <= limit, "{held:?}");
     assert!(e.is_defer(), "{e}");
     assert_eq!(e.attempts().len(), 1, "sent once, not retried in line");
     let until = e.until().expect("when to send it again");
     let ahead = until.duration_since(SystemTime::now()).unwrap();
-    assert!(ahead >= Duration::from_secs(39), "no earlier than the server's wait: {ahead:?}");
+    assert!(
+        ahead >= Duration::from_secs(39),
+        "no earlier than the server's wait: {ahead:?}"
+    );
 }

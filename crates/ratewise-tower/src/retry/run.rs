@@ -217,8 +217,7 @@ where
                     // the end of its in-line limit: the machine then sends
                     // it (there is room) or ends it (deferred).
                     let by = admit_by.or_else(|| m.job.inline_by());
-                    match or_cancelled(cancel.as_ref(), turn(ticket, clock.as_ref(), by)).await
-                    {
+                    match or_cancelled(cancel.as_ref(), turn(ticket, clock.as_ref(), by)).await {
                         Some(signal) => Some(signal),
                         // Gone while it waited: told now, so the `next()`
                         // below ends the job.
