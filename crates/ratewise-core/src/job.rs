@@ -437,25 +437,14 @@ impl Job {
     /// A store's prediction for this job while it waits behind others
     /// ([`admit_request`](Self::admit_request)): a refusal — it cannot be
     /// sent before its deadline — ends it at once, nothing sent, as a
-    /// refused admission does (`Some(Step::End)`); so does, for a job with
-    /// no deadline, a predicted turn past its in-line limit
-    /// ([`inline_by`](Self::inline_by)): deferred to that turn, nothing
-    /// sent. Anything else changes nothing (`None`): the job waits for its
-    /// turn.
+    /// refused admission does (`Some(Step::End)`); anything else changes
+    /// nothing (`None`): the job waits for its turn.
     pub fn predicted(&mut self, answer: Admission, now: Now) -> Option<Step> {
-        if !matches!(self.state, State::Ready { .. }) {
-            return None;
-        }
         match answer {
-            Admission::Refused { reason, earliest } => {
+            Admission::Refused { reason, earliest }
+                if matches!(self.state, State::Ready { .. }) =>
+            {
                 Some(self.end_at_admission(refused(reason, earliest, now)))
-            }
-            Admission::Wait { until, .. } => {
-                let total = self.past_inline(until)?;
-                let d = self.deferred(total, until, now).with_note(
-                    "its turn behind the jobs queued before it comes too late to wait in line",
-                );
-                Some(self.end_at_admission(d))
             }
             _ => None,
         }

@@ -803,15 +803,34 @@ fn the_inline_limit_bounds_a_jobs_waits_together_not_one_by_one() {
         other => panic!("{other:?}"),
     }
 
-    // A predicted turn within the limit changes nothing; past it, the job
-    // is deferred before it waits at all.
-    let mut k = Job::new(spec, &policy);
-    assert!(k.predicted(wait(59_000), now_at(0)).is_none());
-    match k.predicted(wait(61_000), now_at(0)) {
-        Some(Step::End(e)) => assert!(
-            matches!(e.decision.action, Action::Defer { not_before, .. } if not_before == Instant::from_millis(61_000)),
-            "{e:?}"
-        ),
+    // A retry's delay starts a new wait, counted with the earlier ones:
+    // a job that waited 40 s in line, then sent, has 20 s left for it.
+    let mut r = Job::new(spec, &policy);
+    assert!(matches!(r.next(now_at(0)), Step::Admit(_)));
+    assert!(matches!(
+        r.admission(wait(40_000), &policy, now_at(0)),
+        Step::Wait { .. }
+    ));
+    let Step::Admit(req) = r.next(now_at(40_000)) else {
+        panic!()
+    };
+    let t = now_at(40_000);
+    assert!(matches!(
+        r.admission(s.admit(&req, t), &policy, t),
+        Step::Send { attempt: 1 }
+    ));
+    assert_eq!(r.inline_by(), None, "a send is not a wait");
+    r.sending();
+    let t = now_at(45_000);
+    let c = classify_transport(Provider::Anthropic, TransportFailure::ConnectRefused);
+    let update = r.failed(&policy, &c, false, &mut rng(), t);
+    let d = r.applied(s.apply(update, t), t);
+    match d.action {
+        // The backoff for a connect failure is well under 20 s: in line.
+        Action::Retry { delay } => {
+            assert!(delay <= Duration::from_secs(20), "{delay:?}");
+            assert_eq!(r.inline_by(), Some(Instant::from_millis(65_000)));
+        }
         other => panic!("{other:?}"),
     }
 

@@ -46,7 +46,7 @@
 //! would take it past that is not begun: the call ends at once
 //! [`Error::is_defer`], with the earliest time to send it again in
 //! [`Error::until`], and nothing was sent for that wait. Up to 3 sends per
-//! call (a `429` the call waited out within the limit is not counted).
+//! call; the last error answer then ends it (`give_up`, with the answer).
 //!
 //! What a call returns:
 //!

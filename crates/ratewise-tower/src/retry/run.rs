@@ -193,11 +193,14 @@ where
                         return Err(ended(&job, end, records, last.take()));
                     }
                 } else {
-                    // Behind others: when will its turn come, at the pace
-                    // the jobs ahead will go? One that cannot be sent in
-                    // time (its deadline; with none, its in-line limit) is
-                    // answered now, not when that time has passed.
-                    if ahead > 0 {
+                    // Behind others with a deadline: when will its turn
+                    // come, at the pace the jobs ahead will go? One that
+                    // cannot be sent in time is answered now, not at its
+                    // deadline. (A job with no deadline is not deferred on
+                    // this prediction, which assumes every job ahead costs
+                    // what this one does: it waits for its turn and asks
+                    // out of turn at the end of its in-line limit.)
+                    if ahead > 0 && admit_by.is_some() {
                         let now = clock.now();
                         let req = m.job.admit_request();
                         let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
