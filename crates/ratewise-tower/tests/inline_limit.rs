@@ -29,11 +29,14 @@ fn req(job: usize) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
+/// One scripted answer: status, headers, body.
+type Answer = (u16, Vec<(&'static str, &'static str)>, &'static str);
+
 /// An inner client that answers from a script (then `200`s), instantly
 /// and on no socket, and counts its sends.
 #[derive(Clone, Default)]
 struct Scripted {
-    script: Arc<Mutex<VecDeque<(u16, Vec<(&'static str, &'static str)>, &'static str)>>>,
+    script: Arc<Mutex<VecDeque<Answer>>>,
     sends: Arc<Mutex<usize>>,
 }
 
