@@ -29,8 +29,8 @@
 //! | outcome | what the caller gets |
 //! |---|---|
 //! | success | `Ok(response)`, `x-ratewise-action: done` |
-//! | deferred after an answer (a `429` whose wait is past the limit) | `Ok` with that answer, `x-ratewise-action: defer`; [`Outcome::until`] is the earliest time |
-//! | deferred before a send (its turn comes past the limit) | `Err`; [`ratewise_error`]`(&e)` is [`is_defer`](ratewise_tower::Error::is_defer), [`until`](ratewise_tower::Error::until) the earliest time |
+//! | deferred after an answer (the wait for a retry — a `429`'s `retry-after`, a backoff, admission — would pass the limit) | `Ok` with that answer, `x-ratewise-action: defer`; [`Outcome::until`] is the earliest time |
+//! | deferred before any send (its turn would come past the limit) | `Err`; [`ratewise_error`]`(&e)` is [`is_defer`](ratewise_tower::Error::is_defer), [`until`](ratewise_tower::Error::until) the earliest time |
 //! | stopped (spend cap, billing, credentials) | `Ok` with the answer that stopped the key, `x-ratewise-action: stop_queue`, nothing more sent until [`resume`](ratewise_tower::RetryLayer::resume) (another process's stop: `Err`, [`is_stop_queue`](ratewise_tower::Error::is_stop_queue)) |
 //! | an error answer not retried or retried out (`400`, the last `429`) | `Ok` with that answer, `x-ratewise-action: fail` / `give_up` / ... |
 //! | the last send failed in transport | `Err(reqwest_middleware::Error::Reqwest)`, kinds intact |
