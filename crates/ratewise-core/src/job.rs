@@ -247,6 +247,16 @@ pub struct Job {
     spec: JobSpec,
     /// Admission must come early enough for the attempt itself to fit.
     admit_deadline: Option<Instant>,
+    /// For a job with no deadline: the most it waits in line in total —
+    /// admission waits, its turn in a driver's queue and retry delays
+    /// together ([`Policy::max_inline_wait`]); `None` with a deadline.
+    inline_limit: Option<Duration>,
+    /// In-line waiting done in earlier waits (sends excluded).
+    waited: Duration,
+    /// When the current wait began (arrival; a retry's answer); `None`
+    /// while a send is out, or after a [`requeue`](Job::requeue) until
+    /// the next [`next`](Job::next).
+    waiting_since: Option<Instant>,
     attempts: u32,
     /// Attempts answered by a rate signal the job waited out
     /// ([`paced`](crate::decide::paced)): not counted toward
@@ -282,6 +292,9 @@ impl Job {
         Job {
             spec,
             admit_deadline,
+            inline_limit: spec.deadline.is_none().then_some(policy.max_inline_wait),
+            waited: Duration::ZERO,
+            waiting_since: Some(spec.arrived),
             attempts: 0,
             paced: 0,
             last_paced: false,
@@ -325,10 +338,57 @@ impl Job {
         self.admit_deadline
     }
 
+    /// For a job with no deadline, the instant past which it would have
+    /// waited in line longer than [`Policy::max_inline_wait`] in total —
+    /// every admission wait, its turn behind other jobs and every retry
+    /// delay since it arrived, counted together (sends are not waits).
+    /// An admission or a retry that would send it later defers it instead.
+    /// A driver that holds a job outside the machine (a queue) asks for
+    /// admission by this instant at the latest. `None` for a job with a
+    /// deadline (its deadline bounds its waits: see
+    /// [`admit_deadline`](Self::admit_deadline)) and while a send is out.
+    pub fn inline_by(&self) -> Option<Instant> {
+        let limit = self.inline_limit?;
+        let since = self.waiting_since?;
+        let left = limit.saturating_sub(self.waited);
+        Some(Instant::from_origin(
+            since.since_origin().saturating_add(left),
+        ))
+    }
+
+    /// Whether being sent at `at` would take this job past its in-line
+    /// limit; the total it would then have waited, when so.
+    fn past_inline(&self, at: Instant) -> Option<Duration> {
+        let by = self.inline_by()?;
+        let since = self.waiting_since?;
+        (at > by).then(|| {
+            self.waited
+                .saturating_add(at.saturating_duration_since(since))
+        })
+    }
+
+    /// A deferral to `not_before`: it would have waited `total` in line.
+    fn deferred(&self, total: Duration, not_before: Instant, now: Now) -> Decision {
+        Decision::new(Action::Defer {
+            until: now.wall_at(not_before),
+            not_before,
+        })
+        .with_note(Note::Deferred {
+            wait: total,
+            limit: self.inline_limit.unwrap_or_default(),
+        })
+    }
+
     /// What to do next (see [`Step`]).
     pub fn next(&mut self, now: Now) -> Step {
         if self.cancelled && matches!(self.state, State::Ready { .. }) {
             self.end(caller_left_decision());
+        }
+        if let State::Ready { not_before } = self.state {
+            if self.waiting_since.is_none() {
+                // Back from a requeue: a new wait in line starts now.
+                self.waiting_since = Some(not_before.map_or(now.instant, |t| t.max(now.instant)));
+            }
         }
         match &mut self.state {
             State::Admitting | State::Sending | State::Applying { .. } | State::Delivering => {
@@ -399,6 +459,8 @@ impl Job {
     /// ([`Step::Pending`]), and a reservation in it is left to the store's
     /// lease.
     pub fn admission(&mut self, answer: Admission, policy: &Policy, now: Now) -> Step {
+        // The in-line limit is the one `new` was given.
+        let _ = policy;
         if !matches!(self.state, State::Admitting) {
             self.stray("admission");
             return Step::Pending;
@@ -413,6 +475,10 @@ impl Job {
                 self.end_at_admission(caller_left_decision())
             }
             Admission::Go(res) => {
+                if let Some(since) = self.waiting_since.take() {
+                    let waited = now.instant.saturating_duration_since(since);
+                    self.waited = self.waited.saturating_add(waited);
+                }
                 self.admitted = Some(res.sent());
                 self.reservation = Some(res);
                 self.handed_over = false;
@@ -423,17 +489,15 @@ impl Job {
                 }
             }
             Admission::Wait { until, reason } => {
-                let wait = until.saturating_duration_since(now.instant);
                 // A job with a deadline waits as long as its caller will:
                 // the store refuses it when admission would come past its
                 // last moment to send. The inline limit bounds only jobs
-                // with no deadline.
-                if self.admit_deadline.is_none() && wait > policy.max_inline_wait {
-                    let d = Decision::new(Action::Defer {
-                        until: now.after(wait).wall,
-                        not_before: until,
-                    })
-                    .with_note(format!("admission wait {wait:?} exceeds the inline limit"));
+                // with no deadline, and bounds all their waits together.
+                if let Some(total) = self.past_inline(until) {
+                    let wait = until.saturating_duration_since(now.instant);
+                    let d = self.deferred(total, until, now).with_note(format!(
+                        "admission wait {wait:?}: past the inline limit in total"
+                    ));
                     self.end_at_admission(d)
                 } else {
                     Step::Wait {
@@ -618,7 +682,7 @@ impl Job {
             };
             return Update::answer(observed, end);
         }
-        let d = decide(policy, &self.job_state(), c, now, rng);
+        let d = self.inline_bounded(decide(policy, &self.job_state(), c, now, rng), now);
         self.note_paced(c, &d);
         let if_budget_spent = self.if_budget_spent(policy, c, &d, now, rng);
         let observed = self.observed(c, d);
@@ -657,7 +721,7 @@ impl Job {
             self.stray("failed");
             return nothing();
         }
-        let d = decide(policy, &self.job_state(), c, now, rng);
+        let d = self.inline_bounded(decide(policy, &self.job_state(), c, now, rng), now);
         self.note_paced(c, &d);
         let if_budget_spent = self.if_budget_spent(policy, c, &d, now, rng);
         let observed = self.observed(c, d);
@@ -809,6 +873,10 @@ impl Job {
                 if matches!(decision.action, Action::Defer { .. } | Action::StopQueue { .. })
         );
         if kept {
+            // Handed back: a new wait in line starts when it is asked for
+            // again (see `next`).
+            self.waited = Duration::ZERO;
+            self.waiting_since = None;
             self.state = State::Ready { not_before };
         }
         kept
@@ -871,11 +939,36 @@ impl Job {
         }
     }
 
+    /// A retry `d` of a job with no deadline whose delay, added to the
+    /// waits it already made in line, would pass the inline limit: a
+    /// deferral to the same instant instead (`decide` bounds one delay;
+    /// this bounds the job's waits together).
+    fn inline_bounded(&self, d: Decision, now: Now) -> Decision {
+        let Action::Retry { delay } = d.action else {
+            return d;
+        };
+        let Some(limit) = self.inline_limit else {
+            return d;
+        };
+        let total = self.waited.saturating_add(delay);
+        if total <= limit {
+            return d;
+        }
+        let later = now.after(delay);
+        let mut deferred = Decision::new(Action::Defer {
+            until: later.wall,
+            not_before: later.instant,
+        });
+        deferred.notes = d.notes;
+        deferred.with_note(Note::Deferred { wait: total, limit })
+    }
+
     /// After an answer: a retry waits out its delay (never sent before
     /// it; admission may add its own wait), anything else ends.
     fn after(&mut self, d: Decision, now: Now) {
         match d.action {
             Action::Retry { delay } => {
+                self.waiting_since = Some(now.instant);
                 self.state = State::Ready {
                     not_before: Some(now.instant + delay),
                 };

@@ -80,7 +80,7 @@ pub enum Note {
     },
     /// A wait longer than the inline limit: the job is handed back.
     Deferred {
-        /// The wait.
+        /// The wait: the job's waits in line in total, had it waited.
         wait: Duration,
         /// The inline limit.
         limit: Duration,

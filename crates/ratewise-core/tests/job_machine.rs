@@ -752,3 +752,97 @@ fn a_body_end_is_told_to_the_machine_which_settles_and_classifies_an_in_band_fai
     assert_eq!(j.strays(), 1);
     assert_clean(&s);
 }
+
+/// A job with no deadline waits in line at most `max_inline_wait` in
+/// total: two admission waits that each fit the limit, but not together,
+/// defer at the second — to the instant admission named, nothing sent —
+/// and a prediction of its turn past the limit defers it at once.
+#[test]
+fn the_inline_limit_bounds_a_jobs_waits_together_not_one_by_one() {
+    let policy = Policy::default();
+    assert_eq!(policy.max_inline_wait, Duration::from_secs(60));
+    let s = store(roomy());
+    let spec = JobSpec::new(s.target("k", "m"), Instant::ZERO);
+    let mut j = Job::new(spec, &policy);
+    assert_eq!(j.inline_by(), Some(Instant::from_millis(60_000)));
+    let wait = |ms| ratewise_core::admit::Admission::Wait {
+        until: Instant::from_millis(ms),
+        reason: WaitReason::Queue,
+    };
+
+    // 40 s for admission: in line.
+    assert!(matches!(j.next(now_at(0)), Step::Admit(_)));
+    match j.admission(wait(40_000), &policy, now_at(0)) {
+        Step::Wait { until, .. } => assert_eq!(until, Instant::from_millis(40_000)),
+        other => panic!("{other:?}"),
+    }
+    // Asked again at 40 s, told 30 s more: 30 s alone fits the limit, but
+    // 70 s in line in all does not.
+    assert!(matches!(j.next(now_at(40_000)), Step::Admit(_)));
+    match j.admission(wait(70_000), &policy, now_at(40_000)) {
+        Step::End(e) => {
+            assert!(e.at_admission);
+            assert_eq!(e.attempts, 0);
+            match e.decision.action {
+                Action::Defer { not_before, until } => {
+                    assert_eq!(not_before, Instant::from_millis(70_000));
+                    assert_eq!(until, now_at(70_000).wall);
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(
+                e.decision.notes.iter().any(|n| matches!(
+                    n,
+                    Note::Deferred { wait, limit }
+                        if *wait == Duration::from_secs(70) && *limit == policy.max_inline_wait
+                )),
+                "{:?}",
+                e.decision.notes
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A retry's delay starts a new wait, counted with the earlier ones:
+    // a job that waited 40 s in line, then sent, has 20 s left for it.
+    let mut r = Job::new(spec, &policy);
+    assert!(matches!(r.next(now_at(0)), Step::Admit(_)));
+    assert!(matches!(
+        r.admission(wait(40_000), &policy, now_at(0)),
+        Step::Wait { .. }
+    ));
+    let Step::Admit(req) = r.next(now_at(40_000)) else {
+        panic!()
+    };
+    let t = now_at(40_000);
+    assert!(matches!(
+        r.admission(s.admit(&req, t), &policy, t),
+        Step::Send { attempt: 1 }
+    ));
+    assert_eq!(r.inline_by(), None, "a send is not a wait");
+    r.sending();
+    let t = now_at(45_000);
+    let c = classify_transport(Provider::Anthropic, TransportFailure::ConnectRefused);
+    let update = r.failed(&policy, &c, false, &mut rng(), t);
+    let d = r.applied(s.apply(update, t), t);
+    match d.action {
+        // The backoff for a connect failure is well under 20 s: in line.
+        Action::Retry { delay } => {
+            assert!(delay <= Duration::from_secs(20), "{delay:?}");
+            assert_eq!(r.inline_by(), Some(Instant::from_millis(65_000)));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A job with a deadline is bounded by its deadline instead.
+    let mut spec = spec;
+    spec.deadline = Some(Duration::from_secs(600));
+    let mut d = Job::new(spec, &policy);
+    assert_eq!(d.inline_by(), None);
+    assert!(matches!(d.next(now_at(0)), Step::Admit(_)));
+    assert!(matches!(
+        d.admission(wait(120_000), &policy, now_at(0)),
+        Step::Wait { .. }
+    ));
+    assert_clean(&s);
+}

@@ -65,6 +65,12 @@ impl Outcome {
     pub fn attempts(&self) -> &[AttemptRecord] {
         &self.attempts
     }
+
+    /// For a `defer` (or a `stop_queue` that lifts by itself): the earliest
+    /// time to send the call again.
+    pub fn until(&self) -> Option<SystemTime> {
+        self.decision.action.until()
+    }
 }
 
 /// How a job ended without an answer to hand back.

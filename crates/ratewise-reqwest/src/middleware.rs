@@ -54,6 +54,59 @@ pub struct RatewiseMiddleware {
 impl RatewiseMiddleware {
     /// A middleware with `policy` and every other setting at its default
     /// (see [`RetryLayer::new`]).
+    ///
+    /// With [`Policy::default()`] a call has no deadline and is held in
+    /// line at most 60 s in total (admission waits, its turn behind other
+    /// calls, retry delays); a longer wait is handed back at once as a
+    /// deferral with its earliest time (see the
+    /// [crate docs](crate#the-default-policy-as-a-caller-sees-it) for every
+    /// outcome).
+    ///
+    /// ```
+    /// use ratewise_reqwest::{Outcome, RatewiseMiddleware, ACTION_HEADER};
+    /// use ratewise_tower::Policy;
+    /// use reqwest_middleware::{ClientBuilder, Middleware, Next};
+    /// use std::time::{Duration, SystemTime};
+    ///
+    /// // Stands in for the provider: asks for a two-minute pause.
+    /// struct Busy;
+    /// #[async_trait::async_trait]
+    /// impl Middleware for Busy {
+    ///     async fn handle(
+    ///         &self,
+    ///         _: reqwest::Request,
+    ///         _: &mut http::Extensions,
+    ///         _: Next<'_>,
+    ///     ) -> reqwest_middleware::Result<reqwest::Response> {
+    ///         let answer = http::Response::builder()
+    ///             .status(429)
+    ///             .header("retry-after", "120")
+    ///             .body("{}")
+    ///             .unwrap();
+    ///         Ok(answer.into())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let client = ClientBuilder::new(reqwest::Client::new())
+    ///     .with(RatewiseMiddleware::new(Policy::default()))
+    ///     .with(Busy)
+    ///     .build();
+    /// let response = client
+    ///     .post("http://127.0.0.1:8080/v1/messages")
+    ///     .body(r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}"#)
+    ///     .send()
+    ///     .await
+    ///     .unwrap();
+    /// // 120 s is past the 60 s in-line limit: the answer comes back at
+    /// // once, deferred, with when to send the call again.
+    /// assert_eq!(response.status(), 429);
+    /// assert_eq!(response.headers()[ACTION_HEADER], "defer");
+    /// let outcome = response.extensions().get::<Outcome>().unwrap();
+    /// assert!(outcome.until().unwrap() >= SystemTime::now() + Duration::from_secs(119));
+    /// # }
+    /// ```
     pub fn new(policy: Policy) -> Self {
         Self::from_layer(RetryLayer::new(policy))
     }

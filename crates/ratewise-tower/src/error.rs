@@ -191,8 +191,10 @@ impl Error {
         self.action() == Some(kind)
     }
 
-    /// The wait is longer than the layer holds a job inline: take the job
-    /// back and send it again after [`until`](Error::until). No attempt
+    /// The wait is longer than the layer holds a job inline (a job with
+    /// no deadline: `Policy::max_inline_wait`, 60 s by default, for all
+    /// its waits together): take the job back and send it again after
+    /// [`until`](Error::until), the earliest time it could go. No attempt
     /// was burned by the wait.
     pub fn is_defer(&self) -> bool {
         self.is(ActionKind::Defer)

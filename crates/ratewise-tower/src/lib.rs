@@ -35,6 +35,38 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## The default policy, as a caller sees it
+//!
+//! `RetryLayer::new(Policy::default())` (and [`Builder`] unless told
+//! otherwise) gives every call **no deadline** and an **in-line limit of
+//! 60 s in total** ([`Policy::max_inline_wait`]): a call is held waiting
+//! — for admission (bucket room, a pause after a `429`, a cold start's
+//! first answer), for its turn behind the calls queued before it, and for
+//! retry delays — at most 60 s altogether, sends not counted. A wait that
+//! would take it past that is not begun: the call ends at once
+//! [`Error::is_defer`], with the earliest time to send it again in
+//! [`Error::until`], and nothing was sent for that wait. Up to 3 sends per
+//! call; the last error answer then ends it (`give_up`, with the answer).
+//!
+//! What a call returns:
+//!
+//! * `Ok(response)` — a success, its body metered;
+//! * `Err(e)` with `e.is_defer()` — held back rather than waited for:
+//!   keep the job and send it again at `e.until()`;
+//! * `Err(e)` with `e.is_stop_queue()` — the key is stopped (a spend cap,
+//!   billing, credentials): nothing more goes out until
+//!   [`RetryLayer::resume`] (or `until()`, when it lifts by itself);
+//! * `Err(e)` otherwise — a failure (`is_fail`, `is_give_up`,
+//!   `is_hold_unknown`, `is_inspect`, ...), with the decision, every
+//!   attempt's record and the last response.
+//!
+//! A caller that would rather wait longer sets a deadline
+//! ([`Deadline`] per call, [`Builder::deadline`] for all): a call with a
+//! deadline waits as long as its deadline allows and is never deferred;
+//! it ends `give_up(deadline)` as soon as it is known it cannot be sent
+//! in time. A larger `max_inline_wait` raises the in-line limit instead.
+//! A runnable example is at [`RetryLayer::new`].
+//!
 //! ## What one call does
 //!
 //! One call is one *job*: it gets an id ([`JobId`] or `job-N`), an arrival

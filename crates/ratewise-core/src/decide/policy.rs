@@ -92,16 +92,30 @@ pub enum UnknownOutcome {
 }
 
 /// The policy a decision follows.
+///
+/// The default: 3 attempts; no deadline, so every job is bounded by the
+/// in-line limit of 60 s in total ([`max_inline_wait`](Self::max_inline_wait))
+/// and deferred past it; backoff 0.5 s (transient) / 1 s (throttling) up
+/// to 30 s; 1 s + 25 % jitter above a server's wait; a send never cut;
+/// a sent request with no answer held, not retried.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Policy {
     /// Sends per job, the first included.
     pub max_attempts: u32,
-    /// Longest wait held inline for a job with **no deadline**; a longer
-    /// wait defers (the job is handed back with the time to try again). A
-    /// job with a deadline waits as long as its deadline allows — its
-    /// caller is still waiting — and ends with `give_up(deadline)` only
-    /// when it cannot be sent in time.
+    /// Longest a job with **no deadline** waits in line, **in total**:
+    /// every wait for admission (bucket room, a pause, a cold start's
+    /// probe), its turn behind the jobs queued before it in a driver's
+    /// queue, and every retry delay since it arrived, counted together
+    /// (the sends themselves are not waits). A wait that would take it
+    /// past the limit is not begun: the job is deferred (handed back,
+    /// nothing sent by that wait, with the earliest time to send it again:
+    /// `Action::Defer`'s `until`). A job with a deadline waits as long as
+    /// its deadline allows — its caller is still waiting — and ends with
+    /// `give_up(deadline)` only when it cannot be sent in time. Default:
+    /// 60 s (and no [`default_deadline`](Self::default_deadline): a
+    /// caller of the tower layer or the reqwest middleware with the
+    /// default policy is held at most a minute in line).
     pub max_inline_wait: Duration,
     /// Backoff without a hint.
     pub backoff: Backoff,

@@ -75,6 +75,50 @@ impl RetryLayer {
     /// A layer with `policy` and every other setting at its default: an
     /// in-memory controller without configured limits (it learns them
     /// from rate-limit headers) and the tokio clock.
+    ///
+    /// With [`Policy::default()`](ratewise_core::decide::Policy::default) a
+    /// call has no deadline and is held in line at most 60 s in total —
+    /// admission waits, its turn behind other calls and retry delays
+    /// together ([`max_inline_wait`](ratewise_core::decide::Policy::max_inline_wait)).
+    /// A wait that would pass that ends the call at once,
+    /// [`Error::is_defer`](crate::Error::is_defer), with the earliest time
+    /// to send it again in [`Error::until`](crate::Error::until). A
+    /// [`Deadline`](crate::Deadline) replaces the limit: the call then
+    /// waits as long as its deadline allows. See the
+    /// [crate docs](crate#the-default-policy-as-a-caller-sees-it).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http_body_util::Full;
+    /// use ratewise_tower::{Policy, RetryLayer};
+    /// use std::time::{Duration, SystemTime};
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // A provider that asks for a two-minute pause.
+    /// let provider = tower::service_fn(|_: http::Request<Full<Bytes>>| async {
+    ///     let answer = http::Response::builder()
+    ///         .status(429)
+    ///         .header("retry-after", "120")
+    ///         .body(Full::new(Bytes::from_static(b"{}")))
+    ///         .unwrap();
+    ///     Ok::<_, std::convert::Infallible>(answer)
+    /// });
+    /// let service = RetryLayer::new(Policy::default()).layer(provider);
+    /// let request = http::Request::post("http://127.0.0.1:8080/v1/messages")
+    ///     .body(Full::new(Bytes::from_static(
+    ///         br#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}"#,
+    ///     )))
+    ///     .unwrap();
+    /// let e = service.oneshot(request).await.unwrap_err();
+    /// // 120 s is past the 60 s in-line limit: handed back at once.
+    /// assert!(e.is_defer());
+    /// assert_eq!(e.attempts().len(), 1);
+    /// let earliest = e.until().unwrap();
+    /// assert!(earliest >= SystemTime::now() + Duration::from_secs(119));
+    /// # }
+    /// ```
     #[cfg(feature = "tokio")]
     pub fn new(policy: ratewise_core::decide::Policy) -> Self {
         use ratewise_core::admit::{Controller, Shared};

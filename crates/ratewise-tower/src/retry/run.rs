@@ -196,7 +196,10 @@ where
                     // Behind others with a deadline: when will its turn
                     // come, at the pace the jobs ahead will go? One that
                     // cannot be sent in time is answered now, not at its
-                    // deadline.
+                    // deadline. (A job with no deadline is not deferred on
+                    // this prediction, which assumes every job ahead costs
+                    // what this one does: it waits for its turn and asks
+                    // out of turn at the end of its in-line limit.)
                     if ahead > 0 && admit_by.is_some() {
                         let now = clock.now();
                         let req = m.job.admit_request();
@@ -213,9 +216,11 @@ where
             }
             match &queued {
                 Some(ticket) => {
-                    match or_cancelled(cancel.as_ref(), turn(ticket, clock.as_ref(), admit_by))
-                        .await
-                    {
+                    // Asked out of turn by its deadline, or with none by
+                    // the end of its in-line limit: the machine then sends
+                    // it (there is room) or ends it (deferred).
+                    let by = admit_by.or_else(|| m.job.inline_by());
+                    match or_cancelled(cancel.as_ref(), turn(ticket, clock.as_ref(), by)).await {
                         Some(signal) => Some(signal),
                         // Gone while it waited: told now, so the `next()`
                         // below ends the job.
@@ -448,20 +453,21 @@ where
 }
 
 /// Waits for `ticket`'s turn: until it is the head of its queue, or, at
-/// the latest, until `admit_by`. Returns the listener for the job's next
+/// the latest, until `ask_by` (its admission deadline, or for a job with
+/// no deadline the end of its in-line limit). Returns the listener for the job's next
 /// signal, taken before its turn was checked so that a signal raised while
 /// it asks is not lost.
 async fn turn(
     ticket: &crate::queue::Ticket,
     clock: &dyn crate::clock::Clock,
-    admit_by: Option<Instant>,
+    ask_by: Option<Instant>,
 ) -> event_listener::EventListener {
     loop {
         let signal = ticket.listen();
         if ticket.is_head() {
             return signal;
         }
-        match admit_by {
+        match ask_by {
             Some(at) if clock.now().instant >= at => return signal,
             Some(at) => {
                 futures::future::select(clock.sleep_until(at), signal).await;
