@@ -318,6 +318,17 @@ impl Pool {
             route.pinned = true;
         }
         match d.action {
+            // A provider-wide overload's delay holds every member of the
+            // upstream for this job: with no other upstream to go to, it
+            // waits as it would alone rather than hop between keys.
+            Action::Retry { delay } if c.cause == Cause::Overloaded => {
+                let until = now.instant + delay;
+                for (i, member) in self.members.iter().enumerate() {
+                    if member.upstream == upstream {
+                        route.holds[i] = Some(route.holds[i].map_or(until, |h| h.max(until)));
+                    }
+                }
+            }
             Action::Retry { delay } => route.holds[m.index()] = Some(now.instant + delay),
             Action::StopQueue { until } => {
                 self.state.stopped_by(m, &upstream, c, until, now);
