@@ -100,6 +100,8 @@ mod choose;
 mod member;
 mod route;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use choose::{choose, Candidate, Shares};
 pub use member::{Member, MemberId};
@@ -409,19 +411,25 @@ impl Pool {
             }
             let mut r = req;
             r.target = route.targets[i];
+            // A stop this job met stays met (an admission may see a stop
+            // a prediction does not, a model class's), until it lifts by
+            // itself; a human's resume reaches the job when its caller
+            // brings it back and every member was stopped.
+            if let Some(stop) = route.stopped[i] {
+                if stop.until_instant.is_none_or(|u| t < u) {
+                    continue;
+                }
+                route.stopped[i] = None;
+            }
             let ready = match outlook(id, &r) {
                 Outlook::Stopped(stop) => {
                     route.stopped[i] = Some(stop);
                     continue;
                 }
-                Outlook::Refused => {
-                    route.stopped[i] = None;
-                    continue;
-                }
+                Outlook::Refused => continue,
                 Outlook::At(at) => at.max(t),
                 Outlook::Unknown => t,
             };
-            route.stopped[i] = None;
             let ready = route.holds[i].map_or(ready, |h| ready.max(h));
             found.push((
                 Candidate {
@@ -446,7 +454,19 @@ impl Pool {
             .collect();
         let Some(chosen) = choose(&candidates, &self.shares, self.config.tie) else {
             // Nothing eligible: the job stays where it is, and its
-            // admission says why (a stop, a deadline).
+            // admission says why (a stop, a deadline). With every member
+            // met stopped, the store is asked again: a member it no
+            // longer says is stopped (a human resumed it) is eligible at
+            // the next choice.
+            if route.all_stopped() {
+                for (i, stopped) in route.stopped.iter_mut().enumerate() {
+                    let mut r = req;
+                    r.target = route.targets[i];
+                    if !matches!(outlook(MemberId(i as u16), &r), Outlook::Stopped(_)) {
+                        *stopped = None;
+                    }
+                }
+            }
             return;
         };
         let target = route.targets[chosen.index()];
