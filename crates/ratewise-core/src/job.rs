@@ -326,8 +326,7 @@ impl Job {
     }
 
     /// Sends that count toward the policy's `max_attempts`: those not
-    /// answered by a rate signal the job waited out
-    /// ([`paced`](crate::decide::paced)).
+    /// answered by a rate signal the job waited out ([`paced`]).
     pub fn counted_attempts(&self) -> u32 {
         self.job_state().counted_attempts()
     }

@@ -528,7 +528,9 @@ fn every_member_capped_stops_the_pool_with_each_members_evidence() {
     for o in &out[1..] {
         assert_eq!(o.attempts, 0, "{o:?}");
         assert_eq!(o.decision.action.kind(), ActionKind::StopQueue);
-        assert!(sim.pool.stopped(&o.route).is_some());
+        // Its evidence is the answers an earlier job met: one owner.
+        let evidence = sim.pool.stopped(&o.route).expect("stopped");
+        assert_eq!(evidence.members, stopped.members);
     }
     assert_eq!((sim.strays, sim.early), (0, 0));
     assert!(sim.ctl.ledger().is_clean());

@@ -1,25 +1,5 @@
-//! The choice of a member for a job's next attempt: the one that can admit
-//! it soonest, as each member's own admission predicts (its buckets, pause,
-//! learned or estimated limits) — never round robin. Weights break ties
-//! and bound each member's share of the recent sends among the members
-//! tied with it.
-//!
-//! * **Soonest.** Each eligible member comes with the instant it could
-//!   admit the job (`ready_at`: now, a bucket's refill, a pause's end, an
-//!   overload hold's end). The earliest wins.
-//! * **Ties.** Members ready within [`PoolConfig::tie`](super::PoolConfig::tie)
-//!   of the earliest are tied. Among them a member whose share of the
-//!   recent sends ([`Shares`], the last
-//!   [`PoolConfig::share_window`](super::PoolConfig::share_window) sends)
-//!   is above its weight's share of the eligible members' weights is
-//!   passed over for one that is not; then the smooth weighted choice:
-//!   the least `(sends + 1) / weight`, then the earliest, then the lowest
-//!   number — deterministic, no random draw.
-//!
-//! A wider `tie` bounds shares harder at the cost of waiting: a member
-//! under its share is preferred when it is ready no more than `tie` after
-//! the soonest one. The default (zero) only bounds members ready at the
-//! same instant, so no job waits for a weight.
+//! The choice of a member for a job's next attempt ([`choose`]): by
+//! soonest admission, weights breaking ties and bounding shares.
 
 use super::member::MemberId;
 use crate::time::Instant;
@@ -78,8 +58,54 @@ impl Shares {
     }
 }
 
-/// The member for the next attempt among `candidates` (see the
-/// [module docs](self)); `None` when there is none.
+/// The member for the next attempt among `candidates`; `None` when there
+/// is none. The one that can admit the job soonest, as each member's own
+/// admission predicts (its buckets, pause, learned or estimated limits) —
+/// never round robin. Weights break ties and bound each member's share of
+/// the recent sends among the members tied with it.
+///
+/// * **Soonest.** Each eligible member comes with the instant it could
+///   admit the job (`ready_at`: now, a bucket's refill, a pause's end, an
+///   overload hold's end). The earliest wins.
+/// * **Ties.** Members ready within `tie` ([`PoolConfig::tie`](super::PoolConfig::tie))
+///   of the earliest are tied. Among them a member whose share of the
+///   recent sends ([`Shares`], the last
+///   [`PoolConfig::share_window`](super::PoolConfig::share_window) sends)
+///   is above its weight's share of all candidates' weights is passed
+///   over for one that is not; then the smooth weighted choice: the least
+///   `(sends + 1) / weight`, then the earliest, then the lowest number —
+///   deterministic, no random draw.
+///
+/// A wider `tie` bounds shares harder at the cost of waiting: a member
+/// under its share is preferred when it is ready no more than `tie` after
+/// the soonest one. The default (zero) only bounds members ready at the
+/// same instant, so no job waits for a weight.
+///
+/// ```
+/// use ratewise_core::pool::{choose, Candidate, Pool, PoolConfig, Member, Shares};
+/// use ratewise_core::{Instant, Provider};
+/// use std::time::Duration;
+///
+/// let mut pool = Pool::new(PoolConfig::default());
+/// let a = pool.add(Member::new("api.anthropic.com", Provider::Anthropic, "a").weight(2));
+/// let b = pool.add(Member::new("api.openai.com", Provider::Openai, "b"));
+/// let mut shares = Shares::new(30);
+/// let both_now = [
+///     Candidate { member: a, ready_at: Instant::ZERO, weight: 2 },
+///     Candidate { member: b, ready_at: Instant::ZERO, weight: 1 },
+/// ];
+/// for _ in 0..30 {
+///     let m = choose(&both_now, &shares, Duration::ZERO).unwrap();
+///     shares.record(m);
+/// }
+/// assert_eq!((shares.of(a), shares.of(b)), (20, 10));
+/// // Whatever the weights, a member that can admit sooner wins.
+/// let b_sooner = [
+///     Candidate { member: a, ready_at: Instant::from_millis(900), weight: 2 },
+///     Candidate { member: b, ready_at: Instant::from_millis(100), weight: 1 },
+/// ];
+/// assert_eq!(choose(&b_sooner, &shares, Duration::ZERO), Some(b));
+/// ```
 pub fn choose(candidates: &[Candidate], shares: &Shares, tie: Duration) -> Option<MemberId> {
     let soonest = candidates.iter().map(|c| c.ready_at).min()?;
     let total_weight: u64 = candidates.iter().map(|c| c.weight).sum();

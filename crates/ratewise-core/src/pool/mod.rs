@@ -6,7 +6,7 @@
 //! mapping. A job's attempt goes to the member that can admit it
 //! **soonest** — as that member's own admission predicts, never round
 //! robin — with weights breaking ties and bounding each member's share
-//! ([`choose`](choose::choose)).
+//! ([`choose`]).
 //!
 //! * **Money or credentials stop a member, not the pool.** A spend cap,
 //!   billing or authentication answer stops that member's key in the
