@@ -379,6 +379,35 @@ impl Job {
         })
     }
 
+    /// Sends that count toward the policy's `max_attempts`: those not
+    /// answered by a rate signal the job waited out ([`paced`]).
+    pub fn counted_attempts(&self) -> u32 {
+        self.job_state().counted_attempts()
+    }
+
+    /// The decision the job ended with, once it has ended.
+    pub fn ended(&self) -> Option<&Decision> {
+        match &self.state {
+            State::Ended { decision, .. } => Some(decision),
+            _ => None,
+        }
+    }
+
+    /// Between sends only (nothing reserved, nothing asked): the next
+    /// admission goes to `target` instead — a [pool](crate::pool)'s other
+    /// member — not before `not_before`, which replaces a retry's delay
+    /// (that delay was the answering member's). Everything else carries
+    /// over: the attempts, the deadline, whether the last answer was
+    /// paced. Returns whether the job was between sends.
+    pub fn retarget(&mut self, target: Target, not_before: Option<Instant>) -> bool {
+        if !matches!(self.state, State::Ready { .. }) || self.cancelled {
+            return false;
+        }
+        self.spec.target = target;
+        self.state = State::Ready { not_before };
+        true
+    }
+
     /// What to do next (see [`Step`]).
     pub fn next(&mut self, now: Now) -> Step {
         if self.cancelled && matches!(self.state, State::Ready { .. }) {

@@ -89,6 +89,7 @@ pub mod explain;
 pub mod job;
 mod note;
 pub mod parse;
+pub mod pool;
 pub mod record;
 mod rng;
 pub mod time;
