@@ -360,7 +360,7 @@ impl BatchStore {
             ));
         }
         let h = self.next_id(b"file");
-        let id = format!("file-{}", base62(h, 22));
+        let id = format!("file-{}", render::base62(h, 22));
         self.bytes += bytes.len();
         let f = StoredFile {
             id: id.clone(),
@@ -399,7 +399,7 @@ impl BatchStore {
 
     fn store_output(&mut self, batch_id: &str, kind: &str, bytes: Vec<u8>, now: Instant) -> String {
         let h = self.next_id(b"file");
-        let id = format!("file-{}", base62(h, 22));
+        let id = format!("file-{}", render::base62(h, 22));
         self.bytes += bytes.len();
         self.files.insert(
             id.clone(),
@@ -747,7 +747,7 @@ impl BatchStore {
             return Err(self.too_many());
         }
         let h = self.next_id(b"msgbatch");
-        let id = format!("msgbatch_01{}", base62(h, 22));
+        let id = format!("msgbatch_01{}", render::base62(h, 22));
         self.bytes += raw_len;
         let b = Batch {
             seq: self.counter,
@@ -1209,19 +1209,6 @@ fn parse_openai_file(bytes: &[u8], endpoint: &str) -> (Vec<Item>, Vec<Value>) {
         ));
     }
     (items, errors)
-}
-
-fn base62(mut x: u64, len: usize) -> String {
-    const A: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    let mut out = String::with_capacity(len);
-    for i in 0..len {
-        if x == 0 {
-            x = fnv1a(i as u64, b"pad");
-        }
-        out.push(A[(x % 62) as usize] as char);
-        x /= 62;
-    }
-    out
 }
 
 #[cfg(test)]

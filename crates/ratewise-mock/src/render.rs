@@ -141,7 +141,8 @@ pub fn ids(provider: Provider, seed: u64, nth: u64) -> (String, String) {
     }
 }
 
-fn base62(mut x: u64, len: usize) -> String {
+/// `x` as `len` base-62 digits (ids in the providers' styles).
+pub(crate) fn base62(mut x: u64, len: usize) -> String {
     const A: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let mut out = String::with_capacity(len);
     for i in 0..len {

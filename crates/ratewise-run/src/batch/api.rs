@@ -317,6 +317,25 @@ impl Api {
         }
     }
 
+    /// A 2xx answer as it is; any other as [`ApiError::Status`], its
+    /// body read up to a bound.
+    async fn success(
+        &self,
+        resp: http::Response<hyper::body::Incoming>,
+    ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let headers = Box::new(resp.headers().clone());
+        let body = read_bounded(resp.into_body(), MAX_ERROR_BODY, self.timeout).await;
+        Err(ApiError::Status {
+            status,
+            headers,
+            body,
+        })
+    }
+
     /// A call with a JSON answer.
     async fn json(
         &self,
@@ -328,16 +347,7 @@ impl Api {
         let resp = self
             .send(self.request(method, path, content_type, body)?)
             .await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let headers = Box::new(resp.headers().clone());
-            let body = read_bounded(resp.into_body(), MAX_ERROR_BODY, self.timeout).await;
-            return Err(ApiError::Status {
-                status,
-                headers,
-                body,
-            });
-        }
+        let resp = self.success(resp).await?;
         let bytes = tokio::time::timeout(
             self.timeout,
             Limited::new(resp.into_body(), MAX_JSON).collect(),
@@ -527,16 +537,7 @@ impl Api {
         let resp = self
             .send(self.request(Method::GET, &path, "application/json", Bytes::new())?)
             .await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let headers = Box::new(resp.headers().clone());
-            let body = read_bounded(resp.into_body(), MAX_ERROR_BODY, self.timeout).await;
-            return Err(ApiError::Status {
-                status,
-                headers,
-                body,
-            });
-        }
+        let resp = self.success(resp).await?;
         let mut body = resp.into_body();
         let mut buf: Vec<u8> = Vec::new();
         let mut skipping = false;
