@@ -17,7 +17,7 @@
 #   run    fuzz each target (building first if the build phase did not)
 #
 # Environment:
-#   RATEWISE_FUZZ_SECONDS  seconds per target (default 60; CI sets 30)
+#   RATEWISE_FUZZ_SECONDS  seconds per target (default 60; CI sets 10)
 #   RATEWISE_FUZZ_TARGETS  space-separated subset of targets (default: all)
 #   RATEWISE_FUZZ_NICE     niceness of the fuzzing processes (default 10)
 set -euo pipefail
