@@ -33,6 +33,23 @@ pub enum Shape {
 }
 
 impl Shape {
+    /// `builder` with this shape's authentication: OpenAI's `Authorization:
+    /// Bearer`, Anthropic's `x-api-key` and the `anthropic-version` header
+    /// (<https://docs.anthropic.com/en/api/versioning>: required on every
+    /// request). The one place both the direct and the batch path set them.
+    pub fn authenticate(
+        self,
+        builder: http::request::Builder,
+        key: &str,
+    ) -> http::request::Builder {
+        match self {
+            Shape::Anthropic => builder
+                .header("x-api-key", key)
+                .header("anthropic-version", "2023-06-01"),
+            Shape::OpenAi => builder.header(http::header::AUTHORIZATION, format!("Bearer {key}")),
+        }
+    }
+
     /// The name kept in the store and shown to people.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -743,17 +743,7 @@ fn request(
 ) -> Result<http::Request<Full<Bytes>>, String> {
     let mut builder = http::Request::post(format!("{}{}", settings.upstream, job.path))
         .header(http::header::CONTENT_TYPE, "application/json");
-    builder = match settings.shape {
-        // https://docs.anthropic.com/en/api/versioning: the version header
-        // is required on every request.
-        Shape::Anthropic => builder
-            .header("x-api-key", &settings.api_key)
-            .header("anthropic-version", "2023-06-01"),
-        Shape::OpenAi => builder.header(
-            http::header::AUTHORIZATION,
-            format!("Bearer {}", settings.api_key),
-        ),
-    };
+    builder = settings.shape.authenticate(builder, &settings.api_key);
     let mut req = builder.body(Full::new(job.body.clone())).map_err(|_| {
         format!(
             "the request of {:?} could not be made (the upstream URL or the API key cannot be sent); nothing was sent",
@@ -808,15 +798,6 @@ fn attempts_json(records: &[ratewise_core::record::AttemptRecord]) -> Vec<serde_
 
 fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
     records.iter().filter_map(|r| r.delay_ms).sum()
-}
-
-/// Input (cache writes and reads included: all billed) and output tokens
-/// of a success body's usage, read by the core's one usage parser (the
-/// whole body, which the answer bound already limits).
-fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
-    let u = ratewise_core::parse::body::parse_usage(body)?;
-    let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
-    Some((input, u.output_tokens))
 }
 
 /// A call after its first poll in the fill loop.
@@ -874,7 +855,7 @@ async fn answer<S: Upstream>(
             match body {
                 Ok(b) => {
                     let bytes = b.to_bytes();
-                    end.usage = usage_of(&bytes);
+                    end.usage = crate::output::usage_of(&bytes);
                     let ok = (200..300).contains(&status);
                     end.state = Some(if ok { State::Done } else { State::Failed });
                     end.cause = Some(if ok { "success" } else { "unclassified" }.into());
@@ -975,7 +956,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    use super::usage_of;
+    use crate::output::usage_of;
 
     #[test]
     fn usage_after_a_long_completion_is_read() {

@@ -285,15 +285,7 @@ impl Api {
             .method(method)
             .uri(format!("{}{path}", self.upstream))
             .header(http::header::CONTENT_TYPE, content_type);
-        b = match self.shape {
-            Shape::OpenAi => b.header(
-                http::header::AUTHORIZATION,
-                format!("Bearer {}", self.api_key),
-            ),
-            Shape::Anthropic => b
-                .header("x-api-key", self.api_key.as_str())
-                .header("anthropic-version", "2023-06-01"),
-        };
+        b = self.shape.authenticate(b, &self.api_key);
         // A key that cannot be a header value (a newline in it) fails
         // here, as an error that does not name it.
         b.body(Full::new(body)).map_err(|_| {

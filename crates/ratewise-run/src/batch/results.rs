@@ -97,14 +97,6 @@ struct AnthropicResult<'a> {
     error: Option<&'a RawValue>,
 }
 
-/// Input (cache writes and reads included) and output tokens of a
-/// message's usage, by the core's one usage parser.
-fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
-    let u = ratewise_core::parse::body::parse_usage(body)?;
-    let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
-    Some((input, u.output_tokens))
-}
-
 fn attempt(
     batch_id: &str,
     status: Option<u16>,
@@ -142,7 +134,7 @@ fn parse_openai(batch_id: &str, line: &[u8]) -> Option<ItemResult> {
             item = Item::Succeeded;
             end.state = Some(State::Done);
             end.cause = Some("success".into());
-            end.usage = body.as_deref().and_then(usage_of);
+            end.usage = body.as_deref().and_then(crate::output::usage_of);
         } else {
             item = Item::Errored;
             end.state = Some(State::Failed);
@@ -210,7 +202,7 @@ fn parse_anthropic(batch_id: &str, line: &[u8]) -> Option<ItemResult> {
             end.state = Some(State::Done);
             end.status = Some(200);
             end.cause = Some("success".into());
-            end.usage = body.as_deref().and_then(usage_of);
+            end.usage = body.as_deref().and_then(crate::output::usage_of);
             end.response = body;
             Item::Succeeded
         }
