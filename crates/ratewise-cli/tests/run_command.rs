@@ -1150,10 +1150,10 @@ fn via_auto_sends_by_deadline_the_old_jobs_directly_and_the_new_in_a_batch() {
     let (code, stderr) = run(&dir, &mock, &["--budget-tokens", "1"]);
     assert_eq!(code, 4, "{stderr}");
     assert!(mock.records().is_empty());
-    std::thread::sleep(Duration::from_secs(2));
-    // Five more lines; a deadline of 25 h + 1 s leaves the batch window
+    std::thread::sleep(Duration::from_secs(4));
+    // Five more lines; a deadline of 25 h + 2 s leaves the batch window
     // (24 h) and its margin (1 h) to the new jobs only: the old ones have
-    // lived 2 s of theirs.
+    // lived 4 s of theirs (2 s of slack either side for a loaded machine).
     let mut text = std::fs::read_to_string(&input).unwrap();
     let new: Vec<String> = (0..5).map(|i| format!("new-{i}")).collect();
     for id in &new {
@@ -1167,7 +1167,7 @@ fn via_auto_sends_by_deadline_the_old_jobs_directly_and_the_new_in_a_batch() {
             "--via",
             "auto",
             "--deadline",
-            "90001s",
+            "90002s",
             "--resume-stopped",
             "--batch-poll",
             "200ms",
