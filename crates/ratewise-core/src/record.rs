@@ -58,6 +58,10 @@ pub struct AttemptRecord {
     pub reason: Option<GiveUpReason>,
     /// Usage, when known (success or streamed so far).
     pub usage: Option<Usage>,
+    /// The pool member the attempt went to (its upstream and key
+    /// fingerprint, never the key), for a pooled job; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 /// One dimension's published window.
@@ -109,10 +113,17 @@ impl AttemptRecord {
             until: d.action.until().map(crate::time::format_rfc3339),
             reason: d.action.reason(),
             usage: None,
+            member: None,
         }
     }
 
-    /// Adds the usage once known.
+    /// The same record naming the pool member the attempt went to.
+    pub fn with_member(mut self, member: Option<String>) -> Self {
+        self.member = member;
+        self
+    }
+
+    /// The same record with its usage.
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = Some(usage);
         self

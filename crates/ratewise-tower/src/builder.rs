@@ -65,6 +65,7 @@ pub struct Builder {
     store: Option<Arc<dyn State>>,
     clock: Option<Arc<dyn Clock>>,
     journal: Option<Arc<dyn Journal>>,
+    pool: Option<crate::pool::Pool>,
 }
 
 /// One setting, applied to the configuration at `build`.
@@ -79,6 +80,7 @@ impl std::fmt::Debug for Builder {
             .field("store", &self.store.is_some())
             .field("clock", &self.clock.is_some())
             .field("journal", &self.journal.is_some())
+            .field("pool", &self.pool.as_ref().map(|p| p.members().len()))
             .finish()
     }
 }
@@ -262,6 +264,14 @@ impl Builder {
         self
     }
 
+    /// Every call through a pool of upstreams and keys, paced and retried
+    /// as one logical key (see [`pool`](crate::pool)). A pool with no
+    /// member is an error at [`build`](Self::build).
+    pub fn pool(mut self, pool: crate::pool::Pool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
     /// The layer; an error when a setting could not take effect.
     pub fn build(self) -> Result<RetryLayer, BuildError> {
         let mut config = self.base;
@@ -296,8 +306,13 @@ impl Builder {
             ))),
         };
         let layer = RetryLayer::from_parts(config, store, clock);
-        Ok(match self.journal {
+        let layer = match self.journal {
             Some(j) => layer.with_journal(j),
+            None => layer,
+        };
+        Ok(match self.pool {
+            Some(pool) if pool.members().is_empty() => return Err(BuildError(Kind::EmptyPool)),
+            Some(pool) => layer.with_pool(pool),
             None => layer,
         })
     }
@@ -367,6 +382,7 @@ enum Kind {
     SettingsWithStore(Vec<&'static str>),
     #[cfg_attr(feature = "tokio", allow(dead_code))]
     NoClock,
+    EmptyPool,
 }
 
 impl std::fmt::Display for BuildError {
@@ -383,6 +399,7 @@ impl std::fmt::Display for BuildError {
             Kind::NoClock => {
                 f.write_str("no clock: without the `tokio` feature the layer needs `.clock(..)`")
             }
+            Kind::EmptyPool => f.write_str("`.pool(..)` was given a pool with no member"),
         }
     }
 }

@@ -185,6 +185,7 @@ mod state;
 mod transport;
 mod wake;
 
+pub mod pool;
 pub use body::{BufferError, Metered, MeteredBody, ReplayBody};
 pub use builder::{BuildError, Builder};
 pub use cancel::{Cancel, Cancelled};

@@ -184,6 +184,11 @@ impl Pool {
         &self.members
     }
 
+    /// Every member's number, in the order they were added.
+    pub fn ids(&self) -> impl Iterator<Item = MemberId> + '_ {
+        (0..self.members.len()).map(|i| MemberId(i as u16))
+    }
+
     /// Member `id`.
     ///
     /// # Panics
@@ -200,6 +205,14 @@ impl Pool {
     /// The recent sends per member.
     pub fn shares(&self) -> &Shares {
         &self.shares
+    }
+
+    /// The answer that last stopped member `m` (money, credentials), as
+    /// this pool saw it: what a status page shows beside the store's stop.
+    /// A member the store stopped before any answer of this pool's has
+    /// none ([`stopped`](Self::stopped) then gives the store's word).
+    pub fn stop_evidence(&self, m: MemberId) -> Option<&MemberStopped> {
+        self.state.seen(m)
     }
 
     /// Until when `upstream` is held for an overload, if it is at `now`.

@@ -125,6 +125,11 @@ impl Route {
         self.targets.get(m.index()).copied()
     }
 
+    /// Every member's target for this job's model, in member order.
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+
     /// The member of every attempt made, in order (attempt `n` is at
     /// `n - 1`): what the job's record names.
     pub fn attempts(&self) -> &[MemberId] {

@@ -44,10 +44,23 @@ impl Outlook {
         let stop = c
             .snapshot(req.target.scope, now)
             .and_then(|snapshot| snapshot.stopped);
+        let prediction = if stop.is_none() {
+            c.predict(req, 0, now)
+        } else {
+            None
+        };
+        Outlook::from_answers(stop, prediction, now)
+    }
+
+    /// The same from a store's answers read by a driver that awaits: the
+    /// scope's stop (its [`snapshot`](crate::admit::Store::snapshot)) and
+    /// its [`predict`](crate::admit::Store::predict) for the request with
+    /// nobody ahead.
+    pub fn from_answers(stop: Option<Stop>, prediction: Option<Admission>, now: Now) -> Outlook {
         if let Some(stop) = stop {
             return Outlook::Stopped(stop);
         }
-        match c.predict(req, 0, now) {
+        match prediction {
             Some(Admission::Wait { until, .. }) => Outlook::At(until.max(now.instant)),
             Some(Admission::Refused { .. }) => Outlook::Refused,
             Some(Admission::Stopped { cause, until }) => Outlook::Stopped(Stop {
@@ -193,6 +206,11 @@ impl PoolState {
             at: Some(now.wall),
             until,
         });
+    }
+
+    /// The answer that last stopped member `m`, as this pool saw it.
+    pub(crate) fn seen(&self, m: MemberId) -> Option<&MemberStopped> {
+        self.evidence.get(m.index())?.as_ref()
     }
 
     /// The store says member `m` is stopped: its evidence, from the

@@ -28,6 +28,8 @@ pub(crate) struct Inner {
     pub queues: Arc<crate::queue::Queues>,
     /// Which key a request without a `KeyLabel` is paced under.
     pub keys: crate::job::Keys,
+    /// The pool every call goes through, when the layer has one.
+    pub pool: Option<Arc<crate::pool::PoolShared>>,
     rng: Mutex<fastrand::Rng>,
     jobs: AtomicU64,
 }
@@ -135,7 +137,7 @@ impl RetryLayer {
     /// a Redis store) and the clock. [`Builder::build`](crate::Builder::build)
     /// makes every layer through it.
     pub(crate) fn from_parts(config: Config, state: Arc<dyn State>, clock: Arc<dyn Clock>) -> Self {
-        Self::build(config, state, clock, None, None)
+        Self::build(config, state, clock, None, None, None)
     }
 
     /// `queues`: the waiting queues of the layer this one derives from, so
@@ -147,6 +149,7 @@ impl RetryLayer {
         clock: Arc<dyn Clock>,
         journal: Option<Arc<dyn Journal>>,
         queues: Option<Arc<crate::queue::Queues>>,
+        pool: Option<Arc<crate::pool::PoolShared>>,
     ) -> Self {
         let rng = Mutex::new(fastrand::Rng::with_seed(
             config
@@ -165,6 +168,7 @@ impl RetryLayer {
                 queues,
                 clock,
                 journal,
+                pool,
                 rng,
                 jobs: AtomicU64::new(0),
             }),
@@ -180,7 +184,29 @@ impl RetryLayer {
             self.inner.clock.clone(),
             Some(journal),
             Some(self.inner.queues.clone()),
+            self.inner.pool.clone(),
         )
+    }
+
+    /// The same layer sending every call through `pool`; same state,
+    /// same waiters, same journal.
+    pub(crate) fn with_pool(self, pool: crate::pool::Pool) -> Self {
+        Self::build(
+            self.inner.config.clone(),
+            self.inner.raw_state.clone(),
+            self.inner.clock.clone(),
+            self.inner.journal.clone(),
+            Some(self.inner.queues.clone()),
+            Some(Arc::new(crate::pool::PoolShared::new(pool))),
+        )
+    }
+
+    /// Each member of the layer's pool as it is now (share, sends, stop
+    /// and its evidence, overload hold); `None` for a layer without a
+    /// pool ([`Builder::pool`](crate::Builder::pool)).
+    pub async fn pool_status(&self) -> Option<crate::pool::PoolStatus> {
+        let pool = self.inner.pool.as_ref()?;
+        Some(crate::pool::PoolStatus::of(pool, self.inner.state.as_ref(), self.now()).await)
     }
 
     /// The configuration.

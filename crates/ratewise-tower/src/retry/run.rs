@@ -32,6 +32,7 @@ use crate::cancel::Cancel;
 use crate::config::{ATTEMPT_HEADER, JOB_HEADER};
 use crate::error::{BoxError, Error};
 use crate::job::Job;
+use crate::pool::Pooled;
 use crate::transport::transport_failure;
 use crate::Attempts;
 
@@ -113,7 +114,7 @@ async fn attempts<S, B, R>(
     mut svc: S,
     parts: http::request::Parts,
     bytes: Bytes,
-    job: Job,
+    mut job: Job,
 ) -> Result<Response<MeteredBody<R>>, Error>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
@@ -125,7 +126,16 @@ where
     let cfg = &inner.config;
     let policy = &cfg.policy;
     let clock = &inner.clock;
-    let target = inner.state.target(&job.key, &job.model).await;
+    // A pooled job: every member's target, and the pool's choice before
+    // each admission (see `crate::pool`).
+    let mut pooled = match &inner.pool {
+        Some(pool) => Pooled::start(pool.clone(), inner.state.as_ref(), &job.model).await,
+        None => None,
+    };
+    let target = match &pooled {
+        Some(p) => p.first_target(),
+        None => inner.state.target(&job.key, &job.model).await,
+    };
     let spec = JobSpec {
         target,
         arrived: job.arrived,
@@ -235,12 +245,21 @@ where
         };
         retry_delay = false;
         let now = clock.now();
-        let step = match m.job.next(now) {
-            Step::Admit(req) => {
-                let answer = inner.state.admit(req, now).await;
-                m.job.admission(answer, policy, now)
-            }
-            other => other,
+        let step = match pooled.as_mut() {
+            None => match m.job.next(now) {
+                Step::Admit(req) => {
+                    let answer = inner.state.admit(req, now).await;
+                    m.job.admission(answer, policy, now)
+                }
+                other => other,
+            },
+            Some(p) => match p.next(&mut m.job, policy, inner.state.as_ref(), now).await {
+                Step::Admit(req) => {
+                    let answer = inner.state.admit(req, now).await;
+                    p.admission(&mut m.job, answer, policy, now)
+                }
+                other => other,
+            },
         };
         let attempt = match step {
             Step::Send { attempt } => {
@@ -321,7 +340,20 @@ where
                 }
             }
         }
-        let mut request = Request::from_parts(parts.clone(), B::replay(bytes.clone()));
+        // A pooled attempt is rewritten for its member (URL, credentials,
+        // model) and read by its member's rules.
+        let (mut send_parts, mut send_bytes) = (parts.clone(), bytes.clone());
+        let (prepared, member) = match &pooled {
+            Some(p) => {
+                job.provider = Some(p.provider());
+                (
+                    p.prepare(&mut send_parts, &mut send_bytes),
+                    Some(p.label_of(attempt)),
+                )
+            }
+            None => (Ok(()), None),
+        };
+        let mut request = Request::from_parts(send_parts, B::replay(send_bytes));
         if cfg.job_headers {
             let h = request.headers_mut();
             if let Ok(v) = HeaderValue::from_str(&job.id) {
@@ -329,7 +361,10 @@ where
             }
             h.insert(ATTEMPT_HEADER, HeaderValue::from(attempt));
         }
-        let ready: Result<(), BoxError> = if first_send {
+        let ready: Result<(), BoxError> = if let Err(e) = prepared {
+            // The route could not make the request: nothing was sent.
+            Err(e)
+        } else if first_send {
             first_send = false;
             Ok(())
         } else {
@@ -373,7 +408,7 @@ where
                     &job,
                     &mut m,
                     &mut rng,
-                    attempt,
+                    (attempt, member.clone(), pooled.as_mut()),
                     resp,
                     now,
                     &mut records,
@@ -437,11 +472,17 @@ where
                 (answer, d)
             }
         };
+        if let Some(p) = pooled.as_mut() {
+            // Where the next attempt goes: this member after its delay,
+            // another now, or (a stopped member) the pool's next choice.
+            let moved = p.answered(&mut m.job, &answer.classification, &d, policy, now);
+            tracing::debug!(job_id = %job.id, attempt, ?moved, "pool");
+        }
         retry_delay = matches!(d.action, Action::Retry { delay } if !delay.is_zero());
         record(
             &inner,
             &job,
-            attempt,
+            (attempt, member),
             &answer.classification,
             &d,
             now,
@@ -583,13 +624,13 @@ fn provider_of(configured: Option<Provider>, headers: &http::HeaderMap, body: &[
 async fn record(
     inner: &Inner,
     job: &Job,
-    attempt: u32,
+    (attempt, member): (u32, Option<String>),
     c: &Classification,
     d: &Decision,
     now: Now,
     records: &mut Vec<AttemptRecord>,
 ) {
-    let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, d);
+    let record = AttemptRecord::new(now.wall, Some(&job.id), attempt, c, d).with_member(member);
     trace_attempt(&record);
     journal_end(inner, &record).await;
     records.push(record);
@@ -657,7 +698,7 @@ async fn success<R>(
     job: &Job,
     m: &mut Driven,
     rng: &mut fastrand::Rng,
-    attempt: u32,
+    (attempt, member, pooled): (u32, Option<String>, Option<&mut Pooled>),
     resp: Response<R>,
     now: Now,
     records: &mut Vec<AttemptRecord>,
@@ -740,11 +781,14 @@ where
     };
     let update = m.job.answered(policy, &c, None, rng, now);
     let d = apply(inner, m, update, now).await;
+    if let Some(p) = pooled {
+        p.answered(&mut m.job, &c, &d, policy, now);
+    }
     // The metered body owns the job's machine from here; until then
     // (while a stream is held back to its commit point) this driver does.
     // A stream's record is journaled as started here and again when its
     // body ends: only then is it known whether it completed.
-    let rec = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d);
+    let rec = AttemptRecord::new(now.wall, Some(&job.id), attempt, &c, &d).with_member(member);
     trace_attempt(&rec);
     let stream_journal = match &inner.journal {
         Some(journal) => {
