@@ -382,8 +382,9 @@ where
     }
 }
 
-/// The `reqwest::Request` of one attempt: the template's method, URL,
-/// version and timeout, the layer's headers (the caller's plus
+/// The `reqwest::Request` of one attempt: the template's method, version
+/// and timeout, the layer's URL (the template's, or a pool member's) and
+/// headers (the caller's plus
 /// `x-ratewise-job` / `x-ratewise-attempt`), and the body: the bytes the
 /// layer replays, or the streaming body, once.
 async fn attempt_request<E>(
@@ -397,6 +398,13 @@ async fn attempt_request<E>(
     };
     let (parts, body) = request.into_parts();
     *outgoing.headers_mut() = parts.headers;
+    // A pooled layer sends each attempt to its member's URL.
+    let uri = parts.uri.to_string();
+    if uri != outgoing.url().as_str() {
+        if let Ok(url) = reqwest::Url::parse(&uri) {
+            *outgoing.url_mut() = url;
+        }
+    }
     match once {
         Some(once) => {
             let Some(stream) = lock(&shared.stream).take() else {

@@ -144,3 +144,33 @@ async fn a_job_meeting_429s_everywhere_spends_one_budget() {
     assert_eq!(sends, ended.attempts);
     assert!(sends <= fast_policy().max_attempts as usize, "{sends}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_may_have_run_is_never_sent_to_another_member() {
+    let a = mock(roomy()).await;
+    let b = mock(roomy()).await;
+    // Member A reads each request whole and drops the connection: the
+    // request may have run there.
+    a.set_faults(vec![FaultRule::always(Fault::Reset)]);
+    let layer = pooled_layer(&a, &b, (1, 1));
+    let mut svc = layer.layer(client());
+    let mut on_a = 0;
+    for i in 0..12 {
+        let job = format!("u{i}");
+        let ended = run(&mut svc, call(&job)).await;
+        let first = ended.records[0].member.clone().unwrap();
+        if sends(&a, &job) > 0 {
+            on_a += 1;
+            // Its request reached A with no answer: it stays there (held
+            // or retried on A), never sent to B.
+            assert_eq!(sends(&b, &job), 0, "{job}: {:?}", ended.records);
+            assert!(ended
+                .records
+                .iter()
+                .all(|r| r.member.as_deref() == Some(first.as_str())));
+        } else {
+            assert_eq!(ended.action, ActionKind::Done);
+        }
+    }
+    assert!(on_a > 0, "some job went to A first");
+}
