@@ -52,6 +52,10 @@ pub struct MockConfig {
     /// model class): default 50 requests and 200 000 tokens (input +
     /// output) per minute ([`Limits::bedrock_default`]).
     pub bedrock_limits: Limits,
+    /// What only the Bedrock surface has: the SigV4 secrets it verifies
+    /// signatures with (none by default: the signature's shape is checked,
+    /// not its value).
+    pub bedrock: BedrockConfig,
     /// What only the Gemini surface has: the per-day request quota, models
     /// the key's tier lacks ("limit: 0"), the default `maxOutputTokens`.
     pub gemini: GeminiConfig,
@@ -165,6 +169,7 @@ impl Default for MockConfig {
             gemini_limits: Limits::gemini_default(),
             gemini: GeminiConfig::default(),
             bedrock_limits: Limits::bedrock_default(),
+            bedrock: BedrockConfig::default(),
             class_limits: BTreeMap::new(),
             model_classes: Vec::new(),
             acceleration: None,
@@ -190,6 +195,37 @@ impl Default for MockConfig {
             max_records: 100_000,
             max_keys: 10_000,
         }
+    }
+}
+
+/// The Bedrock surface's settings.
+///
+/// ```
+/// let cfg: ratewise_mock::MockConfig = serde_json::from_str(
+///     r#"{"bedrock": {"sigv4_secrets": {"AKIDMOCK": "mock-secret"}}}"#).unwrap();
+/// assert_eq!(cfg.bedrock.sigv4_secrets.len(), 1);
+/// // Debug names the access key ids, never a secret.
+/// assert!(!format!("{cfg:?}").contains("mock-secret"));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BedrockConfig {
+    /// Access key id → secret access key. Empty (the default): a SigV4
+    /// `Authorization` is checked for its shape only (scope, signed
+    /// headers, 64 hex digits, `x-amz-date`). Not empty: its signature is
+    /// verified too (canonical request, string to sign, derived key), and
+    /// an access key id not listed is 403 `UnrecognizedClientException`.
+    pub sigv4_secrets: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for BedrockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BedrockConfig")
+            .field(
+                "sigv4_secrets",
+                &self.sigv4_secrets.keys().collect::<Vec<_>>(),
+            )
+            .finish()
     }
 }
 

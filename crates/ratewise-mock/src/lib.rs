@@ -44,9 +44,15 @@
 //!   makes the OpenAI surface answer as Azure OpenAI, Groq, Mistral,
 //!   DeepSeek, OpenRouter or xAI document ([`flavor`], [`render::flavor`]),
 //!   with [`CompatibleConfig`] for what only they have.
-//! * **Bedrock** ([`MockConfig::bedrock_limits`]): `POST
+//! * **Bedrock** ([`MockConfig::bedrock_limits`], [`BedrockConfig`]): `POST
 //!   /model/{modelId}/converse`, throttled with `ThrottlingException`
-//!   ([`render::bedrock`]).
+//!   ([`render::bedrock`]); a SigV4 `Authorization` is checked for its
+//!   shape, and verified when the mock knows the access key's secret
+//!   ([`request::bedrock::authenticate`]).
+//! * **Claude on Vertex AI**: `POST /v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}:rawPredict`
+//!   (and `:streamRawPredict`): the Messages surface behind Vertex's
+//!   route, Bearer token and body rules ([`request::vertex`]), paced with
+//!   [`MockConfig::anthropic_limits`], no rate-limit header.
 //! * **Silent providers**: [`MockConfig::silent`] ([`Silent`]) sends no
 //!   rate-limit headers at all, and optionally no `retry-after` either
 //!   (the wait only in the 429's message), over the same buckets: the
@@ -94,8 +100,9 @@ pub mod tokens;
 
 pub use clock::TimeScale;
 pub use config::{
-    AccelerationConfig, BatchConfig, BiasConfig, Framing, GeminiConfig, LatencyConfig, Limits,
-    MockConfig, ModelPrice, OutputRange, RemainingRounding, Silent, SpendConfig,
+    AccelerationConfig, BatchConfig, BedrockConfig, BiasConfig, Framing, GeminiConfig,
+    LatencyConfig, Limits, MockConfig, ModelPrice, OutputRange, RemainingRounding, Silent,
+    SpendConfig,
 };
 pub use faults::{Fault, FaultRule, RetryAfterFormat, Trigger};
 pub use flavor::{CompatibleConfig, Flavor};

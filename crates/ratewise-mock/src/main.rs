@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// A fault-injecting mock LLM provider (Anthropic Messages, OpenAI Chat and its
-/// compatible flavors, Gemini, Bedrock Converse).
+/// compatible flavors, Gemini, Bedrock Converse, Claude on Vertex AI).
 #[derive(Debug, Parser)]
 #[command(name = "ratewise-mock", version)]
 struct Args {

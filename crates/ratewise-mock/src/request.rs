@@ -1,10 +1,14 @@
 //! Reading a provider request: the key, the fields the model needs, and
 //! the 400 message when they are missing. Pure functions. Gemini's
 //! request (model in the path, key in `x-goog-api-key` or `?key=`) is
-//! read by [`gemini`].
+//! read by [`gemini`]; Bedrock's (SigV4, [`sigv4`]) by [`bedrock`];
+//! Claude on Vertex AI's (model in the path, `anthropic_version` in the
+//! body) by [`vertex`].
 
 pub mod bedrock;
 pub mod gemini;
+pub mod sigv4;
+pub mod vertex;
 
 use crate::tokens::{self, INPUT_TOKENS_HEADER};
 use http::HeaderMap;

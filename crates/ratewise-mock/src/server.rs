@@ -14,9 +14,16 @@
 //!   — Azure OpenAI, when [`MockConfig::flavor`] is `azure` (the model
 //!   class is the deployment; the key is `api-key`, else a Bearer token).
 //! * `POST /model/{modelId}/converse` — Amazon Bedrock `Converse` (JSON
-//!   only): the key is a SigV4 `Authorization`'s access key id (never
-//!   verified) or a Bearer token; errors name their exception in
+//!   only): the key is a SigV4 `Authorization`'s access key id (its shape
+//!   checked, its signature verified when
+//!   [`BedrockConfig::sigv4_secrets`](crate::BedrockConfig::sigv4_secrets)
+//!   knows the key) or a Bearer token; errors name their exception in
 //!   `x-amzn-ErrorType`.
+//! * `POST /v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}:rawPredict`
+//!   and `:streamRawPredict` — Claude on Vertex AI: the Messages surface
+//!   with the model in the path, `anthropic_version: vertex-2023-10-16` in
+//!   the body and `Authorization: Bearer` only (none: Google's 401
+//!   `UNAUTHENTICATED`); no rate-limit header.
 //! * `GET /mock/records` — the records as JSON; `DELETE` clears them.
 //! * `PUT /mock/faults` — replace the fault rules (JSON array of [`FaultRule`]).
 //! * `PUT /mock/billing` — `true` / `false`: answer 402 to everything.
@@ -350,6 +357,10 @@ async fn handle(
         Method::POST => request::bedrock::route(&path),
         _ => None,
     };
+    let vertex = match method {
+        Method::POST => request::vertex::route(&path),
+        _ => None,
+    };
     let deployment = match (&method, state.config.flavor) {
         (&Method::POST, Flavor::Azure) => request::azure_deployment(&path),
         _ => None,
@@ -358,6 +369,7 @@ async fn handle(
         provider,
         gemini: None,
         deployment: None,
+        vertex: None,
     };
     match (&method, path.as_str()) {
         (&Method::POST, "/v1/messages") => {
@@ -370,6 +382,13 @@ async fn handle(
             let route = ApiRoute {
                 gemini,
                 ..plain(Provider::Gemini)
+            };
+            api(state, reset, wire, route, req).await
+        }
+        (_, _) if vertex.is_some() => {
+            let route = ApiRoute {
+                vertex,
+                ..plain(Provider::Anthropic)
             };
             api(state, reset, wire, route, req).await
         }
@@ -537,6 +556,9 @@ struct ApiRoute {
     /// Azure's deployment (the OpenAI surface's other path), or Bedrock's
     /// model id.
     deployment: Option<String>,
+    /// Claude on Vertex AI's project, region, model and method (the
+    /// Anthropic surface's other path).
+    vertex: Option<request::vertex::VertexRoute>,
 }
 
 /// Like [`reject`], with an answer rendered by the caller.
@@ -566,6 +588,7 @@ async fn api(
         provider,
         gemini,
         deployment,
+        vertex,
     } = route;
     let seq = state.seq.fetch_add(1, Ordering::Relaxed) + 1;
     let (parts, body) = req.into_parts();
@@ -576,6 +599,11 @@ async fn api(
     ctx.tokens_per_delta = state.config.tokens_per_delta;
     ctx.silent = state.config.silent;
     ctx.sse = gemini.as_ref().is_none_or(|r| r.sse);
+    // Vertex states no limits in headers (its quotas are Google Cloud's):
+    // the same buckets, no `anthropic-ratelimit-*`.
+    if vertex.is_some() && ctx.silent == crate::config::Silent::Off {
+        ctx.silent = crate::config::Silent::RetryAfter;
+    }
     if provider == Provider::Openai {
         ctx.flavor = state.config.flavor;
         ctx.upstream = state.config.compatible.upstream_provider.clone();
@@ -607,16 +635,52 @@ async fn api(
             return Err(ResetConnection);
         }
     };
+    if provider == Provider::Bedrock {
+        if let Err(failure) = request::bedrock::authenticate(
+            parts.method.as_str(),
+            parts.uri.path(),
+            parts.uri.query().unwrap_or(""),
+            h,
+            &body,
+            &state.config.bedrock.sigv4_secrets,
+        ) {
+            let r = render::bedrock::exception(
+                &ctx,
+                failure.status(),
+                failure.kind(),
+                failure.message(),
+            );
+            return Ok(reject_rendered(
+                &state,
+                wire,
+                rec,
+                &ctx,
+                Cause::Authentication,
+                r,
+            ));
+        }
+    }
     let key = match &gemini {
         Some(_) => request::gemini::api_key(h, parts.uri.query()),
+        None if vertex.is_some() => request::vertex::api_key(h),
         None if ctx.flavor == Flavor::Azure => request::azure_api_key(h),
         None if provider == Provider::Bedrock => request::bedrock::api_key(h),
         None => request::api_key(h),
     };
     let Some(key) = key else {
+        if vertex.is_some() {
+            let r = render::gemini::render_status_error(401, request::vertex::UNAUTHENTICATED);
+            return Ok(reject_rendered(
+                &state,
+                wire,
+                rec,
+                &ctx,
+                Cause::Authentication,
+                r,
+            ));
+        }
         let (status, cause, msg) = match gemini {
             Some(_) => (403, Cause::Permission, "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API."),
-            None if provider == Provider::Bedrock => (403, Cause::Authentication, "Missing Authentication Token"),
             None => (401, Cause::Authentication, "x-api-key header is required"),
         };
         return Ok(reject(&state, wire, rec, &ctx, status, cause, msg));
@@ -634,10 +698,13 @@ async fn api(
             route,
             state.config.gemini.default_max_output_tokens,
         ),
-        None => match &deployment {
-            Some(m) if provider == Provider::Bedrock => request::bedrock::parse(&body, h, m),
-            Some(d) => request::parse_deployment_request(&body, h, d),
-            None => request::parse_request(provider, &body, h),
+        None => match (&vertex, &deployment) {
+            (Some(v), _) => request::vertex::parse(&body, h, v),
+            (None, Some(m)) if provider == Provider::Bedrock => {
+                request::bedrock::parse(&body, h, m)
+            }
+            (None, Some(d)) => request::parse_deployment_request(&body, h, d),
+            (None, None) => request::parse_request(provider, &body, h),
         },
     };
     let parsed = match parsed {

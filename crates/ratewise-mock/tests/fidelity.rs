@@ -606,6 +606,7 @@ fn every_test_the_readme_names_exists() {
         include_str!("silent.rs"),
         include_str!("gemini.rs"),
         include_str!("flavors.rs"),
+        include_str!("cloud.rs"),
         include_str!("batch.rs"),
         include_str!("../src/batch.rs"),
         include_str!("../src/model.rs"),

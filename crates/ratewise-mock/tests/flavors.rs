@@ -652,7 +652,11 @@ async fn openai_flavor_is_the_default() {
 // -------------------------------------------------------------- Bedrock
 
 const CONVERSE: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse";
-const SIGV4: &str = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261129/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=0123abcd";
+/// A SigV4 `Authorization` of the shape Bedrock checks (the mock knows no
+/// secret here, so the signature's value is not verified: `tests/cloud.rs`
+/// verifies one), sent with its `x-amz-date`.
+const SIGV4: &str = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261129/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd";
+const AMZ_DATE: &str = "20261129T101500Z";
 
 fn converse_body(max_tokens: u64) -> Value {
     json!({"messages": [{"role": "user", "content": [{"text": "hello there"}]}],
@@ -668,7 +672,7 @@ async fn bedrock_converse_throttles_with_too_many_tokens() {
         ..MockConfig::default()
     };
     let s = MockServer::start(cfg).await.unwrap();
-    let auth = [("authorization", SIGV4)];
+    let auth = [("authorization", SIGV4), ("x-amz-date", AMZ_DATE)];
     let ok = post(&s, CONVERSE, "", &converse_body(800), &auth).await;
     assert_eq!(ok.status, 200, "{}", ok.text());
     let v = ok.json();
