@@ -109,17 +109,10 @@ fn assert_exception(r: &Reply, status: u16, kind: &str) {
     let header = r.header("x-amzn-errortype").unwrap_or_default();
     assert!(header.starts_with(kind), "{header}");
     assert!(r.json()["message"].is_string(), "{}", r.text());
-    // Never retried: ratewise-core names UnrecognizedClientException
-    // (credentials); the signature exceptions are not in its table yet and
-    // read as an unknown shape (inspect, no retry).
+    // Never retried: every signature refusal is the credentials' fault
+    // (ratewise-core stops the key — in a pool, that member).
     let c = classify(Provider::Bedrock, r);
-    assert!(
-        matches!(
-            c.cause,
-            Cause::Authentication | Cause::Permission | Cause::InvalidRequest | Cause::Unknown
-        ),
-        "{kind}: {c:?}"
-    );
+    assert_eq!(c.cause, Cause::Authentication, "{kind}: {c:?}");
 }
 
 #[test]

@@ -74,6 +74,12 @@ pub(crate) fn cause_of_kind(kind: &str) -> Option<Cause> {
         "ServiceQuotaExceededException" => Cause::RateLimited,
         "AccessDeniedException" => Cause::Permission,
         "UnrecognizedClientException" => Cause::Authentication,
+        // SigV4 refused (a wrong secret, a malformed or missing signature):
+        // the credentials are at fault, not this request — the key stops
+        // (in a pool, that member) until a human fixes them.
+        "InvalidSignatureException"
+        | "IncompleteSignatureException"
+        | "MissingAuthenticationTokenException" => Cause::Authentication,
         "ResourceNotFoundException" => Cause::NotFound,
         _ => return None,
     })
@@ -90,6 +96,18 @@ struct Flat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signature_refusals_are_the_credentials_fault() {
+        for kind in [
+            "InvalidSignatureException",
+            "IncompleteSignatureException",
+            "MissingAuthenticationTokenException",
+            "UnrecognizedClientException",
+        ] {
+            assert_eq!(cause_of_kind(kind), Some(Cause::Authentication), "{kind}");
+        }
+    }
 
     #[test]
     fn the_header_names_the_exception_and_the_body_says_why() {
