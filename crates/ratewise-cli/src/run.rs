@@ -35,7 +35,7 @@ pub struct RunArgs {
     out: Option<PathBuf>,
     /// The provider's base URL, with or without a trailing /v1 (default:
     /// `https://api.openai.com` or `https://api.anthropic.com`, by the
-    /// input's shape).
+    /// input's shape). Conflicts with a pool (its members name theirs).
     #[arg(long)]
     upstream: Option<String>,
     /// The store (default: INPUT.ratewise.db). Re-running with the same
@@ -43,9 +43,13 @@ pub struct RunArgs {
     #[arg(long)]
     db: Option<PathBuf>,
     /// A TOML file: upstream, api_key, window, deadline, budget_tokens,
-    /// grace_s, synchronous, `[limits]` (see below).
+    /// grace_s, synchronous, `[limits]`, `[[pools]]` (see below).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Which `[[pools]]` table of --config the run spends (needed when it
+    /// has several; one is used without it).
+    #[arg(long, value_name = "NAME")]
+    pool: Option<String>,
     /// Input + output tokens the store may spend, cumulative across every
     /// run of the same store (spent plus the worst case of what is in
     /// flight never passes it).
@@ -110,6 +114,25 @@ const AFTER_HELP: &str = "\
   input_tokens_per_minute = 200000
   output_tokens_per_minute = 40000
   tokens_per_minute = 200000           OpenAI's combined TPM
+                                       (with a pool: each member's key's limits)
+  [[pools]]                            several keys spent as one (one pool is used: the
+  name = \"claude\"                      only one, or the one --pool NAME names)
+  provider = \"anthropic\"               every member's, unless it says its own
+  [[pools.members]]
+  upstream = \"https://api.anthropic.com\"
+  key_env = \"ANTHROPIC_KEY_MAIN\"       the variable holding its key (never the key)
+  weight = 70                          optional (default 1); also provider, api_version
+  [[pools.members]]                    (Azure), models = { \"from\" = \"to\" }
+  upstream = \"https://api.anthropic.com\"
+  key_env = \"ANTHROPIC_KEY_BACKUP\"
+  weight = 30
+
+With a pool each attempt goes to the member that can take it soonest (weights break ties),
+with that member's URL and key; each result's attempts name their member (host#fingerprint,
+never the key). A spend cap, billing or auth answer stops that member, not the run; the run
+stops when every member is stopped, naming each one's cause. --upstream, and upstream or
+api_key in --config, conflict with a pool (OPENAI_API_KEY / ANTHROPIC_API_KEY are not read);
+so do --via batch and --via auto (the batch APIs are per key).
 
 An input edited after a run: unchanged lines keep their state and are never sent again;
 new and edited lines run; a line whose job was already sent or ended and whose request
@@ -206,6 +229,7 @@ pub fn run(args: &RunArgs) -> u8 {
     options.via = args.via;
     options.batch_poll = args.batch_poll;
     options.retry_failed = args.retry_failed;
+    options.pool = args.pool.clone();
     let progress = match args.progress {
         ProgressArg::Auto => Progress::auto(),
         ProgressArg::Json => Progress::Json,
@@ -277,6 +301,9 @@ pub fn run(args: &RunArgs) -> u8 {
         c.done, c.failed, c.expired, c.held, c.stopped, c.total, report.sends, report.answered_429,
         finished.written, finished.out.display()
     ));
+    if let Some(pool) = &finished.pool {
+        say(format!("pool {:?}: {}", pool.name, pool.in_words()));
+    }
     if let Some(b) = &finished.batches {
         say(format!(
             "batch API: {} batch(es) created, {} found again after a lost create call, {} ended here; {} job(s) held as unknown by a recovery{}",

@@ -1188,3 +1188,123 @@ fn via_auto_sends_by_deadline_the_old_jobs_directly_and_the_new_in_a_batch() {
     let batches = mock.server().batches();
     assert_eq!(batches.len(), 1);
 }
+
+/// `--config` with a `[[pools]]` table of two mock upstreams, each
+/// member's key read from its own variable: every job done, spread over
+/// both members, each attempt naming its member; no key in the results,
+/// the store, stdout or stderr. Flags the pool replaces are refused.
+#[test]
+fn a_pool_in_the_config_spends_both_keys_and_writes_none() {
+    const KEY_A: &str = "sk-cli-POOL-KEY-AAAA";
+    const KEY_B: &str = "sk-cli-POOL-KEY-BBBB";
+    let help = Command::new(env!("CARGO_BIN_EXE_ratewise"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for word in [
+        "[[pools]]",
+        "key_env",
+        "--pool <NAME>",
+        "conflict with a pool",
+    ] {
+        assert!(help.contains(word), "{word} not in --help: {help}");
+    }
+    let a = Mock::start(roomy(5));
+    let b = Mock::start(roomy(5));
+    let dir = Dir::new("pool");
+    let ids = write_input(&dir.path("in.jsonl"), Shape::OpenAi, 30);
+    std::fs::write(
+        dir.path("pools.toml"),
+        format!(
+            "window = 8\n\n[[pools]]\nname = \"gpt\"\nprovider = \"openai\"\n\
+             [[pools.members]]\nupstream = \"{}\"\nkey_env = \"RW_CLI_POOL_A\"\n\
+             [[pools.members]]\nupstream = \"{}/v1\"\nkey_env = \"RW_CLI_POOL_B\"\n",
+            a.url(),
+            b.url()
+        ),
+    )
+    .unwrap();
+    let pooled = |extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ratewise"));
+        c.arg("run")
+            .arg(dir.path("in.jsonl"))
+            .arg("--out")
+            .arg(dir.path("out.jsonl"))
+            .arg("--config")
+            .arg(dir.path("pools.toml"))
+            .args(extra)
+            .env("RW_CLI_POOL_A", KEY_A)
+            .env("RW_CLI_POOL_B", KEY_B)
+            .env("OPENAI_API_KEY", "sk-cli-NOT-THE-POOLS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.output().unwrap()
+    };
+    // What the pool replaces is refused, nothing sent.
+    for (extra, says) in [
+        (
+            &["--upstream", "http://127.0.0.1:9"][..],
+            "--upstream conflicts",
+        ),
+        (&["--via", "batch"][..], "--via batch conflicts"),
+        (&["--pool", "claude"][..], "no such pool"),
+    ] {
+        let out = pooled(extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
+    assert!(a.records().is_empty() && b.records().is_empty());
+
+    let out = pooled(&["--progress", "json"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let res = by_id(&results(&dir));
+    assert_eq!(res.keys().cloned().collect::<Vec<_>>(), ids);
+    let mut members = BTreeSet::new();
+    for v in res.values() {
+        assert_eq!(outcome(v), "done");
+        assert_eq!(v["response"]["status_code"], 200);
+        for attempt in v["ratewise"]["attempts"].as_array().unwrap() {
+            let m = attempt["member"].as_str().expect("the attempt's member");
+            assert!(m.contains("#fp-"), "{m}");
+            members.insert(m.to_owned());
+        }
+    }
+    assert_eq!(members.len(), 2, "both members used: {members:?}");
+    let (ra, rb) = (a.records(), b.records());
+    assert!(!ra.is_empty() && !rb.is_empty());
+    assert_eq!(ra.len() + rb.len(), 30);
+    assert!(sends_by_job(&[ra.clone(), rb.clone()].concat())
+        .values()
+        .all(|n| *n == 1));
+    // Each upstream saw one key, not the other's.
+    let key_of = |r: &[RequestRecord]| r.iter().map(|r| r.key.clone()).collect::<BTreeSet<_>>();
+    let (ka, kb) = (key_of(&ra), key_of(&rb));
+    assert!(ka.len() == 1 && kb.len() == 1 && ka != kb, "{ka:?} {kb:?}");
+    // The end: a line per member, and the pool in the summary.
+    assert!(err.contains("pool \"gpt\""), "{err}");
+    let summary = summary_of(&out.stdout);
+    let pool = summary["pool"]["members"].as_array().unwrap();
+    assert_eq!(pool.len(), 2);
+    let sends: u64 = pool.iter().map(|m| m["sends"].as_u64().unwrap()).sum();
+    assert_eq!(sends, 30);
+    // No key anywhere.
+    let mut written = vec![err, stdout];
+    for f in [
+        "out.jsonl",
+        "in.jsonl.ratewise.db",
+        "in.jsonl.ratewise.db-wal",
+    ] {
+        if let Ok(bytes) = std::fs::read(dir.path(f)) {
+            written.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
+    }
+    for text in &written {
+        for key in [KEY_A, KEY_B, "POOL-KEY", "NOT-THE-POOLS"] {
+            assert!(!text.contains(key), "{key} written");
+        }
+    }
+}

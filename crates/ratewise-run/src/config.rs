@@ -15,6 +15,18 @@
 //! input_tokens_per_minute = 200000
 //! output_tokens_per_minute = 40000
 //! tokens_per_minute = 200000
+//!
+//! [[pools]]                             # several keys as one (see `crate::pool`)
+//! name = "claude"
+//! provider = "anthropic"
+//! [[pools.members]]
+//! upstream = "https://api.anthropic.com"
+//! key_env = "ANTHROPIC_KEY_MAIN"        # the key's variable, never the key
+//! weight = 70
+//! [[pools.members]]
+//! upstream = "https://api.anthropic.com"
+//! key_env = "ANTHROPIC_KEY_BACKUP"
+//! weight = 30
 //! ```
 //!
 //! * `window`: most jobs handed to the tower layer at once (default 64);
@@ -28,12 +40,15 @@
 //! * `budget_tokens` / `--budget-tokens`: input + output tokens charged to
 //!   the **store**, across every run of it: a re-run with the same budget
 //!   sends only what the budget has left.
+//! * `[[pools]]`: several keys (and upstreams) spent as one; see
+//!   [`crate::pool`]. `[limits]` then applies to each member's key.
 
 use crate::input::Shape;
 use crate::journal::StoreJournal;
 use crate::queue::Settings;
 use crate::sqlite::Synchronous;
 use crate::store::Store;
+use ratewise_tower::pool::{Pool, PoolSpec};
 use ratewise_tower::{Limits, Provider, RetryLayer};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -75,6 +90,9 @@ pub struct Options {
     /// `--retry-failed`: items a batch ended `errored` or `expired` are
     /// sent again (in a new batch, or directly with `--via direct`).
     pub retry_failed: bool,
+    /// `--pool`: which `[[pools]]` table of the config the run spends
+    /// (needed when it has several).
+    pub pool: Option<String>,
 }
 
 impl Options {
@@ -96,6 +114,7 @@ impl Options {
             via: crate::batch::Via::Direct,
             batch_poll: None,
             retry_failed: false,
+            pool: None,
         }
     }
 
@@ -160,6 +179,19 @@ impl Options {
         settings: &Settings,
         store: Arc<dyn Store>,
     ) -> Result<RetryLayer, String> {
+        self.pooled_layer(file, settings, store, None)
+    }
+
+    /// The same, every attempt sent through `pool` when there is one (its
+    /// members' keys and upstreams; `[limits]` then applies to each
+    /// member's key).
+    pub fn pooled_layer(
+        &self,
+        file: &FileConfig,
+        settings: &Settings,
+        store: Arc<dyn Store>,
+        pool: Option<Pool>,
+    ) -> Result<RetryLayer, String> {
         let mut b = RetryLayer::builder()
             .deadline(settings.deadline)
             .provider(provider_of(settings))
@@ -174,6 +206,9 @@ impl Options {
             limits.output_tokens = l.output_tokens_per_minute;
             limits.tokens = l.tokens_per_minute;
             b = b.limits(limits);
+        }
+        if let Some(pool) = pool {
+            b = b.pool(pool);
         }
         b.build().map_err(|e| e.to_string())
     }
@@ -216,6 +251,10 @@ pub struct FileConfig {
     pub synchronous: Option<String>,
     /// Limits per minute, else learned.
     pub limits: Option<LimitsConfig>,
+    /// `[[pools]]`: several keys spent as one (the tower layer's
+    /// [`PoolSpec`], as `ratewise proxy --config` reads it).
+    #[serde(default)]
+    pub pools: Vec<PoolSpec>,
 }
 
 /// `[limits]` of the config.

@@ -80,6 +80,10 @@ pub enum RunError {
     InvalidUpstream(String),
     /// The HTTP client could not be made (TLS setup).
     Client(String),
+    /// The config's `[[pools]]` could not be used (none named by
+    /// `--pool`, several and none named, a key variable not set, a
+    /// setting or `--via` that conflicts with a pool). Nothing was sent.
+    Pool(crate::pool::PoolError),
     /// The batch path could not go on (its store, or a batch API call
     /// that failed where going on was not possible). Batches already
     /// submitted go on at the provider; a re-run resumes polling them.
@@ -163,6 +167,7 @@ impl std::fmt::Display for RunError {
             RunError::InvalidKey(why) => write!(f, "the API key cannot be sent: {why}; nothing was sent"),
             RunError::InvalidUpstream(why) => write!(f, "{why}; nothing was sent"),
             RunError::Client(why) => write!(f, "the HTTP client: {why}"),
+            RunError::Pool(e) => write!(f, "{e}"),
             RunError::Batch(e) => write!(
                 f,
                 "{e}; submitted batches go on at the provider: run the same command again to resume"
@@ -182,6 +187,7 @@ impl std::error::Error for RunError {
             | RunError::Output { source, .. } => Some(source),
             RunError::OpenStore { source, .. } | RunError::Store(source) => Some(source),
             RunError::Batch(e) => Some(e),
+            RunError::Pool(e) => Some(e),
             _ => None,
         }
     }
@@ -190,6 +196,12 @@ impl std::error::Error for RunError {
 impl From<crate::batch::BatchError> for RunError {
     fn from(e: crate::batch::BatchError) -> Self {
         RunError::Batch(e)
+    }
+}
+
+impl From<crate::pool::PoolError> for RunError {
+    fn from(e: crate::pool::PoolError) -> Self {
+        RunError::Pool(e)
     }
 }
 

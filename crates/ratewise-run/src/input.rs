@@ -42,11 +42,29 @@ impl Shape {
         builder: http::request::Builder,
         key: &str,
     ) -> http::request::Builder {
+        let builder = self.versioned(builder);
         match self {
-            Shape::Anthropic => builder
-                .header("x-api-key", key)
-                .header("anthropic-version", "2023-06-01"),
+            Shape::Anthropic => builder.header("x-api-key", key),
             Shape::OpenAi => builder.header(http::header::AUTHORIZATION, format!("Bearer {key}")),
+        }
+    }
+
+    /// `builder` with the headers this shape needs besides a key
+    /// (Anthropic's `anthropic-version`): a pooled request, whose key each
+    /// member's route sets.
+    pub fn versioned(self, builder: http::request::Builder) -> http::request::Builder {
+        match self {
+            Shape::Anthropic => builder.header("anthropic-version", "2023-06-01"),
+            Shape::OpenAi => builder,
+        }
+    }
+
+    /// The provider whose API this shape is (`Openai`, `Anthropic`): a
+    /// pool member must speak it ([`Provider::dialect`](ratewise_core::Provider::dialect)).
+    pub fn provider(self) -> ratewise_core::Provider {
+        match self {
+            Shape::OpenAi => ratewise_core::Provider::Openai,
+            Shape::Anthropic => ratewise_core::Provider::Anthropic,
         }
     }
 

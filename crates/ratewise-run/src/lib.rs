@@ -12,6 +12,9 @@
 //!   retry, defer, stop, hold); [`StoreJournal`] writes each attempt down
 //!   before it is sent.
 //! * [`output`] writes a line per job in the provider's own result format.
+//! * [`pool`]: `[[pools]]` in `--config`, several keys' limits spent by
+//!   one file (each attempt to the member that can take it soonest; a
+//!   member's spend cap stops that member, not the run).
 //! * [`Run`] is the whole command as a library call: lock, import the
 //!   input (or take what changed in it), recover, run, write the results.
 //!   It prints nothing and exits nothing: it reports [`progress::Event`]s
@@ -60,6 +63,7 @@ pub mod input;
 mod journal;
 pub mod lock;
 pub mod output;
+pub mod pool;
 pub mod progress;
 mod queue;
 mod run;
@@ -69,6 +73,7 @@ pub mod store;
 pub use config::{FileConfig, Options};
 pub use error::RunError;
 pub use journal::StoreJournal;
+pub use pool::PoolError;
 pub use progress::{Event, Observer};
 pub use queue::{check_api_key, normalize_upstream, Ending, Queue, Rates, Report, Settings};
 pub use run::{Finished, Run};

@@ -9,7 +9,8 @@
 //! time it needs is at least half the throughput's (the run goes about as
 //! fast as that limit lets it): then it is `binding`, and the ETA is the
 //! larger of the two. When no limit binds (limits far above what the run
-//! reaches), `binding` is none and the ETA is the throughput's.
+//! reaches), `binding` is none and the ETA is the throughput's. A pool's
+//! members' limits add up (each key's own, a stopped member's left out).
 
 use crate::queue::Rates;
 use crate::store::{Counts, StopRecord};
@@ -146,8 +147,10 @@ impl Status {
     ) -> Status {
         let (i, o) = rates.last_minute();
         let mut limits = serde_json::Map::new();
-        // The tightest known limit of each dimension over the scopes.
-        let mut tightest: [Option<u64>; 4] = [None; 4];
+        // Per key, the tightest known limit of each dimension over its
+        // scopes; a pool's keys add up (a stopped key adds nothing).
+        let mut per_key: std::collections::BTreeMap<&str, [Option<u64>; 4]> =
+            std::collections::BTreeMap::new();
         for s in snapshots {
             let l = s.limits;
             limits.insert(
@@ -157,6 +160,10 @@ impl Status {
                     "output_tokens": l.output_tokens, "tokens": l.tokens,
                 }),
             );
+            if s.stopped.is_some() {
+                continue;
+            }
+            let tightest = per_key.entry(s.key.as_str()).or_insert([None; 4]);
             for (slot, v) in
                 tightest
                     .iter_mut()
@@ -164,6 +171,14 @@ impl Status {
             {
                 if let Some(v) = v.filter(|v| *v > 0) {
                     *slot = Some(slot.map_or(v, |s| s.min(v)));
+                }
+            }
+        }
+        let mut tightest: [Option<u64>; 4] = [None; 4];
+        for key in per_key.values() {
+            for (sum, v) in tightest.iter_mut().zip(key) {
+                if let Some(v) = v {
+                    *sum = Some(sum.unwrap_or(0).saturating_add(*v));
                 }
             }
         }

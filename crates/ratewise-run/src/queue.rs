@@ -68,6 +68,11 @@ pub struct Settings {
     pub budget_tokens: Option<u64>,
     /// On a signal, how long sends in flight get to finish.
     pub grace: Duration,
+    /// The pool the layer sends every attempt through, by name (see
+    /// [`crate::pool`]): the request then carries no key of its own (each
+    /// member's route sets its own, and its upstream), and a stop of one
+    /// member does not stop the queue.
+    pub pool: Option<String>,
 }
 
 impl Settings {
@@ -87,6 +92,7 @@ impl Settings {
             deadline: Duration::from_secs(24 * 3600),
             budget_tokens: None,
             grace: Duration::from_secs(30),
+            pool: None,
         }
     }
 }
@@ -382,6 +388,9 @@ impl<S: Upstream> Queue<S> {
         let mut draining = false;
         let mut grace_end: Option<tokio::time::Instant> = None;
         let mut rates = Rates::default();
+        // Per job, the times a pooled stop put it back for another member.
+        let mut pool_rounds: std::collections::HashMap<i64, usize> =
+            std::collections::HashMap::new();
         let started = Instant::now();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -604,15 +613,20 @@ impl<S: Upstream> Queue<S> {
                         (Flow::PutBack, _) => {}
                         // The stop names the job whose answer stopped the
                         // queue: one that was sent, not one the stopped
-                        // layer turned away before a send.
+                        // layer turned away before a send. In a pool, one
+                        // member's stop is not the queue's: the job is
+                        // pending again and goes to a member still sending.
                         (Flow::Stop(stop, sent), _) => {
-                            let replace = match &ending {
-                                Some(Ending::Stopped(_)) => sent && !stop_by_answer,
-                                _ => true,
-                            };
-                            if replace {
-                                stop_by_answer = sent;
-                                ending = Some(Ending::Stopped(stop));
+                            let stop = self.pool_stop(stop, job.seq, &mut pool_rounds).await;
+                            if let Some(stop) = stop {
+                                let replace = match &ending {
+                                    Some(Ending::Stopped(_)) => sent && !stop_by_answer,
+                                    _ => true,
+                                };
+                                if replace {
+                                    stop_by_answer = sent;
+                                    ending = Some(Ending::Stopped(stop));
+                                }
                             }
                         }
                         // Nothing more is sent when the store cannot keep
@@ -669,6 +683,53 @@ impl<S: Upstream> Queue<S> {
             answered_429,
             cut,
         })
+    }
+
+    /// Whether a job's stop answer stops the queue, and as what. Without
+    /// a pool it does. In a pool the layer ends a job stopped when it
+    /// cannot go on with another member; the queue stops only when every
+    /// member is stopped, and its stop then names each member's cause.
+    /// While a member still sends, the job (already pending again, due
+    /// now) is taken again and goes to it: at most once per member, so a
+    /// job the layer keeps turning away cannot go round for ever. (A job
+    /// whose request may have run is held as unknown by the layer, never
+    /// stopped: it is not sent to another member.)
+    async fn pool_stop(
+        &self,
+        mut stop: StopRecord,
+        seq: i64,
+        rounds: &mut std::collections::HashMap<i64, usize>,
+    ) -> Option<StopRecord> {
+        let Some(name) = self.settings.pool.clone() else {
+            return Some(stop);
+        };
+        let Some(status) = self.service.layer().pool_status().await else {
+            return Some(stop);
+        };
+        let every = crate::pool::all_stopped(&status);
+        if !every {
+            let n = rounds.entry(seq).or_insert(0);
+            if *n < status.members.len() {
+                *n += 1;
+                return None;
+            }
+        }
+        if let Some(cause) = crate::pool::common_cause(&status) {
+            stop.cause = cause.to_owned();
+        }
+        let members = crate::pool::members_in_words(&status);
+        stop.message = if every {
+            format!(
+                "every member of pool {name:?} is stopped: {members}; the last answer: {}",
+                stop.message
+            )
+        } else {
+            format!(
+                "pool {name:?}: the job could not go on with another member ({members}); the last answer: {}",
+                stop.message
+            )
+        };
+        Some(stop)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -743,7 +804,11 @@ fn request(
 ) -> Result<http::Request<Full<Bytes>>, String> {
     let mut builder = http::Request::post(format!("{}{}", settings.upstream, job.path))
         .header(http::header::CONTENT_TYPE, "application/json");
-    builder = settings.shape.authenticate(builder, &settings.api_key);
+    builder = match settings.pool {
+        // Each member's route sets its own key and upstream.
+        Some(_) => settings.shape.versioned(builder),
+        None => settings.shape.authenticate(builder, &settings.api_key),
+    };
     let mut req = builder.body(Full::new(job.body.clone())).map_err(|_| {
         format!(
             "the request of {:?} could not be made (the upstream URL or the API key cannot be sent); nothing was sent",
@@ -775,6 +840,11 @@ fn attempts_json(records: &[ratewise_core::record::AttemptRecord]) -> Vec<serde_
                 "cause": r.cause.as_str(),
                 "action": r.action.as_str(),
             });
+            // A pooled attempt's member: its upstream and key fingerprint
+            // (`host:port#fp-…`), never the key.
+            if let Some(member) = &r.member {
+                v["member"] = member.clone().into();
+            }
             for (k, x) in [
                 ("delay_ms", r.delay_ms.map(serde_json::Value::from)),
                 ("transport", r.transport.map(serde_json::Value::from)),

@@ -7,6 +7,7 @@ use crate::config::{FileConfig, Options};
 use crate::error::RunError;
 use crate::input::{self, Line, Lines, Shape};
 use crate::output;
+use crate::pool::PoolError;
 use crate::progress::{Event, Observer};
 use crate::queue::{Ending, Queue, Report, Settings};
 use crate::sqlite::SqliteStore;
@@ -104,14 +105,24 @@ impl Run {
         self
     }
 
-    /// The API key (over the config's and the environment's).
+    /// Which `[[pools]]` table of the config the run spends (needed when
+    /// the config has several; see [`crate::pool`]). Each member's key is
+    /// read through [`Run::key_from`] from its `key_env`.
+    pub fn pool(mut self, name: impl Into<String>) -> Run {
+        self.options.pool = Some(name.into());
+        self
+    }
+
+    /// The API key (over the config's and the environment's). Refused
+    /// beside a pool ([`crate::PoolError::Conflict`]).
     pub fn api_key(mut self, key: impl Into<String>) -> Run {
         self.api_key = Some(key.into());
         self
     }
 
     /// Where the key is read when neither [`Run::api_key`] nor the config
-    /// gives one: `env("OPENAI_API_KEY")` or `env("ANTHROPIC_API_KEY")`.
+    /// gives one: `env("OPENAI_API_KEY")` or `env("ANTHROPIC_API_KEY")`;
+    /// with a pool, each member's `key_env`.
     pub fn key_from(mut self, env: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Run {
         self.env = Some(Box::new(env));
         self
@@ -210,6 +221,10 @@ impl Run {
             via,
             batch,
         } = prepared;
+        // A clone shares the layer's state: the pool's members as the run
+        // ended are read from it.
+        let pool_name = settings.pool.clone();
+        let status_layer = layer.clone();
         let client = crate::client().map_err(RunError::Client)?;
         let deadline = settings.deadline;
         let batch_status = {
@@ -308,6 +323,16 @@ impl Run {
             }
             (report, polled.or(created))
         };
+        let pool = match pool_name {
+            Some(name) => status_layer
+                .pool_status()
+                .await
+                .map(|s| crate::pool::PoolReport {
+                    name,
+                    members: s.members,
+                }),
+            None => None,
+        };
         let shape = imported.shape;
         let out2 = out.clone();
         let (written, unfinished) = tokio::task::spawn_blocking(move || {
@@ -337,6 +362,7 @@ impl Run {
             out,
             shape,
             elapsed: started.elapsed(),
+            pool,
         })
     }
 }
@@ -362,6 +388,8 @@ pub struct Finished {
     pub shape: Shape,
     /// How long the run took.
     pub elapsed: Duration,
+    /// A pooled run's members as it ended (sends, share, stops).
+    pub pool: Option<crate::pool::PoolReport>,
 }
 
 impl Finished {
@@ -398,6 +426,9 @@ impl Finished {
                 "possibly_billed_tokens": b.possibly_billed,
                 "create_failures": b.create_failures,
             });
+        }
+        if let Some(pool) = &self.pool {
+            summary["pool"] = serde_json::to_value(pool).unwrap_or_default();
         }
         if let Ending::Stopped(stop) = &self.report.ending {
             summary["stop"] = serde_json::to_value(stop).unwrap_or_default();
@@ -466,6 +497,38 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
         Some(path) => FileConfig::load(path).map_err(RunError::Config)?,
         None => FileConfig::default(),
     };
+    // The pool, when the config has one: chosen, checked against what it
+    // replaces and built (its keys read) before a store is made.
+    let pool = match crate::pool::select(&file_config.pools, options.pool.as_deref())? {
+        Some(spec) => {
+            let name = spec.name.clone();
+            for (given, setting) in [
+                (options.upstream.is_some(), "--upstream"),
+                (file_config.upstream.is_some(), "upstream in --config"),
+                (file_config.api_key.is_some(), "api_key in --config"),
+                (run.api_key.is_some(), "an API key given to the run"),
+            ] {
+                if given {
+                    return Err(PoolError::Conflict {
+                        pool: name,
+                        setting,
+                    }
+                    .into());
+                }
+            }
+            if options.via != Via::Direct {
+                return Err(PoolError::Via {
+                    pool: name,
+                    via: options.via,
+                }
+                .into());
+            }
+            let env = |var: &str| run.env.as_ref().and_then(|env| env(var));
+            let built = spec.build(env).map_err(PoolError::Spec)?;
+            Some((name, built))
+        }
+        None => None,
+    };
     // An unreadable input is told before a store is made beside it.
     std::fs::File::open(&options.input).map_err(|source| RunError::Unreadable {
         path: options.input.clone(),
@@ -491,16 +554,31 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
             })?,
         );
     let imported = import_or_sync(store.as_ref(), &options.input, options.strict, observer)?;
-    let key_var = imported.shape.key_variable();
-    let api_key = run
-        .api_key
-        .clone()
-        .or_else(|| file_config.api_key.clone())
-        .or_else(|| run.env.as_ref().and_then(|env| env(key_var)))
-        .filter(|k| !k.trim().is_empty())
-        .ok_or(RunError::NoKey { variable: key_var })?;
-    crate::queue::check_api_key(imported.shape, &api_key).map_err(RunError::InvalidKey)?;
-    let settings = options
+    let api_key = match &pool {
+        // The members' keys are their routes'; the run has none of its own.
+        Some((name, built)) => {
+            crate::pool::check_dialect(name, built, imported.shape)?;
+            // Batches an earlier run left open are polled with the key
+            // that made them.
+            if store.batches()?.iter().any(crate::store::BatchRow::is_open) {
+                return Err(PoolError::OpenBatches { pool: name.clone() }.into());
+            }
+            String::new()
+        }
+        None => {
+            let key_var = imported.shape.key_variable();
+            let api_key = run
+                .api_key
+                .clone()
+                .or_else(|| file_config.api_key.clone())
+                .or_else(|| run.env.as_ref().and_then(|env| env(key_var)))
+                .filter(|k| !k.trim().is_empty())
+                .ok_or(RunError::NoKey { variable: key_var })?;
+            crate::queue::check_api_key(imported.shape, &api_key).map_err(RunError::InvalidKey)?;
+            api_key
+        }
+    };
+    let mut settings = options
         .settings(&file_config, imported.shape, api_key)
         .map_err(|why| {
             if why.starts_with("upstream") {
@@ -509,6 +587,11 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
                 RunError::Config(why)
             }
         })?;
+    let (pool_name, pool) = match pool {
+        Some((name, built)) => (Some(name), Some(built)),
+        None => (None, None),
+    };
+    settings.pool = pool_name;
     let cut = store.hold_cut()?;
     if cut > 0 {
         observer.event(Event::HeldFromLastRun(cut));
@@ -537,7 +620,7 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
             source,
         })?;
     let layer = options
-        .layer(&file_config, &settings, Arc::clone(&store))
+        .pooled_layer(&file_config, &settings, Arc::clone(&store), pool)
         .map_err(RunError::Config)?;
     if options.retry_failed && options.via == Via::Direct {
         // Sent again directly: pending before the queue starts.
