@@ -12,16 +12,24 @@ use std::time::SystemTime;
 pub struct StoreJournal(pub Arc<dyn Store>);
 
 impl Journal for StoreJournal {
-    fn attempt_started<'a>(
+    fn attempt_started<'a>(&'a self, job_id: &'a str, attempt: u32, at: SystemTime) -> Written<'a> {
+        self.attempt_started_on(job_id, attempt, None, at)
+    }
+
+    /// A pooled attempt's member is kept with it: a run cut while it is on
+    /// the wire holds it as unknown, naming where it went.
+    fn attempt_started_on<'a>(
         &'a self,
         job_id: &'a str,
         _attempt: u32,
+        member: Option<&'a str>,
         _at: SystemTime,
     ) -> Written<'a> {
         let store = Arc::clone(&self.0);
         let id = job_id.to_owned();
+        let member = member.map(str::to_owned);
         Box::pin(async move {
-            crate::store::submit(&store, HotWrite::Started(id))
+            crate::store::submit(&store, HotWrite::Started(id, member))
                 .await
                 .map_err(Into::into)
         })

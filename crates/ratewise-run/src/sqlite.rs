@@ -139,6 +139,12 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "input_gen",
         "ALTER TABLE jobs ADD COLUMN input_gen INTEGER NOT NULL DEFAULT 0",
     ),
+    // The pool member the attempt on the wire went to (a pooled run): a
+    // job cut there names it.
+    (
+        "sending_member",
+        "ALTER TABLE jobs ADD COLUMN sending_member TEXT",
+    ),
 ];
 
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
@@ -335,14 +341,19 @@ fn append_attempts(
 }
 
 /// The job is `sending` and its send counted; whether it was found.
-fn mark_started(conn: &Connection, custom_id: &str) -> rusqlite::Result<bool> {
+fn mark_started(
+    conn: &Connection,
+    custom_id: &str,
+    member: Option<&str>,
+) -> rusqlite::Result<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE jobs SET state = 'sending', sends = sends + 1,
-                 sending_since = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                 sending_since = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+                 sending_member = ?2
              WHERE custom_id = ?1",
         )?
-        .execute([custom_id])?;
+        .execute(rusqlite::params![custom_id, member])?;
     Ok(n == 1)
 }
 
@@ -405,8 +416,8 @@ impl Store for SqliteStore {
     fn submit(&self, write: crate::store::HotWrite, done: crate::store::Done) {
         use crate::store::HotWrite;
         match write {
-            HotWrite::Started(id) => self.write_then(
-                move |c| Ok((mark_started(c, &id)?, id)),
+            HotWrite::Started(id, member) => self.write_then(
+                move |c| Ok((mark_started(c, &id, member.as_deref())?, id)),
                 move |r| done(r.and_then(|(found, id)| no_job_unless(found, &id))),
             ),
             HotWrite::BetweenAttempts(id) => {
@@ -539,8 +550,13 @@ impl Store for SqliteStore {
     }
 
     fn started(&self, custom_id: &str) -> Result<(), StoreError> {
+        self.started_on(custom_id, None)
+    }
+
+    fn started_on(&self, custom_id: &str, member: Option<&str>) -> Result<(), StoreError> {
         let id = custom_id.to_owned();
-        let found = self.write(move |c| mark_started(c, &id))?;
+        let member = member.map(str::to_owned);
+        let found = self.write(move |c| mark_started(c, &id, member.as_deref()))?;
         no_job_unless(found, custom_id)
     }
 
@@ -601,10 +617,16 @@ impl Store for SqliteStore {
                      message = 'sent when the run was cut; the answer is unknown',
                      status = NULL, response = NULL, request_id = NULL,
                      charged = charged + input_estimate + max_tokens,
-                     attempts = json_insert(attempts, '$[#]', json_object(
-                         'sent_at', sending_since, 'attempt', sends, 'status', NULL,
-                         'request_id', NULL, 'cause', 'outcome_unknown',
-                         'action', 'hold_unknown'))
+                     attempts = json_insert(attempts, '$[#]', CASE
+                         WHEN sending_member IS NULL THEN json_object(
+                             'sent_at', sending_since, 'attempt', sends, 'status', NULL,
+                             'request_id', NULL, 'cause', 'outcome_unknown',
+                             'action', 'hold_unknown')
+                         ELSE json_object(
+                             'sent_at', sending_since, 'attempt', sends, 'status', NULL,
+                             'request_id', NULL, 'cause', 'outcome_unknown',
+                             'action', 'hold_unknown', 'member', sending_member)
+                         END)
                  WHERE state = 'sending'",
                 [],
             )?;

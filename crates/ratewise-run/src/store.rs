@@ -332,8 +332,8 @@ pub enum Compared {
 /// [`Store::submit`].
 #[derive(Debug)]
 pub enum HotWrite {
-    /// [`Store::started`].
-    Started(String),
+    /// [`Store::started_on`] (the job, the pool member it goes to).
+    Started(String, Option<String>),
     /// [`Store::between_attempts`].
     BetweenAttempts(String),
     /// [`Store::ended`].
@@ -395,6 +395,13 @@ pub trait Store: Send + Sync + 'static {
     /// An attempt of `custom_id` is about to be sent: written before the
     /// send, so a crash leaves it `held_unknown`, never "not sent".
     fn started(&self, custom_id: &str) -> Result<(), StoreError>;
+    /// [`Store::started`], the attempt going to pool member `member`
+    /// (kept so that an attempt cut on the wire names it). The default
+    /// forgets the member.
+    fn started_on(&self, custom_id: &str, member: Option<&str>) -> Result<(), StoreError> {
+        let _ = member;
+        self.started(custom_id)
+    }
     /// The last attempt of `custom_id` was answered with an error: nothing
     /// was generated, and it is `pending` again until its next attempt.
     fn between_attempts(&self, custom_id: &str) -> Result<(), StoreError>;
@@ -427,7 +434,7 @@ pub trait Store: Send + Sync + 'static {
     /// makes the write at once, on the caller's thread.
     fn submit(&self, write: HotWrite, done: Done) {
         done(match write {
-            HotWrite::Started(id) => self.started(&id),
+            HotWrite::Started(id, member) => self.started_on(&id, member.as_deref()),
             HotWrite::BetweenAttempts(id) => self.between_attempts(&id),
             HotWrite::Ended(seq, end) => self.ended(seq, end),
             HotWrite::PutBack(seq, at, end) => self.put_back(seq, at, end),

@@ -495,14 +495,11 @@ async fn a_pool_refuses_what_it_replaces_before_anything_is_sent() {
 }
 
 /// A send cut by a crash (here: the run's future dropped while its
-/// requests are on the wire) is held as unknown on the next run; its
-/// record should name the member it was sent to, as every answered
-/// attempt's does. It cannot: the layer's journal is told of the send
-/// (`Journal::attempt_started(job_id, attempt, at)`) before the pool's
-/// member is known to it, and is never given the member, so the store
-/// has nothing to write.
+/// requests are on the wire) is held as unknown on the next run, and its
+/// record names the member it was sent to, as every answered attempt's
+/// does (the layer's journal is told the member before the send:
+/// `Journal::attempt_started_on`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "tower gap: Journal::attempt_started carries no member, so an attempt cut by a crash is kept without one"]
 async fn an_attempt_cut_by_a_crash_names_its_member() {
     let a = MockServer::start(roomy(0)).await.unwrap();
     let b = MockServer::start(roomy(0)).await.unwrap();

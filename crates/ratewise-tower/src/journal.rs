@@ -41,6 +41,22 @@ pub trait Journal: Send + Sync + 'static {
     /// carries the journal's (a full disk stops sending; it never loses a
     /// record of a send that was made).
     fn attempt_started<'a>(&'a self, job_id: &'a str, attempt: u32, at: SystemTime) -> Written<'a>;
+
+    /// The same, for a pooled job: `member` names the pool member the
+    /// attempt goes to (upstream and key fingerprint, as
+    /// [`AttemptRecord::member`] does), so an attempt a crash cuts is
+    /// still known by where it went. The default forgets the member and
+    /// calls [`Journal::attempt_started`].
+    fn attempt_started_on<'a>(
+        &'a self,
+        job_id: &'a str,
+        attempt: u32,
+        member: Option<&'a str>,
+        at: SystemTime,
+    ) -> Written<'a> {
+        let _ = member;
+        self.attempt_started(job_id, attempt, at)
+    }
     /// An attempt's answer (or transport failure) was decided. A write
     /// that fails is logged; the attempt then reads as started and never
     /// ended — an unknown outcome after a restart, the safe side.

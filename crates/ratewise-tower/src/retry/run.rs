@@ -319,11 +319,13 @@ where
                 return Err(ended(&job, end, records, last.take()));
             }
         }
+        // The member a pooled attempt goes to (chosen by now).
+        let member = pooled.as_ref().map(|p| p.label_of(attempt));
         // Written down before it is sent: a send the journal could not
         // record is not made.
         if let Some(journal) = &inner.journal {
             if let Err(e) = journal
-                .attempt_started(&job.id, attempt, clock.now().wall)
+                .attempt_started_on(&job.id, attempt, member.as_deref(), clock.now().wall)
                 .await
             {
                 tracing::error!(job_id = %job.id, attempt, error = %e,
@@ -343,15 +345,12 @@ where
         // A pooled attempt is rewritten for its member (URL, credentials,
         // model) and read by its member's rules.
         let (mut send_parts, mut send_bytes) = (parts.clone(), bytes.clone());
-        let (prepared, member) = match &pooled {
+        let prepared = match &pooled {
             Some(p) => {
                 job.provider = Some(p.provider());
-                (
-                    p.prepare(&mut send_parts, &mut send_bytes),
-                    Some(p.label_of(attempt)),
-                )
+                p.prepare(&mut send_parts, &mut send_bytes)
             }
-            None => (Ok(()), None),
+            None => Ok(()),
         };
         let mut request = Request::from_parts(send_parts, B::replay(send_bytes));
         if cfg.job_headers {
