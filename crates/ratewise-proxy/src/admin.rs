@@ -351,7 +351,7 @@ fn format_status(
             "reservations_outstanding": ledger.outstanding.requests,
             "unknown_outcomes": *app.unknown.lock().unwrap_or_else(|p| p.into_inner()),
             "store": store_status(app),
-            "pools": crate::pools::status_json(&pools),
+            "pools": crate::pools::status_json(&pools, &app.stops),
     })
 }
 

@@ -30,8 +30,12 @@
 //! store, clock and journal of the others, and one client that reaches
 //! every member (HTTPS with Mozilla's roots, or HTTP). Its jobs are
 //! named `pool:NAME` in the journal: the member of every attempt is in
-//! the attempt's record.
+//! the attempt's record. A member's stop is kept and journaled under its
+//! fingerprint with the answer's evidence (see
+//! [`metrics::Hook`](crate::metrics::Hook)), so a restart holds it and
+//! `/resume?key=FP` lifts it, as any key's.
 
+use crate::answer::StopAnswers;
 use crate::upstream::Marking;
 use ratewise_tower::pool::PoolStatus;
 use ratewise_tower::RetryLayer;
@@ -76,15 +80,38 @@ pub async fn statuses(pools: &[PoolRoute]) -> Vec<(String, PoolStatus)> {
 /// `/status`'s `pools`: each pool with each member by upstream and key
 /// fingerprint — provider, weight, sends, share of the pool's recent
 /// sends, its stop with the answer that stopped it, how long its upstream
-/// is still held for an overload.
-pub fn status_json(pools: &[(String, PoolStatus)]) -> serde_json::Value {
+/// is still held for an overload. A stop's `since_ms` — and, for a stop
+/// read back from the journal after a restart, the answer's status, type,
+/// code and request id — come from the evidence the proxy keeps
+/// (`stops`).
+pub fn status_json(pools: &[(String, PoolStatus)], stops: &StopAnswers) -> serde_json::Value {
     serde_json::Value::Array(
         pools
             .iter()
             .map(|(name, s)| {
+                let members: Vec<serde_json::Value> = s
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let mut v = serde_json::to_value(m).unwrap_or_default();
+                        if let (Some(stop), Some(kept)) = (
+                            v.get_mut("stopped").filter(|x| x.is_object()),
+                            stops.get(&m.key),
+                        ) {
+                            stop["since_ms"] = crate::evidence::ms(kept.since).into();
+                            if let (true, Some(a)) = (stop["status"].is_null(), &kept.answer) {
+                                stop["status"] = a.status.into();
+                                stop["error_type"] = a.error_type.clone().into();
+                                stop["error_code"] = a.code.clone().into();
+                                stop["request_id"] = a.request_id.clone().into();
+                            }
+                        }
+                        v
+                    })
+                    .collect();
                 serde_json::json!({
                     "name": name,
-                    "members": s.members,
+                    "members": members,
                 })
             })
             .collect(),

@@ -545,3 +545,68 @@ async fn a_pool_whose_members_are_all_stopped_answers_with_the_last_stop() {
     }
     p.shutdown().await;
 }
+
+/// A member's stop is journaled with its evidence: after a restart on the
+/// same journal, the capped member gets nothing (not even the one send
+/// that would meet its cap again), `/status` still shows it stopped, and
+/// an operator's `/resume` of its fingerprint brings it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_stop_survives_a_restart_and_an_operator_resumes_it() {
+    let keys = Keys::new("restart");
+    let a = MockServer::start(roomy()).await.unwrap();
+    let b = MockServer::start(roomy()).await.unwrap();
+    let journal = std::env::temp_dir().join(format!(
+        "ratewise-pools-restart-{}.jsonl",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&journal);
+    let toml = format!(
+        "journal = {:?}\n{}",
+        journal.display().to_string(),
+        pool_toml("claude", &keys, &a, &b, 1, 1)
+    );
+    let p = proxy(None, &toml).await;
+    a.set_spend_cap(Some(0.0));
+    for _ in 0..6 {
+        assert_eq!(message(&p, &keys.caller).await.status, 200);
+    }
+    let member = fingerprint(&keys.main);
+    let pools = pools_status(&p).await;
+    assert_eq!(pools[0]["members"][0]["stopped"]["cause"], "spend_cap");
+    p.shutdown().await;
+
+    let before = a.records().len();
+    let p = proxy(None, &toml).await;
+    for _ in 0..6 {
+        assert_eq!(message(&p, &keys.caller).await.status, 200);
+    }
+    assert_eq!(
+        a.records().len(),
+        before,
+        "nothing sent to the capped member"
+    );
+    let pools = pools_status(&p).await;
+    let stop = &pools[0]["members"][0]["stopped"];
+    assert_eq!(stop["cause"], "spend_cap", "{pools}");
+    // Its evidence came back with it.
+    assert!(stop["status"].as_u64().is_some(), "{pools}");
+    assert!(stop["since_ms"].as_u64().is_some(), "{pools}");
+
+    // The cap lifted at the provider; an operator resumes the member.
+    a.set_spend_cap(None);
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::post(format!("http://{}/resume?key={member}", p.admin_addr))
+        .header("authorization", p.app.admin.authorization())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    for _ in 0..6 {
+        assert_eq!(message(&p, &keys.caller).await.status, 200);
+    }
+    assert!(a.records().len() > before, "the member is used again");
+    let pools = pools_status(&p).await;
+    assert!(pools[0]["members"][0]["stopped"].is_null(), "{pools}");
+    p.shutdown().await;
+    let _ = std::fs::remove_file(&journal);
+}
