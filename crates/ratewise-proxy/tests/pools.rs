@@ -185,6 +185,18 @@ async fn admin(p: &Running, path: &str) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
+/// Waits until every reservation has ended (the last settles follow the
+/// answers' ends); the bound only turns a hang into a failure.
+async fn assert_clean(p: &Running) {
+    for _ in 0..2_000 {
+        if p.app.store.ledger().is_clean() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("reservations left: {:?}", p.app.store.ledger());
+}
+
 async fn pools_status(p: &Running) -> serde_json::Value {
     let status: serde_json::Value = serde_json::from_str(&admin(p, "/status").await).unwrap();
     status["pools"].clone()
@@ -253,6 +265,7 @@ async fn a_spend_cap_stops_one_member_and_every_job_is_done_on_the_other() {
         "{metrics}"
     );
     assert!(metrics.contains("ratewise_pool_member_share{"), "{metrics}");
+    assert_clean(&p).await;
     p.shutdown().await;
 }
 
@@ -297,6 +310,7 @@ async fn an_overloaded_member_hands_every_job_to_the_other_in_time() {
     );
     let pools = pools_status(&p).await;
     assert_eq!(pools[0]["members"][1]["sends"], nb as u64);
+    assert_clean(&p).await;
     p.shutdown().await;
 }
 
@@ -462,6 +476,7 @@ async fn weights_share_the_jobs_between_free_members() {
     assert_eq!(members[0]["sends"], na as u64);
     let share = members[0]["share"].as_f64().unwrap();
     assert!((0.55..=0.85).contains(&share), "{share}");
+    assert_clean(&p).await;
     p.shutdown().await;
 }
 
@@ -609,4 +624,71 @@ async fn a_members_stop_survives_a_restart_and_an_operator_resumes_it() {
     assert!(pools[0]["members"][0]["stopped"].is_null(), "{pools}");
     p.shutdown().await;
     let _ = std::fs::remove_file(&journal);
+}
+
+/// An OpenAI pool: the SDK's bearer token selects it on OpenAI's path,
+/// and each member gets its own bearer token, the caller's removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_pool_is_selected_by_the_bearer_token() {
+    let keys = Keys::new("openai");
+    let a = MockServer::start(roomy()).await.unwrap();
+    let b = MockServer::start(roomy()).await.unwrap();
+    let toml = pool_toml("gpt", &keys, &a, &b, 1, 1).replace("\"anthropic\"", "\"openai\"");
+    let p = proxy(None, &toml).await;
+    let bearer = format!("Bearer {}", keys.caller);
+    for _ in 0..8 {
+        let r = post(
+            &p,
+            "/v1/chat/completions",
+            &[("authorization", bearer.as_str())],
+            OPENAI_BODY,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.json()["choices"].is_array(), "{}", r.body);
+    }
+    let caller = mock_fingerprint(&keys.caller);
+    for (m, key) in [(&a, &keys.main), (&b, &keys.backup)] {
+        let recs = m.records();
+        assert!(!recs.is_empty());
+        assert!(recs
+            .iter()
+            .all(|r| r.key == mock_fingerprint(key) && r.key != caller));
+    }
+    let pools = pools_status(&p).await;
+    assert_eq!(pools[0]["members"][0]["provider"], "openai");
+    p.shutdown().await;
+}
+
+/// A Gemini pool: the caller's key in the URL (`?key=`) selects it; it
+/// leaves the URL, and each member gets its own `x-goog-api-key`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_pool_is_selected_by_the_key_in_the_url() {
+    let keys = Keys::new("gemini");
+    let mut cfg = roomy();
+    cfg.gemini_limits.requests_per_minute = Some(100_000);
+    cfg.gemini_limits.input_tokens_per_minute = Some(100_000_000);
+    let a = MockServer::start(cfg.clone()).await.unwrap();
+    let b = MockServer::start(cfg).await.unwrap();
+    let toml = pool_toml("gem", &keys, &a, &b, 1, 1).replace("\"anthropic\"", "\"gemini\"");
+    let p = proxy(None, &toml).await;
+    let body = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":64}}"#;
+    for _ in 0..6 {
+        let path = format!(
+            "/v1beta/models/gemini-2.5-flash:generateContent?key={}",
+            keys.caller
+        );
+        let r = post(&p, &path, &[], body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.json()["candidates"].is_array(), "{}", r.body);
+    }
+    let caller = mock_fingerprint(&keys.caller);
+    for (m, key) in [(&a, &keys.main), (&b, &keys.backup)] {
+        let recs = m.records();
+        assert!(!recs.is_empty());
+        assert!(recs
+            .iter()
+            .all(|r| r.key == mock_fingerprint(key) && r.key != caller));
+    }
+    p.shutdown().await;
 }
