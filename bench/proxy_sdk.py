@@ -4,7 +4,11 @@
         --shape anthropic --jobs 150 --concurrency 16 --itpm 300000 --capacity-seconds 10
 
 Several `--proxy` addresses spread the jobs across them in turn (replicas
-of the proxy sharing one key, `bench/redis_procs.sh`).
+of the proxy sharing one key, `bench/redis_procs.sh`). Several `--mock`
+addresses are providers with the same limits behind one proxy's pool
+(issue #40): their records are read together, `--limit` is each one's, and
+the share used is of the sum of their limits (each one's span and
+capacity counted on its own clock).
 
 The SDK's own retries are off (`max_retries=0`): the proxy is the one retry
 owner. Every job is one SDK call. When all are back, the mock's records say
@@ -171,7 +175,7 @@ async def run_jobs(args, sizes, call):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--proxy", required=True, nargs="+")
-    ap.add_argument("--mock", required=True)
+    ap.add_argument("--mock", required=True, nargs="+")
     ap.add_argument("--shape", choices=["anthropic", "openai", "gemini"], default="anthropic")
     ap.add_argument("--jobs", type=int, default=150)
     ap.add_argument("--concurrency", type=int, default=16)
@@ -206,18 +210,25 @@ def main():
     if args.impatient:
         # Every answer is held back longer than these callers wait; ratewise
         # is told it may wait two minutes, so the callers are the ones to go.
-        mock_put(args.mock, "/mock/faults", [{"fault": {"stall": {"ms": args.impatient_stall_ms}}, "when": "always"}])
+        mock_put(args.mock[0], "/mock/faults", [{"fault": {"stall": {"ms": args.impatient_stall_ms}}, "when": "always"}])
         isizes = [lo + (i * 104729) % (hi - lo + 1) for i in range(args.impatient)]
         impatient = asyncio.run(run_anthropic(args, isizes, timeout=args.impatient_timeout,
                                               headers={"x-ratewise-deadline-ms": "120000"}, salt=100000))
-        mock_put(args.mock, "/mock/faults", [])
+        mock_put(args.mock[0], "/mock/faults", [])
     runner = {"anthropic": run_anthropic, "openai": run_openai, "gemini": run_gemini}[args.shape]
     outcomes = asyncio.run(runner(args, sizes))
     wall_s = time.monotonic() - started
     zero = asyncio.run(run_gemini_zero(args)) if args.zero_model else None
 
-    with urllib.request.urlopen(args.mock + "/mock/records", timeout=30) as r:
-        records = json.load(r)
+    per_mock = []
+    for i, m in enumerate(args.mock):
+        with urllib.request.urlopen(m + "/mock/records", timeout=30) as r:
+            recs = json.load(r)
+        for x in recs:
+            # Which provider it reached: each one's clock is its own.
+            x["_mock"] = i
+        per_mock.append(recs)
+    records = [x for recs in per_mock for x in recs]
     zero_sends = 0
     if args.zero_model:
         # The limit-0 model's sends are the check's own, not the run's.
@@ -239,7 +250,7 @@ def main():
         # admission is corrected to the output when the answer ends).
         used_tokens = sum(x["input_tokens"] + x["output_tokens"] for x in ok)
 
-    def share_used(recs):
+    def used_and_offered(recs):
         oks = [x for x in recs if x.get("status") == 200]
         if args.binding == "input":
             n = sum(x["input_tokens"] for x in oks)
@@ -250,6 +261,16 @@ def main():
         times = [x["provider_ms"] for x in recs]
         span = (max(times) - min(times)) / 60000.0 if times else 0.0
         offered = args.limit * args.capacity_seconds / 60.0 + args.limit * span
+        return n, offered
+
+    def share_used(recs):
+        # Each provider's limit over its own span, summed: of the sum of
+        # the limits when there are several.
+        n = offered = 0.0
+        for i in range(len(args.mock)):
+            a, b = used_and_offered([x for x in recs if x["_mock"] == i])
+            n += a
+            offered += b
         return n / offered if offered else 0.0
 
     used = share_used(records)
@@ -298,6 +319,17 @@ def main():
         result["later_sends_per_job"] = round(len(later) / max(args.jobs, 1), 3)
         result["later_429"] = sum(1 for x in later if x.get("status") == 429)
         result["later_used_of_binding_limit"] = round(share_used(later), 3)
+    if len(args.mock) > 1:
+        result["per_mock"] = []
+        for i, m in enumerate(args.mock):
+            recs = [x for x in records if x["_mock"] == i]
+            n, offered = used_and_offered(recs)
+            result["per_mock"].append({
+                "mock": m,
+                "sends": len(recs),
+                "answered_429": sum(1 for x in recs if x.get("status") == 429),
+                "used_of_its_limit": round(n / offered, 3) if offered else 0.0,
+            })
     if args.zero_model:
         result["limit_zero"] = {"jobs": args.zero_jobs, "sends": zero_sends, "outcomes": zero}
     print(json.dumps(result))
@@ -307,8 +339,9 @@ def main():
     later_used = ""
     if args.impatient:
         later_used = f" (the later jobs: {result['later_used_of_binding_limit']:.3f})"
+    of = "of the binding limit" if len(args.mock) == 1 else f"of the sum of the {len(args.mock)} binding limits"
     print(f"| {args.label or args.shape} | {done}/{args.jobs}{extra} | {sends} sends ({result['sends_per_job']} per job) "
-          f"| {r429} answered 429 ({100 * share:.2f} %) | used {used:.3f} of the binding limit{later_used} "
+          f"| {r429} answered 429 ({100 * share:.2f} %) | used {used:.3f} {of}{later_used} "
           f"| {wall_s:.1f} s |")
     failed = []
     if done != args.jobs:

@@ -6,10 +6,10 @@
 # from `max_tokens`. 150 jobs, 16 at a time, per shape; and an Anthropic
 # tier-1 key (`tier1`: 80 jobs at 16, the SDK's default timeout).
 #
-#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight, the silent shapes and gemini (CI)
+#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight, the silent shapes, gemini and pool (CI)
 #   bash bench/proxy_sdk.sh all        # every shape below
 #   bash bench/proxy_sdk.sh anthropic  # the shapes named
-#   RATEWISE_BENCH_PARALLEL=7 bash bench/proxy_sdk.sh  # up to 7 shapes at once
+#   RATEWISE_BENCH_PARALLEL=9 bash bench/proxy_sdk.sh  # up to 9 shapes at once
 #
 # Each shape waits on its provider's pace (one takes about 8 % of a core),
 # so CI runs them side by side (RATEWISE_BENCH_PARALLEL): each has its own
@@ -67,6 +67,14 @@
 #                     (a closed port), on the openai shape with its headers:
 #                     each must learn its share from its own 429s instead of
 #                     pacing at a fixed half (1.5x the limit for three).
+#   pool        issue #40: two mock providers with the same limits (the
+#               anthropic shape's: RPM 600, ITPM 300k, OTPM 60k, 10 s
+#               buckets), one proxy with a [[pools]] of both (no
+#               --upstream; the SDK's key is the pool's caller_key, each
+#               member's own key read from the environment), 300 jobs at
+#               16; every job done, <= 1 % of sends answered 429, >= 0.9
+#               of the sum of the two limits used; each member's sends
+#               and share printed.
 #   The redis shapes need redis-server: without it they fail under CI=true
 #   and are skipped ("SKIPPED: ...") elsewhere.
 #
@@ -84,9 +92,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
+ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini pool tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
 if [ $# -eq 0 ]; then
-    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini)
+    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini pool)
 elif [ "$*" = all ]; then
     SHAPES=("${ALL[@]}")
 else
@@ -167,8 +175,9 @@ PY
 run_shape() {
     local shape=$1 config limit binding max_tokens input_lo input_hi sdk=$1
     local jobs=150 max429=0.02 minused=0.9 proxies=1 tight=no pyargs=() silent="" dead_redis=no
-    local provider_arg=()
+    local provider_arg=() pool=no
     case "$shape" in
+        pool) sdk=anthropic; pool=yes; jobs=300; max429=0.01; minused=0.9 ;;
         silent-anthropic) silent=retry_after; sdk=anthropic; max429=0.03; minused=0.85 ;;
         silent-openai) silent=message; sdk=openai; max429=0.03; minused=0.85 ;;
         redis-down) sdk=openai; max429=0.03; minused=0.85; proxies=3; dead_redis=yes ;;
@@ -289,17 +298,44 @@ run_shape() {
     PIDS+=("$mock_pid")
     local mock_addr
     mock_addr="$(wait_addr "$WORK/$shape.mock.out" "$mock_pid")"
+    local mocks=("http://$mock_addr") pool_env=()
+    if [ "$pool" = yes ]; then
+        # A second provider with the same limits, and a pool of both: the
+        # SDK's key selects it; each member has its own key.
+        "$MOCK_BIN" --config "$WORK/$shape.json" --addr 127.0.0.1:0 >"$WORK/$shape.mockb.out" 2>&1 &
+        local mockb_pid=$!
+        PIDS+=("$mockb_pid")
+        local mockb_addr
+        mockb_addr="$(wait_addr "$WORK/$shape.mockb.out" "$mockb_pid")"
+        mocks+=("http://$mockb_addr")
+        cat >"$WORK/$shape.toml" <<TOML
+[[pools]]
+name = "bench"
+caller_key = "sk-ant-bench-key"
+provider = "anthropic"
+[[pools.members]]
+upstream = "http://$mock_addr"
+key_env = "RATEWISE_BENCH_POOL_KEY_A"
+[[pools.members]]
+upstream = "http://$mockb_addr"
+key_env = "RATEWISE_BENCH_POOL_KEY_B"
+TOML
+        pool_env=(RATEWISE_BENCH_POOL_KEY_A=sk-ant-bench-member-a RATEWISE_BENCH_POOL_KEY_B=sk-ant-bench-member-b)
+    fi
     local urls=() admins=() pids=() i
     for i in $(seq 1 "$proxies"); do
         local args=(proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 --upstream "http://$mock_addr" "${provider_arg[@]}")
-        if [ "$dead_redis" = yes ]; then
+        if [ "$pool" = yes ]; then
+            # No upstream: every caller is routed by its key.
+            args=(proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 --config "$WORK/$shape.toml")
+        elif [ "$dead_redis" = yes ]; then
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL_DEAD" "$shape" >"$WORK/$shape.toml"
             args+=(--config "$WORK/$shape.toml")
         elif [ "$proxies" -gt 1 ]; then
             printf '[redis]\nurl = "%s"\nprefix = "bench-%s"\n' "$REDIS_URL" "$shape" >"$WORK/$shape.toml"
             args+=(--config "$WORK/$shape.toml")
         fi
-        XDG_STATE_HOME="$BENCH_STATE" "$PROXY_BIN" "${args[@]}" >"$WORK/$shape.proxy$i.out" 2>&1 &
+        env "${pool_env[@]}" XDG_STATE_HOME="$BENCH_STATE" "$PROXY_BIN" "${args[@]}" >"$WORK/$shape.proxy$i.out" 2>&1 &
         local pid=$!
         PIDS+=("$pid")
         pids+=("$pid")
@@ -308,10 +344,28 @@ run_shape() {
     done
     local rc=0
     "$VENV/bin/python" "$ROOT/bench/proxy_sdk.py" --shape "$sdk" --label "$shape" \
-        --proxy "${urls[@]}" --mock "http://$mock_addr" \
+        --proxy "${urls[@]}" --mock "${mocks[@]}" \
         --jobs "$jobs" --concurrency 16 --max-tokens "$max_tokens" --input "$input_lo" "$input_hi" \
         --limit "$limit" --binding "$binding" --capacity-seconds 10 \
         --max-429-share "$max429" --min-used "$minused" "${pyargs[@]}" || rc=$?
+    if [ "$pool" = yes ]; then
+        # Each member as the proxy's /status shows it.
+        local pstatus
+        pstatus="$(admin_curl "http://${admins[0]}/status" || echo '{}')"
+        if [ -n "${RATEWISE_BENCH_KEEP:-}" ]; then
+            mkdir -p "$RATEWISE_BENCH_KEEP"
+            echo "$pstatus" >"$RATEWISE_BENCH_KEEP/$shape.proxy1.status.json"
+            admin_curl "http://${admins[0]}/metrics" >"$RATEWISE_BENCH_KEEP/$shape.proxy1.metrics.txt" || true
+        fi
+        STATUS="$pstatus" "$PYTHON" - <<'PY'
+import json, os
+s = json.loads(os.environ["STATUS"] or "{}")
+for p in s.get("pools", []):
+    for m in p.get("members", []):
+        print(f"  pool {p.get('name')} member {m.get('upstream')} {m.get('key')}: weight {m.get('weight')}, "
+              f"{m.get('sends')} sends, share {m.get('share', 0):.3f}, stopped {json.dumps(m.get('stopped'))}")
+PY
+    fi
     if [ "$tight" = yes ] || [ "$proxies" -gt 1 ] || [ -n "$silent" ] || [ "$sdk" = gemini ]; then
         local show=""
         [ "$rc" -ne 0 ] && show=show
@@ -321,6 +375,7 @@ run_shape() {
     fi
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     kill "$mock_pid" 2>/dev/null || true
+    [ "$pool" = yes ] && { kill "$mockb_pid" 2>/dev/null || true; }
     if [ "$sdk" = gemini ] && [ -z "${RATEWISE_BENCH_NO_SDK_LOOP:-}" ]; then
         # Side by side: the same jobs from the SDK with its own retry loop
         # (its defaults), straight at a fresh provider of the same shape,

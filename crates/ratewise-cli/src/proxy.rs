@@ -11,7 +11,8 @@ pub struct ProxyArgs {
     #[arg(long)]
     listen: Option<String>,
     /// The provider's base URL (`https://api.anthropic.com`); more, and
-    /// routing between them, in --config.
+    /// routing between them, in --config (optional when --config has
+    /// `[[pools]]`).
     #[arg(long)]
     upstream: Option<String>,
     /// How --upstream's answers are read and its callers answered:
@@ -21,7 +22,8 @@ pub struct ProxyArgs {
     /// generic rules when they show none).
     #[arg(long, value_name = "NAME")]
     provider: Option<String>,
-    /// A TOML file: upstreams, limits per key or group and class, policy,
+    /// A TOML file: upstreams, pools (several keys as one, selected by the
+    /// caller's key), limits per key or group and class, policy,
     /// spend budget, bounds, log format.
     #[arg(long)]
     config: Option<PathBuf>,

@@ -9,7 +9,10 @@
 //!   provider's own rule binds (`max_tokens` reservations filling the
 //!   output bucket), ramp, pause, stop with cause and since when; jobs in flight; attempts whose outcome
 //!   is unknown (cut by a crash, or sent with no answer), kept across
-//!   restarts until acknowledged;
+//!   restarts until acknowledged; each pool (`[[pools]]`) with each
+//!   member by upstream and key fingerprint: provider, weight, sends,
+//!   share, its stop with the answer that stopped it, its upstream's
+//!   overload hold (see [`crate::pools`]);
 //! * `POST /unknown/ack?job=ID` — acknowledges job `ID`'s unknown
 //!   outcomes (every attempt of it); `POST /unknown/ack?all=true` — all of
 //!   them listed. Journaled before they leave `/status` and
@@ -25,7 +28,9 @@
 //!   `operator`; its callers get a 429 coded `ratewise_operator_stop`);
 //! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
 //!   them, capacities, learned margins and surprises, unknown outcomes not
-//!   acknowledged: `ratewise_unknown_outcomes`);
+//!   acknowledged: `ratewise_unknown_outcomes`; each pool member's sends,
+//!   share, weight, stop and overload hold, labelled by pool, member
+//!   fingerprint and upstream: `ratewise_pool_member_*`);
 //! * `GET /healthz` — `ok`; `degraded: <reason>` (still 200: the proxy
 //!   serves) while the Redis store is unavailable and this process paces
 //!   on its share of the limits; 503 `draining` once a shutdown began.
@@ -249,11 +254,15 @@ async fn status(
         names.iter().flat_map(|n| c.scopes_of(n)).collect()
     };
     let scopes = snapshots(&app, ids, now).await;
+    let pools = crate::pools::statuses(&app.pools).await;
     // Formatting (most of a read's time with many keys) runs outside the
     // store's lock and off the runtime's workers, which the callers'
     // requests share.
     let app2 = app.clone();
-    match tokio::task::spawn_blocking(move || format_status(&app2, names, scopes, total, now)).await
+    match tokio::task::spawn_blocking(move || {
+        format_status(&app2, names, scopes, total, pools, now)
+    })
+    .await
     {
         Ok(body) => json(StatusCode::OK, body),
         Err(_) => error(
@@ -270,6 +279,7 @@ fn format_status(
     names: Vec<String>,
     scopes: Vec<ScopeSnapshot>,
     total: usize,
+    pools: Vec<(String, ratewise_tower::pool::PoolStatus)>,
     now: Now,
 ) -> serde_json::Value {
     // The cause as `/status` names it: `operator` for an operator's stop.
@@ -341,6 +351,7 @@ fn format_status(
             "reservations_outstanding": ledger.outstanding.requests,
             "unknown_outcomes": *app.unknown.lock().unwrap_or_else(|p| p.into_inner()),
             "store": store_status(app),
+            "pools": crate::pools::status_json(&pools, &app.stops),
     })
 }
 
@@ -348,9 +359,10 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     let now = app.layer.now();
     let ids = app.store.lock().scopes();
     let snaps = snapshots(&app, ids, now).await;
+    let pools = crate::pools::statuses(&app.pools).await;
     // Formatted off the runtime's workers, as `/status` is.
     let app2 = app.clone();
-    let text = tokio::task::spawn_blocking(move || format_metrics(&app2, snaps))
+    let text = tokio::task::spawn_blocking(move || format_metrics(&app2, snaps, pools))
         .await
         .unwrap_or_default();
     let mut r = text.into_response();
@@ -362,7 +374,11 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 }
 
 /// `/metrics`'s text from the snapshots taken.
-fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
+fn format_metrics(
+    app: &App,
+    snaps: Vec<ScopeSnapshot>,
+    pools: Vec<(String, ratewise_tower::pool::PoolStatus)>,
+) -> String {
     use ratewise_core::Dimension;
     const DIMENSIONS: [Dimension; 4] = [
         Dimension::Requests,
@@ -425,6 +441,7 @@ fn format_metrics(app: &App, snaps: Vec<ScopeSnapshot>) -> String {
         ));
         gauges.push(("ratewise_store_errors_total".into(), h.errors as f64));
     }
+    crate::pools::gauges(&pools, &mut gauges);
     let unknown = app.unknown.lock().unwrap_or_else(|p| p.into_inner()).len();
     gauges.push(("ratewise_unknown_outcomes".into(), unknown as f64));
     let ledger = app.store.ledger();

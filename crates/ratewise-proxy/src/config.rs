@@ -78,7 +78,27 @@
 //! [key_table]
 //! max_keys = 10000                  # keys kept; idle ones forgotten beyond it
 //! idle_s = 900                      # a key unused this long is forgotten
+//!
+//! [[pools]]                         # several keys as one (see crate::pools)
+//! name = "claude"
+//! caller_key = "sk-team-claude"     # a caller presenting this key is served by the pool
+//! provider = "anthropic"            # every member's, unless it says its own
+//! [[pools.members]]
+//! upstream = "https://api.anthropic.com"
+//! key_env = "ANTHROPIC_KEY_MAIN"    # the member's key, from the environment
+//! weight = 70
+//! [[pools.members]]
+//! upstream = "https://api.anthropic.com"
+//! key_env = "ANTHROPIC_KEY_BACKUP"
+//! weight = 30
+//! # models = { "claude-sonnet-4-5" = "…" }   # the model's name on this member
+//! # api_version = "2024-10-21"      # an Azure member's
 //! ```
+//!
+//! `--upstream` (or an `[[upstream]]`) is optional when there are pools:
+//! a caller whose key selects no pool is then answered 401. Pools are
+//! checked at start: a `key_env` that is not set is named, and so are two
+//! pools with one name or one `caller_key`.
 //!
 //! A request chooses its upstream by the `x-ratewise-upstream` header (an
 //! upstream's name), else by the longest `paths` prefix that matches, else
@@ -146,6 +166,7 @@
 use crate::keys::fingerprint;
 use ratewise_core::admit::{self, KeyLimits, Limits, SpendConfig};
 use ratewise_core::Provider;
+use ratewise_tower::pool::{Pool, PoolSpec};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -242,6 +263,9 @@ struct File {
     spend: Option<SpendFile>,
     bounds: Option<BoundsFile>,
     key_table: Option<KeyTableFile>,
+    /// `[[pools]]`, read by the tower layer's own reader.
+    #[serde(default)]
+    pools: Vec<PoolSpec>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -511,8 +535,12 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     /// The admin listener (never the callers' port).
     pub admin: SocketAddr,
-    /// The upstreams; the first is the default.
+    /// The upstreams; the first is the default. None when every caller
+    /// is routed to a pool.
     pub upstreams: Vec<Upstream>,
+    /// The pools (`[[pools]]`), each selected by the key its callers
+    /// present.
+    pub pools: Vec<PoolEntry>,
     /// The layer: policy, admission (limits per key, group and class,
     /// spend), bounds.
     pub layer: ratewise_tower::Config,
@@ -799,11 +827,12 @@ impl ProxyConfig {
                 roots: u.roots,
             });
         }
-        if upstreams.is_empty() {
+        if upstreams.is_empty() && file.pools.is_empty() {
             return Err(invalid(
-                "no upstream: give --upstream URL or an [[upstream]] in --config",
+                "no upstream: give --upstream URL, or an [[upstream]] or a [[pools]] in --config",
             ));
         }
+        let pools = pools(&file.pools, &env)?;
 
         let mut layer = ratewise_tower::Config::default();
         let policy = file.policy.unwrap_or_default();
@@ -1058,6 +1087,7 @@ impl ProxyConfig {
             listen,
             admin,
             upstreams,
+            pools,
             layer,
             journal,
             redis,
@@ -1076,6 +1106,72 @@ impl ProxyConfig {
             max_body_memory,
         })
     }
+}
+
+/// One `[[pools]]` table, checked and built: the callers presenting its
+/// `caller_key` are served by its members.
+#[derive(Clone)]
+pub struct PoolEntry {
+    /// Its name (`/status`, `/metrics`, logs).
+    pub name: String,
+    /// The fingerprint of its `caller_key` ([`fingerprint`]): a caller's
+    /// key is matched by fingerprint, and the key itself is not kept.
+    pub caller: String,
+    /// Its members, each with its own key (read from its `key_env`).
+    pub pool: Pool,
+}
+
+impl std::fmt::Debug for PoolEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The pool's own Debug names its members' keys by fingerprint.
+        f.debug_struct("PoolEntry")
+            .field("name", &self.name)
+            .field("caller", &self.caller)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+/// The `[[pools]]` tables built ([`PoolSpec::build`], each member's key
+/// read through `env`) and checked: every pool has a name of its own and
+/// a `caller_key` no other pool has. The errors name the pool, the member
+/// and the variable, never a key.
+fn pools(
+    specs: &[PoolSpec],
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Vec<PoolEntry>, ConfigError> {
+    let mut out: Vec<PoolEntry> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let name = spec.name.trim();
+        if out.iter().any(|p| p.name == name) {
+            return Err(invalid(format!(
+                "pools: two pools are named {name:?}: give each its own name"
+            )));
+        }
+        let caller = match spec.caller_key.as_deref().map(str::trim) {
+            Some(k) if !k.is_empty() => fingerprint(k),
+            _ => {
+                return Err(invalid(format!(
+                    "pool {name:?}: caller_key is required: a caller is routed to a pool by the key it presents"
+                )))
+            }
+        };
+        if let Some(other) = out.iter().find(|p| p.caller == caller) {
+            return Err(invalid(format!(
+                "pools {:?} and {name:?} have the same caller_key: a caller's key must select one pool",
+                other.name
+            )));
+        }
+        let pool = spec
+            .build(env)
+            .map_err(|e| invalid(format!("pools: {e}")))?;
+        out.push(PoolEntry {
+            name: name.to_owned(),
+            caller,
+            pool,
+        });
+    }
+    Ok(out)
 }
 
 fn address(given: Option<&str>, default: &str, what: &str) -> Result<SocketAddr, ConfigError> {

@@ -307,6 +307,74 @@ fn cut_at_grace(provider: Provider) -> Response {
     r
 }
 
+/// Where a job goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// The upstream of this index.
+    Upstream(usize),
+    /// The pool of this index.
+    Pool(usize),
+}
+
+/// Why a request has nowhere to go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nowhere {
+    /// No upstream, and its key selects no pool.
+    NoPool,
+    /// `x-ratewise-upstream` names no upstream.
+    NoSuchUpstream,
+}
+
+impl Nowhere {
+    /// The answer, in the shape of the caller's API.
+    fn answer(self, api: &PathApi) -> Response {
+        match self {
+            Nowhere::NoPool => answer::shaped(
+                match api {
+                    PathApi::OpenaiCompatible => Provider::Openai,
+                    _ => api.provider(),
+                },
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "ratewise: this API key selects no pool of this proxy, and it has no upstream for other keys: send a pool's caller_key",
+            ),
+            Nowhere::NoSuchUpstream => answer::shaped(
+                api.provider(),
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "ratewise: x-ratewise-upstream names no configured upstream",
+            ),
+        }
+    }
+}
+
+/// Where a request goes: the pool whose `caller_key` its caller presents
+/// (read as the path's provider reads it), else the upstream
+/// [`upstream::choose`] picks. With no upstream, a key that selects no
+/// pool has nowhere to go (a 401 in the provider's shape); nor has an
+/// `x-ratewise-upstream` that names none (a 400).
+fn via(
+    app: &App,
+    headers: &http::HeaderMap,
+    path: &str,
+    query: Option<&str>,
+    api: &PathApi,
+) -> Result<Via, Nowhere> {
+    if !app.pools.is_empty() {
+        let pool = caller_key_in(headers, query, api.provider())
+            .and_then(|k| crate::pools::find(&app.pools, &crate::keys::fingerprint(&k)));
+        if let Some(pi) = pool {
+            return Ok(Via::Pool(pi));
+        }
+        if app.config.upstreams.is_empty() {
+            return Err(Nowhere::NoPool);
+        }
+    }
+    upstream::choose(&app.config.upstreams, headers, path)
+        .map(Via::Upstream)
+        .ok_or(Nowhere::NoSuchUpstream)
+}
+
 /// One request as one job with its deadline and id.
 async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> Response {
     let (mut parts, body) = req.into_parts();
@@ -316,24 +384,31 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         .map_or("/", |p| p.as_str())
         .to_owned();
     let api = PathApi::of(&path);
-    let Some(ui) = upstream::choose(&app.config.upstreams, &parts.headers, &path) else {
-        return answer::shaped(
-            api.provider(),
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "ratewise: x-ratewise-upstream names no configured upstream",
-        );
+    let query = path.split_once('?').map(|(_, q)| q);
+    // Where the job goes: the pool its caller's key selects, else an
+    // upstream.
+    let via = match via(&app, &parts.headers, &path, query, &api) {
+        Ok(v) => v,
+        Err(nowhere) => return nowhere.answer(&api),
     };
-    let up = &app.config.upstreams[ui];
     // Whose API the caller speaks: the upstream's provider, else the
-    // path's (see `route`).
-    let provider = up.provider.unwrap_or_else(|| api.provider());
+    // path's (see `route`); a pool's callers, the path's.
+    let provider = match via {
+        Via::Upstream(ui) => app.config.upstreams[ui]
+            .provider
+            .unwrap_or_else(|| api.provider()),
+        Via::Pool(_) => api.provider(),
+    };
     // How the layer reads the answers: the upstream's provider, else each
     // answer's own shape — but a Gemini path's answers are Gemini's (its
-    // streams are metered as Gemini's).
-    let reads = up
-        .provider
-        .or((provider == Provider::Gemini).then_some(Provider::Gemini));
+    // streams are metered as Gemini's). A pool's layer reads each attempt
+    // as its member's provider's.
+    let reads = match via {
+        Via::Upstream(ui) => app.config.upstreams[ui]
+            .provider
+            .or((provider == Provider::Gemini).then_some(Provider::Gemini)),
+        Via::Pool(_) => None,
+    };
     // The shape of the proxy's own answers: the caller's API's — OpenAI's
     // on Gemini's OpenAI-compatible paths (`/v1beta/openai/…`).
     let shape = match api {
@@ -342,9 +417,13 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     };
     if tracing::enabled!(tracing::Level::DEBUG) {
         // The path as logs may show it: a `key=` in its query redacted.
+        let to = match via {
+            Via::Upstream(ui) => app.config.upstreams[ui].name.clone(),
+            Via::Pool(pi) => app.pools[pi].label(),
+        };
         tracing::debug!(
             path = %crate::keys::redacted_path(&path),
-            upstream = %up.name,
+            upstream = %to,
             provider = provider.as_str(),
             "request"
         );
@@ -355,11 +434,15 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
 
     // The key: its fingerprint names the shared state; the key itself
     // stays in the request (its header, or Gemini's `?key=`), for the
-    // upstream alone.
-    let query = path.split_once('?').map(|(_, q)| q);
-    let key = match caller_key_in(&parts.headers, query, provider) {
-        Some(k) => app.keys.note(&k),
-        None => ANONYMOUS.to_owned(),
+    // upstream alone. A pool's caller key is neither: it selected the
+    // pool, each member's route removes it and sets the member's own, and
+    // the members' keys are paced, each under its own fingerprint.
+    let key = match via {
+        Via::Upstream(_) => match caller_key_in(&parts.headers, query, provider) {
+            Some(k) => app.keys.note(&k),
+            None => ANONYMOUS.to_owned(),
+        },
+        Via::Pool(pi) => app.pools[pi].label(),
     };
     parts.extensions.insert(KeyLabel::new(&key));
     parts.extensions.insert(JobId::new(job_id));
@@ -370,7 +453,13 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     parts.headers.remove("x-ratewise-upstream");
     parts.headers.remove(http::header::HOST);
     strip_hop_by_hop(&mut parts.headers);
-    parts.uri = match format!("{}{path}", up.url).parse::<Uri>() {
+    // A pooled attempt's scheme and host are its member's (set by the
+    // member's route): the caller's path on a placeholder until then.
+    let base = match via {
+        Via::Upstream(ui) => app.config.upstreams[ui].url.as_str(),
+        Via::Pool(_) => "http://pool.invalid",
+    };
+    parts.uri = match format!("{base}{path}").parse::<Uri>() {
         Ok(u) => u,
         Err(_) => {
             return answer::shaped(
@@ -458,7 +547,10 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         .boxed_unsync();
     let req = http::Request::from_parts(parts, body);
 
-    let svc = app.service(ui, reads);
+    let svc = match via {
+        Via::Upstream(ui) => app.service(ui, reads),
+        Via::Pool(pi) => app.pool_service(pi),
+    };
     // The job runs inside this handler; only when its caller goes away
     // after a send does it move to a task of its own (see `Job`).
     let mut job = Job {
@@ -530,8 +622,11 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
         }
         Ok(Err(e)) => {
             if e.is_stop_queue() {
-                // Journaled and logged once, before the answer is kept.
-                app.stopped(&key, &e).await;
+                match via {
+                    // Journaled and logged once, before the answer is kept.
+                    Via::Upstream(_) => app.stopped(&key, &e).await,
+                    Via::Pool(_) => app.pool_stopped(&key, &e),
+                }
             }
             if e.is_hold_unknown() {
                 app.unknown_outcome(&e);

@@ -43,6 +43,8 @@
 //! * [`route`]: what a path says — the provider's API, a model named in
 //!   the path (Gemini, Azure), a Gemini body's output cap.
 //! * [`upstream`]: HTTP(S) clients and routing.
+//! * [`pools`]: `[[pools]]`, several upstreams and keys as one, selected
+//!   by the key a caller presents.
 //! * [`admin`]: `/status`, `/resume`, `/stop`, `/unknown/ack`, `/metrics`,
 //!   `/healthz` on their own listener.
 //! * [`journal`]: attempts, stops and acknowledgements written down, read
@@ -65,6 +67,7 @@ pub mod jobs;
 pub mod journal;
 pub mod keys;
 pub mod metrics;
+pub mod pools;
 pub mod route;
 pub mod serve;
 pub mod upstream;
@@ -102,6 +105,8 @@ pub struct App {
     pub redis: Option<ratewise_redis::RedisStore>,
     /// One client per upstream, in the configuration's order.
     pub clients: Vec<upstream::Marking>,
+    /// The pools, in the configuration's order: each its layer and client.
+    pub pools: Vec<pools::PoolRoute>,
     /// Keys seen.
     pub keys: keys::Seen,
     /// Answers that stopped keys.
@@ -140,6 +145,40 @@ impl App {
             .and_then(|p| self.layers.iter().find(|(q, _)| *q == p))
             .map_or(&self.layer, |(_, l)| l);
         layer.layer(self.clients[ui].clone())
+    }
+
+    /// The service sending through pool `pi`: each attempt rewritten for
+    /// the member it goes to.
+    pub fn pool_service(&self, pi: usize) -> RetryService<upstream::Marking> {
+        let p = &self.pools[pi];
+        p.layer.layer(p.client.clone())
+    }
+
+    /// A pooled job ended stopped: every member of its pool is. Its own
+    /// answer (the one that stopped the last member) is kept under the
+    /// pool's label, here only, for the jobs that then find every member
+    /// stopped before sending anything; the members' own stops are the
+    /// store's, and their evidence is in `/status`'s `pools`. A send
+    /// through the pool forgets it (see [`metrics::Hook`]).
+    pub fn pool_stopped(&self, label: &str, e: &ratewise_tower::Error) {
+        if !answer::stopped_by_its_answer(e) {
+            return;
+        }
+        let cause = e.classification().map_or(Cause::Unknown, |c| c.cause);
+        let body = e.body().map(|b| b.as_ref());
+        let mut ev = Evidence::of_answer(cause, e.status(), body, SystemTime::now(), e.until());
+        ev.raw = e.body().map(|b| {
+            let ct = e
+                .headers()
+                .and_then(|h| h.get(http::header::CONTENT_TYPE).cloned());
+            (b.clone(), ct)
+        });
+        tracing::warn!(
+            pool = label,
+            cause = ev.cause_word(),
+            "every member of the pool is stopped"
+        );
+        self.stops.keep(label, ev);
     }
 
     /// Lifts `key`'s stop, once, in the store every layer shares. No job
@@ -705,6 +744,37 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
         clients.push(upstream::Marking(client, drain.wire.clone()));
         tracing::info!(upstream = %up.name, provider = up.provider.map_or("generic", |p| p.as_str()), "{}", up.provider_line());
     }
+    let mut pools = Vec::with_capacity(config.pools.len());
+    for p in &config.pools {
+        let mut c = layer_config.clone();
+        // Each attempt is read as its member's provider's.
+        c.provider = None;
+        let layer = RetryLayer::builder()
+            .config(c)
+            .store(state.clone())
+            .clock(clock.clone())
+            .journal(hook.clone())
+            .pool(p.pool.clone())
+            .build()
+            .map_err(|e| {
+                StartError::Config(config::ConfigError::Invalid(format!(
+                    "pool {:?}: {e}",
+                    p.name
+                )))
+            })?;
+        let client = upstream::pool_client(&p.name).map_err(StartError::Tls)?;
+        for m in p.pool.members() {
+            let core = m.core();
+            tracing::info!(pool = %p.name, upstream = %core.upstream, key = %core.key,
+                provider = core.provider.as_str(), weight = core.weight, "pool member");
+        }
+        pools.push(pools::PoolRoute {
+            name: p.name.clone(),
+            caller: p.caller.clone(),
+            layer,
+            client: upstream::Marking(client, drain.wire.clone()),
+        });
+    }
     config
         .admin_access
         .check_address(config.admin)
@@ -740,6 +810,7 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
         store,
         redis,
         clients,
+        pools,
         keys: keys::Seen::default(),
         stops,
         metrics,
@@ -816,7 +887,7 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
     }
     let store_watch = tokio::spawn(watch_store(app.clone()));
     tokio::spawn(forget::sweep(Arc::downgrade(&app)));
-    tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), "ratewise proxy listening");
+    tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), pools = app.pools.len(), "ratewise proxy listening");
     Ok(Running {
         addr,
         admin_addr,

@@ -209,6 +209,7 @@ impl ratewise_tower::Journal for Hook {
         if let (Some(job), Some(rid)) = (&record.job_id, &record.request_id) {
             self.jobs.saw_request_id(job, rid);
         }
+        self.member_stopped(record);
         self.count_answer(record);
         Metrics::bump(&self.metrics.actions, record.action.as_str());
         match &self.file {
@@ -237,6 +238,52 @@ impl ratewise_tower::Journal for Hook {
 }
 
 impl Hook {
+    /// A pool member's answer stopped its key (a spend cap, billing,
+    /// credentials): the job goes on with another member, so no job ends
+    /// on this stop for [`App::stopped`](crate::App::stopped) to keep.
+    /// Its evidence — the answer's status, error type and code, request
+    /// id, from the attempt's record — is kept under the member's
+    /// fingerprint here and journaled, so `/status` shows it and a
+    /// restart holds the stop; `/resume?key=FP` lifts it as any key's.
+    fn member_stopped(&self, record: &AttemptRecord) {
+        if record.action != ratewise_core::ActionKind::StopQueue {
+            return;
+        }
+        // A member is named `upstream#fp-…` (never by its key).
+        let Some(fp) = record
+            .member
+            .as_deref()
+            .and_then(|m| m.rsplit_once('#'))
+            .map(|(_, fp)| fp)
+            .filter(|fp| crate::keys::is_fingerprint(fp))
+        else {
+            return;
+        };
+        let until = record
+            .until
+            .as_deref()
+            .and_then(ratewise_core::time::parse_rfc3339);
+        let answer = record.status.and_then(|status| {
+            crate::evidence::ProviderAnswer {
+                status,
+                error_type: record.error_type.clone(),
+                code: record.error_code.clone(),
+                message: String::new(),
+                request_id: record.request_id.clone(),
+            }
+            .bounded()
+        });
+        let ev = crate::evidence::Evidence {
+            answer,
+            ..crate::evidence::Evidence::bare(record.cause, SystemTime::now(), until)
+        };
+        tracing::warn!(key = fp, cause = ev.cause_word(), "pool member stopped");
+        if let Some(f) = &self.file {
+            f.stop_with(fp, &ev);
+        }
+        self.stops.keep(fp, ev);
+    }
+
     fn count_answer(&self, record: &AttemptRecord) {
         let status = record.status.map_or_else(
             || Status::Transport(record.transport.unwrap_or("none")),

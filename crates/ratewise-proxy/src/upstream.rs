@@ -97,6 +97,20 @@ pub fn client(up: &Upstream) -> Result<HttpClient, TlsSetupError> {
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
+/// The client of pool `name`: it reaches every member, over HTTPS with
+/// Mozilla's roots or over HTTP.
+pub fn pool_client(name: &str) -> Result<HttpClient, TlsSetupError> {
+    client(&Upstream {
+        name: format!("pool {name}"),
+        url: String::new(),
+        provider: None,
+        provider_source: Default::default(),
+        paths: Vec::new(),
+        ca_file: None,
+        roots: Roots::Webpki,
+    })
+}
+
 /// What the proxy sees of one job's sends: whether it still counts as
 /// waiting (`Metrics::waiting`, until its first send), whether a send of
 /// it is on the wire, and its last send (what an unknown outcome is
