@@ -665,6 +665,7 @@ fn trace_attempt(r: &AttemptRecord) {
                 error_type = r.error_type.as_deref(),
                 request_id = r.request_id.as_deref(),
                 hint_ms = r.hint_ms,
+                member = r.member.as_deref(),
                 "attempt"
             )
         };
