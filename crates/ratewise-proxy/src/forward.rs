@@ -583,6 +583,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
                 key: ctx.key,
                 model: ctx.model,
                 request_id: ctx.request_id,
+                member: ctx.member,
             });
             return cut_at_grace(shape);
         }

@@ -58,6 +58,9 @@ pub struct JobContext {
     pub model: Option<String>,
     /// The last upstream request id seen (`request-id`, `x-request-id`).
     pub request_id: Option<String>,
+    /// The pool member its attempt in flight went to (upstream and key
+    /// fingerprint), for a pooled job.
+    pub member: Option<String>,
 }
 
 /// The jobs in flight. An entry lives as long as its [`JobEntry`].
@@ -118,6 +121,13 @@ impl Jobs {
     pub fn saw_request_id(&self, id: &str, request_id: &str) {
         if let Some(c) = self.lock().get_mut(id) {
             c.request_id = Some(ratewise_core::parse::clip(request_id, MAX_MODEL).to_owned());
+        }
+    }
+
+    /// The pool member the job's attempt in flight goes to.
+    pub fn sending_to(&self, id: &str, member: Option<&str>) {
+        if let Some(c) = self.lock().get_mut(id) {
+            c.member = member.map(str::to_owned);
         }
     }
 

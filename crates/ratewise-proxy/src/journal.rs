@@ -77,6 +77,9 @@ enum Line {
         model: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         request_id: Option<String>,
+        /// The pool member the attempt went to (a pooled job).
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        member: Option<String>,
     },
     /// An attempt's end; `hold_unknown` makes it an unknown outcome.
     AttemptEnded {
@@ -118,6 +121,8 @@ enum Line {
         model: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         request_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        member: Option<String>,
     },
     /// An operator acknowledged a job's unknown outcomes (every attempt
     /// of it written before this line).
@@ -147,6 +152,10 @@ pub struct Unknown {
     /// The last upstream request id seen for the job (an earlier
     /// attempt's), when one was.
     pub request_id: Option<String>,
+    /// The pool member it was sent to (upstream and key fingerprint),
+    /// for a pooled job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 /// A stop read back from the journal.
@@ -215,6 +224,7 @@ impl Live {
                 key: ctx.key,
                 model: ctx.model,
                 request_id: ctx.request_id,
+                member: ctx.member,
             });
         }
     }
@@ -242,11 +252,13 @@ impl Live {
                 key,
                 model,
                 request_id,
+                member,
             } => {
                 let ctx = JobContext {
                     key,
                     model,
                     request_id,
+                    member,
                 };
                 self.open.insert((job_id, attempt), (at_ms, ctx));
             }
@@ -267,6 +279,7 @@ impl Live {
                         key: ctx.key,
                         model: ctx.model,
                         request_id: request_id.or(ctx.request_id),
+                        member: ctx.member,
                     });
                 }
             }
@@ -277,6 +290,7 @@ impl Live {
                 key,
                 model,
                 request_id,
+                member,
             } => {
                 self.open.remove(&(job_id.clone(), attempt));
                 return self.push_unknown(Unknown {
@@ -286,6 +300,7 @@ impl Live {
                     key,
                     model,
                     request_id,
+                    member,
                 });
             }
             Line::UnknownAck { job_id, .. } => {
@@ -371,6 +386,7 @@ impl Live {
                 key: u.key.clone(),
                 model: u.model.clone(),
                 request_id: u.request_id.clone(),
+                member: u.member.clone(),
             });
         }
         for ((job_id, attempt), (at_ms, ctx)) in &self.open {
@@ -381,6 +397,7 @@ impl Live {
                 key: ctx.key.clone(),
                 model: ctx.model.clone(),
                 request_id: ctx.request_id.clone(),
+                member: ctx.member.clone(),
             });
         }
         let mut text = String::new();
@@ -694,6 +711,7 @@ impl FileJournal {
             key: ctx.key,
             model: ctx.model,
             request_id: ctx.request_id,
+            member: ctx.member,
         })
     }
 
@@ -769,6 +787,7 @@ mod tests {
             key: Some(key.into()),
             model: Some("claude-sonnet-4-5".into()),
             request_id: None,
+            member: None,
         })
     }
 
@@ -784,6 +803,30 @@ mod tests {
             .iter()
             .map(|s| (s.key.as_str(), s.evidence.cause))
             .collect()
+    }
+
+    #[test]
+    fn a_pooled_attempt_cut_open_names_its_member_after_a_restart_and_a_compaction() {
+        let path = fresh("member");
+        let (j, _) = FileJournal::open(&path).unwrap();
+        let now = SystemTime::now();
+        let member = "127.0.0.1:9#fp-0123456789abcdef";
+        let pooled = Some(JobContext {
+            key: Some("pool:claude".into()),
+            member: Some(member.into()),
+            ..Default::default()
+        });
+        j.attempt_started_with("pooled", 1, now, pooled).unwrap();
+        drop(j);
+        // Read back (and compacted to an `outcome_unknown` line), twice.
+        for _ in 0..2 {
+            let (_, r) = FileJournal::open(&path).unwrap();
+            assert_eq!(r.unknown.len(), 1);
+            assert_eq!(r.unknown[0].member.as_deref(), Some(member));
+            assert_eq!(r.unknown[0].key.as_deref(), Some("pool:claude"));
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(member), "{text}");
     }
 
     #[test]

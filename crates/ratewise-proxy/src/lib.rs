@@ -217,6 +217,7 @@ impl App {
             key: ctx.key,
             model: ctx.model,
             request_id,
+            member: last.member.clone(),
         });
     }
 

@@ -189,6 +189,19 @@ impl ratewise_tower::Journal for Hook {
     /// Written before the send: a line the file journal could not write
     /// stops the send, which is then neither counted nor made.
     fn attempt_started<'a>(&'a self, job_id: &'a str, attempt: u32, at: SystemTime) -> Written<'a> {
+        self.attempt_started_on(job_id, attempt, None, at)
+    }
+
+    /// A pooled attempt's line names its member: a restart that finds it
+    /// open says where it was sent.
+    fn attempt_started_on<'a>(
+        &'a self,
+        job_id: &'a str,
+        attempt: u32,
+        member: Option<&'a str>,
+        at: SystemTime,
+    ) -> Written<'a> {
+        self.jobs.sending_to(job_id, member);
         let ctx = self.jobs.context(job_id);
         if let Some(f) = &self.file {
             if let Err(e) = f.attempt_started_with(job_id, attempt, at, ctx.clone()) {
