@@ -266,8 +266,7 @@ impl Hook {
         let Some(fp) = record
             .member
             .as_deref()
-            .and_then(|m| m.rsplit_once('#'))
-            .map(|(_, fp)| fp)
+            .and_then(ratewise_tower::pool::key_of_label)
             .filter(|fp| crate::keys::is_fingerprint(fp))
         else {
             return;

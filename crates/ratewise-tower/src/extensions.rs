@@ -85,7 +85,8 @@ pub struct TokenEstimate {
 pub struct KeyLabel(pub Arc<str>);
 
 /// The credential headers a key is read from, in order.
-const CREDENTIAL_HEADERS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
+pub(crate) const CREDENTIAL_HEADERS: [&str; 4] =
+    ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
 
 impl KeyLabel {
     /// The label of requests that carry no credentials and no label: one

@@ -107,10 +107,27 @@ impl PoolMember {
     }
 
     /// How the member is named in records, logs and status: its upstream
-    /// and key label (a fingerprint), never the key.
+    /// and key label (a fingerprint), never the key — `upstream#fp-…`
+    /// ([`key_of_label`] reads the key label back).
     pub fn label(&self) -> String {
         format!("{}#{}", self.member.upstream, self.member.key)
     }
+}
+
+/// The key label in a member's [`label`](PoolMember::label) (what
+/// [`AttemptRecord::member`](ratewise_core::record::AttemptRecord::member)
+/// says): the part after its last `#`.
+///
+/// ```
+/// use ratewise_tower::pool::key_of_label;
+/// assert_eq!(key_of_label("api.anthropic.com#fp-0123456789abcdef"), Some("fp-0123456789abcdef"));
+/// assert_eq!(key_of_label("no-label"), None);
+/// ```
+pub fn key_of_label(label: &str) -> Option<&str> {
+    label
+        .rsplit_once('#')
+        .map(|(_, key)| key)
+        .filter(|k| !k.is_empty())
 }
 
 /// Several members used as one logical key. See the [module docs](self).

@@ -282,10 +282,6 @@ impl HttpRoute {
     }
 }
 
-/// The headers a caller's credentials may come in: removed before a
-/// member's own are set.
-const CREDENTIALS: [&str; 4] = ["authorization", "x-api-key", "api-key", "x-goog-api-key"];
-
 impl MemberRoute for HttpRoute {
     fn upstream(&self) -> &str {
         self.authority.as_str()
@@ -308,7 +304,9 @@ impl MemberRoute for HttpRoute {
             .authority(self.authority.clone())
             .path_and_query(path)
             .build()?;
-        for name in CREDENTIALS {
+        // The caller's credentials, in whichever header the layer reads
+        // them from, go before the member's own are set.
+        for name in crate::extensions::CREDENTIAL_HEADERS {
             parts.headers.remove(name);
         }
         parts.headers.remove(HOST);
@@ -333,11 +331,14 @@ impl MemberRoute for HttpRoute {
 
 /// `body` with its `model` set to `model`, when it is a JSON object whose
 /// model differs (or has none and `insert` says to add it); `None` when
-/// nothing changes (or it is not a JSON object).
+/// nothing changes (or it is not a JSON object). The common case — the
+/// same model — is told by the layer's one reader of request bodies (no
+/// tree built); only a body that may change is parsed whole.
 pub(crate) fn with_model(body: &[u8], model: &str, insert: bool) -> Option<Bytes> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        return None;
+    match crate::job::body_fields(body).model {
+        Some(m) if m == model => return None,
+        None if !insert => return None,
+        _ => {}
     }
     let mut value: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(body).ok()?;
