@@ -74,8 +74,9 @@ impl PoolStatus {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let ids: Vec<_> = shared.core().ids().collect();
         let mut members = Vec::with_capacity(shared.members.len());
-        for (i, m) in shared.members.iter().enumerate() {
+        for (i, (m, id)) in shared.members.iter().zip(ids).enumerate() {
             let core = &m.member;
             let target = state.target(&core.key, &model).await;
             let stop = state
@@ -84,7 +85,6 @@ impl PoolStatus {
                 .and_then(|s| s.stopped);
             let (share, evidence, held) = {
                 let pool = shared.core();
-                let id = pool.ids().nth(i).expect("one id per member");
                 let shares = pool.shares();
                 let share = match shares.total() {
                     0 => 0.0,
