@@ -205,9 +205,16 @@ impl HttpRoute {
         Self::make(Style::Gemini, Provider::Gemini, base, key)
     }
 
-    /// The route `provider`'s API takes: Anthropic's and Bedrock's
-    /// `x-api-key`, Gemini's `x-goog-api-key`, Azure's deployments
-    /// (`api_version`, default `2024-10-21`), a bearer token for the rest.
+    /// The route `provider`'s API takes: Anthropic's `x-api-key`,
+    /// Gemini's `x-goog-api-key`, Azure's deployments (`api_version`,
+    /// default `2024-10-21`), a bearer token for the rest — Bedrock's
+    /// included: an Amazon Bedrock API key goes in `Authorization: Bearer`
+    /// ("Include the following as an authorization header: Authorization:
+    /// Bearer $AWS_BEARER_TOKEN_BEDROCK", docs.aws.amazon.com, "Use an
+    /// Amazon Bedrock API key"). A Bedrock member keeps the caller's path
+    /// (the caller speaks Bedrock's own API; its model is in that path,
+    /// not renamed); SigV4 or a Messages → Converse translation is a route
+    /// of your own (`examples/pool_bedrock.rs`).
     pub fn for_provider(
         provider: Provider,
         base: &str,
@@ -218,7 +225,6 @@ impl HttpRoute {
             Provider::Anthropic => Self::anthropic(base, key),
             Provider::Gemini => Self::gemini(base, key),
             Provider::Azure => Self::azure(base, key, api_version.unwrap_or("2024-10-21")),
-            Provider::Bedrock => Self::make(Style::Anthropic, Provider::Bedrock, base, key),
             other => Self::compatible(other, base, key),
         }
     }
@@ -462,6 +468,34 @@ mod tests {
             "http://127.0.0.1:7/v1beta/models/gemini-2.5-flash:generateContent?alt=sse"
         );
         assert_eq!(p.headers["x-goog-api-key"], "g-key");
+    }
+
+    #[test]
+    fn a_bedrock_api_key_is_a_bearer_token_and_the_path_is_kept() {
+        let r = HttpRoute::for_provider(
+            Provider::Bedrock,
+            "https://bedrock-runtime.us-east-1.amazonaws.com",
+            "bedrock-api-key-1",
+            None,
+        )
+        .unwrap();
+        let path = "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse";
+        let mut p = parts(&format!("http://x{path}"), &[("x-api-key", "caller")]);
+        let mut body = Bytes::from_static(br#"{"messages":[]}"#);
+        r.prepare(
+            &mut p,
+            &mut body,
+            "anthropic.claude-sonnet-4-5-20250929-v1:0",
+        )
+        .unwrap();
+        assert_eq!(
+            p.uri.to_string(),
+            format!("https://bedrock-runtime.us-east-1.amazonaws.com{path}")
+        );
+        assert_eq!(p.headers["authorization"], "Bearer bedrock-api-key-1");
+        assert!(p.headers.get("x-api-key").is_none());
+        assert_eq!(&body[..], br#"{"messages":[]}"#);
+        assert_eq!(r.provider(), Provider::Bedrock);
     }
 
     #[test]
