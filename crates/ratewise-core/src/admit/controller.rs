@@ -22,7 +22,8 @@
 //! * `forget` — forgetting idle keys.
 
 use super::belief::{effective, share_of, silent_dimensions, LimitSource};
-use super::bucket::{capacity_for, Bucket, CreditMark, ServerView};
+use super::belief::{CreditMark, Level, ServerView};
+use super::bucket::{capacity_for, Bucket};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
@@ -332,6 +333,10 @@ struct ScopeState {
     configured: Limits,
     learned: Limits,
     buckets: [Option<Bucket>; 4],
+    /// Per bucket, what is believed of its level beyond the arithmetic
+    /// (corrections on the server's word, the learned margin): reset with
+    /// its bucket.
+    levels: [Level; 4],
     ramp: Ramp,
     paused_until: Option<Instant>,
     /// A stop of this model class alone (a quota the key's tier does not

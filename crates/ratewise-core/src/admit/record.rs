@@ -21,6 +21,7 @@
 //! version), so the admission logic exists once, in exact integer
 //! arithmetic, whatever the store.
 
+use super::belief::LevelRecord;
 use super::bucket::BucketRecord;
 use super::limits::Limits;
 use super::ramp::Ramp;
@@ -85,7 +86,7 @@ pub(crate) struct StopRecord {
 pub(crate) struct ScopeRecord {
     pub class: String,
     pub learned: [Option<u64>; 4],
-    pub buckets: [Option<BucketRecord>; 4],
+    pub buckets: [Option<DimensionRecord>; 4],
     pub ramp_permille: u32,
     pub ramp_last_step: Option<i64>,
     pub paused_until: Option<i64>,
@@ -106,6 +107,17 @@ pub(crate) struct ScopeRecord {
     #[serde(default)]
     pub silent: [Option<SilentRecord>; 4],
     pub heard: bool,
+}
+
+/// One dimension's bucket and the belief about its level, as one JSON
+/// object (the form records have had since format 2: the bucket's fields
+/// beside `corrected`, `margin` and `margin_at`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DimensionRecord {
+    #[serde(flatten)]
+    pub bucket: BucketRecord,
+    #[serde(flatten)]
+    pub level: LevelRecord,
 }
 
 /// Converts between a process's monotonic instants and the record's

@@ -2,7 +2,7 @@
 //! shows every unit reserved settled, released or still outstanding, and
 //! every end of a reservation that had already ended refused.
 
-use super::bucket::CreditMark;
+use super::belief::CreditMark;
 use crate::time::Instant;
 use std::collections::HashMap;
 

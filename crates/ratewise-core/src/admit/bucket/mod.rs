@@ -1,11 +1,15 @@
 //! Continuously refilled token bucket: pure integer arithmetic, no storage
 //! policy, no clock.
 //!
-//! This module is the arithmetic (refill, levels, takes, debt, waits); its
-//! children hold what is believed about the provider's bucket and applied
-//! to the credit: `view` (the server's view from headers, corrections),
-//! `margin` (the margin 429s teach), and `record` (the shared form). The
-//! rate a bucket refills at comes from `admit/belief.rs`.
+//! This module is the arithmetic alone (refill, levels, takes, debt,
+//! waits), and `record` its shared form. It knows nothing of where its
+//! limit came from nor of what the provider's answers say: what is
+//! believed about the provider's bucket — the rate and capacity, its level
+//! as the answers show it, the room 429s teach to keep free — lives in
+//! `admit/belief/` and reaches a bucket only as numbers: a limit and
+//! capacities ([`Bucket::set_limit`]), a change of the credit
+//! ([`Bucket::add_credit`]), an amount kept free in a wait
+//! ([`Bucket::wait_for`]).
 //!
 //! A bucket refills at `limit` units per minute, continuously: 60 per minute
 //! means one unit every second, never 60 at the top of the minute. It keeps
@@ -46,13 +50,9 @@
 use crate::time::Instant;
 use std::time::Duration;
 
-mod margin;
 mod record;
-mod view;
 
-pub(crate) use margin::MARGIN_MAX_SHARE;
-pub(crate) use record::BucketRecord;
-pub(crate) use view::{CreditMark, ServerView};
+pub(crate) use record::{local_ns, unix_ns, BucketRecord};
 
 /// Nanoseconds per minute.
 pub(crate) const NS_PER_MIN: u128 = 60_000_000_000;
@@ -65,7 +65,7 @@ pub(crate) const MAX_LIMIT: u64 = 1_000_000_000_000;
 
 /// `amount` in scaled units: at most 2⁶⁴ × 2⁴⁶, far inside `i128`.
 #[inline]
-fn scaled(amount: u64) -> i128 {
+pub(crate) fn scaled(amount: u64) -> i128 {
     i128::from(amount) * SCALE
 }
 
@@ -75,8 +75,9 @@ fn scaled(amount: u64) -> i128 {
 /// there; a send at the exact instant then gets a 429 for a rounding error.
 /// A millisecond later the provider's bucket holds `limit / 60 000` more
 /// units, which covers it. Nothing is lost: the credit is below its
-/// capacity while a request waits for it, so the margin's refill is kept.
-/// (The pace is ours alone and gets no margin: a full pace would lose it.)
+/// capacity while a request waits for it, so that millisecond's refill is
+/// kept.
+/// (The pace is ours alone and gets no such millisecond: a full pace would lose it.)
 pub(crate) const EDGE_MARGIN: Duration = Duration::from_millis(1);
 
 /// Largest rate factor of the pace (×4): the ramp's peak is clamped here.
@@ -101,25 +102,13 @@ pub(crate) struct Bucket {
     credit_cap: i128,
     /// Credit level (the provider's bucket as modelled).
     credit: i128,
-    /// Running total of corrections made to the credit on the server's
-    /// word (lowerings negative, refunds positive): a view is read against
-    /// the credit at its send plus the corrections made since, so one
-    /// discrepancy is corrected once, however many answers report it.
-    corrected: i128,
-    /// The learned margin in scaled units, as of `margin_at`: kept free in
-    /// the credit beyond every request's own amount, because 429s showed
-    /// the model above the provider's level ([`surprise`](Self::surprise)).
-    /// It halves every [`margin_half_life`](Self::margin_half_life) of calm.
-    margin: i128,
-    /// Nanoseconds since the origin when `margin` was last set.
-    margin_at: u64,
     /// Nanoseconds since the origin of the last refill (u64: 584 years).
     updated: u64,
 }
 
 /// An instant as nanoseconds since the origin.
 #[inline]
-fn ns(t: Instant) -> u64 {
+pub(crate) fn ns(t: Instant) -> u64 {
     t.as_nanos()
 }
 
@@ -161,9 +150,6 @@ impl Bucket {
             level: 0,
             credit_cap: 0,
             credit: 0,
-            corrected: 0,
-            margin: 0,
-            margin_at: ns(now),
             updated: ns(now),
         };
         b.recompute();
@@ -180,12 +166,6 @@ impl Bucket {
         self.level = self.level.min(self.cap_scaled);
         self.credit_cap = scaled(self.credit_capacity);
         self.credit = self.credit.min(self.credit_cap);
-        // A margin is never more than half of the bucket it is kept in:
-        // a capacity cut cuts it too (the same here and in a record read
-        // back, so every process agrees).
-        self.margin = self
-            .margin
-            .clamp(0, self.credit_cap / i128::from(MARGIN_MAX_SHARE));
     }
 
     /// Units per minute at full rate.
@@ -244,15 +224,16 @@ impl Bucket {
         units(self.credit)
     }
 
-    /// When `amount` would fit, after a [`refill`](Self::refill) at `now`:
-    /// `None` when it fits now. An amount above a level's capacity fits
-    /// once that level is full. A wait for the credit ends
-    /// [`EDGE_MARGIN`] after the exact instant.
+    /// When `amount` would fit, after a [`refill`](Self::refill) at `now`,
+    /// with `keep_free` scaled units left in the credit beyond it: `None`
+    /// when it fits now. An amount above a level's capacity fits once that
+    /// level is full. A wait for the credit ends [`EDGE_MARGIN`] after the
+    /// exact instant.
     #[inline]
-    pub(crate) fn wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
+    pub(crate) fn wait_for(&self, amount: u64, keep_free: i128, now: Instant) -> Option<Instant> {
         let want = scaled(amount);
         let need_pace = want.min(self.cap_scaled);
-        let need_credit = self.credit_need(want, now);
+        let need_credit = self.credit_need(want, keep_free);
         // After a refill at `now` the levels are current (`updated` never
         // lies ahead of the caller's clock: pauses are debts, not a moved
         // refill start).
@@ -275,8 +256,13 @@ impl Bucket {
     /// When the provider's credit alone would hold `amount` (the credit
     /// half of [`wait_for`](Self::wait_for), [`EDGE_MARGIN`] included):
     /// the part of a wait that no ramp of the pace can shorten.
-    pub(crate) fn credit_wait_for(&self, amount: u64, now: Instant) -> Option<Instant> {
-        let need_credit = self.credit_need(scaled(amount), now);
+    pub(crate) fn credit_wait_for(
+        &self,
+        amount: u64,
+        keep_free: i128,
+        now: Instant,
+    ) -> Option<Instant> {
+        let need_credit = self.credit_need(scaled(amount), keep_free);
         if self.credit >= need_credit {
             return None;
         }
@@ -287,13 +273,11 @@ impl Bucket {
         )))
     }
 
-    /// What the credit must hold for a take of `want` scaled units: the
-    /// amount and the learned margin, at most a full credit (a request
-    /// larger than the bucket goes when it is full, as the providers admit
-    /// it).
-    fn credit_need(&self, want: i128, now: Instant) -> i128 {
-        want.saturating_add(self.margin_scaled(ns(now)))
-            .min(self.credit_cap)
+    /// What the credit must hold for a take of `want` scaled units with
+    /// `keep_free` left beyond it, at most a full credit (a request larger
+    /// than the bucket goes when it is full, as the providers admit it).
+    fn credit_need(&self, want: i128, keep_free: i128) -> i128 {
+        want.saturating_add(keep_free.max(0)).min(self.credit_cap)
     }
 
     /// Removes `amount` regardless of the levels (may leave a debt).
@@ -310,7 +294,7 @@ impl Bucket {
     /// Example: the unit test `tests::example_try_take`.
     pub(crate) fn try_take(&mut self, amount: u64, now: Instant) -> Result<(), Instant> {
         self.refill(now);
-        match self.wait_for(amount, now) {
+        match self.wait_for(amount, 0, now) {
             None => {
                 self.take(amount);
                 Ok(())
@@ -333,6 +317,31 @@ impl Bucket {
         self.credit = self.credit.saturating_add(a).min(self.credit_cap);
     }
 
+    /// The credit level in scaled units, as of the last refill.
+    pub(crate) fn credit_scaled(&self) -> i128 {
+        self.credit
+    }
+
+    /// The credit capacity in scaled units.
+    pub(crate) fn credit_cap_scaled(&self) -> i128 {
+        self.credit_cap
+    }
+
+    /// How long the credit takes to refill from empty to full at the limit.
+    pub(crate) fn credit_fill_time(&self) -> Duration {
+        duration_from_nanos(ns_to_fill(self.credit_cap, self.credit_rate()))
+    }
+
+    /// Changes the credit alone by `delta` scaled units, after a refill at
+    /// `now` (the pace keeps its level): never above its capacity, any
+    /// depth below. Returns the change made.
+    pub(crate) fn add_credit(&mut self, delta: i128, now: Instant) -> i128 {
+        self.refill(now);
+        let before = self.credit;
+        self.credit = self.credit.saturating_add(delta).min(self.credit_cap);
+        self.credit - before
+    }
+
     /// Charges `amount` more units (actual usage above the reservation).
     pub(crate) fn charge(&mut self, amount: u64, now: Instant) {
         self.refill(now);
@@ -352,7 +361,7 @@ impl Bucket {
 
     /// Empties the pace until `until` (a debt that refills to zero then)
     /// and leaves the credit alone: for a 429 whose own headers already
-    /// corrected the credit to the server's view. The server keeps
+    /// brought the credit to the server's view. The server keeps
     /// refilling through the pause, so a credit held too would fall behind
     /// it for good; the pace alone keeps the backlog from leaving in a
     /// burst when the pause ends.
@@ -393,7 +402,7 @@ impl Bucket {
 }
 
 /// Whole units of a scaled level, rounded down and clamped to `i64`.
-fn units(level: i128) -> i64 {
+pub(crate) fn units(level: i128) -> i64 {
     level
         .div_euclid(SCALE)
         .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
@@ -401,7 +410,7 @@ fn units(level: i128) -> i64 {
 
 /// Nanoseconds a level missing `missing` scaled units needs at `rate`.
 #[inline]
-fn ns_to_fill(missing: i128, rate: i128) -> u128 {
+pub(crate) fn ns_to_fill(missing: i128, rate: i128) -> u128 {
     if missing <= 0 {
         0
     } else {

@@ -14,27 +14,12 @@ pub(crate) struct BucketRecord {
     permille: u32,
     level: String,
     credit: String,
-    corrected: String,
     updated: i64,
-    /// The learned margin (scaled units) as of `margin_at` (Unix ns).
-    /// Record version 3; an older record has none.
-    #[serde(default = "zero_string")]
-    margin: String,
-    #[serde(default)]
-    margin_at: i64,
-}
-
-fn zero_string() -> String {
-    "0".to_owned()
 }
 
 impl Bucket {
     /// The record of this bucket; `shift`: Unix nanoseconds of the origin.
     pub(crate) fn to_record(&self, shift: i128) -> BucketRecord {
-        let unix = |t: u64| {
-            (i128::from(t) + shift).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
-        };
-        let updated = unix(self.updated);
         BucketRecord {
             limit: self.limit,
             capacity: self.capacity,
@@ -42,17 +27,12 @@ impl Bucket {
             permille: self.permille,
             level: self.level.to_string(),
             credit: self.credit.to_string(),
-            corrected: self.corrected.to_string(),
-            updated,
-            margin: self.margin.to_string(),
-            margin_at: unix(self.margin_at),
+            updated: unix_ns(self.updated, shift),
         }
     }
 
     /// A bucket from its record (`None` when the record is malformed).
     pub(crate) fn from_record(r: &BucketRecord, shift: i128) -> Option<Bucket> {
-        let local = |t: i64| u64::try_from((i128::from(t) - shift).max(0)).unwrap_or(u64::MAX);
-        let updated = local(r.updated);
         let mut b = Bucket {
             limit: r.limit.clamp(1, MAX_LIMIT),
             capacity: r.capacity.max(1),
@@ -63,12 +43,8 @@ impl Bucket {
             credit_cap: 0,
             level: r.level.parse().ok()?,
             credit: r.credit.parse().ok()?,
-            corrected: r.corrected.parse().ok()?,
-            margin: r.margin.parse().ok()?,
-            margin_at: local(r.margin_at),
-            updated,
+            updated: local_ns(r.updated, shift),
         };
-        // (Clamps the margin to what this controller would keep.)
         b.recompute();
         // A record is read from outside the process: a debt deeper than
         // ten minutes of refill is not something this controller ever
@@ -78,4 +54,16 @@ impl Bucket {
         b.credit = b.credit.max(floor);
         Some(b)
     }
+}
+
+/// Nanoseconds since the origin as Unix nanoseconds (`shift`: the
+/// origin's), clamped to `i64`.
+pub(crate) fn unix_ns(t: u64, shift: i128) -> i64 {
+    (i128::from(t) + shift).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// Unix nanoseconds as nanoseconds since the origin (`shift`: the
+/// origin's), never before it.
+pub(crate) fn local_ns(t: i64, shift: i128) -> u64 {
+    u64::try_from((i128::from(t) - shift).max(0)).unwrap_or(u64::MAX)
 }

@@ -10,7 +10,7 @@
 use super::{
     follow_estimates, grow_ramp, input_from_bytes, restart_ramp, silent_took, Admission,
     AdmitRequest, Amounts, Bucket, Cause, Config, Controller, CreditMark, Duration, GiveUpReason,
-    Instant, Now, Ramp, RampConfig, Reservation, SpendCheck, WaitReason, DIMENSIONS,
+    Instant, Level, Now, Ramp, RampConfig, Reservation, SpendCheck, WaitReason, DIMENSIONS,
     IN_FLIGHT_RECHECK, PROBE_RECHECK,
 };
 
@@ -96,8 +96,17 @@ impl Controller {
         for b in s.buckets.iter_mut().flatten() {
             b.refill(t);
         }
-        let wait = bucket_wait(&s.buckets, &amounts, t)
-            .map(|w| ramped_wait(&s.buckets, s.ramp, &self.cfg.ramp, &amounts, t, w));
+        let wait = bucket_wait(&s.buckets, &s.levels, &amounts, t).map(|w| {
+            ramped_wait(
+                &s.buckets,
+                &s.levels,
+                s.ramp,
+                &self.cfg.ramp,
+                &amounts,
+                t,
+                w,
+            )
+        });
         if let Some((until, i)) = wait {
             return wait_or_refuse(until, WaitReason::Bucket(DIMENSIONS[i]), deadline);
         }
@@ -126,7 +135,7 @@ impl Controller {
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
                 b.take(amounts.by_index(i));
-                marks[i] = b.mark();
+                marks[i] = s.levels[i].mark(b);
             }
         }
         silent_took(s, &amounts, t);
@@ -191,8 +200,8 @@ impl Controller {
             }
         }
         let paused = s.paused_until.filter(|p| *p > t);
-        let bucket = bucket_wait(&s.buckets, &one, t)
-            .map(|w| ramped_wait(&s.buckets, s.ramp, &self.cfg.ramp, &one, t, w).0);
+        let bucket = bucket_wait(&s.buckets, &s.levels, &one, t)
+            .map(|w| ramped_wait(&s.buckets, &s.levels, s.ramp, &self.cfg.ramp, &one, t, w).0);
         let until = match (paused, bucket) {
             (Some(p), Some(b)) => p.max(b),
             (p, b) => p.or(b).unwrap_or(t),
@@ -239,12 +248,16 @@ fn jitter(rng: &mut fastrand::Rng, max: Duration) -> Duration {
 /// `t`), with the bucket it is for; `None` when every bucket has room.
 fn bucket_wait(
     buckets: &[Option<Bucket>; 4],
+    levels: &[Level; 4],
     amounts: &Amounts,
     t: Instant,
 ) -> Option<(Instant, usize)> {
     let mut wait: Option<(Instant, usize)> = None;
     for (i, b) in buckets.iter().enumerate() {
-        if let Some(w) = b.as_ref().and_then(|b| b.wait_for(amounts.by_index(i), t)) {
+        let wait_i = b
+            .as_ref()
+            .and_then(|b| b.wait_for(amounts.by_index(i), levels[i].keep_free(b, t), t));
+        if let Some(w) = wait_i {
             if wait.is_none_or(|(x, _)| w > x) {
                 wait = Some((w, i));
             }
@@ -266,6 +279,7 @@ fn bucket_wait(
 /// then asks again and gets the longer wait.
 fn ramped_wait(
     buckets: &[Option<Bucket>; 4],
+    levels: &[Level; 4],
     ramp: Ramp,
     cfg: &RampConfig,
     amounts: &Amounts,
@@ -284,8 +298,8 @@ fn ramped_wait(
         .iter()
         .enumerate()
         .filter_map(|(i, b)| {
-            b.as_ref()?
-                .credit_wait_for(amounts.by_index(i), t)
+            let b = b.as_ref()?;
+            b.credit_wait_for(amounts.by_index(i), levels[i].keep_free(b, t), t)
                 .map(|w| (w, i))
         })
         .max();
@@ -297,7 +311,7 @@ fn ramped_wait(
         for b in buckets.iter_mut().flatten() {
             b.set_permille(ramp.permille(), at);
         }
-        wait = bucket_wait(&buckets, amounts, at).unwrap_or((at, wait.1));
+        wait = bucket_wait(&buckets, levels, amounts, at).unwrap_or((at, wait.1));
         match ramp.next_step(cfg) {
             Some(n) if wait.0 > n => next = n,
             _ => break,

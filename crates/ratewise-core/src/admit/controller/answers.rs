@@ -30,7 +30,7 @@ impl Controller {
     /// level on the dimension it names (with none named, or one this scope
     /// has no bucket for, the bucket that was most loaded at the send) was
     /// below this request's charge there. When the model believed it had
-    /// room, the credit is lowered at once ([`Bucket::surprise`]); the
+    /// room, the credit is lowered at once ([`Level::surprise`](crate::admit::belief::Level::surprise)); the
     /// margin learns after the 429's headers have had their say
     /// ([`learn_from_surprise`](Self::learn_from_surprise)).
     fn surprise(&mut self, sent: &Sent, named: Option<Dimension>, now: Now) -> Option<Surprise> {
@@ -45,12 +45,13 @@ impl Controller {
             _ => (0..4).filter(|i| has(*i)).min_by_key(|i| {
                 s.buckets[*i]
                     .as_ref()
-                    .map_or(i128::MAX, |b| b.room_permille(sent.marks[*i]))
+                    .map_or(i128::MAX, |b| s.levels[*i].room_permille(b, sent.marks[*i]))
             })?,
         };
         let b = s.buckets[i].as_mut()?;
-        let corrected = b.corrected_total();
-        b.surprise(sent.amounts.by_index(i), sent.marks[i], now.instant)?;
+        let level = &mut s.levels[i];
+        let corrected = level.corrected_total();
+        level.surprise(b, sent.amounts.by_index(i), sent.marks[i], now.instant)?;
         Some(Surprise {
             bucket: i,
             corrected,
@@ -58,7 +59,7 @@ impl Controller {
     }
 
     /// After a surprise and the 429's headers: the margin grows (by a step,
-    /// [`Bucket::learn_margin`]); the surprise is counted; and a capacity
+    /// [`Level::learn_margin`](crate::admit::belief::Level::learn_margin)); the surprise is counted; and a capacity
     /// hypothesis in use is taken back to what the headers proved. The
     /// proof itself is cut by all the model turned out to be over (never
     /// below the request) only on a surprise the margin in force did not
@@ -78,11 +79,12 @@ impl Controller {
         let Some(b) = s.buckets[i].as_mut() else {
             return (DIMENSIONS[i], 0);
         };
-        let over = b.lowered_since(x.corrected);
+        let level = &mut s.levels[i];
+        let over = level.lowered_since(x.corrected);
         // A margin in force that did not prevent this surprise: the model
         // is wrong again, not once.
-        let again = b.margin(t) > 0;
-        b.learn_margin(t);
+        let again = level.margin(b, t) > 0;
+        level.learn_margin(b, t);
         s.surprises[i] = s.surprises[i].saturating_add(1);
         let amount = sent.amounts.by_index(i);
         let taken = s.capacity_taken(i);

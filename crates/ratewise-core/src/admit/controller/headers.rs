@@ -130,7 +130,8 @@ impl Controller {
             if let Some(ub) = capacity_bound(highest, until_full, slack, limit, charged, d) {
                 s.upper[i] = Some(s.upper[i].map_or(ub, |u| u.min(ub)));
             }
-            if s.ceiling[i].is_some() && s.buckets[i].as_ref().is_none_or(|b| b.margin(t) == 0) {
+            let margin = s.buckets[i].as_ref().map(|b| s.levels[i].margin(b, t));
+            if s.ceiling[i].is_some() && margin.is_none_or(|m| m == 0) {
                 // Calm long enough that the margin is gone: headers are
                 // believed again.
                 s.ceiling[i] = None;
@@ -193,6 +194,7 @@ impl Controller {
             let Some(b) = &mut s.buckets[i] else {
                 continue;
             };
+            let level = &mut s.levels[i];
             let w = snap.window(d);
             let view = ServerView {
                 remaining: w.remaining,
@@ -210,13 +212,13 @@ impl Controller {
                 let own = if charged { 0 } else { x.amounts.by_index(i) };
                 x.marks[i].get().map(|m| m.plus(own))
             });
-            b.sync(&view, mark, dead_band, t);
+            level.sync(b, &view, mark, dead_band, t);
             if let (Some(x), Some(m)) = (sent, mark) {
                 // What the server held beyond the credit at the send, less
                 // what was given back since (uncharged sends counted then).
                 let since = u64::from((s.released[i] as u32).wrapping_sub(x.released[i]));
-                surplus[i] = b
-                    .surplus(&view, m, dead_band)
+                surplus[i] = level
+                    .surplus(b, &view, m, dead_band)
                     .map(|u| u.saturating_sub(since));
             }
             if grown[i] > 0 {
@@ -231,13 +233,13 @@ impl Controller {
                         *u -= up;
                         up
                     }
-                    None if mark.is_none() => b
-                        .surplus(&view, b.mark(), dead_band)
+                    None if mark.is_none() => level
+                        .surplus(b, &view, level.mark(b), dead_band)
                         .map_or(0, |u| u.min(grown[i])),
                     None => 0,
                 };
                 if up > 0 {
-                    b.raise_credit(up, t);
+                    level.raise_credit(b, up, t);
                 }
             }
         }
@@ -273,7 +275,7 @@ impl Controller {
                 };
                 let r = left[i].min(*u);
                 // A correction: views taken before it count it.
-                b.refund(r, t);
+                s.levels[i].refund(b, r, t);
                 *u -= r;
                 refund[i] = r;
             }

@@ -138,7 +138,7 @@ impl Controller {
         for (i, b) in s.buckets.iter_mut().enumerate() {
             levels[i] = b.as_mut().map(|b| b.level(now.instant));
             credits[i] = b.as_mut().map(|b| b.credit_level(now.instant));
-            margins[i] = b.as_ref().map(|b| b.margin(now.instant));
+            margins[i] = b.as_ref().map(|b| s.levels[i].margin(b, now.instant));
             capacities[i] = b.as_ref().map(Bucket::credit_capacity);
         }
         let key = &self.keys[s.key as usize];

@@ -9,8 +9,8 @@
 //! ([`StoreHooks::set_share`](crate::admit::store_kit::StoreHooks::set_share)).
 
 use super::{
-    capacity_for, index, share_of, Bucket, Burst, Instant, LimitSource, RampConfig, ScopeState,
-    DIMENSIONS,
+    capacity_for, index, share_of, Bucket, Burst, Instant, Level, LimitSource, RampConfig,
+    ScopeState, DIMENSIONS,
 };
 
 /// Lets the ramp take the growth steps due by `t`, one at a time: the
@@ -81,8 +81,12 @@ pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: 
                 c
             }
         };
+        let level = &mut s.levels[i];
         match (eff[i].map(|(l, _)| l), &mut s.buckets[i]) {
-            (None, slot) => *slot = None,
+            (None, slot) => {
+                *slot = None;
+                *level = Level::default();
+            }
             (Some(l), Some(b)) => {
                 let credit = credit_of(l);
                 if b.limit() != l {
@@ -90,11 +94,13 @@ pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: 
                 } else if b.credit_capacity() != credit {
                     b.set_credit_capacity(credit, t);
                 }
+                level.fit(b);
             }
             (Some(l), slot) => {
                 let pace = capacity_for(l, burst.of(d));
                 let credit = credit_of(l);
                 *slot = Some(Bucket::with_credit(l, pace, credit, p, t));
+                *level = Level::default();
             }
         }
     }

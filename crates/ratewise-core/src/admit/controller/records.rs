@@ -11,14 +11,16 @@
 //! in flight) is this process's own.
 
 use super::{
-    rebuild_buckets, share_changed, Bucket, Controller, Exit, Now, Ramp, ReservationId, ScopeId,
-    SilentEstimate,
+    rebuild_buckets, share_changed, Bucket, Controller, Exit, Level, Now, Ramp, ReservationId,
+    ScopeId, SilentEstimate,
 };
 use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
 
 impl StoreHooks for Controller {
     fn export_key(&self, key: &str, now: Now) -> Option<KeyRecord> {
-        use crate::admit::record::{limits_array, ramp_record, ScopeRecord, StopRecord, TimeBase};
+        use crate::admit::record::{
+            limits_array, ramp_record, DimensionRecord, ScopeRecord, StopRecord, TimeBase,
+        };
         let name = self.key_name(key);
         let k = *self.key_index.get(name)?;
         let ks = &self.keys[k as usize];
@@ -33,7 +35,10 @@ impl StoreHooks for Controller {
                     class: s.class.clone(),
                     learned: limits_array(&s.learned),
                     buckets: std::array::from_fn(|i| {
-                        s.buckets[i].as_ref().map(|b| b.to_record(base.shift()))
+                        s.buckets[i].as_ref().map(|b| DimensionRecord {
+                            bucket: b.to_record(base.shift()),
+                            level: s.levels[i].to_record(base.shift()),
+                        })
                     }),
                     ramp_permille,
                     ramp_last_step,
@@ -69,11 +74,19 @@ impl StoreHooks for Controller {
             for (i, b) in sr.buckets.iter().enumerate() {
                 match b {
                     Some(r) => {
-                        if let Some(b) = Bucket::from_record(r, base.shift()) {
+                        let shift = base.shift();
+                        let read = Bucket::from_record(&r.bucket, shift).and_then(|b| {
+                            Level::from_record(&r.level, &b, shift).map(|level| (b, level))
+                        });
+                        if let Some((b, level)) = read {
                             s.buckets[i] = Some(b);
+                            s.levels[i] = level;
                         }
                     }
-                    None => s.buckets[i] = None,
+                    None => {
+                        s.buckets[i] = None;
+                        s.levels[i] = Level::default();
+                    }
                 }
             }
             s.ramp = Ramp::restored(sr.ramp_permille, sr.ramp_last_step.map(|t| base.back(t)));

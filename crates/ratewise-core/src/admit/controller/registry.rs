@@ -103,6 +103,7 @@ impl Controller {
             configured,
             learned: Limits::NONE,
             buckets: [None, None, None, None],
+            levels: Default::default(),
             ramp,
             paused_until: None,
             class_stop: None,

@@ -14,9 +14,16 @@
 //!    overrides a stated or configured limit: it only fills what they
 //!    leave out (a provider that states requests but not tokens).
 //!
-//! The capacity and level beliefs (rounded `remaining` read as ranges,
-//! margins learned from surprises) act on a bucket's credit and live with
-//! header sync; this module decides only the rate each bucket refills at.
+//! Beside the rate, what is believed of each bucket's level: `level` (the
+//! server's view read against the credit at the send, the corrections it
+//! makes, the evidence of a 429 the model did not expect) and `margin`
+//! (the room those 429s teach to keep free). They act on a bucket's
+//! credit through its arithmetic; the bucket itself knows none of them.
+
+pub(crate) mod level;
+pub(crate) mod margin;
+
+pub(crate) use level::{CreditMark, Level, LevelRecord, ServerView};
 
 use super::limits::{Limits, DIMENSIONS};
 use super::silent::SilentEstimate;
