@@ -21,7 +21,10 @@
 //! * `introspection` — snapshots and counters, read-only;
 //! * `forget` — forgetting idle keys.
 
-use super::belief::{effective, share_of, silent_dimensions, LimitSource};
+use super::belief::{
+    share_of, silent_dimensions, Belief, Beliefs, EstimateState, LimitSource, Sample,
+    SilentEstimate,
+};
 use super::belief::{CreditMark, Level, ServerView};
 use super::bucket::{capacity_for, Bucket};
 use super::estimate::{input_from_bytes, MaxTokens, OutputEstimator};
@@ -31,7 +34,6 @@ use super::profile::{Profile, Rounding};
 use super::ramp::{Ramp, RampConfig};
 use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, ReservationId, Sent, Slab};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
-use super::silent::{EstimateState, SilentEstimate};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
 use super::table::Table;
@@ -58,7 +60,7 @@ mod registry;
 mod silent;
 
 pub use introspection::ScopeSnapshot;
-use pace::{apply_ramp, credit_capacities, grow_ramp, rebuild_buckets, restart_ramp};
+use pace::{apply_ramp, credit_capacities, grow_ramp, restart_ramp};
 use silent::{estimated, follow_estimates, share_changed, silent_ended, silent_took};
 
 /// Everything the controller is configured with.
@@ -330,8 +332,10 @@ struct KeyState {
 struct ScopeState {
     key: u32,
     class: String,
-    configured: Limits,
-    learned: Limits,
+    /// What is believed of the provider's limits, per dimension: the one
+    /// place they live ([`Beliefs`]); the buckets are rebuilt from them
+    /// in one place ([`believe`](ScopeState::believe)).
+    beliefs: Beliefs,
     buckets: [Option<Bucket>; 4],
     /// Per bucket, what is believed of its level beyond the arithmetic
     /// (corrections on the server's word, the learned margin): reset with
@@ -348,11 +352,6 @@ struct ScopeState {
     /// server), per bucket: a response's view is read net of what was
     /// given back since its request was admitted.
     released: [u64; 4],
-    /// Per bucket, the most the server has shown its bucket to hold (its
-    /// largest `*-remaining`, plus the request itself where it was
-    /// charged): a lower bound on the provider's capacity, which sizes the
-    /// credit ([`Burst::credit_units`]).
-    seen: [u64; 4],
     /// The request out to learn the limits while none is known.
     probes: Vec<ReservationId>,
     /// How many requests may be out while no limit is known or estimated:
@@ -379,27 +378,13 @@ struct ScopeState {
     surprises: [u64; 4],
     /// See [`ScopeSnapshot::output_reserved`].
     output_reserved: Option<u64>,
-    /// A capacity cut by a surprise: header evidence above it is not
-    /// believed while the bucket's learned margin lasts.
-    ceiling: [Option<u64>; 4],
-    /// Per bucket, the least capacity the views allow as the most it can
-    /// be (see [`capacity_bound`]): with `seen`, a bracket that rounded
-    /// `remaining` values leave wide.
-    upper: [Option<u64>; 4],
-    /// Per bucket, a capacity above `seen` taken from a sibling bucket's
-    /// horizon (see [`sibling_horizon`]): a hypothesis, recomputed at
-    /// every view, always inside the bracket.
-    guess: [Option<u64>; 4],
-    /// Per dimension, the limit estimated from 429s alone, for a provider
-    /// that states none ([`SilentEstimate`]).
-    silent: [SilentEstimate; 4],
 }
 
 impl ScopeState {
     /// The capacity a bucket is sized by: the proven one, or the
     /// hypothesis above it.
     fn capacity_taken(&self, i: usize) -> u64 {
-        self.guess[i].map_or(self.seen[i], |g| g.max(self.seen[i]))
+        self.beliefs.stated[i].capacity.taken()
     }
 }
 
@@ -452,20 +437,14 @@ impl ScopeState {
     /// configured or learned, and none has been heard yet.
     fn needs_probe(&self) -> bool {
         self.probe_cap < SLOW_START_END
-            && Limits::combine(&self.configured, &self.learned) == Limits::NONE
-            && !self.silent.iter().any(SilentEstimate::is_set)
+            && self.beliefs.known() == Limits::NONE
+            && !self.beliefs.any_estimate()
     }
 
     /// Every dimension's limit and where it comes from, at `t`, for a
     /// process pacing at `share_permille` of the key's limits.
     fn limits_at(&self, t: Instant, share_permille: u32) -> [Option<(u64, LimitSource)>; 4] {
-        effective(
-            &self.configured,
-            &self.learned,
-            &self.silent,
-            share_permille,
-            t,
-        )
+        self.beliefs.effective(share_permille, t)
     }
 }
 

@@ -61,13 +61,13 @@ mod record;
 mod reservation;
 mod retry_budget;
 mod shared;
-mod silent;
 mod spend;
 mod stop;
 mod store;
 pub mod store_kit;
 mod table;
 
+pub use belief::EstimateState;
 pub use belief::LimitSource;
 pub use controller::{
     Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
@@ -81,7 +81,6 @@ pub use ramp::RampConfig;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
 pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;
-pub use silent::EstimateState;
 pub use spend::{Price, PriceTable, SpendConfig, SpendTotals};
 pub use stop::Stop;
 pub use store::{Applied, End, Observed, Store, StoreFuture, Update};

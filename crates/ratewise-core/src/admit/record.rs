@@ -21,11 +21,11 @@
 //! version), so the admission logic exists once, in exact integer
 //! arithmetic, whatever the store.
 
+use super::belief::estimated::SilentRecord;
 use super::belief::LevelRecord;
 use super::bucket::BucketRecord;
 use super::limits::Limits;
 use super::ramp::Ramp;
-use super::silent::SilentRecord;
 use super::stop::Stop;
 use crate::time::{Instant, Now};
 use crate::vocab::Cause;

@@ -122,7 +122,7 @@ fn zero_string() -> String {
 
 impl Level {
     /// The record of this level; `shift`: Unix nanoseconds of the origin.
-    pub(crate) fn to_record(&self, shift: i128) -> LevelRecord {
+    pub(crate) fn to_record(self, shift: i128) -> LevelRecord {
         let (margin, at) = self.margin.parts();
         LevelRecord {
             corrected: self.corrected.to_string(),

@@ -8,8 +8,8 @@
 //! levels.
 
 use super::{
-    apply_ramp, estimated, headers_describe, index, rebuild_buckets, restart_ramp, Action, CScope,
-    Cause, Classification, Controller, Decision, Dimension, Instant, Now, ScopeId, Sent, Stop,
+    apply_ramp, estimated, headers_describe, index, restart_ramp, Action, Belief, CScope, Cause,
+    Classification, Controller, Decision, Dimension, Instant, Now, Sample, ScopeId, Sent, Stop,
     SystemTime, DIMENSIONS,
 };
 use crate::admit::Applied;
@@ -86,36 +86,14 @@ impl Controller {
         let again = level.margin(b, t) > 0;
         level.learn_margin(b, t);
         s.surprises[i] = s.surprises[i].saturating_add(1);
-        let amount = sent.amounts.by_index(i);
-        let taken = s.capacity_taken(i);
-        if taken > 0 {
-            let mut cut = taken.saturating_sub(over).max(amount.min(taken));
-            if taken > s.seen[i] {
-                // A hypothesis was in use: it goes, and the proof stands.
-                // Of what the model was over, the guess explains all it
-                // can; the rest is the level (a late timer, a send the
-                // model did not see), which the margin already learns. A
-                // proof that is itself wrong (headers biased high) meets
-                // the next 429 with no guess above it, and is cut then.
-                cut = cut.max(s.seen[i]);
-            } else if !again {
-                // The first surprise on the proof: the margin answers it.
-                // One 429 may be a one-off (another client's burst, a
-                // late timer); cut, the capacity would be held down for as
-                // long as the margin lasts — a simulated `cold-key-5s` with
-                // one burst early in the run went from 0.93 to 0.69 of the
-                // limit. A second 429 before the margin is gone cuts it.
-                cut = taken;
-            }
-            if cut < taken {
-                // The ceiling holds the hypothesis (and the proof) down
-                // while the margin lasts.
-                s.seen[i] = s.seen[i].min(cut);
-                s.guess[i] = None;
-                s.ceiling[i] = Some(cut);
-                rebuild_buckets(s, burst, share, t);
-            }
-        }
+        let surprised = Sample::Surprised {
+            over,
+            units: sent.amounts.by_index(i),
+            again,
+        };
+        s.believe(burst, share, t, |b| {
+            ((), b.stated[i].observe(&surprised).moved)
+        });
         (DIMENSIONS[i], over)
     }
 

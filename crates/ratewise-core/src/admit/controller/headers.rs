@@ -8,10 +8,11 @@
 //! the rest of the controller only consumes.
 
 use super::{
-    credit_capacities, headers_describe, index, rebuild_buckets, Controller, Dimension, Duration,
-    Instant, Limits, Now, Profile, Provider, RateLimitSnapshot, Reset, Rounding, ScopeId,
-    ScopeState, Sent, ServerView, SystemTime, DIMENSIONS,
+    credit_capacities, headers_describe, index, Belief, Controller, Dimension, Duration, Instant,
+    Limits, Now, Profile, Provider, RateLimitSnapshot, Reset, Rounding, Sample, ScopeId, Sent,
+    ServerView, SystemTime, DIMENSIONS,
 };
+use crate::admit::belief::stated::{capacity_bound, capacity_evidence, sibling_horizon};
 
 impl Controller {
     /// Header sync: learns `*-limit` values and lowers local credits to the
@@ -93,7 +94,7 @@ impl Controller {
             return;
         };
         let learned = Limits::from_snapshot(snap, provider);
-        let mut merged = s.learned;
+        let mut merged = s.beliefs.stated_limits();
         for d in DIMENSIONS {
             if let Some(v) = learned.get(d) {
                 merged.set(d, Some(v));
@@ -107,12 +108,19 @@ impl Controller {
             }
             None => now.wall,
         };
-        let mut grown = [0u64; 4];
-        for d in DIMENSIONS
-            .into_iter()
-            .filter(|d| headers_describe(*d, provider))
-        {
-            let i = index(d);
+        // One sample per dimension: the limit stated, and for a dimension
+        // the provider's headers describe, what the view proves and
+        // allows of its bucket's capacity.
+        let samples: [Sample; 4] = std::array::from_fn(|i| {
+            let d = DIMENSIONS[i];
+            if !headers_describe(d, provider) {
+                return Sample::Answer {
+                    limit: learned.get(d),
+                    proven: None,
+                    allowed: None,
+                    margin_gone: false,
+                };
+            }
             let w = snap.window(d);
             let limit = w.limit.or_else(|| merged.get(d)).filter(|l| *l > 0);
             let until_full = w.reset.and_then(|r| reset_wait(r, view_wall, profile));
@@ -121,70 +129,67 @@ impl Controller {
             // a success whose own charge there was smaller than the
             // capacity already known: the provider admitted it on a level
             // that held it, so it left no debt behind.
-            let no_debt = charged && sent.is_some_and(|x| x.amounts.by_index(i) < s.seen[i].max(1));
-            let evidence = capacity_evidence(lowest, until_full, limit, charged, no_debt, d);
+            let seen = s.beliefs.stated[i].capacity.seen;
+            let no_debt = charged && sent.is_some_and(|x| x.amounts.by_index(i) < seen.max(1));
             let highest = w.remaining.map(|r| rounding(d).range(r).1 - 1);
             let slack = w
                 .reset
                 .map_or(Duration::ZERO, |r| profile.reset_uncertainty(r));
-            if let Some(ub) = capacity_bound(highest, until_full, slack, limit, charged, d) {
-                s.upper[i] = Some(s.upper[i].map_or(ub, |u| u.min(ub)));
-            }
             let margin = s.buckets[i].as_ref().map(|b| s.levels[i].margin(b, t));
-            if s.ceiling[i].is_some() && margin.is_none_or(|m| m == 0) {
-                // Calm long enough that the margin is gone: headers are
-                // believed again.
-                s.ceiling[i] = None;
+            Sample::Answer {
+                limit: learned.get(d),
+                proven: capacity_evidence(lowest, until_full, limit, charged, no_debt, d),
+                allowed: capacity_bound(highest, until_full, slack, limit, charged, d),
+                margin_gone: margin.is_none_or(|m| m == 0),
             }
-            if let Some(seen) = evidence.map(|e| s.ceiling[i].map_or(e, |c| e.min(c))) {
-                if seen > s.seen[i] {
-                    grown[i] = seen - s.seen[i];
-                    s.seen[i] = seen;
-                }
-            }
-            if s.upper[i].is_some_and(|u| u < s.seen[i]) {
-                // The views disagree: the capacity changed. Bracket anew.
-                s.upper[i] = None;
-            }
-        }
-        if share < 1000 {
-            // Cut off from its peers: a provider bucket at least half full
-            // says the share this process measured is no longer all it
-            // may use (`SilentEstimate::headroom`).
-            for d in DIMENSIONS {
-                let i = index(d);
-                let lowest = snap.window(d).remaining.map(|r| rounding(d).range(r).0);
-                if lowest.is_some_and(|l| s.seen[i] > 0 && l >= s.seen[i] / 2) {
-                    s.silent[i].headroom(t);
-                }
-            }
-        }
+        });
         let limits = std::array::from_fn(|i| {
             snap.window(DIMENSIONS[i])
                 .limit
                 .or_else(|| merged.get(DIMENSIONS[i]))
                 .filter(|l| *l > 0)
         });
-        // A hypothesis, taken only where surprises can correct it.
-        let guess = if learn {
-            sibling_horizon(s, &limits)
-        } else {
-            [None; 4]
-        };
-        let guessed = guess != s.guess;
-        s.guess = guess;
-        if merged != s.learned || guessed || grown.iter().any(|g| *g > 0) {
-            s.learned = merged;
-            let before = credit_capacities(s);
-            rebuild_buckets(s, burst, share, t);
-            let after = credit_capacities(s);
-            for i in 0..4 {
-                grown[i] = match (before[i], after[i]) {
-                    (Some(b), Some(a)) => a.saturating_sub(b),
-                    _ => 0,
-                };
+        let before = credit_capacities(s);
+        s.believe(burst, share, t, |beliefs| {
+            let mut moved = false;
+            for (i, sample) in samples.iter().enumerate() {
+                moved |= beliefs.stated[i].observe(sample).moved;
             }
-        }
+            if share < 1000 {
+                // Cut off from its peers: a provider bucket at least half
+                // full says the share this process measured is no longer
+                // all it may use (`SilentEstimate::headroom`).
+                for d in DIMENSIONS {
+                    let i = index(d);
+                    let lowest = snap.window(d).remaining.map(|r| rounding(d).range(r).0);
+                    let seen = beliefs.stated[i].capacity.seen;
+                    if lowest.is_some_and(|l| seen > 0 && l >= seen / 2) {
+                        // Followed by the buckets at the next admission.
+                        let _ = beliefs
+                            .estimate_mut(i, true)
+                            .observe(&Sample::Headroom { at: t });
+                    }
+                }
+            }
+            // A hypothesis, taken only where surprises can correct it.
+            let guess = if learn {
+                sibling_horizon(beliefs.stated.each_ref().map(|x| &x.capacity), &limits)
+            } else {
+                [None; 4]
+            };
+            for (i, g) in guess.into_iter().enumerate() {
+                let c = &mut beliefs.stated[i].capacity;
+                moved |= c.guess != g;
+                c.guess = g;
+            }
+            ((), moved)
+        });
+        // A capacity learned larger raises the credit below.
+        let after = credit_capacities(s);
+        let grown: [u64; 4] = std::array::from_fn(|i| match (before[i], after[i]) {
+            (Some(b), Some(a)) => a.saturating_sub(b),
+            _ => 0,
+        });
         let mut surplus: [Option<u64>; 4] = [None; 4];
         for d in DIMENSIONS
             .into_iter()
@@ -302,119 +307,4 @@ fn reset_wait(r: Reset, wall: SystemTime, profile: &Profile) -> Option<Duration>
         return None;
     }
     Some(wait.saturating_sub(profile.reset_uncertainty(r)))
-}
-
-/// What one view shows of the provider's bucket capacity, a lower bound:
-///
-/// * the server held at least the lowest level its `remaining` allows
-///   (read through the provider's rounding: Anthropic's 12,000 is at least
-///   11,500), plus the request itself in
-///   the requests bucket when the view counts it (tokens are not added:
-///   what the server has charged for them by then — an estimate from
-///   `max_tokens`, the input as it counts it — is not known);
-/// * with a reset and a level above zero (or `no_debt`: a level of zero may
-///   be a debt), `remaining` plus the refill until the bucket is full again
-///   (`until_full` already has the reset's uncertainty taken off in the
-///   server's favour, which also covers clock skew and the upload time
-///   between the admission and the server's view).
-///
-/// A low guess is cheap (a smaller burst, the same rate); a high one sends
-/// into a 429, so nothing here rounds up.
-fn capacity_evidence(
-    remaining: Option<u64>,
-    until_full: Option<Duration>,
-    limit: Option<u64>,
-    charged: bool,
-    no_debt: bool,
-    d: Dimension,
-) -> Option<u64> {
-    let r = remaining?;
-    let own = u64::from(charged && d == Dimension::Requests);
-    let refill = match (until_full, limit) {
-        // A bucket that may be empty may be in debt (a request larger than
-        // it was admitted on a full bucket): its reset counts the debt's
-        // refill too, and says nothing of the capacity — unless the caller
-        // knows there is no debt.
-        (Some(_), Some(_)) if r == 0 && !no_debt => 0,
-        (Some(u), Some(l)) => {
-            let units = u128::from(l) * u.as_nanos() / crate::admit::bucket::NS_PER_MIN;
-            u64::try_from(units).unwrap_or(u64::MAX)
-        }
-        _ => 0,
-    };
-    Some(r.saturating_add(own.max(refill)))
-}
-
-/// What one view shows of the provider's bucket capacity, an upper bound:
-/// the highest level its `remaining` allows plus the refill until full,
-/// with the reset read against the server (`until_full` had its
-/// uncertainty taken off; twice `slack` puts it on the other side). Holds
-/// in debt too: a level below zero is reported as zero. `None` without a
-/// level, a reset and a limit.
-fn capacity_bound(
-    highest: Option<u64>,
-    until_full: Option<Duration>,
-    slack: Duration,
-    limit: Option<u64>,
-    charged: bool,
-    d: Dimension,
-) -> Option<u64> {
-    let (h, u, l) = (highest?, until_full?, limit?);
-    let own = u64::from(charged && d == Dimension::Requests);
-    let u = u.saturating_add(slack.saturating_mul(2));
-    let units = u128::from(l) * u.as_nanos() / crate::admit::bucket::NS_PER_MIN;
-    let units = u64::try_from(units).unwrap_or(u64::MAX);
-    Some(
-        h.saturating_add(own)
-            .saturating_add(units)
-            .saturating_add(1),
-    )
-}
-
-/// A bracket no wider than this share of its low end is narrow.
-const NARROW_BRACKET: u64 = 32;
-
-/// Capacities raised within their brackets to the refill horizon of a
-/// sibling bucket known precisely (per bucket, where above the proof).
-///
-/// A rounded `remaining` can leave a capacity bracketed for as long as a
-/// run lasts: with Anthropic's output tokens rounded to the nearest
-/// thousand, `max_tokens` charged at the start, and requests sent as soon
-/// as the model has room, every view lands in the same rounding step, and
-/// a 1,667-token bucket stays learned as 1,499 (a tenth of the goodput of
-/// a cold key on 5 s buckets). Its sibling buckets, read exactly (the
-/// requests) or from varied charges (the input), show how many seconds of
-/// refill the provider's buckets hold. Neither provider documents that a
-/// key's buckets share one horizon; it is a hypothesis, so it is taken
-/// only inside what the views allow (below the bracket's top), never above
-/// a ceiling a surprise set, and the shortest horizon known is the one
-/// used. Should the provider differ, the first 429 the model did not expect
-/// cuts the capacity and holds it ([`Controller::surprise`]).
-fn sibling_horizon(s: &ScopeState, limits: &[Option<u64>; 4]) -> [Option<u64>; 4] {
-    let narrow = |i: usize| {
-        let seen = s.seen[i];
-        seen > 0 && s.upper[i].is_some_and(|u| u.saturating_sub(seen) <= seen / NARROW_BRACKET + 1)
-    };
-    // The shortest horizon among the narrow brackets, as (units, limit).
-    let horizon = (0..4)
-        .filter(|i| narrow(*i))
-        .filter_map(|i| limits[i].map(|l| (s.seen[i], l)))
-        .min_by(|a, b| {
-            (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
-        });
-    let Some((units, per)) = horizon else {
-        return [None; 4];
-    };
-    std::array::from_fn(|i| {
-        if narrow(i) {
-            return None;
-        }
-        let (limit, upper) = (limits[i]?, s.upper[i]?);
-        let at = u128::from(limit) * u128::from(units) / u128::from(per);
-        let at = u64::try_from(at)
-            .unwrap_or(u64::MAX)
-            .min(upper.saturating_sub(1));
-        let at = s.ceiling[i].map_or(at, |c| at.min(c));
-        (at > s.seen[i]).then_some(at)
-    })
 }

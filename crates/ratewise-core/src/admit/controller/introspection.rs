@@ -152,7 +152,9 @@ impl Controller {
             class: s.class.clone(),
             limits,
             sources: eff.map(|e| e.map(|(_, src)| src)),
-            estimates: std::array::from_fn(|i| s.silent[i].state()),
+            estimates: std::array::from_fn(|i| {
+                s.beliefs.estimate(i, self.share_permille < 1000).state()
+            }),
             levels,
             credits,
             margins,

@@ -9,7 +9,7 @@
 //! ([`StoreHooks::set_share`](crate::admit::store_kit::StoreHooks::set_share)).
 
 use super::{
-    capacity_for, index, share_of, Bucket, Burst, Instant, Level, LimitSource, RampConfig,
+    capacity_for, index, share_of, Beliefs, Bucket, Burst, Instant, Level, LimitSource, RampConfig,
     ScopeState, DIMENSIONS,
 };
 
@@ -54,10 +54,31 @@ pub(super) fn restart_ramp(s: &mut ScopeState, cfg: &RampConfig, t: Instant) {
     apply_ramp(s, t);
 }
 
+impl ScopeState {
+    /// Feeds this scope's beliefs through `f`, which says whether what
+    /// they believe moved; when it did, the buckets are rebuilt from them,
+    /// once. The one place buckets are rebuilt: every change of a belief
+    /// (a sample, a record read back, a new share) reaches the buckets
+    /// through here.
+    pub(super) fn believe<R>(
+        &mut self,
+        burst: Burst,
+        share_permille: u32,
+        t: Instant,
+        f: impl FnOnce(&mut Beliefs) -> (R, bool),
+    ) -> R {
+        let (r, moved) = f(&mut self.beliefs);
+        if moved {
+            rebuild_buckets(self, burst, share_permille, t);
+        }
+        r
+    }
+}
+
 /// Makes the buckets match the effective limits: new dimensions get a full
 /// bucket (at the ramp factor), changed ones keep their level, dropped ones
 /// go.
-pub(super) fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
+fn rebuild_buckets(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
     // The limits come with this process's share applied where it applies
     // (`belief::effective`).
     let eff = s.limits_at(t, share_permille);

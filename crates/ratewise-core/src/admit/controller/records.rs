@@ -11,9 +11,10 @@
 //! in flight) is this process's own.
 
 use super::{
-    rebuild_buckets, share_changed, Bucket, Controller, Exit, Level, Now, Ramp, ReservationId,
-    ScopeId, SilentEstimate,
+    share_changed, Bucket, Controller, Exit, Level, Now, Ramp, ReservationId, ScopeId,
+    SilentEstimate, DIMENSIONS,
 };
+use crate::admit::belief::stated::Capacity;
 use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
 
 impl StoreHooks for Controller {
@@ -25,15 +26,17 @@ impl StoreHooks for Controller {
         let k = *self.key_index.get(name)?;
         let ks = &self.keys[k as usize];
         let base = TimeBase::at(now);
+        let cut_off = self.share_permille < 1000;
         let scopes = ks
             .scopes
             .iter()
             .map(|id| {
                 let s = &self.scopes[*id as usize];
                 let (ramp_permille, ramp_last_step) = ramp_record(&s.ramp, base);
+                let caps = s.beliefs.stated.map(|x| x.capacity);
                 ScopeRecord {
                     class: s.class.clone(),
-                    learned: limits_array(&s.learned),
+                    learned: limits_array(&s.beliefs.stated_limits()),
                     buckets: std::array::from_fn(|i| {
                         s.buckets[i].as_ref().map(|b| DimensionRecord {
                             bucket: b.to_record(base.shift()),
@@ -45,11 +48,11 @@ impl StoreHooks for Controller {
                     paused_until: s.paused_until.map(|t| base.out(t)),
                     last_call: s.last_call.map(|t| base.out(t)),
                     released: s.released,
-                    seen: s.seen,
-                    ceiling: s.ceiling,
-                    upper: s.upper,
-                    guess: s.guess,
-                    silent: std::array::from_fn(|i| s.silent[i].to_record(base)),
+                    seen: caps.map(|c| c.seen),
+                    ceiling: caps.map(|c| c.ceiling),
+                    upper: caps.map(|c| c.upper),
+                    guess: caps.map(|c| c.guess),
+                    silent: std::array::from_fn(|i| s.beliefs.estimate(i, cut_off).to_record(base)),
                     heard: s.heard,
                 }
             })
@@ -70,7 +73,10 @@ impl StoreHooks for Controller {
         for sr in &rec.scopes {
             let id = self.scope_of(&rec.key, &sr.class);
             let s = &mut self.scopes[id.0 as usize];
-            s.learned = limits_of(sr.learned);
+            let learned = limits_of(sr.learned);
+            for (i, d) in DIMENSIONS.into_iter().enumerate() {
+                s.beliefs.stated[i].limit = learned.get(d);
+            }
             for (i, b) in sr.buckets.iter().enumerate() {
                 match b {
                     Some(r) => {
@@ -93,19 +99,21 @@ impl StoreHooks for Controller {
             s.paused_until = sr.paused_until.map(|t| base.back(t));
             s.last_call = sr.last_call.map(|t| base.back(t));
             s.released = sr.released;
-            s.seen = sr.seen;
-            s.ceiling = sr.ceiling;
-            s.upper = sr.upper;
-            s.guess = sr.guess;
-            s.silent = std::array::from_fn(|i| {
-                sr.silent[i]
+            for i in 0..4 {
+                s.beliefs.stated[i].capacity = Capacity {
+                    seen: sr.seen[i],
+                    ceiling: sr.ceiling[i],
+                    upper: sr.upper[i],
+                    guess: sr.guess[i],
+                };
+                *s.beliefs.estimate_mut(i, share < 1000) = sr.silent[i]
                     .as_ref()
                     .map(|r| SilentEstimate::from_record(r, base))
-                    .unwrap_or_default()
-            });
+                    .unwrap_or_default();
+            }
             s.heard = sr.heard;
             // This process's configured limits decide which buckets exist.
-            rebuild_buckets(s, burst, share, now.instant);
+            s.believe(burst, share, now.instant, |_| ((), true));
         }
         if let Some(k) = self.key_index.get(rec.key.as_str()).copied() {
             self.keys[k as usize].stop = rec.stop.as_ref().map(|st| st.to_stop(now));
@@ -147,7 +155,7 @@ impl StoreHooks for Controller {
             if rejoined_or_cut {
                 share_changed(s, permille, now.instant);
             }
-            rebuild_buckets(s, self.cfg.burst, permille, now.instant);
+            s.believe(self.cfg.burst, permille, now.instant, |_| ((), true));
         }
     }
 

@@ -8,8 +8,8 @@
 //! state ([`forget`](super::forget) removes keys).
 
 use super::{
-    rebuild_buckets, Controller, Instant, KeyState, Limits, Price, PriceId, Ramp, ScopeId,
-    ScopeState, Target,
+    Beliefs, Controller, Instant, KeyState, Limits, Price, PriceId, Ramp, ScopeId, ScopeState,
+    Target,
 };
 
 impl Controller {
@@ -100,8 +100,7 @@ impl Controller {
         let mut st = ScopeState {
             key: k,
             class: class.to_owned(),
-            configured,
-            learned: Limits::NONE,
+            beliefs: Beliefs::configured(&configured),
             buckets: [None, None, None, None],
             levels: Default::default(),
             ramp,
@@ -109,9 +108,6 @@ impl Controller {
             class_stop: None,
             last_call: None,
             released: [0; 4],
-            seen: [0; 4],
-            upper: [None; 4],
-            guess: [None; 4],
             probes: Vec::new(),
             probe_cap: 1,
             probe_base: None,
@@ -119,10 +115,10 @@ impl Controller {
             head_latency: [None; 2],
             surprises: [0; 4],
             output_reserved: None,
-            ceiling: [None; 4],
-            silent: Default::default(),
         };
-        rebuild_buckets(&mut st, self.cfg.burst, self.share_permille, Instant::ZERO);
+        st.believe(self.cfg.burst, self.share_permille, Instant::ZERO, |_| {
+            ((), true)
+        });
         let id = self.scopes.push(st);
         self.keys[k as usize].scopes.push(id);
         self.scope_index.insert((k, class.to_owned()), id);

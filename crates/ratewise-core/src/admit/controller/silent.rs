@@ -1,5 +1,5 @@
 //! Estimates from 429s: what a 429 teaches about a dimension no header
-//! states ([`SilentEstimate`](crate::admit::silent)), what admissions and
+//! states ([`SilentEstimate`](crate::admit::belief::SilentEstimate)), what admissions and
 //! settles feed the estimate, and how its slow upward probe reaches the
 //! buckets.
 //!
@@ -8,10 +8,10 @@
 //! one place where a silent provider's limits are believed.
 
 use super::{
-    index, rebuild_buckets, share_of, silent_dimensions, Amounts, Classification, Controller,
-    Instant, LimitSource, Limits, Now, ScopeId, ScopeState, Sent, DIMENSIONS,
+    index, share_of, silent_dimensions, Amounts, Belief, Classification, Controller, Instant,
+    LimitSource, Now, Sample, ScopeId, ScopeState, Sent, SilentEstimate, DIMENSIONS,
 };
-use crate::admit::silent::Taught;
+use crate::admit::belief::{Share, Taught};
 use crate::admit::Burst;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ impl Controller {
     /// about — the one its body or message names, otherwise every one the
     /// provider meters ([`silent_dimensions`]) and the request charged —
     /// that no configured or stated limit covers, the estimate learns
-    /// ([`SilentEstimate::throttled`](crate::admit::silent)), the bucket
+    /// ([`SilentEstimate::throttled`](crate::admit::belief::SilentEstimate)), the bucket
     /// is rebuilt at it and emptied (the provider's bucket is empty: that
     /// is what a 429 says). Returns a note for the decision, when it
     /// taught anything.
@@ -50,7 +50,7 @@ impl Controller {
         // Cut off from its peers, a process learns its share of a stated
         // limit from its own 429s too (`belief::effective`).
         let cut_off = share < 1000;
-        let stated = Limits::combine(&s.configured, &s.learned);
+        let stated = s.beliefs.known();
         // A named dimension the provider does not meter (Anthropic's
         // "tokens" is the most restrictive of input and output, not a
         // bucket) is read as a 429 that names none.
@@ -63,26 +63,40 @@ impl Controller {
             }
             _ => metered,
         };
-        let mut taught = Vec::new();
-        for (i, d) in DIMENSIONS.into_iter().enumerate() {
-            let amount = sent.amounts.by_index(i);
-            if !about[i] || (stated.get(d).is_some() && !cut_off) || amount == 0 {
-                continue;
+        let hint = c.hints.wait.map(|h| h.wait);
+        let taught = s.believe(burst, share, t, |beliefs| {
+            let mut taught = Vec::new();
+            for (i, d) in DIMENSIONS.into_iter().enumerate() {
+                let units = sent.amounts.by_index(i);
+                if !about[i] || (stated.get(d).is_some() && !cut_off) || units == 0 {
+                    continue;
+                }
+                if let (true, Some(l)) = (cut_off, stated.get(d)) {
+                    if !beliefs.share[i].estimate.is_set() {
+                        // Stated after the process was cut off: its share
+                        // is where it starts (`share_changed` seeds the
+                        // others), or what 429s taught before it was
+                        // stated.
+                        if beliefs.estimated[i].is_set() {
+                            beliefs.share[i].estimate = beliefs.estimated[i].clone();
+                        } else {
+                            beliefs.share[i]
+                                .estimate
+                                .seed_keeping_window(share_of(l, share), t);
+                        }
+                    }
+                }
+                let sample = Sample::Throttled { units, hint, at: t };
+                if let Some(how) = beliefs.estimate_mut(i, cut_off).observe(&sample).taught {
+                    taught.push((i, how));
+                }
             }
-            if let (true, Some(l), false) = (cut_off, stated.get(d), s.silent[i].is_set()) {
-                // Stated after the process was cut off: its share is
-                // where it starts (`share_changed` seeds the others).
-                s.silent[i].seed_keeping_window(share_of(l, share), t);
-            }
-            match s.silent[i].throttled(amount, c.hints.wait.map(|h| h.wait), t) {
-                Taught::Nothing => {}
-                how => taught.push((i, how)),
-            }
-        }
+            let moved = !taught.is_empty();
+            (taught, moved)
+        });
         if taught.is_empty() {
             return None;
         }
-        rebuild_buckets(s, burst, share, t);
         let mut parts = Vec::new();
         for (i, how) in taught {
             if let Some(b) = s.buckets[i].as_mut() {
@@ -94,7 +108,7 @@ impl Controller {
                 Taught::Cut => "cut: too short a window to measure",
                 _ => "measured between two 429s",
             };
-            let rate = s.silent[i].rate(t).unwrap_or(0);
+            let rate = s.beliefs.estimate(i, cut_off).rate(t).unwrap_or(0);
             parts.push(format!("{} {rate}/min ({how})", DIMENSIONS[i].as_str()));
         }
         Some(format!(
@@ -119,13 +133,15 @@ pub(super) fn estimated(s: &ScopeState, i: usize, share_permille: u32, t: Instan
 /// 429s; rejoined, those estimates go — the shared record is the truth
 /// again.
 pub(super) fn share_changed(s: &mut ScopeState, share_permille: u32, t: Instant) {
-    let stated = Limits::combine(&s.configured, &s.learned);
+    let stated = s.beliefs.known();
     for (i, d) in DIMENSIONS.into_iter().enumerate() {
         let Some(l) = stated.get(d) else { continue };
-        s.silent[i] = if share_permille < 1000 {
-            crate::admit::silent::SilentEstimate::seeded(share_of(l, share_permille), t)
+        let beliefs = &mut s.beliefs;
+        beliefs.estimated[i] = SilentEstimate::default();
+        beliefs.share[i] = if share_permille < 1000 {
+            Share::seeded(l, share_permille, t)
         } else {
-            Default::default()
+            Share::default()
         };
     }
 }
@@ -134,11 +150,14 @@ pub(super) fn share_changed(s: &mut ScopeState, share_permille: u32, t: Instant)
 /// through until an end says otherwise. The first opens each dimension's
 /// cold window (the provider's bucket is taken to be full then).
 pub(super) fn silent_took(s: &mut ScopeState, amounts: &Amounts, t: Instant) {
-    for (i, e) in s.silent.iter_mut().enumerate() {
-        let units = amounts.by_index(i);
-        if units > 0 {
-            e.took(units, t);
-        }
+    for i in 0..4 {
+        let sample = Sample::Admitted {
+            units: amounts.by_index(i),
+            at: t,
+        };
+        // Each estimate keeps its own window: feed both.
+        let _ = s.beliefs.estimated[i].observe(&sample);
+        let _ = s.beliefs.share[i].observe(&sample);
     }
 }
 
@@ -150,11 +169,13 @@ pub(super) fn silent_ended(
     actual: &Amounts,
     admitted_at: Instant,
 ) {
-    for (i, e) in s.silent.iter_mut().enumerate() {
-        let delta = i128::from(actual.by_index(i)) - i128::from(reserved.by_index(i));
-        if delta != 0 {
-            e.corrected(delta, admitted_at);
-        }
+    for i in 0..4 {
+        let sample = Sample::Settled {
+            delta: i128::from(actual.by_index(i)) - i128::from(reserved.by_index(i)),
+            admitted_at,
+        };
+        let _ = s.beliefs.estimated[i].observe(&sample);
+        let _ = s.beliefs.share[i].observe(&sample);
     }
 }
 
@@ -162,7 +183,7 @@ pub(super) fn silent_ended(
 /// moved by a [`FOLLOW_STEP`] share or more is rebuilt at it (its level
 /// kept).
 pub(super) fn follow_estimates(s: &mut ScopeState, burst: Burst, share_permille: u32, t: Instant) {
-    if !s.silent.iter().any(|e| e.is_set()) {
+    if !s.beliefs.any_estimate() {
         return;
     }
     let limits = s.limits_at(t, share_permille);
@@ -173,7 +194,5 @@ pub(super) fn follow_estimates(s: &mut ScopeState, burst: Burst, share_permille:
         (None, Some(_)) => true,
         _ => false,
     });
-    if moved {
-        rebuild_buckets(s, burst, share_permille, t);
-    }
+    s.believe(burst, share_permille, t, |_| ((), moved));
 }

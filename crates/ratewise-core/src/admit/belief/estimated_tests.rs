@@ -1,4 +1,4 @@
-//! Unit tests of `silent.rs`: the estimator alone, in virtual seconds.
+//! Unit tests of `estimated.rs`: the estimator alone, in virtual seconds.
 
 use super::*;
 
@@ -162,4 +162,34 @@ fn garbage_never_becomes_zero_or_unbounded() {
     take(&mut e, 10, 0.0);
     e.throttled(1, Some(Duration::MAX), s(0.0));
     assert!(e.rate(s(1.0)).unwrap() >= 1);
+}
+
+mod as_a_belief {
+    use super::*;
+    use crate::admit::belief::test_streams::silent_600_rpm;
+    use crate::admit::belief::{Belief, Sureness};
+
+    #[test]
+    fn a_silent_600_rpm_stream_is_measured_between_two_429s() {
+        let mut e = SilentEstimate::default();
+        assert_eq!(e.believed(s(0.0)), None);
+        let mut taught = Vec::new();
+        let mut last = s(0.0);
+        for x in silent_600_rpm() {
+            if let Some(how) = e.observe(&x).taught {
+                taught.push(how);
+            }
+            if let crate::admit::belief::Sample::Admitted { at, .. }
+            | crate::admit::belief::Sample::Throttled { at, .. } = x
+            {
+                last = at;
+            }
+        }
+        assert_eq!(taught, vec![Taught::Cold, Taught::Measured]);
+        let b = e.believed(last).unwrap();
+        assert_eq!(b.sure, Sureness::Estimated(EstimateState::Measured));
+        // 240 let through in 24 s between two 429s: 600 a minute, held
+        // just under it.
+        assert!((560..=600).contains(&b.limit), "{}", b.limit);
+    }
 }

@@ -38,7 +38,8 @@
 //!
 //! Sans-IO: every method takes the instant; nothing is random.
 
-use super::record::TimeBase;
+use super::{Belief, Believed, Change, Sample, Sureness};
+use crate::admit::record::TimeBase;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -534,10 +535,49 @@ fn to_units(rate: f64) -> u64 {
     if rate.is_nan() || rate < 1.0 {
         1
     } else {
-        rate.min(super::bucket::MAX_LIMIT as f64) as u64
+        rate.min(crate::admit::bucket::MAX_LIMIT as f64) as u64
     }
 }
 
 #[cfg(test)]
-#[path = "silent_tests.rs"]
+#[path = "estimated_tests.rs"]
 mod tests;
+
+impl Belief for SilentEstimate {
+    /// Admissions and ends count what the provider let through; a 429
+    /// ends a window (and may measure the rate); headroom says a share
+    /// measured while cut off is no longer all there is.
+    fn observe(&mut self, sample: &Sample) -> Change {
+        match *sample {
+            Sample::Admitted { units, at } if units > 0 => {
+                self.took(units, at);
+                Change::NOTHING
+            }
+            Sample::Settled { delta, admitted_at } if delta != 0 => {
+                self.corrected(delta, admitted_at);
+                Change::NOTHING
+            }
+            Sample::Throttled { units, hint, at } => match self.throttled(units, hint, at) {
+                Taught::Nothing => Change::NOTHING,
+                how => Change {
+                    taught: Some(how),
+                    ..Change::MOVED
+                },
+            },
+            Sample::Headroom { at } => {
+                self.headroom(at);
+                Change::MOVED
+            }
+            _ => Change::NOTHING,
+        }
+    }
+
+    fn believed(&self, t: Instant) -> Option<Believed> {
+        let limit = self.rate(t)?;
+        Some(Believed {
+            limit,
+            capacity: None,
+            sure: Sureness::Estimated(self.state()?),
+        })
+    }
+}
