@@ -216,10 +216,11 @@ fn the_docs_name_every_file_a_429_crosses() {
     if !valgrind_found() {
         return;
     }
+    // One file per run (runs at once do not share one); kept when the
+    // test fails, for `callgrind_annotate`.
     let out_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("path429");
-    let _ = std::fs::remove_dir_all(&out_dir);
     std::fs::create_dir_all(&out_dir).unwrap();
-    let out_file = out_dir.join("callgrind.out");
+    let out_file = out_dir.join(format!("callgrind.out.{}", std::process::id()));
     let started = std::time::Instant::now();
     let run = Command::new("valgrind")
         .arg("--tool=callgrind")
@@ -241,6 +242,7 @@ fn the_docs_name_every_file_a_429_crosses() {
         String::from_utf8_lossy(&run.stderr)
     );
     let out = std::fs::read_to_string(&out_file).expect("callgrind's output");
+    eprintln!("callgrind's output: {}", out_file.display());
     let root = docs_section::root();
     let ran = files_that_ran(&out, root.to_str().unwrap());
     eprintln!(
@@ -271,4 +273,5 @@ fn the_docs_name_every_file_a_429_crosses() {
         "the docs state a count other than the {} files that ran",
         derived.len()
     );
+    let _ = std::fs::remove_file(&out_file);
 }
