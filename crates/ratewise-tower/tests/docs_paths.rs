@@ -1,38 +1,31 @@
 //! The crate docs list the files a 429 crosses ("A 429's path through the
-//! code"): every file named there must exist, so the list cannot drift
-//! silently when a module moves. The core's `admit/` keeps no file over
+//! code"): every file named there must exist and the count they state must
+//! be the number named (`tests/path429.rs` checks the list against a
+//! traced run). The core's `admit/` keeps no file over
 //! 700 lines (one idea per module).
 
-use std::path::{Path, PathBuf};
+mod docs_section;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use docs_section::root;
+use std::path::{Path, PathBuf};
 
 #[test]
 fn every_file_on_a_429s_path_exists() {
-    let docs = std::fs::read_to_string(root().join("crates/ratewise-tower/src/lib.rs")).unwrap();
-    let start = docs
-        .find("## A 429's path through the code")
-        .expect("the section");
-    let end = start + docs[start..].find("//! ## Journal").expect("its end");
-    let section = &docs[start..end];
-    let mut named = 0;
-    for (i, part) in section.split('`').enumerate() {
-        if i % 2 == 0 || !part.ends_with(".rs") || part.contains('*') || part.starts_with("tests/")
-        {
-            continue;
-        }
-        // Named for the core or for this crate: either way it is there.
-        let core = root().join("crates/ratewise-core/src").join(part);
-        let tower = root().join("crates/ratewise-tower/src").join(part);
+    // Which files they must be is `tests/path429.rs`'s (under valgrind);
+    // this one needs nothing and runs everywhere.
+    let named = docs_section::named_files();
+    for file in &named {
         assert!(
-            core.exists() || tower.exists(),
-            "the docs name {part}, which is in neither crate"
+            root().join(file).is_file(),
+            "the docs name {file}, which is not there (core files are named \"core `path`\")"
         );
-        named += 1;
     }
-    assert!(named >= 13, "only {named} files named");
+    assert_eq!(
+        named.len(),
+        docs_section::stated_count(),
+        "the docs name {} files but state another count",
+        named.len()
+    );
 }
 
 #[test]
