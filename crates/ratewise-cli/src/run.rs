@@ -181,6 +181,9 @@ impl Observer for Printer {
             Event::Released(n) => say(format!(
                 "--retry-unknown: {n} held job(s) will be sent once more; each may be paid twice (its worst case stays charged, and its record says so)"
             )),
+            Event::Remembered(n) => say(format!(
+                "starting from what the last run on this store learned of its key ({n} model class(es): limits, capacities, estimates)"
+            )),
             Event::Revived(n) => say(format!(
                 "{n} expired job(s) pending again (--retry-expired, or a deadline later than the one that expired them)"
             )),

@@ -139,7 +139,18 @@ fn run(
     for_ms: u64,
     body: &str,
 ) -> (Shared, Run) {
-    let s = store();
+    run_on(store(), p, workers, latency_ms, for_ms, body)
+}
+
+/// [`run`] on a store made beforehand (one that remembers, say).
+fn run_on(
+    s: Shared,
+    p: &mut Provider429,
+    workers: u64,
+    latency_ms: u64,
+    for_ms: u64,
+    body: &str,
+) -> (Shared, Run) {
     let policy = Policy::default();
     let mut rng = fastrand::Rng::with_seed(5);
     let mut out = Run::default();
@@ -698,4 +709,132 @@ fn a_gemini_per_day_quota_teaches_no_per_minute_estimate_and_a_per_minute_one_do
             assert!(matches!(j.step(&s, &policy, now_at(t)), Step::End(_)));
         }
     }
+}
+
+/// What a process learned of a silent key, remembered by the next one
+/// (a restart, a new replica): `recall` of the first run's record.
+fn remembered_after(age: Duration) -> (Shared, usize) {
+    use ratewise_core::admit::store_kit::StoreHooks;
+    let mut p = Provider429::new(120.0, 10.0);
+    let (first, _) = run(&mut p, 16, 1_500, 300_000, TOO_MANY_REQUESTS);
+    let end = now_at(300_000);
+    let record = first.lock().export_key("k", end).expect("the key's record");
+    assert_eq!(record.written_at(), Some(end.wall));
+    // The record as a journal or Redis keeps it, read back as JSON.
+    let json = serde_json::to_string(&record.beliefs_only().stamped(end.wall)).unwrap();
+    let record: ratewise_core::admit::store_kit::KeyRecord = serde_json::from_str(&json).unwrap();
+    let s = store();
+    let _ = s.target("k", "claude-sonnet-4-5");
+    let later = ratewise_core::Now::new(Instant::ZERO, end.wall + age);
+    let n = s.lock().recall(&record, later);
+    (s, n)
+}
+
+#[test]
+fn a_restarted_process_starts_from_what_the_last_one_learned() {
+    let rpm = 120.0;
+    // Cold: the first minutes of a key nobody learned.
+    let (_, cold) = run(
+        &mut Provider429::new(rpm, 10.0),
+        16,
+        1_500,
+        120_000,
+        TOO_MANY_REQUESTS,
+    );
+    // Remembered, ten minutes after the last run ended.
+    let (s, n) = remembered_after(Duration::from_secs(600));
+    assert_eq!(n, 1, "one class recalled");
+    let scope = s.target("k", "claude-sonnet-4-5").scope;
+    let snap = s.snapshot(scope, now_at(0)).unwrap();
+    assert_eq!(snap.sources[0], Some(LimitSource::Estimated), "{snap:?}");
+    let r0 = snap.limits.requests.unwrap() as f64;
+    assert!((0.85..=1.05).contains(&(r0 / rpm)), "{r0}/min recalled");
+    assert!(snap.remembered.is_some(), "shown as remembered");
+    let (_, warm) = run_on(
+        s,
+        &mut Provider429::new(rpm, 10.0),
+        16,
+        1_500,
+        120_000,
+        TOO_MANY_REQUESTS,
+    );
+    eprintln!(
+        "first two minutes: cold {} done, {} of {} sends answered 429; remembered {} done, {} of {}",
+        cold.done, cold.throttled, cold.sends, warm.done, warm.throttled, warm.sends
+    );
+    assert!(
+        warm.throttled < cold.throttled,
+        "cold {cold:?}\nwarm {warm:?}"
+    );
+    assert!(warm.done >= cold.done, "cold {cold:?}\nwarm {warm:?}");
+}
+
+#[test]
+fn a_remembered_estimate_decays_past_an_hour_and_is_gone_past_nine() {
+    use ratewise_core::admit::{remembered_share, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED};
+    let rate = |age: Duration| {
+        let (s, n) = remembered_after(age);
+        let scope = s.target("k", "claude-sonnet-4-5").scope;
+        let snap = s.snapshot(scope, now_at(0)).unwrap();
+        (n, snap.limits.requests)
+    };
+    let (n, fresh) = rate(Duration::from_secs(60));
+    assert_eq!(n, 1);
+    let fresh = fresh.unwrap() as f64;
+    let (_, two_hours) = rate(Duration::from_secs(2 * 3600));
+    let two_hours = two_hours.unwrap() as f64;
+    assert!(
+        (two_hours / fresh - 0.5).abs() < 0.03,
+        "{two_hours} vs {fresh}"
+    );
+    assert_eq!(remembered_share(REMEMBER_TRUSTED), Some(1.0));
+    assert_eq!(
+        remembered_share(REMEMBER_FORGOTTEN + Duration::from_secs(1)),
+        None
+    );
+    let (n, gone) = rate(Duration::from_secs(10 * 3600));
+    assert_eq!((n, gone), (0, None), "nothing recalled, nothing believed");
+}
+
+#[test]
+fn forgetting_a_key_starts_it_cold_again() {
+    let (s, _) = remembered_after(Duration::from_secs(60));
+    let scope = s.target("k", "claude-sonnet-4-5").scope;
+    assert!(s.lock().forget_beliefs("k", now_at(0)));
+    let snap = s.snapshot(scope, now_at(0)).unwrap();
+    assert_eq!(snap.limits.requests, None, "{snap:?}");
+    assert_eq!(snap.remembered, None);
+    assert!(!s.lock().forget_beliefs("nobody", now_at(0)));
+}
+
+#[test]
+fn a_configured_limit_overrides_a_remembered_stated_one() {
+    use ratewise_core::admit::store_kit::{KeyRecord, StoreHooks};
+    use ratewise_core::admit::Limits;
+    // A key whose headers stated 600 RPM, remembered by a process that
+    // configures 100.
+    let mut c = Controller::new(Config::default());
+    let target = c.target("k", "claude-sonnet-4-5");
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        "anthropic-ratelimit-requests-limit",
+        http::HeaderValue::from_static("600"),
+    );
+    let snap = ratewise_core::parse::ratelimit::RateLimitSnapshot::from_headers(
+        &headers,
+        Provider::Anthropic,
+    );
+    c.sync_headers(target.scope, &snap, Provider::Anthropic, now_at(0));
+    let record: KeyRecord = c.export_key("k", now_at(0)).unwrap();
+    let mut config = Config::default();
+    config.limits = Limits {
+        requests: Some(100),
+        ..Limits::NONE
+    };
+    let mut d = Controller::new(config);
+    let t = d.target("k", "claude-sonnet-4-5");
+    assert_eq!(d.recall(&record, now_at(1_000)), 1);
+    let snap = d.snapshot(t.scope, now_at(1_000)).unwrap();
+    assert_eq!(snap.limits.requests, Some(100));
+    assert_eq!(snap.sources[0], Some(LimitSource::Configured));
 }

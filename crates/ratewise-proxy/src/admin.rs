@@ -24,6 +24,11 @@
 //!   journal that cannot be written a 500 `journal_error` (the outcomes
 //!   stay listed);
 //! * `POST /resume?key=FP` — lifts a key's stop;
+//! * `POST /forget?key=FP` — drops what the key learned and what is
+//!   remembered of it (stated limits, capacities, estimates): it is
+//!   learned again from its next answers, here and after a restart (with
+//!   `--redis`, for every replica). `[[key]]` limits stay. Answers
+//!   `{"forgot": FP}`;
 //! * `POST /stop?key=FP` — stops a key until resumed (`/status` says
 //!   `operator`; its callers get a 429 coded `ratewise_operator_stop`);
 //! * `GET /metrics` — Prometheus text (bucket levels as `/status` reads
@@ -86,6 +91,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/resume", post(resume))
+        .route("/forget", post(forget))
         .route("/stop", post(stop))
         .route("/unknown/ack", post(ack_unknown))
         .fallback(not_found)
@@ -128,7 +134,7 @@ async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such admin endpoint: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=, /unknown/ack?job=|all=true",
+        "no such admin endpoint: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=, /forget?key=, /unknown/ack?job=|all=true",
     )
 }
 
@@ -136,7 +142,7 @@ async fn method_not_allowed() -> Response {
     error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        "not with this method: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=, /unknown/ack?job=|all=true",
+        "not with this method: GET /status, /metrics, /healthz; POST /stop?key=, /resume?key=, /forget?key=, /unknown/ack?job=|all=true",
     )
 }
 
@@ -311,6 +317,12 @@ fn format_status(
                 // measured between two 429s).
                 "limit_sources": per_dimension(s.sources.map(|x| x.map(|x| x.as_str()))),
                 "estimates": per_dimension(s.estimates),
+                // Paced on beliefs remembered from before a restart (the
+                // journal, a stale shared record) until live evidence
+                // replaces them: how long ago they were learned.
+                "remembered": s.remembered.map(|age| serde_json::json!({
+                    "age_s": age.as_secs(),
+                })),
                 "levels": per_dimension(s.levels),
                 "capacities": per_dimension(s.capacities),
                 "margins": per_dimension(s.margins),
@@ -577,6 +589,22 @@ async fn resume(
     }
     tracing::warn!(key = %key, "key resumed by an operator");
     json(StatusCode::OK, serde_json::json!({"resumed": key}))
+}
+
+async fn forget(
+    State(app): State<Arc<App>>,
+    q: Result<Query<KeyQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return bad_query();
+    };
+    let key = match named_key(&app, &q) {
+        Ok(k) => k,
+        Err(r) => return r.response(),
+    };
+    crate::memory::forget(&app, &key).await;
+    tracing::warn!(key = %key, "what the key learned forgotten by an operator");
+    json(StatusCode::OK, serde_json::json!({"forgot": key}))
 }
 
 async fn stop(State(app): State<Arc<App>>, q: Result<Query<KeyQuery>, QueryRejection>) -> Response {

@@ -40,6 +40,8 @@
 //! overwritten next time); after it, the new one is. Lines this version
 //! cannot read (a line cut by a crash) are counted at start and not kept.
 
+use ratewise_core::admit::store_kit::KeyRecord;
+use ratewise_core::admit::REMEMBER_FORGOTTEN;
 use ratewise_core::record::AttemptRecord;
 use ratewise_core::Cause;
 use serde::{Deserialize, Serialize};
@@ -57,6 +59,10 @@ pub const COMPACT_ABOVE: u64 = 1 << 20;
 /// The most unknown outcomes kept (here and in `/status`); beyond it the
 /// oldest is dropped, with a WARN naming its job.
 pub const MAX_UNKNOWN: usize = 1000;
+
+/// The most keys whose beliefs are kept (the least recently learned goes
+/// beyond it): the proxy's key table is bounded, and so is this.
+pub const MAX_REMEMBERED: usize = 10_000;
 
 /// The action an attempt ends with when its outcome is unknown.
 const HOLD_UNKNOWN: &str = "hold_unknown";
@@ -130,6 +136,17 @@ enum Line {
         job_id: String,
         at_ms: u64,
     },
+    /// What a key learned (its stated limits, capacities, estimates),
+    /// to start from after a restart; the last line of a key wins.
+    Beliefs {
+        key: String,
+        record: Box<KeyRecord>,
+    },
+    /// An operator dropped what a key learned (`POST /forget`).
+    Forget {
+        key: String,
+        at_ms: u64,
+    },
 }
 
 use crate::evidence::{at, ms, Evidence, ProviderAnswer};
@@ -177,6 +194,9 @@ pub struct Recovered {
     pub stops: Vec<KeptStop>,
     /// Lines that could not be read (a line cut by a crash, say).
     pub unreadable: usize,
+    /// What each key had learned, by key, to recall
+    /// ([`Controller::recall`](ratewise_core::admit::Controller::recall)).
+    pub beliefs: Vec<KeyRecord>,
 }
 
 /// What a restart needs, kept as the lines are written (and as they are
@@ -189,6 +209,8 @@ struct Live {
     unknown: Vec<Unknown>,
     /// Stops, by key (an expired one is dropped when compacted).
     stops: HashMap<String, KeptStop>,
+    /// What each key learned, by key (the last written).
+    beliefs: BTreeMap<String, KeyRecord>,
 }
 
 impl Live {
@@ -341,6 +363,23 @@ impl Live {
             Line::Resume { key, .. } => {
                 self.stops.remove(&key);
             }
+            Line::Beliefs { key, record } => {
+                self.beliefs.insert(key, *record);
+                if self.beliefs.len() > MAX_REMEMBERED {
+                    // The least recently learned goes.
+                    let oldest = self
+                        .beliefs
+                        .iter()
+                        .min_by_key(|(_, r)| r.written_at())
+                        .map(|(k, _)| k.clone());
+                    if let Some(k) = oldest {
+                        self.beliefs.remove(&k);
+                    }
+                }
+            }
+            Line::Forget { key, .. } => {
+                self.beliefs.remove(&key);
+            }
         }
         None
     }
@@ -389,6 +428,17 @@ impl Live {
                 member: u.member.clone(),
             });
         }
+        let forgotten = |r: &KeyRecord| {
+            r.written_at()
+                .and_then(|w| now.duration_since(w).ok())
+                .is_none_or(|age| age > REMEMBER_FORGOTTEN)
+        };
+        for (key, record) in self.beliefs.iter().filter(|(_, r)| !forgotten(r)) {
+            lines.push(Line::Beliefs {
+                key: key.clone(),
+                record: Box::new(record.clone()),
+            });
+        }
         for ((job_id, attempt), (at_ms, ctx)) in &self.open {
             lines.push(Line::AttemptStarted {
                 job_id: job_id.clone(),
@@ -422,6 +472,7 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
     Ok(Recovered {
         stops: live.stops_in_force(SystemTime::now()),
         unknown: live.unknown,
+        beliefs: live.beliefs.into_values().collect(),
         unreadable,
     })
 }
@@ -483,6 +534,7 @@ impl FileJournal {
         let recovered = Recovered {
             unknown: live.unknown.clone(),
             stops: live.stops_in_force(now),
+            beliefs: live.beliefs.values().cloned().collect(),
             unreadable,
         };
         let journal = FileJournal {
@@ -725,6 +777,39 @@ impl FileJournal {
             status: record.status,
             request_id: record.request_id.clone(),
         })
+    }
+
+    /// What `record`'s key has learned, when it differs from what the
+    /// journal holds for it (beliefs alone compared): written so that a
+    /// restart starts from it. Returns whether a line was written.
+    pub fn remember(&self, record: &KeyRecord) -> bool {
+        let beliefs = record.beliefs_only();
+        let same = self
+            .lock()
+            .live
+            .beliefs
+            .get(record.key())
+            .is_some_and(|r| r.beliefs_only() == beliefs);
+        if same {
+            return false;
+        }
+        let stamped = match record.written_at() {
+            Some(at) => beliefs.stamped(at),
+            None => beliefs.stamped(SystemTime::now()),
+        };
+        self.try_write(Line::Beliefs {
+            key: record.key().to_owned(),
+            record: Box::new(stamped),
+        })
+        .is_ok()
+    }
+
+    /// What `key` learned is dropped: the next start learns it anew.
+    pub fn forget(&self, key: &str) {
+        self.write(Line::Forget {
+            key: key.to_owned(),
+            at_ms: ms(SystemTime::now()),
+        });
     }
 
     /// A key resumed.

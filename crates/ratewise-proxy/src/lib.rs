@@ -66,6 +66,7 @@ pub mod forward;
 pub mod jobs;
 pub mod journal;
 pub mod keys;
+pub mod memory;
 pub mod metrics;
 pub mod pools;
 pub mod route;
@@ -613,6 +614,8 @@ impl Running {
         if let Some(r) = &app.redis {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), r.flush()).await;
         }
+        // What the keys learned, for the next start.
+        memory::once(&app);
         if let Some(j) = &app.journal {
             j.sync();
         }
@@ -838,6 +841,7 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
         // before the restart.
         app.hold_stop(&s.key, s.evidence.clone()).await;
     }
+    memory::recall(&app, &recovered.beliefs);
     if recovered.unreadable > 0 {
         tracing::warn!(
             lines = recovered.unreadable,
@@ -888,6 +892,7 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
     }
     let store_watch = tokio::spawn(watch_store(app.clone()));
     tokio::spawn(forget::sweep(Arc::downgrade(&app)));
+    tokio::spawn(memory::remember(Arc::downgrade(&app)));
     tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), pools = app.pools.len(), "ratewise proxy listening");
     Ok(Running {
         addr,

@@ -645,8 +645,9 @@ async fn an_unknown_outcome_is_kept_across_restarts_until_an_operator_acknowledg
     assert_eq!(unknown_gauge(&p).await, Some(0.0));
     assert!(!log.contains("outcome_unknown"), "{log}");
     p.shutdown().await;
-    // Nothing live: the journal the restart compacted is empty.
-    assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+    // Nothing live but what the key learned: the journal the restart
+    // compacted holds its beliefs alone.
+    assert_eq!(not_beliefs(&journal), "");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -703,8 +704,15 @@ async fn the_journal_is_compacted_while_running_and_at_start_keeping_stops_and_u
     p.shutdown().await;
 
     let p = start_with(&mock.base_url(), &journal, toml).await;
-    let size = std::fs::metadata(&journal).unwrap().len();
-    assert!(size < 1024, "only what is live: {size} bytes");
+    // Only what is live: the stop, the unknown outcome, and one line of
+    // what each key learned.
+    let rest = not_beliefs(&journal);
+    assert!(rest.len() < 1024, "only what is live: {rest}");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(
+        text.matches("\"event\":\"beliefs\"").count() <= 2,
+        "one line per key: {text}"
+    );
     assert_eq!(unknown_jobs(&p).await, ["lost-c"]);
     let (_, s) = admin(&p, "GET", "/status", true).await;
     let stop = s["keys"]
@@ -719,4 +727,90 @@ async fn the_journal_is_compacted_while_running_and_at_start_keeping_stops_and_u
     assert_eq!(mock.records().len(), sends, "the stopped key sends nothing");
     p.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An admin POST, with the admin token.
+async fn post_admin(p: &ratewise_proxy::Running, path: &str) -> (u16, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let url = format!("http://{}{path}", p.admin_addr);
+    let req = Request::post(url).header("authorization", p.app.admin.authorization());
+    let resp = client
+        .request(req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The `/status` entry of the key's one class.
+fn class_of(status: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(status).unwrap();
+    v["keys"][0]["classes"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_key_learned_is_remembered_across_a_restart_until_forgotten() {
+    let mut cfg = MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(600);
+    let mock = MockServer::start(cfg).await.unwrap();
+    let dir =
+        std::env::temp_dir().join(format!("ratewise-journal-remember-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = dir.join("journal.jsonl");
+    let _ = std::fs::remove_file(&journal);
+    let fp = fingerprint(KEY);
+
+    // A first run learns the key's stated limits from its answers.
+    let p = start(&mock.base_url(), &journal).await;
+    assert_eq!(call(&p).await.0, 200);
+    let learned = class_of(&get(&p, "/status").await);
+    assert_eq!(learned["limits"]["requests"], 600, "{learned}");
+    assert!(learned["remembered"].is_null(), "learned live: {learned}");
+    p.shutdown().await;
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(
+        text.contains("\"event\":\"beliefs\"") && text.contains(&fp),
+        "{text}"
+    );
+    assert!(!text.contains(KEY), "no key in the journal");
+
+    // The restart starts from them, before any answer: shown remembered.
+    let p = start(&mock.base_url(), &journal).await;
+    let status = get(&p, "/status").await;
+    let recalled = class_of(&status);
+    assert_eq!(recalled["limits"]["requests"], 600, "{status}");
+    assert_eq!(recalled["limit_sources"]["requests"], "stated", "{status}");
+    assert!(recalled["remembered"]["age_s"].is_u64(), "{status}");
+
+    // Forgotten: learned from nothing again, and after the next restart
+    // too.
+    let (code, body) = post_admin(&p, &format!("/forget?key={fp}")).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&fp), "{body}");
+    let forgot = class_of(&get(&p, "/status").await);
+    assert!(forgot["limits"]["requests"].is_null(), "{forgot}");
+    let (code, _) = post_admin(&p, "/forget?key=fp-00000000000000ff").await;
+    assert_eq!(code, 404, "a key never seen");
+    p.shutdown().await;
+    let p = start(&mock.base_url(), &journal).await;
+    let status = get(&p, "/status").await;
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let classes = &v["keys"][0]["classes"][0];
+    assert!(
+        classes.is_null() || classes["limits"]["requests"].is_null(),
+        "nothing remembered after /forget: {status}"
+    );
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The journal's lines other than what keys learned (`beliefs`).
+fn not_beliefs(journal: &std::path::Path) -> String {
+    std::fs::read_to_string(journal)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("\"event\":\"beliefs\""))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }

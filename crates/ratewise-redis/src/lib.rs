@@ -488,6 +488,21 @@ impl RedisStore {
         .await
     }
 
+    /// Forgets what `key` learned — stated limits, capacities, estimates —
+    /// in the shared record, for every process: the key is learned again
+    /// from its next answers ([`Controller::forget_beliefs`](ratewise_core::admit::Controller::forget_beliefs)).
+    pub async fn forget(&self, key: &str, now: Now) {
+        self.ask(
+            Request::Forget(key.to_owned()),
+            now,
+            Reply::Done,
+            move |c, now| {
+                c.forget_beliefs(key, now);
+            },
+        )
+        .await
+    }
+
     /// Writes `note` beside `key`'s record for the other processes (see
     /// the `notes` module: the proxy keeps a stop's evidence there), for
     /// `ttl`. `false` when it was not written: longer than [`MAX_NOTE`],

@@ -25,6 +25,8 @@ pub(crate) enum Request {
     Admit(AdmitRequest),
     Update(Box<Update>),
     Resume(String),
+    /// Forget what the key learned (`Controller::forget_beliefs`).
+    Forget(String),
     Stop {
         key: String,
         cause: Cause,
@@ -76,7 +78,7 @@ impl Request {
                 (None, Some(e)) => e.reservation().scope(),
                 (None, None) => return None,
             },
-            Request::Resume(k) | Request::Stop { key: k, .. } => {
+            Request::Resume(k) | Request::Forget(k) | Request::Stop { key: k, .. } => {
                 return Some(c.key_name(k).to_owned())
             }
             Request::Snapshot(s) => *s,
@@ -99,6 +101,10 @@ impl Request {
             Request::Update(u) => Outcome::Decision(c.apply(u, now)),
             Request::Resume(k) => {
                 c.resume(k, now);
+                Outcome::Done
+            }
+            Request::Forget(k) => {
+                c.forget_beliefs(k, now);
                 Outcome::Done
             }
             Request::Stop { key, cause, until } => {

@@ -62,6 +62,7 @@ mod error;
 pub mod input;
 mod journal;
 pub mod lock;
+mod memory;
 pub mod output;
 pub mod pool;
 pub mod progress;

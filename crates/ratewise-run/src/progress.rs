@@ -36,6 +36,10 @@ pub enum Event {
     /// `retry_unknown`: held jobs to be sent once more (each may be paid
     /// twice).
     Released(u64),
+    /// What an earlier run on this store learned of its keys (stated
+    /// limits, capacities, estimates) is where this one starts: how many
+    /// model classes were recalled.
+    Remembered(usize),
     /// Expired jobs pending again: by `retry_expired`, or because this
     /// run's deadline is later than the one that expired them.
     Revived(u64),

@@ -336,6 +336,11 @@ impl Run {
         let shape = imported.shape;
         let out2 = out.clone();
         let (written, unfinished) = tokio::task::spawn_blocking(move || {
+            // What the keys learned, for the next run on this store (a
+            // failure to keep it costs only a cold start).
+            if let Err(e) = crate::memory::remember(store.as_ref(), &status_layer) {
+                tracing::warn!(error = %e, "what the run's keys learned was not kept");
+            }
             let (written, unfinished) = output::write_results(store.as_ref(), shape, &out2)?;
             drop(partial);
             let _ = std::fs::remove_file(output::partial_path(&out2));
@@ -622,6 +627,11 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     let layer = options
         .pooled_layer(&file_config, &settings, Arc::clone(&store), pool)
         .map_err(RunError::Config)?;
+    // What the last run on this store learned of its keys.
+    let recalled = crate::memory::recall(store.as_ref(), &layer)?;
+    if recalled > 0 {
+        observer.event(Event::Remembered(recalled));
+    }
     if options.retry_failed && options.via == Via::Direct {
         // Sent again directly: pending before the queue starts.
         store.release_batch_failed()?;

@@ -137,3 +137,51 @@ fn a_run_can_be_spawned() {
     let run = Run::new("in.jsonl").execute(rx, Arc::new(Ignore));
     send(&run);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_starts_from_what_the_last_run_on_its_store_learned() {
+    let mut config = roomy();
+    config.anthropic_limits.requests_per_minute = Some(50_000);
+    let mock = MockServer::start(config).await.unwrap();
+    let dir = temp("remember");
+    let db = dir.join("run.db");
+    let run = |path: PathBuf, events: Arc<Mutex<Vec<Event>>>| {
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let db = db.clone();
+        let upstream = format!("{}/v1", mock.base_url());
+        async move {
+            Run::new(&path)
+                .upstream(upstream)
+                .db(db)
+                .key_from(|var| (var == "ANTHROPIC_API_KEY").then(|| "sk-ant-test".to_owned()))
+                .execute(rx, Arc::new(move |e: Event| events.lock().unwrap().push(e)))
+                .await
+                .unwrap()
+        }
+    };
+    let first: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let finished = run(input(&dir, 3), Arc::clone(&first)).await;
+    assert_eq!(finished.report.counts.done, 3);
+    let remembered = |events: &Arc<Mutex<Vec<Event>>>| {
+        events.lock().unwrap().iter().find_map(|e| match e {
+            Event::Remembered(n) => Some(*n),
+            _ => None,
+        })
+    };
+    assert_eq!(remembered(&first), None, "a new store remembers nothing");
+    // The store keeps what the key's headers stated, and no key.
+    let store = SqliteStore::open(&db, Synchronous::Normal).unwrap();
+    let kept = ratewise_run::store::Store::meta(&store, "beliefs")
+        .unwrap()
+        .expect("the run's beliefs kept");
+    assert!(kept.contains("50000"), "{kept}");
+    assert!(!kept.contains("sk-ant-test"), "no key in the store");
+    drop(store);
+    // A re-run (one more line) starts from them.
+    let second: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let finished = run(input(&dir, 4), Arc::clone(&second)).await;
+    assert_eq!(finished.report.counts.done, 4);
+    assert_eq!(remembered(&second), Some(1));
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -54,12 +54,14 @@ mod answers;
 mod forget;
 mod headers;
 mod introspection;
+mod memory;
 mod pace;
 mod records;
 mod registry;
 mod silent;
 
 pub use introspection::ScopeSnapshot;
+pub use memory::{remembered_share, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED};
 use pace::{apply_ramp, credit_capacities, grow_ramp, restart_ramp};
 use silent::{estimated, follow_estimates, share_changed, silent_ended, silent_took};
 
@@ -376,6 +378,10 @@ struct ScopeState {
     head_latency: [Option<Duration>; 2],
     /// Surprises per bucket (see [`ScopeSnapshot::surprises`]).
     surprises: [u64; 4],
+    /// When the beliefs it paces on were learned, while they are
+    /// remembered ones ([`Controller::recall`]); cleared when a belief
+    /// moves on live evidence.
+    remembered: Option<SystemTime>,
     /// See [`ScopeSnapshot::output_reserved`].
     output_reserved: Option<u64>,
 }

@@ -70,8 +70,8 @@ mod table;
 pub use belief::EstimateState;
 pub use belief::LimitSource;
 pub use controller::{
-    Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId, ScopeSnapshot, Target,
-    WaitReason,
+    remembered_share, Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId,
+    ScopeSnapshot, Target, WaitReason, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED,
 };
 pub use estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};

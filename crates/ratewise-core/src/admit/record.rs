@@ -47,12 +47,20 @@ pub struct KeyRecord {
     pub(crate) key: String,
     pub(crate) stop: Option<StopRecord>,
     pub(crate) scopes: Vec<ScopeRecord>,
+    /// When it was written, Unix nanoseconds (format 4; absent before):
+    /// the age of the beliefs it holds, for a process that recalls them
+    /// ([`Controller::recall`](super::Controller::recall)).
+    #[serde(default)]
+    pub(crate) written_at: Option<i64>,
 }
 
 /// The format of the records this version writes: 2 added each bucket's
 /// learned margin (`margin`, `margin_at`) and each scope's capacity
-/// `ceiling`; 3 each dimension's limit estimated from 429s (`silent`).
-pub const RECORD_FORMAT: u32 = 3;
+/// `ceiling`; 3 each dimension's limit estimated from 429s (`silent`); 4
+/// when the record was written (`written_at`), so that its beliefs have
+/// an age. A reader ignores fields it does not know: an older process
+/// reads a newer record and keeps what it understands.
+pub const RECORD_FORMAT: u32 = 4;
 
 fn format_one() -> u32 {
     1

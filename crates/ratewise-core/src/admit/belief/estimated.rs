@@ -212,6 +212,21 @@ impl SilentEstimate {
         }
     }
 
+    /// An estimate remembered from `was` (a record read back after a
+    /// restart), recalled at `rate` as a measurement taken at `t`: no
+    /// window is open across the time nobody measured (the first
+    /// admission opens one from a full bucket, as on a cold key), and how
+    /// often measurements agreed is kept (a limit that stayed put is still
+    /// probed gently).
+    pub(crate) fn recalled(rate: u64, was: &SilentEstimate, t: Instant) -> Self {
+        SilentEstimate {
+            window: None,
+            events: was.events,
+            agreed: was.agreed,
+            ..SilentEstimate::seeded(rate, t)
+        }
+    }
+
     /// A process cut off from its peers that had no estimate when its
     /// limit became stated (it learned the limit after it lost them)
     /// starts at its share `rate` now, as [`seeded`](Self::seeded) would

@@ -279,7 +279,7 @@ pub(crate) fn sibling_horizon(caps: [&Capacity; 4], limits: &[Option<u64>; 4]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admit::belief::test_streams::{anthropic_rounded_output, answer, throttled};
+    use crate::admit::belief::test_streams::{answer, anthropic_rounded_output, throttled};
 
     fn fed(stream: &[Sample]) -> Stated {
         let mut st = Stated::default();
@@ -298,7 +298,10 @@ mod tests {
         assert_eq!(st.capacity.seen, 633);
         assert_eq!(st.capacity.upper, Some(700));
         let b = st.believed(Instant::ZERO).unwrap();
-        assert_eq!((b.limit, b.capacity, b.sure), (8_000, Some(633), Sureness::Stated));
+        assert_eq!(
+            (b.limit, b.capacity, b.sure),
+            (8_000, Some(633), Sureness::Stated)
+        );
     }
 
     #[test]

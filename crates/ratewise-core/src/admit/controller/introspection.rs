@@ -53,6 +53,10 @@ pub struct ScopeSnapshot {
     pub paused_until: Option<Instant>,
     /// The key's stop.
     pub stopped: Option<Stop>,
+    /// How long ago the beliefs it paces on were learned, while they are
+    /// remembered ones ([`Controller::recall`]: read back after a
+    /// restart, not yet replaced by live evidence).
+    pub remembered: Option<std::time::Duration>,
 }
 
 impl ScopeSnapshot {
@@ -72,7 +76,7 @@ impl ScopeSnapshot {
     /// #     levels: [None; 4], credits: [None; 4], margins: [None; 4],
     /// #     surprises: [0; 4], capacities: [None, None, Some(1_667), None],
     /// #     output_reserved: Some(1_024), ramp_permille: 1000,
-    /// #     paused_until: None, stopped: None,
+    /// #     paused_until: None, stopped: None, remembered: None,
     /// # };
     /// let advice = s.advice().unwrap();
     /// assert!(advice.contains("max_tokens 1024"), "{advice}");
@@ -161,6 +165,9 @@ impl Controller {
             surprises: s.surprises,
             capacities,
             output_reserved: s.output_reserved,
+            remembered: s
+                .remembered
+                .map(|at| now.wall.duration_since(at).unwrap_or_default()),
             ramp_permille: s.ramp.permille(),
             paused_until: s.paused_until.filter(|p| *p > now.instant),
             stopped: key.stop.filter(|st| !st.expired(now.instant)),

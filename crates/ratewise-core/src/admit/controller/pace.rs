@@ -69,6 +69,8 @@ impl ScopeState {
     ) -> R {
         let (r, moved) = f(&mut self.beliefs);
         if moved {
+            // What it paces on is no longer (only) remembered.
+            self.remembered = None;
             rebuild_buckets(self, burst, share_permille, t);
         }
         r

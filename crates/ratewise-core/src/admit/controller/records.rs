@@ -17,6 +17,10 @@ use super::{
 use crate::admit::belief::stated::Capacity;
 use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
 
+/// A shared record last written longer ago than this is read back as
+/// remembered beliefs ([`Controller::recall`]), not as live state.
+const RECALL_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl StoreHooks for Controller {
     fn export_key(&self, key: &str, now: Now) -> Option<KeyRecord> {
         use crate::admit::record::{
@@ -57,12 +61,16 @@ impl StoreHooks for Controller {
                 }
             })
             .collect();
-        Some(KeyRecord {
-            format: RECORD_FORMAT,
-            key: ks.name.clone(),
-            stop: ks.stop.as_ref().map(StopRecord::of),
-            scopes,
-        })
+        Some(
+            KeyRecord {
+                format: RECORD_FORMAT,
+                key: ks.name.clone(),
+                stop: ks.stop.as_ref().map(StopRecord::of),
+                scopes,
+                written_at: None,
+            }
+            .stamped(now.wall),
+        )
     }
 
     fn import_key(&mut self, rec: &KeyRecord, now: Now) {
@@ -117,6 +125,17 @@ impl StoreHooks for Controller {
         }
         if let Some(k) = self.key_index.get(rec.key.as_str()).copied() {
             self.keys[k as usize].stop = rec.stop.as_ref().map(|st| st.to_stop(now));
+        }
+        // A record nobody has written for a while (every process of the
+        // key gone, the store kept it) holds remembered beliefs: decayed
+        // by their age, with no measuring window across the time nobody
+        // sent, and shown as remembered.
+        let stale = rec
+            .written_at()
+            .and_then(|w| now.wall.duration_since(w).ok())
+            .is_some_and(|age| age > RECALL_AFTER);
+        if stale {
+            self.recall(rec, now);
         }
     }
 

@@ -112,6 +112,7 @@ impl Controller {
             probe_cap: 1,
             probe_base: None,
             heard: false,
+            remembered: None,
             head_latency: [None; 2],
             surprises: [0; 4],
             output_reserved: None,
