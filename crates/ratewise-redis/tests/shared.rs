@@ -404,3 +404,68 @@ async fn redis_refusing_the_script_on_one_key_is_not_an_outage() {
     assert!(!h.degraded, "not an outage: {h:?}");
     assert!(h.errors >= 1 && h.writes >= 1, "{h:?}");
 }
+
+/// What one process learned of a key (its stated limits), read by a new
+/// replica from the shared record, shown remembered once nobody wrote it
+/// for a while, and forgotten for every process by one `forget`.
+#[tokio::test]
+#[ignore = "needs redis-server"]
+async fn a_new_replica_starts_from_what_the_key_learned_until_it_is_forgotten() {
+    let (url, _server) = ratewise_redis::testing::redis();
+    let mut cfg = config(&ratewise_redis::testing::prefix());
+    cfg.admission.limits = Limits::NONE;
+    cfg.recheck = None;
+    let first = RedisStore::connect(&url, cfg.clone()).await.unwrap();
+    let t = at(5_000);
+    let target = first.target("k", MODEL).await;
+    let Admission::Go(res) = first.admit(AdmitRequest::new(target), t).await else {
+        panic!("the first request is admitted")
+    };
+    let mut h = HeaderMap::new();
+    h.insert(
+        HeaderName::from_static("anthropic-ratelimit-requests-limit"),
+        HeaderValue::from_static("600"),
+    );
+    let cl = classify_response(
+        Provider::Anthropic,
+        &ResponseView {
+            status: StatusCode::OK,
+            headers: &h,
+            body:
+                br#"{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":2}}"#,
+        },
+        t.wall,
+    );
+    let observed = Observed::new(res.scope(), cl, Decision::new(Action::Done)).of_sent(res.sent());
+    let end = End::Release { reservation: res };
+    Store::update(&first, Update::answer(observed, Some(end)), t).await;
+    first.flush().await;
+
+    // A replica started later reads the record: the limit is known before
+    // its first answer, live (written a moment ago).
+    let replica = RedisStore::connect(&url, cfg.clone()).await.unwrap();
+    let soon = at(6_000);
+    let target = replica.target("k", MODEL).await;
+    let snap = Store::snapshot(&replica, target.scope, soon).await.unwrap();
+    assert_eq!(snap.limits.requests, Some(600), "{snap:?}");
+    assert_eq!(
+        snap.remembered, None,
+        "a record written a second ago is live"
+    );
+    // Ten minutes later nobody has written it: remembered, with its age.
+    let later = at(5_000 + 600_000);
+    let third = RedisStore::connect(&url, cfg.clone()).await.unwrap();
+    let target = third.target("k", MODEL).await;
+    let snap = Store::snapshot(&third, target.scope, later).await.unwrap();
+    assert_eq!(snap.limits.requests, Some(600), "{snap:?}");
+    let age = snap.remembered.expect("shown remembered");
+    assert!(age >= Duration::from_secs(590), "{age:?}");
+
+    // Forgotten by one, for all.
+    third.forget("k", later).await;
+    third.flush().await;
+    let snap = Store::snapshot(&replica, replica.target("k", MODEL).await.scope, later)
+        .await
+        .unwrap();
+    assert_eq!(snap.limits.requests, None, "{snap:?}");
+}
