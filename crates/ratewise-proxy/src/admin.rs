@@ -571,16 +571,22 @@ fn named_key(app: &App, q: &KeyQuery) -> Result<String, KeyRefusal> {
     Ok(key)
 }
 
+/// The key a keyed POST (`/stop`, `/resume`, `/forget`) names, or the
+/// answer that refuses it.
+fn keyed(app: &App, q: Result<Query<KeyQuery>, QueryRejection>) -> Result<String, Response> {
+    let Ok(Query(q)) = q else {
+        return Err(bad_query());
+    };
+    named_key(app, &q).map_err(KeyRefusal::response)
+}
+
 async fn resume(
     State(app): State<Arc<App>>,
     q: Result<Query<KeyQuery>, QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = q else {
-        return bad_query();
-    };
-    let key = match named_key(&app, &q) {
+    let key = match keyed(&app, q) {
         Ok(k) => k,
-        Err(r) => return r.response(),
+        Err(r) => return r,
     };
     app.resume(&key).await;
     app.stops.forget(&key);
@@ -595,12 +601,9 @@ async fn forget(
     State(app): State<Arc<App>>,
     q: Result<Query<KeyQuery>, QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = q else {
-        return bad_query();
-    };
-    let key = match named_key(&app, &q) {
+    let key = match keyed(&app, q) {
         Ok(k) => k,
-        Err(r) => return r.response(),
+        Err(r) => return r,
     };
     crate::memory::forget(&app, &key).await;
     tracing::warn!(key = %key, "what the key learned forgotten by an operator");
@@ -608,12 +611,9 @@ async fn forget(
 }
 
 async fn stop(State(app): State<Arc<App>>, q: Result<Query<KeyQuery>, QueryRejection>) -> Response {
-    let Ok(Query(q)) = q else {
-        return bad_query();
-    };
-    let key = match named_key(&app, &q) {
+    let key = match keyed(&app, q) {
         Ok(k) => k,
-        Err(r) => return r.response(),
+        Err(r) => return r,
     };
     // Journaled, with its evidence, by `operator_stop`.
     app.operator_stop(&key).await;

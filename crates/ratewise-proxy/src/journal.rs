@@ -793,13 +793,10 @@ impl FileJournal {
         if same {
             return false;
         }
-        let stamped = match record.written_at() {
-            Some(at) => beliefs.stamped(at),
-            None => beliefs.stamped(SystemTime::now()),
-        };
+        let at = record.written_at().unwrap_or_else(SystemTime::now);
         self.try_write(Line::Beliefs {
             key: record.key().to_owned(),
-            record: Box::new(stamped),
+            record: Box::new(beliefs.stamped(at)),
         })
         .is_ok()
     }

@@ -14,9 +14,7 @@
 //! Writing happens on its own task, never inside a request.
 
 use crate::App;
-use ratewise_core::admit::store_kit::{KeyRecord, StoreHooks};
-use ratewise_core::admit::Controller;
-use std::collections::BTreeSet;
+use ratewise_core::admit::store_kit::KeyRecord;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -50,7 +48,8 @@ pub async fn remember(app: Weak<App>) {
         let Some(app) = app.upgrade() else {
             return;
         };
-        once(&app);
+        // A file write: off the runtime's workers.
+        let _ = tokio::task::spawn_blocking(move || once(&app)).await;
     }
 }
 
@@ -60,24 +59,9 @@ pub fn once(app: &App) -> usize {
     let Some(journal) = app.journal.as_ref().filter(|_| app.redis.is_none()) else {
         return 0;
     };
-    let now = app.layer.now();
     // Exported under the store's lock, written after it.
-    let records: Vec<KeyRecord> = {
-        let c = app.store.lock();
-        keys(&c)
-            .iter()
-            .filter_map(|k| c.export_key(k, now))
-            .collect()
-    };
+    let records = app.store.lock().remembered(app.layer.now());
     records.iter().filter(|r| journal.remember(r)).count()
-}
-
-/// The keys the store holds.
-fn keys(c: &Controller) -> BTreeSet<String> {
-    c.scopes()
-        .into_iter()
-        .filter_map(|s| c.key_of(s).map(str::to_owned))
-        .collect()
 }
 
 /// Forgets what `key` learned, here (or in the shared record, with

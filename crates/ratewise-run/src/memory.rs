@@ -6,8 +6,7 @@
 //! nothing.
 
 use crate::store::{Store, StoreError};
-use ratewise_core::admit::store_kit::{KeyRecord, StoreHooks};
-use ratewise_core::admit::Controller;
+use ratewise_core::admit::store_kit::KeyRecord;
 use ratewise_tower::RetryLayer;
 
 /// The `meta` row the beliefs are kept in.
@@ -37,34 +36,11 @@ pub(crate) fn remember(store: &dyn Store, layer: &RetryLayer) -> Result<(), Stor
     let Some(shared) = layer.in_memory_store() else {
         return Ok(());
     };
-    let now = layer.now();
-    let records: Vec<KeyRecord> = {
-        let c = shared.lock();
-        keys(&c)
-            .iter()
-            .filter_map(|k| c.export_key(k, now))
-            .map(|r| {
-                let at = r.written_at();
-                let beliefs = r.beliefs_only();
-                match at {
-                    Some(at) => beliefs.stamped(at),
-                    None => beliefs,
-                }
-            })
-            .collect()
-    };
+    let records = shared.lock().remembered(layer.now());
     if records.is_empty() {
         return Ok(());
     }
     let text = serde_json::to_string(&records)
         .map_err(|e| StoreError::with_source("the run's beliefs could not be written", e))?;
     store.set_meta(META_KEY, &text)
-}
-
-/// The keys a controller holds.
-fn keys(c: &Controller) -> std::collections::BTreeSet<String> {
-    c.scopes()
-        .into_iter()
-        .filter_map(|s| c.key_of(s).map(str::to_owned))
-        .collect()
 }

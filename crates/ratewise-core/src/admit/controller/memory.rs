@@ -27,7 +27,7 @@ use super::{Controller, Now, DIMENSIONS};
 use crate::admit::belief::stated::Capacity;
 use crate::admit::belief::{Beliefs, Level, SilentEstimate};
 use crate::admit::record::{limits_of, TimeBase};
-use crate::admit::store_kit::KeyRecord;
+use crate::admit::store_kit::{KeyRecord, StoreHooks};
 use std::time::{Duration, SystemTime};
 
 /// Remembered beliefs younger than this are taken as written (an hour:
@@ -151,6 +151,21 @@ impl Controller {
             s.levels = [Level::default(); 4];
         }
         true
+    }
+}
+
+impl Controller {
+    /// What every key here has learned, to remember: each key's record,
+    /// its beliefs alone ([`KeyRecord::beliefs_only`]), stamped `now` —
+    /// for a journal or a store that keeps them for the next process.
+    pub fn remembered(&self, now: Now) -> Vec<KeyRecord> {
+        let mut keys: Vec<&str> = self.keys.iter().map(|k| k.name.as_str()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys.into_iter()
+            .filter_map(|k| self.export_key(k, now))
+            .map(|r| r.beliefs_only().stamped(now.wall))
+            .collect()
     }
 }
 
