@@ -458,7 +458,10 @@ fn wait_hint(
     if let Some((source, wait)) = retry.best() {
         return Some(Hint { source, wait });
     }
-    match message.and_then(message::try_again_in) {
+    // OpenAI's "try again in 1.146s", Azure's "retry after 6 seconds".
+    let in_message =
+        message.and_then(|m| message::try_again_in(m).or_else(|| message::retry_after_in(m)));
+    match in_message {
         Some(Ok(wait)) => {
             return Some(Hint {
                 source: HintSource::Message,

@@ -21,8 +21,29 @@ fn head(message: &str) -> &str {
 /// assert_eq!(try_again_in(m), Some(Ok(Duration::from_millis(1146))));
 /// ```
 pub fn try_again_in(message: &str) -> Option<Result<Duration, Rejected>> {
-    let text = head(message);
-    let at = super::find_ignore_ascii_case(text, "try again in ")? + "try again in ".len();
+    wait_after(head(message), "try again in ")
+}
+
+/// "Please retry after 86400 seconds" / "retry after 1 second": the wait
+/// Azure OpenAI writes into its 429 messages (its quota errors read
+/// "… have exceeded token rate limit of your current OpenAI S0 pricing
+/// tier. Please retry after 6 seconds."), or why it was rejected; `None`
+/// when the message has no such phrase. A bare number is seconds.
+///
+/// ```
+/// use ratewise_core::parse::message::retry_after_in;
+/// use std::time::Duration;
+/// let m = "… pricing tier. Please retry after 86400 seconds. Please go here: …";
+/// assert_eq!(retry_after_in(m), Some(Ok(Duration::from_secs(86_400))));
+/// ```
+pub fn retry_after_in(message: &str) -> Option<Result<Duration, Rejected>> {
+    wait_after(head(message), "retry after ")
+}
+
+/// The wait written after `phrase` in `text`: a Go-style duration
+/// ("1.146s", "6m0s") or a number and a unit word ("20 seconds").
+fn wait_after(text: &str, phrase: &str) -> Option<Result<Duration, Rejected>> {
+    let at = super::find_ignore_ascii_case(text, phrase)? + phrase.len();
     let token: String = text[at..]
         .chars()
         .take_while(|c| !c.is_whitespace() && *c != ',' && *c != ';' && *c != ')')
@@ -41,6 +62,7 @@ pub fn try_again_in(message: &str) -> Option<Result<Duration, Rejected>> {
             "ms" | "millisecond" | "milliseconds" => "ms",
             "s" | "sec" | "secs" | "second" | "seconds" => "s",
             "m" | "min" | "mins" | "minute" | "minutes" => "m",
+            "h" | "hour" | "hours" => "h",
             _ => return Some(Err(Rejected::Garbage)),
         };
         return Some(parse_go_duration(&format!("{token}{unit}")));
@@ -121,6 +143,25 @@ mod tests {
             Some(Err(Rejected::Garbage))
         );
         assert_eq!(try_again_in("no hint here"), None);
+    }
+
+    #[test]
+    fn azure_writes_retry_after_in_its_message() {
+        let m = "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-02-01 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.";
+        assert_eq!(retry_after_in(m), Some(Ok(Duration::from_secs(86_400))));
+        assert_eq!(
+            retry_after_in("Please retry after 1 second."),
+            Some(Ok(Duration::from_secs(1)))
+        );
+        assert_eq!(
+            retry_after_in("Please retry after 2 hours"),
+            Some(Ok(Duration::from_secs(7_200)))
+        );
+        assert_eq!(
+            retry_after_in("Please retry after a while."),
+            Some(Err(Rejected::Garbage))
+        );
+        assert_eq!(retry_after_in("Please try again in 2s"), None);
     }
 
     #[test]
