@@ -652,7 +652,7 @@ fn a_process_cut_off_before_its_first_answer_keeps_its_share_and_regains_the_res
 
 /// Gemini states no limits; its 429s name their quota. A per-day quota's
 /// 429 waits for midnight Pacific and teaches no per-minute estimate; a
-/// per-minute one teaches the dimension its quota names.
+/// per-minute one states the limit of the dimension its quota names.
 #[test]
 fn a_gemini_per_day_quota_teaches_no_per_minute_estimate_and_a_per_minute_one_does() {
     const OK_GEMINI: &str =
@@ -688,10 +688,9 @@ fn a_gemini_per_day_quota_teaches_no_per_minute_estimate_and_a_per_minute_one_do
     };
     for (quota, learned) in [
         (&per_day, [None; 4]),
-        (
-            &per_minute,
-            [None, Some(LimitSource::Estimated), None, None],
-        ),
+        // A per-minute quota's `quotaValue` is the limit it states
+        // (issue #47): paced at it, not estimated from 429s.
+        (&per_minute, [None, Some(LimitSource::Stated), None, None]),
     ] {
         let s = store();
         let target = s.target("k", "claude-sonnet-4-5");
@@ -702,6 +701,9 @@ fn a_gemini_per_day_quota_teaches_no_per_minute_estimate_and_a_per_minute_one_do
         answer(&s, &mut t, 429, quota);
         let snap = s.snapshot(target.scope, now_at(t)).unwrap();
         assert_eq!(snap.sources, learned, "{snap:?}");
+        if learned[1].is_some() {
+            assert_eq!(snap.limits.input_tokens, Some(50), "{snap:?}");
+        }
         if learned[1].is_none() {
             // The model's bucket waits for the day's reset: a job that
             // cannot wait that long is answered at once.

@@ -64,6 +64,12 @@ impl Violation {
         self.mentions("PerDay", "per_day")
     }
 
+    /// Whether the quota is counted per minute (its id or metric says so):
+    /// its `quotaValue` is then the per-minute limit of its dimension.
+    pub fn per_minute(&self) -> bool {
+        self.mentions("PerMinute", "per_minute")
+    }
+
     /// The dimension the quota meters: input tokens or requests.
     pub fn dimension(&self) -> Option<Dimension> {
         if self.mentions("InputTokens", "input_token") {
@@ -388,8 +394,24 @@ mod tests {
         assert_eq!(hint.source, HintSource::QuotaReset);
         assert_eq!(hint.wait, Duration::from_secs(11 * 3600));
         assert_eq!(c.hints.resume_at, Some(now + hint.wait));
-        // Per minute: the structured delay, not the message's 47.481 s.
+        // A per-day quota's value is not a per-minute limit.
+        assert_eq!(c.hints.ratelimit.requests.limit, None);
+        // Per minute: never shorter than the message's precise 47.48 s
+        // (issue #47: a retry at the structured 47 s, truncated to whole
+        // seconds, came before the quota had room and met a 429 again).
         let c = classify_response(Provider::Gemini, &view(PER_MINUTE.as_bytes()), now);
+        let hint = c.hints.wait.unwrap();
+        assert_eq!(
+            (hint.source, hint.wait),
+            (HintSource::Message, Duration::from_millis(47_480))
+        );
+        // Its `quotaValue` is the stated per-minute limit of its dimension.
+        assert_eq!(c.hints.ratelimit.input_tokens.limit, Some(1_000_000));
+        assert_eq!(c.hints.ratelimit.requests.limit, None);
+        // A precise delay shorter than RetryInfo's leaves RetryInfo's.
+        let shorter: &'static str =
+            Box::leak(PER_MINUTE.replace("47.48s", "46.2s").into_boxed_str());
+        let c = classify_response(Provider::Gemini, &view(shorter.as_bytes()), now);
         let hint = c.hints.wait.unwrap();
         assert_eq!(
             (hint.source, hint.wait),

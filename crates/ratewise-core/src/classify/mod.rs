@@ -442,6 +442,37 @@ fn google_quota(
             });
         }
     }
+    // But `RetryInfo` is whole seconds ("47s") where the message is precise
+    // ("Please retry in 47.48s."): a retry at the truncated delay comes
+    // before the quota has room and is answered 429 again. The wait is
+    // never shorter than either.
+    let precise = g.message.as_deref().and_then(message::retry_in);
+    if let Some(Ok(precise)) = precise {
+        let from_body = hints
+            .wait
+            .is_none_or(|h| matches!(h.source, HintSource::Message | HintSource::RetryInfo));
+        if from_body && hints.wait.is_none_or(|h| h.wait < precise) {
+            hints.wait = Some(Hint {
+                source: HintSource::Message,
+                wait: precise,
+            });
+        }
+    }
+    // A per-minute quota's `quotaValue` is the limit of its dimension, as
+    // the provider states it (Gemini sends no rate-limit headers; its
+    // `QuotaFailure` is where it says the limit): read as a stated limit.
+    // A per-day quota's is not a per-minute limit, and is not read.
+    if let Some(v) = violation.filter(|v| v.per_minute() && !v.per_day()) {
+        if let (Some(d), Some(q)) = (v.dimension(), v.quota_value.filter(|q| *q > 0)) {
+            let w = match d {
+                Dimension::Requests => &mut hints.ratelimit.requests,
+                Dimension::InputTokens => &mut hints.ratelimit.input_tokens,
+                Dimension::OutputTokens => &mut hints.ratelimit.output_tokens,
+                Dimension::Tokens => &mut hints.ratelimit.tokens,
+            };
+            w.limit = Some(q);
+        }
+    }
     None
 }
 

@@ -198,7 +198,13 @@ fn retry_action(
                     reason: GiveUpReason::Deadline,
                 };
             }
-            let max_jitter = room.map_or(Duration::MAX, |r| r - hint.wait);
+            // The jitter is ours, not the provider's: it never turns a
+            // wait that fits (the deadline's room, or without one the
+            // inline limit) into one that does not. A precise 47.48 s
+            // hint (Gemini's message) plus jitter past the inline 60 s
+            // would defer a job the provider lets retry in 48.
+            let inline = policy.max_inline_wait.checked_sub(hint.wait);
+            let max_jitter = room.map_or(inline.unwrap_or(Duration::MAX), |r| r - hint.wait);
             let (delay, added) = hinted_delay(hint.wait, &policy.hint_jitter, max_jitter, rng);
             notes.push(Note::Jitter(added));
             if room.is_some_and(|r| delay > r) {

@@ -40,6 +40,20 @@ pub fn retry_after_in(message: &str) -> Option<Result<Duration, Rejected>> {
     wait_after(head(message), "retry after ")
 }
 
+/// "Please retry in 47.48s." / "retry in 6.2s": the delay Gemini writes
+/// into its 429 messages (precise where its `RetryInfo` is whole
+/// seconds), or why it was rejected; `None` without the phrase.
+///
+/// ```
+/// use ratewise_core::parse::message::retry_in;
+/// use std::time::Duration;
+/// let m = "* Quota exceeded for metric: …, limit: 1000000\nPlease retry in 47.48s.";
+/// assert_eq!(retry_in(m), Some(Ok(Duration::from_millis(47_480))));
+/// ```
+pub fn retry_in(message: &str) -> Option<Result<Duration, Rejected>> {
+    wait_after(head(message), "retry in ")
+}
+
 /// The wait written after `phrase` in `text`: a Go-style duration
 /// ("1.146s", "6m0s") or a number and a unit word ("20 seconds").
 fn wait_after(text: &str, phrase: &str) -> Option<Result<Duration, Rejected>> {
