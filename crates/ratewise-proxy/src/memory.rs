@@ -2,7 +2,7 @@
 //! [`REMEMBER_EVERY`] (and at shutdown) the beliefs of each key the store
 //! holds — stated limits, their buckets' capacities, limits estimated
 //! from 429s — are written to the journal when they changed; at start
-//! they are recalled ([`Controller::recall`]), decayed by their age, so a
+//! they are recalled ([`Controller::recall`](ratewise_core::admit::Controller::recall)), decayed by their age, so a
 //! restarted proxy does not learn each key from nothing. `/status` shows
 //! a scope pacing on remembered beliefs with their age; `POST /forget`
 //! drops them.

@@ -1,7 +1,7 @@
 //! What a run's keys learned — stated limits, bucket capacities, limits
 //! estimated from 429s — kept in the run's store (its `meta` row
 //! `beliefs`) when the run ends, and recalled when a run on the same
-//! store starts ([`Controller::recall`]: decayed by its age, configured
+//! store starts ([`Controller::recall`](ratewise_core::admit::Controller::recall): decayed by its age, configured
 //! `[limits]` still overriding), so a re-run does not learn its key from
 //! nothing.
 
