@@ -571,13 +571,27 @@ fn named_key(app: &App, q: &KeyQuery) -> Result<String, KeyRefusal> {
     Ok(key)
 }
 
-/// The key a keyed POST (`/stop`, `/resume`, `/forget`) names, or the
-/// answer that refuses it.
-fn keyed(app: &App, q: Result<Query<KeyQuery>, QueryRejection>) -> Result<String, Response> {
+/// Why a keyed POST (`/stop`, `/resume`, `/forget`) acts on no key.
+enum Unkeyed {
+    Query,
+    Key(KeyRefusal),
+}
+
+impl Unkeyed {
+    fn response(self) -> Response {
+        match self {
+            Unkeyed::Query => bad_query(),
+            Unkeyed::Key(r) => r.response(),
+        }
+    }
+}
+
+/// The key a keyed POST names, checked.
+fn keyed(app: &App, q: Result<Query<KeyQuery>, QueryRejection>) -> Result<String, Unkeyed> {
     let Ok(Query(q)) = q else {
-        return Err(bad_query());
+        return Err(Unkeyed::Query);
     };
-    named_key(app, &q).map_err(KeyRefusal::response)
+    named_key(app, &q).map_err(Unkeyed::Key)
 }
 
 async fn resume(
@@ -586,7 +600,7 @@ async fn resume(
 ) -> Response {
     let key = match keyed(&app, q) {
         Ok(k) => k,
-        Err(r) => return r,
+        Err(r) => return r.response(),
     };
     app.resume(&key).await;
     app.stops.forget(&key);
@@ -603,7 +617,7 @@ async fn forget(
 ) -> Response {
     let key = match keyed(&app, q) {
         Ok(k) => k,
-        Err(r) => return r,
+        Err(r) => return r.response(),
     };
     crate::memory::forget(&app, &key).await;
     tracing::warn!(key = %key, "what the key learned forgotten by an operator");
@@ -613,7 +627,7 @@ async fn forget(
 async fn stop(State(app): State<Arc<App>>, q: Result<Query<KeyQuery>, QueryRejection>) -> Response {
     let key = match keyed(&app, q) {
         Ok(k) => k,
-        Err(r) => return r,
+        Err(r) => return r.response(),
     };
     // Journaled, with its evidence, by `operator_stop`.
     app.operator_stop(&key).await;
