@@ -119,8 +119,10 @@ fn samples_explain_in_text_and_json() {
         assert_eq!(got["provider"], "gemini", "{got}");
         assert_eq!(got["cause"], "rate_limited", "{got}");
         assert_eq!(got["dimension"], "input_tokens", "{got}");
-        assert_eq!(got["hint_source"], "retry-info", "{got}");
-        assert_eq!(got["hint_ms"], 47_000, "{got}");
+        // The message's precise delay (47.481 s), not `RetryInfo`'s whole
+        // seconds (47 s): never shorter than either (issue #47).
+        assert_eq!(got["hint_source"], "message", "{got}");
+        assert_eq!(got["hint_ms"], 47_481, "{got}");
     }
 }
 

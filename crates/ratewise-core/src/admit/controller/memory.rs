@@ -164,6 +164,7 @@ impl Controller {
         keys.dedup();
         keys.into_iter()
             .filter_map(|k| self.export_key(k, now))
+            .filter(KeyRecord::learned_anything)
             .map(|r| r.beliefs_only().stamped(now.wall))
             .collect()
     }
@@ -175,6 +176,16 @@ impl KeyRecord {
         let ns = self.written_at?;
         let ns = u64::try_from(ns).ok()?;
         SystemTime::UNIX_EPOCH.checked_add(Duration::from_nanos(ns))
+    }
+
+    /// Whether any of its classes learned something worth remembering: a
+    /// stated limit, a capacity, an estimate.
+    pub fn learned_anything(&self) -> bool {
+        self.scopes.iter().any(|s| {
+            s.learned.iter().any(Option::is_some)
+                || s.seen.iter().any(|v| *v > 0)
+                || s.silent.iter().any(Option::is_some)
+        })
     }
 
     /// Its beliefs alone, to remember: each class's stated limits,
