@@ -344,3 +344,32 @@ fn fastrand_u64() -> u64 {
     h.write_u64(std::process::id() as u64);
     h.finish()
 }
+
+/// Issue #47: Azure's daily quota, whose only hint is "Please retry after
+/// 86400 seconds" in the message, was retried in 1.6 s. Its wait is past
+/// the caller's deadline (the proxy's default), so the job ends at once as
+/// the design says for any such wait — a 504 that invites no retry — and
+/// nothing more is sent (without a deadline it is deferred: the fixture
+/// `azure-429-retry-after-a-day-in-the-message`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_daily_quota_in_the_message_is_never_retried_short() {
+    let up = Upstream::start().await;
+    let p = proxy(&up.url, Some("azure"), "").await;
+    let path = "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21";
+    up.then(&[Scripted::AzureDay]);
+    let a = post(
+        &p,
+        path,
+        &[("api-key", "azure-test-KEY-0002")],
+        r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}"#,
+    )
+    .await;
+    assert_eq!(a.status, 504, "{}", a.text());
+    assert_eq!(a.action(), "give_up", "{}", a.text());
+    assert_eq!(a.headers["x-should-retry"], "false");
+    // Ended at once, on its answer: a short retry would have been sent
+    // within the test (the old reading: 1.6 s).
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    assert_eq!(up.seen().len(), 1, "no short retry");
+    p.shutdown().await;
+}

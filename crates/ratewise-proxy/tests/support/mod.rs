@@ -31,7 +31,14 @@ pub enum Scripted {
     Quota,
     /// 400 `FAILED_PRECONDITION`: billing (stops the key).
     Billing,
+    /// Azure OpenAI's 429 whose only hint is in its message: "Please retry
+    /// after 86400 seconds" (a daily quota).
+    AzureDay,
 }
+
+/// Azure OpenAI's 429 for a quota of a day: no header, the wait in the
+/// message.
+pub const AZURE_429_DAY: &str = r#"{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit."}}"#;
 
 /// Gemini's 429, as `google.rpc.Status`.
 pub const GEMINI_429: &str = r#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1s"}]}}"#;
@@ -103,6 +110,11 @@ impl Upstream {
                     Some(Scripted::Billing) => {
                         (StatusCode::BAD_REQUEST, "application/json", GEMINI_BILLING)
                     }
+                    Some(Scripted::AzureDay) => (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "application/json",
+                        AZURE_429_DAY,
+                    ),
                     None if uri.contains(":streamGenerateContent") => {
                         (StatusCode::OK, "text/event-stream", GEMINI_SSE)
                     }
