@@ -180,7 +180,7 @@ impl KeyRecord {
 
     /// Whether any of its classes learned something worth remembering: a
     /// stated limit, a capacity, an estimate.
-    pub fn learned_anything(&self) -> bool {
+    pub(crate) fn learned_anything(&self) -> bool {
         self.scopes.iter().any(|s| {
             s.learned.iter().any(Option::is_some)
                 || s.seen.iter().any(|v| *v > 0)
