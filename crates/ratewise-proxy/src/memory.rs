@@ -15,6 +15,7 @@
 
 use crate::App;
 use ratewise_core::admit::store_kit::KeyRecord;
+use std::collections::BTreeSet;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -59,9 +60,21 @@ pub fn once(app: &App) -> usize {
     let Some(journal) = app.journal.as_ref().filter(|_| app.redis.is_none()) else {
         return 0;
     };
-    // Exported under the store's lock, written after it.
-    let records = app.store.lock().remembered(app.layer.now());
-    records.iter().filter(|r| journal.remember(r)).count()
+    let now = app.layer.now();
+    // The store's lock is the request path's too: held for the names, then
+    // for one key at a time, and never across a write.
+    let names: BTreeSet<String> = {
+        let c = app.store.lock();
+        c.scopes()
+            .into_iter()
+            .filter_map(|s| c.key_of(s).map(str::to_owned))
+            .collect()
+    };
+    names
+        .iter()
+        .filter_map(|k| app.store.lock().remembered_key(k, now))
+        .filter(|r| journal.remember(r))
+        .count()
 }
 
 /// Forgets what `key` learned, here (or in the shared record, with

@@ -163,10 +163,18 @@ impl Controller {
         keys.sort_unstable();
         keys.dedup();
         keys.into_iter()
-            .filter_map(|k| self.export_key(k, now))
+            .filter_map(|k| self.remembered_key(k, now))
+            .collect()
+    }
+
+    /// What `key` has learned, to remember (see
+    /// [`remembered`](Self::remembered)); `None` when it learned nothing
+    /// or is not known here. One key at a time, for a caller that holds a
+    /// shared controller's lock only briefly.
+    pub fn remembered_key(&self, key: &str, now: Now) -> Option<KeyRecord> {
+        self.export_key(key, now)
             .filter(KeyRecord::learned_anything)
             .map(|r| r.beliefs_only().stamped(now.wall))
-            .collect()
     }
 }
 
