@@ -729,20 +729,6 @@ async fn the_journal_is_compacted_while_running_and_at_start_keeping_stops_and_u
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An admin POST, with the admin token.
-async fn post_admin(p: &ratewise_proxy::Running, path: &str) -> (u16, String) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let url = format!("http://{}{path}", p.admin_addr);
-    let req = Request::post(url).header("authorization", p.app.admin.authorization());
-    let resp = client
-        .request(req.body(Full::new(Bytes::new())).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
 /// The `/status` entry of the key's one class.
 fn class_of(status: &str) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_str(status).unwrap();
@@ -785,12 +771,12 @@ async fn what_a_key_learned_is_remembered_across_a_restart_until_forgotten() {
 
     // Forgotten: learned from nothing again, and after the next restart
     // too.
-    let (code, body) = post_admin(&p, &format!("/forget?key={fp}")).await;
+    let (code, body) = admin(&p, "POST", &format!("/forget?key={fp}"), true).await;
     assert_eq!(code, 200, "{body}");
-    assert!(body.contains(&fp), "{body}");
+    assert_eq!(body["forgot"], fp.as_str(), "{body}");
     let forgot = class_of(&get(&p, "/status").await);
     assert!(forgot["limits"]["requests"].is_null(), "{forgot}");
-    let (code, _) = post_admin(&p, "/forget?key=fp-00000000000000ff").await;
+    let (code, _) = admin(&p, "POST", "/forget?key=fp-00000000000000ff", true).await;
     assert_eq!(code, 404, "a key never seen");
     p.shutdown().await;
     let p = start(&mock.base_url(), &journal).await;
