@@ -136,7 +136,6 @@ impl Controller {
         for id in ids {
             let s = &mut self.scopes[id as usize];
             let configured = s.beliefs.configured_limits();
-            s.levels = Default::default();
             s.heard = false;
             s.probe_cap = 1;
             s.probe_base = None;
