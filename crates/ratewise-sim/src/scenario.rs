@@ -129,6 +129,29 @@ pub struct Scenario {
     /// Concurrent jobs of the application.
     #[serde(default = "default_workers")]
     pub workers: u32,
+    /// Processes sharing the key with no shared store between them
+    /// (default 1): the `ratewise` strategy runs this many controllers,
+    /// each cut off from the others and pacing at
+    /// [`REPLICA_SHARE_PERMILLE`] of what it learns until its own 429s
+    /// teach its share (as a proxy whose Redis is unreachable does); jobs
+    /// are handed to them in turn. The other strategies run one client
+    /// for the whole key (the oracle: the best the key allows).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub replicas: u32,
+}
+
+/// The share of the key each replica paces at while it has seen no peer:
+/// the default of a Redis store that cannot reach Redis.
+pub const REPLICA_SHARE_PERMILLE: u32 = 500;
+
+/// The most replicas a scenario may ask for.
+pub const MAX_REPLICAS: u32 = 16;
+
+fn one() -> u32 {
+    1
+}
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn default_name() -> String {
@@ -428,6 +451,9 @@ impl Scenario {
         let bad = |m: &str| Err(ScenarioError::Invalid(m.to_owned()));
         if self.jobs.count == 0 || self.jobs.count > MAX_JOBS {
             return bad("jobs.count must be 1..=1000000");
+        }
+        if self.replicas == 0 || self.replicas > MAX_REPLICAS {
+            return bad("replicas must be 1..=16");
         }
         let [a, b] = self.jobs.input_tokens;
         if a > b || b > 10_000_000 {

@@ -354,6 +354,12 @@ struct ScopeState {
     /// server), per bucket: a response's view is read net of what was
     /// given back since its request was admitted.
     released: [u64; 4],
+    /// Running total of units this process is taken to have been charged
+    /// by the provider, per dimension (takes, less what was given back,
+    /// plus settles' differences; wrapping): two views of a bucket shared
+    /// with processes it cannot see are read net of its own charges
+    /// between them (`Share`).
+    charged: [u64; 4],
     /// The request out to learn the limits while none is known.
     probes: Vec<ReservationId>,
     /// How many requests may be out while no limit is known or estimated:

@@ -75,6 +75,9 @@ pub struct Reservation {
     /// The scope's running total of units given back unused, then (low 32
     /// bits: differences are taken wrapping).
     pub(crate) released: [u32; 4],
+    /// The scope's running total of units charged, right after the take
+    /// (low 32 bits: differences are taken wrapping).
+    pub(crate) charged: [u32; 4],
 }
 
 /// What a response's rate-limit headers are read against: the scope and
@@ -89,6 +92,9 @@ pub struct Sent {
     pub(crate) streamed: bool,
     pub(crate) marks: [CreditMark; 4],
     pub(crate) released: [u32; 4],
+    /// The scope's running total of units charged, right after the take
+    /// (low 32 bits: differences are taken wrapping).
+    pub(crate) charged: [u32; 4],
 }
 
 impl Sent {
@@ -125,6 +131,7 @@ impl Reservation {
             streamed: self.streamed,
             marks: self.marks,
             released: self.released,
+            charged: self.charged,
         }
     }
 }

@@ -23,8 +23,9 @@
 use super::rng_for;
 use crate::engine::{Client, Sim, Terminal};
 use crate::provider::{Answered, Delivery, SimProvider};
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, REPLICA_SHARE_PERMILLE};
 use http::StatusCode;
+use ratewise_core::admit::store_kit::StoreHooks;
 use ratewise_core::admit::{Config, Controller, Limits, RampConfig, Shared, Target};
 use ratewise_core::classify::{
     classify_response, classify_transport, ResponseView, TransportFailure,
@@ -45,13 +46,21 @@ pub const LONG_STOP: Duration = Duration::from_secs(3600);
 #[derive(Debug)]
 pub struct Ratewise {
     provider: Provider,
-    store: Shared,
-    target: Target,
+    /// One per process on the key ([`Scenario::replicas`]); job `i` is
+    /// handled by replica `i % n`.
+    replicas: Vec<Replica>,
     policy: Policy,
     rng: fastrand::Rng,
     deadline: Option<Duration>,
     /// Each job's machine, made when it first asks.
     jobs: Vec<Option<Job>>,
+}
+
+/// One process: its own store (no peers seen) and its own queue.
+#[derive(Debug)]
+struct Replica {
+    store: Shared,
+    target: Target,
     ready: BinaryHeap<Reverse<(Instant, u32)>>,
     stopped: bool,
 }
@@ -108,33 +117,58 @@ fn now_of(t: Instant) -> Now {
 impl Ratewise {
     /// A client for `scenario`.
     pub fn new(scenario: &Scenario) -> Self {
-        let store = Shared::new(Controller::new(controller_config(scenario)));
-        let target = store.target(crate::provider::KEY, scenario.model_name());
+        let n = scenario.replicas.max(1);
+        let replicas = (0..n)
+            .map(|r| {
+                let mut config = controller_config(scenario);
+                config.seed = Some(scenario.seed.wrapping_add(u64::from(r)));
+                let store = Shared::new(Controller::new(config));
+                if n > 1 {
+                    let now = now_of(Instant::ZERO);
+                    store.lock().set_share(REPLICA_SHARE_PERMILLE, now);
+                }
+                let target = store.target(crate::provider::KEY, scenario.model_name());
+                Replica {
+                    store,
+                    target,
+                    ready: BinaryHeap::new(),
+                    stopped: false,
+                }
+            })
+            .collect();
         Ratewise {
             provider: scenario.provider,
-            store,
-            target,
+            replicas,
             policy: policy(scenario),
             rng: rng_for(scenario, 0x7a7e),
             deadline: scenario.deadline_ms.map(Duration::from_millis),
             jobs: (0..scenario.jobs.count).map(|_| None).collect(),
-            ready: BinaryHeap::new(),
-            stopped: false,
         }
     }
 
-    /// Lets the oldest waiting jobs ask their machines while they say
-    /// `Send`.
+    fn replica_of(&self, id: u32) -> usize {
+        id as usize % self.replicas.len()
+    }
+
+    /// Lets each replica's oldest waiting jobs ask their machines while
+    /// they say `Send`.
     fn dispatch(&mut self, sim: &mut Sim) {
+        for r in 0..self.replicas.len() {
+            self.dispatch_on(r, sim);
+        }
+    }
+
+    fn dispatch_on(&mut self, r: usize, sim: &mut Sim) {
         let now = now_of(sim.now());
-        while let Some(&Reverse((arrival, id))) = self.ready.peek() {
-            if self.stopped {
-                self.ready.pop();
+        let rep = &mut self.replicas[r];
+        while let Some(&Reverse((arrival, id))) = rep.ready.peek() {
+            if rep.stopped {
+                rep.ready.pop();
                 sim.finish(id, Terminal::Stopped);
                 continue;
             }
             let job = *sim.job(id);
-            let (target, deadline, policy) = (self.target, self.deadline, &self.policy);
+            let (target, deadline, policy) = (rep.target, self.deadline, &self.policy);
             let m = self.jobs[id as usize].get_or_insert_with(|| {
                 let mut spec = JobSpec::new(target, arrival);
                 spec.deadline = deadline;
@@ -144,12 +178,12 @@ impl Ratewise {
             });
             let step = match m.next(now) {
                 // The in-memory store answers at once.
-                Step::Admit(req) => m.admission(self.store.admit(&req, now), policy, now),
+                Step::Admit(req) => m.admission(rep.store.admit(&req, now), policy, now),
                 other => other,
             };
             match step {
                 Step::Send { .. } => {
-                    self.ready.pop();
+                    rep.ready.pop();
                     m.sending();
                     sim.send(id);
                 }
@@ -159,7 +193,7 @@ impl Ratewise {
                 }
                 // Never while a job is in the ready queue.
                 Step::Admit(_) | Step::Pending => {
-                    self.ready.pop();
+                    rep.ready.pop();
                 }
                 Step::End(end) => match end.decision.action {
                     // A wait past the inline limit: the head waits on.
@@ -177,11 +211,11 @@ impl Ratewise {
                                 return;
                             }
                             // Kept for a human: every waiting job is stopped.
-                            _ => self.stopped = true,
+                            _ => rep.stopped = true,
                         }
                     }
                     _ => {
-                        self.ready.pop();
+                        rep.ready.pop();
                         sim.finish(id, Terminal::GivenUp);
                     }
                 },
@@ -191,8 +225,9 @@ impl Ratewise {
 
     fn enqueue(&mut self, id: u32, sim: &mut Sim) {
         let arrival = sim.job(id).arrival;
-        self.ready.push(Reverse((arrival, id)));
-        self.dispatch(sim);
+        let r = self.replica_of(id);
+        self.replicas[r].ready.push(Reverse((arrival, id)));
+        self.dispatch_on(r, sim);
     }
 }
 
@@ -204,6 +239,7 @@ impl Client for Ratewise {
     fn on_answer(&mut self, id: u32, a: &Answered, sim: &mut Sim) {
         let now = now_of(sim.now());
         let wall: SystemTime = now.wall;
+        let store = &self.replicas[self.replica_of(id)].store;
         let Some(m) = self.jobs[id as usize].as_mut() else {
             return;
         };
@@ -223,18 +259,18 @@ impl Client for Ratewise {
                     .then(|| parse_usage(body))
                     .flatten();
                 let update = m.answered(&self.policy, &c, usage.as_ref(), &mut self.rng, now);
-                let d = m.applied(self.store.apply(update, now), now);
+                let d = m.applied(store.apply(update, now), now);
                 // A success without usage: its end settles at the estimate.
                 let end = ratewise_core::job::BodyEnd::Complete { usage: None };
                 if let Some(update) = m.body_end(end) {
-                    self.store.apply(update, now);
+                    store.apply(update, now);
                 }
                 d
             }
             Delivery::Reset => {
                 let c = classify_transport(self.provider, TransportFailure::ResetAfterSend);
                 let update = m.failed(&self.policy, &c, true, &mut self.rng, now);
-                m.applied(self.store.apply(update, now), now)
+                m.applied(store.apply(update, now), now)
             }
         };
         match decision.action {

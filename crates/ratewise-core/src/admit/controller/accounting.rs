@@ -97,6 +97,7 @@ impl Controller {
                     0
                 };
                 let act = actual.by_index(i);
+                s.charged[i] = s.charged[i].wrapping_add(act).wrapping_sub(reserved);
                 if act < reserved {
                     b.put_back(reserved - act, t);
                 } else if act > reserved {
@@ -144,6 +145,7 @@ impl Controller {
                     let back = amounts.by_index(i).saturating_sub(refunded[i]);
                     b.put_back(back, t);
                     s.released[i] = s.released[i].wrapping_add(back);
+                    s.charged[i] = s.charged[i].wrapping_sub(back);
                 }
             }
         }

@@ -137,6 +137,7 @@ impl Controller {
                 b.take(amounts.by_index(i));
                 marks[i] = s.levels[i].mark(b);
             }
+            s.charged[i] = s.charged[i].wrapping_add(amounts.by_index(i));
         }
         silent_took(s, &amounts, t);
         if !req.is_retry {
@@ -162,6 +163,7 @@ impl Controller {
             streamed: req.streamed,
             marks,
             released: s.released.map(|r| r as u32),
+            charged: s.charged.map(|c| c as u32),
         })
     }
 

@@ -169,6 +169,26 @@ impl Controller {
                             .estimate_mut(i, true)
                             .observe(&Sample::Headroom { at: t });
                     }
+                    // A success's view beside this process's own charges
+                    // then: the others' drain between views sets the share.
+                    let view = match (sent, snap.window(d).remaining, limits[i]) {
+                        (Some(x), Some(remaining), Some(limit))
+                            if charged && headers_describe(d, provider) =>
+                        {
+                            let (lo, hi) = rounding(d).range(remaining);
+                            Sample::View {
+                                remaining,
+                                spread: hi.saturating_sub(lo).max(1),
+                                capacity: seen,
+                                limit,
+                                charged: x.charged[i],
+                                at: x.admitted_at,
+                                permille: share,
+                            }
+                        }
+                        _ => continue,
+                    };
+                    moved |= beliefs.share[i].observe(&view).moved;
                 }
             }
             // A hypothesis, taken only where surprises can correct it.

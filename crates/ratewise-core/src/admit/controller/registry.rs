@@ -108,6 +108,7 @@ impl Controller {
             class_stop: None,
             last_call: None,
             released: [0; 4],
+            charged: [0; 4],
             probes: Vec::new(),
             probe_cap: 1,
             probe_base: None,
