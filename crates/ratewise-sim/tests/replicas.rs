@@ -36,9 +36,17 @@ fn replicas_without_a_store_learn_their_shares_from_the_bucket_they_read() {
         let o = simulate(&s, Strategy::Oracle, &mut |_, _| {});
         assert_eq!(r.jobs_done, 150, "seed {seed}: {r:?}");
         let share_429 = r.sends_429 as f64 / r.sends as f64;
-        assert!(share_429 <= 0.01, "seed {seed}: {} of {}", r.sends_429, r.sends);
+        assert!(
+            share_429 <= 0.01,
+            "seed {seed}: {} of {}",
+            r.sends_429,
+            r.sends
+        );
         let of_oracle = r.goodput_ratio / o.goodput_ratio;
-        assert!(of_oracle >= 0.85, "seed {seed}: {of_oracle:.3} of the oracle");
+        assert!(
+            of_oracle >= 0.85,
+            "seed {seed}: {of_oracle:.3} of the oracle"
+        );
     }
 }
 
