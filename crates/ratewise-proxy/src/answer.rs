@@ -7,7 +7,14 @@
 //!   answer for that cause — this job's, or the one that stopped the key
 //!   ([`StopAnswers`]) — at once, nothing sent;
 //! * deferred or shed: 429 with `retry-after` = when it may come back;
-//! * given up on its deadline: a 504 `timeout_error` naming the last cause
+//! * given up on its deadline because the provider's own wait (a rate
+//!   limit's or an overload's hint: Azure's "Please retry after 86400
+//!   seconds") is longer than any deadline the proxy takes
+//!   (`policy.max_deadline_ms`): no caller's timeout is what ran out; the
+//!   provider said when, so the job is handed back for then — a 429 with
+//!   that `retry-after` and `x-ratewise-action: defer` (DESIGN: "or
+//!   `defer` when a caller's queue can take it back"), never a short retry;
+//! * given up on its deadline otherwise: a 504 `timeout_error` naming the last cause
 //!   seen and how long ago — or, when it could not be sent in time at all,
 //!   when it could have gone (`x-ratewise-earliest`), with nothing sent and
 //!   no `retry-after`;
@@ -93,9 +100,16 @@ impl StopAnswers {
 }
 
 /// The answer for a job that ended in `e`, for a caller of `provider`'s
-/// API, billed to `key`.
-pub fn for_error(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Response {
-    let action = e.action();
+/// API, billed to `key`, by a proxy that waits a caller's timeout at most
+/// `longest` (`policy.max_deadline_ms`).
+pub fn for_error(
+    e: &Error,
+    provider: Provider,
+    key: &str,
+    stops: &StopAnswers,
+    longest: Duration,
+) -> Response {
+    let mut action = e.action();
     let mut resp = if e.is_body_too_large() {
         shaped(
             provider,
@@ -124,7 +138,20 @@ pub fn for_error(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) 
                 r
             }
             Some(ActionKind::GiveUp) if e.give_up_reason() == Some(GiveUpReason::Deadline) => {
-                deadline(e, provider)
+                match provider_wait(e, longest, SystemTime::now()) {
+                    Some(until) => {
+                        action = Some(ActionKind::Defer);
+                        let mut r = shaped(
+                            provider,
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "rate_limit_error",
+                            "ratewise: deferred: the provider's own wait is longer than this request's deadline allows; come back after retry-after",
+                        );
+                        retry_after(r.headers_mut(), Some(until));
+                        r
+                    }
+                    None => deadline(e, provider),
+                }
             }
             Some(ActionKind::HoldUnknown) => shaped(
                 provider,
@@ -196,6 +223,36 @@ fn stopped(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Res
     }
     retry_after(r.headers_mut(), e.until());
     r
+}
+
+/// When the provider said the job may come back, for a job given up on
+/// its deadline because the provider's wait was longer than any deadline
+/// this proxy takes (`longest`): its last answer a rate limit or an
+/// overload whose hint is valid, finite and past `longest`, counted from
+/// `now` (the answer just arrived: the decision is made on it). `None` for
+/// a wait a longer timeout could have met (the caller's own timeout ran
+/// out: a 504), for a deadline that ran out on ratewise's own pacing or
+/// backoff, and for a hint meaning "longer than anything".
+fn provider_wait(e: &Error, longest: Duration, now: SystemTime) -> Option<SystemTime> {
+    let c = e.classification()?;
+    if !matches!(
+        c.cause,
+        Cause::RateLimited | Cause::AccelerationLimited | Cause::Overloaded
+    ) {
+        return None;
+    }
+    let hint = c.hints.wait?;
+    if hint.wait <= longest || hint.wait >= ratewise_core::parse::FOREVER {
+        return None;
+    }
+    // The last decision must be the hint's: a later pacing wait would
+    // have its own note.
+    let hinted = e.decision().is_some_and(|d| {
+        d.notes
+            .iter()
+            .any(|n| matches!(n, ratewise_core::Note::Hint { .. }))
+    });
+    hinted.then(|| now.checked_add(hint.wait)).flatten()
 }
 
 /// Given up on its deadline: a timeout naming the last cause seen and how

@@ -632,7 +632,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
             if e.is_hold_unknown() {
                 app.unknown_outcome(&e);
             }
-            answer::for_error(&e, shape, &key, &app.stops)
+            answer::for_error(&e, shape, &key, &app.stops, app.config.max_deadline)
         }
         // The job outlived its deadline and the slack after it.
         Err(()) => answer::shaped(

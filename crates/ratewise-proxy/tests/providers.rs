@@ -347,9 +347,10 @@ fn fastrand_u64() -> u64 {
 
 /// Issue #47: Azure's daily quota, whose only hint is "Please retry after
 /// 86400 seconds" in the message, was retried in 1.6 s. Its wait is past
-/// the caller's deadline (the proxy's default), so the job ends at once as
-/// the design says for any such wait — a 504 that invites no retry — and
-/// nothing more is sent (without a deadline it is deferred: the fixture
+/// the caller's deadline (the proxy's default): the provider said when, so
+/// the job is handed back for then — a 429 in the provider's shape with
+/// that `retry-after` and `x-ratewise-action: defer` — and nothing more is
+/// sent (without a deadline the core defers it too: the fixture
 /// `azure-429-retry-after-a-day-in-the-message`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_azure_daily_quota_in_the_message_is_never_retried_short() {
@@ -364,9 +365,14 @@ async fn an_azure_daily_quota_in_the_message_is_never_retried_short() {
         r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}"#,
     )
     .await;
-    assert_eq!(a.status, 504, "{}", a.text());
-    assert_eq!(a.action(), "give_up", "{}", a.text());
+    assert_eq!(a.status, 429, "{}", a.text());
+    assert_eq!(a.action(), "defer", "{}", a.text());
     assert_eq!(a.headers["x-should-retry"], "false");
+    let after: u64 = a.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((86_300..=86_400).contains(&after), "retry-after {after}");
+    // In Azure's (OpenAI's) shape, so the SDK raises its RateLimitError.
+    let body: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+    assert!(body["error"]["message"].is_string(), "{body}");
     // Ended at once, on its answer: a short retry would have been sent
     // within the test (the old reading: 1.6 s).
     tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
