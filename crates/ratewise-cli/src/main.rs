@@ -3,6 +3,7 @@
 
 mod explain;
 mod http_text;
+mod matrix;
 mod proxy;
 mod run;
 mod simulate;

@@ -43,6 +43,20 @@ pub struct SimulateArgs {
     /// if one is missed. The oracle is simulated for it when not shown.
     #[arg(long)]
     check: bool,
+    /// Run the matrix of provider shapes (issue #47) instead of one
+    /// scenario: the standard covering set (every pair of axis values in
+    /// one cell at least), worst cells first; exits non-zero when a cell
+    /// misses its targets.
+    #[arg(long, conflicts_with_all = ["scenario", "real", "plot", "check"])]
+    matrix: bool,
+    /// With --matrix: N cells drawn from the whole cross product instead
+    /// of the standard set.
+    #[arg(long, value_name = "N", requires = "matrix")]
+    sample: Option<usize>,
+    /// With --matrix: the seed of the standard set or the sample and of
+    /// every cell's workload (default: a new one, printed).
+    #[arg(long, value_name = "S", requires = "matrix")]
+    seed: Option<u64>,
 }
 
 fn load(args: &SimulateArgs) -> Result<Scenario, String> {
@@ -72,6 +86,9 @@ fn strategies(name: &str) -> Result<Vec<Strategy>, String> {
 
 /// Runs the command.
 pub fn run(args: &SimulateArgs) -> Result<(), String> {
+    if args.matrix {
+        return crate::matrix::run(args.sample, args.seed, args.json);
+    }
     let scenario = load(args)?;
     let strategies = strategies(&args.strategy)?;
     if args.real {

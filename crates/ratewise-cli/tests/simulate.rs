@@ -1,5 +1,6 @@
 //! `ratewise simulate` end to end through the binary (virtual time).
 
+use ratewise_sim::matrix;
 use std::process::Command;
 
 fn ratewise(args: &[&str]) -> (i32, String, String) {
@@ -93,4 +94,57 @@ fn default_scenario_meets_the_targets() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("burst-mixed"));
     assert!(err.contains("targets: all met"), "{err}");
+}
+
+/// `--matrix` (issue #47): the standard set's size and seed are printed,
+/// cells worst first, a run is reproducible from its seed, and a cell
+/// that misses makes the command fail and say how to run it again.
+#[test]
+fn the_matrix_prints_its_cells_worst_first_and_fails_on_a_miss() {
+    let (code, out, err) = ratewise(&["simulate", "--matrix", "--seed", "1"]);
+    let cells = matrix::standard(1).len();
+    assert!(
+        out.starts_with(&format!(
+            "the standard matrix: {cells} cells covering every pair"
+        )),
+        "{out}"
+    );
+    assert!(err.contains(&format!("{cells} cells in")), "{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("| dialect="))
+        .collect();
+    assert_eq!(rows.len(), cells);
+    // Worst first: cells that miss before cells that hold.
+    let held = |r: &&str| r.ends_with("| — |");
+    let first_held = rows.iter().position(held).unwrap_or(rows.len());
+    assert!(rows[first_held..].iter().all(held), "{out}");
+    let missed = rows[..first_held]
+        .iter()
+        .filter(|r| !r.contains("excused"))
+        .count();
+    if missed > 0 {
+        assert_ne!(code, 0);
+        assert!(err.contains("--matrix --seed 1"), "{err}");
+    } else {
+        assert_eq!(code, 0, "{err}");
+    }
+    // The same seed, the same cells and figures.
+    let (_, again, _) = ratewise(&["simulate", "--matrix", "--seed", "1"]);
+    assert_eq!(out, again);
+    // A sample: that many cells, as JSON lines.
+    let (_, json, _) = ratewise(&[
+        "simulate", "--matrix", "--sample", "3", "--seed", "9", "--json",
+    ]);
+    assert_eq!(json.lines().count(), 3, "{json}");
+    for l in json.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["seed"], 9);
+    }
+    // Clear errors on bad input.
+    let (code, _, err) = ratewise(&["simulate", "--matrix", "--sample", "0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("at least 1"), "{err}");
+    let (code, _, _) = ratewise(&["simulate", "--sample", "3"]);
+    assert_ne!(code, 0, "--sample without --matrix");
 }

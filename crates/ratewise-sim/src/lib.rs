@@ -43,6 +43,7 @@
 #![deny(missing_docs)]
 
 pub mod engine;
+pub mod matrix;
 pub mod metrics;
 pub mod plot;
 pub mod provider;
