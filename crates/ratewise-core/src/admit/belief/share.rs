@@ -108,7 +108,10 @@ impl Drain {
         }
         self.last = Some((at, remaining, charged));
         let full = |r: u64| capacity > 0 && r.saturating_mul(10) >= capacity.saturating_mul(9);
-        if capacity == 0 || full(remaining) || full(r0) {
+        // A bucket holding less than a window's refill may have filled
+        // and overflowed between two views without either showing it.
+        let short = (capacity as f64) < limit as f64 * DRAIN_WINDOW.as_secs_f64() / 60.0;
+        if capacity == 0 || short || full(remaining) || full(r0) {
             *self = Drain {
                 last: self.last,
                 ..Drain::default()
@@ -420,5 +423,18 @@ mod tests {
         let before = sh.clone();
         assert!(!sh.observe(&view(0, 1_000, 6_000, 0, 1.5)).moved);
         assert_eq!(sh, before);
+    }
+
+    #[test]
+    fn a_bucket_shorter_than_a_window_says_nothing_of_the_others() {
+        // 6,000 a minute in a bucket of 100 (a second of refill): it may
+        // fill and overflow between two views unseen.
+        let mut sh = Share::default();
+        let mut moved = false;
+        for i in 0..100 {
+            let t = f64::from(i) * 0.1;
+            moved |= sh.observe(&view(10, 100, 6_000, i as u32, t)).moved;
+        }
+        assert!(!moved);
     }
 }
