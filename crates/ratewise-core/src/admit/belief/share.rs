@@ -11,13 +11,18 @@
 //! bucket refilled at its limit and lost what everyone charged, so what it
 //! lost beyond this process's own charges is what the others spent
 //! ([`Drain`]). Over a window of a few seconds that gives the key's whole
-//! rate `T` beside this process's own `x`, and its share is set to
-//! `x · L / T` (less a margin): every process scaling by the same `L / T`
-//! makes the sum the limit at once, however many there are — a rule that
-//! converges in one window, where "the limit less what the others spent"
-//! overshoots by the number of processes. Only lowered when the key is
-//! over its limit and only raised when it is under, so a process sending
-//! less than its share for want of work keeps its share.
+//! rate `T` beside this process's own `x`. Where `T` ran over the limit
+//! and the bucket ended the window low (under a quarter full: over the
+//! limit with a bank left is the bank being spent, as at a start), every
+//! process's share is cut by the same factor `L / T` (at most halved in
+//! one window); where `T` ran under, each gains the same amount (half the
+//! room left, all of it where this process is nearly all of `T`). That is
+//! AIMD: the cut brings the sum to the limit at once however many
+//! processes there are — where "the limit less what the others spent"
+//! overshoots by their number — and the equal raises carry the shares
+//! toward even. A process sending less than its share for want of work
+//! keeps its share; a bucket shown nearly full (the others quiet) raises
+//! it back to its starting share at least.
 
 use super::estimated::{SilentEstimate, AGREE, MARGIN, MEASURE_REQUESTS};
 use super::{share_of, Belief, Believed, Change, Sample, Sureness};
@@ -80,8 +85,9 @@ enum Drained {
     /// The bucket is nearly full: the others are quiet.
     Quiet,
     /// Over the window just closed: this process's rate and everyone's,
-    /// units per minute.
-    Rates { own: f64, all: f64 },
+    /// units per minute, and whether the bucket ended it low (under a
+    /// quarter full).
+    Rates { own: f64, all: f64, low: bool },
 }
 
 impl Drain {
@@ -143,7 +149,8 @@ impl Drain {
             last: self.last,
             ..Drain::default()
         };
-        Drained::Rates { own, all }
+        let low = remaining.saturating_mul(4) < capacity;
+        Drained::Rates { own, all, low }
     }
 }
 
@@ -170,13 +177,10 @@ impl Share {
 }
 
 impl Share {
-    /// A view of the shared bucket (see the module docs). At the end of
-    /// a window where the key ran over its limit, every process's share
-    /// is cut by the same factor (`limit / all`); where it ran under, each
-    /// gains the same amount (half the room left): AIMD, whose cycles
-    /// carry shares toward equal where cutting and raising by factors
-    /// would keep whatever split the start left. A bucket shown nearly
-    /// full raises the share to at least where it started.
+    /// A view of the shared bucket (see the module docs): at the end of a
+    /// window, the share is cut (the key over its limit with its bucket
+    /// low), raised (under its limit) or kept; a bucket shown nearly full
+    /// raises it to at least where it started.
     fn viewed(&mut self, v: Seen) -> Change {
         let (limit, at) = (v.limit, v.at);
         // Before any 429 or drain taught a share: the configured one.
@@ -191,7 +195,7 @@ impl Share {
                 Some(h) if h < self.floor => self.floor as f64,
                 _ => return Change::NOTHING,
             },
-            Drained::Rates { own, all } => {
+            Drained::Rates { own, all, low } => {
                 if own <= 0.0 || all <= 0.0 || limit == 0 {
                     return Change::NOTHING;
                 }
@@ -199,8 +203,14 @@ impl Share {
                 let pace = limit as f64 * (1.0 - MARGIN);
                 // Half the room, or all of it where this process is
                 // most of what the bucket lost (alone on the key now).
+                // Over the limit while the bucket still holds a quarter or
+                // more is the bank being spent (a full bucket at the start,
+                // a lull's savings): cut only when it runs low.
                 let next = if all > pace {
-                    held * pace / all
+                    if !low {
+                        return Change::NOTHING;
+                    }
+                    held * (pace / all).max(0.5)
                 } else {
                     held + (pace - all) * if own >= all * 0.9 { 1.0 } else { 0.5 }
                 };
@@ -436,5 +446,33 @@ mod tests {
             moved |= sh.observe(&view(10, 100, 6_000, i as u32, t)).moved;
         }
         assert!(!moved);
+    }
+
+    #[test]
+    fn a_bank_being_spent_is_not_a_share_to_cut() {
+        // 6,000 a minute, a bucket of 1,000: the bucket drops from 800 to
+        // 400 over 4 s (everyone spent 400 + 400 of refill: 12,000 a
+        // minute, twice the limit), but still holds more than a quarter.
+        let mut sh = Share::default();
+        let steps = [800, 700, 600, 500, 400];
+        let mut moved = false;
+        for (i, r) in steps.into_iter().enumerate() {
+            moved |= sh
+                .observe(&view(r, 1_000, 6_000, i as u32 * 50, i as f64))
+                .moved;
+        }
+        assert!(!moved);
+        // The same drain into a bucket under a quarter full is cut, at
+        // most by half.
+        let mut sh = Share::default();
+        let before = sh.of(6_000, 500, s(0.0));
+        for (i, r) in [600, 500, 400, 300, 200].into_iter().enumerate() {
+            sh.observe(&view(r, 1_000, 6_000, i as u32 * 50, i as f64));
+        }
+        let after = sh.of(6_000, 500, s(4.0));
+        assert!(
+            after < before && after >= before / 2 - 1,
+            "{before} -> {after}"
+        );
     }
 }
