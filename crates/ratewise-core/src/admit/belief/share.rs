@@ -24,7 +24,7 @@
 //! keeps its share; a bucket shown nearly full (the others quiet) raises
 //! it back to its starting share at least.
 
-use super::estimated::{SilentEstimate, AGREE, MARGIN, MEASURE_REQUESTS};
+use super::estimated::{SilentEstimate, AGREE, MEASURE_REQUESTS};
 use super::{share_of, Belief, Believed, Change, Sample, Sureness};
 use crate::time::Instant;
 use std::time::Duration;
@@ -72,6 +72,15 @@ struct Seen {
     at: Instant,
     permille: u32,
 }
+
+/// Share of the limit the processes' paces sum to below it (1 %): a drain
+/// measures the whole key's rate, every unit through the bucket, where a
+/// 429's window measures one process's ([`MARGIN`](super::estimated::MARGIN), 3 %); the level each
+/// process syncs to the bucket's `remaining` keeps the rest from a 429.
+/// On the simulator's three replicas of the `redis-down` shape, 3 % gave
+/// 0.895–0.942 of the oracle and 1 % 0.903–0.951, with the same 0–1
+/// answered 429 (seeds 1–12).
+const DRAIN_MARGIN: f64 = 0.01;
 
 /// A drain window spans at least this many times the error of one
 /// remaining (a nearest-thousand one's thousand: 20,000 units of refill).
@@ -200,7 +209,7 @@ impl Share {
                     return Change::NOTHING;
                 }
                 let held = held.map_or(own, |r| r as f64);
-                let pace = limit as f64 * (1.0 - MARGIN);
+                let pace = limit as f64 * (1.0 - DRAIN_MARGIN);
                 // Half the room, or all of it where this process is
                 // most of what the bucket lost (alone on the key now).
                 // Over the limit while the bucket still holds a quarter or
