@@ -201,7 +201,17 @@ impl Share {
         let next = match self.drain.view(v) {
             Drained::Nothing => return Change::NOTHING,
             Drained::Quiet => match held {
-                Some(h) if h < self.floor => self.floor as f64,
+                // Well under where it started (a seeded rate reads a hair
+                // under its seed): back there, and climbing from there as
+                // a bucket at least half full lets it (`headroom`).
+                Some(h) if (h as f64) < self.floor as f64 * (1.0 - AGREE / 4.0) => {
+                    let (window, floor) = (self.drain, self.floor);
+                    *self = Share::seeded(floor, 1000, at);
+                    self.drain = window;
+                    self.floor = floor;
+                    self.estimate.headroom(at);
+                    return Change::MOVED;
+                }
                 _ => return Change::NOTHING,
             },
             Drained::Rates { own, all, low } => {
