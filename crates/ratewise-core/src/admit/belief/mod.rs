@@ -46,7 +46,7 @@ pub(crate) use configured::Configured;
 pub use estimated::EstimateState;
 pub(crate) use estimated::{SilentEstimate, Taught};
 pub(crate) use level::{CreditMark, Level, LevelRecord, ServerView};
-pub(crate) use share::Share;
+pub(crate) use share::{BucketView, Share};
 pub(crate) use stated::Stated;
 
 use super::limits::{Limits, DIMENSIONS};
@@ -116,29 +116,10 @@ pub(crate) enum Sample {
         at: Instant,
     },
     /// A success's view of the provider's bucket, for a process cut off
-    /// from the others on its key: what it shows left, taken when the
-    /// server took the request, beside what this process had charged by
-    /// then. Two views apart tell what the bucket lost in between, and so
-    /// what the others spent (`Share`).
-    View {
-        /// What the bucket held, whole units (a rounded value's middle).
-        remaining: u64,
-        /// How far off `remaining` may be (the width of the range its
-        /// rounding allows; 1 for an exact value).
-        spread: u64,
-        /// The bucket's capacity as known (`0`: unknown).
-        capacity: u64,
-        /// The stated limit, units per minute.
-        limit: u64,
-        /// This process's running total of units charged on this
-        /// dimension at the send (low 32 bits; differences wrap).
-        charged: u32,
-        /// When the server took the view (the request's admission).
-        at: Instant,
-        /// The share of the key this process paces at before it has
-        /// learned one (per mille of the limit).
-        permille: u32,
-    },
+    /// from the others on its key: what it shows left beside what this
+    /// process had charged by then. Two views apart tell what the bucket
+    /// lost in between, and so what the others spent (`Share`).
+    View(BucketView),
 }
 
 /// What a sample changed.

@@ -61,16 +61,26 @@ struct Drain {
     views: u64,
 }
 
-/// A view of the shared bucket ([`Sample::View`]'s fields).
+/// A success's view of the shared bucket ([`Sample::View`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Seen {
-    remaining: u64,
-    spread: u64,
-    capacity: u64,
-    limit: u64,
-    charged: u32,
-    at: Instant,
-    permille: u32,
+pub(crate) struct BucketView {
+    /// What the bucket held, whole units (a rounded value's middle).
+    pub(crate) remaining: u64,
+    /// How far off `remaining` may be (the width of the range its
+    /// rounding allows; 1 for an exact value).
+    pub(crate) spread: u64,
+    /// The bucket's capacity as known (`0`: unknown).
+    pub(crate) capacity: u64,
+    /// The stated limit, units per minute.
+    pub(crate) limit: u64,
+    /// This process's running total of units charged on this dimension
+    /// at the send (low 32 bits; differences wrap).
+    pub(crate) charged: u32,
+    /// When the server took the view (the request's admission).
+    pub(crate) at: Instant,
+    /// The share of the key this process paces at before it has learned
+    /// one (per mille of the limit).
+    pub(crate) permille: u32,
 }
 
 /// Share of the limit the processes' paces sum to below it (1 %): a drain
@@ -103,8 +113,8 @@ impl Drain {
     /// A view of a bucket of `capacity` refilling at `limit` per minute.
     /// A nearly full bucket starts the window again: its refill may have
     /// overflowed, and then the drain says nothing of the others.
-    fn view(&mut self, v: Seen) -> Drained {
-        let Seen {
+    fn view(&mut self, v: BucketView) -> Drained {
+        let BucketView {
             remaining,
             spread,
             capacity,
@@ -190,7 +200,7 @@ impl Share {
     /// window, the share is cut (the key over its limit with its bucket
     /// low), raised (under its limit) or kept; a bucket shown nearly full
     /// raises it to at least where it started.
-    fn viewed(&mut self, v: Seen) -> Change {
+    fn viewed(&mut self, v: BucketView) -> Change {
         let (limit, at) = (v.limit, v.at);
         // Before any 429 or drain taught a share: the configured one.
         let start = share_of(limit, v.permille);
@@ -205,10 +215,7 @@ impl Share {
                 // under its seed): back there, and climbing from there as
                 // a bucket at least half full lets it (`headroom`).
                 Some(h) if (h as f64) < self.floor as f64 * (1.0 - AGREE / 4.0) => {
-                    let (window, floor) = (self.drain, self.floor);
-                    *self = Share::seeded(floor, 1000, at);
-                    self.drain = window;
-                    self.floor = floor;
+                    self.reseed(self.floor, at);
                     self.estimate.headroom(at);
                     return Change::MOVED;
                 }
@@ -240,11 +247,14 @@ impl Share {
             }
         };
         let next = (next.round() as u64).clamp(1, limit.max(1));
-        let (window, floor) = (self.drain, self.floor);
-        *self = Share::seeded(next, 1000, at);
-        self.drain = window;
-        self.floor = floor;
+        self.reseed(next, at);
         Change::MOVED
+    }
+
+    /// The estimate starts again at `rate` as if measured at `at`; the
+    /// open drain window and the starting share stay.
+    fn reseed(&mut self, rate: u64, at: Instant) {
+        self.estimate = SilentEstimate::seeded(rate, at);
     }
 }
 
@@ -254,23 +264,7 @@ impl Belief for Share {
     /// ([`SilentEstimate`]), started from the share.
     fn observe(&mut self, sample: &Sample) -> Change {
         match *sample {
-            Sample::View {
-                remaining,
-                spread,
-                capacity,
-                limit,
-                charged,
-                at,
-                permille,
-            } => self.viewed(Seen {
-                remaining,
-                spread,
-                capacity,
-                limit,
-                charged,
-                at,
-                permille,
-            }),
+            Sample::View(v) => self.viewed(v),
             _ => self.estimate.observe(sample),
         }
     }
@@ -323,7 +317,7 @@ mod tests {
     /// A view of an exactly counted bucket (capacity `cap`, `limit` a
     /// minute) by a process at half the key.
     fn view(remaining: u64, cap: u64, limit: u64, charged: u32, at: f64) -> Sample {
-        Sample::View {
+        Sample::View(BucketView {
             remaining,
             spread: 1,
             capacity: cap,
@@ -331,7 +325,7 @@ mod tests {
             charged,
             at: s(at),
             permille: 500,
-        }
+        })
     }
 
     /// Three processes cut off from each other share a bucket of 6,000 a
@@ -429,7 +423,7 @@ mod tests {
         let mut moved = false;
         for i in 0..120 {
             let t = f64::from(i) * 0.5;
-            let v = Sample::View {
+            let v = Sample::View(BucketView {
                 remaining: 1_000,
                 spread: 1_000,
                 capacity: 2_000,
@@ -437,7 +431,7 @@ mod tests {
                 charged: i as u32 * 10,
                 at: s(t),
                 permille: 500,
-            };
+            });
             moved |= sh.observe(&v).moved;
         }
         assert!(!moved);

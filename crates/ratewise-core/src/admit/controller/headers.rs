@@ -13,6 +13,7 @@ use super::{
     ServerView, SystemTime, DIMENSIONS,
 };
 use crate::admit::belief::stated::{capacity_bound, capacity_evidence, sibling_horizon};
+use crate::admit::belief::BucketView;
 
 impl Controller {
     /// Header sync: learns `*-limit` values and lowers local credits to the
@@ -176,7 +177,7 @@ impl Controller {
                             if charged && headers_describe(d, provider) =>
                         {
                             let (lo, hi) = rounding(d).range(remaining);
-                            Sample::View {
+                            Sample::View(BucketView {
                                 remaining,
                                 spread: hi.saturating_sub(lo).max(1),
                                 capacity: seen,
@@ -184,7 +185,7 @@ impl Controller {
                                 charged: x.charged[i],
                                 at: x.admitted_at,
                                 permille: share,
-                            }
+                            })
                         }
                         _ => continue,
                     };
