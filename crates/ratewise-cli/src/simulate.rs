@@ -47,19 +47,34 @@ pub struct SimulateArgs {
     /// scenario: the standard covering set (every pair of axis values in
     /// one cell at least), worst cells first; exits non-zero when a cell
     /// misses its targets.
-    #[arg(long, conflicts_with_all = ["scenario", "real", "plot", "check"])]
+    #[arg(long, conflicts_with_all = ["scenario", "real", "plot", "check", "cell"])]
     matrix: bool,
+    /// One cell of the matrix as the scenario (its label, as `--matrix`
+    /// prints it: `"dialect=anthropic says=exact ..."`), with `--seed`'s
+    /// workload (default 1); every other option applies to it as to a
+    /// scenario file (`--real` runs it end to end, `--print-scenario`
+    /// writes it out as a scenario file).
+    #[arg(long, value_name = "LABEL", conflicts_with = "scenario")]
+    cell: Option<String>,
+    /// Print the scenario (JSON, as a scenario file) and run nothing.
+    #[arg(long)]
+    print_scenario: bool,
     /// With --matrix: N cells drawn from the whole cross product instead
     /// of the standard set.
     #[arg(long, value_name = "N", requires = "matrix")]
     sample: Option<usize>,
     /// With --matrix: the seed of the standard set or the sample and of
-    /// every cell's workload (default: a new one, printed).
-    #[arg(long, value_name = "S", requires = "matrix")]
+    /// every cell's workload (default: a new one, printed); with --cell,
+    /// the cell's workload (default 1).
+    #[arg(long, value_name = "S")]
     seed: Option<u64>,
 }
 
 fn load(args: &SimulateArgs) -> Result<Scenario, String> {
+    if let Some(label) = &args.cell {
+        let cell = ratewise_sim::matrix::Cell::parse(label)?;
+        return Ok(cell.scenario(args.seed.unwrap_or(1)));
+    }
     let text = match &args.scenario {
         None => ratewise_sim::DEFAULT_SCENARIO.to_owned(),
         Some(path) => {
@@ -89,7 +104,15 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
     if args.matrix {
         return crate::matrix::run(args.sample, args.seed, args.json);
     }
+    if args.seed.is_some() && args.cell.is_none() {
+        return Err("--seed goes with --matrix or --cell".to_owned());
+    }
     let scenario = load(args)?;
+    if args.print_scenario {
+        let text = serde_json::to_string_pretty(&scenario).map_err(|e| e.to_string())?;
+        println!("{text}");
+        return Ok(());
+    }
     let strategies = strategies(&args.strategy)?;
     if args.real {
         return run_real(args, &scenario, &strategies);

@@ -148,3 +148,56 @@ fn the_matrix_prints_its_cells_worst_first_and_fails_on_a_miss() {
     let (code, _, _) = ratewise(&["simulate", "--sample", "3"]);
     assert_ne!(code, 0, "--sample without --matrix");
 }
+
+/// `--cell` runs one matrix cell as a scenario (every other option
+/// applies), and `--print-scenario` writes it out as a scenario file that
+/// runs the same figures: how a cell that missed becomes a fixed scenario
+/// in `scenarios/matrix/`.
+#[test]
+fn one_cell_runs_as_a_scenario_and_prints_as_a_file_that_runs_the_same() {
+    let label = matrix::Cell([1, 3, 2, 0, 2, 0, 0, 0]).label();
+    let (code, table, err) = ratewise(&[
+        "simulate",
+        "--cell",
+        &label,
+        "--seed",
+        "4",
+        "--strategy",
+        "ratewise",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains(&format!("scenario {label}")), "{table}");
+    let (code, text, err) = ratewise(&[
+        "simulate",
+        "--cell",
+        &label,
+        "--seed",
+        "4",
+        "--print-scenario",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let s = ratewise_sim::Scenario::from_json(&text).expect("a scenario file");
+    assert_eq!(s.name, label);
+    assert_eq!(s.seed, 4);
+    let dir = tempdir("cell");
+    let path = dir.join("cell.json");
+    std::fs::write(&path, &text).unwrap();
+    let (_, from_file, _) = ratewise(&[
+        "simulate",
+        "--scenario",
+        path.to_str().unwrap(),
+        "--strategy",
+        "ratewise",
+    ]);
+    assert_eq!(from_file, table);
+    // Clear errors on bad input.
+    let (code, _, err) = ratewise(&["simulate", "--cell", "dialect=gemini"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("one of anthropic, openai"), "{err}");
+    let (code, _, err) = ratewise(&["simulate", "--cell", "dialect=openai"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("says missing"), "{err}");
+    let (code, _, err) = ratewise(&["simulate", "--seed", "3"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--seed goes with"), "{err}");
+}

@@ -247,6 +247,9 @@ pub struct Job {
     spec: JobSpec,
     /// Admission must come early enough for the attempt itself to fit.
     admit_deadline: Option<Instant>,
+    /// [`Policy::expected_attempt_time`]: the store's last moment to send
+    /// counts the longer of it and the time it learned, not both.
+    attempt_time: Duration,
     /// For a job with no deadline: the most it waits in line in total —
     /// admission waits, its turn in a driver's queue and retry delays
     /// together ([`Policy::max_inline_wait`]); `None` with a deadline.
@@ -292,6 +295,7 @@ impl Job {
         Job {
             spec,
             admit_deadline,
+            attempt_time: policy.expected_attempt_time,
             inline_limit: spec.deadline.is_none().then_some(policy.max_inline_wait),
             waited: Duration::ZERO,
             waiting_since: Some(spec.arrived),
@@ -458,7 +462,8 @@ impl Job {
             max_tokens: self.spec.max_tokens,
             is_retry: self.attempts > 0,
             paced: self.last_paced,
-            deadline: self.admit_deadline,
+            deadline: self.spec.deadline.map(|d| self.spec.arrived + d),
+            attempt_time: self.attempt_time,
             streamed: self.spec.streamed,
         }
     }

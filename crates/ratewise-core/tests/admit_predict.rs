@@ -158,6 +158,23 @@ fn a_job_is_never_sent_later_than_its_deadline_less_the_time_to_its_first_byte()
     let mut fits = req;
     fits.deadline = Some(Instant::from_millis(20_000));
     assert!(matches!(c.clone().admit(&fits, t8), Admission::Wait { .. }));
+    // A caller's own attempt time counts instead of the learned 8 s only
+    // when it is longer — never added to it: an attempt believed to take
+    // 5 s still fits by 20 s (10 s + 8 s + 1 s), one of 12 s does not
+    // (10 s + 12 s), and one of 9 s fits by 20 s (10 s + 9 s), where the
+    // sum (8 + 9 s) would have refused it.
+    let mut five = fits;
+    five.attempt_time = Duration::from_secs(5);
+    assert!(matches!(c.clone().admit(&five, t8), Admission::Wait { .. }));
+    let mut twelve = fits;
+    twelve.attempt_time = Duration::from_secs(12);
+    assert!(matches!(
+        c.clone().admit(&twelve, t8),
+        Admission::Refused { .. }
+    ));
+    let mut nine = fits;
+    nine.attempt_time = Duration::from_secs(9);
+    assert!(matches!(c.clone().admit(&nine, t8), Admission::Wait { .. }));
     // A streamed request's head comes with its first token: the 8 s of a
     // whole generation do not count against it.
     let mut streamed = late;

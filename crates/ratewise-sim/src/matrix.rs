@@ -20,7 +20,8 @@
 //! them in the model the simulator runs).
 //!
 //! Targets ([`Cell::misses`]): every job done (a `give_up` while the
-//! deadline could still be met is a job not done); where limits are
+//! deadline could still be met is a job not done, and so is an answer
+//! after the deadline); where limits are
 //! stated, goodput ≥ 0.9 × the oracle's, ≤ 1 % of sends answered 429, ≤
 //! 1.02 sends per done job; where nothing is stated, ≥ 0.85 ×, ≤ 3 %, ≤
 //! 1.04; replicas with no shared store, ≤ 3 % answered 429. A cell is
@@ -94,6 +95,44 @@ impl Cell {
             .map(|a| format!("{}={}", AXES[a].name, self.value(a)))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// The cell a label names (`dialect=anthropic says=exact ...`, as
+    /// [`label`](Self::label) writes it): every axis once, by name, in any
+    /// order.
+    ///
+    /// ```
+    /// use ratewise_sim::matrix::Cell;
+    /// let c = Cell([1, 2, 0, 3, 1, 2, 0, 1]);
+    /// assert_eq!(Cell::parse(&c.label()), Ok(c));
+    /// assert!(Cell::parse("dialect=gemini").is_err());
+    /// ```
+    pub fn parse(label: &str) -> Result<Cell, String> {
+        let mut v: [Option<u8>; 8] = [None; 8];
+        for part in label.split_whitespace() {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: expected axis=value"))?;
+            let a = AXES
+                .iter()
+                .position(|x| x.name == name)
+                .ok_or_else(|| format!("{name:?}: no such axis ({})", axis_names()))?;
+            let i = AXES[a]
+                .values
+                .iter()
+                .position(|x| *x == value)
+                .ok_or_else(|| format!("{name}={value}: one of {}", AXES[a].values.join(", ")))?;
+            if v[a].replace(i as u8).is_some() {
+                return Err(format!("{name} given twice"));
+            }
+        }
+        let mut out = [0u8; 8];
+        for (a, x) in v.iter().enumerate() {
+            out[a] = x.ok_or_else(|| {
+                format!("{} missing (every axis: {})", AXES[a].name, axis_names())
+            })?;
+        }
+        Ok(Cell(out))
     }
 
     /// Whether the provider states its limits in this cell.
@@ -219,11 +258,18 @@ impl Cell {
             (0.85, 0.03, 1.04)
         };
         let mut miss = Vec::new();
-        if rw.jobs_done < rw.jobs_total {
+        // An answer after the caller's deadline reached nobody.
+        let done = rw.jobs_done.saturating_sub(rw.jobs_late);
+        if done < rw.jobs_total {
             miss.push(format!(
-                "{} of {} jobs not done",
-                rw.jobs_total - rw.jobs_done,
-                rw.jobs_total
+                "{} of {} jobs not done{}",
+                rw.jobs_total - done,
+                rw.jobs_total,
+                if rw.jobs_late > 0 {
+                    format!(" ({} answered after the deadline)", rw.jobs_late)
+                } else {
+                    String::new()
+                }
             ));
         }
         let of = of_oracle(rw, oracle);
@@ -262,6 +308,10 @@ fn share_429(r: &Report) -> f64 {
     } else {
         r.sends_429 as f64 / r.sends as f64
     }
+}
+
+fn axis_names() -> String {
+    AXES.iter().map(|a| a.name).collect::<Vec<_>>().join(", ")
 }
 
 /// Every pair of values of two axes.
@@ -369,7 +419,7 @@ pub fn run(cells: &[Cell], seed: u64, progress: &mut dyn FnMut(usize, usize)) ->
         let ratewise = simulate(&s, Strategy::Ratewise, &mut |_, _| {});
         let oracle = simulate(&s, Strategy::Oracle, &mut |_, _| {});
         let misses = c.misses(&ratewise, &oracle);
-        let excused = oracle.jobs_done < oracle.jobs_total;
+        let excused = oracle.jobs_done.saturating_sub(oracle.jobs_late) < oracle.jobs_total;
         out.push(Outcome {
             cell: *c,
             ratewise,

@@ -214,12 +214,18 @@ pub struct AdmitRequest {
     /// ([`paced`](crate::decide::paced)): the retry budget neither bounds
     /// nor counts it, since the provider said when it would have room.
     pub paced: bool,
-    /// The caller's deadline for the answer's first byte (the job machine
-    /// passes its deadline less the policy's `expected_attempt_time`). The
-    /// last moment to send is this less the scope's learned time to the
-    /// first byte and a margin (`last_send`); a wait past that
-    /// is refused at once with `give_up(deadline)`.
+    /// The caller's deadline for the answer's first byte. The last moment
+    /// to send is this less the longer of [`attempt_time`](Self::attempt_time)
+    /// and the scope's learned time to the first byte with a margin
+    /// (`last_send`); a wait past that is refused at once with
+    /// `give_up(deadline)`.
     pub deadline: Option<Instant>,
+    /// The least time the caller believes an attempt takes (the job
+    /// machine passes `Policy::expected_attempt_time`; zero: only what the
+    /// scope has learned). The longer of the two counts, never their sum:
+    /// a slow model's learned ten seconds and a configured fifty are one
+    /// attempt, not sixty seconds cut from the deadline.
+    pub attempt_time: Duration,
     /// Whether the answer streams: its first byte comes with the first
     /// token. A non-streamed answer's head comes after the whole
     /// generation, and its time to first byte is learned apart.
@@ -237,6 +243,7 @@ impl AdmitRequest {
             is_retry: false,
             paced: false,
             deadline: None,
+            attempt_time: Duration::ZERO,
             streamed: false,
         }
     }
@@ -409,9 +416,9 @@ impl ScopeState {
     /// less the learned time to the first byte and a margin. Never a send
     /// at 599 s of a 600 s timeout, which the provider would bill after
     /// the caller has gone.
-    fn last_send(&self, deadline: Instant, streamed: bool) -> Instant {
+    fn last_send(&self, deadline: Instant, streamed: bool, attempt: Duration) -> Instant {
         let head = self.head_latency[usize::from(streamed)].unwrap_or(Duration::ZERO);
-        let before = head.saturating_add(SEND_MARGIN.max(head / 10));
+        let before = head.saturating_add(SEND_MARGIN.max(head / 10)).max(attempt);
         Instant::from_origin(deadline.since_origin().saturating_sub(before))
     }
 

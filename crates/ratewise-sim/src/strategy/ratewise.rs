@@ -99,14 +99,19 @@ pub fn controller_config(scenario: &Scenario) -> Config {
 }
 
 /// `Policy::default()` with the expected attempt time a user sets for
-/// their model: the slowest answer of the scenario (`base_ms` plus
-/// `max_tokens` at `per_output_token_ms`), so that a job is not admitted
-/// when its answer would come after its deadline.
+/// their model: a typical answer of the scenario (`base_ms` plus the mean
+/// output at `per_output_token_ms`). The store counts the longer of it
+/// and the answer time it learns, so a job is not admitted when its
+/// answer would come after its deadline — and not refused for a worst
+/// case (a whole `max_tokens` generated) that its answers never reach.
 pub fn policy(scenario: &Scenario) -> Policy {
-    let worst_ms = scenario.latency.base_ms as f64
-        + scenario.jobs.max_tokens as f64 * scenario.latency.per_output_token_ms;
+    let [lo, hi] = scenario.jobs.output_tokens;
+    let mean_output =
+        (lo.min(scenario.jobs.max_tokens) + hi.min(scenario.jobs.max_tokens)) as f64 / 2.0;
+    let typical_ms =
+        scenario.latency.base_ms as f64 + mean_output * scenario.latency.per_output_token_ms;
     let mut policy = Policy::default();
-    policy.expected_attempt_time = Duration::from_secs_f64(worst_ms.min(86_400_000.0) / 1e3);
+    policy.expected_attempt_time = Duration::from_secs_f64(typical_ms.min(86_400_000.0) / 1e3);
     policy
 }
 

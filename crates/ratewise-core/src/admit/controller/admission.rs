@@ -44,7 +44,9 @@ impl Controller {
         if let Some(cause) = s.class_stop {
             return Admission::Stopped { cause, until: None };
         }
-        let deadline = req.deadline.map(|d| s.last_send(d, req.streamed));
+        let deadline = req
+            .deadline
+            .map(|d| s.last_send(d, req.streamed, req.attempt_time));
         if deadline.is_some_and(|d| t > d) {
             // Past the last moment to send: the answer could not come in
             // time, whatever the buckets hold.
@@ -208,7 +210,9 @@ impl Controller {
             (Some(p), Some(b)) => p.max(b),
             (p, b) => p.or(b).unwrap_or(t),
         };
-        let deadline = req.deadline.map(|d| s.last_send(d, req.streamed));
+        let deadline = req
+            .deadline
+            .map(|d| s.last_send(d, req.streamed, req.attempt_time));
         Some(wait_or_refuse(until, WaitReason::Queue, deadline))
     }
 }
