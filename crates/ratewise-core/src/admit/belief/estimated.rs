@@ -18,9 +18,14 @@
 //!   provider's bucket full, of an unknown capacity `C`: `A = C + R·Δ`.
 //!   Both providers that document their buckets hold at most a minute of
 //!   their limit, so `R ≥ A / (Δ + 1 min)`: a lower bound to start from,
-//!   and `(A + a) / Δ` an upper one. Until a window between two 429s has
-//!   measured the rate, the estimate grows quickly (doubling every
-//!   [`COLD_DOUBLING`]) toward that upper bound.
+//!   and `(A + a) / Δ` an upper one — an upper one only if the bucket
+//!   never spilled in the window, which a slow start behind long answers
+//!   into a one-second bucket does for most of it. So the estimate starts
+//!   at the geometric mean of the two and, until a window between two
+//!   429s has measured the rate, grows quickly (doubling every
+//!   [`COLD_DOUBLING`]) to the upper bound, rests there [`UPPER_REST`] of
+//!   use and, with no 429 there, goes past it. A hint's bound (`R ≤ a /
+//!   hint`, precise hints only) is a true bound and caps the climb.
 //! * **A short window** (too few units to measure) only cuts the pace
 //!   that met the 429 multiplicatively ([`HOLD`]), as the AWS SDKs'
 //!   adaptive retry mode does on every throttle, and keeps measuring from
@@ -76,6 +81,10 @@ pub(crate) const MAX_AGREED: u32 = 4;
 /// bound.
 pub(crate) const COLD_DOUBLING: Duration = Duration::from_secs(10);
 
+/// How long a cold climb rests at its upper bound before it goes past
+/// it (see [`SilentEstimate::rate`]): one doubling's time.
+pub(crate) const UPPER_REST: Duration = COLD_DOUBLING;
+
 /// A 429 never lowers the pace that met it below this share of it: the
 /// multiplicative decrease (CUBIC's β, the AWS adaptive mode's 0.7) where
 /// no window long enough to measure says more.
@@ -114,6 +123,11 @@ pub(crate) struct SilentEstimate {
     base_at: Instant,
     /// The most the rate may grow to while cold (units per minute).
     upper: u64,
+    /// Whether `upper` is a hint's bound (`R ≤ a / hint`: a true bound
+    /// while the limit stands) rather than a window's (true only if the
+    /// provider's bucket never spilled: a cold climb goes past it after
+    /// resting there).
+    upper_hinted: bool,
     state: Option<EstimateState>,
     /// The open measuring window: its start, whether it started empty (a
     /// 429) rather than full (a cold key's first admission), and the units
@@ -168,6 +182,7 @@ impl Default for SilentEstimate {
             base: 0,
             base_at: Instant::ZERO,
             upper: 0,
+            upper_hinted: false,
             state: None,
             window: None,
             last_event: None,
@@ -261,6 +276,7 @@ impl SilentEstimate {
         self.base = now.max(1);
         self.base_at = t;
         self.upper = u64::MAX;
+        self.upper_hinted = false;
         self.state = Some(EstimateState::Cold);
     }
 
@@ -380,12 +396,19 @@ impl SilentEstimate {
         let taught = if !w.from_empty {
             // Cold: A = C + R·Δ with C ≤ a minute of R.
             let lower = per_min(through as f64, span_ns + 60e9);
-            let upper = per_min(through.saturating_add(a) as f64, span_ns);
-            let upper = hinted.map_or(upper, |h| upper.min(h));
+            let window = per_min(through.saturating_add(a) as f64, span_ns);
+            let upper = hinted.map_or(window, |h| window.min(h));
+            // Start halfway between the bounds (their geometric mean):
+            // the lower one assumes a bucket of a whole minute, the upper
+            // one a bucket that never spilled; a cold climb from the
+            // lower bound alone spends half a minute far under a limit it
+            // could have found in seconds.
+            let start = (lower * upper).sqrt().max(lower);
             let now_rate = self.rate(t).map(|r| r as f64);
-            let lower = now_rate.map_or(lower, |r| r.min(lower));
-            self.base = to_units(lower);
+            let start = now_rate.map_or(start, |r| r.min(start));
+            self.base = to_units(start);
             self.upper = to_units(upper).max(self.base);
+            self.upper_hinted = hinted.is_some_and(|h| h < window);
             self.state = Some(EstimateState::Cold);
             Taught::Cold
         } else {
@@ -473,8 +496,25 @@ impl SilentEstimate {
         let room = (self.sent_lately(t) * GROWTH_ROOM).max(base);
         let rate = match state {
             EstimateState::Cold => {
-                let grown = base * (tau / COLD_DOUBLING.as_secs_f64()).exp2().min(MAX_GROWTH);
-                grown.min(self.upper.max(self.base) as f64)
+                // `(A + a) / Δ` bounds the rate only if the provider's
+                // bucket never filled up in the window (a full bucket
+                // spills its refill unseen): a slow start behind long
+                // answers sends a few requests in ten seconds into a
+                // bucket that refills in one, and its "upper bound" is a
+                // tenth of the limit. So the climb rests at the bound for
+                // `UPPER_REST` of use and, with no 429 there, goes on past
+                // it: a bound that was true meets a 429 (which measures),
+                // one that was not is left behind.
+                let doublings = tau / COLD_DOUBLING.as_secs_f64();
+                let upper = self.upper.max(self.base) as f64;
+                let to_upper = (upper / base).log2().max(0.0);
+                let rest = UPPER_REST.as_secs_f64() / COLD_DOUBLING.as_secs_f64();
+                let d = if doublings > to_upper + rest && !self.upper_hinted {
+                    doublings - rest
+                } else {
+                    doublings.min(to_upper)
+                };
+                base * d.exp2().min(MAX_GROWTH)
             }
             EstimateState::Measured => {
                 let x = tau / 60.0;
@@ -509,6 +549,7 @@ impl SilentEstimate {
             base: r.base,
             base_at: base.back(r.base_at),
             upper: r.upper.max(r.base),
+            upper_hinted: false,
             state: Some(r.state),
             window: r.window_start.map(|s| Window {
                 start: base.back(s),

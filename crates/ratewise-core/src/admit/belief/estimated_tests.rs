@@ -31,25 +31,63 @@ fn nothing_before_a_429() {
 }
 
 #[test]
-fn a_cold_429_is_a_lower_bound_that_grows_while_used() {
+fn a_cold_429_starts_between_its_bounds_and_grows_while_used() {
     // 50 per minute with a minute's bucket: 53 let through in 4 s, the
-    // 54th throttled.
+    // 54th throttled. The rate is at least 53 / (4 s + a minute) = 49
+    // (the bucket held a minute) and at most 54 / 4 s = 810 (it never
+    // spilled): the estimate starts at their geometric mean.
     let mut e = SilentEstimate::default();
     take(&mut e, 53, 0.0);
     take(&mut e, 1, 4.0);
     assert_eq!(e.throttled(1, None, s(4.0)), Taught::Cold);
     assert_eq!(e.state(), Some(EstimateState::Cold));
-    assert_eq!(e.rate(s(4.0)), Some(49));
+    let start = e.rate(s(4.0)).unwrap();
+    assert!((195..=205).contains(&start), "{start}");
     // Unused, it does not grow (RFC 7661): an idle key keeps it.
-    assert_eq!(e.rate(s(60.0)), Some(49));
+    assert_eq!(e.rate(s(60.0)), Some(start));
     // Used at the rate it allows, it doubles every ten seconds...
     let mut used = e.clone();
-    send_at(&mut used, 49.0, 4.0, 14.0);
+    send_at(&mut used, start as f64, 4.0, 14.0);
     let r = used.rate(s(14.0)).unwrap();
-    assert!((90..=98).contains(&r), "{r}");
-    // ... never past (53 + 1) / 4 s.
-    send_at(&mut used, 810.0, 14.0, 400.0);
-    assert_eq!(used.rate(s(400.0)), Some(810));
+    assert!((2 * start - 20..=2 * start).contains(&r), "{start} -> {r}");
+    // ... up to the window's bound, where it rests ten seconds of use...
+    send_at(&mut used, 810.0, 14.0, 30.0);
+    assert!((800..=810).contains(&used.rate(s(30.0)).unwrap()));
+    // ... and, with no 429 there, goes past it: a bound from a window
+    // that spilled (a slow start into a short bucket) was no bound.
+    send_at(&mut used, 1620.0, 30.0, 60.0);
+    assert!(used.rate(s(60.0)).unwrap() > 1000);
+}
+
+#[test]
+fn a_slow_start_into_a_short_bucket_is_not_held_to_its_window() {
+    // 1,362 tokens a second in a one-second bucket; a cold key sends one
+    // request of 1,000 every 9.6 s (long answers, one out at a time):
+    // the 429 comes on the third, 19 s in. The window's "bound" (3,000
+    // tokens in 19 s: 9,500 a minute) is a ninth of the limit; within
+    // two minutes of use the estimate is past a third of it.
+    let mut e = SilentEstimate::default();
+    e.took(1000, s(0.0));
+    e.took(1000, s(9.6));
+    e.took(1000, s(19.0));
+    e.took(1000, s(19.0));
+    e.took(1000, s(19.0));
+    assert_eq!(
+        e.throttled(1000, Some(Duration::from_secs(1)), s(19.0)),
+        Taught::Cold
+    );
+    assert!(e.rate(s(19.0)).unwrap() < 10_000);
+    let mut t = 19.0;
+    while t < 140.0 {
+        let r = e.rate(s(t)).unwrap() as f64;
+        send_at(&mut e, r.max(1.0), t, t + 1.0);
+        t += 1.0;
+    }
+    assert!(
+        e.rate(s(140.0)).unwrap() > 81_720 / 3,
+        "{:?}",
+        e.rate(s(140.0))
+    );
 }
 
 #[test]
@@ -120,7 +158,7 @@ fn a_climb_that_crosses_the_limit_falls_back_to_half_its_pace() {
     e.took(1, s(0.5));
     assert_eq!(e.throttled(1, None, s(0.5)), Taught::Cold);
     let cold = e.rate(s(0.5)).unwrap();
-    send_at(&mut e, 200.0, 0.5, 30.0);
+    send_at(&mut e, 1000.0, 0.5, 30.0);
     let pace = e.rate(s(30.0)).unwrap();
     assert!(pace > cold * 3, "{cold} -> {pace}");
     e.took(1, s(30.0));
