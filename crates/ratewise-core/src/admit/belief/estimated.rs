@@ -406,7 +406,7 @@ impl SilentEstimate {
             let start = (lower * upper).sqrt().max(lower);
             let now_rate = self.rate(t).map(|r| r as f64);
             let start = now_rate.map_or(start, |r| r.min(start));
-            self.base = to_units(start);
+            self.base = to_units(start.max(a as f64));
             self.upper = to_units(upper).max(self.base);
             self.upper_hinted = hinted.is_some_and(|h| h < window);
             self.state = Some(EstimateState::Cold);
@@ -462,7 +462,12 @@ impl SilentEstimate {
                     self.agreed = 0;
                 }
             }
-            self.base = to_units(new / (1.0 - MARGIN));
+            // Never under one such request a minute: a window whose sends
+            // were all refused measures nothing went through, not a limit
+            // of zero (an estimate of one token a minute would hold the
+            // next request for hours, and the probe grows from it only
+            // so far).
+            self.base = to_units(new.max(a as f64) / (1.0 - MARGIN));
             self.upper = self.upper.max(self.base);
             self.state = Some(EstimateState::Measured);
             self.base_at = t;

@@ -231,3 +231,21 @@ mod as_a_belief {
         assert!((560..=600).contains(&b.limit), "{}", b.limit);
     }
 }
+
+#[test]
+fn a_window_of_refused_sends_never_measures_a_limit_under_one_request() {
+    // Measured at 60,000 tokens a minute, then a window in which four
+    // requests of 9,000 tokens were all refused (each released, so none
+    // went through) ends in a 429: nothing went through, but the limit is
+    // not zero — at least one such request a minute (an estimate of one
+    // token a minute held a replica's next request for a day).
+    let mut e = SilentEstimate::seeded(60_000, s(0.0));
+    for i in 0..4 {
+        let at = s(1.0 + f64::from(i) * 2.0);
+        e.took(9_000, at);
+        e.corrected(-9_000, at);
+    }
+    e.took(9_000, s(8.0));
+    e.throttled(9_000, None, s(8.0));
+    assert!(e.rate(s(8.0)).unwrap() >= 8_700, "{:?}", e.rate(s(8.0)));
+}
