@@ -22,6 +22,27 @@ where `span` is the provider time from the first send to the last answer
 and `capacity` what the provider's bucket held at the start (a client that
 took all of it at once and then the limit's refill could not use more).
 
+`--binding requests` counts the sends answered with success instead of
+tokens (a requests-per-minute limit). `--others-share X`: another client
+takes that share of every limit's refill (the mock's
+`bias.other_client_share`), so the limit offers `(1 - X)` of its rate
+after the capacity it starts with. `--requests-limit N` prints the share
+of a requests-per-minute limit used beside the binding one (not judged).
+
+`--arrival-per-sec R` starts job i at i / R seconds instead of all at
+once, and `--deadline-s D` gives each job D seconds from its arrival
+(queued behind the concurrency included): its call's timeout is what is
+left (the SDK sends it, the proxy reads it as the job's deadline), and an
+answer after it is a job not done. `--min-done N`: fewer jobs may be
+done (a shape where no client can do them all), at least N.
+`--oracle-minutes M`: the simulator's oracle (the best client, reading
+the provider's true state) does the same jobs in M minutes; where that
+uses less than the limit (jobs arriving slower than it allows, or
+`max_tokens` charged up front holding the bucket while answers take
+seconds), the share judged is of the oracle's: `used / oracle's`, the
+oracle's being the same jobs' units over `capacity + rate * M`.
+`--max-wall-s S` cancels the jobs not back after S seconds (not done).
+
 `--stream` makes every Anthropic call a stream (`stream=True`), read to
 its end. `--impatient N` first sends N callers whose own timeout
 (`--impatient-timeout`, seconds) is shorter than the mock takes to answer
@@ -68,13 +89,14 @@ async def run_anthropic(args, sizes, timeout=600, headers=None, salt=0):
         for p in args.proxy
     ]
 
-    async def call(i, n):
+    async def call(i, n, **per_call):
         client = clients[i % len(clients)]
         kw = dict(
             model="claude-sonnet-4-5",
             max_tokens=args.max_tokens,
             messages=[{"role": "user", "content": words(n, salt + i)}],
             extra_headers=headers or {},
+            **per_call,
         )
         if not args.stream:
             return await client.messages.create(**kw)
@@ -100,10 +122,11 @@ async def run_openai(args, sizes):
         openai.AsyncOpenAI(base_url=p + "/v1", api_key="sk-bench-key", max_retries=0, timeout=600)
         for p in args.proxy
     ]
-    return await run_jobs(args, sizes, lambda i, n: clients[i % len(clients)].chat.completions.create(
+    return await run_jobs(args, sizes, lambda i, n, **per_call: clients[i % len(clients)].chat.completions.create(
         model="gpt-4o",
         max_tokens=args.max_tokens,
         messages=[{"role": "user", "content": words(n, i)}],
+        **per_call,
     ))
 
 
@@ -159,16 +182,44 @@ async def run_gemini_zero(args):
 async def run_jobs(args, sizes, call):
     sem = asyncio.Semaphore(args.concurrency)
     outcomes = []
+    t0 = time.monotonic()
+    rate = getattr(args, "arrival_per_sec", None)
+    deadline = getattr(args, "deadline_s", None)
 
     async def job(i, n):
+        # Its arrival (all at once, or one every 1 / rate seconds), from
+        # which its deadline counts, queued behind the others included.
+        arrival = t0 + i / rate if rate else t0
+        if rate:
+            await asyncio.sleep(max(0.0, arrival - time.monotonic()))
         async with sem:
+            per_call = {}
+            if deadline:
+                left = arrival + deadline - time.monotonic()
+                if left <= 0:
+                    outcomes.append(("error", f"deadline passed before it left the queue ({deadline} s)"))
+                    return
+                # The SDK sends it (x-stainless-read-timeout): the proxy's
+                # deadline for the job.
+                per_call["timeout"] = left
             try:
-                await call(i, n)
-                outcomes.append(("done", None))
+                await call(i, n, **per_call)
+                late = time.monotonic() - (arrival + deadline) if deadline else 0.0
+                if late > 0:
+                    outcomes.append(("error", f"answered {late:.1f} s after its deadline"))
+                else:
+                    outcomes.append(("done", None))
             except Exception as e:  # the SDK's typed errors, reported as such
                 outcomes.append(("error", f"{type(e).__name__}: {str(e)[:160]}"))
 
-    await asyncio.gather(*(job(i, n) for i, n in enumerate(sizes)))
+    tasks = [asyncio.ensure_future(job(i, n)) for i, n in enumerate(sizes)]
+    cap = getattr(args, "max_wall_s", None)
+    _, pending = await asyncio.wait(tasks, timeout=cap)
+    for t in pending:
+        t.cancel()
+        outcomes.append(("error", f"not back after the bench's {cap:.0f} s"))
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
     return outcomes
 
 
@@ -183,7 +234,22 @@ def main():
     ap.add_argument("--input", type=int, nargs=2, default=[1000, 3000])
     ap.add_argument("--limit", type=int, required=True,
                     help="the binding limit per minute (input tokens or tokens)")
-    ap.add_argument("--binding", choices=["input", "output", "tokens"], default="input")
+    ap.add_argument("--binding", choices=["input", "output", "tokens", "requests"], default="input")
+    ap.add_argument("--others-share", type=float, default=0.0,
+                    help="another client takes this share of every limit's refill")
+    ap.add_argument("--requests-limit", type=int, default=None,
+                    help="also print the share of this requests-per-minute limit used (not judged)")
+    ap.add_argument("--arrival-per-sec", type=float, default=None,
+                    help="job i arrives at i / R seconds (default: all at once)")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="each job's deadline from its arrival, seconds (its call's timeout)")
+    ap.add_argument("--min-done", type=int, default=None,
+                    help="jobs that must be done (default: every one)")
+    ap.add_argument("--oracle-minutes", type=float, default=None,
+                    help="the simulator's oracle does these jobs in this many minutes: where that uses less "
+                         "than the limit, the share judged is of the oracle's")
+    ap.add_argument("--max-wall-s", type=float, default=None,
+                    help="jobs not back after this many seconds are cancelled (not done)")
     ap.add_argument("--capacity-seconds", type=float, default=60.0)
     ap.add_argument("--max-429-share", type=float, default=0.02)
     ap.add_argument("--min-used", type=float, default=0.0)
@@ -202,6 +268,8 @@ def main():
     args = ap.parse_args()
     if (args.stream or args.impatient) and args.shape != "anthropic":
         ap.error("--stream and --impatient are for --shape anthropic")
+    if args.deadline_s and args.shape == "gemini":
+        ap.error("--deadline-s is for --shape anthropic or openai")
 
     lo, hi = args.input
     sizes = [lo + (i * 7919) % (hi - lo + 1) for i in range(args.jobs)]
@@ -241,39 +309,53 @@ def main():
     sends = len(records)
     r429 = sum(1 for x in records if x.get("status") == 429)
     ok = [x for x in records if x.get("status") == 200]
-    if args.binding == "input":
-        used_tokens = sum(x["input_tokens"] for x in ok)
-    elif args.binding == "output":
-        used_tokens = sum(x["output_tokens"] for x in ok)
-    else:
+    def units(x, binding):
+        if binding == "requests":
+            return 1
+        if binding == "input":
+            return x["input_tokens"]
+        if binding == "output":
+            return x["output_tokens"]
         # OpenAI-style TPM: input plus output (the max_tokens charged at
         # admission is corrected to the output when the answer ends).
-        used_tokens = sum(x["input_tokens"] + x["output_tokens"] for x in ok)
+        return x["input_tokens"] + x["output_tokens"]
 
-    def used_and_offered(recs):
+    def used_and_offered(recs, binding=None, limit=None):
+        binding = binding or args.binding
+        limit = limit or args.limit
         oks = [x for x in recs if x.get("status") == 200]
-        if args.binding == "input":
-            n = sum(x["input_tokens"] for x in oks)
-        elif args.binding == "output":
-            n = sum(x["output_tokens"] for x in oks)
-        else:
-            n = sum(x["input_tokens"] + x["output_tokens"] for x in oks)
+        n = sum(units(x, binding) for x in oks)
         times = [x["provider_ms"] for x in recs]
         span = (max(times) - min(times)) / 60000.0 if times else 0.0
-        offered = args.limit * args.capacity_seconds / 60.0 + args.limit * span
+        # Another client on the key takes its share of the refill; the
+        # capacity the key starts with is whole.
+        rate = limit * (1.0 - args.others_share)
+        offered = limit * args.capacity_seconds / 60.0 + rate * span
         return n, offered
 
-    def share_used(recs):
+    def share_used(recs, binding=None, limit=None):
         # Each provider's limit over its own span, summed: of the sum of
         # the limits when there are several.
         n = offered = 0.0
         for i in range(len(args.mock)):
-            a, b = used_and_offered([x for x in recs if x["_mock"] == i])
+            a, b = used_and_offered([x for x in recs if x["_mock"] == i], binding, limit)
             n += a
             offered += b
         return n / offered if offered else 0.0
 
     used = share_used(records)
+    # The best any client can do with these jobs, where that is less than
+    # the limit: the same share over the span the simulator's oracle takes
+    # (--oracle-minutes); the share judged is then of the oracle's.
+    oracle_used = None
+    if args.oracle_minutes and len(args.mock) == 1:
+        # The oracle does every job: their units, from the mean of those
+        # answered here (all of them, unless the run was cut).
+        n, _ = used_and_offered(records)
+        n = n * args.jobs / max(len(ok), 1)
+        rate = args.limit * (1.0 - args.others_share)
+        best = args.limit * args.capacity_seconds / 60.0 + rate * args.oracle_minutes
+        oracle_used = n / best if best else 0.0
     done = sum(1 for o, _ in outcomes if o == "done")
     errors = [e for o, e in outcomes if o == "error"]
     share = r429 / sends if sends else 0.0
@@ -289,10 +371,20 @@ def main():
         "sends_per_job": round(sends / max(total_jobs, 1), 3),
         "answered_429": r429,
         "share_429": round(share, 4),
+        "binding": args.binding,
         "used_of_binding_limit": round(used, 3),
         "wall_s": round(wall_s, 1),
         "errors": errors[:5],
     }
+    if oracle_used is not None:
+        result["oracle_used_of_binding_limit"] = round(oracle_used, 3)
+        result["oracle_minutes"] = args.oracle_minutes
+        result["used_of_oracles"] = round(used / min(oracle_used, 1.0), 3) if oracle_used else 0.0
+    if args.requests_limit and args.binding != "requests":
+        result["used_of_requests_limit"] = round(share_used(records, "requests", args.requests_limit), 3)
+    if args.deadline_s or args.arrival_per_sec:
+        result["deadline_s"] = args.deadline_s
+        result["arrival_per_sec"] = args.arrival_per_sec
     if r429:
         # When (provider seconds from the first send) and on which bucket.
         t0 = min(x["provider_ms"] for x in records)
@@ -339,18 +431,28 @@ def main():
     later_used = ""
     if args.impatient:
         later_used = f" (the later jobs: {result['later_used_of_binding_limit']:.3f})"
-    of = "of the binding limit" if len(args.mock) == 1 else f"of the sum of the {len(args.mock)} binding limits"
+    of = f"of the binding ({args.binding}) limit" if len(args.mock) == 1 else f"of the sum of the {len(args.mock)} binding ({args.binding}) limits"
+    if oracle_used is not None:
+        of += (f" (the simulated oracle's {oracle_used:.3f} in {args.oracle_minutes * 60:.0f} s: "
+               f"{result['used_of_oracles']:.3f} of it)")
+    if "used_of_requests_limit" in result:
+        of += f", {result['used_of_requests_limit']:.3f} of the requests limit"
     print(f"| {args.label or args.shape} | {done}/{args.jobs}{extra} | {sends} sends ({result['sends_per_job']} per job) "
           f"| {r429} answered 429 ({100 * share:.2f} %) | used {used:.3f} {of}{later_used} "
           f"| {wall_s:.1f} s |")
     failed = []
-    if done != args.jobs:
-        failed.append(f"{args.jobs - done} jobs not done")
+    must_do = args.jobs if args.min_done is None else min(args.min_done, args.jobs)
+    if done < must_do:
+        failed.append(f"{args.jobs - done} jobs not done" + (f" (at most {args.jobs - must_do} may not be)" if must_do < args.jobs else ""))
     if share > args.max_429_share:
         failed.append(f"429 share {share:.4f} > {args.max_429_share}")
     judged_used = result["later_used_of_binding_limit"] if args.impatient else used
+    which = "the later jobs used" if args.impatient else "used"
+    if oracle_used is not None and oracle_used < 1.0:
+        # Where no client can use the whole limit, of what the best one uses.
+        judged_used = result["used_of_oracles"]
+        which = "used, of the oracle's share,"
     if judged_used < args.min_used:
-        which = "the later jobs used" if args.impatient else "used"
         failed.append(f"{which} {judged_used:.3f} < {args.min_used}")
     if args.max_sends_per_job is not None and result["sends_per_job"] > args.max_sends_per_job:
         failed.append(f"{result['sends_per_job']} sends per job > {args.max_sends_per_job}")

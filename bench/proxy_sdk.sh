@@ -6,10 +6,12 @@
 # from `max_tokens`. 150 jobs, 16 at a time, per shape; and an Anthropic
 # tier-1 key (`tier1`: 80 jobs at 16, the SDK's default timeout).
 #
-#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight, the silent shapes, gemini and pool (CI)
+#   bash bench/proxy_sdk.sh            # anthropic openai tier1 tight, the silent shapes, gemini, pool,
+#                                      # gemini-tier and redis-down-anthropic (CI)
 #   bash bench/proxy_sdk.sh all        # every shape below
 #   bash bench/proxy_sdk.sh anthropic  # the shapes named
-#   RATEWISE_BENCH_PARALLEL=9 bash bench/proxy_sdk.sh  # up to 9 shapes at once
+#   RATEWISE_BENCH_PARALLEL=11 bash bench/proxy_sdk.sh  # up to 11 shapes at once
+#   RATEWISE_BENCH_MATRIX_SEED=S bash bench/proxy_sdk.sh matrix-cell  # the cell seed S draws
 #
 # Each shape waits on its provider's pace (one takes about 8 % of a core),
 # so CI runs them side by side (RATEWISE_BENCH_PARALLEL): each has its own
@@ -75,6 +77,57 @@
 #               16; every job done, <= 1 % of sends answered 429, >= 0.9
 #               of the sum of the two limits used; each member's sends
 #               and share printed.
+#   Issue #47's shapes, one axis away from those above (silent-output,
+#   pool-output and matrix-cell miss today and are not in CI's list), each failing unless
+#   every job is done and unless at most the share of 429s and at least
+#   the share of the binding limit given are met:
+#   silent-output  the tight key's limits (RPM 120, ITPM 60k, OTPM 12k,
+#               10 s buckets, max_tokens 1 024 charged up front and
+#               corrected at the end, outputs of 50-400, inputs of
+#               200-1 500, 150 jobs, real time) with no rate-limit headers
+#               ("silent": "retry_after"): output binds; <= 3 %, >= 0.85.
+#   gemini-tier the gemini shape on a smaller tier: RPM 60, input TPM 100k
+#               per model, 10 s buckets, 100 jobs, real time; its workload
+#               (inputs of 1 000-3 000) makes input bind, requests close
+#               behind (their share printed too); the limit-0 model
+#               checked as in gemini; no side-by-side SDK run;
+#               <= 3 %, >= 0.85.
+#   redis-down-anthropic  redis-down on the anthropic shape (its headers,
+#               token remaining rounded to the thousand): three proxies,
+#               Redis unreachable; <= 3 %, >= 0.85.
+#   pool-output the pool shape with tier-1-like members: each RPM 60, ITPM
+#               30k, OTPM 6k, 10 s buckets (1 000 output tokens, under one
+#               max_tokens of 1 024), outputs of 50-400, inputs of
+#               200-1 500, 150 jobs, real time: output binds; <= 1 %,
+#               >= 0.9 of the sum of the two output limits.
+#   matrix-cell one cell of the simulator's matrix of provider shapes
+#               (`ratewise simulate --matrix`), drawn per run with a seed
+#               (RATEWISE_BENCH_MATRIX_SEED, else a new one) printed with
+#               the cell's label and the simulator's own figures on it.
+#               The mock runs the cell's provider (`ratewise simulate
+#               --cell L --seed S --print-mock-config`: limits, buckets,
+#               headers, biases, latency, output lengths, in real time);
+#               its jobs (count, inputs, max_tokens), 16 at a time, arrive
+#               as the cell's do (at once, or at 0.9 of the binding limit
+#               where callers have a deadline), each with the cell's
+#               deadline as its SDK call's timeout (an answer after it is a
+#               job not done); its replicas are proxies whose Redis is
+#               unreachable (as redis-down). The binding limit is the one
+#               the simulator finds for the workload (its oracle's
+#               binding_dimension: a cell's "binds" names what its limits
+#               were sized for, and a small max_tokens may move it);
+#               another client's share comes off the limit's refill. Where
+#               even the simulator's oracle (the best client, reading the
+#               provider's true state) uses less than the limit in the time
+#               it takes (jobs arriving at 0.9 of it; max_tokens charged up
+#               front held through answers of seconds), the share judged is
+#               of the oracle's (the same jobs over its time); jobs not back
+#               after the oracle's time over the share asked, plus a
+#               minute, are cancelled (not done). Targets as the
+#               simulator's: limits stated and one proxy, <= 1 %, >= 0.9,
+#               <= 1.02 sends per job; silent or replicas, <= 3 %, >= 0.85,
+#               <= 1.04. A cell the simulator excuses (its oracle cannot do
+#               every job in time) is not judged on the jobs done.
 #   The redis shapes need redis-server: without it they fail under CI=true
 #   and are skipped ("SKIPPED: ...") elsewhere.
 #
@@ -92,9 +145,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini pool tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
+ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini pool
+     silent-output gemini-tier redis-down-anthropic pool-output matrix-cell
+     tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
 if [ $# -eq 0 ]; then
-    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini pool)
+    # Not yet: silent-output, pool-output (they miss today: 3.2-3.9 %
+    # answered 429; 0.71-0.77 of the two limits) and matrix-cell (about
+    # half the cells drawn miss, as `ratewise simulate --matrix` says):
+    # run by name, and in CI once they hold (issue #47).
+    SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini pool
+            gemini-tier redis-down-anthropic)
 elif [ "$*" = all ]; then
     SHAPES=("${ALL[@]}")
 else
@@ -172,16 +232,110 @@ PY
     echo "$metrics" | grep -E '^ratewise_bucket_(margin|surprises_total)' | sed 's/^/    /' || true
 }
 
+# Shape matrix-cell: one cell of the simulator's matrix of provider shapes
+# (`ratewise simulate --matrix`), drawn with a seed (RATEWISE_BENCH_MATRIX_SEED
+# or a new one), printed with its label. Sets, for run_shape: CELL_SDK
+# (anthropic|openai), CELL_CONFIG (the mock's --config), CELL_JOBS,
+# CELL_MAX_TOKENS, CELL_INPUT_LO/HI, CELL_PROXIES (its replicas: each a
+# proxy whose Redis is unreachable), CELL_LIMIT and CELL_BINDING (the limit
+# that binds for its workload, computed from its scenario), CELL_MAX429,
+# CELL_MINUSED, CELL_SPJ (its targets: stated limits and one process, or
+# not) and CELL_PYARGS (its arrival rate, deadline, another client's share,
+# and, when the simulator excuses the cell because its oracle cannot do
+# every job in time, no count of jobs done judged).
+draw_cell() {
+    local seed line label scenario
+    seed="${RATEWISE_BENCH_MATRIX_SEED:-$("$PYTHON" -c 'import random; print(random.getrandbits(63))')}"
+    # The simulator runs the cell too (ratewise and the oracle): its figures
+    # are printed beside the proxy's. It exits 1 when the cell misses its
+    # targets there: the line is read either way.
+    line="$("$PROXY_BIN" simulate --matrix --sample 1 --seed "$seed" --json 2>/dev/null | head -n1 || true)"
+    [ -n "$line" ] || { echo "FAIL: matrix-cell: ratewise simulate --matrix --sample 1 --seed $seed printed nothing" >&2; return 1; }
+    label="$(LINE="$line" "$PYTHON" -c 'import json, os; print(json.loads(os.environ["LINE"])["cell"])')"
+    echo "matrix cell (seed $seed): $label"
+    echo "  the simulator on it: $line"
+    scenario="$("$PROXY_BIN" simulate --cell "$label" --seed "$seed" --print-scenario)" || return 1
+    # The oracle's run of the same cell: its binding dimension, and the
+    # time the best client takes, the yardstick where the limit cannot be
+    # used whole.
+    local oracle
+    oracle="$("$PROXY_BIN" simulate --cell "$label" --seed "$seed" --strategy oracle --json)" || return 1
+    CELL_CONFIG="$("$PROXY_BIN" simulate --cell "$label" --seed "$seed" --print-mock-config)" || return 1
+    local vars
+    vars="$(SCENARIO="$scenario" LINE="$line" ORACLE="$oracle" "$PYTHON" - <<'PY'
+import json, os
+s = json.loads(os.environ["SCENARIO"])
+sim = json.loads(os.environ["LINE"])
+oracle = json.loads(os.environ["ORACLE"])
+jobs = s["jobs"]
+n = jobs["count"]
+lo, hi = jobs["input_tokens"]
+mt = jobs["max_tokens"]
+l = s["limits"]
+cap = l.get("capacity_seconds", 60.0)
+others = (s.get("bias") or {}).get("other_client_share", 0.0)
+# The binding limit as the simulator finds it for the workload (demand
+# over limit, largest): a cell's "binds" names what its limits were sized
+# for, and a small max_tokens may move it.
+binding, field = {
+    "requests": ("requests", "requests_per_min"),
+    "input_tokens": ("input", "input_tokens_per_min"),
+    "output_tokens": ("output", "output_tokens_per_min"),
+    "tokens": ("tokens", "tokens_per_min"),
+}[oracle["binding_dimension"]]
+limit = l[field]
+stated = s.get("silent", "off") == "off"
+replicas = s.get("replicas", 1)
+if stated and replicas == 1:
+    max429, minused, spj = 0.01, 0.9, 1.02
+else:
+    max429, minused, spj = 0.03, 0.85, 1.04
+py = []
+arrival = jobs.get("arrival", "burst")
+if isinstance(arrival, dict):
+    py += ["--arrival-per-sec", str(arrival["per_sec"])]
+if s.get("deadline_ms"):
+    py += ["--deadline-s", str(s["deadline_ms"] / 1000.0)]
+if others:
+    py += ["--others-share", str(others)]
+if sim.get("excused"):
+    # The simulator's oracle itself leaves jobs undone or answers them
+    # after their deadline (the cell is excused there): the jobs done are
+    # printed, not judged.
+    py += ["--min-done", "0"]
+# The oracle's time: the share judged is of its share where it cannot use
+# the whole limit; past that time over the share asked (and a minute), a
+# run has missed it anyway, and the jobs still out are cancelled.
+minutes = oracle["makespan_s"] / 60.0
+py += ["--oracle-minutes", f"{minutes:.4f}", "--max-wall-s", f"{oracle['makespan_s'] / minused + 60:.0f}"]
+print(s["provider"], n, mt, lo, hi, replicas, limit, binding, max429, minused, spj, cap, " ".join(py))
+PY
+)" || return 1
+    local rest
+    read -r CELL_SDK CELL_JOBS CELL_MAX_TOKENS CELL_INPUT_LO CELL_INPUT_HI CELL_PROXIES CELL_LIMIT CELL_BINDING \
+        CELL_MAX429 CELL_MINUSED CELL_SPJ CELL_CAPACITY rest <<<"$vars"
+    read -r -a CELL_PYARGS <<<"$rest"
+    echo "  through the proxy: dialect $CELL_SDK, $CELL_JOBS jobs at 16, $CELL_PROXIES proxies, binding $CELL_BINDING" \
+        "($CELL_LIMIT per minute, ${CELL_CAPACITY} s buckets); <= $CELL_MAX429 answered 429, >= $CELL_MINUSED of it used," \
+        "<= $CELL_SPJ sends per job ${CELL_PYARGS[*]}"
+}
+
 run_shape() {
     local shape=$1 config limit binding max_tokens input_lo input_hi sdk=$1
     local jobs=150 max429=0.02 minused=0.9 proxies=1 tight=no pyargs=() silent="" dead_redis=no
-    local provider_arg=() pool=no
+    local provider_arg=() pool=no admin=no sdk_loop=no capacity=10
     case "$shape" in
         pool) sdk=anthropic; pool=yes; jobs=300; max429=0.01; minused=0.9 ;;
+        pool-output) sdk=member-output; pool=yes; max429=0.01; minused=0.9; admin=yes ;;
+        silent-output) silent=retry_after; sdk=output; max429=0.03; minused=0.85 ;;
+        redis-down-anthropic) sdk=anthropic; max429=0.03; minused=0.85; proxies=3; dead_redis=yes ;;
+        gemini-tier) sdk=gemini-tier; jobs=100; max429=0.03; minused=0.85; provider_arg=(--provider gemini)
+            pyargs+=(--zero-model gemini-zero --zero-jobs 5 --requests-limit 60) ;;
+        matrix-cell) sdk=cell; admin=yes ;;
         silent-anthropic) silent=retry_after; sdk=anthropic; max429=0.03; minused=0.85 ;;
         silent-openai) silent=message; sdk=openai; max429=0.03; minused=0.85 ;;
         redis-down) sdk=openai; max429=0.03; minused=0.85; proxies=3; dead_redis=yes ;;
-        gemini) max429=0.03; minused=0.85; provider_arg=(--provider gemini)
+        gemini) max429=0.03; minused=0.85; provider_arg=(--provider gemini); sdk_loop=yes
             pyargs+=(--zero-model gemini-zero --zero-jobs 5) ;;
     esac
     case "$sdk" in
@@ -224,6 +378,63 @@ run_shape() {
               "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
             }'
             limit=300000; binding=input; max_tokens=1024; input_lo=1000; input_hi=3000 ;;
+        gemini-tier)
+            # A Gemini tier of RPM 60 and input TPM 100k per model, 10 s
+            # buckets, in real time, the gemini shape's workload (inputs of
+            # 1 000-3 000, about 2 015 a job) on 100 jobs: 201k input tokens
+            # take 1.8 minutes at 100k (less the 17k a bucket holds), 100
+            # requests 1.5 at 60 (less 10): input binds, requests close
+            # behind (their share is printed too).
+            config='{
+              "seconds_per_minute": 60,
+              "gemini_limits": {"requests_per_minute": 60, "input_tokens_per_minute": 100000},
+              "gemini": {"limit_zero_models": ["gemini-zero"]},
+              "capacity_seconds": 10,
+              "framing": "content_length",
+              "output_tokens": {"min": 100, "max": 400},
+              "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
+            }'
+            sdk=gemini; limit=100000; binding=input; max_tokens=1024; input_lo=1000; input_hi=3000 ;;
+        output)
+            # The tight key's limits without its headers (silent-output):
+            # RPM 120, ITPM 60k, OTPM 12k, 10 s buckets (2 000 output
+            # tokens, under two max_tokens of 1 024, charged up front and
+            # corrected at the end), outputs of 50-400, inputs of 200-1 500,
+            # real time. 150 jobs need about 34k output tokens (2.6
+            # minutes at 12k), 130k input (2 at 60k), 150 requests (1.2 at
+            # 120): output binds.
+            config='{
+              "seconds_per_minute": 60,
+              "anthropic_limits": {"requests_per_minute": 120, "input_tokens_per_minute": 60000, "output_tokens_per_minute": 12000},
+              "capacity_seconds": 10,
+              "framing": "content_length",
+              "output_tokens": {"min": 50, "max": 400},
+              "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
+            }'
+            sdk=anthropic; limit=12000; binding=output; max_tokens=1024; input_lo=200; input_hi=1500 ;;
+        member-output)
+            # pool-output: each member tier-1-like (RPM 60, ITPM 30k, OTPM
+            # 6k), 10 s buckets (1 000 output tokens: under one max_tokens
+            # of 1 024), outputs of 50-400, inputs of 200-1 500, real time;
+            # 150 jobs over both: output binds (34k at 12k for the two,
+            # 2.6 minutes; input 2, requests 1.2). --limit is each
+            # member's.
+            config='{
+              "seconds_per_minute": 60,
+              "anthropic_limits": {"requests_per_minute": 60, "input_tokens_per_minute": 30000, "output_tokens_per_minute": 6000},
+              "capacity_seconds": 10,
+              "framing": "content_length",
+              "output_tokens": {"min": 50, "max": 400},
+              "latency": {"first_byte_ms": 150, "per_output_token_ms": 1.0}
+            }'
+            sdk=anthropic; limit=6000; binding=output; max_tokens=1024; input_lo=200; input_hi=1500 ;;
+        cell)
+            draw_cell || return 1
+            config="$CELL_CONFIG"; sdk="$CELL_SDK"; jobs="$CELL_JOBS"; max_tokens="$CELL_MAX_TOKENS"
+            input_lo="$CELL_INPUT_LO"; input_hi="$CELL_INPUT_HI"; limit="$CELL_LIMIT"; binding="$CELL_BINDING"
+            max429="$CELL_MAX429"; minused="$CELL_MINUSED"; capacity="$CELL_CAPACITY"
+            pyargs+=(--max-sends-per-job "$CELL_SPJ" "${CELL_PYARGS[@]}")
+            if [ "$CELL_PROXIES" -gt 1 ]; then proxies="$CELL_PROXIES"; dead_redis=yes; fi ;;
         tier1)
             # The most common key there is: Anthropic tier 1 (RPM 50, ITPM
             # 40k, OTPM 8k), 10 s buckets, max_tokens 1024, outputs of
@@ -346,7 +557,7 @@ TOML
     "$VENV/bin/python" "$ROOT/bench/proxy_sdk.py" --shape "$sdk" --label "$shape" \
         --proxy "${urls[@]}" --mock "${mocks[@]}" \
         --jobs "$jobs" --concurrency 16 --max-tokens "$max_tokens" --input "$input_lo" "$input_hi" \
-        --limit "$limit" --binding "$binding" --capacity-seconds 10 \
+        --limit "$limit" --binding "$binding" --capacity-seconds "$capacity" \
         --max-429-share "$max429" --min-used "$minused" "${pyargs[@]}" || rc=$?
     if [ "$pool" = yes ]; then
         # Each member as the proxy's /status shows it.
@@ -366,7 +577,7 @@ for p in s.get("pools", []):
               f"{m.get('sends')} sends, share {m.get('share', 0):.3f}, stopped {json.dumps(m.get('stopped'))}")
 PY
     fi
-    if [ "$tight" = yes ] || [ "$proxies" -gt 1 ] || [ -n "$silent" ] || [ "$sdk" = gemini ]; then
+    if [ "$tight" = yes ] || [ "$proxies" -gt 1 ] || [ -n "$silent" ] || [ "$sdk" = gemini ] || [ "$admin" = yes ]; then
         local show=""
         [ "$rc" -ne 0 ] && show=show
         for i in $(seq 1 "$proxies"); do
@@ -376,7 +587,7 @@ PY
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     kill "$mock_pid" 2>/dev/null || true
     [ "$pool" = yes ] && { kill "$mockb_pid" 2>/dev/null || true; }
-    if [ "$sdk" = gemini ] && [ -z "${RATEWISE_BENCH_NO_SDK_LOOP:-}" ]; then
+    if [ "$sdk_loop" = yes ] && [ -z "${RATEWISE_BENCH_NO_SDK_LOOP:-}" ]; then
         # Side by side: the same jobs from the SDK with its own retry loop
         # (its defaults), straight at a fresh provider of the same shape,
         # without ratewise. Printed, never failing the run.

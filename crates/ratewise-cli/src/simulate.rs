@@ -59,6 +59,13 @@ pub struct SimulateArgs {
     /// Print the scenario (JSON, as a scenario file) and run nothing.
     #[arg(long)]
     print_scenario: bool,
+    /// Print the mock provider's configuration for the scenario (JSON, as
+    /// `ratewise-mock --config` reads it) and run nothing: its limits,
+    /// buckets, headers, faults, latency and output lengths, in real time
+    /// (a provider minute is a minute), so the scenario (or a `--cell`)
+    /// runs black-box through `ratewise proxy` (bench/proxy_sdk.sh).
+    #[arg(long, conflicts_with = "print_scenario")]
+    print_mock_config: bool,
     /// With --matrix: N cells drawn from the whole cross product instead
     /// of the standard set.
     #[arg(long, value_name = "N", requires = "matrix")]
@@ -113,6 +120,12 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
         println!("{text}");
         return Ok(());
     }
+    if args.print_mock_config {
+        let text = serde_json::to_string_pretty(&mock_config_json(&scenario)?)
+            .map_err(|e| e.to_string())?;
+        println!("{text}");
+        return Ok(());
+    }
     let strategies = strategies(&args.strategy)?;
     if args.real {
         return run_real(args, &scenario, &strategies);
@@ -157,6 +170,25 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
         check(&scenario, &reports)?;
     }
     Ok(())
+}
+
+/// The mock's configuration for `scenario` at real time, as JSON
+/// (`ratewise-mock --config`): the scenario's own
+/// ([`Scenario::mock_config`]: limits, buckets, headers, biases, faults,
+/// latency — its `base_ms` as the first byte, its `per_output_token_ms`
+/// per output token) with a provider minute lasting a minute and the
+/// output lengths of its workload, as `ratewise-real` starts the mock but
+/// unscaled. Not carried over: the latency of error answers (`error_ms`:
+/// the mock answers errors at once) and `warm` (the mock starts cold).
+fn mock_config_json(scenario: &Scenario) -> Result<serde_json::Value, String> {
+    let mut cfg = scenario.mock_config();
+    cfg.seconds_per_minute = 60.0;
+    let [min, max] = scenario.jobs.output_tokens;
+    cfg.output_tokens.min = min;
+    cfg.output_tokens.max = max;
+    cfg.latency.first_byte_ms = scenario.latency.base_ms;
+    cfg.latency.per_output_token_ms = scenario.latency.per_output_token_ms;
+    serde_json::to_value(&cfg).map_err(|e| e.to_string())
 }
 
 /// `--real`: the `ratewise` strategy in virtual time and end to end, side

@@ -201,3 +201,70 @@ fn one_cell_runs_as_a_scenario_and_prints_as_a_file_that_runs_the_same() {
     assert_ne!(code, 0);
     assert!(err.contains("--seed goes with"), "{err}");
 }
+
+/// `--print-mock-config` writes the mock provider's configuration of a
+/// cell (or any scenario) as `ratewise-mock --config` reads it, at real
+/// time: how `bench/proxy_sdk.sh matrix-cell` runs a cell black-box
+/// through the proxy.
+#[test]
+fn a_cell_prints_the_mock_config_the_mock_reads() {
+    // OpenAI, silent (the wait in the message), 10 s buckets, 2 s answers.
+    let cell = matrix::Cell([1, 4, 0, 2, 1, 1, 0, 0]);
+    let label = cell.label();
+    let (code, text, err) = ratewise(&[
+        "simulate",
+        "--cell",
+        &label,
+        "--seed",
+        "7",
+        "--print-mock-config",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let cfg = ratewise_mock::MockConfig::from_json(&text).expect("the mock reads it");
+    let s = cell.scenario(7);
+    assert_eq!(cfg.seconds_per_minute, 60.0);
+    assert_eq!(cfg.seed, 7);
+    assert_eq!(cfg.openai_limits, s.limits.to_mock());
+    assert_eq!(cfg.capacity_seconds, s.limits.capacity_seconds);
+    assert!(cfg.count_rejected);
+    assert_eq!(cfg.silent, ratewise_mock::Silent::Message);
+    assert_eq!(
+        [cfg.output_tokens.min, cfg.output_tokens.max],
+        s.jobs.output_tokens
+    );
+    assert_eq!(cfg.latency.first_byte_ms, s.latency.base_ms);
+    assert_eq!(
+        cfg.latency.per_output_token_ms,
+        s.latency.per_output_token_ms
+    );
+    // Anthropic, biased and shared with another client: the bias too.
+    let cell = matrix::Cell([0, 2, 2, 0, 0, 2, 1, 1]);
+    let (code, text, err) = ratewise(&[
+        "simulate",
+        "--cell",
+        &cell.label(),
+        "--seed",
+        "3",
+        "--print-mock-config",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let cfg = ratewise_mock::MockConfig::from_json(&text).expect("the mock reads it");
+    let s = cell.scenario(3);
+    assert_eq!(cfg.anthropic_limits, s.limits.to_mock());
+    assert_eq!(cfg.bias.remaining_tokens_high, 400);
+    assert_eq!(cfg.bias.other_client_share, 0.3);
+    assert_eq!(cfg.silent, ratewise_mock::Silent::Off);
+    // The same as the scenario's own mapping, but for time and lengths.
+    let mut want = s.mock_config();
+    want.output_tokens = cfg.output_tokens;
+    assert_eq!(cfg, want);
+    // Not with --print-scenario.
+    let (code, _, _) = ratewise(&[
+        "simulate",
+        "--cell",
+        &cell.label(),
+        "--print-scenario",
+        "--print-mock-config",
+    ]);
+    assert_ne!(code, 0);
+}
