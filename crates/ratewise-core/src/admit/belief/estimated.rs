@@ -309,18 +309,11 @@ impl SilentEstimate {
 
     /// A reservation admitted at `admitted_at` ended at `delta` units more
     /// (a settle above its estimate) or fewer (a settle below it; a
-    /// release, which the provider never charged) than it took. Counted
-    /// in the window it was taken in; a settle of one taken before the
-    /// window is counted in it too (`charged`): the provider corrects its
-    /// charge when the request ends, inside this window — a `max_tokens`
-    /// charged up front and mostly given back at the end refills the
-    /// provider's bucket as surely as time does, and left out, the
-    /// requests in flight at a window's start would be measured as rate
-    /// (a cold key's first measurement a third above the limit). A release
-    /// of one taken before is not: its take was never in this window.
-    pub(crate) fn corrected(&mut self, delta: i128, admitted_at: Instant, charged: bool) {
+    /// release, which the provider never charged) than it took: counted
+    /// only in the window it was taken in.
+    pub(crate) fn corrected(&mut self, delta: i128, admitted_at: Instant) {
         if let Some(w) = &mut self.window {
-            if admitted_at >= w.start || charged {
+            if admitted_at >= w.start {
                 w.admitted = w.admitted.saturating_add(delta);
             }
         }
@@ -621,12 +614,8 @@ impl Belief for SilentEstimate {
                 self.took(units, at);
                 Change::NOTHING
             }
-            Sample::Settled {
-                delta,
-                admitted_at,
-                charged,
-            } if delta != 0 => {
-                self.corrected(delta, admitted_at, charged);
+            Sample::Settled { delta, admitted_at } if delta != 0 => {
+                self.corrected(delta, admitted_at);
                 Change::NOTHING
             }
             Sample::Throttled { units, hint, at } => match self.throttled(units, hint, at) {

@@ -97,7 +97,7 @@ fn a_window_between_two_429s_measures_the_rate() {
     take(&mut e, 1, 2.0);
     assert_eq!(e.throttled(1, None, s(2.0)), Taught::Cold);
     // Its release belongs to the closed window: not counted again.
-    e.corrected(-1, s(2.0), false);
+    e.corrected(-1, s(2.0));
     // 30 s later, 25 let through: 50 a minute (the climb from the cold
     // bound spilled nothing: it was above the limit).
     send_at(&mut e, 50.0, 2.0, 32.0);
@@ -113,25 +113,16 @@ fn a_window_between_two_429s_measures_the_rate() {
 }
 
 #[test]
-fn a_release_counts_in_the_window_it_was_taken_in_a_settle_where_it_ends() {
+fn a_settle_corrects_only_the_window_it_was_taken_in() {
     let mut e = SilentEstimate::default();
     take(&mut e, 61, 0.0);
     e.throttled(1, None, s(2.0));
     // Taken at 3 s with an estimate of 1 000, used 400.
     e.took(1_000, s(3.0));
-    e.corrected(-600, s(3.0), true);
+    e.corrected(-600, s(3.0));
+    // A request of the cold window settles late: not this window's.
+    e.corrected(5_000, s(1.0));
     assert_eq!(e.window.unwrap().through(0), 400);
-    // A request refused in the cold window is released late: its take
-    // was never in this window.
-    e.corrected(-1_000, s(1.0), false);
-    assert_eq!(e.window.unwrap().through(0), 400);
-    // One the provider took in the cold window, `max_tokens` charged up
-    // front, ends in this one with 900 of its 1 000 given back: the
-    // provider's bucket got them back in this window, so this window let
-    // that much less through on its own refill.
-    e.took(1_000, s(4.0));
-    e.corrected(-900, s(1.5), true);
-    assert_eq!(e.window.unwrap().through(0), 500);
 }
 
 #[test]
@@ -252,7 +243,7 @@ fn a_window_of_refused_sends_never_measures_a_limit_under_one_request() {
     for i in 0..4 {
         let at = s(1.0 + f64::from(i) * 2.0);
         e.took(9_000, at);
-        e.corrected(-9_000, at, false);
+        e.corrected(-9_000, at);
     }
     e.took(9_000, s(8.0));
     e.throttled(9_000, None, s(8.0));

@@ -73,9 +73,6 @@ pub(crate) enum Sample {
         delta: i128,
         /// When it was admitted.
         admitted_at: Instant,
-        /// The provider charged it (a settle: its end corrects the charge
-        /// there too) rather than refused it (a release: it never charged).
-        charged: bool,
     },
     /// An answer's rate-limit headers for this dimension, read through the
     /// provider's rounding: its stated limit, and what its view proves of

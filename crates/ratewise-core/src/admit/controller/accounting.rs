@@ -45,13 +45,7 @@ impl Controller {
                 match self.slab.remove(res.id, Exit::Released) {
                     Some(e) => {
                         if let Some(s) = self.scopes.get_mut(res.scope.0 as usize) {
-                            silent_ended(
-                                s,
-                                &res.amounts,
-                                &Amounts::default(),
-                                res.admitted_at,
-                                false,
-                            );
+                            silent_ended(s, &res.amounts, &Amounts::default(), res.admitted_at);
                         }
                         self.touch(res.scope, now.instant);
                         self.give_back(&e, now.instant)
@@ -112,7 +106,7 @@ impl Controller {
             }
         }
         if live {
-            silent_ended(s, &res.amounts, &actual, res.admitted_at, true);
+            silent_ended(s, &res.amounts, &actual, res.admitted_at);
         }
         self.slab.charge(&actual);
         if let Some(sp) = &mut self.spend {

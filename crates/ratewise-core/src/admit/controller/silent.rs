@@ -162,21 +162,17 @@ pub(super) fn silent_took(s: &mut ScopeState, amounts: &Amounts, t: Instant) {
 }
 
 /// A reservation admitted at `admitted_at` that took `reserved` ended at
-/// `actual`: settled (`charged`: the provider charged it and corrects its
-/// charge at the end) or released (nothing: the provider never charged
-/// it).
+/// `actual` (a release: nothing).
 pub(super) fn silent_ended(
     s: &mut ScopeState,
     reserved: &Amounts,
     actual: &Amounts,
     admitted_at: Instant,
-    charged: bool,
 ) {
     for i in 0..4 {
         let sample = Sample::Settled {
             delta: i128::from(actual.by_index(i)) - i128::from(reserved.by_index(i)),
             admitted_at,
-            charged,
         };
         let _ = s.beliefs.estimated[i].observe(&sample);
         let _ = s.beliefs.share[i].observe(&sample);
