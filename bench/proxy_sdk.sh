@@ -149,10 +149,10 @@ ALL=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemi
      silent-output gemini-tier redis-down-anthropic pool-output matrix-cell
      tight-stream tight-biased tight-redis tight-redis-biased tight-disconnect)
 if [ $# -eq 0 ]; then
-    # Not yet: silent-output, pool-output (they miss today: 3.2-3.9 %
-    # answered 429; 0.71-0.77 of the two limits) and matrix-cell (about
-    # half the cells drawn miss, as `ratewise simulate --matrix` says):
-    # run by name, and in CI once they hold (issue #47).
+    # Not yet: silent-output, pool-output and matrix-cell miss today (about
+    # half the cells drawn miss, as `ratewise simulate --matrix` says;
+    # docs/benchmarks.md has the figures): run by name, and in CI once
+    # they hold (issue #47).
     SHAPES=(anthropic openai tier1 tight silent-anthropic silent-openai redis-down gemini pool
             gemini-tier redis-down-anthropic)
 elif [ "$*" = all ]; then
