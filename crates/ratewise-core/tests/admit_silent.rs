@@ -840,3 +840,47 @@ fn a_configured_limit_overrides_a_remembered_stated_one() {
     assert_eq!(snap.limits.requests, Some(100));
     assert_eq!(snap.sources[0], Some(LimitSource::Configured));
 }
+
+/// A queue is never refused on a cold lower bound: a silent key's first
+/// 429 leaves an estimate far under the limit that climbs within seconds,
+/// and a prediction at it (hundreds of jobs ahead, "in 698 s", past the
+/// SDK's 10 minutes) turned 132 of 150 callers away at once through the
+/// proxy (issue #47's `silent-output` shape). Once measured, a prediction
+/// refuses as before.
+#[test]
+fn a_queue_is_not_refused_on_a_cold_estimate_that_is_still_climbing() {
+    let mut p = Provider429::new(120.0, 10.0);
+    // The first 429 comes 21 s in (a slow start into a 10 s bucket).
+    let (s, r) = run(&mut p, 16, 1_500, 22_000, TOO_MANY_REQUESTS);
+    assert!(!r.estimates.is_empty(), "a 429 taught an estimate: {r:?}");
+    let t = now_at(22_000);
+    let target = s.target("k", "claude-sonnet-4-5");
+    let snap = s.snapshot(target.scope, t).unwrap();
+    assert_eq!(
+        snap.estimates[0],
+        Some(ratewise_core::admit::EstimateState::Cold),
+        "{snap:?}"
+    );
+    let mut req = ratewise_core::admit::AdmitRequest::new(target);
+    req.input_estimate = Some(40);
+    req.max_tokens = Some(20);
+    req.deadline = Some(Instant::from_millis(22_000 + 600_000));
+    // At the cold bound, 2,000 jobs ahead would take far past 10 minutes:
+    // no prediction, the queue waits its turn.
+    assert_eq!(s.lock().predict(&req, 2_000, t), None);
+    // Measured, the same queue is refused at once.
+    let mut p = Provider429::new(120.0, 10.0);
+    let (s, r) = run(&mut p, 16, 1_500, 240_000, TOO_MANY_REQUESTS);
+    let t = now_at(240_000);
+    let snap = s.snapshot(target.scope, t).unwrap();
+    assert_eq!(
+        snap.estimates[0],
+        Some(ratewise_core::admit::EstimateState::Measured),
+        "{r:?}"
+    );
+    req.deadline = Some(Instant::from_millis(240_000 + 600_000));
+    assert!(matches!(
+        s.lock().predict(&req, 2_000, t),
+        Some(ratewise_core::admit::Admission::Refused { .. })
+    ));
+}

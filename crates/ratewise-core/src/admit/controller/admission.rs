@@ -177,14 +177,22 @@ impl Controller {
     /// time is answered at once instead of at its deadline. Each job ahead
     /// is assumed to cost what this one does. Nothing is taken and nothing
     /// changes. `None` where there is nothing to predict: an unknown scope,
-    /// a stop, a probe out into unknown limits (the head learns those).
+    /// a stop, a probe out into unknown limits (the head learns those), a
+    /// limit estimated from 429s that is still climbing from its cold
+    /// lower bound.
     pub fn predict(&self, req: &AdmitRequest, ahead: u32, now: Now) -> Option<Admission> {
         let t = now.instant;
         let s = self.scopes.get(req.target.scope.0 as usize)?;
+        // Nor a limit estimated from 429s that is still a cold lower bound:
+        // it climbs (doubling every 10 s of use) where the prediction
+        // would hold it still, and a queue refused at the lower bound (a
+        // silent key's first 429, 130 jobs ahead: "in 698 s", past the
+        // SDK's 10 minutes) would have been done in four.
         if self.keys[s.key as usize]
             .stop
             .is_some_and(|stop| !stop.expired(t))
             || s.needs_probe()
+            || s.beliefs.climbing()
         {
             return None;
         }
