@@ -173,22 +173,12 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
 }
 
 /// The mock's configuration for `scenario` at real time, as JSON
-/// (`ratewise-mock --config`): the scenario's own
-/// ([`Scenario::mock_config`]: limits, buckets, headers, biases, faults,
-/// latency — its `base_ms` as the first byte, its `per_output_token_ms`
-/// per output token) with a provider minute lasting a minute and the
-/// output lengths of its workload, as `ratewise-real` starts the mock but
-/// unscaled. Not carried over: the latency of error answers (`error_ms`:
-/// the mock answers errors at once) and `warm` (the mock starts cold).
+/// (`ratewise-mock --config`): [`Scenario::mock_config_real`] with a
+/// provider minute lasting a minute. Not carried over: the latency of
+/// error answers (`error_ms`: the mock answers errors at once) and `warm`
+/// (the mock starts cold).
 fn mock_config_json(scenario: &Scenario) -> Result<serde_json::Value, String> {
-    let mut cfg = scenario.mock_config();
-    cfg.seconds_per_minute = 60.0;
-    let [min, max] = scenario.jobs.output_tokens;
-    cfg.output_tokens.min = min;
-    cfg.output_tokens.max = max;
-    cfg.latency.first_byte_ms = scenario.latency.base_ms;
-    cfg.latency.per_output_token_ms = scenario.latency.per_output_token_ms;
-    serde_json::to_value(&cfg).map_err(|e| e.to_string())
+    serde_json::to_value(scenario.mock_config_real(60.0)).map_err(|e| e.to_string())
 }
 
 /// `--real`: the `ratewise` strategy in virtual time and end to end, side

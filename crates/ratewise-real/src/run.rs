@@ -54,7 +54,7 @@ use hyper_util::rt::TokioExecutor;
 use ratewise_core::admit::{Controller, Shared};
 use ratewise_core::{Instant, Provider};
 use ratewise_mock::model::{BucketKey, Outcome, RequestMeta};
-use ratewise_mock::{MockServer, OutputRange, TimeScale};
+use ratewise_mock::{MockServer, TimeScale};
 use ratewise_sim::metrics::Report;
 use ratewise_sim::provider::{KEY, WARM_OFFSET};
 use ratewise_sim::strategy::ratewise::{controller_config, policy};
@@ -171,16 +171,8 @@ pub async fn run(
 
     // The provider: the scenario's mock configuration on the same scale,
     // latency in real milliseconds, output lengths in the scenario's range.
-    let mut cfg = scenario.mock_config();
+    let mut cfg = scenario.mock_config_real(spm);
     let rules = std::mem::take(&mut cfg.faults);
-    cfg.seconds_per_minute = spm;
-    let [lo, hi] = scenario.jobs.output_tokens;
-    cfg.output_tokens = OutputRange { min: lo, max: hi };
-    let real_ms = |provider_ms: f64| provider_ms * spm / 60.0;
-    cfg.latency = ratewise_mock::LatencyConfig {
-        first_byte_ms: real_ms(scenario.latency.base_ms as f64).round() as u64,
-        per_output_token_ms: real_ms(scenario.latency.per_output_token_ms),
-    };
     cfg.key_labels.insert(API_KEY.to_owned(), KEY.to_owned());
     // Every send is matched with its record: room for the retries too.
     cfg.max_records = (4 * scenario.jobs.count as usize + 1000).clamp(cfg.max_records, 1_000_000);

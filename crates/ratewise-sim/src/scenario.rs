@@ -581,6 +581,25 @@ impl Scenario {
         }
     }
 
+    /// [`mock_config`](Self::mock_config) for a mock on a real clock,
+    /// where a provider minute lasts `seconds_per_minute` seconds: its
+    /// latency in real milliseconds and the workload's output lengths.
+    /// `ratewise-real` runs the mock this way, and `ratewise simulate
+    /// --print-mock-config` prints it at a minute a minute (the
+    /// black-box bench).
+    pub fn mock_config_real(&self, seconds_per_minute: f64) -> MockConfig {
+        let mut cfg = self.mock_config();
+        cfg.seconds_per_minute = seconds_per_minute;
+        let [min, max] = self.jobs.output_tokens;
+        cfg.output_tokens = ratewise_mock::OutputRange { min, max };
+        let real_ms = |provider_ms: f64| provider_ms * seconds_per_minute / 60.0;
+        cfg.latency = ratewise_mock::LatencyConfig {
+            first_byte_ms: real_ms(self.latency.base_ms as f64).round() as u64,
+            per_output_token_ms: real_ms(self.latency.per_output_token_ms),
+        };
+        cfg
+    }
+
     /// The mock configuration that makes the provider follow this scenario
     /// (prices of one micro-dollar per token make the spend cap a token
     /// count).

@@ -63,7 +63,7 @@ mod silent;
 pub use introspection::ScopeSnapshot;
 pub use memory::{remembered_share, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED};
 use pace::{apply_ramp, credit_capacities, grow_ramp, restart_ramp};
-use silent::{estimated, follow_estimates, share_changed, silent_ended, silent_took};
+use silent::{climbing, estimated, follow_estimates, share_changed, silent_ended, silent_took};
 
 /// Everything the controller is configured with.
 #[derive(Debug, Clone)]

@@ -221,12 +221,6 @@ impl Beliefs {
     }
 
     /// Whether a limit estimated from 429s is held for any dimension.
-    /// Whether an estimate from 429s alone is still a cold lower bound,
-    /// climbing: the pace it sets now is not the pace it will set.
-    pub(crate) fn climbing(&self) -> bool {
-        (0..4).any(|i| self.estimated[i].state() == Some(EstimateState::Cold))
-    }
-
     pub(crate) fn any_estimate(&self) -> bool {
         (0..4).any(|i| self.estimated[i].is_set() || self.share[i].estimate.is_set())
     }

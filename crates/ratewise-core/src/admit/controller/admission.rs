@@ -8,7 +8,7 @@
 //! place so that a reader can see why a request waits.
 
 use super::{
-    follow_estimates, grow_ramp, input_from_bytes, restart_ramp, silent_took, Admission,
+    climbing, follow_estimates, grow_ramp, input_from_bytes, restart_ramp, silent_took, Admission,
     AdmitRequest, Amounts, Bucket, Cause, Config, Controller, CreditMark, Duration, GiveUpReason,
     Instant, Level, Now, Ramp, RampConfig, Reservation, SpendCheck, WaitReason, DIMENSIONS,
     IN_FLIGHT_RECHECK, PROBE_RECHECK,
@@ -192,7 +192,7 @@ impl Controller {
             .stop
             .is_some_and(|stop| !stop.expired(t))
             || s.needs_probe()
-            || s.beliefs.climbing()
+            || climbing(s, self.share_permille, t)
         {
             return None;
         }

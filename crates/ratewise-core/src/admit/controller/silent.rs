@@ -127,6 +127,17 @@ pub(super) fn estimated(s: &ScopeState, i: usize, share_permille: u32, t: Instan
     )
 }
 
+/// Whether a bucket paces at a limit estimated from 429s that is still a
+/// cold lower bound, climbing: the pace it sets now is not the pace it
+/// will set, so a wait predicted at it says nothing.
+pub(super) fn climbing(s: &ScopeState, share_permille: u32, t: Instant) -> bool {
+    let cut_off = share_permille < 1000;
+    (0..4).any(|i| {
+        estimated(s, i, share_permille, t)
+            && s.beliefs.estimate(i, cut_off).state() == Some(crate::admit::EstimateState::Cold)
+    })
+}
+
 /// The process was cut off from its peers (`share_permille` below 1,000)
 /// or rejoined them (1,000): cut off, each stated dimension's estimate
 /// starts at the share (`seeded`) and learns from this process's own
