@@ -397,6 +397,10 @@ struct ScopeState {
     remembered: Option<SystemTime>,
     /// See [`ScopeSnapshot::output_reserved`].
     output_reserved: Option<u64>,
+    /// The output tokens the scope's requests used, on average (see
+    /// [`ScopeState::learn_output`]), and how many answers taught it.
+    output_mean: Option<u64>,
+    output_answers: u32,
 }
 
 impl ScopeState {
@@ -433,6 +437,32 @@ impl ScopeState {
         });
     }
 
+    /// Learns from a settle that a request used `output` tokens of
+    /// output: the plain mean of the first [`OUTPUT_MEAN_WEIGHT`] answers,
+    /// then a mean moving an eighth of the way per answer (up at once past
+    /// twice the mean, so that a change to longer answers does not leave
+    /// the pace charged a fraction of them for long).
+    fn learn_output(&mut self, output: u64) {
+        let n = self.output_answers.saturating_add(1);
+        self.output_answers = n;
+        self.output_mean = Some(match self.output_mean {
+            Some(m) if n > OUTPUT_MEAN_WEIGHT && output > m.saturating_mul(2) => output,
+            Some(m) => {
+                let weight = i128::from(n.min(OUTPUT_MEAN_WEIGHT));
+                let m = i128::from(m);
+                (m + (i128::from(output) - m) / weight).max(0) as u64
+            }
+            None => output,
+        });
+    }
+
+    /// What the pace is charged for a request's output, once an answer
+    /// has taught it: the mean output of the scope's answers (see
+    /// `admission::Takes` for when it is not).
+    fn paced_output(&self) -> Option<u64> {
+        self.output_mean
+    }
+
     /// A success in the slow start: one more request may be out, unless
     /// that would grow the width more than `e`-fold per
     /// [`SLOW_START_EFOLD`] since [`probe_base`](Self::probe_base).
@@ -466,6 +496,10 @@ impl ScopeState {
         self.beliefs.effective(share_permille, t)
     }
 }
+
+/// The first answers' output is learned as their plain mean, later ones
+/// move it an eighth of the way (see [`ScopeState::learn_output`]).
+const OUTPUT_MEAN_WEIGHT: u32 = 8;
 
 /// The slow start into limits nobody states ends at this many requests
 /// out at once (see `probe_cap`).

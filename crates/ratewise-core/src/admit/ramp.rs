@@ -28,6 +28,12 @@
 //! 429 on the `cold-start` scenario.
 
 use super::bucket::MAX_PERMILLE;
+
+/// Steps a ramp holds its peak before it counts as settled
+/// ([`Ramp::settled`]): two, so that a cold key's first ten seconds (the
+/// ramp is at its peak after about nine) are paced as the provider sees
+/// them.
+pub(crate) const SETTLE_STEPS: u32 = 2;
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -193,6 +199,17 @@ impl Ramp {
         let used = u64::try_from(steps.saturating_mul(step)).unwrap_or(u64::MAX);
         self.last_step = Some(t + std::time::Duration::from_nanos(used));
         true
+    }
+
+    /// Whether the ramp has held its peak for [`SETTLE_STEPS`] steps (or
+    /// started there): the key's traffic has stopped growing as the
+    /// provider sees it.
+    pub(crate) fn settled(&self, cfg: &RampConfig, now: Instant) -> bool {
+        let settle = cfg.step.saturating_mul(SETTLE_STEPS);
+        self.permille >= cfg.peak()
+            && self
+                .last_step
+                .is_none_or(|t| now.saturating_duration_since(t) >= settle)
     }
 
     /// An acceleration 429: cut multiplicatively, floored at the start.

@@ -115,6 +115,18 @@ pub(crate) struct ScopeRecord {
     #[serde(default)]
     pub silent: [Option<SilentRecord>; 4],
     pub heard: bool,
+    /// The mean output of the scope's answers, which the pace is charged
+    /// for a request's output (absent in records written before it: the
+    /// whole `max_tokens` is charged until an answer teaches it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_mean: Option<u64>,
+    /// How many answers taught `output_mean`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub output_answers: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One dimension's bucket and the belief about its level, as one JSON

@@ -193,6 +193,8 @@ pub(crate) struct Entry {
     /// held (see `Controller::sync_headers_sent`).
     pub refunded: [u64; 4],
     pub amounts: Amounts,
+    /// Reserved output the pace was not charged (`Takes::unpaced`).
+    pub unpaced: u64,
     pub cost: u64,
     pub admitted_at: Instant,
 }
@@ -202,6 +204,9 @@ pub(crate) struct Entry {
 pub(crate) struct Removed {
     pub scope: super::ScopeId,
     pub amounts: Amounts,
+    /// Reserved output the pace was not charged: charged to it before the
+    /// end gives back or charges the rest.
+    pub unpaced: u64,
     pub cost: u64,
     /// Units per bucket the buckets already have back.
     pub refunded: [u64; 4],
@@ -242,6 +247,7 @@ impl Slab {
         &mut self,
         scope: super::ScopeId,
         amounts: Amounts,
+        unpaced: u64,
         cost: u64,
         now: Instant,
     ) -> ReservationId {
@@ -256,6 +262,7 @@ impl Slab {
                     held: false,
                     refunded: [0; 4],
                     amounts: Amounts::default(),
+                    unpaced: 0,
                     cost: 0,
                     admitted_at: now,
                 });
@@ -268,6 +275,7 @@ impl Slab {
         e.held = false;
         e.refunded = [0; 4];
         e.amounts = amounts;
+        e.unpaced = unpaced;
         e.cost = cost;
         e.admitted_at = now;
         ReservationId {
@@ -291,6 +299,7 @@ impl Slab {
         let out = Removed {
             scope: e.scope,
             amounts: e.amounts,
+            unpaced: e.unpaced,
             cost: e.cost,
             refunded: e.refunded,
         };

@@ -229,11 +229,23 @@ impl Bucket {
     /// when it fits now. An amount above a level's capacity fits once that
     /// level is full. A wait for the credit ends [`EDGE_MARGIN`] after the
     /// exact instant.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn wait_for(&self, amount: u64, keep_free: i128, now: Instant) -> Option<Instant> {
-        let want = scaled(amount);
-        let need_pace = want.min(self.cap_scaled);
-        let need_credit = self.credit_need(want, keep_free);
+        self.wait_for_paced(amount, amount, keep_free, now)
+    }
+
+    /// [`wait_for`](Self::wait_for) for a take that charges the credit
+    /// `amount` but the pace only `paced` (see [`take_paced`](Self::take_paced)).
+    #[inline]
+    pub(crate) fn wait_for_paced(
+        &self,
+        amount: u64,
+        paced: u64,
+        keep_free: i128,
+        now: Instant,
+    ) -> Option<Instant> {
+        let need_pace = scaled(paced).min(self.cap_scaled);
+        let need_credit = self.credit_need(scaled(amount), keep_free);
         // After a refill at `now` the levels are current (`updated` never
         // lies ahead of the caller's clock: pauses are debts, not a moved
         // refill start).
@@ -286,6 +298,29 @@ impl Bucket {
         let a = scaled(amount);
         self.level = self.level.saturating_sub(a);
         self.credit = self.credit.saturating_sub(a);
+    }
+
+    /// Takes `amount` from the credit and only `paced` (at most `amount`)
+    /// from the pace. The provider charges a request's whole `max_tokens`
+    /// when it starts and gives back what went unused when it ends: the
+    /// credit, which models the provider's bucket, holds all of it while the
+    /// request runs; the pace, which shapes what is really spent, is charged
+    /// what the request is expected to use. Charged the whole reservation,
+    /// a pace of a few seconds held one request of 8,192 `max_tokens` at a
+    /// time where the provider's bucket held nine.
+    #[inline]
+    pub(crate) fn take_paced(&mut self, amount: u64, paced: u64) {
+        self.credit = self.credit.saturating_sub(scaled(amount));
+        self.level = self.level.saturating_sub(scaled(paced.min(amount)));
+    }
+
+    /// Charges the pace alone `amount` more (may leave a debt): before a
+    /// reservation taken with [`take_paced`](Self::take_paced) ends, the
+    /// pace is charged the part it did not take, so that the end's
+    /// give-back or charge leaves both levels charged the actual usage.
+    #[inline]
+    pub(crate) fn take_pace(&mut self, amount: u64) {
+        self.level = self.level.saturating_sub(scaled(amount));
     }
 
     #[cfg(test)]
@@ -487,6 +522,22 @@ mod tests {
         assert_eq!(b.level(ms(0)), -15);
         // 25 s to refill to full (10 units from -15).
         assert_eq!(b.try_take(25, ms(0)), Err(ms(25_000)));
+    }
+
+    #[test]
+    fn a_paced_take_charges_the_credit_whole_and_the_pace_its_part() {
+        // 60 a minute, a pace of 10, a credit of 60.
+        let mut b = Bucket::with_credit(60, 10, 60, 1000, ms(0));
+        assert_eq!(b.wait_for_paced(40, 4, 0, ms(0)), None);
+        b.take_paced(40, 4);
+        assert_eq!(b.credit_level(ms(0)), 20);
+        assert_eq!(b.level(ms(0)), 6, "the lower of pace 6 and credit 20");
+        // The end: the pace is charged the rest, then 35 of the 40 come
+        // back to both: each level is charged the 5 used.
+        b.take_pace(36);
+        b.put_back(35, ms(0));
+        assert_eq!(b.credit_level(ms(0)), 55);
+        assert_eq!(b.level(ms(0)), 5);
     }
 
     #[test]

@@ -86,11 +86,18 @@ impl Controller {
         }
         // A held reservation's buckets may have part of it back already.
         let refunded = removed.map_or([0; 4], |r| r.refunded);
+        let unpaced = removed.map_or(0, |r| r.unpaced);
         let Some(s) = self.scopes.get_mut(res.scope.0 as usize) else {
             return;
         };
+        if live {
+            s.learn_output(actual.output);
+        }
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
+                if i >= 2 {
+                    b.take_pace(unpaced);
+                }
                 let reserved = if live {
                     res.amounts.by_index(i).saturating_sub(refunded[i])
                 } else {
@@ -136,12 +143,16 @@ impl Controller {
         let Removed {
             scope,
             amounts,
+            unpaced,
             cost,
             refunded,
         } = *e;
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             for (i, b) in s.buckets.iter_mut().enumerate() {
                 if let Some(b) = b {
+                    if i >= 2 {
+                        b.take_pace(unpaced);
+                    }
                     let back = amounts.by_index(i).saturating_sub(refunded[i]);
                     b.put_back(back, t);
                     s.released[i] = s.released[i].wrapping_add(back);

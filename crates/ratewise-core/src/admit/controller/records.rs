@@ -58,6 +58,8 @@ impl StoreHooks for Controller {
                     guess: caps.map(|c| c.guess),
                     silent: std::array::from_fn(|i| s.beliefs.estimate(i, cut_off).to_record(base)),
                     heard: s.heard,
+                    output_mean: s.output_mean,
+                    output_answers: s.output_answers,
                 }
             })
             .collect();
@@ -120,6 +122,8 @@ impl StoreHooks for Controller {
                     .unwrap_or_default();
             }
             s.heard = sr.heard;
+            s.output_mean = sr.output_mean;
+            s.output_answers = sr.output_answers;
             // This process's configured limits decide which buckets exist.
             s.believe(burst, share, now.instant, |_| ((), true));
         }

@@ -117,6 +117,8 @@ impl Controller {
             head_latency: [None; 2],
             surprises: [0; 4],
             output_reserved: None,
+            output_mean: None,
+            output_answers: 0,
         };
         st.believe(self.cfg.burst, self.share_permille, Instant::ZERO, |_| {
             ((), true)
