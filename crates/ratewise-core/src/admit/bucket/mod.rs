@@ -314,12 +314,16 @@ impl Bucket {
         self.level = self.level.saturating_sub(scaled(paced.min(amount)));
     }
 
-    /// Charges the pace alone `amount` more (may leave a debt): before a
-    /// reservation taken with [`take_paced`](Self::take_paced) ends, the
-    /// pace is charged the part it did not take, so that the end's
-    /// give-back or charge leaves both levels charged the actual usage.
+    /// Charges the pace alone `amount` more, after a refill at `now` (may
+    /// leave a debt): before a reservation taken with
+    /// [`take_paced`](Self::take_paced) ends, the pace is charged the part
+    /// it did not take, so that the end's give-back or charge leaves both
+    /// levels charged the actual usage. The refill comes first: unlike a
+    /// give-back, a take does not commute with the clamp at the capacity
+    /// (a pace full at its last refill would be credited the refill since).
     #[inline]
-    pub(crate) fn take_pace(&mut self, amount: u64) {
+    pub(crate) fn take_pace(&mut self, amount: u64, now: Instant) {
+        self.refill(now);
         self.level = self.level.saturating_sub(scaled(amount));
     }
 
@@ -534,10 +538,22 @@ mod tests {
         assert_eq!(b.level(ms(0)), 6, "the lower of pace 6 and credit 20");
         // The end: the pace is charged the rest, then 35 of the 40 come
         // back to both: each level is charged the 5 used.
-        b.take_pace(36);
+        b.take_pace(36, ms(0));
         b.put_back(35, ms(0));
         assert_eq!(b.credit_level(ms(0)), 55);
         assert_eq!(b.level(ms(0)), 5);
+    }
+
+    #[test]
+    fn the_pace_is_charged_the_rest_of_a_reservation_after_its_refill() {
+        // 60 a minute, a pace of 10, a credit of 60; 4 of 40 paced.
+        let mut b = Bucket::with_credit(60, 10, 60, 1000, ms(0));
+        b.take_paced(40, 4);
+        // 20 s later the pace is full again (10); the end charges it the
+        // 36 it did not take, then gives 35 back: 9, the 1 used since.
+        b.take_pace(36, ms(20_000));
+        b.put_back(35, ms(20_000));
+        assert_eq!(b.level(ms(20_000)), 9);
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl Controller {
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
                 if i >= 2 {
-                    b.take_pace(unpaced);
+                    b.take_pace(unpaced, t);
                 }
                 let reserved = if live {
                     res.amounts.by_index(i).saturating_sub(refunded[i])
@@ -151,7 +151,7 @@ impl Controller {
             for (i, b) in s.buckets.iter_mut().enumerate() {
                 if let Some(b) = b {
                     if i >= 2 {
-                        b.take_pace(unpaced);
+                        b.take_pace(unpaced, t);
                     }
                     let back = amounts.by_index(i).saturating_sub(refunded[i]);
                     b.put_back(back, t);
