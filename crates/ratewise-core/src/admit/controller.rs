@@ -398,7 +398,9 @@ struct ScopeState {
     /// See [`ScopeSnapshot::output_reserved`].
     output_reserved: Option<u64>,
     /// The output tokens the scope's requests used, on average (see
-    /// [`ScopeState::learn_output`]), and how many answers taught it.
+    /// [`ScopeState::learn_output`]), and how many answers taught it: what
+    /// the pace is charged for a request's output once an answer taught it
+    /// (`admission::Takes` says where it is not).
     output_mean: Option<u64>,
     output_answers: u32,
 }
@@ -454,13 +456,6 @@ impl ScopeState {
             }
             None => output,
         });
-    }
-
-    /// What the pace is charged for a request's output, once an answer
-    /// has taught it: the mean output of the scope's answers (see
-    /// `admission::Takes` for when it is not).
-    fn paced_output(&self) -> Option<u64> {
-        self.output_mean
     }
 
     /// A success in the slow start: one more request may be out, unless

@@ -285,15 +285,19 @@ impl Takes {
         amounts: Amounts,
         t: Instant,
     ) -> Self {
-        let modelled = s
-            .limits_at(t, share)
-            .iter()
-            .skip(2)
-            .all(|l| !matches!(l, Some((_, LimitSource::Estimated))));
+        // The cheap checks first: the limits in force are worked out only
+        // where a mean output would take part of the reservation off.
+        let modelled = || {
+            s.limits_at(t, share)
+                .iter()
+                .skip(2)
+                .all(|l| !matches!(l, Some((_, LimitSource::Estimated))))
+        };
         let expected = s
-            .paced_output()
-            .filter(|_| share >= 1000 && modelled && s.ramp.settled(ramp, t))
-            .map_or(amounts.output, |m| m.min(amounts.output));
+            .output_mean
+            .filter(|m| *m < amounts.output)
+            .filter(|_| share >= 1000 && s.ramp.settled(ramp, t) && modelled())
+            .unwrap_or(amounts.output);
         Takes {
             amounts,
             unpaced: amounts.output - expected,
