@@ -205,6 +205,52 @@ impl Bucket {
         self.wait_secs(self.capacity)
     }
 
+    /// Time until the bucket is full again as its `*-reset` header says
+    /// it: at the provider's own refill rate. The provider cannot know
+    /// what a second client will take of the refill (it takes only what
+    /// is there, when it comes), so with one its headers promise a full
+    /// bucket sooner than it will be; [`Bucket::until_full`] is the truth.
+    ///
+    /// ```
+    /// use ratewise_core::Instant;
+    /// use ratewise_mock::bucket::Bucket;
+    /// let t0 = Instant::ZERO;
+    /// // 60 per minute over 10 s; another client takes half the refill
+    /// let mut b = Bucket::with_capacity_secs(60, 10.0, t0).biased(0.0, 0.5);
+    /// b.take(10, t0);
+    /// assert_eq!(b.shown_until_full(t0).as_secs(), 10);
+    /// assert_eq!(b.until_full(t0).as_secs(), 20);
+    /// ```
+    pub fn shown_until_full(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        self.shown_secs(self.capacity)
+    }
+
+    /// Time until a cost of `amount` fits as a 429's `retry-after` says
+    /// it: at the provider's own refill rate, as
+    /// [`Bucket::shown_until_full`]; [`Bucket::wait_for`] is the truth.
+    pub fn shown_wait_for(&mut self, amount: u64, now: Instant) -> Duration {
+        self.refill(now);
+        if self.limit == 0 && amount > 0 {
+            return MAX_WAIT;
+        }
+        self.shown_secs(self.need(amount))
+    }
+
+    /// Time until the level reaches `target` at the full refill rate.
+    fn shown_secs(&self, target: f64) -> Duration {
+        let need = target - self.level;
+        if need <= 0.0 {
+            return Duration::ZERO;
+        }
+        if self.limit == 0 {
+            return MAX_WAIT;
+        }
+        Duration::try_from_secs_f64(need / self.per_sec())
+            .unwrap_or(MAX_WAIT)
+            .min(MAX_WAIT)
+    }
+
     /// Time until the (refilled) level reaches `target`.
     fn wait_secs(&self, target: f64) -> Duration {
         let need = target - self.level;

@@ -543,7 +543,7 @@ impl ProviderModel {
             let dim = *dim;
             let need = charge(dim, meta.input_tokens, meta.max_tokens);
             let limit = bucket.limit();
-            let retry_after = whole_secs(bucket.wait_for(need, now));
+            let retry_after = whole_secs(bucket.shown_wait_for(need, now));
             let shown = bucket.shown_remaining(now);
             answer.outcome = Outcome::RateLimited {
                 dimension: dim,
@@ -609,7 +609,7 @@ impl ProviderModel {
                     b.limit(),
                     b.remaining(now),
                     b.shown_remaining(now),
-                    b.until_full(now),
+                    b.shown_until_full(now),
                 )
             })
             .collect();

@@ -506,10 +506,47 @@ fn other_client_share_takes_its_share_of_the_refill() {
     });
     let a = m.handle(&claude(1, 4_096, 300), T0);
     let b = biased.handle(&claude(1, 4_096, 300), T0);
-    // 3 696 of debt at 200 per second either way, then 400 at 200 or 140
+    // 3 696 of debt at 200 per second either way, then 400 at 200 or,
+    // in truth, 140: the headers promise the provider's own rate (it
+    // cannot know what the other client will take), the truth is slower
     assert_eq!(a.windows[0].reset, Duration::from_millis(20_480));
-    let want = 3_696.0 / 200.0 + 400.0 / 140.0;
-    assert!((b.windows[0].reset.as_secs_f64() - want).abs() < 1e-6);
+    assert_eq!(b.windows[0].reset, Duration::from_millis(20_480));
+    let truth = 3_696.0 / 200.0 + 400.0 / 140.0;
+    let full = biased.admission_at(&claude(1, 400, 1), T0);
+    assert!(
+        (full.since_origin().as_secs_f64() - truth).abs() < 1e-3,
+        "{full:?}"
+    );
+}
+
+#[test]
+fn a_retry_after_beside_another_client_is_the_providers_promise_not_the_truth() {
+    // 60 RPM over 10 s, 30 % of the refill taken by another client
+    let mut m = ProviderModel::new(&MockConfig {
+        capacity_seconds: 10.0,
+        bias: BiasConfig {
+            other_client_share: 0.3,
+            ..BiasConfig::default()
+        },
+        ..anthropic_cfg(Limits {
+            requests_per_minute: Some(60),
+            ..Limits::default()
+        })
+    });
+    let admitted = (0..20)
+        .filter(|_| ok(&m.handle(&claude(1, 1, 1), T0).outcome))
+        .count();
+    assert_eq!(admitted, 10);
+    let a = m.handle(&claude(1, 1, 1), T0);
+    let Outcome::RateLimited { retry_after, .. } = a.outcome else {
+        panic!("{:?}", a.outcome);
+    };
+    // One request at 1 a second: the provider says 1 s ...
+    assert_eq!(retry_after, Duration::from_secs(1));
+    // ... and it is not there until 1/0.7 s
+    let at = m.admission_at(&claude(1, 1, 1), T0);
+    assert!(at.since_origin() > Duration::from_millis(1_400), "{at:?}");
+    assert!(!ok(&m.handle(&claude(1, 1, 1), at_ms(1_000)).outcome));
 }
 
 #[test]
