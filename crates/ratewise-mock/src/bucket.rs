@@ -54,6 +54,16 @@ pub struct Bucket {
     at: Instant,
 }
 
+/// Which refill a wait is reckoned at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refill {
+    /// What the bucket really gets (a second client takes its share).
+    True,
+    /// What the provider knows and promises in its headers: its whole
+    /// refill rate.
+    Promised,
+}
+
 impl Bucket {
     /// A full bucket of `limit` per minute holding a minute of it, at `now`.
     pub fn per_minute(limit: u64, now: Instant) -> Self {
@@ -193,7 +203,7 @@ impl Bucket {
         if self.limit == 0 && amount > 0 {
             return MAX_WAIT;
         }
-        self.wait_secs(self.need(amount))
+        self.wait_secs(self.need(amount), Refill::True)
     }
 
     /// Time until the bucket is full again (at most `capacity_secs`, more
@@ -202,7 +212,7 @@ impl Bucket {
     /// bucket the headers describe would be full.
     pub fn until_full(&mut self, now: Instant) -> Duration {
         self.refill(now);
-        self.wait_secs(self.capacity)
+        self.wait_secs(self.capacity, Refill::True)
     }
 
     /// Time until the bucket is full again as its `*-reset` header says
@@ -223,7 +233,7 @@ impl Bucket {
     /// ```
     pub fn shown_until_full(&mut self, now: Instant) -> Duration {
         self.refill(now);
-        self.shown_secs(self.capacity)
+        self.wait_secs(self.capacity, Refill::Promised)
     }
 
     /// Time until a cost of `amount` fits as a 429's `retry-after` says
@@ -234,11 +244,12 @@ impl Bucket {
         if self.limit == 0 && amount > 0 {
             return MAX_WAIT;
         }
-        self.shown_secs(self.need(amount))
+        self.wait_secs(self.need(amount), Refill::Promised)
     }
 
-    /// Time until the level reaches `target` at the full refill rate.
-    fn shown_secs(&self, target: f64) -> Duration {
+    /// Time until the (refilled) level reaches `target`: in truth, or as
+    /// the provider promises it (at its whole refill rate).
+    fn wait_secs(&self, target: f64, refill: Refill) -> Duration {
         let need = target - self.level;
         if need <= 0.0 {
             return Duration::ZERO;
@@ -246,21 +257,7 @@ impl Bucket {
         if self.limit == 0 {
             return MAX_WAIT;
         }
-        Duration::try_from_secs_f64(need / self.per_sec())
-            .unwrap_or(MAX_WAIT)
-            .min(MAX_WAIT)
-    }
-
-    /// Time until the (refilled) level reaches `target`.
-    fn wait_secs(&self, target: f64) -> Duration {
-        let need = target - self.level;
-        if need <= 0.0 {
-            return Duration::ZERO;
-        }
-        if self.limit == 0 {
-            return MAX_WAIT;
-        }
-        let secs = if self.other_share == 0.0 {
+        let secs = if self.other_share == 0.0 || refill == Refill::Promised {
             need / self.per_sec()
         } else if self.level >= 0.0 {
             need / self.net_per_sec()
