@@ -220,6 +220,10 @@ impl Bucket {
     /// what a second client will take of the refill (it takes only what
     /// is there, when it comes), so with one its headers promise a full
     /// bucket sooner than it will be; [`Bucket::until_full`] is the truth.
+    /// Anthropic's reset is "the time when the request rate limit will be
+    /// fully replenished", OpenAI's "the time until the rate limit …
+    /// resets to its initial state" (the crate's README, sources [A] and
+    /// [O]): both are the provider's reckoning from what it knows.
     ///
     /// ```
     /// use ratewise_core::Instant;
