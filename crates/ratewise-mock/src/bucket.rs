@@ -222,8 +222,8 @@ impl Bucket {
     /// bucket sooner than it will be; [`Bucket::until_full`] is the truth.
     /// Anthropic's reset is "the time when the request rate limit will be
     /// fully replenished", OpenAI's "the time until the rate limit …
-    /// resets to its initial state" (the crate's README, sources [A] and
-    /// [O]): both are the provider's reckoning from what it knows.
+    /// resets to its initial state" (the crate's README, sources A and
+    /// O): both are the provider's reckoning from what it knows.
     ///
     /// ```
     /// use ratewise_core::Instant;
