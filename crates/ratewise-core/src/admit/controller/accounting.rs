@@ -6,6 +6,7 @@
 //! once, and a second end is refused and counted in
 //! [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends), never charged twice.
 
+use super::admission::holds_output;
 use super::{
     grow_ramp, silent_ended, Amounts, Controller, Exit, Instant, Now, Removed, Reservation, Usage,
 };
@@ -95,7 +96,7 @@ impl Controller {
         }
         for (i, b) in s.buckets.iter_mut().enumerate() {
             if let Some(b) = b {
-                if i >= 2 {
+                if holds_output(i) {
                     b.take_pace(unpaced, t);
                 }
                 let reserved = if live {
@@ -150,7 +151,7 @@ impl Controller {
         if let Some(s) = self.scopes.get_mut(scope.0 as usize) {
             for (i, b) in s.buckets.iter_mut().enumerate() {
                 if let Some(b) = b {
-                    if i >= 2 {
+                    if holds_output(i) {
                         b.take_pace(unpaced, t);
                     }
                     let back = amounts.by_index(i).saturating_sub(refunded[i]);

@@ -307,12 +307,19 @@ impl Takes {
     /// The pace's take from bucket `i` (requests, input, output, combined).
     pub fn paced(&self, i: usize) -> u64 {
         let all = self.amounts.by_index(i);
-        if i >= 2 {
+        if holds_output(i) {
             all.saturating_sub(self.unpaced)
         } else {
             all
         }
     }
+}
+
+/// Whether bucket `i` (requests, input, output, combined) holds a
+/// request's reserved output: the buckets whose pace is charged only the
+/// expected part of it ([`Takes::paced`]) and the rest at the end.
+pub(super) fn holds_output(i: usize) -> bool {
+    i >= 2
 }
 
 fn wait_or_refuse(until: Instant, reason: WaitReason, deadline: Option<Instant>) -> Admission {
