@@ -33,7 +33,12 @@ const IN_REAL_RS: &[&str] = &[
 /// many times slower than `RealOptions::scale_for` their clock runs.
 const HERE: &[(&str, u64, f64)] = &[
     ("cold-start.json", 200, 6.0),
-    ("overload-storm.json", 150, 6.0),
+    // 300 jobs, not 150: which jobs exhaust their attempts on 529s is drawn
+    // by the simulator's generator in one run and the mock's in the other,
+    // and each such job was 0.7 % of the goodput at 150 jobs (measured:
+    // 0.985 virtual, 0.943-0.956 real at 6x and 12x; 0.994 and 0.988 at
+    // 300 jobs).
+    ("overload-storm.json", 300, 6.0),
     ("short-buckets-10s.json", 100, 12.0),
     // Enough jobs that one stray 429 stays under 1 % of the sends.
     ("short-buckets-2s.json", 200, 4.0),
