@@ -21,7 +21,10 @@
 //!    stated or configured limit: it only fills what they leave out (a
 //!    provider that states requests but not tokens);
 //! 4. [`Share`] — the share of a stated limit this process may spend while
-//!    others spend it too and it cannot see them (cut off from its peers).
+//!    others spend it too and it cannot see them (cut off from its peers);
+//! 5. [`Others`] — what clients outside this process's view take of a
+//!    stated limit (another service on the key), read from the drain of
+//!    the provider's bucket against this process's credit.
 //!
 //! [`Beliefs`] holds one scope's, and [`Beliefs::effective`] is the one
 //! place they are combined; the controller rebuilds a scope's buckets from
@@ -37,6 +40,7 @@ mod configured;
 pub(crate) mod estimated;
 pub(crate) mod level;
 pub(crate) mod margin;
+mod others;
 mod share;
 pub(crate) mod stated;
 #[cfg(test)]
@@ -46,6 +50,7 @@ pub(crate) use configured::Configured;
 pub use estimated::EstimateState;
 pub(crate) use estimated::{SilentEstimate, Taught};
 pub(crate) use level::{CreditMark, Level, LevelRecord, ServerView};
+pub(crate) use others::Others;
 pub(crate) use share::{BucketView, Share};
 pub(crate) use stated::Stated;
 
@@ -120,6 +125,10 @@ pub(crate) enum Sample {
     /// process had charged by then. Two views apart tell what the bucket
     /// lost in between, and so what the others spent (`Share`).
     View(BucketView),
+    /// The same view, for a process that takes itself to see all its
+    /// peers: what the bucket lost beyond this process's charges is what
+    /// others it cannot see took (`Others`).
+    Seen(BucketView),
 }
 
 /// What a sample changed.
@@ -193,6 +202,8 @@ pub(crate) struct Beliefs {
     pub(crate) estimated: [SilentEstimate; 4],
     /// This process's share of the stated limits while cut off.
     pub(crate) share: [Share; 4],
+    /// What others this process cannot see take of the stated limits.
+    pub(crate) others: [Others; 4],
 }
 
 impl Beliefs {
@@ -280,7 +291,7 @@ impl Beliefs {
                     )),
                     None => Some((share_of(l, share_permille), src)),
                 },
-                Some(stated) => Some(stated),
+                Some((l, src)) => Some((self.others[i].of(l), src)),
                 None => self.estimated[i]
                     .believed(t)
                     .map(|b| (b.limit, LimitSource::Estimated)),

@@ -76,6 +76,9 @@ pub(crate) struct BucketView {
     /// This process's running total of units charged on this dimension
     /// at the send (low 32 bits; differences wrap).
     pub(crate) charged: u32,
+    /// What the send itself charged on this dimension (counted in
+    /// `charged`).
+    pub(crate) own: u64,
     /// When the server took the view (the request's admission).
     pub(crate) at: Instant,
     /// The share of the key this process paces at before it has learned
@@ -323,6 +326,7 @@ mod tests {
             capacity: cap,
             limit,
             charged,
+            own: 0,
             at: s(at),
             permille: 500,
         })
@@ -429,6 +433,7 @@ mod tests {
                 capacity: 2_000,
                 limit: 12_000,
                 charged: i as u32 * 10,
+                own: 10,
                 at: s(t),
                 permille: 500,
             });

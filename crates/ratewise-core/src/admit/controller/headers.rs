@@ -156,41 +156,46 @@ impl Controller {
             for (i, sample) in samples.iter().enumerate() {
                 moved |= beliefs.stated[i].observe(sample).moved;
             }
-            if share < 1000 {
-                // Cut off from its peers: a provider bucket at least half
-                // full says the share this process measured is no longer
-                // all it may use (`SilentEstimate::headroom`).
-                for d in DIMENSIONS {
-                    let i = index(d);
-                    let lowest = snap.window(d).remaining.map(|r| rounding(d).range(r).0);
-                    let seen = beliefs.stated[i].capacity.seen;
-                    if lowest.is_some_and(|l| seen > 0 && l >= seen / 2) {
-                        // Followed by the buckets at the next admission.
-                        let _ = beliefs
-                            .estimate_mut(i, true)
-                            .observe(&Sample::Headroom { at: t });
-                    }
-                    // A success's view beside this process's own charges
-                    // then: the others' drain between views sets the share.
-                    let view = match (sent, snap.window(d).remaining, limits[i]) {
-                        (Some(x), Some(remaining), Some(limit))
-                            if charged && headers_describe(d, provider) =>
-                        {
-                            let (lo, hi) = rounding(d).range(remaining);
-                            Sample::View(BucketView {
-                                remaining,
-                                spread: hi.saturating_sub(lo).max(1),
-                                capacity: seen,
-                                limit,
-                                charged: x.charged[i],
-                                at: x.admitted_at,
-                                permille: share,
-                            })
-                        }
-                        _ => continue,
-                    };
-                    moved |= beliefs.share[i].observe(&view).moved;
+            for d in DIMENSIONS {
+                let i = index(d);
+                let lowest = snap.window(d).remaining.map(|r| rounding(d).range(r).0);
+                let seen = beliefs.stated[i].capacity.seen;
+                if share < 1000 && lowest.is_some_and(|l| seen > 0 && l >= seen / 2) {
+                    // Cut off from its peers: a provider bucket at least
+                    // half full says the share this process measured is no
+                    // longer all it may use (`SilentEstimate::headroom`).
+                    // Followed by the buckets at the next admission.
+                    let _ = beliefs
+                        .estimate_mut(i, true)
+                        .observe(&Sample::Headroom { at: t });
                 }
+                // A success's view beside this process's own charges then:
+                // the drain between views beyond them is the others'. Cut
+                // off, it sets the share; else it tells what clients this
+                // process cannot see take (`Others`).
+                let view = match (sent, snap.window(d).remaining, limits[i]) {
+                    (Some(x), Some(remaining), Some(limit))
+                        if charged && headers_describe(d, provider) =>
+                    {
+                        let (lo, hi) = rounding(d).range(remaining);
+                        BucketView {
+                            remaining,
+                            spread: hi.saturating_sub(lo).max(1),
+                            capacity: seen,
+                            limit,
+                            charged: x.charged[i],
+                            own: x.amounts.by_index(i),
+                            at: x.admitted_at,
+                            permille: share,
+                        }
+                    }
+                    _ => continue,
+                };
+                moved |= if share < 1000 {
+                    beliefs.share[i].observe(&Sample::View(view)).moved
+                } else {
+                    beliefs.others[i].observe(&Sample::Seen(view)).moved
+                };
             }
             // A hypothesis, taken only where surprises can correct it.
             let guess = if learn {
