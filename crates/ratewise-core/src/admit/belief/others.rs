@@ -144,20 +144,15 @@ impl Others {
         }
         let depth = capacity as f64 * 60.0 / limit as f64;
         if depth >= DEEP.as_secs_f64() || depth < SHALLOW.as_secs_f64() {
-            // A deep bucket: the views keep the credit right.
+            // Too deep to need it, or too shallow to read it (see
+            // `DEEP`, `SHALLOW`): no cut.
             self.rate = 0.0;
             return self.apply(limit as f64);
         }
         let full = |r: u64| r.saturating_mul(10) >= capacity.saturating_mul(FULL_TENTHS);
-        let Some((t0, r0, c0)) = self.last else {
-            self.last = Some((at, remaining, charged));
+        let Some((t0, r0, c0)) = v.after(&mut self.last) else {
             return Change::NOTHING;
         };
-        if at <= t0 {
-            // Reordered: an older view than the last one says nothing new.
-            return Change::NOTHING;
-        }
-        self.last = Some((at, remaining, charged));
         if full(remaining) {
             // Room to spare after this process's own charge: nothing to
             // measure, and whatever the others take, it is less than feared.

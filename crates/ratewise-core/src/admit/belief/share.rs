@@ -86,6 +86,30 @@ pub(crate) struct BucketView {
     pub(crate) permille: u32,
 }
 
+impl BucketView {
+    /// The view before this one (when, what it showed left, this
+    /// process's charges), and `last` moved on to this one: `None` for a
+    /// first view, and for one older than the last (answers reordered),
+    /// which says nothing new and leaves `last` alone.
+    pub(crate) fn after(
+        &self,
+        last: &mut Option<(Instant, u64, u32)>,
+    ) -> Option<(Instant, u64, u32)> {
+        let this = (self.at, self.remaining, self.charged);
+        match *last {
+            None => {
+                *last = Some(this);
+                None
+            }
+            Some((t0, ..)) if self.at <= t0 => None,
+            Some(before) => {
+                *last = Some(this);
+                Some(before)
+            }
+        }
+    }
+}
+
 /// Share of the limit the processes' paces sum to below it (1 %): a drain
 /// measures the whole key's rate, every unit through the bucket, where a
 /// 429's window measures one process's ([`MARGIN`](super::estimated::MARGIN), 3 %); the level each
@@ -126,15 +150,9 @@ impl Drain {
             at,
             ..
         } = v;
-        let Some((t0, r0, c0)) = self.last else {
-            self.last = Some((at, remaining, charged));
+        let Some((t0, r0, c0)) = v.after(&mut self.last) else {
             return Drained::Nothing;
         };
-        if at <= t0 {
-            // Reordered: an older view than the last one says nothing new.
-            return Drained::Nothing;
-        }
-        self.last = Some((at, remaining, charged));
         let full = |r: u64| capacity > 0 && r.saturating_mul(10) >= capacity.saturating_mul(9);
         // A bucket holding less than a window's refill may have filled
         // and overflowed between two views without either showing it.
