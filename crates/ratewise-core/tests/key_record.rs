@@ -320,3 +320,135 @@ fn a_disowned_reservations_end_charges_only_its_usage() {
     let l = c.ledger();
     assert!(l.is_clean(), "the late ends are no second ends: {l:?}");
 }
+
+/// The provider's requests bucket in `others_on_the_key`: 600 a minute in
+/// a bucket of 10 s (100 requests), another client taking `others` of
+/// each second's refill.
+struct ProviderBucket {
+    level: f64,
+    at_ms: u64,
+    others: f64,
+}
+
+impl ProviderBucket {
+    fn at(&mut self, t_ms: u64) {
+        let refill = (t_ms - self.at_ms) as f64 / 100.0;
+        self.level = (self.level + refill * (1.0 - self.others)).min(100.0);
+        self.at_ms = t_ms;
+    }
+
+    /// Anthropic's headers for a success now: what is left and when the
+    /// bucket is full again (at the whole rate: the provider's promise).
+    fn headers(&self, now: Now) -> Vec<(String, String)> {
+        let to_full = Duration::from_secs_f64((100.0 - self.level).max(0.0) / 10.0);
+        vec![
+            ("anthropic-ratelimit-requests-limit".into(), "600".into()),
+            (
+                "anthropic-ratelimit-requests-remaining".into(),
+                (self.level.floor() as u64).to_string(),
+            ),
+            (
+                "anthropic-ratelimit-requests-reset".into(),
+                ratewise_core::time::format_rfc3339(now.wall + to_full),
+            ),
+        ]
+    }
+}
+
+/// `processes` controllers (on one shared record when `shared`) send as
+/// fast as they are admitted for 90 s into [`ProviderBucket`], each
+/// success's headers read; returns the requests limit each paces at.
+fn others_on_the_key(processes: usize, shared: bool, others: f64) -> Vec<Option<u64>> {
+    let config = || {
+        let mut c = Config::default();
+        c.pause_jitter = Duration::ZERO;
+        c.seed = Some(1);
+        c
+    };
+    let mut procs: Vec<Process> = (0..processes)
+        .map(|i| Process {
+            c: Controller::new(config()),
+            late: Duration::from_millis(700 * i as u64),
+        })
+        .collect();
+    let mut store = RecordStore::default();
+    let mut bucket = ProviderBucket {
+        level: 100.0,
+        at_ms: 30_000,
+        others,
+    };
+    let mut t_ms = 30_000u64;
+    while t_ms < 120_000 {
+        t_ms += 50;
+        bucket.at(t_ms);
+        let t = now_at(t_ms);
+        for p in procs.iter_mut() {
+            let mut op = |c: &mut Controller, now: Now| {
+                let target = c.target("k", "claude-sonnet-4-5");
+                let mut req = AdmitRequest::new(target);
+                req.max_tokens = Some(10);
+                let Admission::Go(r) = c.admit(&req, now) else {
+                    return;
+                };
+                let ok = bucket.level >= 1.0;
+                let (status, body) = if ok {
+                    bucket.level -= 1.0;
+                    (200, "{}")
+                } else {
+                    (429, RATE_LIMITED)
+                };
+                let headers = bucket.headers(now);
+                let h: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let cl = classify(Provider::Anthropic, status, &h, body, now);
+                let d = Decision::new(ratewise_core::Action::Done);
+                c.observe(
+                    &Observed::new(r.sent().scope(), cl, d).of_sent(r.sent()),
+                    now,
+                );
+                if ok {
+                    c.settle(r, &Usage::default(), now);
+                } else {
+                    c.release(r, now);
+                }
+            };
+            if shared {
+                store.run(p, t, |c, now| op(c, now));
+            } else {
+                let now = p.now(t);
+                op(&mut p.c, now);
+            }
+        }
+    }
+    let t = now_at(t_ms);
+    procs
+        .iter_mut()
+        .map(|p| {
+            let now = p.now(t);
+            let target = p.c.target("k", "claude-sonnet-4-5");
+            p.c.snapshot(target.scope, now)
+                .and_then(|s| s.limits.requests)
+        })
+        .collect()
+}
+
+#[test]
+fn a_lone_process_beside_another_client_paces_at_what_it_leaves() {
+    // The other client takes 30 % of a 10 s bucket: 180 of 600 a minute.
+    let limit = others_on_the_key(1, false, 0.3)[0].expect("a limit");
+    assert!((400..=440).contains(&limit), "{limit}");
+}
+
+#[test]
+fn processes_on_a_shared_record_do_not_read_each_other_as_others() {
+    // Each one's charges are not its peer's, but the record they share
+    // holds both: the drain beyond its own charges is mostly its peer's,
+    // which read as another client's would cut the limit twice over (to
+    // about a third). The drain is left unread on a shared record: the
+    // other client's 30 % is met by each view's correction of the level.
+    for limit in others_on_the_key(2, true, 0.3) {
+        assert_eq!(limit, Some(600));
+    }
+}

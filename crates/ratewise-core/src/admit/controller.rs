@@ -367,6 +367,11 @@ struct ScopeState {
     /// with processes it cannot see are read net of its own charges
     /// between them (`Share`).
     charged: [u64; 4],
+    /// Whether this scope's state has been read back from a store
+    /// (`import_key`): its peers' charges are then in its buckets but not
+    /// in `charged`, so the drain beyond `charged` is not only what
+    /// clients outside the store take, and `Others` is not read.
+    imported: bool,
     /// The request out to learn the limits while none is known.
     probes: Vec<ReservationId>,
     /// How many requests may be out while no limit is known or estimated:

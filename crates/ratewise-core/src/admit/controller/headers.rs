@@ -151,6 +151,7 @@ impl Controller {
                 .filter(|l| *l > 0)
         });
         let before = credit_capacities(s);
+        let imported = s.imported;
         s.believe(burst, share, t, |beliefs| {
             let mut moved = false;
             for (i, sample) in samples.iter().enumerate() {
@@ -193,6 +194,10 @@ impl Controller {
                 };
                 moved |= if share < 1000 {
                     beliefs.share[i].observe(&Sample::View(view)).moved
+                } else if imported {
+                    // Peers in a shared store: their charges are not in
+                    // this process's, and would read as others' takes.
+                    false
                 } else {
                     beliefs.others[i].observe(&Sample::Seen(view)).moved
                 };

@@ -83,6 +83,7 @@ impl StoreHooks for Controller {
         for sr in &rec.scopes {
             let id = self.scope_of(&rec.key, &sr.class);
             let s = &mut self.scopes[id.0 as usize];
+            s.imported = true;
             let learned = limits_of(sr.learned);
             for (i, d) in DIMENSIONS.into_iter().enumerate() {
                 s.beliefs.stated[i].limit = learned.get(d);

@@ -109,6 +109,7 @@ impl Controller {
             last_call: None,
             released: [0; 4],
             charged: [0; 4],
+            imported: false,
             probes: Vec::new(),
             probe_cap: 1,
             probe_base: None,
