@@ -130,10 +130,11 @@ impl Others {
             at,
             ..
         } = v;
-        // The capacity as the bucket has shown it: a reset read at the
-        // whole limit proves a larger one than there is while others
-        // slow the refill, and a capacity taken too large would count a
-        // full bucket's idle refill as their takes.
+        // The capacity as the bucket has shown it, at most: one taken too
+        // large would count a full bucket's idle refill as the others'
+        // takes (a spill the views cannot see), so a key never shown near
+        // full is not read until it is (conservative: a `reset` read at
+        // the whole limit, the provider's promise, proves the true one).
         self.top = self.top.max(remaining.saturating_add(own));
         let capacity = match capacity {
             0 => self.top,
