@@ -170,22 +170,30 @@ impl Controller {
                         .estimate_mut(i, true)
                         .observe(&Sample::Headroom { at: t });
                 }
-                // A success's view beside this process's own charges then:
-                // the drain between views beyond them is the others'. Cut
-                // off, it sets the share; else it tells what clients this
-                // process cannot see take (`Others`).
+                // An answer's view beside this process's own charges then
+                // (a success's after its charge, a 429's without it): the
+                // drain between views beyond them is the others'. Cut off,
+                // a success's sets the share; else every answer's tells
+                // what clients this process cannot see take (`Others`; a
+                // 429's is what reaches a bucket of a second or two). The
+                // share's drain reads successes alone, as measured.
+                if !charged && (share < 1000 || imported) {
+                    continue;
+                }
                 let view = match (sent, snap.window(d).remaining, limits[i]) {
-                    (Some(x), Some(remaining), Some(limit))
-                        if charged && headers_describe(d, provider) =>
-                    {
+                    (Some(x), Some(remaining), Some(limit)) if headers_describe(d, provider) => {
                         let (lo, hi) = rounding(d).range(remaining);
+                        let amount = x.amounts.by_index(i);
+                        let own = if charged { amount } else { 0 };
                         BucketView {
                             remaining,
                             spread: hi.saturating_sub(lo).max(1),
                             capacity: seen,
                             limit,
-                            charged: x.charged[i],
-                            own: x.amounts.by_index(i),
+                            // The running total without what the server
+                            // did not charge.
+                            charged: x.charged[i].wrapping_sub((amount - own) as u32),
+                            own,
                             at: x.admitted_at,
                             permille: share,
                         }
