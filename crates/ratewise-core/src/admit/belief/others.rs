@@ -27,8 +27,8 @@
 //!
 //! The 429s' views are what reach the short buckets (one or two seconds
 //! of refill): there a success's view is mostly of a bucket that filled
-//! in between, while a 429 says the bucket was nearly empty at both ends
-//! of a short wait. Read from both, with the debt rule, a 2 s bucket that
+//! in between, while two 429s a short wait apart show a bucket short of
+//! a request at both ends. Read from both, with the debt rule, a 2 s bucket that
 //! another client drains by a third is paced at what it leaves (`ratewise
 //! simulate --matrix --sample 300`, seeds 5, 11, 23: five cells with
 //! another client held that missed, one 29 % → 0.8 % answered 429, and
