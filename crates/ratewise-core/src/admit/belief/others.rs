@@ -7,7 +7,8 @@
 //!
 //! Between two views of the bucket (each taken when the server took one
 //! of this process's sends: after that send's charge when it was
-//! admitted, without it when it was answered 429) the bucket refilled at
+//! admitted, without it when it was answered 429 or another error, as
+//! `Controller::sync_view` takes an error answer's view) the bucket refilled at
 //! its limit and lost what everyone charged: what it lost beyond this
 //! process's own charges (net of what the provider gave back) is what the
 //! others took. That holds only while the bucket never filled in between
