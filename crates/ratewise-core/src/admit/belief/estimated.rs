@@ -17,15 +17,17 @@
 //! * **The first 429 of a cold key** ends a window that started with the
 //!   provider's bucket full, of an unknown capacity `C`: `A = C + R·Δ`.
 //!   Both providers that document their buckets hold at most a minute of
-//!   their limit, so `R ≥ A / (Δ + 1 min)`: a lower bound to start from,
-//!   and `(A + a) / Δ` an upper one — an upper one only if the bucket
-//!   never spilled in the window, which a slow start behind long answers
-//!   into a one-second bucket does for most of it. So, until a window
-//!   between two 429s has measured the rate, the estimate grows quickly
-//!   from the lower bound (doubling every [`COLD_DOUBLING`]) to the upper
-//!   one, rests there [`UPPER_REST`] of use and, with no 429 there, goes
-//!   past it. A hint's bound (`R ≤ a /
-//!   hint`, precise hints only) is a true bound and caps the climb.
+//!   their limit, so `R ≥ A / (Δ + 1 min)`; where a 429 came before a few
+//!   requests went through, the bucket held less than those and the
+//!   throttled one (`C < h`), so `R ≥ (A − h) / Δ` too: a lower bound to
+//!   start from, and `(A + a) / Δ` an upper one — an upper one only if
+//!   the bucket never spilled in the window, which a slow start behind
+//!   long answers into a one-second bucket does for most of it. So, until
+//!   a window between two 429s has measured the rate, the estimate grows
+//!   quickly from the lower bound (doubling every [`COLD_DOUBLING`]) to
+//!   the upper one, rests there [`UPPER_REST`] of use and, with no 429
+//!   there, goes past it. A hint's bound (`R ≤ a / hint`, precise hints
+//!   only) is a true bound and caps the climb.
 //! * **A short window** (too few units to measure) only cuts the pace
 //!   that met the 429 multiplicatively ([`HOLD`]), as the AWS SDKs'
 //!   adaptive retry mode does on every throttle, and keeps measuring from
@@ -148,6 +150,14 @@ pub(crate) struct SilentEstimate {
     /// allows proves nothing about it).
     recent: f64,
     recent_at: Instant,
+    /// The most the provider's bucket held when the cold window opened
+    /// (units), where an early 429 showed it: throttled before a few
+    /// requests went through, it held less than those requests and the
+    /// throttled one. What the window let through beyond it, the refill
+    /// paid for: the cold lower bound is then `(A − held) / Δ`, not only
+    /// `A / (Δ + 1 min)`, which takes a bucket of one second for one of a
+    /// minute and starts the climb from a thirtieth of the limit.
+    held_at_open: Option<u64>,
 }
 
 /// The probe grows up to this multiple of what was sent lately.
@@ -190,6 +200,7 @@ impl Default for SilentEstimate {
             agreed: 0,
             recent: 0.0,
             recent_at: Instant::ZERO,
+            held_at_open: None,
         }
     }
 }
@@ -256,6 +267,7 @@ impl SilentEstimate {
         });
         *self = SilentEstimate {
             window,
+            held_at_open: self.held_at_open,
             recent: self.recent,
             recent_at: self.recent_at,
             ..SilentEstimate::seeded(rate, t)
@@ -388,14 +400,22 @@ impl SilentEstimate {
             // through: the provider's bucket is smaller than that, or the
             // 429 is a one-off; either way there is no rate to bound from
             // below. The hint's pause answers it, and the window stays
-            // open.
+            // open. The bucket held less than what went through and this
+            // request when the window opened.
+            let held = through.saturating_add(a);
+            self.held_at_open = Some(self.held_at_open.map_or(held, |h| h.min(held)));
             self.last_event = None;
             self.events = self.events.saturating_sub(1);
             return Taught::Nothing;
         }
         let taught = if !w.from_empty {
-            // Cold: A = C + R·Δ with C ≤ a minute of R.
-            let lower = per_min(through as f64, span_ns + 60e9);
+            // Cold: A = C + R·Δ with C ≤ a minute of R, or below what an
+            // early 429 showed the bucket held.
+            let lower = match self.held_at_open.take() {
+                Some(held) => per_min(through.saturating_sub(held) as f64, span_ns),
+                None => 0.0,
+            }
+            .max(per_min(through as f64, span_ns + 60e9));
             let window = per_min(through.saturating_add(a) as f64, span_ns);
             let upper = hinted.map_or(window, |h| window.min(h));
             // From the lower bound. A start higher up (the bounds'
@@ -566,6 +586,7 @@ impl SilentEstimate {
             agreed: r.agreed,
             recent: 0.0,
             recent_at: Instant::ZERO,
+            held_at_open: None,
         }
     }
 }

@@ -247,3 +247,43 @@ fn a_window_of_refused_sends_never_measures_a_limit_under_one_request() {
     e.throttled(9_000, None, s(8.0));
     assert!(e.rate(s(8.0)).unwrap() >= 8_700, "{:?}", e.rate(s(8.0)));
 }
+
+/// One a second into a bucket that holds one: a cold key's first burst
+/// of three is throttled on its third (the bucket held less than three),
+/// then one a second goes through for twenty seconds, and the 429 that
+/// follows is the cold event. `with_burst` says whether the first burst
+/// happened.
+fn cold_event_after_steady_sends(with_burst: bool) -> SilentEstimate {
+    let mut e = SilentEstimate::default();
+    if with_burst {
+        take(&mut e, 3, 0.0);
+        assert_eq!(
+            e.throttled(1, Some(Duration::from_secs(1)), s(0.1)),
+            Taught::Nothing
+        );
+        // The throttled request is released: the provider never charged it.
+        e.corrected(-1, s(0.0));
+    } else {
+        take(&mut e, 2, 0.0);
+    }
+    send_at(&mut e, 60.0, 1.0, 20.5);
+    e.took(1, s(20.5));
+    assert_eq!(
+        e.throttled(1, Some(Duration::from_secs(1)), s(20.5)),
+        Taught::Cold
+    );
+    e
+}
+
+#[test]
+fn an_early_429_bounds_what_the_bucket_held_and_the_cold_window_proves_the_rest() {
+    // Without the early 429 the bucket may have held a minute of the
+    // rate: 22 let through in 20.5 s prove only 22 / 80.5 s = 16 a
+    // minute. With it, the bucket held under three when the window
+    // opened, so the twenty-two took at least 19 from the refill: 55 a
+    // minute, for a true 60.
+    let unbounded = cold_event_after_steady_sends(false).rate(s(20.5)).unwrap();
+    assert!(unbounded <= 17, "{unbounded}");
+    let bounded = cold_event_after_steady_sends(true).rate(s(20.5)).unwrap();
+    assert!((50..=60).contains(&bounded), "{bounded}");
+}
