@@ -158,6 +158,14 @@ pub(crate) struct SilentEstimate {
     /// `A / (Δ + 1 min)`, which takes a bucket of one second for one of a
     /// minute and starts the climb from a thirtieth of the limit.
     held_at_open: Option<u64>,
+    /// What a climb's first 429 never cuts the estimate below (units per
+    /// minute): the cold lower bound where it rests on the bucket's
+    /// arithmetic alone, the minute bound under it where it rests on an
+    /// early 429 having been about the bucket's level. An early 429 that
+    /// was a one-off (another client's burst, an acceleration rule) would
+    /// put the bound at the pace the slow start reached, above the limit
+    /// while a minute's bank drained: the next 429 cuts that back.
+    cold_floor: u64,
 }
 
 /// The probe grows up to this multiple of what was sent lately.
@@ -201,6 +209,7 @@ impl Default for SilentEstimate {
             recent: 0.0,
             recent_at: Instant::ZERO,
             held_at_open: None,
+            cold_floor: 0,
         }
     }
 }
@@ -268,6 +277,7 @@ impl SilentEstimate {
         *self = SilentEstimate {
             window,
             held_at_open: self.held_at_open,
+            cold_floor: self.cold_floor,
             recent: self.recent,
             recent_at: self.recent_at,
             ..SilentEstimate::seeded(rate, t)
@@ -286,6 +296,7 @@ impl SilentEstimate {
         }
         let Some(now) = self.rate(t) else { return };
         self.base = now.max(1);
+        self.cold_floor = self.base;
         self.base_at = t;
         self.upper = u64::MAX;
         self.upper_hinted = false;
@@ -411,11 +422,11 @@ impl SilentEstimate {
         let taught = if !w.from_empty {
             // Cold: A = C + R·Δ with C ≤ a minute of R, or below what an
             // early 429 showed the bucket held.
-            let lower = match self.held_at_open.take() {
-                Some(held) => per_min(through.saturating_sub(held) as f64, span_ns),
-                None => 0.0,
-            }
-            .max(per_min(through as f64, span_ns + 60e9));
+            let minute = per_min(through as f64, span_ns + 60e9);
+            let held = self.held_at_open.take();
+            let lower = held.map_or(minute, |h| {
+                per_min(through.saturating_sub(h) as f64, span_ns).max(minute)
+            });
             let window = per_min(through.saturating_add(a) as f64, span_ns);
             let upper = hinted.map_or(window, |h| window.min(h));
             // From the lower bound. A start higher up (the bounds'
@@ -426,6 +437,10 @@ impl SilentEstimate {
             let now_rate = self.rate(t).map(|r| r as f64);
             let start = now_rate.map_or(lower, |r| r.min(lower));
             self.base = to_units(start.max(a as f64));
+            self.cold_floor = match held {
+                Some(_) => to_units(minute.min(start).max(a as f64)),
+                None => self.base,
+            };
             self.upper = to_units(upper).max(self.base);
             self.upper_hinted = hinted.is_some_and(|h| h < window);
             self.state = Some(EstimateState::Cold);
@@ -467,8 +482,9 @@ impl SilentEstimate {
                 }
             } else if climbing {
                 // The climb crossed the limit: back to half its pace (TCP
-                // leaving slow start), never below the cold lower bound.
-                (pace * 0.5).max(self.base as f64).min(upper)
+                // leaving slow start), never below the cold lower bound
+                // (see `cold_floor`).
+                (pace * 0.5).max(self.cold_floor as f64).min(upper)
             } else {
                 held.min(upper)
             }
@@ -587,6 +603,7 @@ impl SilentEstimate {
             recent: 0.0,
             recent_at: Instant::ZERO,
             held_at_open: None,
+            cold_floor: r.base,
         }
     }
 }

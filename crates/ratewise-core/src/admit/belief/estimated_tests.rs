@@ -287,3 +287,28 @@ fn an_early_429_bounds_what_the_bucket_held_and_the_cold_window_proves_the_rest(
     let bounded = cold_event_after_steady_sends(true).rate(s(20.5)).unwrap();
     assert!((50..=60).contains(&bounded), "{bounded}");
 }
+
+#[test]
+fn an_early_429_that_was_a_one_off_is_cut_back_at_the_next() {
+    // A minute's bucket of 60 a minute, full: the first burst of three
+    // meets a one-off 429 (the bucket held sixty, not under three), then
+    // the slow start drains the bank in 20 s and the cold 429 comes. The
+    // bound reads the bank as refill: about 170 a minute, nearly three
+    // times the limit.
+    let mut e = SilentEstimate::default();
+    take(&mut e, 3, 0.0);
+    assert_eq!(e.throttled(1, None, s(0.1)), Taught::Nothing);
+    e.corrected(-1, s(0.0));
+    send_at(&mut e, 180.0, 1.0, 20.0);
+    e.took(1, s(20.0));
+    assert_eq!(e.throttled(1, None, s(20.0)), Taught::Cold);
+    assert!(e.rate(s(20.0)).unwrap() > 120);
+    // Paced at it, the next 429 comes within seconds: a climb that
+    // crossed the limit, cut to half its pace, not held at the bound the
+    // one-off made.
+    send_at(&mut e, 170.0, 20.0, 22.0);
+    e.took(1, s(22.0));
+    e.throttled(1, None, s(22.0));
+    let r = e.rate(s(22.0)).unwrap();
+    assert!(r <= 90, "{r}");
+}
