@@ -437,10 +437,9 @@ impl SilentEstimate {
             let now_rate = self.rate(t).map(|r| r as f64);
             let start = now_rate.map_or(lower, |r| r.min(lower));
             self.base = to_units(start.max(a as f64));
-            self.cold_floor = match held {
-                Some(_) => to_units(minute.min(start).max(a as f64)),
-                None => self.base,
-            };
+            // Without an early 429 `start` is under the minute bound, and
+            // the floor is the base.
+            self.cold_floor = to_units(minute.min(start).max(a as f64));
             self.upper = to_units(upper).max(self.base);
             self.upper_hinted = hinted.is_some_and(|h| h < window);
             self.state = Some(EstimateState::Cold);
