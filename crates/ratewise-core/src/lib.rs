@@ -87,6 +87,7 @@ mod decision;
 #[cfg(feature = "fixtures")]
 pub mod explain;
 pub mod job;
+pub mod key;
 mod note;
 pub mod parse;
 pub mod pool;

@@ -487,13 +487,14 @@ fn store_status(app: &App) -> serde_json::Value {
     }
 }
 
-/// The `?key=` of a request; `None` when missing or empty.
+/// The `?key=` of a request, a fingerprint lower-cased (as the proxy
+/// files it); `None` when missing or empty.
 fn key_of(q: &KeyQuery) -> Option<String> {
     q.key
         .as_deref()
         .map(str::trim)
         .filter(|k| !k.is_empty())
-        .map(str::to_owned)
+        .map(|k| crate::keys::normalized(k).unwrap_or_else(|| k.to_owned()))
 }
 
 /// A key the admin API may name: a fingerprint as the proxy writes them,

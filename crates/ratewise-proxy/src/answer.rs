@@ -33,8 +33,7 @@ use std::time::{Duration, SystemTime};
 
 pub use crate::evidence::Evidence;
 
-/// The header naming what ratewise did.
-pub const ACTION_HEADER: &str = "x-ratewise-action";
+pub use ratewise_tower::ACTION_HEADER;
 
 /// The evidence of each stopped key ([`Evidence`]), replayed to the jobs
 /// that find the key stopped: the SDK gets the same typed error the
@@ -349,22 +348,10 @@ pub fn google_error(status: StatusCode, message: &str) -> serde_json::Value {
     })
 }
 
-/// The `google.rpc.Code` name Google's APIs answer `status` with.
+/// The `google.rpc.Code` name Google's APIs answer `status` with (the
+/// core's one table).
 pub fn google_status(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 413 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        402 => "FAILED_PRECONDITION",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        408 | 504 => "DEADLINE_EXCEEDED",
-        409 => "ABORTED",
-        429 => "RESOURCE_EXHAUSTED",
-        499 => "CANCELLED",
-        501 => "UNIMPLEMENTED",
-        502 | 503 => "UNAVAILABLE",
-        _ => "INTERNAL",
-    }
+    ratewise_core::classify::google_status(status.as_u16())
 }
 
 fn anthropic(status: StatusCode, kind: &str, message: &str) -> Response {

@@ -954,15 +954,15 @@ impl ProxyConfig {
         }
         for (i, k) in file.key.into_iter().enumerate() {
             let fp = match (&k.fingerprint, &k.env) {
-                (Some(fp), None) => {
-                    if !fp.starts_with("fp-") {
+                (Some(fp), None) => match crate::keys::normalized(fp) {
+                    Some(fp) => fp,
+                    None => {
                         return Err(invalid(format!(
                             "key {}: a fingerprint looks like fp-0123456789abcdef (see /status)",
                             i + 1
-                        )));
+                        )))
                     }
-                    fp.clone()
-                }
+                },
                 (None, Some(var)) => match env(var) {
                     Some(key) if !key.trim().is_empty() => fingerprint(key.trim()),
                     _ => {

@@ -19,7 +19,7 @@
 
 use crate::answer;
 use crate::drain::Phase;
-use crate::keys::caller_key_in;
+use crate::keys::caller_key;
 use crate::route::PathApi;
 use crate::upstream::{self, UpBody, WireWatch};
 use crate::App;
@@ -361,7 +361,7 @@ fn via(
     api: &PathApi,
 ) -> Result<Via, Nowhere> {
     if !app.pools.is_empty() {
-        let pool = caller_key_in(headers, query, api.provider())
+        let pool = caller_key(headers, query, Some(api.provider()))
             .and_then(|k| crate::pools::find(&app.pools, &crate::keys::fingerprint(&k)));
         if let Some(pi) = pool {
             return Ok(Via::Pool(pi));
@@ -438,7 +438,7 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     // pool, each member's route removes it and sets the member's own, and
     // the members' keys are paced, each under its own fingerprint.
     let key = match via {
-        Via::Upstream(_) => match caller_key_in(&parts.headers, query, provider) {
+        Via::Upstream(_) => match caller_key(&parts.headers, query, Some(provider)) {
             Some(k) => app.keys.note(&k),
             None => ANONYMOUS.to_owned(),
         },

@@ -16,7 +16,7 @@
 //! weight = 30
 //! ```
 //!
-//! A caller whose key — read as [`caller_key_in`](crate::keys::caller_key_in)
+//! A caller whose key — read as [`caller_key`](crate::keys::caller_key)
 //! reads it for the path's provider — is a pool's `caller_key` goes
 //! through that pool's layer ([`ratewise_tower::pool`]): each attempt to
 //! the member that can take it soonest, rewritten for it (its URL, its

@@ -213,13 +213,11 @@ async fn keys_are_validated_and_must_have_been_seen() {
     for path in ["/stop", "/resume"] {
         let (s, body) = admin(&p, "POST", &format!("{path}?key={unseen}")).await;
         assert_eq!(s, 404, "{path}: {body}");
-        for junk in [
-            "junk",
-            "fp-XYZ",
-            "fp-0123456789ABCDEF",
-            "fp-0123456789abcdef0",
-            "%00",
-        ] {
+        // Upper-cased, it is the same key's fingerprint: unseen, not junk.
+        let upper = format!("fp-{}", unseen[3..].to_ascii_uppercase());
+        let (s, body) = admin(&p, "POST", &format!("{path}?key={upper}")).await;
+        assert_eq!(s, 404, "{path}?key={upper}: {body}");
+        for junk in ["junk", "fp-XYZ", "fp-0123456789abcdef0", "%00"] {
             let (s, body) = admin(&p, "POST", &format!("{path}?key={junk}")).await;
             assert_eq!(s, 400, "{path}?key={junk}: {body}");
         }

@@ -110,7 +110,6 @@ use ratewise_core::admit::{
     StoreFuture, Target, Update,
 };
 use ratewise_core::{Cause, Now};
-use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -691,23 +690,13 @@ impl Store for RedisStore {
     }
 }
 
-/// The tag a key's Redis keys carry: its fingerprint, `fp-` and the first
-/// 16 hex digits of its name's SHA-256, or the name itself when it already
-/// is one.
+/// The tag a key's Redis keys carry: its fingerprint
+/// ([`key::tag`](ratewise_core::key::tag): the name itself,
+/// lower-cased, when it already is one; else `fp-` and the first 16 hex
+/// digits of its SHA-256), so every process, the proxy and the tower
+/// layer file one key under one tag.
 pub fn key_tag(name: &str) -> String {
-    let is_fp = name.len() == 19
-        && name.starts_with("fp-")
-        && name[3..].bytes().all(|b| b.is_ascii_hexdigit());
-    if is_fp {
-        return name.to_owned();
-    }
-    let digest = Sha256::digest(name.as_bytes());
-    let mut s = String::with_capacity(19);
-    s.push_str("fp-");
-    for b in &digest[..8] {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    ratewise_core::key::tag(name)
 }
 
 #[cfg(test)]
@@ -717,6 +706,8 @@ mod tests {
     #[test]
     fn a_key_is_tagged_by_its_fingerprint_alone() {
         assert_eq!(key_tag("fp-0123456789abcdef"), "fp-0123456789abcdef");
+        // Read back upper-cased, it is the same key's tag.
+        assert_eq!(key_tag("fp-0123456789ABCDEF"), "fp-0123456789abcdef");
         let t = key_tag("team-a");
         assert!(t.starts_with("fp-") && t.len() == 19, "{t}");
         assert_ne!(t, key_tag("team-b"));

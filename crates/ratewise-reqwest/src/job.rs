@@ -27,10 +27,7 @@ use std::time::SystemTime;
 use tokio::sync::{mpsc, oneshot};
 use tower::{Service, ServiceExt};
 
-/// The response header naming what ratewise decided for a call that ended
-/// on a provider's answer (`done`, `stop_queue`, `give_up`, `fail`, ...):
-/// the answer itself is the provider's, unchanged.
-pub const ACTION_HEADER: &str = "x-ratewise-action";
+pub use ratewise_tower::ACTION_HEADER;
 
 /// What ratewise decided for a call, in the extensions of the response it
 /// ended on: a caller reads why a `429` or a `402` came back without
@@ -233,7 +230,6 @@ where
         once
     });
     let request_url = request.url().clone();
-    let key = key_of(layer, &extensions, request.headers());
     // The request without its body: every attempt is a copy of it with
     // the headers the layer gives it and the body replayed.
     let template = request;
@@ -257,6 +253,9 @@ where
     };
     *http_request.headers_mut() = template.headers().clone();
     *http_request.extensions_mut() = extensions;
+    // Stop evidence is filed under the key the layer paces the call
+    // under (Gemini's `?key=` included), asked of the layer itself.
+    let key = layer.key_of(&http_request);
 
     let shared = Arc::new(Shared {
         stream: Mutex::new(stream),
@@ -522,22 +521,6 @@ fn stopped_by_its_answer(error: &ratewise_tower::Error) -> bool {
             .attempts()
             .last()
             .is_some_and(|r| r.action == ActionKind::StopQueue)
-}
-
-/// The key a call is paced under, as the layer names it: its
-/// [`KeyLabel`](ratewise_tower::KeyLabel), the layer's one key, its
-/// credentials' fingerprint, or `anonymous`.
-fn key_of(layer: &RetryLayer, extensions: &http::Extensions, headers: &http::HeaderMap) -> String {
-    if let Some(label) = extensions.get::<ratewise_tower::KeyLabel>() {
-        return label.as_str().to_owned();
-    }
-    if let Some(key) = &layer.config().key_label {
-        return key.clone();
-    }
-    ratewise_tower::KeyLabel::from_credentials(headers).map_or_else(
-        || ratewise_tower::KeyLabel::ANONYMOUS.to_owned(),
-        |k| k.as_str().to_owned(),
-    )
 }
 
 /// Sets the response URL reqwest reads back when an `http::Response` is

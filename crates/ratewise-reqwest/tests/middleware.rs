@@ -242,6 +242,71 @@ async fn a_spend_cap_stops_the_key_with_no_further_send() {
 }
 
 #[tokio::test]
+async fn a_gemini_key_in_the_query_files_its_stop_under_its_fingerprint() {
+    let server = mock(roomy()).await;
+    // Gemini's rules for a mock on loopback (Google's host would name them).
+    let layer = RetryLayer::builder()
+        .policy(fast_policy())
+        .seed(7)
+        .provider(ratewise_tower::Provider::Gemini)
+        .build()
+        .expect("layer");
+    let client = client(&layer, &Wire::default());
+    let url = |key: &str| {
+        format!(
+            "{}/v1beta/models/gemini-2.5-flash:generateContent?key={key}",
+            server.base_url()
+        )
+    };
+    let gemini = |key: &str, job: &str| {
+        client
+            .post(url(key))
+            .header("content-type", "application/json")
+            .with_extension(ratewise_tower::JobId::new(job))
+            .body(body(&serde_json::json!({
+                "contents": [{"parts": [{"text": "say hello"}]}],
+                "generationConfig": {"maxOutputTokens": 64}
+            })))
+    };
+    // The layer paces the call under the query key's fingerprint.
+    let probe = http::Request::post(url("AIza-A")).body(()).unwrap();
+    assert_eq!(
+        layer.key_of(&probe),
+        ratewise_tower::KeyLabel::fingerprint("AIza-A").as_str()
+    );
+    // Keys A and B stopped, each by its own answer.
+    server.set_billing_error(true);
+    for (key, job) in [("AIza-A", "a1"), ("AIza-B", "b1")] {
+        let r = gemini(key, job).send().await.expect("the answer");
+        assert_eq!((r.status().as_u16(), action(&r)), (400, "stop_queue"));
+    }
+    // Each key's next call gets its own key's answer back (the answer's
+    // URL names it), nothing sent: the evidence was filed under each
+    // key's fingerprint, not under one `anonymous` that B's stop would
+    // have overwritten.
+    for (key, job) in [("AIza-A", "a2"), ("AIza-B", "b2")] {
+        let again = gemini(key, job).send().await.expect("the kept answer");
+        assert_eq!(
+            (again.status().as_u16(), action(&again)),
+            (400, "stop_queue")
+        );
+        assert!(again
+            .extensions()
+            .get::<Outcome>()
+            .unwrap()
+            .attempts()
+            .is_empty());
+        assert!(
+            again.url().as_str().ends_with(&format!("key={key}")),
+            "{}",
+            again.url()
+        );
+        assert_eq!(sends(&server, job), 0);
+    }
+    clean(&layer).await;
+}
+
+#[tokio::test]
 async fn a_billing_error_stops_the_key_with_no_further_send() {
     let server = mock(roomy()).await;
     server.set_billing_error(true);

@@ -115,3 +115,10 @@ impl Default for Config {
 pub const JOB_HEADER: http::HeaderName = http::HeaderName::from_static("x-ratewise-job");
 /// The header carrying the 1-based attempt number on each send.
 pub const ATTEMPT_HEADER: http::HeaderName = http::HeaderName::from_static("x-ratewise-attempt");
+
+/// The response header naming what ratewise decided for a call (`done`,
+/// `defer`, `stop_queue`, `give_up`, `fail`, ...; the core's
+/// [`ActionKind`](ratewise_core::ActionKind) words), set by the front ends
+/// that hand a caller an HTTP answer (`ratewise proxy`, `ratewise-reqwest`):
+/// the answer itself is the provider's, or one in its shape.
+pub const ACTION_HEADER: &str = "x-ratewise-action";

@@ -53,11 +53,12 @@ pub struct TokenEstimate {
 /// itself.
 ///
 /// A request without one is paced under its own credentials: the
-/// [fingerprint](KeyLabel::fingerprint) of the first of `x-api-key`,
-/// `authorization` (its token, for `Bearer`), `api-key` (Azure OpenAI) and
-/// `x-goog-api-key` it carries ([`KeyLabel::from_credentials`]) — the
-/// label `ratewise proxy` gives the same key, so limits configured for a
-/// fingerprint apply in both. A request with none of them is paced under
+/// [fingerprint](KeyLabel::fingerprint) of its key, read where its
+/// provider reads it ([`KeyLabel::of_request`]; with no provider known,
+/// the first of `x-api-key`, `authorization` (its token, for `Bearer`),
+/// `api-key` (Azure OpenAI), `x-goog-api-key` and Gemini's `?key=`) — the
+/// label `ratewise proxy` and `ratewise-reqwest` give the same key, so
+/// limits configured for a fingerprint apply in all of them. A request with none of them is paced under
 /// [`KeyLabel::ANONYMOUS`] (the layer warns once), unless
 /// [`Config::key_label`](crate::Config::key_label) names the one key
 /// behind the layer. Two keys are never mixed in one scope by default:
@@ -84,10 +85,6 @@ pub struct TokenEstimate {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeyLabel(pub Arc<str>);
 
-/// The credential headers a key is read from, in order.
-pub(crate) const CREDENTIAL_HEADERS: [&str; 4] =
-    ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
-
 impl KeyLabel {
     /// The label of requests that carry no credentials and no label: one
     /// scope for all of them.
@@ -108,32 +105,69 @@ impl KeyLabel {
     /// replicas sharing a Redis store, and a journal, agree on it), and
     /// the same `ratewise proxy` computes; the key itself is never kept.
     pub fn fingerprint(key: &str) -> Self {
-        use sha2::{Digest, Sha256};
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = Sha256::digest(key.as_bytes());
-        let mut out = String::with_capacity(19);
-        out.push_str("fp-");
-        for b in &digest[..8] {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-        KeyLabel(Arc::from(out))
+        KeyLabel(Arc::from(ratewise_core::key::fingerprint(key)))
+    }
+
+    /// Whether `s` is a fingerprint as [`fingerprint`](Self::fingerprint)
+    /// writes them: `fp-` and 16 hex digits (upper-case ones too: a label
+    /// typed or read back that way names the same key, see
+    /// [`tag`](Self::tag)).
+    ///
+    /// ```
+    /// use ratewise_tower::KeyLabel;
+    /// assert!(KeyLabel::is_fingerprint("fp-ba7816bf8f01cfea"));
+    /// assert!(KeyLabel::is_fingerprint("fp-BA7816BF8F01CFEA"));
+    /// assert!(!KeyLabel::is_fingerprint("fp-{x}"));
+    /// ```
+    pub fn is_fingerprint(s: &str) -> bool {
+        ratewise_core::key::is_fingerprint(s)
+    }
+
+    /// The label a key named `name` is filed under wherever labels are
+    /// shared (a Redis store's keys, the proxy's admin API): a fingerprint
+    /// as it is, lower-cased; anything else fingerprinted, so no key or
+    /// group name is ever written out.
+    ///
+    /// ```
+    /// use ratewise_tower::KeyLabel;
+    /// assert_eq!(KeyLabel::tag("fp-BA7816BF8F01CFEA").as_str(), "fp-ba7816bf8f01cfea");
+    /// assert_eq!(KeyLabel::tag("abc"), KeyLabel::fingerprint("abc"));
+    /// ```
+    pub fn tag(name: &str) -> Self {
+        KeyLabel(Arc::from(ratewise_core::key::tag(name)))
+    }
+
+    /// The [fingerprint](Self::fingerprint) of the key a request to
+    /// `provider` carries, read where that provider reads it
+    /// ([`credentials::caller_key`](crate::credentials::caller_key): its
+    /// headers, Gemini's `?key=` percent-decoded); `None` when there is
+    /// none.
+    ///
+    /// ```
+    /// use ratewise_tower::{KeyLabel, Provider};
+    /// let request = http::Request::get("https://generativelanguage.googleapis.com/v1beta/models/m:generateContent?key=AIza%2D1")
+    ///     .body(())
+    ///     .unwrap();
+    /// let label = KeyLabel::of_request(request.headers(), request.uri(), Some(Provider::Gemini));
+    /// assert_eq!(label, Some(KeyLabel::fingerprint("AIza-1")));
+    /// ```
+    pub fn of_request(
+        headers: &http::HeaderMap,
+        uri: &http::Uri,
+        provider: Option<ratewise_core::Provider>,
+    ) -> Option<Self> {
+        crate::credentials::caller_key(headers, uri.query(), provider)
+            .map(|k| Self::fingerprint(&k))
     }
 
     /// The [fingerprint](Self::fingerprint) of the first credential the
-    /// request carries: `x-api-key`, `authorization` (the token of
-    /// `Bearer <token>`, else the whole value), `api-key`,
-    /// `x-goog-api-key`. Empty or unreadable values are skipped; `None`
-    /// when there is no credential.
+    /// headers carry, whoever the provider: `x-api-key`, `authorization`
+    /// (the token of `Bearer <token>`, else the whole value), `api-key`,
+    /// `x-goog-api-key`. `None` when there is none. A request's label is
+    /// [`of_request`](Self::of_request), which also reads Gemini's
+    /// `?key=` and each provider's own header first.
     pub fn from_credentials(headers: &http::HeaderMap) -> Option<Self> {
-        CREDENTIAL_HEADERS.iter().find_map(|name| {
-            let value = headers.get(*name)?.to_str().ok()?.trim();
-            let key = match value.split_once(' ') {
-                Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
-                _ => value,
-            };
-            (!key.is_empty()).then(|| Self::fingerprint(key))
-        })
+        crate::credentials::caller_key(headers, None, None).map(|k| Self::fingerprint(&k))
     }
 }
 

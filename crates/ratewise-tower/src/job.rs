@@ -25,21 +25,24 @@ impl Keys {
         }
     }
 
-    /// The key of a request.
-    pub fn of(&self, parts: &Parts) -> String {
-        if let Some(k) = parts.extensions.get::<KeyLabel>() {
+    /// The key of a request to `provider` (`None`: not known).
+    pub fn of(
+        &self,
+        extensions: &http::Extensions,
+        headers: &http::HeaderMap,
+        uri: &http::Uri,
+        provider: Option<Provider>,
+    ) -> String {
+        if let Some(k) = extensions.get::<KeyLabel>() {
             return k.as_str().to_owned();
         }
         if let Some(k) = &self.configured {
             return k.clone();
         }
-        if let Some(k) = KeyLabel::from_credentials(&parts.headers) {
-            return k.as_str().to_owned();
-        }
         // Gemini also takes its key in the URL (`?key=`): fingerprinted
         // like a header's, never kept.
-        if let Some(k) = query_key(&parts.uri) {
-            return KeyLabel::fingerprint(k).as_str().to_owned();
+        if let Some(k) = KeyLabel::of_request(headers, uri, provider) {
+            return k.as_str().to_owned();
         }
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
@@ -71,14 +74,6 @@ pub(crate) struct Job {
     /// the request's host names ([`Provider::from_host`]), else found from
     /// each answer.
     pub provider: Option<Provider>,
-}
-
-/// The `key` parameter of a URL's query (Gemini's key in the URL).
-fn query_key(uri: &http::Uri) -> Option<&str> {
-    uri.query()?
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("key="))
-        .filter(|k| !k.is_empty() && k.len() <= 512)
 }
 
 /// What Gemini reserves for a generation that sets no
@@ -182,6 +177,7 @@ impl Job {
     ) -> Job {
         let ext = &parts.extensions;
         let fields = body_fields(body);
+        let provider = configured.or_else(|| parts.uri.host().and_then(Provider::from_host));
         Job {
             id: ext
                 .get::<JobId>()
@@ -189,7 +185,7 @@ impl Job {
                 .unwrap_or_else(generated_id),
             arrived,
             deadline: ext.get::<Deadline>().map(|d| d.0).or(default_deadline),
-            key: keys.of(parts),
+            key: keys.of(&parts.extensions, &parts.headers, &parts.uri, provider),
             model: ext
                 .get::<Model>()
                 .map(|m| m.0.to_string())
@@ -205,7 +201,7 @@ impl Job {
             input_estimate: ext.get::<TokenEstimate>().map(|t| t.input_tokens),
             body_bytes: body.len() as u64,
             streamed: fields.streamed || parts.uri.path().contains(":streamGenerateContent"),
-            provider: configured.or_else(|| parts.uri.host().and_then(Provider::from_host)),
+            provider,
         }
     }
 }
@@ -223,6 +219,12 @@ mod tests {
         assert_eq!(f.max_tokens, Some(7));
         assert_eq!(body_fields(b"not json"), BodyFields::default());
         assert_eq!(body_fields(b"[1,2]"), BodyFields::default());
+    }
+
+    impl Keys {
+        fn of_parts(&self, p: &Parts, provider: Option<Provider>) -> String {
+            self.of(&p.extensions, &p.headers, &p.uri, provider)
+        }
     }
 
     fn parts(headers: &[(&str, &str)]) -> Parts {
@@ -294,27 +296,37 @@ mod tests {
     fn a_request_without_a_label_is_paced_under_its_credentials() {
         let keys = Keys::default();
         let fp = |k: &str| KeyLabel::fingerprint(k).as_str().to_owned();
-        assert_eq!(keys.of(&parts(&[("x-api-key", "sk-a")])), fp("sk-a"));
         assert_eq!(
-            keys.of(&parts(&[("authorization", "Bearer sk-b")])),
+            keys.of_parts(&parts(&[("x-api-key", "sk-a")]), None),
+            fp("sk-a")
+        );
+        assert_eq!(
+            keys.of_parts(&parts(&[("authorization", "Bearer sk-b")]), None),
             fp("sk-b")
         );
-        assert_eq!(keys.of(&parts(&[("api-key", "az")])), fp("az"));
-        assert_eq!(keys.of(&parts(&[("x-goog-api-key", "g")])), fp("g"));
+        assert_eq!(keys.of_parts(&parts(&[("api-key", "az")]), None), fp("az"));
+        assert_eq!(
+            keys.of_parts(&parts(&[("x-goog-api-key", "g")]), None),
+            fp("g")
+        );
         // The first in order wins; an empty one is skipped.
         let both = parts(&[
             ("x-api-key", " "),
             ("authorization", "Bearer sk-b"),
             ("api-key", "az"),
         ]);
-        assert_eq!(keys.of(&both), fp("sk-b"));
+        assert_eq!(keys.of_parts(&both, None), fp("sk-b"));
         assert_ne!(fp("sk-a"), fp("sk-b"));
         // No credentials: one anonymous scope, never a shared default.
-        assert_eq!(keys.of(&parts(&[])), KeyLabel::ANONYMOUS);
-        assert_eq!(keys.of(&parts(&[])), KeyLabel::ANONYMOUS);
+        assert_eq!(keys.of_parts(&parts(&[]), None), KeyLabel::ANONYMOUS);
+        assert_eq!(keys.of_parts(&parts(&[]), None), KeyLabel::ANONYMOUS);
         // A configured label is the one key behind the layer.
         let one = Keys::new(Some("team".into()));
-        assert_eq!(one.of(&parts(&[("x-api-key", "sk-a")])), "team");
+        assert_eq!(one.of_parts(&parts(&[("x-api-key", "sk-a")]), None), "team");
+        // The provider's own header first: OpenAI's is `Authorization`.
+        let two = parts(&[("x-api-key", "sk-a"), ("authorization", "Bearer sk-b")]);
+        assert_eq!(keys.of_parts(&two, None), fp("sk-a"));
+        assert_eq!(keys.of_parts(&two, Some(Provider::Openai)), fp("sk-b"));
     }
 
     #[test]

@@ -285,6 +285,7 @@ mod builder;
 mod cancel;
 mod clock;
 mod config;
+pub mod credentials;
 mod error;
 mod extensions;
 mod job;
@@ -302,7 +303,7 @@ pub use cancel::{Cancel, Cancelled};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};
-pub use config::{Config, ATTEMPT_HEADER, JOB_HEADER};
+pub use config::{Config, ACTION_HEADER, ATTEMPT_HEADER, JOB_HEADER};
 pub use error::{BoxError, Error};
 pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate};
 pub use journal::{written, Journal, Written};

@@ -33,6 +33,45 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The `google.rpc.Code` name a Google API answers an HTTP `status` with
+/// (the `"status"` of its error body): one table for every crate that
+/// writes Google's errors (the mock's Gemini, the proxy's own answers on
+/// Gemini's paths).
+///
+/// `google/rpc/code.proto` maps each code to one HTTP status; read
+/// backwards, a status maps to the code listed first for it in Google's
+/// API design guide (`400` → `INVALID_ARGUMENT`, `409` → `ABORTED`, `500`
+/// → `INTERNAL`). Statuses the mapping does not name take the nearest
+/// code: `402` (billing) `FAILED_PRECONDITION`, `408` `DEADLINE_EXCEEDED`,
+/// `413` and `422` (a request the server will not take as it is)
+/// `INVALID_ARGUMENT`, `502` and `529` (an upstream or the service
+/// overloaded, worth retrying) `UNAVAILABLE`, any other `5xx` `INTERNAL`,
+/// any other `4xx` `FAILED_PRECONDITION`.
+///
+/// ```
+/// use ratewise_core::classify::google_status;
+/// assert_eq!(google_status(429), "RESOURCE_EXHAUSTED");
+/// assert_eq!(google_status(502), "UNAVAILABLE");
+/// assert_eq!(google_status(422), "INVALID_ARGUMENT");
+/// ```
+pub fn google_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        402 => "FAILED_PRECONDITION",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        408 | 504 => "DEADLINE_EXCEEDED",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        502 | 503 | 529 => "UNAVAILABLE",
+        s if s >= 500 => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
+    }
+}
+
 /// Violations kept from one `QuotaFailure` (the rest are ignored).
 pub(crate) const MAX_VIOLATIONS: usize = 8;
 
@@ -295,6 +334,43 @@ impl<'de> Deserialize<'de> for QuotaValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `google/rpc/code.proto`, each code with its `HTTP Mapping:` line.
+    const CODE_PROTO: [(&str, u16); 16] = [
+        ("CANCELLED", 499),           // HTTP Mapping: 499 Client Closed Request
+        ("UNKNOWN", 500),             // HTTP Mapping: 500 Internal Server Error
+        ("INVALID_ARGUMENT", 400),    // HTTP Mapping: 400 Bad Request
+        ("DEADLINE_EXCEEDED", 504),   // HTTP Mapping: 504 Gateway Timeout
+        ("NOT_FOUND", 404),           // HTTP Mapping: 404 Not Found
+        ("ALREADY_EXISTS", 409),      // HTTP Mapping: 409 Conflict
+        ("PERMISSION_DENIED", 403),   // HTTP Mapping: 403 Forbidden
+        ("RESOURCE_EXHAUSTED", 429),  // HTTP Mapping: 429 Too Many Requests
+        ("FAILED_PRECONDITION", 400), // HTTP Mapping: 400 Bad Request
+        ("ABORTED", 409),             // HTTP Mapping: 409 Conflict
+        ("OUT_OF_RANGE", 400),        // HTTP Mapping: 400 Bad Request
+        ("UNIMPLEMENTED", 501),       // HTTP Mapping: 501 Not Implemented
+        ("INTERNAL", 500),            // HTTP Mapping: 500 Internal Server Error
+        ("UNAVAILABLE", 503),         // HTTP Mapping: 503 Service Unavailable
+        ("DATA_LOSS", 500),           // HTTP Mapping: 500 Internal Server Error
+        ("UNAUTHENTICATED", 401),     // HTTP Mapping: 401 Unauthorized
+    ];
+
+    #[test]
+    fn every_status_googles_mapping_names_maps_back_to_one_of_its_codes() {
+        for (_, http) in CODE_PROTO {
+            let name = google_status(http);
+            let back = CODE_PROTO.iter().find(|(c, _)| *c == name);
+            assert_eq!(back.map(|(_, h)| *h), Some(http), "{http} -> {name}");
+        }
+        // Every status gets a code the proto defines.
+        for http in 100..600 {
+            let name = google_status(http);
+            assert!(
+                CODE_PROTO.iter().any(|(c, _)| *c == name),
+                "{http} -> {name}"
+            );
+        }
+    }
 
     const PER_MINUTE: &str = r#"{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count, limit: 1000000, model: gemini-2.0-flash\nPlease retry in 47.48s.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count","quotaId":"GenerateContentPaidTierInputTokensPerModelPerMinute","quotaDimensions":{"location":"global","model":"gemini-2.0-flash"},"quotaValue":"1000000"}]},{"@type":"type.googleapis.com/google.rpc.Help","links":[{"description":"Learn more","url":"https://ai.google.dev/gemini-api/docs/rate-limits"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"47s"}]}}"#;
 

@@ -28,6 +28,7 @@ mod compatible;
 mod detect;
 mod dimension;
 mod google;
+pub use google::google_status;
 mod headers;
 mod money;
 pub mod money_message;

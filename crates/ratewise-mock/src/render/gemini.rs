@@ -27,23 +27,10 @@ const METRIC: &str = "generativelanguage.googleapis.com/";
 /// google-gemini/gemini-cli#22486 shows it (no wait helps).
 pub const LIMIT_ZERO_WAIT: Duration = Duration::from_millis(25_460);
 
-/// Google's canonical status name for an HTTP status.
+/// Google's canonical status name for an HTTP status (the core's one
+/// table, which the proxy's own Gemini answers use too).
 pub fn status_name(status: u16) -> &'static str {
-    match status {
-        400 | 413 | 422 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        402 => "FAILED_PRECONDITION",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        408 | 504 => "DEADLINE_EXCEEDED",
-        409 => "ABORTED",
-        429 => "RESOURCE_EXHAUSTED",
-        499 => "CANCELLED",
-        501 => "UNIMPLEMENTED",
-        503 | 529 => "UNAVAILABLE",
-        s if s >= 500 => "INTERNAL",
-        _ => "FAILED_PRECONDITION",
-    }
+    ratewise_core::classify::google_status(status)
 }
 
 fn default_message(status: u16) -> &'static str {

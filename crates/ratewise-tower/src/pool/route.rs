@@ -312,7 +312,7 @@ impl MemberRoute for HttpRoute {
             .build()?;
         // The caller's credentials, in whichever header the layer reads
         // them from, go before the member's own are set.
-        for name in crate::extensions::CREDENTIAL_HEADERS {
+        for name in crate::credentials::CREDENTIAL_HEADERS {
             parts.headers.remove(name);
         }
         parts.headers.remove(HOST);

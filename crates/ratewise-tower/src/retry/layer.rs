@@ -209,6 +209,41 @@ impl RetryLayer {
         Some(crate::pool::PoolStatus::of(pool, self.inner.state.as_ref(), self.now()).await)
     }
 
+    /// The key a request is paced under, as the layer names it: its
+    /// [`KeyLabel`](crate::KeyLabel), else the layer's one key
+    /// ([`Config::key_label`]), else the fingerprint of the key it
+    /// carries where its provider reads it
+    /// ([`KeyLabel::of_request`](crate::KeyLabel::of_request); the
+    /// provider is the configured one, else the one its host names), else
+    /// [`KeyLabel::ANONYMOUS`](crate::KeyLabel::ANONYMOUS). A wrapper that
+    /// files a call's evidence by key (`ratewise-reqwest`'s stops) asks
+    /// this rather than reading the credentials again.
+    ///
+    /// ```
+    /// use ratewise_tower::{KeyLabel, Policy, RetryLayer};
+    /// let layer = RetryLayer::new(Policy::default());
+    /// let call = http::Request::post(
+    ///     "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent?key=AIza-1",
+    /// )
+    /// .body(())
+    /// .unwrap();
+    /// assert_eq!(layer.key_of(&call), KeyLabel::fingerprint("AIza-1").as_str());
+    /// ```
+    pub fn key_of<B>(&self, request: &http::Request<B>) -> String {
+        let provider = self.inner.config.provider.or_else(|| {
+            request
+                .uri()
+                .host()
+                .and_then(ratewise_core::Provider::from_host)
+        });
+        self.inner.keys.of(
+            request.extensions(),
+            request.headers(),
+            request.uri(),
+            provider,
+        )
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.inner.config
