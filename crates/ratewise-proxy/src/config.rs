@@ -167,6 +167,7 @@ use crate::keys::fingerprint;
 use ratewise_core::admit::{self, KeyLimits, Limits, SpendConfig};
 use ratewise_core::Provider;
 use ratewise_tower::pool::{Pool, PoolSpec};
+use ratewise_tower::{UpstreamUrl, UpstreamUrlError};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -182,6 +183,9 @@ pub enum ConfigError {
     Parse(PathBuf, String),
     /// A value is wrong (which and why).
     Invalid(String),
+    /// An upstream's URL (`--upstream`, an `[[upstream]]`'s `url`) cannot
+    /// be read.
+    Upstream(UpstreamUrlError),
 }
 
 impl std::fmt::Display for ConfigError {
@@ -190,6 +194,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
             ConfigError::Parse(p, e) => write!(f, "{}: {e}", p.display()),
             ConfigError::Invalid(why) => f.write_str(why),
+            ConfigError::Upstream(e) => e.fmt(f),
         }
     }
 }
@@ -520,6 +525,14 @@ impl Upstream {
             }
             Err(_) => "<url>".to_owned(),
         }
+    }
+
+    /// `scheme://host:port` of it ([`UpstreamUrl::origin`]): what an
+    /// answer about a connection that could not be made names. Never a
+    /// user, password, path or query.
+    pub fn origin(&self) -> String {
+        UpstreamUrl::parse(&self.url)
+            .map_or_else(|_| "<upstream>".to_owned(), |u| u.origin().to_owned())
     }
 
     /// Whether it is reached over TLS.
@@ -1183,23 +1196,13 @@ fn address(given: Option<&str>, default: &str, what: &str) -> Result<SocketAddr,
     })
 }
 
+/// An upstream's base URL, read as `ratewise run` reads one
+/// ([`UpstreamUrl`]): `https://api.openai.com/v1` is
+/// `https://api.openai.com`, since the callers' paths carry the `/v1`.
 fn base_url(url: &str) -> Result<String, ConfigError> {
-    let url = url.trim().trim_end_matches('/');
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|_| invalid(format!("upstream {url:?} is not a URL")))?;
-    match (uri.scheme_str(), uri.host()) {
-        (Some("http" | "https"), Some(_)) => {}
-        _ => {
-            return Err(invalid(format!(
-                "upstream {url:?} must be http:// or https:// with a host"
-            )))
-        }
-    }
-    if uri.query().is_some() {
-        return Err(invalid(format!("upstream {url:?} must not have a query")));
-    }
-    Ok(url.to_owned())
+    UpstreamUrl::parse(url)
+        .map(UpstreamUrl::into_string)
+        .map_err(ConfigError::Upstream)
 }
 
 #[cfg(test)]

@@ -147,7 +147,7 @@ impl Options {
     ) -> Result<Settings, String> {
         let mut s = Settings::new(shape, api_key);
         if let Some(up) = self.upstream.clone().or_else(|| file.upstream.clone()) {
-            s.upstream = crate::queue::normalize_upstream(&up)?;
+            s.upstream = crate::queue::normalize_upstream(&up).map_err(|e| e.to_string())?;
         }
         if let Some(w) = file.window {
             if w == 0 {
