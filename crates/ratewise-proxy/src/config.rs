@@ -351,25 +351,77 @@ struct PolicyFile {
     learn_margins: Option<bool>,
 }
 
+/// A `[limits]` table (and each `[[class]]`'s, `[[key]]`'s and
+/// `[[group]]`'s `limits`). Its words are `ratewise run`'s:
+/// `requests_per_minute`, `input_tokens_per_minute`,
+/// `output_tokens_per_minute`, `tokens_per_minute`. The proxy's first
+/// words (`requests`, `input_tokens`, `output_tokens`, `tokens`) are
+/// still read, with a warning at start, so a file written for them keeps
+/// its limits.
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitsFile {
+    requests_per_minute: Option<u64>,
+    input_tokens_per_minute: Option<u64>,
+    output_tokens_per_minute: Option<u64>,
+    tokens_per_minute: Option<u64>,
+    /// Old spelling of `requests_per_minute`.
     requests: Option<u64>,
+    /// Old spelling of `input_tokens_per_minute`.
     input_tokens: Option<u64>,
+    /// Old spelling of `output_tokens_per_minute`.
     output_tokens: Option<u64>,
+    /// Old spelling of `tokens_per_minute`.
     tokens: Option<u64>,
     /// Requests of one key in flight at once (top-level `[limits]` only).
     in_flight: Option<u32>,
 }
 
 impl LimitsFile {
-    fn limits(self) -> Limits {
-        Limits {
-            requests: self.requests,
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-            tokens: self.tokens,
-        }
+    /// The limits, each from its word or its old spelling (a warning for
+    /// `where_`, e.g. `[limits]`, in `warnings`); both spellings of one
+    /// limit in one table are an error, since which was meant is unknown.
+    fn limits(self, where_: &str, warnings: &mut Vec<String>) -> Result<Limits, ConfigError> {
+        let mut one = |word: &str, new: Option<u64>, old_word: &str, old: Option<u64>| {
+            match (new, old) {
+                (Some(_), Some(_)) => Err(invalid(format!(
+                    "{where_}: both {word} and {old_word} are given: say {word} alone ({old_word} is its old spelling)"
+                ))),
+                (None, Some(v)) => {
+                    warnings.push(format!(
+                        "{where_}: {old_word} is the old spelling of {word} (the word ratewise run reads too): read as {word} = {v}; say {word}"
+                    ));
+                    Ok(Some(v))
+                }
+                (new, None) => Ok(new),
+            }
+        };
+        Ok(Limits {
+            requests: one(
+                "requests_per_minute",
+                self.requests_per_minute,
+                "requests",
+                self.requests,
+            )?,
+            input_tokens: one(
+                "input_tokens_per_minute",
+                self.input_tokens_per_minute,
+                "input_tokens",
+                self.input_tokens,
+            )?,
+            output_tokens: one(
+                "output_tokens_per_minute",
+                self.output_tokens_per_minute,
+                "output_tokens",
+                self.output_tokens,
+            )?,
+            tokens: one(
+                "tokens_per_minute",
+                self.tokens_per_minute,
+                "tokens",
+                self.tokens,
+            )?,
+        })
     }
 }
 
@@ -598,6 +650,9 @@ pub struct ProxyConfig {
     pub admin_access: crate::admin::settings::AdminSettings,
     /// How many keys are kept, and for how long unused (`[key_table]`).
     pub key_table: KeyTable,
+    /// What the file says that is read but should be said otherwise (an
+    /// old spelling, and its word today): a WARN line each at start.
+    pub warnings: Vec<String>,
 }
 
 /// The default of `bounds.header_read_timeout_ms`.
@@ -847,6 +902,9 @@ impl ProxyConfig {
         }
         let pools = pools(&file.pools, &env)?;
 
+        // What the file says in words the reader still takes but would
+        // rather not (old spellings): logged at start.
+        let mut warnings = Vec::new();
         let mut layer = ratewise_tower::Config::default();
         let policy = file.policy.unwrap_or_default();
         if let Some(n) = policy.max_attempts {
@@ -934,7 +992,7 @@ impl ProxyConfig {
             adm.learn_margins = on;
         }
         if let Some(l) = file.limits {
-            adm.limits = l.limits();
+            adm.limits = l.limits("[limits]", &mut warnings)?;
             adm.max_in_flight = l.in_flight.filter(|n| *n > 0);
         }
         let per_entry_in_flight = file.class.iter().any(|c| c.limits.in_flight.is_some())
@@ -953,15 +1011,18 @@ impl ProxyConfig {
             ));
         }
         for c in file.class {
+            let limits = c
+                .limits
+                .limits(&format!("class {:?} limits", c.name), &mut warnings)?;
             adm.classes.set(c.name.clone(), c.name.clone());
-            adm.class_limits.push((c.name, c.limits.limits()));
+            adm.class_limits.push((c.name, limits));
         }
         for g in &file.group {
             if let Some(l) = g.limits {
                 adm.key_limits.push(KeyLimits {
                     key: g.name.clone(),
                     class: None,
-                    limits: l.limits(),
+                    limits: l.limits(&format!("group {:?} limits", g.name), &mut warnings)?,
                 });
             }
         }
@@ -999,7 +1060,7 @@ impl ProxyConfig {
                 adm.key_limits.push(KeyLimits {
                     key: k.group.clone().unwrap_or(fp),
                     class: None,
-                    limits: l.limits(),
+                    limits: l.limits(&format!("key {} limits", i + 1), &mut warnings)?,
                 });
             }
         }
@@ -1095,6 +1156,7 @@ impl ProxyConfig {
             None => connection_cap(),
         };
         Ok(ProxyConfig {
+            warnings,
             admin_access,
             key_table,
             listen,
