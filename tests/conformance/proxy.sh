@@ -99,7 +99,7 @@ wait_http "http://127.0.0.1:$TLS_ADMIN/healthz"
 # A third proxy, for SIGTERM: jobs after the first wait for admission; its
 # exit code is written down when it exits.
 TERM_PORT=$(free_port); TERM_ADMIN=$(free_port)
-printf '[limits]\nrequests = 20\n' >"$WORK/term.toml"
+printf '[limits]\nrequests_per_minute = 20\n' >"$WORK/term.toml"
 (
     "$RATEWISE" proxy --listen 127.0.0.1:$TERM_PORT --admin 127.0.0.1:$TERM_ADMIN \
         --upstream "http://$MOCK" --config "$WORK/term.toml" --grace 20 >"$WORK/term-proxy.out" 2>&1 &

@@ -8,7 +8,7 @@ Usage: proxy_check.py --proxy URL --admin URL --mock URL --restart CMD
 it again on the same addresses with the same journal (run.sh provides it).
 `--tls-proxy URL` (optional) is a second proxy whose upstream is the mock
 behind TLS with a test CA. `--term-proxy URL --term-admin URL --term-pid FILE
---term-rc FILE` (optional) is a third, with `[limits] requests = 20`, that the
+--term-rc FILE` (optional) is a third, with `[limits] requests_per_minute = 20`, that the
 SIGTERM check signals (its pid in one file, its exit code written to the
 other). Exit status 1 if any check fails.
 """

@@ -195,6 +195,7 @@ impl Observer for Printer {
                 "{} changed since the last run: {added} new line(s), {edited} edited before their send, {withdrawn} unsent job(s) whose line is gone removed; unchanged lines keep their state",
                 self.input.display()
             )),
+            Event::ConfigWarning(w) => say(format!("warning: {w}")),
             Event::Progress(status) => {
                 if let Ok(mut p) = self.progress.lock() {
                     p.tick(&status);

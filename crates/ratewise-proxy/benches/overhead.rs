@@ -126,7 +126,7 @@ async fn ratewise(up: SocketAddr, journal: Option<std::path::PathBuf>) -> ratewi
     // Limits far above the load: pacing never binds, so the figures are
     // the proxy's own cost.
     let toml =
-        "[limits]\nrequests = 1000000000\ninput_tokens = 1000000000\noutput_tokens = 1000000000\n";
+        "[limits]\nrequests_per_minute = 1000000000\ninput_tokens_per_minute = 1000000000\noutput_tokens_per_minute = 1000000000\n";
     let mut config = ProxyConfig::from_toml(&flags, toml, |_| None).unwrap();
     config.layer.admission.ramp.warm_start = true;
     ratewise_proxy::start(config).await.unwrap()

@@ -81,7 +81,7 @@ async fn proxy(up: SocketAddr, keys: usize) -> ratewise_proxy::Running {
         ..Flags::default()
     };
     let toml = format!(
-        "[limits]\nrequests = 1000000000\ninput_tokens = 1000000000\noutput_tokens = 1000000000\n\
+        "[limits]\nrequests_per_minute = 1000000000\ninput_tokens_per_minute = 1000000000\noutput_tokens_per_minute = 1000000000\n\
          [key_table]\nmax_keys = {}\nidle_s = 86400\n",
         keys + 1000
     );

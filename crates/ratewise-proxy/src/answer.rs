@@ -100,13 +100,18 @@ impl StopAnswers {
 
 /// The answer for a job that ended in `e`, for a caller of `provider`'s
 /// API, billed to `key`, by a proxy that waits a caller's timeout at most
-/// `longest` (`policy.max_deadline_ms`).
+/// `longest` (`policy.max_deadline_ms`). `upstream` is where the job was
+/// sent (`scheme://host:port`, or a pool member's `host:port`): a 502 for
+/// a connection that could not be made names it, since a wrong
+/// `--upstream` (a port, a host) is the usual cause and the caller's SDK
+/// shows only this message.
 pub fn for_error(
     e: &Error,
     provider: Provider,
     key: &str,
     stops: &StopAnswers,
     longest: Duration,
+    upstream: Option<&str>,
 ) -> Response {
     let mut action = e.action();
     let mut resp = if e.is_body_too_large() {
@@ -164,7 +169,7 @@ pub fn for_error(
                     provider,
                     StatusCode::BAD_GATEWAY,
                     "api_error",
-                    &format!("ratewise: {e}"),
+                    &bad_gateway_message(e, upstream),
                 ),
             },
         }
@@ -174,6 +179,22 @@ pub fn for_error(
     let word = action.map_or("error", |a| a.as_str());
     h.insert(ACTION_HEADER, HeaderValue::from_static(word));
     resp
+}
+
+/// The message of a 502 the proxy gives itself: the job's end, and for a
+/// connection that could not be made (`connect_failed`: refused, DNS, a
+/// TLS handshake) the upstream it could not reach. `upstream` is a
+/// `scheme://host:port` (or `host:port`), never a key, user, path or query.
+fn bad_gateway_message(e: &Error, upstream: Option<&str>) -> String {
+    let connect_failed = e
+        .classification()
+        .is_some_and(|c| c.cause == Cause::ConnectFailed);
+    match upstream {
+        Some(up) if connect_failed => {
+            format!("ratewise: could not connect to the upstream {up} (connect_failed): {e}")
+        }
+        _ => format!("ratewise: {e}"),
+    }
 }
 
 /// A stopped key: this job's own answer when it was the one that stopped

@@ -2,164 +2,18 @@
 //! `--provider`, `--config`, `--redis`, `--journal`, `--admin`) and an
 //! optional TOML file for everything else. Flags win over the file.
 //!
-//! ```toml
-//! listen = "127.0.0.1:8787"
-//! log = "json"                      # or "text" (default)
-//!
-//! [[upstream]]                      # the first is the default
-//! name = "anthropic"
-//! url = "https://api.anthropic.com"
-//!
-//! [[upstream]]
-//! name = "openai"
-//! url = "https://api.openai.com"
-//! provider = "openai"               # default "auto": from the URL's host (below)
-//! paths = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"]
-//! # ca_file = "test-ca.pem"         # extra roots, e.g. a test CA
-//! # roots = "native"                # webpki (default) or the system's
-//!
-//! [[upstream]]
-//! name = "gemini"
-//! url = "https://generativelanguage.googleapis.com"   # read as gemini (its host)
-//! paths = ["/v1beta/models/"]
-//!
-//! [policy]
-//! max_attempts = 3
-//! default_deadline_ms = 120000    # a job's deadline when its caller gives none
-//! max_deadline_ms = 3600000         # the longest a caller's timeout is waited (default 1 h)
-//! max_inline_wait_ms = 60000       # bounds only jobs with no deadline: none here
-//! # send_timeout_ms = 600000
-//! # learn_margins = false           # a 429 the model did not expect teaches (default true)
-//!
-//! [limits]                          # every key without its own entry
-//! requests = 50
-//! input_tokens = 30000
-//! output_tokens = 8000
-//! # in_flight = 8                   # requests of one key in flight at once (DeepSeek
-//!                                   # limits concurrency per account); default: none
-//!
-//! [[key]]                           # by fingerprint (see /status) …
-//! fingerprint = "fp-0123456789abcdef"
-//! limits = { requests = 4000, input_tokens = 2000000, output_tokens = 400000 }
-//!
-//! [[key]]                           # … or by the variable holding the key
-//! env = "ACME_BATCH_KEY"
-//! group = "acme"                    # keys of one organisation share its limits
-//!
-//! [[group]]
-//! name = "acme"
-//! limits = { requests = 1000 }
-//!
-//! [spend]
-//! window_s = 86400
-//! max_tokens = 50000000
-//!
-//! [bounds]
-//! max_request_body = 33554432
-//! max_waiting = 1000                # sheds only jobs with no deadline: none here
-//! grace_s = 30                      # in-flight sends on shutdown (or --grace)
-//! body_timeout_ms = 30000           # a request body must arrive by then
-//! header_read_timeout_ms = 10000    # a request's head must arrive by then (at most 30 s)
-//! idle_timeout_ms = 60000           # a keep-alive connection with no request is closed
-//! # max_connections = 4000          # per listener; default: a third of the descriptor
-//!                                   # limit (raised to its hard limit at start); at the
-//!                                   # cap the connections idle longest are closed for new ones
-//! max_body_memory = 268435456       # request bodies held at once, all callers (256 MiB)
-//!
-//! [admin]                           # see crate::admin (or admin = "ADDRESS")
-//! address = "127.0.0.1:8788"
-//! # token = "…"                     # else read from (or generated into) token_file
-//! # token_file = "/var/lib/ratewise/admin-token"
-//! allowed_hosts = []                # Host/Origin names besides the bound address and loopback
-//! allow_remote = false              # a non-loopback --admin needs true
-//! open_metrics = false              # true: /metrics without the token
-//! status_max_keys = 1000            # keys /status lists (the others counted)
-//!
-//! [key_table]
-//! max_keys = 10000                  # keys kept; idle ones forgotten beyond it
-//! idle_s = 900                      # a key unused this long is forgotten
-//!
-//! [[pools]]                         # several keys as one (see crate::pools)
-//! name = "claude"
-//! caller_key = "sk-team-claude"     # a caller presenting this key is served by the pool
-//! provider = "anthropic"            # every member's, unless it says its own
-//! [[pools.members]]
-//! upstream = "https://api.anthropic.com"
-//! key_env = "ANTHROPIC_KEY_MAIN"    # the member's key, from the environment
-//! weight = 70
-//! [[pools.members]]
-//! upstream = "https://api.anthropic.com"
-//! key_env = "ANTHROPIC_KEY_BACKUP"
-//! weight = 30
-//! # models = { "claude-sonnet-4-5" = "…" }   # the model's name on this member
-//! # api_version = "2024-10-21"      # an Azure member's
-//! ```
-//!
-//! `--upstream` (or an `[[upstream]]`) is optional when there are pools:
-//! a caller whose key selects no pool is then answered 401. Pools are
-//! checked at start: a `key_env` that is not set is named, and so are two
-//! pools with one name or one `caller_key`.
-//!
-//! A request chooses its upstream by the `x-ratewise-upstream` header (an
-//! upstream's name), else by the longest `paths` prefix that matches, else
-//! the first upstream.
-//!
-//! ## Providers
-//!
-//! Each upstream is read as one provider's API: its answers classified by
-//! that provider's rules (its streams' events too), its callers' keys
-//! read from that provider's headers, and the proxy's own answers (429,
-//! 503, 504, …) given in that provider's error shape. `--provider NAME`
-//! (for `--upstream`) and `provider = "NAME"` (in an `[[upstream]]`) take
-//! `anthropic`, `openai`, `gemini`, `bedrock`, `azure`, `groq`,
-//! `mistral`, `deepseek`, `openrouter`, `xai`, `generic`, or `auto` (the
-//! default). `auto` reads the URL's host ([`Provider::from_host`]):
-//! `api.anthropic.com`, `api.openai.com`,
-//! `generativelanguage.googleapis.com`, `*.openai.azure.com`,
-//! `api.groq.com`, `api.mistral.ai`, `api.deepseek.com`, `openrouter.ai`,
-//! `api.x.ai`, `bedrock-runtime.*.amazonaws.com`. The start log says what
-//! each upstream is read as and why:
-//!
-//! ```text
-//! upstream https://generativelanguage.googleapis.com read as gemini (from its host)
-//! upstream http://127.0.0.1:9000 read as gemini (--provider)
-//! upstream http://10.0.0.5:8080 read as generic (unknown host: generic rules where an answer does not show its provider; say --provider)
-//! ```
-//!
-//! Any other host (a gateway, a test server, a self-hosted model) is read
-//! as before this setting existed, which is the least surprising for the
-//! configurations already written: each answer is read by its own shape
-//! (Anthropic's, OpenAI's, Google's or Bedrock's headers and error
-//! bodies; generic RFC 9110 rules when it shows none), and the caller's
-//! API is told by its path — Gemini's `…/models/{model}:generateContent`
-//! and `:streamGenerateContent` are Gemini's (its answers read and its
-//! streams metered as Gemini's), `/openai/…` Azure's, OpenAI's paths
-//! OpenAI's, anything else Anthropic's. Say `--provider` for such a host
-//! to have its answers read by one provider's rules.
-//!
-//! | provider | key read from (first found) | model from |
-//! |---|---|---|
-//! | `anthropic`, `bedrock`, `generic` | `x-api-key`, `Authorization: Bearer` | the body's `model` |
-//! | `openai`, `groq`, `mistral`, `deepseek`, `openrouter`, `xai` | `Authorization: Bearer`, `x-api-key` | the body's `model` |
-//! | `azure` | `api-key`, `Authorization: Bearer` | `/openai/deployments/{deployment}/…`, else the body's `model` |
-//! | `gemini` | `x-goog-api-key`, the query's `key=`, `Authorization: Bearer` | `/v1beta/models/{model}:…` (no `model` in the body) |
-//!
-//! Gemini's OpenAI-compatible surface (`/v1beta/openai/chat/completions`,
-//! Bearer key, `model` in the body) is read as Gemini's answers, and the
-//! proxy's own answers to it are in OpenAI's shape, as its callers'
-//! SDKs expect.
-//!
-//! Every key is paced under its fingerprint (`fp-…`, see
-//! [`crate::keys`]) and is itself never stored, logged or shown: a
-//! Gemini key given as `?key=` goes upstream in the URL as it came and
-//! nowhere else (a logged path shows `key=REDACTED`). See
-//! [`crate::route`] for the paths whose model and output reservation are
-//! read from the path (Gemini's `generationConfig.maxOutputTokens`,
-//! 8,192 when absent).
+//! Every key of the file, with its default and meaning, is in
+//! `docs/proxy.md`, "The configuration file, key by key": one place for
+//! the words a user writes (the test
+//! `every_key_the_reader_accepts_is_in_docs_proxy_md` reads the keys
+//! from this reader's own structs and fails when one is missing there).
+//! Which provider an upstream is read as (`--provider`, `provider =`,
+//! `auto` from the host) is in the same file, "Which provider an upstream
+//! is read as". An upstream's URL is read by [`UpstreamUrl`], as
+//! `ratewise run` reads one: a trailing `/v1` names the same upstream.
 //!
 //! A job's first-byte deadline is its caller's: `x-ratewise-deadline-ms`,
-//! else the read timeout the official SDKs send (`x-stainless-read-timeout`,
-//! then a numeric `x-stainless-timeout`, in seconds), else
+//! else the read timeout the official SDKs send, else
 //! `policy.default_deadline_ms`; whichever it is, at most
 //! `policy.max_deadline_ms` (see [`crate::forward::caller_deadline`]).
 
@@ -167,6 +21,7 @@ use crate::keys::fingerprint;
 use ratewise_core::admit::{self, KeyLimits, Limits, SpendConfig};
 use ratewise_core::Provider;
 use ratewise_tower::pool::{Pool, PoolSpec};
+use ratewise_tower::{UpstreamUrl, UpstreamUrlError};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -182,6 +37,9 @@ pub enum ConfigError {
     Parse(PathBuf, String),
     /// A value is wrong (which and why).
     Invalid(String),
+    /// An upstream's URL (`--upstream`, an `[[upstream]]`'s `url`) cannot
+    /// be read.
+    Upstream(UpstreamUrlError),
 }
 
 impl std::fmt::Display for ConfigError {
@@ -190,6 +48,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
             ConfigError::Parse(p, e) => write!(f, "{}: {e}", p.display()),
             ConfigError::Invalid(why) => f.write_str(why),
+            ConfigError::Upstream(e) => e.fmt(f),
         }
     }
 }
@@ -346,25 +205,77 @@ struct PolicyFile {
     learn_margins: Option<bool>,
 }
 
+/// A `[limits]` table (and each `[[class]]`'s, `[[key]]`'s and
+/// `[[group]]`'s `limits`). Its words are `ratewise run`'s:
+/// `requests_per_minute`, `input_tokens_per_minute`,
+/// `output_tokens_per_minute`, `tokens_per_minute`. The proxy's first
+/// words (`requests`, `input_tokens`, `output_tokens`, `tokens`) are
+/// still read, with a warning at start, so a file written for them keeps
+/// its limits.
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitsFile {
+    requests_per_minute: Option<u64>,
+    input_tokens_per_minute: Option<u64>,
+    output_tokens_per_minute: Option<u64>,
+    tokens_per_minute: Option<u64>,
+    /// Old spelling of `requests_per_minute`.
     requests: Option<u64>,
+    /// Old spelling of `input_tokens_per_minute`.
     input_tokens: Option<u64>,
+    /// Old spelling of `output_tokens_per_minute`.
     output_tokens: Option<u64>,
+    /// Old spelling of `tokens_per_minute`.
     tokens: Option<u64>,
     /// Requests of one key in flight at once (top-level `[limits]` only).
     in_flight: Option<u32>,
 }
 
 impl LimitsFile {
-    fn limits(self) -> Limits {
-        Limits {
-            requests: self.requests,
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-            tokens: self.tokens,
-        }
+    /// The limits, each from its word or its old spelling (a warning for
+    /// `where_`, e.g. `[limits]`, in `warnings`); both spellings of one
+    /// limit in one table are an error, since which was meant is unknown.
+    fn limits(self, where_: &str, warnings: &mut Vec<String>) -> Result<Limits, ConfigError> {
+        let mut one = |word: &str, new: Option<u64>, old_word: &str, old: Option<u64>| {
+            match (new, old) {
+                (Some(_), Some(_)) => Err(invalid(format!(
+                    "{where_}: both {word} and {old_word} are given: say {word} alone ({old_word} is its old spelling)"
+                ))),
+                (None, Some(v)) => {
+                    warnings.push(format!(
+                        "{where_}: {old_word} is the old spelling of {word} (the word ratewise run reads too): read as {word} = {v}; say {word}"
+                    ));
+                    Ok(Some(v))
+                }
+                (new, None) => Ok(new),
+            }
+        };
+        Ok(Limits {
+            requests: one(
+                "requests_per_minute",
+                self.requests_per_minute,
+                "requests",
+                self.requests,
+            )?,
+            input_tokens: one(
+                "input_tokens_per_minute",
+                self.input_tokens_per_minute,
+                "input_tokens",
+                self.input_tokens,
+            )?,
+            output_tokens: one(
+                "output_tokens_per_minute",
+                self.output_tokens_per_minute,
+                "output_tokens",
+                self.output_tokens,
+            )?,
+            tokens: one(
+                "tokens_per_minute",
+                self.tokens_per_minute,
+                "tokens",
+                self.tokens,
+            )?,
+        })
     }
 }
 
@@ -522,6 +433,14 @@ impl Upstream {
         }
     }
 
+    /// `scheme://host:port` of it ([`UpstreamUrl::origin`]): what an
+    /// answer about a connection that could not be made names. Never a
+    /// user, password, path or query.
+    pub fn origin(&self) -> String {
+        UpstreamUrl::parse(&self.url)
+            .map_or_else(|_| "<upstream>".to_owned(), |u| u.origin().to_owned())
+    }
+
     /// Whether it is reached over TLS.
     pub fn is_https(&self) -> bool {
         self.url.starts_with("https://")
@@ -585,6 +504,9 @@ pub struct ProxyConfig {
     pub admin_access: crate::admin::settings::AdminSettings,
     /// How many keys are kept, and for how long unused (`[key_table]`).
     pub key_table: KeyTable,
+    /// What the file says that is read but should be said otherwise (an
+    /// old spelling, and its word today): a WARN line each at start.
+    pub warnings: Vec<String>,
 }
 
 /// The default of `bounds.header_read_timeout_ms`.
@@ -834,6 +756,9 @@ impl ProxyConfig {
         }
         let pools = pools(&file.pools, &env)?;
 
+        // What the file says in words the reader still takes but would
+        // rather not (old spellings): logged at start.
+        let mut warnings = Vec::new();
         let mut layer = ratewise_tower::Config::default();
         let policy = file.policy.unwrap_or_default();
         if let Some(n) = policy.max_attempts {
@@ -921,7 +846,7 @@ impl ProxyConfig {
             adm.learn_margins = on;
         }
         if let Some(l) = file.limits {
-            adm.limits = l.limits();
+            adm.limits = l.limits("[limits]", &mut warnings)?;
             adm.max_in_flight = l.in_flight.filter(|n| *n > 0);
         }
         let per_entry_in_flight = file.class.iter().any(|c| c.limits.in_flight.is_some())
@@ -940,15 +865,18 @@ impl ProxyConfig {
             ));
         }
         for c in file.class {
+            let limits = c
+                .limits
+                .limits(&format!("class {:?} limits", c.name), &mut warnings)?;
             adm.classes.set(c.name.clone(), c.name.clone());
-            adm.class_limits.push((c.name, c.limits.limits()));
+            adm.class_limits.push((c.name, limits));
         }
         for g in &file.group {
             if let Some(l) = g.limits {
                 adm.key_limits.push(KeyLimits {
                     key: g.name.clone(),
                     class: None,
-                    limits: l.limits(),
+                    limits: l.limits(&format!("group {:?} limits", g.name), &mut warnings)?,
                 });
             }
         }
@@ -986,7 +914,7 @@ impl ProxyConfig {
                 adm.key_limits.push(KeyLimits {
                     key: k.group.clone().unwrap_or(fp),
                     class: None,
-                    limits: l.limits(),
+                    limits: l.limits(&format!("key {} limits", i + 1), &mut warnings)?,
                 });
             }
         }
@@ -1082,6 +1010,7 @@ impl ProxyConfig {
             None => connection_cap(),
         };
         Ok(ProxyConfig {
+            warnings,
             admin_access,
             key_table,
             listen,
@@ -1183,23 +1112,13 @@ fn address(given: Option<&str>, default: &str, what: &str) -> Result<SocketAddr,
     })
 }
 
+/// An upstream's base URL, read as `ratewise run` reads one
+/// ([`UpstreamUrl`]): `https://api.openai.com/v1` is
+/// `https://api.openai.com`, since the callers' paths carry the `/v1`.
 fn base_url(url: &str) -> Result<String, ConfigError> {
-    let url = url.trim().trim_end_matches('/');
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|_| invalid(format!("upstream {url:?} is not a URL")))?;
-    match (uri.scheme_str(), uri.host()) {
-        (Some("http" | "https"), Some(_)) => {}
-        _ => {
-            return Err(invalid(format!(
-                "upstream {url:?} must be http:// or https:// with a host"
-            )))
-        }
-    }
-    if uri.query().is_some() {
-        return Err(invalid(format!("upstream {url:?} must not have a query")));
-    }
-    Ok(url.to_owned())
+    UpstreamUrl::parse(url)
+        .map(UpstreamUrl::into_string)
+        .map_err(ConfigError::Upstream)
 }
 
 #[cfg(test)]
@@ -1527,5 +1446,366 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("top-level [limits]"), "{err}");
+    }
+
+    #[test]
+    fn limits_take_the_per_minute_words_and_the_old_ones_with_a_warning() {
+        let read = |text: &str| {
+            ProxyConfig::from_toml(&flags("http://127.0.0.1:8"), text, |v| {
+                (v == "TEAM_KEY").then(|| "sk-team".to_owned())
+            })
+        };
+        let new = read(
+            "[limits]\nrequests_per_minute = 50\ninput_tokens_per_minute = 30000\noutput_tokens_per_minute = 8000\ntokens_per_minute = 9000\n\
+             [[class]]\nname = \"claude-sonnet\"\nlimits = { requests_per_minute = 7 }\n\
+             [[key]]\nenv = \"TEAM_KEY\"\ngroup = \"acme\"\n\
+             [[key]]\nfingerprint = \"fp-0123456789abcdef\"\nlimits = { output_tokens_per_minute = 4 }\n\
+             [[group]]\nname = \"acme\"\nlimits = { input_tokens_per_minute = 1000 }\n",
+        )
+        .unwrap();
+        let old = read(
+            "[limits]\nrequests = 50\ninput_tokens = 30000\noutput_tokens = 8000\ntokens = 9000\n\
+             [[class]]\nname = \"claude-sonnet\"\nlimits = { requests = 7 }\n\
+             [[key]]\nenv = \"TEAM_KEY\"\ngroup = \"acme\"\n\
+             [[key]]\nfingerprint = \"fp-0123456789abcdef\"\nlimits = { output_tokens = 4 }\n\
+             [[group]]\nname = \"acme\"\nlimits = { input_tokens = 1000 }\n",
+        )
+        .unwrap();
+        let want = Limits {
+            requests: Some(50),
+            input_tokens: Some(30_000),
+            output_tokens: Some(8_000),
+            tokens: Some(9_000),
+        };
+        for c in [&new, &old] {
+            let adm = &c.layer.admission;
+            assert_eq!(adm.limits, want);
+            assert_eq!(adm.class_limits[0].1.requests, Some(7));
+            assert!(adm
+                .key_limits
+                .iter()
+                .any(|k| k.key == "acme" && k.limits.input_tokens == Some(1000)));
+            assert!(adm
+                .key_limits
+                .iter()
+                .any(|k| k.key == "fp-0123456789abcdef" && k.limits.output_tokens == Some(4)));
+        }
+        assert!(new.warnings.is_empty(), "{:?}", new.warnings);
+        // One warning per old word, naming where, the old word and the new.
+        assert_eq!(old.warnings.len(), 7, "{:#?}", old.warnings);
+        let all = old.warnings.join("\n");
+        for (word, old_word) in [
+            ("requests_per_minute", "requests"),
+            ("input_tokens_per_minute", "input_tokens"),
+            ("output_tokens_per_minute", "output_tokens"),
+            ("tokens_per_minute", "tokens"),
+        ] {
+            assert!(
+                all.contains(&format!(
+                    "[limits]: {old_word} is the old spelling of {word}"
+                )),
+                "{all}"
+            );
+        }
+        assert!(
+            all.contains("class \"claude-sonnet\" limits: requests is the old spelling"),
+            "{all}"
+        );
+        assert!(
+            all.contains("key 2 limits: output_tokens is the old spelling"),
+            "{all}"
+        );
+        assert!(
+            all.contains("group \"acme\" limits: input_tokens is the old spelling"),
+            "{all}"
+        );
+        // Both spellings of one limit in one table: which was meant is unknown.
+        for text in [
+            "[limits]\nrequests = 5\nrequests_per_minute = 6\n",
+            "[[group]]\nname = \"g\"\nlimits = { tokens = 1, tokens_per_minute = 2 }\n",
+        ] {
+            let e = read(text).unwrap_err().to_string();
+            assert!(e.contains("both") && e.contains("say"), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_upstream_url_is_read_as_ratewise_run_reads_it() {
+        for given in [
+            "http://127.0.0.1:9",
+            "http://127.0.0.1:9/",
+            "http://127.0.0.1:9/v1",
+            "http://127.0.0.1:9/v1/",
+        ] {
+            let c = ProxyConfig::from_toml(
+                &flags(given),
+                &format!("[[upstream]]\nname = \"b\"\nurl = \"{given}\""),
+                |_| None,
+            )
+            .unwrap();
+            for up in &c.upstreams {
+                assert_eq!(up.url, "http://127.0.0.1:9", "{given}");
+                assert_eq!(up.origin(), "http://127.0.0.1:9");
+            }
+        }
+        let e = ProxyConfig::from_toml(&flags("ftp://h"), "", |_| None).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Upstream(UpstreamUrlError::Scheme { .. })),
+            "{e:?}"
+        );
+        let e = ProxyConfig::from_toml(&flags("https://u:pw@h/v1?key=SECRET"), "", |_| None)
+            .unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Upstream(UpstreamUrlError::Query { .. })),
+            "{e:?}"
+        );
+        assert!(
+            !e.to_string().contains("SECRET") && !e.to_string().contains("pw"),
+            "{e}"
+        );
+    }
+
+    /// A reader of one table's struct: `Err` with serde's message.
+    type Parse = fn(&str) -> Result<(), String>;
+
+    /// A key no table has: each table's struct refuses it, and serde's
+    /// error lists the keys the table takes.
+    const PROBE: &str = "zz_probe";
+
+    /// The keys `parse`'s error on `text` lists as expected, when it
+    /// refuses [`PROBE`] ("unknown field `zz_probe`, expected one of `a`,
+    /// `b`"; "expected `a`"; "there are no fields").
+    fn refused(text: &str, parse: Parse) -> Option<Vec<String>> {
+        let e = parse(text).err()?;
+        let at = e.find(&format!("unknown field `{PROBE}`"))?;
+        Some(
+            e[at..]
+                .split('`')
+                .skip(3)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    /// The TOML that puts [`PROBE`] inside the table at `path` (each
+    /// step a key, and whether it is an array of tables).
+    fn nested(path: &[(String, bool)]) -> String {
+        let mut inner = format!("{{ {PROBE} = 0 }}");
+        for (i, (name, array)) in path.iter().enumerate().rev() {
+            let value = if *array { format!("[{inner}]") } else { inner };
+            inner = if i == 0 {
+                format!("{name} = {value}")
+            } else {
+                format!("{{ {name} = {value} }}")
+            };
+        }
+        if path.is_empty() {
+            format!("{PROBE} = 0")
+        } else {
+            inner
+        }
+    }
+
+    /// Every table the reader takes under `path` (dotted, `""` the top),
+    /// with its keys: read from the reader's own refusals, following each
+    /// key whose value is a table or an array of tables. Keys whose value
+    /// is an untagged enum (a string or a table) hide their table's keys:
+    /// they are returned in `untagged`.
+    fn walk(
+        path: &[(String, bool)],
+        parse: Parse,
+        tables: &mut std::collections::BTreeMap<String, Vec<String>>,
+        untagged: &mut Vec<String>,
+    ) {
+        let keys = refused(&nested(path), parse)
+            .unwrap_or_else(|| panic!("{:?} is not refused as a table's", nested(path)));
+        let dotted = |p: &[(String, bool)]| {
+            p.iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(".")
+        };
+        tables.insert(dotted(path), keys.clone());
+        for k in keys {
+            for array in [false, true] {
+                let mut p = path.to_vec();
+                p.push((k.clone(), array));
+                if refused(&nested(&p), parse).is_some() {
+                    walk(&p, parse, tables, untagged);
+                    break;
+                }
+                let e = parse(&nested(&p)).err().unwrap_or_default();
+                if e.contains("untagged enum") && !array {
+                    untagged.push(dotted(&p));
+                    break;
+                }
+            }
+        }
+    }
+
+    fn parse_as<T: serde::de::DeserializeOwned>(text: &str) -> Result<(), String> {
+        toml::from_str::<T>(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every key `--config` accepts, by table (`""` the top level,
+    /// `pools.members`, `key.limits`), derived from the reader itself.
+    fn accepted_keys() -> std::collections::BTreeMap<String, Vec<String>> {
+        let mut tables = std::collections::BTreeMap::new();
+        let mut untagged = Vec::new();
+        walk(&[], parse_as::<File>, &mut tables, &mut untagged);
+        // `admin = "ADDRESS"` or an `[admin]` table; `redis = "URL"` or a
+        // `[redis]` table: their tables' own structs. A new key of that
+        // kind must be added here, or this fails.
+        let by_type: [(&str, Parse); 2] = [
+            ("admin", parse_as::<crate::admin::settings::AdminFile>),
+            ("redis", parse_as::<RedisTable>),
+        ];
+        untagged.sort();
+        assert_eq!(
+            untagged,
+            by_type
+                .iter()
+                .map(|(k, _)| k.to_string())
+                .collect::<Vec<_>>(),
+            "a key whose value is a string or a table: name its table's struct here"
+        );
+        for (key, parse) in by_type {
+            let mut inner = std::collections::BTreeMap::new();
+            walk(&[], parse, &mut inner, &mut Vec::new());
+            for (path, keys) in inner {
+                let full = if path.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{key}.{path}")
+                };
+                tables.insert(full, keys);
+            }
+        }
+        tables
+    }
+
+    #[test]
+    fn the_accepted_keys_are_read_from_the_reader() {
+        let t = accepted_keys();
+        // A few known ones, so that a probe that stopped finding anything
+        // does not pass as "nothing to document".
+        for (table, key) in [
+            ("", "listen"),
+            ("", "pools"),
+            ("upstream", "url"),
+            ("limits", "requests_per_minute"),
+            ("limits", "requests"),
+            ("limits", "in_flight"),
+            ("key.limits", "tokens_per_minute"),
+            ("class.limits", "output_tokens_per_minute"),
+            ("group.limits", "input_tokens_per_minute"),
+            ("admin", "token_file"),
+            ("redis", "record_ttl_s"),
+            ("pools.members", "key_env"),
+            ("bounds", "max_body_memory"),
+        ] {
+            assert!(
+                t.get(table).is_some_and(|k| k.iter().any(|k| k == key)),
+                "{table}.{key} not found in {t:#?}"
+            );
+        }
+        // Not tables: a string, a list, a map, an enum.
+        for leaf in ["journal", "log", "upstream.paths", "pools.members.models"] {
+            assert!(!t.contains_key(leaf), "{leaf}");
+        }
+    }
+
+    /// docs/proxy.md's "The configuration file, key by key": its text
+    /// before the first `###` (the top level), and each `###` heading with
+    /// the text under it.
+    fn reference_sections(doc: &str) -> (String, Vec<(String, String)>) {
+        let start = doc
+            .find("\n## The configuration file, key by key")
+            .expect("docs/proxy.md has the section \"The configuration file, key by key\"");
+        let rest = &doc[start + 1..];
+        let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+        let section = &rest[..end];
+        let mut parts = section.split("\n### ");
+        let top = parts.next().unwrap_or_default().to_owned();
+        let subs = parts
+            .map(|p| {
+                let (heading, body) = p.split_once('\n').unwrap_or((p, ""));
+                (heading.to_owned(), body.to_owned())
+            })
+            .collect();
+        (top, subs)
+    }
+
+    #[test]
+    fn every_key_the_reader_accepts_is_in_docs_proxy_md() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/proxy.md"))
+                .expect("docs/proxy.md");
+        let (top, subs) = reference_sections(&doc);
+        let tables = accepted_keys();
+        // The text that documents a table: the top level's, or the
+        // `###` whose heading names it as TOML does (`[bounds]`,
+        // `[[pools.members]]`, `[key.limits]`).
+        let text_of = |table: &str| -> Option<&str> {
+            if table.is_empty() {
+                return Some(top.as_str());
+            }
+            subs.iter()
+                .find(|(h, _)| {
+                    h.contains(&format!("`[{table}]`")) || h.contains(&format!("`[[{table}]]`"))
+                })
+                .map(|(_, body)| body.as_str())
+        };
+        let mut missing = Vec::new();
+        for (table, keys) in &tables {
+            let Some(text) = text_of(table) else {
+                missing.push(format!("a ### heading for [{table}]"));
+                continue;
+            };
+            for key in keys {
+                let sub = if table.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{table}.{key}")
+                };
+                let row = text.contains(&format!("\n| `{key}` |"));
+                if !row && !tables.contains_key(&sub) {
+                    missing.push(format!("[{table}] {key}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "docs/proxy.md, \"The configuration file, key by key\", lacks: {missing:#?}"
+        );
+        // And documents no key the reader refuses.
+        for (heading, body) in &subs {
+            let named: Vec<&String> = tables
+                .keys()
+                .filter(|t| {
+                    heading.contains(&format!("`[{t}]`")) || heading.contains(&format!("`[[{t}]]`"))
+                })
+                .collect();
+            assert!(
+                !named.is_empty(),
+                "### {heading}: names no table the reader takes"
+            );
+            for line in body.lines() {
+                let Some(key) = line
+                    .strip_prefix("| `")
+                    .and_then(|l| l.split_once("` |"))
+                    .map(|(k, _)| k)
+                else {
+                    continue;
+                };
+                assert!(
+                    named.iter().any(|t| tables[*t].iter().any(|k| k == key)),
+                    "### {heading}: `{key}` is not a key the reader accepts there"
+                );
+            }
+        }
     }
 }

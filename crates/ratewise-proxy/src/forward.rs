@@ -632,7 +632,28 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
             if e.is_hold_unknown() {
                 app.unknown_outcome(&e);
             }
-            answer::for_error(&e, shape, &key, &app.stops, app.config.max_deadline)
+            // Where the job went, for a 502 that says it could not get
+            // there: the upstream's origin, or the pool member tried last.
+            let reached = match via {
+                Via::Upstream(ui) => Some(app.config.upstreams[ui].origin()),
+                Via::Pool(_) => e
+                    .attempts()
+                    .last()
+                    .and_then(|a| a.member.as_deref())
+                    // `host:port#fp-…`: the host and port, without a
+                    // user or password.
+                    .and_then(|m| m.split('#').next())
+                    .and_then(|a| a.rsplit('@').next())
+                    .map(str::to_owned),
+            };
+            answer::for_error(
+                &e,
+                shape,
+                &key,
+                &app.stops,
+                app.config.max_deadline,
+                reached.as_deref(),
+            )
         }
         // The job outlived its deadline and the slack after it.
         Err(()) => answer::shaped(

@@ -742,6 +742,10 @@ pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
     read.dedup();
     let layers = read.into_iter().map(|p| (p, build(Some(p)))).collect();
     let drain = drain::Drain::default();
+    // The configuration's old spellings, said once (read all the same).
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
     let mut clients = Vec::new();
     for up in &config.upstreams {
         let client = upstream::client(up).map_err(StartError::Tls)?;

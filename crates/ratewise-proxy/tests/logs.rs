@@ -48,7 +48,11 @@ async fn logs_hold_fingerprints_never_keys_cookies_or_bodies() {
         upstream: Some(mock.base_url()),
         ..Flags::default()
     };
-    let mut config = ProxyConfig::from_toml(&flags, "", |_| None).unwrap();
+    // `requests` is the old spelling of `requests_per_minute`: read, and
+    // said at start.
+    let mut config =
+        ProxyConfig::from_toml(&flags, "[limits]\nrequests = 100000\n", |_| None).unwrap();
+    assert_eq!(config.layer.admission.limits.requests, Some(100_000));
     config.admin = "127.0.0.1:0".parse().unwrap();
     let p = ratewise_proxy::start(config).await.unwrap();
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
@@ -73,6 +77,11 @@ async fn logs_hold_fingerprints_never_keys_cookies_or_bodies() {
     p.shutdown().await;
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("stop_queue"), "the run was logged: {logs}");
+    let warned = logs
+        .lines()
+        .find(|l| l.contains("requests is the old spelling of requests_per_minute"))
+        .unwrap_or_else(|| panic!("the old [limits] word is said at start: {logs}"));
+    assert!(warned.contains("\"level\":\"WARN\""), "{warned}");
     assert!(
         logs.contains(&ratewise_proxy::keys::fingerprint(KEY)),
         "{logs}"

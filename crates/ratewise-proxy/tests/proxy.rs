@@ -996,3 +996,85 @@ async fn admin_text(p: &Running, path: &str) -> String {
     let resp = client.request(req).await.expect("the admin API answers");
     String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned()
 }
+
+/// An OpenAI-shaped call to `path` through `p`.
+async fn call_openai(p: &Running, path: &str) -> Answer {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::post(format!("http://{}{path}", p.addr))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {KEY}"))
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#,
+        )))
+        .unwrap();
+    let resp = client.request(req).await.expect("the proxy answers");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// `--upstream http://…/v1` (the base URL the OpenAI SDKs document) is
+/// the upstream `http://…`, as `ratewise run --upstream` reads it: the
+/// caller's `/v1/chat/completions` reaches the mock once as
+/// `/v1/chat/completions`, not `/v1/v1/chat/completions` (the mock's
+/// 404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_given_with_v1_gets_the_callers_path_once() {
+    let mut cfg = roomy();
+    cfg.openai_limits.requests_per_minute = Some(100_000);
+    cfg.openai_limits.tokens_per_minute = Some(100_000_000);
+    let mock = MockServer::start(cfg).await.unwrap();
+    for suffix in ["/v1", "/v1/", "/", ""] {
+        let up = format!("{}{suffix}", mock.base_url());
+        let p = proxy(&up, "").await;
+        assert_eq!(p.app.config.upstreams[0].url, mock.base_url(), "{up}");
+        let before = mock.records().len();
+        let a = call_openai(&p, "/v1/chat/completions").await;
+        assert_eq!(a.status, 200, "{up}: {}", a.body);
+        assert!(a.body.contains("chat.completion"), "{}", a.body);
+        let records = mock.records();
+        assert_eq!(records.len(), before + 1, "{up}");
+        // Only the mock's `/v1/chat/completions` route records an OpenAI
+        // request; any other path is its 404, unrecorded.
+        assert_eq!(
+            records.last().unwrap().provider,
+            ratewise_core::Provider::Openai,
+            "{up}"
+        );
+        assert_clean(&p);
+        p.shutdown().await;
+    }
+}
+
+/// A connection the proxy could not make is a 502 that names the upstream
+/// it tried, as `scheme://host:port` — never its user, password or path,
+/// nor the caller's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_failure_names_the_upstream_it_could_not_reach() {
+    // A loopback port nobody listens on: bound, then let go.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let up = format!("http://operator:hunter2@127.0.0.1:{port}/gateway/v1");
+    let p = proxy(&up, "[policy]\nmax_attempts = 1\n").await;
+    let a = call(&p, &[], BODY).await;
+    assert_eq!(a.status, 502, "{}", a.body);
+    assert!(a.body.contains("\"type\":\"error\""), "{}", a.body);
+    assert!(
+        a.body.contains(&format!(
+            "could not connect to the upstream http://127.0.0.1:{port} (connect_failed)"
+        )),
+        "{}",
+        a.body
+    );
+    for secret in ["hunter2", "operator", "gateway", KEY] {
+        assert!(!a.body.contains(secret), "{secret} in {}", a.body);
+    }
+    assert_clean(&p);
+    p.shutdown().await;
+}

@@ -147,7 +147,7 @@ impl Options {
     ) -> Result<Settings, String> {
         let mut s = Settings::new(shape, api_key);
         if let Some(up) = self.upstream.clone().or_else(|| file.upstream.clone()) {
-            s.upstream = crate::queue::normalize_upstream(&up)?;
+            s.upstream = crate::queue::normalize_upstream(&up).map_err(|e| e.to_string())?;
         }
         if let Some(w) = file.window {
             if w == 0 {
@@ -200,12 +200,7 @@ impl Options {
             .max_waiting(settings.window.saturating_mul(2).max(1024))
             .journal(Arc::new(StoreJournal(store)));
         if let Some(l) = &file.limits {
-            let mut limits = Limits::NONE;
-            limits.requests = l.requests_per_minute;
-            limits.input_tokens = l.input_tokens_per_minute;
-            limits.output_tokens = l.output_tokens_per_minute;
-            limits.tokens = l.tokens_per_minute;
-            b = b.limits(limits);
+            b = b.limits(l.limits()?);
         }
         if let Some(pool) = pool {
             b = b.pool(pool);
@@ -257,7 +252,13 @@ pub struct FileConfig {
     pub pools: Vec<PoolSpec>,
 }
 
-/// `[limits]` of the config.
+/// `[limits]` of the config. Its words are the proxy's too
+/// (`ratewise proxy --config`'s `[limits]`): `requests_per_minute`,
+/// `input_tokens_per_minute`, `output_tokens_per_minute`,
+/// `tokens_per_minute`. The proxy's first words (`requests`,
+/// `input_tokens`, `output_tokens`, `tokens`) are read as well, with a
+/// warning ([`FileConfig::warnings`]), so a table copied from a proxy's
+/// file keeps its limits.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
@@ -269,6 +270,79 @@ pub struct LimitsConfig {
     pub output_tokens_per_minute: Option<u64>,
     /// Combined tokens per minute (OpenAI's TPM).
     pub tokens_per_minute: Option<u64>,
+    /// Old spelling of `requests_per_minute` (read, with a warning).
+    pub requests: Option<u64>,
+    /// Old spelling of `input_tokens_per_minute` (read, with a warning).
+    pub input_tokens: Option<u64>,
+    /// Old spelling of `output_tokens_per_minute` (read, with a warning).
+    pub output_tokens: Option<u64>,
+    /// Old spelling of `tokens_per_minute` (read, with a warning).
+    pub tokens: Option<u64>,
+}
+
+impl LimitsConfig {
+    /// Each limit's word, its value, its old spelling and that one's value.
+    fn words(&self) -> [(&'static str, Option<u64>, &'static str, Option<u64>); 4] {
+        [
+            (
+                "requests_per_minute",
+                self.requests_per_minute,
+                "requests",
+                self.requests,
+            ),
+            (
+                "input_tokens_per_minute",
+                self.input_tokens_per_minute,
+                "input_tokens",
+                self.input_tokens,
+            ),
+            (
+                "output_tokens_per_minute",
+                self.output_tokens_per_minute,
+                "output_tokens",
+                self.output_tokens,
+            ),
+            (
+                "tokens_per_minute",
+                self.tokens_per_minute,
+                "tokens",
+                self.tokens,
+            ),
+        ]
+    }
+
+    /// The limits, each from its word or its old spelling; both spellings
+    /// of one limit are an error (which was meant is unknown).
+    pub fn limits(&self) -> Result<Limits, String> {
+        let mut read = [None; 4];
+        for (slot, (word, new, old_word, old)) in read.iter_mut().zip(self.words()) {
+            if new.is_some() && old.is_some() {
+                return Err(format!(
+                    "[limits]: both {word} and {old_word} are given: say {word} alone ({old_word} is its old spelling)"
+                ));
+            }
+            *slot = new.or(old);
+        }
+        let mut limits = Limits::NONE;
+        limits.requests = read[0];
+        limits.input_tokens = read[1];
+        limits.output_tokens = read[2];
+        limits.tokens = read[3];
+        Ok(limits)
+    }
+
+    /// A warning for each old spelling used.
+    fn warnings(&self) -> Vec<String> {
+        self.words()
+            .into_iter()
+            .filter_map(|(word, new, old_word, old)| match (new, old) {
+                (None, Some(v)) => Some(format!(
+                    "[limits]: {old_word} is the old spelling of {word} (the word ratewise proxy reads too): read as {word} = {v}; say {word}"
+                )),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 impl FileConfig {
@@ -276,7 +350,26 @@ impl FileConfig {
     pub fn load(path: &Path) -> Result<FileConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        Self::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Reads and checks a TOML text (see the module's docs).
+    pub fn from_toml(text: &str) -> Result<FileConfig, String> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(l) = &file.limits {
+            l.limits()?;
+        }
+        Ok(file)
+    }
+
+    /// What the file says that is read but should be said otherwise (an
+    /// old spelling of a `[limits]` word): a run tells each as
+    /// [`Event::ConfigWarning`](crate::progress::Event::ConfigWarning).
+    pub fn warnings(&self) -> Vec<String> {
+        self.limits
+            .as_ref()
+            .map(LimitsConfig::warnings)
+            .unwrap_or_default()
     }
 
     /// The store's `synchronous` setting.
@@ -316,5 +409,77 @@ mod tests {
             Provider::Anthropic
         );
         assert_eq!(at(Shape::OpenAi, "http://127.0.0.1:9"), Provider::Openai);
+    }
+
+    #[test]
+    fn limits_take_the_per_minute_words_and_the_proxys_old_ones_with_a_warning() {
+        let new = FileConfig::from_toml(
+            "[limits]\nrequests_per_minute = 50\ninput_tokens_per_minute = 30000\noutput_tokens_per_minute = 8000\ntokens_per_minute = 9000\n",
+        )
+        .unwrap();
+        let old = FileConfig::from_toml(
+            "[limits]\nrequests = 50\ninput_tokens = 30000\noutput_tokens = 8000\ntokens = 9000\n",
+        )
+        .unwrap();
+        let mut want = Limits::NONE;
+        want.requests = Some(50);
+        want.input_tokens = Some(30_000);
+        want.output_tokens = Some(8_000);
+        want.tokens = Some(9_000);
+        for f in [&new, &old] {
+            assert_eq!(f.limits.as_ref().unwrap().limits().unwrap(), want);
+        }
+        assert!(new.warnings().is_empty(), "{:?}", new.warnings());
+        let warned = old.warnings();
+        assert_eq!(warned.len(), 4, "{warned:#?}");
+        for (w, (word, old_word)) in warned.iter().zip([
+            ("requests_per_minute", "requests"),
+            ("input_tokens_per_minute", "input_tokens"),
+            ("output_tokens_per_minute", "output_tokens"),
+            ("tokens_per_minute", "tokens"),
+        ]) {
+            assert!(
+                w.starts_with(&format!(
+                    "[limits]: {old_word} is the old spelling of {word}"
+                )),
+                "{w}"
+            );
+            assert!(w.ends_with(&format!("say {word}")), "{w}");
+        }
+        // Both spellings of one limit: which was meant is unknown.
+        let e = FileConfig::from_toml("[limits]\ntokens = 1\ntokens_per_minute = 2\n").unwrap_err();
+        assert!(e.contains("both tokens_per_minute and tokens"), "{e}");
+        // Anything else is still refused.
+        let e = FileConfig::from_toml("[limits]\nrpm = 1\n").unwrap_err();
+        assert!(e.contains("rpm"), "{e}");
+    }
+
+    #[test]
+    fn the_upstream_is_read_as_the_proxy_reads_it() {
+        let o = Options::new("in.jsonl");
+        for given in [
+            "http://127.0.0.1:9",
+            "http://127.0.0.1:9/",
+            "http://127.0.0.1:9/v1",
+            "http://127.0.0.1:9/v1/",
+        ] {
+            let file = FileConfig {
+                upstream: Some(given.to_owned()),
+                ..FileConfig::default()
+            };
+            let s = o.settings(&file, Shape::OpenAi, "k".into()).unwrap();
+            assert_eq!(
+                s.upstream,
+                ratewise_tower::UpstreamUrl::parse(given).unwrap().as_str()
+            );
+            assert_eq!(s.upstream, "http://127.0.0.1:9");
+        }
+        let file = FileConfig {
+            upstream: Some("https://h/v1?key=SECRET".to_owned()),
+            ..FileConfig::default()
+        };
+        let e = o.settings(&file, Shape::OpenAi, "k".into()).unwrap_err();
+        assert!(e.starts_with("upstream") && e.contains("query"), "{e}");
+        assert!(!e.contains("SECRET"), "{e}");
     }
 }

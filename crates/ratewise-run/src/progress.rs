@@ -59,6 +59,10 @@ pub enum Event {
     Progress(Status),
     /// A batch of the batch path, each time it is polled.
     Batch(crate::batch::BatchStatus),
+    /// The config file says something that is read but should be said
+    /// otherwise (an old spelling of a `[limits]` word, and its word
+    /// today): told once, before anything is sent.
+    ConfigWarning(String),
 }
 
 /// Told each [`Event`] of a run, on the run's threads: keep it short (a

@@ -99,23 +99,12 @@ impl Settings {
 
 /// `url` as [`Settings::upstream`] keeps it: `https://host`,
 /// `https://host/` and `https://host/v1` are the same upstream (the
-/// input's paths name `/v1/...`). An error when it is not an `http://` or
-/// `https://` URL with a host.
-pub fn normalize_upstream(url: &str) -> Result<String, String> {
-    let mut up = url.trim().trim_end_matches('/');
-    if let Some(base) = up.strip_suffix("/v1") {
-        up = base;
-    }
-    if !(up.starts_with("http://") || up.starts_with("https://")) {
-        return Err(format!("upstream {url:?}: not an http:// or https:// URL"));
-    }
-    let uri: http::Uri = up
-        .parse()
-        .map_err(|e| format!("upstream {url:?}: not a URL ({e})"))?;
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("upstream {url:?}: no host"));
-    }
-    Ok(up.to_owned())
+/// input's paths name `/v1/...`). Read by
+/// [`ratewise_tower::UpstreamUrl`], the reader `ratewise proxy
+/// --upstream` uses too: one URL means one thing to both. An error when
+/// it is not an `http://` or `https://` URL with a host and no query.
+pub fn normalize_upstream(url: &str) -> Result<String, ratewise_tower::UpstreamUrlError> {
+    ratewise_tower::UpstreamUrl::parse(url).map(ratewise_tower::UpstreamUrl::into_string)
 }
 
 /// Checks that `key` can be sent in the header its shape uses (no newline,

@@ -502,6 +502,9 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
         Some(path) => FileConfig::load(path).map_err(RunError::Config)?,
         None => FileConfig::default(),
     };
+    for warning in file_config.warnings() {
+        observer.event(Event::ConfigWarning(warning));
+    }
     // The pool, when the config has one: chosen, checked against what it
     // replaces and built (its keys read) before a store is made.
     let pool = match crate::pool::select(&file_config.pools, options.pool.as_deref())? {

@@ -185,3 +185,48 @@ async fn a_rerun_starts_from_what_the_last_run_on_its_store_learned() {
     mock.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `[limits]` in the proxy's first words (`requests`) is read as
+/// `requests_per_minute`, and the run tells its observer so, once, before
+/// the first send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_limits_word_is_read_and_told_as_a_config_warning() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let dir = temp("words");
+    let path = input(&dir, 2);
+    let config = dir.join("rw.toml");
+    std::fs::write(&config, "[limits]\nrequests = 600\n").unwrap();
+    let events: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let seen = Arc::clone(&events);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let finished = Run::new(&path)
+        .upstream(mock.base_url())
+        .config(&config)
+        .key_from(|var| (var == "ANTHROPIC_API_KEY").then(|| "sk-ant-test".to_owned()))
+        .execute(rx, Arc::new(move |e: Event| seen.lock().unwrap().push(e)))
+        .await
+        .unwrap();
+    assert_eq!(finished.exit_code(), 0);
+    let events = events.lock().unwrap().clone();
+    let warnings: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ConfigWarning(w) => Some(w),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("requests is the old spelling of requests_per_minute"),
+        "{}",
+        warnings[0]
+    );
+    // Told before anything else the run did.
+    assert!(
+        matches!(events[0], Event::ConfigWarning(_)),
+        "{:?}",
+        events[0]
+    );
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

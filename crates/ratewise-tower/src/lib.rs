@@ -294,6 +294,7 @@ mod queue;
 mod retry;
 mod state;
 mod transport;
+mod upstream;
 mod wake;
 
 pub mod pool;
@@ -310,6 +311,7 @@ pub use journal::{written, Journal, Written};
 pub use retry::{ResponseFuture, RetryLayer, RetryService};
 pub use state::State;
 pub use transport::transport_failure;
+pub use upstream::{UpstreamUrl, UpstreamUrlError};
 
 /// What a layer is told, re-exported so that a tower user writes
 /// `ratewise_tower::Limits::per_minute().requests(50)` with no
