@@ -32,7 +32,9 @@ use super::limits::{headers_describe, index, Burst, Limits, DIMENSIONS};
 use super::model_class::ModelClasses;
 use super::profile::{Profile, Rounding};
 use super::ramp::{Ramp, RampConfig};
-use super::reservation::{Amounts, Exit, Ledger, Removed, Reservation, ReservationId, Sent, Slab};
+use super::reservation::{
+    Amounts, Exit, Ledger, PriceId, Removed, Reservation, ReservationId, Sent, Slab,
+};
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
 use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use super::stop::Stop;
@@ -173,26 +175,6 @@ pub struct Target {
     pub scope: ScopeId,
     /// The model's price, when the table has one.
     pub price: Option<PriceId>,
-}
-
-/// A price interned by its controller (keeps reservations small: an
-/// `Option<PriceId>` is 4 bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PriceId(std::num::NonZeroU32);
-
-impl PriceId {
-    /// The id of table index `i` (`None` past 2³² − 2 prices, which no
-    /// table reaches: each is a distinct price in memory).
-    fn at(i: usize) -> Option<PriceId> {
-        let n = u32::try_from(i).ok()?.checked_add(1)?;
-        std::num::NonZeroU32::new(n).map(PriceId)
-    }
-
-    /// Its index in the controller's table.
-    #[inline]
-    fn index(self) -> usize {
-        (self.0.get() - 1) as usize
-    }
 }
 
 /// One request asking to be sent.

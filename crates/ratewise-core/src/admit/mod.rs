@@ -70,14 +70,15 @@ mod table;
 pub use belief::EstimateState;
 pub use belief::LimitSource;
 pub use controller::{
-    remembered_share, Admission, AdmitRequest, Config, Controller, KeyLimits, PriceId,
-    ScopeSnapshot, Target, WaitReason, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED,
+    remembered_share, Admission, AdmitRequest, Config, Controller, KeyLimits, ScopeSnapshot,
+    Target, WaitReason, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED,
 };
 pub use estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
 pub use model_class::ModelClasses;
 pub use profile::{Profile, Rounding};
 pub use ramp::RampConfig;
+pub use reservation::PriceId;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
 pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;

@@ -27,7 +27,7 @@ use super::bucket::BucketRecord;
 use super::limits::Limits;
 use super::ramp::Ramp;
 use super::stop::Stop;
-use crate::time::{Instant, Now};
+use crate::time::{Now, TimeBase};
 use crate::vocab::Cause;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
@@ -140,45 +140,7 @@ pub(crate) struct DimensionRecord {
     pub level: LevelRecord,
 }
 
-/// Converts between a process's monotonic instants and the record's
-/// absolute times, at one `now`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TimeBase {
-    /// Unix nanoseconds of `Instant::ZERO` on this process's clocks.
-    origin_unix_ns: i128,
-}
-
-impl TimeBase {
-    pub(crate) fn at(now: Now) -> Self {
-        let wall = match now.wall.duration_since(SystemTime::UNIX_EPOCH) {
-            Ok(d) => d.as_nanos() as i128,
-            Err(e) => -(e.duration().as_nanos() as i128),
-        };
-        TimeBase {
-            origin_unix_ns: wall - i128::from(now.instant.as_nanos()),
-        }
-    }
-
-    /// An instant as Unix nanoseconds.
-    pub(crate) fn out(self, t: Instant) -> i64 {
-        clamp_i64(self.origin_unix_ns + i128::from(t.as_nanos()))
-    }
-
-    /// Unix nanoseconds as an instant (one before this process's origin
-    /// is its origin: nothing local happened before it).
-    pub(crate) fn back(self, unix_ns: i64) -> Instant {
-        let local = i128::from(unix_ns) - self.origin_unix_ns;
-        Instant::from_nanos(u64::try_from(local.max(0)).unwrap_or(u64::MAX))
-    }
-
-    /// Nanoseconds to add to a local instant's nanoseconds to get the
-    /// record's (for bucket times).
-    pub(crate) fn shift(self) -> i128 {
-        self.origin_unix_ns
-    }
-}
-
-fn clamp_i64(v: i128) -> i64 {
+pub(crate) fn clamp_i64(v: i128) -> i64 {
     v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 

@@ -6,6 +6,26 @@ use super::belief::CreditMark;
 use crate::time::Instant;
 use std::collections::HashMap;
 
+/// A price interned by its controller (keeps reservations small: an
+/// `Option<PriceId>` is 4 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PriceId(std::num::NonZeroU32);
+
+impl PriceId {
+    /// The id of table index `i` (`None` past 2³² − 2 prices, which no
+    /// table reaches: each is a distinct price in memory).
+    pub(super) fn at(i: usize) -> Option<PriceId> {
+        let n = u32::try_from(i).ok()?.checked_add(1)?;
+        std::num::NonZeroU32::new(n).map(PriceId)
+    }
+
+    /// Its index in the controller's table.
+    #[inline]
+    pub(super) fn index(self) -> usize {
+        (self.0.get() - 1) as usize
+    }
+}
+
 /// Units held by one reservation, per dimension. The combined-tokens bucket
 /// takes `input + output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,7 +84,7 @@ pub struct Reservation {
     pub(crate) scope: super::ScopeId,
     pub(crate) amounts: Amounts,
     pub(crate) cost: u64,
-    pub(crate) price: Option<super::controller::PriceId>,
+    pub(crate) price: Option<PriceId>,
     pub(crate) admitted_at: Instant,
     /// Whether the request streams its answer (its head comes at the
     /// first token, not after the whole generation).

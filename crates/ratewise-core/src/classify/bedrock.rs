@@ -12,7 +12,7 @@
 //! `AccessDeniedException` (403), `ResourceNotFoundException` (404),
 //! `ServiceQuotaExceededException` (400).
 
-use crate::classify::codes::ErrorFields;
+use crate::parse::body::ErrorFields;
 use crate::parse::body::{MAX_BODY_PREFIX, MAX_MESSAGE_LEN};
 use crate::vocab::Cause;
 use http::HeaderMap;

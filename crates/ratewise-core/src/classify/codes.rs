@@ -37,17 +37,7 @@ pub(crate) const ANTHROPIC_MONEY_CODES: &[(&str, Cause)] = &[
 /// Anthropic's acceleration ("ramp") limit: the rate rose too fast.
 pub(crate) const ANTHROPIC_RAMP_CODE: &str = "ramp_limit_exceeded";
 
-/// Structured fields of one provider error, borrowed from a parsed body or
-/// an in-band stream event.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ErrorFields<'a> {
-    /// `error.type` (Anthropic, OpenAI) or the event's `type`.
-    pub error_type: Option<&'a str>,
-    /// OpenAI's `error.code`, or Anthropic's `error.details.error_code`.
-    pub code: Option<&'a str>,
-    /// The human-readable message (read for documented phrases only).
-    pub message: Option<&'a str>,
-}
+pub use crate::parse::body::ErrorFields;
 
 /// The cause a provider's error fields name, or `None` when the fields are
 /// absent or unknown to this version of ratewise.

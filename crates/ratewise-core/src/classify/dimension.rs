@@ -1,7 +1,7 @@
 //! Which ceiling a rate limit hit: the message's words first (they name
 //! the limit that was enforced), then the header whose `remaining` is zero.
 
-use crate::classify::codes::ErrorFields;
+use crate::parse::body::ErrorFields;
 use crate::parse::ratelimit::RateLimitSnapshot;
 use crate::vocab::{Dimension, Provider};
 

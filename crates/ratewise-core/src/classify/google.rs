@@ -26,7 +26,7 @@
 //! is read, at most [`MAX_VIOLATIONS`] violations are kept, every string
 //! is clipped.
 
-use crate::classify::codes::ErrorFields;
+use crate::parse::body::ErrorFields;
 use crate::parse::body::{Unreadable, MAX_BODY_PREFIX, MAX_MESSAGE_LEN};
 use crate::vocab::{Cause, Dimension};
 use serde::de::IgnoredAny;

@@ -10,7 +10,8 @@
 //! objects) are read by a fast path without copying; serde_json reads
 //! everything else, and a property test checks the two agree.
 
-use crate::classify::codes::ErrorFields;
+mod envelope;
+
 use crate::usage::Usage;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,18 @@ pub const MAX_BODY_PREFIX: usize = 64 * 1024;
 
 /// Longest message kept from an error body.
 pub const MAX_MESSAGE_LEN: usize = 1024;
+
+/// Structured fields of one provider error, borrowed from a parsed body or
+/// an in-band stream event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ErrorFields<'a> {
+    /// `error.type` (Anthropic, OpenAI) or the event's `type`.
+    pub error_type: Option<&'a str>,
+    /// OpenAI's `error.code`, or Anthropic's `error.details.error_code`.
+    pub code: Option<&'a str>,
+    /// The human-readable message (read for documented phrases only).
+    pub message: Option<&'a str>,
+}
 
 /// Why a body gave no structured error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -169,7 +182,7 @@ impl<'a> ErrorRef<'a> {
 /// (unless JSON escapes had to be decoded).
 pub(crate) fn parse_error_ref(body: &[u8]) -> Result<ErrorRef<'_>, Unreadable> {
     let (bytes, truncated) = prefix(body)?;
-    if let Some(read) = super::envelope::read(bytes) {
+    if let Some(read) = envelope::read(bytes) {
         return read;
     }
     parse_error_serde(bytes, truncated)
@@ -587,7 +600,7 @@ mod tests {
                 _ => body.push_str(junk),
             }
             let bytes = body.as_bytes();
-            if let Some(fast) = crate::parse::envelope::read(bytes) {
+            if let Some(fast) = super::envelope::read(bytes) {
                 prop_assert_eq!(fast, parse_error_serde(bytes, false), "{}", body);
             }
         }
@@ -602,7 +615,7 @@ mod tests {
             br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded","details":null}}"#,
             b"{\"ok\":true}",
         ] {
-            let fast = crate::parse::envelope::read(body);
+            let fast = super::envelope::read(body);
             assert!(fast.is_some(), "{}", String::from_utf8_lossy(body));
             assert_eq!(fast.unwrap(), parse_error_serde(body, false));
         }

@@ -8,7 +8,6 @@
 
 pub mod body;
 pub mod duration;
-mod envelope;
 pub mod message;
 pub mod ratelimit;
 pub mod request_id;

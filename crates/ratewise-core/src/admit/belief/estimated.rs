@@ -46,8 +46,8 @@
 //! Sans-IO: every method takes the instant; nothing is random.
 
 use super::{Belief, Believed, Change, Sample, Sureness};
-use crate::admit::record::TimeBase;
 use crate::time::Instant;
+use crate::time::TimeBase;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 

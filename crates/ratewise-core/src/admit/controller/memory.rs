@@ -26,8 +26,9 @@
 use super::{Controller, Now, DIMENSIONS};
 use crate::admit::belief::stated::Capacity;
 use crate::admit::belief::{Beliefs, Level, SilentEstimate};
-use crate::admit::record::{limits_of, TimeBase};
+use crate::admit::record::limits_of;
 use crate::admit::store_kit::{KeyRecord, StoreHooks};
+use crate::time::TimeBase;
 use std::time::{Duration, SystemTime};
 
 /// Remembered beliefs younger than this are taken as written (an hour:

@@ -24,8 +24,9 @@ const RECALL_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 impl StoreHooks for Controller {
     fn export_key(&self, key: &str, now: Now) -> Option<KeyRecord> {
         use crate::admit::record::{
-            limits_array, ramp_record, DimensionRecord, ScopeRecord, StopRecord, TimeBase,
+            limits_array, ramp_record, DimensionRecord, ScopeRecord, StopRecord,
         };
+        use crate::time::TimeBase;
         let name = self.key_name(key);
         let k = *self.key_index.get(name)?;
         let ks = &self.keys[k as usize];
@@ -76,7 +77,8 @@ impl StoreHooks for Controller {
     }
 
     fn import_key(&mut self, rec: &KeyRecord, now: Now) {
-        use crate::admit::record::{limits_of, TimeBase};
+        use crate::admit::record::limits_of;
+        use crate::time::TimeBase;
         let base = TimeBase::at(now);
         let burst = self.cfg.burst;
         let share = self.share_permille;

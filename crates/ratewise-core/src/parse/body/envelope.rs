@@ -6,12 +6,12 @@
 //! answers `None` ("ask serde_json") at the first thing outside it: an
 //! escape, a number, an array, a control character, a duplicate known key,
 //! deep nesting, anything malformed. Whatever it does answer is what
-//! [`super::body`]'s serde reading gives for the same bytes; a property
+//! [`super`]'s serde reading gives for the same bytes; a property
 //! test compares the two on generated bodies.
 //!
 //! Bounded: one forward pass, nesting capped at [`MAX_DEPTH`], no allocation.
 
-use super::body::{ErrorRef, Unreadable};
+use super::{ErrorRef, Unreadable};
 use std::borrow::Cow;
 
 /// Deeper unknown objects are left to serde_json.
