@@ -3,12 +3,14 @@
 //! stop and resume of a key, and every acknowledgement of an unknown
 //! outcome. Lines are written and flushed to the operating system before
 //! the send, so they survive the process being killed (not a power cut:
-//! there is no fsync per line). One writer thread owns the file
-//! ([`writer`]): a request queues its line and awaits its group's write,
-//! so no runtime worker waits on the disk, and the lines waiting when a
-//! write starts share it (group commit). No key, no body, no header is ever
+//! there is no fsync per line). No key, no body, no header is ever
 //! written: job ids, attempt numbers, times, key fingerprints, models,
 //! upstream request ids, causes and actions, and a stop's bounded evidence.
+//!
+//! One writer thread owns the file (`journal::writer`): a request queues
+//! its line and awaits its group's write, so no runtime worker waits on
+//! the disk, and the lines waiting when a write starts share it (group
+//! commit: one write, one flush).
 //!
 //! On start the proxy reads it back ([`FileJournal::open`]): an attempt
 //! that started and never ended is an *unknown outcome* — it may have
@@ -491,8 +493,8 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
     })
 }
 
-/// The journal file and the live state its lines make. Its writer thread
-/// ([`writer`]) owns the file: a line is queued, written with the others
+/// The journal file and the live state its lines make. Its writer
+/// thread owns the file: a line is queued, written with the others
 /// waiting (one write, one flush), and its caller told once it is on disk
 /// (or that it is not). The request path awaits that without blocking a
 /// runtime worker ([`FileJournal::attempt_started_async`]); the methods

@@ -1,5 +1,5 @@
 //! Where the journal's bytes go. Only the writer
-//! ([`writer`](super::writer)) calls it, from its own thread: one append
+//! (`journal::writer`) calls it, from its own thread: one append
 //! per group of lines, and a compaction between groups. A trait so that a
 //! test can put the journal on a slow or failing disk and count its
 //! writes; the proxy's is [`FileSink`].

@@ -269,3 +269,84 @@ async fn a_proxy_whose_journal_cannot_write_sends_nothing() {
     p.shutdown().await;
     let _ = std::fs::remove_file(&path);
 }
+
+/// The whole proxy on one runtime thread, its journal on a disk whose
+/// writes take 200 ms: 50 callers at once are all answered, their 100
+/// lines (a start and an end each) go in a few group writes, and the
+/// thread kept serving (another task ran) during every write.
+#[tokio::test(flavor = "current_thread")]
+async fn a_proxy_on_a_slow_disk_answers_fifty_callers_with_a_few_writes() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    let mut cfg = ratewise_mock::MockConfig::default();
+    cfg.anthropic_limits.requests_per_minute = Some(100_000);
+    let mock = ratewise_mock::MockServer::start(cfg).await.unwrap();
+    let path = fresh("proxy-fifty");
+    let probe = Arc::new(Probe::default());
+    let flags = crate::config::Flags {
+        listen: Some("127.0.0.1:0".into()),
+        admin: Some("127.0.0.1:1".into()),
+        upstream: Some(mock.base_url()),
+        journal: Some(path.clone()),
+        ..crate::config::Flags::default()
+    };
+    // Limits far above the load: pacing never binds.
+    let toml =
+        "[limits]\nrequests = 1000000000\ninput_tokens = 1000000000\noutput_tokens = 1000000000\n";
+    let mut config = crate::config::ProxyConfig::from_toml(&flags, toml, |_| None).unwrap();
+    config.admin = "127.0.0.1:0".parse().unwrap();
+    config.layer.admission.ramp.warm_start = true;
+    let p = {
+        let probe = probe.clone();
+        crate::start_with(config, move |path| {
+            FileJournal::open_with(path, move |file| SlowDisk {
+                file,
+                delay: Duration::from_millis(200),
+                probe,
+            })
+        })
+        .await
+        .unwrap()
+    };
+    let ticker = ticker(&probe);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let req = http::Request::post(format!("http://{}/v1/messages", p.addr))
+                .header("content-type", "application/json")
+                .header("x-api-key", "sk-ant-slow-disk")
+                .body(Full::new(Bytes::from_static(
+                    br#"{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}"#,
+                )))
+                .unwrap();
+            let client = client.clone();
+            tokio::spawn(async move {
+                let resp = client.request(req).await.unwrap();
+                let status = resp.status();
+                let _ = resp.into_body().collect().await;
+                status
+            })
+        })
+        .collect();
+    for c in calls {
+        assert_eq!(c.await.unwrap(), 200);
+    }
+    ticker.abort();
+    assert_eq!(mock.records().len(), 50);
+    assert_eq!(p.app.metrics.sends.load(Ordering::Relaxed), 50);
+    let groups = probe.groups.lock().unwrap().clone();
+    assert_eq!(groups.iter().sum::<usize>(), 100, "{groups:?}");
+    assert!(
+        groups.len() <= 8,
+        "100 lines in a few group writes, not one each: {groups:?}"
+    );
+    for (before, after) in probe.ticks_seen.lock().unwrap().iter() {
+        assert!(
+            after > before,
+            "the runtime ran another task during the write"
+        );
+    }
+    p.shutdown().await;
+    let _ = std::fs::remove_file(&path);
+}
