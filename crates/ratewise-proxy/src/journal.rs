@@ -7,6 +7,11 @@
 //! written: job ids, attempt numbers, times, key fingerprints, models,
 //! upstream request ids, causes and actions, and a stop's bounded evidence.
 //!
+//! One writer thread owns the file (`journal::writer`): a request queues
+//! its line and awaits its group's write, so no runtime worker waits on
+//! the disk, and the lines waiting when a write starts share it (group
+//! commit: one write, one flush).
+//!
 //! On start the proxy reads it back ([`FileJournal::open`]): an attempt
 //! that started and never ended is an *unknown outcome* — it may have
 //! been generated and billed — and so is an attempt that ended
@@ -34,8 +39,9 @@
 //! Compaction writes the live state to `FILE.compact` beside the journal,
 //! fsyncs it, renames it over the journal and fsyncs the directory; the
 //! new file's handle (opened before the rename) takes the appends after
-//! it. It runs under the journal's lock, so no line is written meanwhile:
-//! the new file says exactly what the old one did. Killed before the
+//! it. The journal's writer thread runs it between two groups of lines
+//! (never inside a request), so no line is written meanwhile: the new
+//! file says exactly what the old one did. Killed before the
 //! rename, the old journal is whole (the leftover `.compact` file is
 //! overwritten next time); after it, the new one is. Lines this version
 //! cannot read (a line cut by a crash) are counted at start and not kept.
@@ -47,10 +53,20 @@ use ratewise_core::Cause;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::SystemTime;
+
+mod sink;
+#[cfg(test)]
+mod slow_disk;
+mod writer;
+
+#[cfg(test)]
+use sink::compact_path;
+use sink::{FileSink, Sink};
+use writer::{Done, Job, Shared, State};
 
 /// The size past which a running journal is compacted (unless its live
 /// state is over half of it: then twice the live state).
@@ -477,32 +493,33 @@ pub fn recover(path: &Path) -> std::io::Result<Recovered> {
     })
 }
 
-/// The journal file, appended to, and the live state its lines make.
-#[derive(Debug)]
+/// The journal file and the live state its lines make. Its writer
+/// thread owns the file: a line is queued, written with the others
+/// waiting (one write, one flush), and its caller told once it is on disk
+/// (or that it is not). The request path awaits that without blocking a
+/// runtime worker ([`FileJournal::attempt_started_async`]); the methods
+/// returning a result wait for it on their thread; a stop, a resume, an
+/// unknown outcome closed are queued, their failure logged.
 pub struct FileJournal {
-    path: PathBuf,
-    inner: Mutex<Inner>,
-    /// The size past which it is compacted while running.
-    compact_above: AtomicU64,
+    shared: Arc<Shared>,
+    /// The writer thread (joined on drop, after it wrote what is queued).
+    writer: Option<std::thread::JoinHandle<()>>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    file: std::fs::File,
-    /// Whether the last write may have left half a line.
-    torn: bool,
-    /// The file's size (as written here).
-    len: u64,
-    /// Its size after the last compaction.
-    compacted: u64,
-    live: Live,
+impl std::fmt::Debug for FileJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileJournal")
+            .field("path", &self.shared.path)
+            .field("len", &self.len())
+            .finish()
+    }
 }
 
-/// Where compaction writes the new journal before renaming it over.
-fn compact_path(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(".compact");
-    PathBuf::from(p)
+/// A line as written: its JSON and a newline.
+fn text(line: &Line) -> std::io::Result<String> {
+    let mut text = serde_json::to_string(line).map_err(std::io::Error::other)?;
+    text.push('\n');
+    Ok(text)
 }
 
 impl FileJournal {
@@ -511,6 +528,15 @@ impl FileJournal {
     /// (a failure to compact is logged, and the old file appended to), and
     /// appends after that.
     pub fn open(path: &Path) -> std::io::Result<(FileJournal, Recovered)> {
+        FileJournal::open_with(path, |file| file)
+    }
+
+    /// [`FileJournal::open`], its storage the file wrapped by `wrap` (a
+    /// test's slow or failing disk).
+    pub(crate) fn open_with<S: Sink>(
+        path: &Path,
+        wrap: impl FnOnce(FileSink) -> S,
+    ) -> std::io::Result<(FileJournal, Recovered)> {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -537,44 +563,41 @@ impl FileJournal {
             beliefs: live.beliefs.values().cloned().collect(),
             unreadable,
         };
-        let journal = FileJournal {
-            path: path.to_owned(),
-            inner: Mutex::new(Inner {
-                file,
-                torn: false,
-                len,
-                compacted: 0,
-                live,
-            }),
-            compact_above: AtomicU64::new(COMPACT_ABOVE),
+        let state = State {
+            live,
+            len,
+            compacted: 0,
         };
-        {
-            let mut inner = journal.lock();
-            if let Err(e) = journal.compact_locked(&mut inner) {
-                tracing::warn!(error = %e, path = %path.display(), "the journal could not be compacted at start; appending to it as it is");
-            }
+        let shared = Arc::new(Shared::new(path.to_owned(), state, COMPACT_ABOVE));
+        let mut sink: Box<dyn Sink> = Box::new(wrap(FileSink::new(path, file)));
+        // Before the writer starts: nothing else writes meanwhile.
+        if let Err(e) = shared.compact(&mut *sink) {
+            tracing::warn!(error = %e, path = %path.display(), "the journal could not be compacted at start; appending to it as it is");
         }
-        Ok((journal, recovered))
+        let writer = writer::spawn(shared.clone(), sink)?;
+        Ok((
+            FileJournal {
+                shared,
+                writer: Some(writer),
+            },
+            recovered,
+        ))
     }
 
     /// Its path.
     pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        &self.shared.path
     }
 
     /// Sets the size past which the running journal is compacted
     /// (default [`COMPACT_ABOVE`]; tests use a small one).
     pub fn set_compact_above(&self, bytes: u64) {
-        self.compact_above.store(bytes, Ordering::Relaxed);
+        self.shared.compact_above.store(bytes, Ordering::Relaxed);
     }
 
-    /// The file's size now, in bytes.
+    /// The file's size now, in bytes (as of the last group written).
     pub fn len(&self) -> u64 {
-        self.lock().len
+        self.shared.state().len
     }
 
     /// Whether the file is empty (nothing live, nothing since).
@@ -585,125 +608,71 @@ impl FileJournal {
     /// The unknown outcomes the journal keeps (not yet acknowledged),
     /// oldest first.
     pub fn unknown(&self) -> Vec<Unknown> {
-        self.lock().live.unknown.clone()
+        self.shared.state().live.unknown.clone()
     }
 
-    /// Compacts the journal to its live state now.
+    /// Compacts the journal to its live state now (after what is queued).
     pub fn compact(&self) -> std::io::Result<()> {
-        let mut inner = self.lock();
-        self.compact_locked(&mut inner)
+        self.wait(Job::Compact)
     }
 
-    /// Writes the live state to a new file, fsyncs it, renames it over
-    /// the journal and fsyncs the directory; the new file takes the
-    /// appends. Called with the lock held: no line is written meanwhile.
-    fn compact_locked(&self, inner: &mut Inner) -> std::io::Result<()> {
-        let now = SystemTime::now();
-        inner.live.expire(now);
-        let text = inner.live.text(now)?;
-        let tmp = compact_path(&self.path);
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        let written = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .create_new(true)
-                .append(true)
-                .read(true)
-                .open(&tmp)?;
-            // The journal's own permissions.
-            if let Ok(m) = inner.file.metadata() {
-                let _ = f.set_permissions(m.permissions());
-            }
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)?;
-            Ok::<_, std::io::Error>(f)
-        })();
-        let f = match written {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
-        // The rename itself made durable (the journal's directory).
-        #[cfg(unix)]
-        if let Some(dir) = self.path.parent() {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        let old = inner.len;
-        inner.file = f;
-        inner.torn = false;
-        inner.len = text.len() as u64;
-        inner.compacted = inner.len;
-        tracing::debug!(
-            from = old,
-            to = inner.len,
-            path = %self.path.display(),
-            "journal compacted"
-        );
-        Ok(())
+    /// Queues `job` and blocks this thread until the writer has done it.
+    /// Off the request path only: the writer is a thread of its own, so
+    /// this never waits on the thread it blocks.
+    fn wait(&self, job: impl FnOnce(Done) -> Job) -> std::io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.shared.push(job(Done::Blocking(tx)));
+        rx.recv().unwrap_or_else(|_| Err(writer::stopped()))
     }
 
-    /// Writes a line whose failure is only logged (a stop, a resume, an
+    /// Queues a line whose failure is only logged (a stop, a resume, an
     /// unknown outcome closed): the next start reads the journal as it
-    /// stands.
+    /// stands. It is written before any line queued after it.
     fn write(&self, line: Line) {
-        let _ = self.try_write(line);
+        match text(&line) {
+            Ok(text) => self.shared.push(Job::Line {
+                text,
+                line,
+                done: Done::Logged,
+                slot: None,
+            }),
+            Err(e) => tracing::error!(error = %e, "journal line not written"),
+        }
     }
 
-    /// Writes a line (and keeps what it says); an error says it is not on
-    /// disk. Past the size threshold, the journal is compacted after it.
+    /// Writes a line (and keeps what it says), blocking until its group is
+    /// written; an error says it is not on disk. Past the size threshold,
+    /// the journal is compacted after it.
     fn try_write(&self, line: Line) -> std::io::Result<()> {
-        let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
-        text.push('\n');
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        if inner.torn {
-            // After a failed write, start on a fresh line.
-            text.insert(0, '\n');
-        }
-        match inner
-            .file
-            .write_all(text.as_bytes())
-            .and_then(|()| inner.file.flush())
-        {
-            Ok(()) => {
-                inner.torn = false;
-                inner.len += text.len() as u64;
-            }
-            Err(e) => {
-                inner.torn = true;
-                tracing::error!(error = %e, path = %self.path.display(), "journal write failed");
-                return Err(e);
-            }
-        }
-        if let Some(u) = inner.live.apply(line) {
-            tracing::warn!(job_id = %u.job_id, attempt = u.attempt, kept = MAX_UNKNOWN,
-                "outcome_unknown dropped unacknowledged: too many unknown outcomes kept");
-        }
-        let above = self
-            .compact_above
-            .load(Ordering::Relaxed)
-            .max(inner.compacted.saturating_mul(2));
-        if inner.len > above {
-            if let Err(e) = self.compact_locked(inner) {
-                // Tried again once the file has grown as much again.
-                inner.compacted = inner.len;
-                tracing::error!(error = %e, path = %self.path.display(), "journal compaction failed; appending to it as it is");
-            }
-        }
-        Ok(())
+        let text = text(&line)?;
+        self.wait(|done| Job::Line {
+            text,
+            line,
+            done,
+            slot: None,
+        })
+    }
+
+    /// Writes a line from the request path: awaits a queue slot and then
+    /// the group it is written with, never blocking the runtime's worker.
+    /// An error says it is not on disk.
+    async fn write_async(&self, line: Line) -> std::io::Result<()> {
+        let text = text(&line)?;
+        let slot = self
+            .shared
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| writer::stopped())?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared.push(Job::Line {
+            text,
+            line,
+            done: Done::Async(tx),
+            slot: Some(slot),
+        });
+        rx.await.unwrap_or_else(|_| Err(writer::stopped()))
     }
 
     /// An attempt cut at the end of the shutdown's grace: ended as an
@@ -747,7 +716,9 @@ impl FileJournal {
         });
     }
 
-    /// An attempt is about to be sent, with what is known of its job.
+    /// An attempt is about to be sent, with what is known of its job;
+    /// blocks until its line is on disk (off the request path: see
+    /// [`FileJournal::attempt_started_async`]).
     pub fn attempt_started_with(
         &self,
         job_id: &str,
@@ -755,28 +726,32 @@ impl FileJournal {
         at: SystemTime,
         ctx: Option<JobContext>,
     ) -> std::io::Result<()> {
-        let ctx = ctx.unwrap_or_default();
-        self.try_write(Line::AttemptStarted {
-            job_id: job_id.to_owned(),
-            attempt,
-            at_ms: ms(at),
-            key: ctx.key,
-            model: ctx.model,
-            request_id: ctx.request_id,
-            member: ctx.member,
-        })
+        self.try_write(attempt_started(job_id, attempt, at, ctx))
     }
 
-    /// An attempt's end.
+    /// An attempt is about to be sent: resolves once its line is on disk
+    /// (written with the others waiting), or with the error that says it
+    /// is not — the send is then not made.
+    pub async fn attempt_started_async(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        at: SystemTime,
+        ctx: Option<JobContext>,
+    ) -> std::io::Result<()> {
+        self.write_async(attempt_started(job_id, attempt, at, ctx))
+            .await
+    }
+
+    /// An attempt's end; blocks until its line is on disk.
     pub fn ended(&self, record: &AttemptRecord) -> std::io::Result<()> {
-        self.try_write(Line::AttemptEnded {
-            job_id: record.job_id.clone().unwrap_or_default(),
-            attempt: record.attempt,
-            cause: record.cause.as_str().to_owned(),
-            action: record.action.as_str().to_owned(),
-            status: record.status,
-            request_id: record.request_id.clone(),
-        })
+        self.try_write(attempt_ended(record))
+    }
+
+    /// An attempt's end, from the request path: resolves once its line is
+    /// on disk.
+    pub async fn ended_async(&self, record: &AttemptRecord) -> std::io::Result<()> {
+        self.write_async(attempt_ended(record)).await
     }
 
     /// What `record`'s key has learned, when it differs from what the
@@ -785,7 +760,8 @@ impl FileJournal {
     pub fn remember(&self, record: &KeyRecord) -> bool {
         let beliefs = record.beliefs_only();
         let same = self
-            .lock()
+            .shared
+            .state()
             .live
             .beliefs
             .get(record.key())
@@ -817,9 +793,45 @@ impl FileJournal {
         });
     }
 
-    /// Flushes what is written (on shutdown).
+    /// Writes what is queued and makes it durable (on shutdown).
     pub fn sync(&self) {
-        let _ = self.lock().file.sync_all();
+        let _ = self.wait(Job::Sync);
+    }
+}
+
+/// The line of an attempt about to be sent.
+fn attempt_started(job_id: &str, attempt: u32, at: SystemTime, ctx: Option<JobContext>) -> Line {
+    let ctx = ctx.unwrap_or_default();
+    Line::AttemptStarted {
+        job_id: job_id.to_owned(),
+        attempt,
+        at_ms: ms(at),
+        key: ctx.key,
+        model: ctx.model,
+        request_id: ctx.request_id,
+        member: ctx.member,
+    }
+}
+
+/// The line of an attempt's end.
+fn attempt_ended(record: &AttemptRecord) -> Line {
+    Line::AttemptEnded {
+        job_id: record.job_id.clone().unwrap_or_default(),
+        attempt: record.attempt,
+        cause: record.cause.as_str().to_owned(),
+        action: record.action.as_str().to_owned(),
+        status: record.status,
+        request_id: record.request_id.clone(),
+    }
+}
+
+impl Drop for FileJournal {
+    /// Every line queued is written before the writer ends.
+    fn drop(&mut self) {
+        self.shared.close();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
     }
 }
 
@@ -830,17 +842,22 @@ impl ratewise_tower::Journal for FileJournal {
         attempt: u32,
         at: SystemTime,
     ) -> ratewise_tower::Written<'a> {
-        ratewise_tower::written(self.attempt_started_with(job_id, attempt, at, None))
+        Box::pin(async move {
+            self.attempt_started_async(job_id, attempt, at, None)
+                .await
+                .map_err(Into::into)
+        })
     }
 
     fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> ratewise_tower::Written<'a> {
-        ratewise_tower::written(self.ended(record))
+        Box::pin(async move { self.ended_async(record).await.map_err(Into::into) })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
     use std::time::Duration;
 
     /// A fresh path in the temp directory (and its `.compact` sibling

@@ -684,14 +684,22 @@ fn descriptors(config: &mut ProxyConfig) {
 /// Starts the proxy: raises the descriptor limit to its hard limit, reads
 /// the journal, binds both listeners, serves. Nothing is sent anywhere at
 /// start.
-pub async fn start(mut config: ProxyConfig) -> Result<Running, StartError> {
+pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
+    start_with(config, journal::FileJournal::open).await
+}
+
+/// [`start`], its journal (when it has one) opened by `open`: a test's
+/// slow or failing disk.
+pub(crate) async fn start_with(
+    mut config: ProxyConfig,
+    open: impl FnOnce(&std::path::Path) -> std::io::Result<(journal::FileJournal, journal::Recovered)>,
+) -> Result<Running, StartError> {
     descriptors(&mut config);
     let mut recovered = journal::Recovered::default();
     let journal = match &config.journal {
         Some(path) => {
             // Read back and compacted to what is live.
-            let (j, r) = journal::FileJournal::open(path)
-                .map_err(|e| StartError::Journal(path.clone(), e))?;
+            let (j, r) = open(path).map_err(|e| StartError::Journal(path.clone(), e))?;
             recovered = r;
             Some(Arc::new(j))
         }

@@ -203,19 +203,19 @@ impl ratewise_tower::Journal for Hook {
     ) -> Written<'a> {
         self.jobs.sending_to(job_id, member);
         let ctx = self.jobs.context(job_id);
-        if let Some(f) = &self.file {
-            if let Err(e) = f.attempt_started_with(job_id, attempt, at, ctx.clone()) {
-                return written(Err(e));
-            }
-        }
-        self.metrics.sends.fetch_add(1, Ordering::Relaxed);
-        if attempt > 1 {
-            self.metrics.retries.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(key) = ctx.as_ref().and_then(|c| c.key.as_deref()) {
-            self.stops.forget(key);
-        }
-        written(Ok::<(), std::io::Error>(()))
+        let Some(f) = &self.file else {
+            self.sent(attempt, ctx.as_ref());
+            return written(Ok::<(), std::io::Error>(()));
+        };
+        // Awaited, not blocked on: the journal's writer thread writes the
+        // line with the others waiting, and the send starts once it is
+        // on disk.
+        Box::pin(async move {
+            f.attempt_started_async(job_id, attempt, at, ctx.clone())
+                .await?;
+            self.sent(attempt, ctx.as_ref());
+            Ok(())
+        })
     }
 
     fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
@@ -225,10 +225,7 @@ impl ratewise_tower::Journal for Hook {
         self.member_stopped(record);
         self.count_answer(record);
         Metrics::bump(&self.metrics.actions, record.action.as_str());
-        match &self.file {
-            Some(f) => written(f.ended(record)),
-            None => written(Ok::<(), std::io::Error>(())),
-        }
+        self.write_end(record)
     }
 
     /// A stream's headers said `success`, but only its end says whether it
@@ -237,10 +234,7 @@ impl ratewise_tower::Journal for Hook {
     /// so a restart never replays a stream that reached its caller.
     fn stream_started<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
         Metrics::bump(&self.metrics.actions, record.action.as_str());
-        match &self.file {
-            Some(f) => written(f.ended(record)),
-            None => written(Ok::<(), std::io::Error>(())),
-        }
+        self.write_end(record)
     }
 
     /// A stream ended: its answer counts as `success` when it completed and
@@ -251,6 +245,27 @@ impl ratewise_tower::Journal for Hook {
 }
 
 impl Hook {
+    /// A send is made (its line, if journaled, is on disk): counted, and
+    /// its key's stop evidence goes.
+    fn sent(&self, attempt: u32, ctx: Option<&crate::jobs::JobContext>) {
+        self.metrics.sends.fetch_add(1, Ordering::Relaxed);
+        if attempt > 1 {
+            self.metrics.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(key) = ctx.and_then(|c| c.key.as_deref()) {
+            self.stops.forget(key);
+        }
+    }
+
+    /// An attempt's end line, awaited on the journal's writer (no
+    /// journal: done at once).
+    fn write_end<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
+        match &self.file {
+            Some(f) => Box::pin(async move { f.ended_async(record).await.map_err(Into::into) }),
+            None => written(Ok::<(), std::io::Error>(())),
+        }
+    }
+
     /// A pool member's answer stopped its key (a spend cap, billing,
     /// credentials): the job goes on with another member, so no job ends
     /// on this stop for [`App::stopped`](crate::App::stopped) to keep.
