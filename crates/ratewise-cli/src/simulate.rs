@@ -14,7 +14,10 @@ const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 /// Arguments of `ratewise simulate`.
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// A scenario file (JSON); without it, the embedded burst-mixed scenario.
+    /// A scenario file (JSON); without it, the embedded burst-mixed
+    /// scenario. The shipped ones are in the source's
+    /// crates/ratewise-sim/scenarios/; `--print-scenario` writes the
+    /// default out as a file to start from.
     #[arg(long, value_name = "FILE")]
     scenario: Option<String>,
     /// One strategy (ratewise, sdk-naive, backoff-only, rpm-only, oracle)

@@ -152,7 +152,7 @@ fn the_matrix_prints_its_cells_worst_first_and_fails_on_a_miss() {
 /// `--cell` runs one matrix cell as a scenario (every other option
 /// applies), and `--print-scenario` writes it out as a scenario file that
 /// runs the same figures: how a cell that missed becomes a fixed scenario
-/// in `scenarios/matrix/`.
+/// in `crates/ratewise-sim/scenarios/matrix/`.
 #[test]
 fn one_cell_runs_as_a_scenario_and_prints_as_a_file_that_runs_the_same() {
     let label = matrix::Cell([1, 3, 2, 0, 2, 0, 0, 0]).label();

@@ -1,6 +1,7 @@
-//! Every shipped scenario (`scenarios/*.json`, `ratewise_sim::SHIPPED`)
-//! runs end to end and agrees with its simulation within the tolerances
-//! of `ratewise_real::agree`, at a reduced size so the suite stays short.
+//! Every shipped scenario (`ratewise_sim::SHIPPED`: ratewise-sim's
+//! `scenarios/*.json`) runs end to end and agrees with its simulation
+//! within the tolerances of `ratewise_real::agree`, at a reduced size so
+//! the suite stays short.
 //!
 //! `tests/real.rs` covers `burst-mixed`, `spend-cap` and
 //! `generous-max-tokens`; this file covers the others and fails when a

@@ -369,66 +369,66 @@ impl std::fmt::Display for ScenarioError {
 impl std::error::Error for ScenarioError {}
 
 /// The scenario `ratewise simulate` runs without `--scenario`: a burst of
-/// mixed-size jobs (`scenarios/burst-mixed.json`).
-pub const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/burst-mixed.json");
+/// mixed-size jobs (this crate's `scenarios/burst-mixed.json`).
+pub const DEFAULT_SCENARIO: &str = include_str!("../scenarios/burst-mixed.json");
 
-/// Every scenario shipped in `scenarios/`, by file name.
+/// Every scenario shipped in this crate's `scenarios/`, by file name.
 pub const SHIPPED: &[(&str, &str)] = &[
     (
         "burst-mixed.json",
-        include_str!("../../../scenarios/burst-mixed.json"),
+        include_str!("../scenarios/burst-mixed.json"),
     ),
     (
         "generous-max-tokens.json",
-        include_str!("../../../scenarios/generous-max-tokens.json"),
+        include_str!("../scenarios/generous-max-tokens.json"),
     ),
     (
         "overload-storm.json",
-        include_str!("../../../scenarios/overload-storm.json"),
+        include_str!("../scenarios/overload-storm.json"),
     ),
     (
         "spend-cap.json",
-        include_str!("../../../scenarios/spend-cap.json"),
+        include_str!("../scenarios/spend-cap.json"),
     ),
     (
         "cold-start.json",
-        include_str!("../../../scenarios/cold-start.json"),
+        include_str!("../scenarios/cold-start.json"),
     ),
     (
         "short-buckets-10s.json",
-        include_str!("../../../scenarios/short-buckets-10s.json"),
+        include_str!("../scenarios/short-buckets-10s.json"),
     ),
     (
         "short-buckets-2s.json",
-        include_str!("../../../scenarios/short-buckets-2s.json"),
+        include_str!("../scenarios/short-buckets-2s.json"),
     ),
     (
         "cold-key-5s.json",
-        include_str!("../../../scenarios/cold-key-5s.json"),
+        include_str!("../scenarios/cold-key-5s.json"),
     ),
     (
         "anthropic-tier1.json",
-        include_str!("../../../scenarios/anthropic-tier1.json"),
+        include_str!("../scenarios/anthropic-tier1.json"),
     ),
     (
         "bias-remaining-high.json",
-        include_str!("../../../scenarios/bias-remaining-high.json"),
+        include_str!("../scenarios/bias-remaining-high.json"),
     ),
     (
         "bias-capacity-short.json",
-        include_str!("../../../scenarios/bias-capacity-short.json"),
+        include_str!("../scenarios/bias-capacity-short.json"),
     ),
     (
         "bias-second-client.json",
-        include_str!("../../../scenarios/bias-second-client.json"),
+        include_str!("../scenarios/bias-second-client.json"),
     ),
     (
         "silent-anthropic.json",
-        include_str!("../../../scenarios/silent-anthropic.json"),
+        include_str!("../scenarios/silent-anthropic.json"),
     ),
     (
         "silent-openai.json",
-        include_str!("../../../scenarios/silent-openai.json"),
+        include_str!("../scenarios/silent-openai.json"),
     ),
 ];
 

@@ -1,7 +1,8 @@
 //! Every matrix cell that ever missed its targets is kept as a fixed
-//! scenario in `scenarios/matrix/` (its name is the cell's label, so its
-//! targets are the cell's) and holds them here on every run: the seeded
-//! matrix sample in CI finds new shapes, these keep the old ones fixed.
+//! scenario in this crate's `scenarios/matrix/` (its name is the cell's
+//! label, so its targets are the cell's) and holds them here on every run:
+//! the seeded matrix sample in CI finds new shapes, these keep the old ones
+//! fixed.
 
 use ratewise_sim::matrix::Cell;
 use ratewise_sim::strategy::{simulate, Strategy};
@@ -9,7 +10,7 @@ use ratewise_sim::Scenario;
 use std::path::PathBuf;
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/matrix")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/matrix")
 }
 
 #[test]
