@@ -333,7 +333,7 @@ impl<S: Upstream> Queue<S> {
     /// Each ended job's line is appended to `partial`; an
     /// [`Event::Progress`] goes to `observer` each second.
     ///
-    /// The steps of each turn, in [`Drive`]: fill the window → settle a
+    /// The steps of each turn, in `Drive`: fill the window → settle a
     /// stop once the window is empty → with nothing in the window, wait
     /// for the next job due → otherwise wait for a job back, a shutdown,
     /// the end of the grace or the progress tick. Then the ending.

@@ -196,9 +196,9 @@ impl Run {
     /// (what is on the wire gets the grace). Every event goes to
     /// `observer`; nothing is printed.
     ///
-    /// In steps: set up ([`prepare`], on a blocking thread) → send, by the
-    /// batch API or the direct queue ([`Sending`]) → the pool's members as
-    /// the run ended → write the results ([`write_out`]).
+    /// In steps: set up (`prepare`, on a blocking thread) → send, by the
+    /// batch API or the direct queue (`Sending`) → the pool's members as
+    /// the run ended → write the results (`write_out`).
     pub async fn execute(
         self,
         shutdown: tokio::sync::watch::Receiver<bool>,

@@ -1,6 +1,6 @@
 //! One job, start to end: admit → send → read → classify → decide →
-//! retry or end. Written as one `async fn` so the order of steps reads
-//! top to bottom.
+//! retry or end. `attempts` reads in that order, top to bottom; each step
+//! is a method of `Flight`, the job's state while it is in flight.
 
 use bytes::Bytes;
 use event_listener::EventListener;
@@ -203,8 +203,8 @@ struct Flight {
     /// A decided retry delay is still running: the machine answers `Wait`
     /// without asking for admission, so the job does not queue for it.
     retry_delay: bool,
-    /// No send made yet: the first uses the readiness the layer's
-    /// `poll_ready` obtained; a later one waits for the service again.
+    /// No send made yet: the first uses the service the caller's
+    /// `poll_ready` made ready; a later one waits for its clone to be.
     first_send: bool,
 }
 
