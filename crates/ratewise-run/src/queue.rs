@@ -332,346 +332,49 @@ impl<S: Upstream> Queue<S> {
     /// true (a sender dropped without sending `true` is not a shutdown).
     /// Each ended job's line is appended to `partial`; an
     /// [`Event::Progress`] goes to `observer` each second.
+    ///
+    /// The steps of each turn, in `Drive`: fill the window → settle a
+    /// stop once the window is empty → with nothing in the window, wait
+    /// for the next job due → otherwise wait for a job back, a shutdown,
+    /// the end of the grace or the progress tick. Then the ending.
     pub async fn run(
         self,
         mut shutdown: watch::Receiver<bool>,
         partial: &mut Partial,
         observer: &dyn Observer,
     ) -> Result<Report, StoreError> {
-        let store = Arc::clone(&self.store);
-        let shape = self.settings.shape;
-        let mut sends = 0u64;
-        let mut answered_429 = 0u64;
-        let mut counts = blocking(&store, move |s| s.counts()).await?;
-        if let Some(stop) = blocking(&store, move |s| s.stopped()).await? {
+        let counts = blocking(&self.store, move |s| s.counts()).await?;
+        if let Some(stop) = blocking(&self.store, move |s| s.stopped()).await? {
             observer.event(Event::Stopped(stop.clone()));
             return Ok(Report {
                 ending: Ending::Stopped(stop),
                 counts,
-                sends,
-                answered_429,
+                sends: 0,
+                answered_429: 0,
                 cut: 0,
             });
         }
-        let mut spent = counts.spent;
         // Each task sends one `Back`, and at most a window of tasks run.
         let (tx, mut rx) = mpsc::channel::<Back>(self.settings.window.max(1));
-        // The run's cancellation: a child in every request. Given on a
-        // signal, a job not on the wire ends unsent.
-        let cancel = Cancel::new();
-        let mut ended_here = 0u64;
-        let deadline_ms = i64::try_from(self.settings.deadline.as_millis()).unwrap_or(i64::MAX);
-        // Per model, the latest deadline of a job the layer found it could
-        // not send in time: jobs of that model due no later are expired
-        // unsent.
-        let mut doomed: std::collections::HashMap<Option<String>, i64> =
-            std::collections::HashMap::new();
-        let mut tasks = JoinSet::new();
-        let mut window: HashSet<i64> = HashSet::new();
-        let mut window_bytes = 0usize;
-        let mut in_flight_worst = 0u64;
-        let mut cursor = 0i64;
-        let mut ending: Option<Ending> = None;
-        // Whether the stop in `ending` came from an answer to its job.
-        let mut stop_by_answer = false;
-        let mut draining = false;
-        let mut grace_end: Option<tokio::time::Instant> = None;
-        let mut rates = Rates::default();
-        // Per job, the times a pooled stop put it back for another member.
-        let mut pool_rounds: std::collections::HashMap<i64, usize> =
-            std::collections::HashMap::new();
-        let started = Instant::now();
+        let mut drive = Drive::new(self, tx, counts.spent);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-
         loop {
-            // Fill the window.
-            // Refilled in batches, once half the window is free: one store
-            // read brings many jobs, instead of one read per answer.
-            let mut budget_blocked = false;
-            let may_fill = window.len() <= self.settings.window / 2;
-            while may_fill && !draining && ending.is_none() && window.len() < self.settings.window {
-                let room = self.settings.window - window.len();
-                let bytes_room = self.settings.window_bytes.saturating_sub(window_bytes);
-                if bytes_room == 0 {
-                    break;
-                }
-                let now = now_ms();
-                let batch = blocking(&store, move |s| {
-                    s.next_pending(cursor, now, room, bytes_room)
-                })
-                .await?;
-                if batch.is_empty() {
-                    if cursor == 0 {
-                        break;
-                    }
-                    // Past the end: go round again for jobs put back.
-                    cursor = 0;
-                    continue;
-                }
-                let mut took = false;
-                for job in batch {
-                    cursor = cursor.max(job.seq);
-                    if window.contains(&job.seq) {
-                        continue;
-                    }
-                    let job_deadline_ms = job.first_seen_ms.saturating_add(deadline_ms);
-                    let behind_doomed = doomed
-                        .get(&job.model)
-                        .is_some_and(|d| job_deadline_ms <= *d);
-                    if job_deadline_ms <= now || behind_doomed {
-                        let message = if job_deadline_ms <= now {
-                            "its deadline passed before it could be sent"
-                        } else {
-                            "it cannot be sent before its deadline: an earlier job of its model could not be"
-                        };
-                        let end = End {
-                            state: Some(State::Expired),
-                            cause: Some("deadline".into()),
-                            message: Some(message.into()),
-                            ..End::default()
-                        };
-                        let (_, line) = keep(&store, shape, &job, Outcome::End(end)).await?;
-                        if let Some(line) = line {
-                            let _ = partial.push(&line);
-                        }
-                        continue;
-                    }
-                    if let Some(budget) = self.settings.budget_tokens {
-                        if spent + in_flight_worst + job.worst_case() > budget {
-                            budget_blocked = true;
-                            if window.is_empty() {
-                                let stop = StopRecord {
-                                    cause: "budget".into(),
-                                    at: httpdate::fmt_http_date(SystemTime::now()),
-                                    status: None,
-                                    message: format!(
-                                        "--budget-tokens {budget}: {spent} spent, the next job's worst case is {}",
-                                        job.worst_case()
-                                    ),
-                                    custom_id: Some(job.custom_id.clone()),
-                                };
-                                ending = Some(Ending::Stopped(stop));
-                            }
-                            // Round again from this job once room is back.
-                            cursor = job.seq - 1;
-                            break;
-                        }
-                    }
-                    took = true;
-                    window.insert(job.seq);
-                    window_bytes += job.body.len();
-                    in_flight_worst += job.worst_case();
-                    let remaining = Duration::from_millis((job_deadline_ms - now) as u64);
-                    // The call is made and first polled here, in file
-                    // order: the job takes its place in the layer's queue
-                    // (and is told whether it can be sent in time) before
-                    // the next line's, so the window's jobs wait and
-                    // expire in file order.
-                    let mut svc = self.service.clone();
-                    let started =
-                        start(&mut svc, &self.settings, &job, remaining, cancel.child()).await;
-                    let first = match started {
-                        Ok(call) => {
-                            let mut call = Box::pin(call);
-                            match std::future::poll_fn(|cx| {
-                                std::task::Poll::Ready(call.as_mut().poll(cx))
-                            })
-                            .await
-                            {
-                                std::task::Poll::Ready(result) => First::Answered(result),
-                                std::task::Poll::Pending => First::Waiting(call),
-                            }
-                        }
-                        Err(not_sent) => First::NotSent(Box::new(not_sent)),
-                    };
-                    if let First::Answered(Err(e)) = &first {
-                        if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Deadline) {
-                            let d = doomed.entry(job.model.clone()).or_insert(job_deadline_ms);
-                            *d = (*d).max(job_deadline_ms);
-                        }
-                    }
-                    let settings = self.settings.clone();
-                    let tx = tx.clone();
-                    let store = Arc::clone(&store);
-                    tasks.spawn(async move {
-                        let outcome = match first {
-                            First::Waiting(call) => answer::<S>(call.await, &job).await,
-                            First::Answered(result) => answer::<S>(result, &job).await,
-                            First::NotSent(not_sent) => *not_sent,
-                        };
-                        let tally = Tally::of(&outcome);
-                        let expired = matches!(
-                            &outcome,
-                            Outcome::End(End {
-                                state: Some(State::Expired),
-                                ..
-                            })
-                        );
-                        let kept = keep(&store, settings.shape, &job, outcome).await;
-                        let _ = tx
-                            .send(Back {
-                                job,
-                                expired,
-                                tally,
-                                kept,
-                            })
-                            .await;
-                    });
-                }
-                if budget_blocked || !took {
-                    break;
-                }
+            drive.fill(partial).await?;
+            if drive.settle_stop(observer).await? {
+                break;
             }
-            if let Some(Ending::Stopped(stop)) = &ending {
-                if window.is_empty() {
-                    let kept = stop.clone();
-                    blocking(&store, move |s| s.stop(&kept)).await?;
-                    observer.event(Event::Stopped(stop.clone()));
-                    break;
-                }
-            }
-            if window.is_empty() {
-                if draining || ending.is_some() {
-                    break;
-                }
-                let due = blocking(&store, move |s| s.next_due()).await?;
-                match due {
-                    None => {
-                        ending = Some(Ending::Finished);
-                        break;
-                    }
-                    Some(at) if at <= now_ms() => {
-                        cursor = 0;
-                        continue;
-                    }
-                    Some(at) => {
-                        let wait = Duration::from_millis((at - now_ms()).max(1) as u64);
-                        tokio::select! {
-                            _ = tokio::time::sleep(wait) => { cursor = 0; continue; }
-                            _ = shutdown_asked(&mut shutdown) => {
-                                cancel.cancel();
-                                draining = true;
-                                ending = Some(Ending::Interrupted);
-                                continue;
-                            }
-                        }
-                    }
-                }
-            }
-            let grace_sleep = async {
-                match grace_end {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
+            let next = if drive.window.is_empty() {
+                drive.idle(&mut shutdown).await?
+            } else {
+                let events = (&mut rx, &mut shutdown, &mut tick);
+                drive.next_event(events, partial, observer).await?
             };
-            tokio::select! {
-                Some(Back { job, expired, tally, kept }) = rx.recv() => {
-                    // The layer found it cannot be sent in time (the jobs
-                    // before it take the time left): no later job of its
-                    // model due as soon is sent either — they expire, in
-                    // file order.
-                    if expired {
-                        let due = job.first_seen_ms.saturating_add(deadline_ms);
-                        let d = doomed.entry(job.model.clone()).or_insert(due);
-                        *d = (*d).max(due);
-                    }
-                    // Finished tasks are reaped, or the set keeps them all.
-                    while tasks.try_join_next().is_some() {}
-                    window.remove(&job.seq);
-                    window_bytes -= job.body.len();
-                    in_flight_worst -= job.worst_case();
-                    sends += tally.sends;
-                    answered_429 += tally.answered_429;
-                    if let Some((i, o)) = tally.usage {
-                        rates.push(i, o, job.max_tokens);
-                    }
-                    spent += tally.charged;
-                    let kept = kept.unwrap_or_else(|e| (Flow::NotSent(e.to_string()), None));
-                    if matches!(kept.0, Flow::Ended) {
-                        ended_here += 1;
-                    }
-                    match kept {
-                        (Flow::Ended, line) => {
-                            // The partial file is a convenience; the final
-                            // file is written from the store.
-                            if let Some(line) = line {
-                                let _ = partial.push(&line);
-                            }
-                        }
-                        (Flow::PutBack, _) => {}
-                        // The stop names the job whose answer stopped the
-                        // queue: one that was sent, not one the stopped
-                        // layer turned away before a send. In a pool, one
-                        // member's stop is not the queue's: the job is
-                        // pending again and goes to a member still sending.
-                        (Flow::Stop(stop, sent), _) => {
-                            let stop = self.pool_stop(stop, job.seq, &mut pool_rounds).await;
-                            if let Some(stop) = stop {
-                                let replace = match &ending {
-                                    Some(Ending::Stopped(_)) => sent && !stop_by_answer,
-                                    _ => true,
-                                };
-                                if replace {
-                                    stop_by_answer = sent;
-                                    ending = Some(Ending::Stopped(stop));
-                                }
-                            }
-                        }
-                        // Nothing more is sent when the store cannot keep
-                        // what is sent: the run stops, resumable.
-                        (Flow::NotSent(why), _) => {
-                            if ending.is_none() || matches!(ending, Some(Ending::Interrupted)) {
-                                ending = Some(Ending::StoreFailed(why));
-                            }
-                            draining = true;
-                        }
-                    }
-                }
-                _ = shutdown_asked(&mut shutdown), if !draining => {
-                    // Nothing more is sent: the jobs waiting in the layer
-                    // end unsent; those on the wire get the grace.
-                    cancel.cancel();
-                    draining = true;
-                    ending = Some(Ending::Interrupted);
-                    grace_end = Some(tokio::time::Instant::now() + self.settings.grace);
-                }
-                _ = grace_sleep => {
-                    // The grace is over: what is still on the wire is cut.
-                    tasks.abort_all();
-                    break;
-                }
-                _ = tick.tick() => {
-                    let c = blocking(&store, move |s| s.counts())
-                    .await?;
-                    counts = c;
-                    observer.event(Event::Progress(self.status(&counts, sends, answered_429, spent, &rates, started, ended_here)));
-                }
+            if let Next::Done = next {
+                break;
             }
         }
-        let _ = partial.flush();
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
-        // Jobs whose send was journaled and whose answer was not recorded
-        // (cut at the end of the grace): held, never re-sent silently.
-        let cut = blocking(&store, move |s| s.hold_cut()).await?;
-        let counts = blocking(&store, move |s| s.counts()).await?;
-        observer.event(Event::Progress(self.status(
-            &counts,
-            sends,
-            answered_429,
-            spent,
-            &rates,
-            started,
-            ended_here,
-        )));
-        Ok(Report {
-            ending: ending.unwrap_or(Ending::Finished),
-            counts,
-            sends,
-            answered_429,
-            cut,
-        })
+        drive.finish(partial, observer).await
     }
 
     /// Whether a job's stop answer stops the queue, and as what. Without
@@ -720,29 +423,566 @@ impl<S: Upstream> Queue<S> {
         };
         Some(stop)
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn status(
-        &self,
-        counts: &Counts,
-        sends: u64,
-        answered_429: u64,
-        spent: u64,
-        rates: &Rates,
-        started: Instant,
-        ended_here: u64,
-    ) -> Status {
-        let snapshots = self.service.layer().snapshots().unwrap_or_default();
+/// The call future of one job in the layer.
+type Call<S> = <RetryService<S> as Service<http::Request<Full<Bytes>>>>::Future;
+
+/// What the run does after a step: go round again, or end.
+enum Next {
+    Again,
+    Done,
+}
+
+/// What became of one pending job the fill looked at.
+enum Took {
+    /// Expired unsent (its deadline passed, or it is behind a doomed job).
+    Expired,
+    /// Not taken: the budget has no room for its worst case.
+    OverBudget,
+    /// In the window and handed to the layer.
+    Sent,
+}
+
+/// The jobs in the layer at once, and what they hold: their body bytes
+/// (bounded by [`Settings::window_bytes`]) and their worst case (counted
+/// against the budget until they are back).
+#[derive(Default)]
+struct Window {
+    seqs: HashSet<i64>,
+    bytes: usize,
+    worst: u64,
+}
+
+impl Window {
+    fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    fn holds(&self, seq: i64) -> bool {
+        self.seqs.contains(&seq)
+    }
+
+    /// `job` goes into the layer.
+    fn take(&mut self, job: &Pending) {
+        self.seqs.insert(job.seq);
+        self.bytes += job.body.len();
+        self.worst += job.worst_case();
+    }
+
+    /// `job` is back from the layer: what it held is free again.
+    fn release(&mut self, job: &Pending) {
+        self.seqs.remove(&job.seq);
+        self.bytes -= job.body.len();
+        self.worst -= job.worst_case();
+    }
+}
+
+/// Per model, the latest deadline of a job the layer found it could not
+/// send in time: jobs of that model due no later are expired unsent, so
+/// jobs expire in file order.
+#[derive(Default)]
+struct Doomed(std::collections::HashMap<Option<String>, i64>);
+
+impl Doomed {
+    /// A job of `model` due at `due` cannot be sent in time.
+    fn mark(&mut self, model: &Option<String>, due: i64) {
+        let d = self.0.entry(model.clone()).or_insert(due);
+        *d = (*d).max(due);
+    }
+
+    /// Whether a job of `model` due at `due` is behind a doomed one.
+    fn dooms(&self, model: &Option<String>, due: i64) -> bool {
+        self.0.get(model).is_some_and(|d| due <= *d)
+    }
+}
+
+/// Why a job due at `due` is expired without a send at `now`, if it is:
+/// its deadline passed, or (`behind_doomed`) an earlier job of its model
+/// could not be sent before a deadline no earlier than its own.
+fn expiry(due: i64, now: i64, behind_doomed: bool) -> Option<&'static str> {
+    if due <= now {
+        Some("its deadline passed before it could be sent")
+    } else if behind_doomed {
+        Some("it cannot be sent before its deadline: an earlier job of its model could not be")
+    } else {
+        None
+    }
+}
+
+/// How the run is ending, as far as it knows yet.
+#[derive(Default)]
+struct Close {
+    ending: Option<Ending>,
+    /// Whether the stop in `ending` came from an answer to its job.
+    stop_by_answer: bool,
+    /// Nothing more is sent: the window only empties.
+    draining: bool,
+}
+
+impl Close {
+    /// Whether jobs may still be taken into the window.
+    fn open(&self) -> bool {
+        !self.draining && self.ending.is_none()
+    }
+
+    /// A stop answer, from a job that was `sent` or not. The stop names
+    /// the job whose answer stopped the queue: one that was sent, not one
+    /// the stopped layer turned away before a send. A later stop replaces
+    /// an earlier one only for that reason; any other ending gives way.
+    fn stop(&mut self, stop: StopRecord, sent: bool) {
+        let replace = match &self.ending {
+            Some(Ending::Stopped(_)) => sent && !self.stop_by_answer,
+            _ => true,
+        };
+        if replace {
+            self.stop_by_answer = sent;
+            self.ending = Some(Ending::Stopped(stop));
+        }
+    }
+
+    /// The store cannot keep what is sent: nothing more is sent, and the
+    /// run stops, resumable (unless it already stopped or finished for
+    /// another reason than a signal).
+    fn store_failed(&mut self, why: String) {
+        if self.ending.is_none() || matches!(self.ending, Some(Ending::Interrupted)) {
+            self.ending = Some(Ending::StoreFailed(why));
+        }
+        self.draining = true;
+    }
+
+    /// A signal: nothing more is sent.
+    fn interrupt(&mut self) {
+        self.draining = true;
+        self.ending = Some(Ending::Interrupted);
+    }
+}
+
+/// The run's counters, for its progress and its report.
+struct Totals {
+    sends: u64,
+    answered_429: u64,
+    /// Tokens charged, this run and before.
+    spent: u64,
+    /// Jobs that ended in this run.
+    ended_here: u64,
+    rates: Rates,
+    started: Instant,
+}
+
+impl Totals {
+    /// Adds one job's call (`max_tokens` is its output cap).
+    fn add(&mut self, tally: &Tally, max_tokens: u64) {
+        self.sends += tally.sends;
+        self.answered_429 += tally.answered_429;
+        if let Some((i, o)) = tally.usage {
+            self.rates.push(i, o, max_tokens);
+        }
+        self.spent += tally.charged;
+    }
+}
+
+/// One run of the queue: the state [`Queue::run`]'s steps share.
+struct Drive<S> {
+    queue: Queue<S>,
+    /// Where each job's task sends it `Back`.
+    tx: mpsc::Sender<Back>,
+    /// The run's cancellation: a child in every request. Given on a
+    /// signal, a job not on the wire ends unsent.
+    cancel: Cancel,
+    tasks: JoinSet<()>,
+    window: Window,
+    doomed: Doomed,
+    /// The store's read position: the last job read; 0 goes round again
+    /// for jobs put back.
+    cursor: i64,
+    close: Close,
+    totals: Totals,
+    /// Per job, the times a pooled stop put it back for another member.
+    pool_rounds: std::collections::HashMap<i64, usize>,
+    /// When the grace given on a signal ends.
+    grace_end: Option<tokio::time::Instant>,
+    /// [`Settings::deadline`] in milliseconds.
+    deadline_ms: i64,
+}
+
+impl<S: Upstream> Drive<S> {
+    fn new(queue: Queue<S>, tx: mpsc::Sender<Back>, spent: u64) -> Self {
+        let deadline_ms = i64::try_from(queue.settings.deadline.as_millis()).unwrap_or(i64::MAX);
+        Drive {
+            queue,
+            tx,
+            cancel: Cancel::new(),
+            tasks: JoinSet::new(),
+            window: Window::default(),
+            doomed: Doomed::default(),
+            cursor: 0,
+            close: Close::default(),
+            totals: Totals {
+                sends: 0,
+                answered_429: 0,
+                spent,
+                ended_here: 0,
+                rates: Rates::default(),
+                started: Instant::now(),
+            },
+            pool_rounds: std::collections::HashMap::new(),
+            grace_end: None,
+            deadline_ms,
+        }
+    }
+
+    /// Fills the window with the store's pending jobs, in file order, up
+    /// to its bounds (jobs and bytes) and the budget. Refilled in batches,
+    /// once half the window is free: one store read brings many jobs,
+    /// instead of one read per answer.
+    async fn fill(&mut self, partial: &mut Partial) -> Result<(), StoreError> {
+        let (window, window_bytes) = (self.queue.settings.window, self.queue.settings.window_bytes);
+        let may_fill = self.window.len() <= window / 2;
+        while may_fill && self.close.open() && self.window.len() < window {
+            let room = window - self.window.len();
+            let bytes_room = window_bytes.saturating_sub(self.window.bytes);
+            if bytes_room == 0 {
+                break;
+            }
+            let now = now_ms();
+            let cursor = self.cursor;
+            let batch = blocking(&self.queue.store, move |s| {
+                s.next_pending(cursor, now, room, bytes_room)
+            })
+            .await?;
+            if batch.is_empty() {
+                if self.cursor == 0 {
+                    break;
+                }
+                // Past the end: go round again for jobs put back.
+                self.cursor = 0;
+                continue;
+            }
+            let mut took = false;
+            let mut budget_blocked = false;
+            for job in batch {
+                self.cursor = self.cursor.max(job.seq);
+                if self.window.holds(job.seq) {
+                    continue;
+                }
+                match self.take(job, now, partial).await? {
+                    Took::Expired => {}
+                    Took::OverBudget => {
+                        budget_blocked = true;
+                        break;
+                    }
+                    Took::Sent => took = true,
+                }
+            }
+            if budget_blocked || !took {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One pending job read at `now`: expired unsent when it cannot be
+    /// sent in time, left in the store when the budget has no room for its
+    /// worst case (and, with nothing in the window to free any, the queue
+    /// stops on the budget), else launched.
+    async fn take(
+        &mut self,
+        job: Pending,
+        now: i64,
+        partial: &mut Partial,
+    ) -> Result<Took, StoreError> {
+        let due = job.first_seen_ms.saturating_add(self.deadline_ms);
+        if let Some(message) = expiry(due, now, self.doomed.dooms(&job.model, due)) {
+            let end = End {
+                state: Some(State::Expired),
+                cause: Some("deadline".into()),
+                message: Some(message.into()),
+                ..End::default()
+            };
+            let shape = self.queue.settings.shape;
+            let (_, line) = keep(&self.queue.store, shape, &job, Outcome::End(end)).await?;
+            if let Some(line) = line {
+                let _ = partial.push(&line);
+            }
+            return Ok(Took::Expired);
+        }
+        if let Some(budget) = self.queue.settings.budget_tokens {
+            let spent = self.totals.spent;
+            if spent + self.window.worst + job.worst_case() > budget {
+                if self.window.is_empty() {
+                    let stop = StopRecord {
+                        cause: "budget".into(),
+                        at: httpdate::fmt_http_date(SystemTime::now()),
+                        status: None,
+                        message: format!(
+                            "--budget-tokens {budget}: {spent} spent, the next job's worst case is {}",
+                            job.worst_case()
+                        ),
+                        custom_id: Some(job.custom_id.clone()),
+                    };
+                    self.close.ending = Some(Ending::Stopped(stop));
+                }
+                // Round again from this job once room is back.
+                self.cursor = job.seq - 1;
+                return Ok(Took::OverBudget);
+            }
+        }
+        self.launch(job, due, now).await;
+        Ok(Took::Sent)
+    }
+
+    /// Takes `job` (due at `due`) into the window and hands it to the
+    /// layer. The call is made and first polled here, in file order: the
+    /// job takes its place in the layer's queue (and is told whether it
+    /// can be sent in time) before the next line's, so the window's jobs
+    /// wait and expire in file order. A job the layer ends at once for its
+    /// deadline dooms the later jobs of its model due no later.
+    async fn launch(&mut self, job: Pending, due: i64, now: i64) {
+        self.window.take(&job);
+        let remaining = Duration::from_millis((due - now) as u64);
+        let mut svc = self.queue.service.clone();
+        let settings = &self.queue.settings;
+        let first = first_poll(&mut svc, settings, &job, remaining, self.cancel.child()).await;
+        if let First::Answered(Err(e)) = &first {
+            if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Deadline) {
+                self.doomed.mark(&job.model, due);
+            }
+        }
+        self.spawn(job, first);
+    }
+
+    /// The job's own task: awaits its answer, writes what it came to to
+    /// the store (the writes of many jobs share one commit), and sends it
+    /// `Back` to the loop.
+    fn spawn(&mut self, job: Pending, first: First<Call<S>>) {
+        let shape = self.queue.settings.shape;
+        let tx = self.tx.clone();
+        let store = Arc::clone(&self.queue.store);
+        self.tasks.spawn(async move {
+            let outcome = match first {
+                First::Waiting(call) => answer::<S>(call.await, &job).await,
+                First::Answered(result) => answer::<S>(result, &job).await,
+                First::NotSent(not_sent) => *not_sent,
+            };
+            let tally = Tally::of(&outcome);
+            let expired = matches!(
+                &outcome,
+                Outcome::End(End {
+                    state: Some(State::Expired),
+                    ..
+                })
+            );
+            let kept = keep(&store, shape, &job, outcome).await;
+            let _ = tx
+                .send(Back {
+                    job,
+                    expired,
+                    tally,
+                    kept,
+                })
+                .await;
+        });
+    }
+
+    /// A stop waits for the window to empty (the answers still on the wire
+    /// are kept); then it is written to the store and told, and the run
+    /// ends (`true`).
+    async fn settle_stop(&mut self, observer: &dyn Observer) -> Result<bool, StoreError> {
+        if let Some(Ending::Stopped(stop)) = &self.close.ending {
+            if self.window.is_empty() {
+                let kept = stop.clone();
+                blocking(&self.queue.store, move |s| s.stop(&kept)).await?;
+                observer.event(Event::Stopped(stop.clone()));
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Nothing in the window: the run is over when it is draining or
+    /// ending, or when no job is pending; else it waits for the next job
+    /// due (one put back for later), or for a signal.
+    async fn idle(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<Next, StoreError> {
+        if self.close.draining || self.close.ending.is_some() {
+            return Ok(Next::Done);
+        }
+        let due = blocking(&self.queue.store, move |s| s.next_due()).await?;
+        match due {
+            None => {
+                self.close.ending = Some(Ending::Finished);
+                return Ok(Next::Done);
+            }
+            Some(at) if at <= now_ms() => self.cursor = 0,
+            Some(at) => {
+                let wait = Duration::from_millis((at - now_ms()).max(1) as u64);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => self.cursor = 0,
+                    _ = shutdown_asked(shutdown) => {
+                        self.cancel.cancel();
+                        self.close.interrupt();
+                    }
+                }
+            }
+        }
+        Ok(Next::Again)
+    }
+
+    /// Waits for what comes first: a job back from its task, a signal (not
+    /// twice), the end of the grace, or the progress tick.
+    async fn next_event(
+        &mut self,
+        (rx, shutdown, tick): (
+            &mut mpsc::Receiver<Back>,
+            &mut watch::Receiver<bool>,
+            &mut tokio::time::Interval,
+        ),
+        partial: &mut Partial,
+        observer: &dyn Observer,
+    ) -> Result<Next, StoreError> {
+        let grace_end = self.grace_end;
+        let grace_sleep = async move {
+            match grace_end {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(back) = rx.recv() => self.back(back, partial).await,
+            _ = shutdown_asked(shutdown), if !self.close.draining => {
+                // Nothing more is sent: the jobs waiting in the layer
+                // end unsent; those on the wire get the grace.
+                self.cancel.cancel();
+                self.close.interrupt();
+                self.grace_end = Some(tokio::time::Instant::now() + self.queue.settings.grace);
+            }
+            _ = grace_sleep => {
+                // The grace is over: what is still on the wire is cut.
+                self.tasks.abort_all();
+                return Ok(Next::Done);
+            }
+            _ = tick.tick() => {
+                let counts = blocking(&self.queue.store, move |s| s.counts()).await?;
+                observer.event(Event::Progress(self.status(&counts)));
+            }
+        }
+        Ok(Next::Again)
+    }
+
+    /// A job back from its task: its room in the window is free again,
+    /// its figures go to the totals, and what the store kept of it says
+    /// what follows.
+    async fn back(&mut self, back: Back, partial: &mut Partial) {
+        let Back {
+            job,
+            expired,
+            tally,
+            kept,
+        } = back;
+        // The layer found it cannot be sent in time (the jobs before it
+        // take the time left): no later job of its model due as soon is
+        // sent either — they expire, in file order.
+        if expired {
+            let due = job.first_seen_ms.saturating_add(self.deadline_ms);
+            self.doomed.mark(&job.model, due);
+        }
+        // Finished tasks are reaped, or the set keeps them all.
+        while self.tasks.try_join_next().is_some() {}
+        self.window.release(&job);
+        self.totals.add(&tally, job.max_tokens);
+        let kept = kept.unwrap_or_else(|e| (Flow::NotSent(e.to_string()), None));
+        if matches!(kept.0, Flow::Ended) {
+            self.totals.ended_here += 1;
+        }
+        match kept {
+            (Flow::Ended, line) => {
+                // The partial file is a convenience; the final file is
+                // written from the store.
+                if let Some(line) = line {
+                    let _ = partial.push(&line);
+                }
+            }
+            (Flow::PutBack, _) => {}
+            // In a pool, one member's stop is not the queue's: the job is
+            // pending again and goes to a member still sending.
+            (Flow::Stop(stop, sent), _) => {
+                let stop = self
+                    .queue
+                    .pool_stop(stop, job.seq, &mut self.pool_rounds)
+                    .await;
+                if let Some(stop) = stop {
+                    self.close.stop(stop, sent);
+                }
+            }
+            // Nothing more is sent when the store cannot keep what is
+            // sent: the run stops, resumable.
+            (Flow::NotSent(why), _) => self.close.store_failed(why),
+        }
+    }
+
+    /// The run's end: the partial file flushed, every task ended, the jobs
+    /// the grace cut held, the last progress told, and the report.
+    async fn finish(
+        mut self,
+        partial: &mut Partial,
+        observer: &dyn Observer,
+    ) -> Result<Report, StoreError> {
+        let _ = partial.flush();
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        // Jobs whose send was journaled and whose answer was not recorded
+        // (cut at the end of the grace): held, never re-sent silently.
+        let cut = blocking(&self.queue.store, move |s| s.hold_cut()).await?;
+        let counts = blocking(&self.queue.store, move |s| s.counts()).await?;
+        observer.event(Event::Progress(self.status(&counts)));
+        Ok(Report {
+            ending: self.close.ending.take().unwrap_or(Ending::Finished),
+            counts,
+            sends: self.totals.sends,
+            answered_429: self.totals.answered_429,
+            cut,
+        })
+    }
+
+    /// The progress line's figures.
+    fn status(&self, counts: &Counts) -> Status {
+        let t = &self.totals;
+        let snapshots = self.queue.service.layer().snapshots().unwrap_or_default();
         Status::from_parts(
             counts,
-            sends,
-            answered_429,
-            spent,
-            rates,
+            t.sends,
+            t.answered_429,
+            t.spent,
+            &t.rates,
             &snapshots,
-            started.elapsed(),
-            ended_here,
+            t.started.elapsed(),
+            t.ended_here,
         )
+    }
+}
+
+/// Makes `job`'s call and polls it once (see [`Drive::launch`]): waiting
+/// in the layer, answered at once, or not made.
+async fn first_poll<S: Upstream>(
+    svc: &mut RetryService<S>,
+    settings: &Settings,
+    job: &Pending,
+    remaining: Duration,
+    cancel: Cancel,
+) -> First<Call<S>> {
+    match start(svc, settings, job, remaining, cancel).await {
+        Ok(call) => {
+            let mut call = Box::pin(call);
+            match std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx))).await {
+                std::task::Poll::Ready(result) => First::Answered(result),
+                std::task::Poll::Pending => First::Waiting(call),
+            }
+        }
+        Err(not_sent) => First::NotSent(Box::new(not_sent)),
     }
 }
 
@@ -1015,7 +1255,93 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
 
 #[cfg(test)]
 mod tests {
+    use super::{expiry, Close, Doomed, Ending, Pending, StopRecord, Window};
     use crate::output::usage_of;
+
+    fn job(seq: i64, body: usize, input: u64, output: u64) -> Pending {
+        Pending {
+            seq,
+            custom_id: format!("job-{seq}"),
+            path: "/v1/chat/completions".into(),
+            model: Some("m".into()),
+            input_estimate: input,
+            max_tokens: output,
+            body: bytes::Bytes::from(vec![b'x'; body]),
+            first_seen_ms: 0,
+            double_spend: false,
+        }
+    }
+
+    fn stop(cause: &str) -> StopRecord {
+        StopRecord {
+            cause: cause.into(),
+            at: String::new(),
+            status: None,
+            message: String::new(),
+            custom_id: None,
+        }
+    }
+
+    #[test]
+    fn the_window_gives_back_what_a_job_held() {
+        let mut w = Window::default();
+        let (a, b) = (job(1, 10, 100, 50), job(2, 5, 20, 30));
+        w.take(&a);
+        w.take(&b);
+        assert!(w.holds(1) && w.holds(2));
+        assert_eq!((w.len(), w.bytes), (2, 15));
+        assert_eq!(w.worst, a.worst_case() + b.worst_case());
+        w.release(&a);
+        assert!(!w.holds(1));
+        assert_eq!((w.len(), w.bytes, w.worst), (1, 5, b.worst_case()));
+        w.release(&b);
+        assert!(w.is_empty());
+        assert_eq!((w.bytes, w.worst), (0, 0));
+    }
+
+    #[test]
+    fn a_doomed_job_dooms_the_later_ones_of_its_model_due_no_later() {
+        let mut d = Doomed::default();
+        let m = Some("m".to_owned());
+        assert!(!d.dooms(&m, 100));
+        d.mark(&m, 100);
+        d.mark(&m, 50); // an earlier deadline does not lower the mark
+        assert!(d.dooms(&m, 100) && d.dooms(&m, 60));
+        assert!(!d.dooms(&m, 101));
+        assert!(!d.dooms(&None, 10), "another model is not doomed");
+        assert_eq!(
+            expiry(100, 100, false),
+            Some("its deadline passed before it could be sent")
+        );
+        assert!(expiry(200, 100, true).unwrap().contains("earlier job"));
+        assert_eq!(expiry(200, 100, false), None);
+    }
+
+    #[test]
+    fn a_stop_from_a_sent_job_replaces_one_from_a_job_never_sent() {
+        let mut c = Close::default();
+        assert!(c.open());
+        c.stop(stop("unsent"), false);
+        assert!(!c.open());
+        c.stop(stop("sent"), true);
+        c.stop(stop("sent later"), true);
+        c.stop(stop("unsent later"), false);
+        assert_eq!(c.ending, Some(Ending::Stopped(stop("sent"))));
+    }
+
+    #[test]
+    fn a_store_failure_ends_sending_and_names_the_run_unless_it_stopped() {
+        let mut c = Close::default();
+        c.interrupt();
+        c.store_failed("disk full".into());
+        assert!(c.draining);
+        assert_eq!(c.ending, Some(Ending::StoreFailed("disk full".into())));
+        let mut c = Close::default();
+        c.stop(stop("billing"), true);
+        c.store_failed("disk full".into());
+        assert!(c.draining);
+        assert_eq!(c.ending, Some(Ending::Stopped(stop("billing"))));
+    }
 
     #[test]
     fn usage_after_a_long_completion_is_read() {

@@ -195,6 +195,10 @@ impl Run {
     /// on blocking threads). Sends stop at once when `shutdown` turns true
     /// (what is on the wire gets the grace). Every event goes to
     /// `observer`; nothing is printed.
+    ///
+    /// In steps: set up (`prepare`, on a blocking thread) → send, by the
+    /// batch API or the direct queue (`Sending`) → the pool's members as
+    /// the run ended → write the results (`write_out`).
     pub async fn execute(
         self,
         shutdown: tokio::sync::watch::Receiver<bool>,
@@ -226,102 +230,25 @@ impl Run {
         let pool_name = settings.pool.clone();
         let status_layer = layer.clone();
         let client = crate::client().map_err(RunError::Client)?;
-        let deadline = settings.deadline;
-        let batch_status = {
-            let observer = Arc::clone(&observer);
-            move |status| observer.event(Event::Batch(status))
-        };
         // Batches a run before this one left at the provider are polled
         // whatever the path now (a signal leaves them running).
-        let open = {
-            let store = Arc::clone(&store);
-            tokio::task::spawn_blocking(move || store.batches())
-                .await
-                .map_err(|e| {
-                    RunError::Store(crate::StoreError::with_source("a store call was lost", e))
-                })??
-                .iter()
-                .any(crate::store::BatchRow::is_open)
+        let open = on_store(&store, |s| s.batches())
+            .await?
+            .iter()
+            .any(crate::store::BatchRow::is_open);
+        let sending = Sending {
+            store: Arc::clone(&store),
+            client,
+            batch,
+            shutdown,
+            observer,
         };
         let (report, batch_report) = if via == Via::Batch {
-            let b = batch::run_batches(
-                Arc::clone(&store),
-                client,
-                batch,
-                |_| true,
-                shutdown,
-                batch_status,
-            )
-            .await?;
-            (report_of_batches(&b), Some(b))
+            sending.by_batch().await?
         } else {
-            // Auto: the batches are created first, so that no job meant
-            // for one is taken by the direct queue; then they are polled
-            // beside it.
-            let created = if via == Via::Auto {
-                let select = move |p: &crate::store::Pending| {
-                    batch::route(
-                        Via::Auto,
-                        p.first_seen_ms,
-                        deadline,
-                        now_ms(),
-                        batch::via::BATCH_WINDOW,
-                        batch::via::DEFAULT_MARGIN,
-                    ) == batch::Route::Batch
-                };
-                let create = BatchSettings {
-                    poll_to_end: false,
-                    ..batch.clone()
-                };
-                Some(
-                    batch::run_batches(
-                        Arc::clone(&store),
-                        client.clone(),
-                        create,
-                        select,
-                        shutdown.clone(),
-                        batch_status.clone(),
-                    )
-                    .await?,
-                )
-            } else {
-                None
-            };
-            let service = ratewise_tower::RetryService::new(client.clone(), layer);
-            let queue = Queue::new(Arc::clone(&store), service, settings);
-            let poll = created.is_some() || open || batch.retry_failed;
-            let polled = async {
-                if poll {
-                    batch::run_batches(
-                        Arc::clone(&store),
-                        client,
-                        batch,
-                        |_| false,
-                        shutdown.clone(),
-                        batch_status,
-                    )
-                    .await
-                    .map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let (report, polled) = tokio::join!(
-                queue.run(shutdown.clone(), &mut partial, observer.as_ref()),
-                polled
-            );
-            let mut report = report?;
-            let polled = polled?;
-            if let Some(b) = &polled {
-                merge_batch_ending(&mut report, b);
-                let store = Arc::clone(&store);
-                report.counts = tokio::task::spawn_blocking(move || store.counts())
-                    .await
-                    .map_err(|e| {
-                        RunError::Store(crate::StoreError::with_source("a store call was lost", e))
-                    })??;
-            }
-            (report, polled.or(created))
+            sending
+                .direct(via, settings, layer, open, &mut partial)
+                .await?
         };
         let pool = match pool_name {
             Some(name) => status_layer
@@ -334,30 +261,8 @@ impl Run {
             None => None,
         };
         let shape = imported.shape;
-        let out2 = out.clone();
-        let (written, unfinished) = tokio::task::spawn_blocking(move || {
-            // What the keys learned, for the next run on this store (a
-            // failure to keep it costs only a cold start).
-            if let Err(e) = crate::memory::remember(store.as_ref(), &status_layer) {
-                tracing::warn!(error = %e, "what the run's keys learned was not kept");
-            }
-            let (written, unfinished) = output::write_results(store.as_ref(), shape, &out2)?;
-            drop(partial);
-            let _ = std::fs::remove_file(output::partial_path(&out2));
-            drop(lock);
-            Ok::<_, std::io::Error>((written, unfinished))
-        })
-        .await
-        .map_err(|e| {
-            RunError::Store(crate::StoreError::with_source(
-                "writing the results was lost",
-                e,
-            ))
-        })?
-        .map_err(|source| RunError::Output {
-            path: out.clone(),
-            source,
-        })?;
+        let (written, unfinished) =
+            write_out(store, status_layer, shape, out.clone(), partial, lock).await?;
         Ok(Finished {
             report,
             batches: batch_report,
@@ -370,6 +275,167 @@ impl Run {
             pool,
         })
     }
+}
+
+/// The sending step of a run (see [`Run::execute`]): what its two paths,
+/// the direct queue and the provider's batch API, share.
+struct Sending {
+    store: Arc<dyn Store>,
+    client: crate::Client,
+    batch: BatchSettings,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    observer: Arc<dyn Observer>,
+}
+
+impl Sending {
+    /// Each batch's status at every poll, told to the observer.
+    fn batch_status(&self) -> impl Fn(batch::BatchStatus) + Clone + Send + 'static {
+        let observer = Arc::clone(&self.observer);
+        move |status| observer.event(Event::Batch(status))
+    }
+
+    /// `--via batch`: every pending job through the batch API, polled to
+    /// its end.
+    async fn by_batch(self) -> Result<(Report, Option<BatchReport>), RunError> {
+        let status = self.batch_status();
+        let b = batch::run_batches(
+            self.store,
+            self.client,
+            self.batch,
+            |_| true,
+            self.shutdown,
+            status,
+        )
+        .await?;
+        Ok((report_of_batches(&b), Some(b)))
+    }
+
+    /// The direct queue. Under `--via auto` the batches are created first
+    /// ([`Sending::create_auto`]), so that no job meant for one is taken
+    /// by the queue; then they are polled beside it, as are batches an
+    /// earlier run left `open` and, with `retry_failed`, those whose
+    /// failed items are sent again. A batch path's stop or interruption
+    /// is the run's unless the queue's own ending says more.
+    async fn direct(
+        self,
+        via: Via,
+        settings: Settings,
+        layer: ratewise_tower::RetryLayer,
+        open: bool,
+        partial: &mut output::Partial,
+    ) -> Result<(Report, Option<BatchReport>), RunError> {
+        let created = if via == Via::Auto {
+            Some(self.create_auto(settings.deadline).await?)
+        } else {
+            None
+        };
+        let service = ratewise_tower::RetryService::new(self.client.clone(), layer);
+        let queue = Queue::new(Arc::clone(&self.store), service, settings);
+        let poll = created.is_some() || open || self.batch.retry_failed;
+        let polled = async {
+            if poll {
+                batch::run_batches(
+                    Arc::clone(&self.store),
+                    self.client.clone(),
+                    self.batch.clone(),
+                    |_| false,
+                    self.shutdown.clone(),
+                    self.batch_status(),
+                )
+                .await
+                .map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let (report, polled) = tokio::join!(
+            queue.run(self.shutdown.clone(), partial, self.observer.as_ref()),
+            polled
+        );
+        let mut report = report?;
+        let polled = polled?;
+        if let Some(b) = &polled {
+            merge_batch_ending(&mut report, b);
+            report.counts = on_store(&self.store, |s| s.counts()).await?;
+        }
+        Ok((report, polled.or(created)))
+    }
+
+    /// `--via auto`'s batches: the jobs whose deadline leaves room for the
+    /// batch window go into batches, created and not polled here (the
+    /// polling runs beside the queue).
+    async fn create_auto(&self, deadline: Duration) -> Result<BatchReport, RunError> {
+        let select = move |p: &crate::store::Pending| {
+            batch::route(
+                Via::Auto,
+                p.first_seen_ms,
+                deadline,
+                now_ms(),
+                batch::via::BATCH_WINDOW,
+                batch::via::DEFAULT_MARGIN,
+            ) == batch::Route::Batch
+        };
+        let create = BatchSettings {
+            poll_to_end: false,
+            ..self.batch.clone()
+        };
+        Ok(batch::run_batches(
+            Arc::clone(&self.store),
+            self.client.clone(),
+            create,
+            select,
+            self.shutdown.clone(),
+            self.batch_status(),
+        )
+        .await?)
+    }
+}
+
+/// A store call on a blocking thread (the store's calls block).
+async fn on_store<R: Send + 'static>(
+    store: &Arc<dyn Store>,
+    f: impl FnOnce(&dyn Store) -> Result<R, crate::StoreError> + Send + 'static,
+) -> Result<R, RunError> {
+    let store = Arc::clone(store);
+    Ok(tokio::task::spawn_blocking(move || f(store.as_ref()))
+        .await
+        .map_err(|e| {
+            RunError::Store(crate::StoreError::with_source("a store call was lost", e))
+        })??)
+}
+
+/// The run's last step, on a blocking thread: what the keys learned is
+/// kept for the next run on this store (a failure to keep it costs only a
+/// cold start), every result is written to `out`, and the partial file
+/// and then the store's lock are let go. Returns the lines written and
+/// the jobs not finished.
+async fn write_out(
+    store: Arc<dyn Store>,
+    layer: ratewise_tower::RetryLayer,
+    shape: Shape,
+    out: PathBuf,
+    partial: output::Partial,
+    lock: crate::lock::DbLock,
+) -> Result<(u64, u64), RunError> {
+    let out2 = out.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = crate::memory::remember(store.as_ref(), &layer) {
+            tracing::warn!(error = %e, "what the run's keys learned was not kept");
+        }
+        let (written, unfinished) = output::write_results(store.as_ref(), shape, &out2)?;
+        drop(partial);
+        let _ = std::fs::remove_file(output::partial_path(&out2));
+        drop(lock);
+        Ok::<_, std::io::Error>((written, unfinished))
+    })
+    .await
+    .map_err(|e| {
+        RunError::Store(crate::StoreError::with_source(
+            "writing the results was lost",
+            e,
+        ))
+    })?
+    .map_err(|source| RunError::Output { path: out, source })
 }
 
 /// What a run came to.
@@ -496,8 +562,72 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// A run's setup, before anything is sent: its config read, its pool
+/// chosen, its store opened and locked, the input imported (or checked),
+/// its key found, what the last run left recovered, and its layer built.
+/// Each step is its own function below, in the order they run.
 fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     let options = &run.options;
+    let file_config = load_config(options, observer)?;
+    let pool = choose_pool(&run, &file_config)?;
+    let (lock, store) = open_store(options, &file_config)?;
+    let imported = import_or_sync(store.as_ref(), &options.input, options.strict, observer)?;
+    let api_key = api_key_of(
+        &run,
+        &file_config,
+        store.as_ref(),
+        pool.as_ref(),
+        imported.shape,
+    )?;
+    let mut settings = options
+        .settings(&file_config, imported.shape, api_key)
+        .map_err(|why| {
+            if why.starts_with("upstream") {
+                RunError::InvalidUpstream(why)
+            } else {
+                RunError::Config(why)
+            }
+        })?;
+    let (pool_name, pool) = match pool {
+        Some((name, built)) => (Some(name), Some(built)),
+        None => (None, None),
+    };
+    settings.pool = pool_name;
+    recover_last_run(store.as_ref(), options, settings.deadline, observer)?;
+    let out = options.out_path();
+    let partial =
+        output::Partial::open(&output::partial_path(&out)).map_err(|source| RunError::Output {
+            path: out.clone(),
+            source,
+        })?;
+    let layer = options
+        .pooled_layer(&file_config, &settings, Arc::clone(&store), pool)
+        .map_err(RunError::Config)?;
+    // What the last run on this store learned of its keys.
+    let recalled = crate::memory::recall(store.as_ref(), &layer)?;
+    if recalled > 0 {
+        observer.event(Event::Remembered(recalled));
+    }
+    if options.retry_failed && options.via == Via::Direct {
+        // Sent again directly: pending before the queue starts.
+        store.release_batch_failed()?;
+    }
+    let batch = batch_settings(options, imported.shape, &settings);
+    Ok(Prepared {
+        via: options.via,
+        batch,
+        lock,
+        store,
+        imported,
+        settings,
+        layer,
+        out,
+        partial,
+    })
+}
+
+/// The `--config` file (none: the defaults), its warnings told.
+fn load_config(options: &Options, observer: &dyn Observer) -> Result<FileConfig, RunError> {
     let file_config = match &options.config {
         Some(path) => FileConfig::load(path).map_err(RunError::Config)?,
         None => FileConfig::default(),
@@ -505,39 +635,62 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     for warning in file_config.warnings() {
         observer.event(Event::ConfigWarning(warning));
     }
-    // The pool, when the config has one: chosen, checked against what it
-    // replaces and built (its keys read) before a store is made.
-    let pool = match crate::pool::select(&file_config.pools, options.pool.as_deref())? {
-        Some(spec) => {
-            let name = spec.name.clone();
-            for (given, setting) in [
-                (options.upstream.is_some(), "--upstream"),
-                (file_config.upstream.is_some(), "upstream in --config"),
-                (file_config.api_key.is_some(), "api_key in --config"),
-                (run.api_key.is_some(), "an API key given to the run"),
-            ] {
-                if given {
-                    return Err(PoolError::Conflict {
-                        pool: name,
-                        setting,
-                    }
-                    .into());
-                }
-            }
-            if options.via != Via::Direct {
-                return Err(PoolError::Via {
-                    pool: name,
-                    via: options.via,
-                }
-                .into());
-            }
-            let env = |var: &str| run.env.as_ref().and_then(|env| env(var));
-            let built = spec.build(env).map_err(PoolError::Spec)?;
-            Some((name, built))
-        }
-        None => None,
+    Ok(file_config)
+}
+
+/// The pool, when the config has one: chosen, checked against what it
+/// replaces and built (its keys read) before a store is made.
+fn choose_pool(
+    run: &Run,
+    file_config: &FileConfig,
+) -> Result<Option<(String, ratewise_tower::pool::Pool)>, RunError> {
+    let options = &run.options;
+    let Some(spec) = crate::pool::select(&file_config.pools, options.pool.as_deref())? else {
+        return Ok(None);
     };
-    // An unreadable input is told before a store is made beside it.
+    let name = spec.name.clone();
+    if let Some(setting) = pool_conflict(options, file_config, run.api_key.is_some()) {
+        return Err(PoolError::Conflict {
+            pool: name,
+            setting,
+        }
+        .into());
+    }
+    if options.via != Via::Direct {
+        return Err(PoolError::Via {
+            pool: name,
+            via: options.via,
+        }
+        .into());
+    }
+    let env = |var: &str| run.env.as_ref().and_then(|env| env(var));
+    let built = spec.build(env).map_err(PoolError::Spec)?;
+    Ok(Some((name, built)))
+}
+
+/// The first setting given that a pool replaces (each member has its own
+/// upstream and key), in words; `key_given`: a key was given to the run.
+fn pool_conflict(
+    options: &Options,
+    file_config: &FileConfig,
+    key_given: bool,
+) -> Option<&'static str> {
+    [
+        (options.upstream.is_some(), "--upstream"),
+        (file_config.upstream.is_some(), "upstream in --config"),
+        (file_config.api_key.is_some(), "api_key in --config"),
+        (key_given, "an API key given to the run"),
+    ]
+    .into_iter()
+    .find_map(|(given, setting)| given.then_some(setting))
+}
+
+/// Locks and opens the run's store. An unreadable input is told first,
+/// before a store is made beside it.
+fn open_store(
+    options: &Options,
+    file_config: &FileConfig,
+) -> Result<(crate::lock::DbLock, Arc<dyn Store>), RunError> {
     std::fs::File::open(&options.input).map_err(|source| RunError::Unreadable {
         path: options.input.clone(),
         source,
@@ -561,45 +714,50 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
                 source,
             })?,
         );
-    let imported = import_or_sync(store.as_ref(), &options.input, options.strict, observer)?;
-    let api_key = match &pool {
-        // The members' keys are their routes'; the run has none of its own.
-        Some((name, built)) => {
-            crate::pool::check_dialect(name, built, imported.shape)?;
-            // Batches an earlier run left open are polled with the key
-            // that made them.
-            if store.batches()?.iter().any(crate::store::BatchRow::is_open) {
-                return Err(PoolError::OpenBatches { pool: name.clone() }.into());
-            }
-            String::new()
+    Ok((lock, store))
+}
+
+/// The run's API key. A pooled run has none of its own (the members' keys
+/// are their routes'): its members must speak the input's format, and no
+/// batch an earlier run left open may wait to be polled with the key that
+/// made it. Else the key given to the run, the config's, or the
+/// variable of the input's format, in that order; checked for a header.
+fn api_key_of(
+    run: &Run,
+    file_config: &FileConfig,
+    store: &dyn Store,
+    pool: Option<&(String, ratewise_tower::pool::Pool)>,
+    shape: Shape,
+) -> Result<String, RunError> {
+    if let Some((name, built)) = pool {
+        crate::pool::check_dialect(name, built, shape)?;
+        if store.batches()?.iter().any(crate::store::BatchRow::is_open) {
+            return Err(PoolError::OpenBatches { pool: name.clone() }.into());
         }
-        None => {
-            let key_var = imported.shape.key_variable();
-            let api_key = run
-                .api_key
-                .clone()
-                .or_else(|| file_config.api_key.clone())
-                .or_else(|| run.env.as_ref().and_then(|env| env(key_var)))
-                .filter(|k| !k.trim().is_empty())
-                .ok_or(RunError::NoKey { variable: key_var })?;
-            crate::queue::check_api_key(imported.shape, &api_key).map_err(RunError::InvalidKey)?;
-            api_key
-        }
-    };
-    let mut settings = options
-        .settings(&file_config, imported.shape, api_key)
-        .map_err(|why| {
-            if why.starts_with("upstream") {
-                RunError::InvalidUpstream(why)
-            } else {
-                RunError::Config(why)
-            }
-        })?;
-    let (pool_name, pool) = match pool {
-        Some((name, built)) => (Some(name), Some(built)),
-        None => (None, None),
-    };
-    settings.pool = pool_name;
+        return Ok(String::new());
+    }
+    let key_var = shape.key_variable();
+    let api_key = run
+        .api_key
+        .clone()
+        .or_else(|| file_config.api_key.clone())
+        .or_else(|| run.env.as_ref().and_then(|env| env(key_var)))
+        .filter(|k| !k.trim().is_empty())
+        .ok_or(RunError::NoKey { variable: key_var })?;
+    crate::queue::check_api_key(shape, &api_key).map_err(RunError::InvalidKey)?;
+    Ok(api_key)
+}
+
+/// What the last run left, recovered and told: sends the grace cut held
+/// as unknown; with the options, stopped jobs resumed and unknown ones
+/// released; expired jobs revived when their `deadline` (or
+/// `--retry-expired`) allows.
+fn recover_last_run(
+    store: &dyn Store,
+    options: &Options,
+    deadline: Duration,
+    observer: &dyn Observer,
+) -> Result<(), RunError> {
     let cut = store.hold_cut()?;
     if cut > 0 {
         observer.event(Event::HeldFromLastRun(cut));
@@ -616,47 +774,26 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
             observer.event(Event::Released(n));
         }
     }
-    let deadline_ms = i64::try_from(settings.deadline.as_millis()).unwrap_or(i64::MAX);
+    let deadline_ms = i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX);
     let n = store.revive_expired(deadline_ms, now_ms(), options.retry_expired)?;
     if n > 0 {
         observer.event(Event::Revived(n));
     }
-    let out = options.out_path();
-    let partial =
-        output::Partial::open(&output::partial_path(&out)).map_err(|source| RunError::Output {
-            path: out.clone(),
-            source,
-        })?;
-    let layer = options
-        .pooled_layer(&file_config, &settings, Arc::clone(&store), pool)
-        .map_err(RunError::Config)?;
-    // What the last run on this store learned of its keys.
-    let recalled = crate::memory::recall(store.as_ref(), &layer)?;
-    if recalled > 0 {
-        observer.event(Event::Remembered(recalled));
-    }
-    if options.retry_failed && options.via == Via::Direct {
-        // Sent again directly: pending before the queue starts.
-        store.release_batch_failed()?;
-    }
-    let mut batch = BatchSettings::new(imported.shape, settings.api_key.clone());
+    Ok(())
+}
+
+/// The batch path's settings, from the run's: its upstream, key and
+/// budget; failed items sent again through batches unless the run is
+/// direct (then they go through the queue).
+fn batch_settings(options: &Options, shape: Shape, settings: &Settings) -> BatchSettings {
+    let mut batch = BatchSettings::new(shape, settings.api_key.clone());
     batch.upstream = settings.upstream.clone();
     batch.budget_tokens = settings.budget_tokens;
     batch.retry_failed = options.retry_failed && options.via != Via::Direct;
     if let Some(every) = options.batch_poll {
         batch.poll_interval = every;
     }
-    Ok(Prepared {
-        via: options.via,
-        batch,
-        lock,
-        store,
-        imported,
-        settings,
-        layer,
-        out,
-        partial,
-    })
+    batch
 }
 
 /// SHA-256 and length of the file at `path`, read as a stream (the same
@@ -937,4 +1074,50 @@ fn take_edits(
         shape,
         bad_lines: bad_total,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_names_the_first_setting_it_replaces() {
+        let run = Run::new("in.jsonl");
+        let mut file = FileConfig::default();
+        assert_eq!(pool_conflict(run.options(), &file, false), None);
+        assert_eq!(
+            pool_conflict(run.options(), &file, true),
+            Some("an API key given to the run")
+        );
+        file.api_key = Some("k".into());
+        assert_eq!(
+            pool_conflict(run.options(), &file, true),
+            Some("api_key in --config")
+        );
+        let run = run.upstream("http://127.0.0.1:1");
+        assert_eq!(
+            pool_conflict(run.options(), &file, true),
+            Some("--upstream")
+        );
+    }
+
+    #[test]
+    fn batches_take_the_run_s_upstream_key_and_budget() {
+        let mut settings = Settings::new(Shape::OpenAi, "sk-test");
+        settings.upstream = "http://127.0.0.1:9".into();
+        settings.budget_tokens = Some(1000);
+        let run = Run::new("in.jsonl")
+            .via(Via::Auto)
+            .retry_failed(true)
+            .batch_poll(Duration::from_secs(5));
+        let b = batch_settings(run.options(), Shape::OpenAi, &settings);
+        assert_eq!(b.upstream, "http://127.0.0.1:9");
+        assert_eq!(b.api_key, "sk-test");
+        assert_eq!(b.budget_tokens, Some(1000));
+        assert_eq!(b.poll_interval, Duration::from_secs(5));
+        assert!(b.retry_failed);
+        // Direct: failed items go back through the queue, not batches.
+        let run = Run::new("in.jsonl").retry_failed(true);
+        assert!(!batch_settings(run.options(), Shape::OpenAi, &settings).retry_failed);
+    }
 }

@@ -341,197 +341,47 @@ impl Runner<'_> {
 
     /// Creates one planned batch (the budget may trim it); a stop if one
     /// came.
+    ///
+    /// In steps: fit the batch to the budget → then, per create attempt,
+    /// write its intent (before the call: an unanswered call can be looked
+    /// for) → call the batch API → act on the answer: [`Self::created`],
+    /// [`Self::refused`], [`Self::not_sent`] or [`Self::unanswered`], each
+    /// either done or asking to try again after a wait.
     async fn create_one(&mut self, mut planned: Planned) -> Result<Option<StopRecord>, BatchError> {
-        let mut trimmed = false;
-        if let Some(budget) = self.settings.budget_tokens {
-            let spent = on_store(&self.store, |s| s.counts()).await?.spent;
-            let room = budget.saturating_sub(spent.saturating_add(self.reserved));
-            let mut acc = 0u64;
-            let fit = planned
-                .jobs
-                .iter()
-                .take_while(|j| {
-                    acc = acc.saturating_add(j.worst_case());
-                    acc <= room
-                })
-                .count();
-            if fit == 0 {
-                let next = planned.jobs.first().map_or(0, Pending::worst_case);
-                return self
-                    .stop_with(StopRecord {
-                        cause: "budget".into(),
-                        at: httpdate::fmt_http_date(SystemTime::now()),
-                        status: None,
-                        message: format!(
-                            "budget_tokens {budget}: {spent} spent and {} reserved by batches; the next job's worst case is {next}",
-                            self.reserved
-                        ),
-                        custom_id: planned.jobs.first().map(|j| j.custom_id.clone()),
-                    })
-                    .await;
-            }
-            if fit < planned.jobs.len() {
-                planned.truncate(self.settings.shape, fit);
-                trimmed = true;
-            }
-        }
+        let trimmed = match self.fit_budget(&mut planned).await? {
+            Fit::Stop(stop) => return self.stop_with(stop).await,
+            Fit::Whole => false,
+            Fit::Trimmed => true,
+        };
         let worst = planned.worst_case();
         for attempt in 0..self.settings.create_attempts.max(1) {
             if *self.shutdown.borrow() {
                 self.interrupted = true;
                 return Ok(None);
             }
-            let nonce = new_nonce();
-            let intent = BatchIntent {
-                nonce: nonce.clone(),
-                shape: self.settings.shape.as_str().to_owned(),
-                model: planned.model.clone(),
-                endpoint: planned.endpoint.clone(),
-                intent_ms: now_ms(),
-                seqs: planned.jobs.iter().map(|j| j.seq).collect(),
-                bytes: planned.bytes,
-            };
-            let row = BatchRow {
-                nonce: nonce.clone(),
-                batch_id: None,
-                shape: intent.shape.clone(),
-                model: intent.model.clone(),
-                endpoint: intent.endpoint.clone(),
-                state: "intent".into(),
-                intent_ms: intent.intent_ms,
-                jobs: intent.seqs.len() as u64,
-                bytes: intent.bytes,
-                cancel_ms: None,
-            };
-            on_store(&self.store, move |s| s.batch_intent(&intent)).await?;
-            let wait = match self.api.create(&planned, &nonce).await {
+            let (nonce, row) = self.write_intent(&planned).await?;
+            let next = match self.api.create(&planned, &nonce).await {
                 Ok(remote) => {
-                    let (n, id) = (nonce.clone(), remote.id.clone());
-                    on_store(&self.store, move |s| s.batch_submitted(&n, &id)).await?;
-                    self.reserved = self.reserved.saturating_add(worst);
-                    tracing::info!(batch = %remote.id, jobs = planned.jobs.len(), "batch created");
-                    self.report.created.push(remote.id.clone());
-                    self.status(status_of(&nonce, &remote));
-                    if trimmed {
-                        let budget = self.settings.budget_tokens.unwrap_or(0);
-                        return self
-                            .stop_with(StopRecord {
-                                cause: "budget".into(),
-                                at: httpdate::fmt_http_date(SystemTime::now()),
-                                status: None,
-                                message: format!(
-                                    "budget_tokens {budget}: the batches created reserve all of it"
-                                ),
-                                custom_id: None,
-                            })
-                            .await;
-                    }
-                    return Ok(None);
+                    return self
+                        .created(&planned, &nonce, &remote, worst, trimmed)
+                        .await
                 }
                 Err(ApiError::Status {
                     status,
                     headers,
                     body,
                 }) => {
-                    let view = ResponseView {
-                        status,
-                        headers: &headers,
-                        body: &body,
-                    };
-                    let c =
-                        classify_response(provider(self.settings.shape), &view, SystemTime::now());
-                    let d = decide(
-                        &Policy::default(),
-                        &JobState::new(attempt + 1, Instant::ZERO, None),
-                        &c,
-                        Now::new(Instant::ZERO, SystemTime::now()),
-                        &mut new_nonce_rng(),
-                    );
-                    let n = nonce.clone();
-                    match d.action.kind() {
-                        ActionKind::StopQueue => {
-                            on_store(&self.store, move |s| s.batch_not_created(&n)).await?;
-                            let message = c.evidence.message.clone().unwrap_or_else(|| {
-                                String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
-                            });
-                            return self
-                                .stop_with(StopRecord {
-                                    cause: c.cause.as_str().to_owned(),
-                                    at: httpdate::fmt_http_date(SystemTime::now()),
-                                    status: Some(status.as_u16()),
-                                    message: format!(
-                                        "the batch API refused to create a batch: {message}"
-                                    ),
-                                    custom_id: None,
-                                })
-                                .await;
-                        }
-                        ActionKind::Retry | ActionKind::Defer => {
-                            on_store(&self.store, move |s| s.batch_not_created(&n)).await?;
-                            c.hints
-                                .wait
-                                .map(|h| h.wait)
-                                .or(d.action.delay())
-                                .unwrap_or(Duration::from_secs(1 << attempt.min(6)))
-                        }
-                        _ => {
-                            // The batch must change: its jobs end failed with
-                            // the provider's answer (no batch exists).
-                            let cause = c.cause.as_str().to_owned();
-                            let message = format!(
-                                "the batch API refused the batch ({status}): {}",
-                                c.evidence.message.clone().unwrap_or_default()
-                            );
-                            let ends = planned
-                                .jobs
-                                .iter()
-                                .map(|j| BatchEnd {
-                                    seq: j.seq,
-                                    result_id: None,
-                                    end: End {
-                                        state: Some(State::Failed),
-                                        status: Some(status.as_u16()),
-                                        response: Some(body.clone()),
-                                        cause: Some(cause.clone()),
-                                        message: Some(message.clone()),
-                                        ..End::default()
-                                    },
-                                })
-                                .collect();
-                            on_store(&self.store, move |s| {
-                                s.batch_results(&n, ends, Some("not_created"))
-                            })
-                            .await?;
-                            return Ok(None);
-                        }
-                    }
+                    let answer = (status, &*headers, body);
+                    self.refused(&planned, &nonce, attempt, answer).await?
                 }
-                Err(ApiError::NotSent(why)) => {
-                    tracing::warn!(%why, "a batch create call was not sent");
-                    let n = nonce.clone();
-                    on_store(&self.store, move |s| s.batch_not_created(&n)).await?;
-                    Duration::from_secs(1 << attempt.min(6))
-                }
+                Err(ApiError::NotSent(why)) => self.not_sent(&nonce, attempt, &why).await?,
                 Err(e @ (ApiError::NoAnswer(_) | ApiError::Unreadable(_))) => {
-                    tracing::warn!(error = %e, "a batch create call went unanswered: looking for its batch");
-                    tokio::time::sleep(self.settings.settle).await;
-                    if self.recover(&row).await? {
-                        self.reserved = self.reserved.saturating_add(worst);
-                        return Ok(None);
-                    }
-                    let n = nonce.clone();
-                    let state = on_store(&self.store, move |s| {
-                        Ok(s.batches()?
-                            .into_iter()
-                            .find(|r| r.nonce == n)
-                            .map(|r| r.state))
-                    })
-                    .await?;
-                    if state.as_deref() == Some("held") {
-                        return Ok(None);
-                    }
-                    Duration::from_secs(1 << attempt.min(6))
+                    self.unanswered(&row, worst, attempt, &e).await?
                 }
+            };
+            let wait = match next {
+                Create::Done(stop) => return Ok(stop),
+                Create::Again(wait) => wait,
             };
             if sleep_or_shutdown(wait.min(MAX_CREATE_WAIT), &mut self.shutdown).await {
                 self.interrupted = true;
@@ -540,6 +390,189 @@ impl Runner<'_> {
         }
         self.report.create_failures += 1;
         Ok(None)
+    }
+
+    /// Fits `planned` to the budget's room (the budget less what is spent
+    /// and what open batches reserve): whole, trimmed to the jobs that
+    /// fit, or — not one fits — a budget stop.
+    async fn fit_budget(&mut self, planned: &mut Planned) -> Result<Fit, BatchError> {
+        let Some(budget) = self.settings.budget_tokens else {
+            return Ok(Fit::Whole);
+        };
+        let spent = on_store(&self.store, |s| s.counts()).await?.spent;
+        let room = budget.saturating_sub(spent.saturating_add(self.reserved));
+        let fit = fitting(&planned.jobs, room);
+        if fit == 0 {
+            let next = planned.jobs.first().map_or(0, Pending::worst_case);
+            return Ok(Fit::Stop(StopRecord {
+                cause: "budget".into(),
+                at: httpdate::fmt_http_date(SystemTime::now()),
+                status: None,
+                message: format!(
+                    "budget_tokens {budget}: {spent} spent and {} reserved by batches; the next job's worst case is {next}",
+                    self.reserved
+                ),
+                custom_id: planned.jobs.first().map(|j| j.custom_id.clone()),
+            }));
+        }
+        if fit < planned.jobs.len() {
+            planned.truncate(self.settings.shape, fit);
+            return Ok(Fit::Trimmed);
+        }
+        Ok(Fit::Whole)
+    }
+
+    /// Writes the intent of one create attempt, under a fresh nonce,
+    /// before the call: a call that goes unanswered can then be looked for
+    /// by its nonce. Returns the nonce and the intent's row.
+    async fn write_intent(&self, planned: &Planned) -> Result<(String, BatchRow), BatchError> {
+        let nonce = new_nonce();
+        let (intent, row) = intent_of(planned, self.settings.shape, &nonce, now_ms());
+        on_store(&self.store, move |s| s.batch_intent(&intent)).await?;
+        Ok((nonce, row))
+    }
+
+    /// The batch exists: its id is kept with its intent, its worst case is
+    /// reserved, and its status told. A batch the budget trimmed then
+    /// stops the queue: the batches created reserve all of the budget.
+    async fn created(
+        &mut self,
+        planned: &Planned,
+        nonce: &str,
+        remote: &Remote,
+        worst: u64,
+        trimmed: bool,
+    ) -> Result<Option<StopRecord>, BatchError> {
+        let (n, id) = (nonce.to_owned(), remote.id.clone());
+        on_store(&self.store, move |s| s.batch_submitted(&n, &id)).await?;
+        self.reserved = self.reserved.saturating_add(worst);
+        tracing::info!(batch = %remote.id, jobs = planned.jobs.len(), "batch created");
+        self.report.created.push(remote.id.clone());
+        self.status(status_of(nonce, remote));
+        if trimmed {
+            let budget = self.settings.budget_tokens.unwrap_or(0);
+            return self
+                .stop_with(StopRecord {
+                    cause: "budget".into(),
+                    at: httpdate::fmt_http_date(SystemTime::now()),
+                    status: None,
+                    message: format!(
+                        "budget_tokens {budget}: the batches created reserve all of it"
+                    ),
+                    custom_id: None,
+                })
+                .await;
+        }
+        Ok(None)
+    }
+
+    /// The batch API answered an error: classified and decided as the
+    /// layer would a job's answer (this is attempt `attempt + 1`). A stop
+    /// stops the queue; a retry or a deferral tries again after the
+    /// answer's hint, the decision's delay or a backoff; any other ending
+    /// means the batch must change, so its jobs end failed with the
+    /// provider's answer (no batch exists).
+    async fn refused(
+        &mut self,
+        planned: &Planned,
+        nonce: &str,
+        attempt: u32,
+        (status, headers, body): (http::StatusCode, &http::HeaderMap, bytes::Bytes),
+    ) -> Result<Create, BatchError> {
+        let view = ResponseView {
+            status,
+            headers,
+            body: &body,
+        };
+        let c = classify_response(provider(self.settings.shape), &view, SystemTime::now());
+        let d = decide(
+            &Policy::default(),
+            &JobState::new(attempt + 1, Instant::ZERO, None),
+            &c,
+            Now::new(Instant::ZERO, SystemTime::now()),
+            &mut new_nonce_rng(),
+        );
+        let n = nonce.to_owned();
+        match d.action.kind() {
+            ActionKind::StopQueue => {
+                on_store(&self.store, move |s| s.batch_not_created(&n)).await?;
+                let message = c.evidence.message.clone().unwrap_or_else(|| {
+                    String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
+                });
+                let stop = self
+                    .stop_with(StopRecord {
+                        cause: c.cause.as_str().to_owned(),
+                        at: httpdate::fmt_http_date(SystemTime::now()),
+                        status: Some(status.as_u16()),
+                        message: format!("the batch API refused to create a batch: {message}"),
+                        custom_id: None,
+                    })
+                    .await?;
+                Ok(Create::Done(stop))
+            }
+            ActionKind::Retry | ActionKind::Defer => {
+                on_store(&self.store, move |s| s.batch_not_created(&n)).await?;
+                let wait = c.hints.wait.map(|h| h.wait).or(d.action.delay());
+                Ok(Create::Again(wait.unwrap_or(backoff(attempt))))
+            }
+            _ => {
+                let message = format!(
+                    "the batch API refused the batch ({status}): {}",
+                    c.evidence.message.clone().unwrap_or_default()
+                );
+                let ends = failed_ends(&planned.jobs, status, &body, c.cause.as_str(), &message);
+                on_store(&self.store, move |s| {
+                    s.batch_results(&n, ends, Some("not_created"))
+                })
+                .await?;
+                Ok(Create::Done(None))
+            }
+        }
+    }
+
+    /// The create call was not sent (no connection): no batch can exist,
+    /// so the intent is dropped and the call tried again after a backoff.
+    async fn not_sent(
+        &mut self,
+        nonce: &str,
+        attempt: u32,
+        why: &str,
+    ) -> Result<Create, BatchError> {
+        tracing::warn!(%why, "a batch create call was not sent");
+        let n = nonce.to_owned();
+        on_store(&self.store, move |s| s.batch_not_created(&n)).await?;
+        Ok(Create::Again(backoff(attempt)))
+    }
+
+    /// The create call went unanswered: the batch may exist. After the
+    /// settle time it is looked for by its intent's nonce; found, it is
+    /// reserved like a created one; held (it cannot be known), nothing more
+    /// is tried; else the call is tried again after a backoff.
+    async fn unanswered(
+        &mut self,
+        row: &BatchRow,
+        worst: u64,
+        attempt: u32,
+        e: &ApiError,
+    ) -> Result<Create, BatchError> {
+        tracing::warn!(error = %e, "a batch create call went unanswered: looking for its batch");
+        tokio::time::sleep(self.settings.settle).await;
+        if self.recover(row).await? {
+            self.reserved = self.reserved.saturating_add(worst);
+            return Ok(Create::Done(None));
+        }
+        let n = row.nonce.clone();
+        let state = on_store(&self.store, move |s| {
+            Ok(s.batches()?
+                .into_iter()
+                .find(|r| r.nonce == n)
+                .map(|r| r.state))
+        })
+        .await?;
+        if state.as_deref() == Some("held") {
+            return Ok(Create::Done(None));
+        }
+        Ok(Create::Again(backoff(attempt)))
     }
 
     /// Cancels every submitted batch not cancelled yet; their jobs still
@@ -749,6 +782,99 @@ impl Runner<'_> {
 }
 
 /// The random source `decide` jitters with.
+/// A planned batch against the budget.
+enum Fit {
+    /// Every job fits.
+    Whole,
+    /// Trimmed to the jobs that fit.
+    Trimmed,
+    /// Not one fits: the queue stops.
+    Stop(StopRecord),
+}
+
+/// What one create attempt came to.
+enum Create {
+    /// Nothing more to try (a stop if one came).
+    Done(Option<StopRecord>),
+    /// Try again after this wait.
+    Again(Duration),
+}
+
+/// How many of `jobs`, from the first, fit in `room` tokens together
+/// (their worst cases added up).
+fn fitting(jobs: &[Pending], room: u64) -> usize {
+    let mut acc = 0u64;
+    jobs.iter()
+        .take_while(|j| {
+            acc = acc.saturating_add(j.worst_case());
+            acc <= room
+        })
+        .count()
+}
+
+/// The wait before create attempt `attempt + 1` with no hint: doubling
+/// from a second, at most 64 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_secs(1 << attempt.min(6))
+}
+
+/// The intent of a create call for `planned`, under `nonce`, and the row
+/// the store then holds for it.
+fn intent_of(
+    planned: &Planned,
+    shape: Shape,
+    nonce: &str,
+    intent_ms: i64,
+) -> (BatchIntent, BatchRow) {
+    let intent = BatchIntent {
+        nonce: nonce.to_owned(),
+        shape: shape.as_str().to_owned(),
+        model: planned.model.clone(),
+        endpoint: planned.endpoint.clone(),
+        intent_ms,
+        seqs: planned.jobs.iter().map(|j| j.seq).collect(),
+        bytes: planned.bytes,
+    };
+    let row = BatchRow {
+        nonce: nonce.to_owned(),
+        batch_id: None,
+        shape: intent.shape.clone(),
+        model: intent.model.clone(),
+        endpoint: intent.endpoint.clone(),
+        state: "intent".into(),
+        intent_ms: intent.intent_ms,
+        jobs: intent.seqs.len() as u64,
+        bytes: intent.bytes,
+        cancel_ms: None,
+    };
+    (intent, row)
+}
+
+/// The ends of the jobs of a batch the API refused for good: failed, with
+/// the provider's answer.
+fn failed_ends(
+    jobs: &[Pending],
+    status: http::StatusCode,
+    body: &bytes::Bytes,
+    cause: &str,
+    message: &str,
+) -> Vec<BatchEnd> {
+    jobs.iter()
+        .map(|j| BatchEnd {
+            seq: j.seq,
+            result_id: None,
+            end: End {
+                state: Some(State::Failed),
+                status: Some(status.as_u16()),
+                response: Some(body.clone()),
+                cause: Some(cause.to_owned()),
+                message: Some(message.to_owned()),
+                ..End::default()
+            },
+        })
+        .collect()
+}
+
 fn new_nonce_rng() -> impl FnMut() -> u64 {
     use std::hash::BuildHasher;
     let state = std::collections::hash_map::RandomState::new();
@@ -808,6 +934,79 @@ mod tests {
             (done.eta, done.batch_id.as_str()),
             (Some(Duration::ZERO), "batch_1")
         );
+    }
+
+    fn job(seq: i64, input: u64, output: u64) -> Pending {
+        Pending {
+            seq,
+            custom_id: format!("job-{seq}"),
+            path: "/v1/chat/completions".into(),
+            model: Some("m".into()),
+            input_estimate: input,
+            max_tokens: output,
+            body: bytes::Bytes::from_static(b"{}"),
+            first_seen_ms: 0,
+            double_spend: false,
+        }
+    }
+
+    #[test]
+    fn the_budget_takes_the_first_jobs_that_fit_together() {
+        let jobs = [job(1, 10, 10), job(2, 10, 10), job(3, 10, 10)];
+        let each = jobs[0].worst_case();
+        assert_eq!(fitting(&jobs, 0), 0);
+        assert_eq!(fitting(&jobs, each - 1), 0);
+        assert_eq!(fitting(&jobs, each), 1);
+        assert_eq!(fitting(&jobs, 2 * each + 1), 2);
+        assert_eq!(fitting(&jobs, u64::MAX), 3);
+        assert_eq!(fitting(&[], 100), 0);
+    }
+
+    #[test]
+    fn create_attempts_back_off_to_a_minute() {
+        let waits: Vec<u64> = (0..9).map(|a| backoff(a).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+    }
+
+    #[test]
+    fn an_intent_and_its_row_name_the_same_batch() {
+        let planned = Planned {
+            model: Some("gpt".into()),
+            endpoint: "/v1/chat/completions".into(),
+            jobs: vec![job(4, 1, 1), job(9, 1, 1)],
+            bytes: 123,
+        };
+        let (intent, row) = intent_of(&planned, Shape::OpenAi, "rw_1", 77);
+        assert_eq!(intent.seqs, [4, 9]);
+        assert_eq!((intent.nonce.as_str(), intent.intent_ms), ("rw_1", 77));
+        assert_eq!((row.nonce.as_str(), row.state.as_str()), ("rw_1", "intent"));
+        assert_eq!((row.jobs, row.bytes, row.intent_ms), (2, 123, 77));
+        assert_eq!(
+            (row.shape, row.model, row.endpoint),
+            (intent.shape, intent.model, intent.endpoint)
+        );
+        assert_eq!((row.batch_id, row.cancel_ms), (None, None));
+    }
+
+    #[test]
+    fn a_refused_batch_fails_each_of_its_jobs_with_the_answer() {
+        let body = bytes::Bytes::from_static(b"{\"error\":{}}");
+        let ends = failed_ends(
+            &[job(1, 1, 1), job(2, 1, 1)],
+            http::StatusCode::BAD_REQUEST,
+            &body,
+            "invalid_request",
+            "refused",
+        );
+        assert_eq!(ends.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        for e in &ends {
+            assert_eq!(e.end.state, Some(State::Failed));
+            assert_eq!(e.end.status, Some(400));
+            assert_eq!(e.end.response.as_ref(), Some(&body));
+            assert_eq!(e.end.cause.as_deref(), Some("invalid_request"));
+            assert_eq!(e.end.message.as_deref(), Some("refused"));
+            assert!(e.result_id.is_none());
+        }
     }
 
     #[test]

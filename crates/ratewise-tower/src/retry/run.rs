@@ -1,12 +1,14 @@
 //! One job, start to end: admit → send → read → classify → decide →
-//! retry or end. Written as one `async fn` so the order of steps reads
-//! top to bottom.
+//! retry or end. `attempts` reads in that order, top to bottom; each step
+//! is a method of `Flight`, the job's state while it is in flight.
 
 use bytes::Bytes;
+use event_listener::EventListener;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
+use ratewise_core::admit::Target;
 use ratewise_core::classify::{
     classify_in_band, classify_response, classify_transport, detect_provider, Classification,
     ResponseView, TransportFailure,
@@ -109,12 +111,17 @@ struct Answer {
 /// it asks the machine what to do, does it (waits, sends, reads), and
 /// tells the machine what happened. The sequence itself — admission,
 /// decisions, accounting — is the machine's.
+///
+/// Each turn of the loop is one attempt, in the steps of [`Flight`]: wait
+/// for the job's turn → admission → the last checks before the send →
+/// send → read the answer → record it. A step that ends the job returns
+/// its error; a 2xx answer returns the response.
 async fn attempts<S, B, R>(
     inner: Arc<Inner>,
     mut svc: S,
     parts: http::request::Parts,
     bytes: Bytes,
-    mut job: Job,
+    job: Job,
 ) -> Result<Response<MeteredBody<R>>, Error>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
@@ -123,159 +130,282 @@ where
     B: ReplayBody,
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
-    let cfg = &inner.config;
-    let policy = &cfg.policy;
-    let clock = &inner.clock;
-    // A pooled job: every member's target, and the pool's choice before
-    // each admission (see `crate::pool`).
-    let mut pooled = match &inner.pool {
-        Some(pool) => Pooled::start(pool.clone(), inner.state.as_ref(), &job.model).await,
-        None => None,
-    };
-    let target = match &pooled {
-        Some(p) => p.first_target(),
-        None => inner.state.target(&job.key, &job.model).await,
-    };
-    let spec = JobSpec {
-        target,
-        arrived: job.arrived,
-        deadline: job.deadline,
-        input_estimate: job.input_estimate,
-        body_bytes: job.body_bytes,
-        max_tokens: job.max_tokens,
-        streamed: job.streamed,
-    };
-    // A dropped call future cancels the machine: nothing stays reserved.
-    let mut m = Driven::new(
-        JobMachine::new(spec, policy),
-        inner.state.clone(),
-        clock.clone(),
-    );
-    let mut rng = fastrand::Rng::with_seed(inner.call_seed());
-    let mut records: Vec<AttemptRecord> = Vec::new();
-    let mut first_send = true;
-    // The last answer: the evidence of a job that then ends.
-    let mut last: Option<Answer> = None;
-    // The job's place in its scope's admission queue (`crate::queue`):
-    // one place for the whole job, so a retry keeps its arrival order.
-    let place = inner.queues.place(job.arrived);
-    // While it waits for admission: its ticket (dropped when it is
-    // admitted or ends, or with the call future, which hands the turn on).
-    let mut queued: Option<crate::queue::Ticket> = None;
-    // A decided retry delay is still running: the machine answers `Wait`
-    // without asking for admission, so the job does not queue for it.
-    let mut retry_delay = false;
-    // A waiter that is not the head asks out of turn at its admission
-    // deadline: the queue never holds a job past it.
-    let admit_by = m.job.admit_deadline();
-    // The caller's cancellation (see `crate::cancel`): given to the
-    // machine, which ends the job between sends and makes no retry after
-    // a send in flight.
-    let cancel = parts.extensions.get::<Cancel>().cloned();
-
+    let mut flight = Flight::start(inner, parts, bytes, job).await;
     loop {
-        // A caller gone between sends: the machine ends the job, and the
-        // `next()` below says so — never a wait for a turn it will not
-        // take (a cancelled wait resolves at once: waiting again would
-        // spin without yielding).
-        let left = cancel.as_ref().is_some_and(Cancel::is_cancelled);
-        if left {
-            caller_left(&inner, &mut m).await;
+        let signal = flight.wait_turn().await?;
+        let now = flight.inner.clock.now();
+        let step = flight.next_step(now).await;
+        let Some(attempt) = flight.act(step, signal, now).await? else {
+            // A wait: the machine is asked again.
+            continue;
+        };
+        let member = flight.before_send(attempt).await?;
+        let result = flight.send(&mut svc, attempt).await;
+        let now = flight.inner.clock.now();
+        flight
+            .left_while_out(!matches!(result, Err((_, false))))
+            .await;
+        let (answer, d) = match result {
+            Ok(resp) if resp.status().is_success() => {
+                match flight.succeeded(attempt, member.clone(), resp, now).await {
+                    Ok(resp) => return Ok(resp),
+                    // An error before the stream's commit point: the caller
+                    // saw nothing, so it was decided like an error answer.
+                    Err(answered) => answered,
+                }
+            }
+            Ok(resp) => flight.error_answer(resp, now).await,
+            Err((e, called)) => flight.transport_failed(e, called, now).await,
+        };
+        flight.answered(attempt, member, answer, d, now).await;
+    }
+}
+
+/// One job in flight: the state the steps of [`attempts`] share across its
+/// attempts.
+///
+/// Fields drop in the order written, which is the order the locals of the
+/// single function these steps were cut from dropped in: the queue ticket
+/// (handing the turn on) before the machine (giving back what it holds).
+struct Flight {
+    /// The caller's cancellation (see `crate::cancel`): given to the
+    /// machine, which ends the job between sends and makes no retry after
+    /// a send in flight.
+    cancel: Option<Cancel>,
+    /// While it waits for admission: its ticket (dropped when it is
+    /// admitted or ends, or with the call future, which hands the turn on).
+    queued: Option<crate::queue::Ticket>,
+    /// The job's place in its scope's admission queue (`crate::queue`):
+    /// one place for the whole job, so a retry keeps its arrival order.
+    place: crate::queue::Place,
+    /// The last answer: the evidence of a job that then ends.
+    last: Option<Answer>,
+    /// The attempts made so far, for the job's error or its response.
+    records: Vec<AttemptRecord>,
+    /// The job's jitter, seeded per call.
+    rng: fastrand::Rng,
+    /// The job's machine. A dropped call future cancels it: nothing stays
+    /// reserved.
+    m: Driven,
+    /// A pooled job: every member's target, and the pool's choice before
+    /// each admission (see `crate::pool`).
+    pooled: Option<Pooled>,
+    /// The scope the job queues in (a pooled job's first member's).
+    target: Target,
+    job: Job,
+    /// The request as the caller made it; each attempt sends a copy.
+    parts: http::request::Parts,
+    bytes: Bytes,
+    inner: Arc<Inner>,
+    /// A waiter that is not the head asks out of turn at its admission
+    /// deadline: the queue never holds a job past it.
+    admit_by: Option<Instant>,
+    /// A decided retry delay is still running: the machine answers `Wait`
+    /// without asking for admission, so the job does not queue for it.
+    retry_delay: bool,
+    /// No send made yet: the first uses the service the caller's
+    /// `poll_ready` made ready; a later one waits for its clone to be.
+    first_send: bool,
+}
+
+impl Flight {
+    /// Sets the job up: its pool (if any), its first target, its machine
+    /// and its place in the queue.
+    async fn start(
+        inner: Arc<Inner>,
+        parts: http::request::Parts,
+        bytes: Bytes,
+        job: Job,
+    ) -> Flight {
+        let pooled = match &inner.pool {
+            Some(pool) => Pooled::start(pool.clone(), inner.state.as_ref(), &job.model).await,
+            None => None,
+        };
+        let target = match &pooled {
+            Some(p) => p.first_target(),
+            None => inner.state.target(&job.key, &job.model).await,
+        };
+        let spec = JobSpec {
+            target,
+            arrived: job.arrived,
+            deadline: job.deadline,
+            input_estimate: job.input_estimate,
+            body_bytes: job.body_bytes,
+            max_tokens: job.max_tokens,
+            streamed: job.streamed,
+        };
+        let m = Driven::new(
+            JobMachine::new(spec, &inner.config.policy),
+            inner.state.clone(),
+            inner.clock.clone(),
+        );
+        let rng = fastrand::Rng::with_seed(inner.call_seed());
+        let place = inner.queues.place(job.arrived);
+        let admit_by = m.job.admit_deadline();
+        let cancel = parts.extensions.get::<Cancel>().cloned();
+        Flight {
+            cancel,
+            queued: None,
+            place,
+            last: None,
+            records: Vec::new(),
+            rng,
+            m,
+            pooled,
+            target,
+            job,
+            parts,
+            bytes,
+            inner,
+            admit_by,
+            retry_delay: false,
+            first_send: true,
         }
-        // Wait for the job's turn: only the head of the scope's queue asks.
-        let signal = if retry_delay || left {
-            None
-        } else {
-            if queued.is_none() {
-                let t = inner.queues.join(target.scope, place);
-                let ahead = t.ahead();
-                // Load shedding is the machine's to decide (only a job
-                // with no deadline is turned away).
-                if m.job.sheds(ahead, cfg.max_waiting) {
+    }
+
+    /// The job's error for an end the machine decided: its attempts and
+    /// the evidence of its last answer go with it.
+    fn end(&mut self, end: Ended) -> Error {
+        ended(
+            &self.job,
+            end,
+            std::mem::take(&mut self.records),
+            self.last.take(),
+        )
+    }
+
+    /// Waits for the job's turn: only the head of the scope's queue asks
+    /// for admission. Returns the signal an admission wait listens to (none
+    /// during a retry's delay, or once the caller left); a job turned away
+    /// as it joins the queue ends here.
+    async fn wait_turn(&mut self) -> Result<Option<EventListener>, Error> {
+        // A caller gone between sends: the machine ends the job, and the
+        // next step says so — never a wait for a turn it will not take (a
+        // cancelled wait resolves at once: waiting again would spin
+        // without yielding).
+        let left = self.cancel.as_ref().is_some_and(Cancel::is_cancelled);
+        if left {
+            caller_left(&self.inner, &mut self.m).await;
+        }
+        if std::mem::take(&mut self.retry_delay) || left {
+            return Ok(None);
+        }
+        if self.queued.is_none() {
+            self.join_queue().await?;
+        }
+        Ok(self.wait_in_queue().await)
+    }
+
+    /// Joins the scope's queue, unless the job is turned away first: shed
+    /// (load shedding is the machine's to decide; only a job with no
+    /// deadline is turned away), or, behind others with a deadline,
+    /// predicted to miss it at the pace the jobs ahead will go. A job that
+    /// cannot be sent in time is answered now, not at its deadline.
+    async fn join_queue(&mut self) -> Result<(), Error> {
+        let inner = self.inner.clone();
+        let t = inner.queues.join(self.target.scope, self.place);
+        let ahead = t.ahead();
+        if self.m.job.sheds(ahead, inner.config.max_waiting) {
+            drop(t);
+            let now = inner.clock.now();
+            let rpm = inner
+                .state
+                .snapshot(self.target.scope, now)
+                .await
+                .and_then(|s| s.limits.requests);
+            if let Step::End(end) = self.m.job.shed(ahead, rpm, &inner.config.policy, now) {
+                return Err(self.end(end));
+            }
+            return Ok(());
+        }
+        // A job with no deadline is not deferred on this prediction, which
+        // assumes every job ahead costs what this one does: it waits for
+        // its turn and asks out of turn at the end of its in-line limit.
+        if ahead > 0 && self.admit_by.is_some() {
+            let now = inner.clock.now();
+            let req = self.m.job.admit_request();
+            let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
+            if let Some(answer) = inner.state.predict(req, ahead, now).await {
+                if let Some(Step::End(end)) = self.m.job.predicted(answer, now) {
                     drop(t);
-                    let now = clock.now();
-                    let rpm = inner
-                        .state
-                        .snapshot(target.scope, now)
-                        .await
-                        .and_then(|s| s.limits.requests);
-                    if let Step::End(end) = m.job.shed(ahead, rpm, policy, now) {
-                        return Err(ended(&job, end, records, last.take()));
-                    }
-                } else {
-                    // Behind others with a deadline: when will its turn
-                    // come, at the pace the jobs ahead will go? One that
-                    // cannot be sent in time is answered now, not at its
-                    // deadline. (A job with no deadline is not deferred on
-                    // this prediction, which assumes every job ahead costs
-                    // what this one does: it waits for its turn and asks
-                    // out of turn at the end of its in-line limit.)
-                    if ahead > 0 && admit_by.is_some() {
-                        let now = clock.now();
-                        let req = m.job.admit_request();
-                        let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
-                        if let Some(answer) = inner.state.predict(req, ahead, now).await {
-                            if let Some(Step::End(end)) = m.job.predicted(answer, now) {
-                                drop(t);
-                                return Err(ended(&job, end, records, last.take()));
-                            }
-                        }
-                    }
-                    queued = Some(t)
+                    return Err(self.end(end));
                 }
             }
-            match &queued {
-                Some(ticket) => {
-                    // Asked out of turn by its deadline, or with none by
-                    // the end of its in-line limit: the machine then sends
-                    // it (there is room) or ends it (deferred).
-                    let by = admit_by.or_else(|| m.job.inline_by());
-                    match or_cancelled(cancel.as_ref(), turn(ticket, clock.as_ref(), by)).await {
-                        Some(signal) => Some(signal),
-                        // Gone while it waited: told now, so the `next()`
-                        // below ends the job.
-                        None => {
-                            caller_left(&inner, &mut m).await;
-                            None
-                        }
-                    }
-                }
-                None => None,
+        }
+        self.queued = Some(t);
+        Ok(())
+    }
+
+    /// Waits in the queue until the job's turn (see [`turn`]). Asked out of
+    /// turn by its deadline, or with none by the end of its in-line limit:
+    /// the machine then sends it (there is room) or ends it (deferred). A
+    /// caller gone while it waited is told to the machine now, so the next
+    /// step ends the job.
+    async fn wait_in_queue(&mut self) -> Option<EventListener> {
+        let ticket = self.queued.as_ref()?;
+        let by = self.admit_by.or_else(|| self.m.job.inline_by());
+        let clock = self.inner.clock.as_ref();
+        match or_cancelled(self.cancel.as_ref(), turn(ticket, clock, by)).await {
+            Some(signal) => Some(signal),
+            None => {
+                caller_left(&self.inner, &mut self.m).await;
+                None
             }
-        };
-        retry_delay = false;
-        let now = clock.now();
-        let step = match pooled.as_mut() {
-            None => match m.job.next(now) {
+        }
+    }
+
+    /// The machine's next step (a pooled job's, through the pool, which
+    /// chooses the member first), with the store's answer given to it when
+    /// the step is to ask for admission.
+    async fn next_step(&mut self, now: Now) -> Step {
+        let inner = self.inner.clone();
+        let policy = &inner.config.policy;
+        match self.pooled.as_mut() {
+            None => match self.m.job.next(now) {
                 Step::Admit(req) => {
                     let answer = inner.state.admit(req, now).await;
-                    m.job.admission(answer, policy, now)
+                    self.m.job.admission(answer, policy, now)
                 }
                 other => other,
             },
-            Some(p) => match p.next(&mut m.job, policy, inner.state.as_ref(), now).await {
+            Some(p) => match p
+                .next(&mut self.m.job, policy, inner.state.as_ref(), now)
+                .await
+            {
                 Step::Admit(req) => {
                     let answer = inner.state.admit(req, now).await;
-                    p.admission(&mut m.job, answer, policy, now)
+                    p.admission(&mut self.m.job, answer, policy, now)
                 }
                 other => other,
             },
-        };
-        let attempt = match step {
+        }
+    }
+
+    /// Acts on the machine's step: the attempt to send (the job leaves the
+    /// queue; the next head asks in turn), `None` after a wait, or the
+    /// job's end.
+    async fn act(
+        &mut self,
+        step: Step,
+        signal: Option<EventListener>,
+        now: Now,
+    ) -> Result<Option<u32>, Error> {
+        let inner = self.inner.clone();
+        let clock = &inner.clock;
+        match step {
             Step::Send { attempt } => {
-                // Admitted: leave the queue; the next head asks in turn.
-                queued = None;
-                attempt
+                self.queued = None;
+                Ok(Some(attempt))
             }
             Step::Wait { until, reason } => {
                 match reason {
                     // A retry's delay: out of the queue until it passes.
                     WaitFor::Retry => {
-                        queued = None;
-                        or_cancelled(cancel.as_ref(), clock.sleep_until(until)).await;
+                        self.queued = None;
+                        or_cancelled(self.cancel.as_ref(), clock.sleep_until(until)).await;
                     }
                     WaitFor::Admission(why) => {
-                        tracing::debug!(job_id = %job.id,
+                        tracing::debug!(job_id = %self.job.id,
                             wait_ms = (until - now.instant).as_millis() as u64,
                             reason = ?why, "admission wait");
                         // Ask again at the computed instant, or as soon as
@@ -283,213 +413,306 @@ where
                         // signal was listened to before asking: none lost).
                         if let Some(signal) = signal {
                             let woken = futures::future::select(clock.sleep_until(until), signal);
-                            or_cancelled(cancel.as_ref(), woken).await;
+                            or_cancelled(self.cancel.as_ref(), woken).await;
                         }
                     }
                 }
-                continue;
+                Ok(None)
             }
             Step::End(end) => {
                 // Leaves the queue and hands the turn on.
-                drop(queued.take());
-                return Err(ended(&job, end, records, last.take()));
+                drop(self.queued.take());
+                Err(self.end(end))
             }
             // Only while a send, a body or an update is in progress, which
             // this driver always finishes before asking again; `admission`
             // answered the only `Admit`.
             Step::Pending | Step::Admit(_) => {
-                if let Some(update) = m.job.withdraw("job machine pending with no send") {
+                if let Some(update) = self.m.job.withdraw("job machine pending with no send") {
                     inner.state.update(update, clock.now()).await;
                 }
-                drop(queued.take());
-                match m.job.next(clock.now()) {
-                    Step::End(end) => return Err(ended(&job, end, records, last.take())),
+                drop(self.queued.take());
+                match self.m.job.next(clock.now()) {
+                    Step::End(end) => Err(self.end(end)),
                     _ => unreachable!("a withdrawn job has ended"),
                 }
             }
-        };
+        }
+    }
 
-        // The caller's cancellation, decided against this hand-over in
-        // one step: a job whose caller left sends nothing more, and
-        // journals no attempt it did not make.
-        if cancel.as_ref().is_some_and(|c| !c.begin_send()) {
-            caller_left(&inner, &mut m).await;
-            if let Step::End(end) = m.job.next(clock.now()) {
-                drop(queued.take());
-                return Err(ended(&job, end, records, last.take()));
+    /// The last checks before a send, in order. The caller's cancellation,
+    /// decided against this hand-over in one step: a job whose caller left
+    /// sends nothing more, and journals no attempt it did not make. Then
+    /// the journal's record of the attempt, written before it is sent: a
+    /// send the journal could not record is not made. Returns the pool
+    /// member the attempt goes to (chosen by now).
+    async fn before_send(&mut self, attempt: u32) -> Result<Option<String>, Error> {
+        let inner = self.inner.clone();
+        let clock = &inner.clock;
+        if self.cancel.as_ref().is_some_and(|c| !c.begin_send()) {
+            caller_left(&inner, &mut self.m).await;
+            if let Step::End(end) = self.m.job.next(clock.now()) {
+                drop(self.queued.take());
+                return Err(self.end(end));
             }
         }
-        // The member a pooled attempt goes to (chosen by now).
-        let member = pooled.as_ref().map(|p| p.label_of(attempt));
-        // Written down before it is sent: a send the journal could not
-        // record is not made.
+        let member = self.pooled.as_ref().map(|p| p.label_of(attempt));
         if let Some(journal) = &inner.journal {
             if let Err(e) = journal
-                .attempt_started_on(&job.id, attempt, member.as_deref(), clock.now().wall)
+                .attempt_started_on(&self.job.id, attempt, member.as_deref(), clock.now().wall)
                 .await
             {
-                tracing::error!(job_id = %job.id, attempt, error = %e,
+                tracing::error!(job_id = %self.job.id, attempt, error = %e,
                     "the journal could not record the attempt: not sent");
-                if let Some(update) = m
+                if let Some(update) = self
+                    .m
                     .job
                     .withdraw("the journal could not record the attempt: nothing sent")
                 {
                     inner.state.update(update, clock.now()).await;
                 }
-                drop(queued.take());
-                if let Step::End(end) = m.job.next(clock.now()) {
-                    return Err(ended(&job, end, records, last.take()).with_source(e));
+                drop(self.queued.take());
+                if let Step::End(end) = self.m.job.next(clock.now()) {
+                    return Err(self.end(end).with_source(e));
                 }
             }
         }
-        // A pooled attempt is rewritten for its member (URL, credentials,
-        // model) and read by its member's rules.
-        let (mut send_parts, mut send_bytes) = (parts.clone(), bytes.clone());
-        let prepared = match &pooled {
-            Some(p) => {
-                job.provider = Some(p.provider());
-                p.prepare(&mut send_parts, &mut send_bytes)
-            }
-            None => Ok(()),
-        };
-        let mut request = Request::from_parts(send_parts, B::replay(send_bytes));
-        if cfg.job_headers {
-            let h = request.headers_mut();
-            if let Ok(v) = HeaderValue::from_str(&job.id) {
-                h.insert(JOB_HEADER, v);
-            }
-            h.insert(ATTEMPT_HEADER, HeaderValue::from(attempt));
-        }
-        let ready: Result<(), BoxError> = if let Err(e) = prepared {
-            // The route could not make the request: nothing was sent.
-            Err(e)
-        } else if first_send {
-            first_send = false;
-            Ok(())
-        } else {
-            svc.ready().await.map(|_| ()).map_err(Into::into)
-        };
-        // A service that never became ready sent nothing.
-        let result: Result<Response<R>, (BoxError, bool)> = match ready {
-            Ok(()) => {
-                m.job.sending();
-                let call = svc.call(request);
-                match policy.send_timeout {
-                    None => call.await.map_err(|e| (e.into(), true)),
-                    // Cut at the policy's send timeout: the request may
-                    // have reached the provider, so its outcome is unknown.
-                    Some(limit) => {
-                        let late = clock.sleep_until(clock.now().instant + limit);
-                        match futures::future::select(std::pin::pin!(call), late).await {
-                            futures::future::Either::Left((r, _)) => {
-                                r.map_err(|e| (e.into(), true))
-                            }
-                            futures::future::Either::Right(_) => {
-                                Err((Box::new(SendTimedOut(limit)) as BoxError, true))
-                            }
-                        }
-                    }
-                }
-            }
-            Err(e) => Err((e, false)),
-        };
-        let now = clock.now();
-        if !matches!(result, Err((_, false))) && cancel.as_ref().is_some_and(Cancel::is_cancelled) {
-            // Gone while its send was out: the answer is still read and
-            // applied; the machine makes no retry after it.
-            caller_left(&inner, &mut m).await;
-        }
+        Ok(member)
+    }
 
-        let (answer, d) = match result {
-            Ok(resp) if resp.status().is_success() => {
-                match success(
-                    &inner,
-                    &job,
-                    &mut m,
-                    &mut rng,
-                    (attempt, member.clone(), pooled.as_mut()),
-                    resp,
-                    now,
-                    &mut records,
-                )
-                .await
-                {
-                    Ok(resp) => return Ok(resp),
-                    // An error before the stream's commit point: the caller
-                    // saw nothing, so it was decided like an error answer.
-                    Err(answered) => answered,
-                }
-            }
-            Ok(resp) => {
-                let (rparts, rbody) = resp.into_parts();
-                let body = crate::body::replay::read_prefix(rbody, cfg.max_error_body).await;
-                // A compressed error body is classified from a decoded copy;
-                // the answer keeps the bytes as they were sent.
-                let decoded = crate::body::decode::decoded_prefix(
-                    Coding::of(&rparts.headers),
-                    &body,
-                    cfg.max_error_body,
-                );
-                let view = decoded.as_deref().unwrap_or(&body);
-                let provider = provider_of(job.provider, &rparts.headers, view);
-                let c = classify_response(
-                    provider,
-                    &ResponseView {
-                        status: rparts.status,
-                        headers: &rparts.headers,
-                        body: view,
-                    },
-                    now.wall,
-                );
-                let update = m.job.answered(policy, &c, None, &mut rng, now);
-                let d = apply(&inner, &mut m, update, now).await;
-                let answer = Answer {
-                    classification: c,
-                    response: Some((rparts.status, rparts.headers, body)),
-                    source: None,
-                };
-                (answer, d)
-            }
-            Err((e, called)) => {
-                let failure = if e.is::<SendTimedOut>() {
-                    TransportFailure::TimeoutAfterSend
-                } else if called {
-                    transport_failure(&*e)
-                } else {
-                    TransportFailure::ConnectRefused
-                };
-                let c = classify_transport(job.provider.unwrap_or(Provider::Generic), failure);
-                let update =
-                    m.job
-                        .failed(policy, &c, called && failure.maybe_sent(), &mut rng, now);
-                let d = apply(&inner, &mut m, update, now).await;
-                let answer = Answer {
-                    classification: c,
-                    response: None,
-                    source: Some(e),
-                };
-                (answer, d)
-            }
-        };
-        if let Some(p) = pooled.as_mut() {
-            // Where the next attempt goes: this member after its delay,
-            // another now, or (a stopped member) the pool's next choice.
-            let moved = p.answered(&mut m.job, &answer.classification, &d, policy, now);
-            tracing::debug!(job_id = %job.id, attempt, ?moved, "pool");
+    /// Sends the attempt: its request made, the inner service made ready,
+    /// the call cut at the policy's send timeout. An error says whether
+    /// the service was called: one that never became ready (or a request
+    /// the route could not make) sent nothing.
+    async fn send<S, B, R>(
+        &mut self,
+        svc: &mut S,
+        attempt: u32,
+    ) -> Result<Response<R>, (BoxError, bool)>
+    where
+        S: Service<Request<B>, Response = Response<R>>,
+        S::Error: Into<BoxError>,
+        B: ReplayBody,
+    {
+        let request = self.request::<B>(attempt).map_err(|e| (e, false))?;
+        if !std::mem::take(&mut self.first_send) {
+            svc.ready().await.map_err(|e| (e.into(), false))?;
         }
-        retry_delay = matches!(d.action, Action::Retry { delay } if !delay.is_zero());
+        self.m.job.sending();
+        let call = svc.call(request);
+        let clock = self.inner.clock.clone();
+        within(call, self.inner.config.policy.send_timeout, clock.as_ref()).await
+    }
+
+    /// The request of one attempt: a copy of the caller's, rewritten for a
+    /// pooled attempt's member (URL, credentials, model; the answer is then
+    /// read by its member's rules) and stamped with the job's headers when
+    /// the layer adds them. An error: the route could not make the request.
+    fn request<B: ReplayBody>(&mut self, attempt: u32) -> Result<Request<B>, BoxError> {
+        let (mut parts, mut bytes) = (self.parts.clone(), self.bytes.clone());
+        if let Some(p) = &self.pooled {
+            self.job.provider = Some(p.provider());
+            p.prepare(&mut parts, &mut bytes)?;
+        }
+        let mut request = Request::from_parts(parts, B::replay(bytes));
+        if self.inner.config.job_headers {
+            stamp(request.headers_mut(), &self.job.id, attempt);
+        }
+        Ok(request)
+    }
+
+    /// A caller gone while its send was out (`called`): the answer is still
+    /// read and applied; the machine makes no retry after it.
+    async fn left_while_out(&mut self, called: bool) {
+        if called && self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+            caller_left(&self.inner, &mut self.m).await;
+        }
+    }
+
+    /// A 2xx answer, handed over metered (see [`success`]).
+    async fn succeeded<R>(
+        &mut self,
+        attempt: u32,
+        member: Option<String>,
+        resp: Response<R>,
+        now: Now,
+    ) -> Result<Response<MeteredBody<R>>, (Answer, Decision)>
+    where
+        R: Body<Data = Bytes> + Send + Unpin + 'static,
+    {
+        success(
+            &self.inner,
+            &self.job,
+            &mut self.m,
+            &mut self.rng,
+            (attempt, member, self.pooled.as_mut()),
+            resp,
+            now,
+            &mut self.records,
+        )
+        .await
+    }
+
+    /// An error answer: its body read up to the bound, classified (see
+    /// [`classify_error_answer`]), and told to the machine and the store.
+    async fn error_answer<R>(&mut self, resp: Response<R>, now: Now) -> (Answer, Decision)
+    where
+        R: Body<Data = Bytes> + Send + Unpin + 'static,
+    {
+        let max = self.inner.config.max_error_body;
+        let (rparts, rbody) = resp.into_parts();
+        let body = crate::body::replay::read_prefix(rbody, max).await;
+        let c = classify_error_answer(self.job.provider, &rparts, &body, max, now);
+        let policy = &self.inner.config.policy;
+        let update = self.m.job.answered(policy, &c, None, &mut self.rng, now);
+        let d = apply(&self.inner, &mut self.m, update, now).await;
+        let answer = Answer {
+            classification: c,
+            response: Some((rparts.status, rparts.headers, body)),
+            source: None,
+        };
+        (answer, d)
+    }
+
+    /// A send that brought no answer: classified by how it failed (see
+    /// [`failure_of`]), and told to the machine and the store, with
+    /// whether the request may have reached the provider.
+    async fn transport_failed(
+        &mut self,
+        e: BoxError,
+        called: bool,
+        now: Now,
+    ) -> (Answer, Decision) {
+        let failure = failure_of(&*e, called);
+        let c = classify_transport(self.job.provider.unwrap_or(Provider::Generic), failure);
+        let policy = &self.inner.config.policy;
+        let maybe_sent = called && failure.maybe_sent();
+        let update = self
+            .m
+            .job
+            .failed(policy, &c, maybe_sent, &mut self.rng, now);
+        let d = apply(&self.inner, &mut self.m, update, now).await;
+        let answer = Answer {
+            classification: c,
+            response: None,
+            source: Some(e),
+        };
+        (answer, d)
+    }
+
+    /// After an answer that did not end the call: the pool says where the
+    /// next attempt goes (this member after its delay, another now, or —
+    /// a stopped member — the pool's next choice); a retry's delay is
+    /// noted, so the job does not queue through it; the attempt is
+    /// recorded; the answer is kept as the evidence of a job that then
+    /// ends.
+    async fn answered(
+        &mut self,
+        attempt: u32,
+        member: Option<String>,
+        answer: Answer,
+        d: Decision,
+        now: Now,
+    ) {
+        if let Some(p) = self.pooled.as_mut() {
+            let policy = &self.inner.config.policy;
+            let moved = p.answered(&mut self.m.job, &answer.classification, &d, policy, now);
+            tracing::debug!(job_id = %self.job.id, attempt, ?moved, "pool");
+        }
+        self.retry_delay = delays_retry(&d);
         record(
-            &inner,
-            &job,
+            &self.inner,
+            &self.job,
             (attempt, member),
             &answer.classification,
             &d,
             now,
-            &mut records,
+            &mut self.records,
         )
         .await;
-        last = Some(answer);
+        self.last = Some(answer);
     }
+}
+
+/// Awaits `call`, cut at `limit` when there is one: the request may then
+/// have reached the provider, so its outcome is unknown ([`SendTimedOut`],
+/// as called). Any error here is one of a called service.
+async fn within<F, T, E>(
+    call: F,
+    limit: Option<std::time::Duration>,
+    clock: &dyn crate::clock::Clock,
+) -> Result<T, (BoxError, bool)>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    match limit {
+        None => call.await.map_err(|e| (e.into(), true)),
+        Some(limit) => {
+            let late = clock.sleep_until(clock.now().instant + limit);
+            match futures::future::select(std::pin::pin!(call), late).await {
+                futures::future::Either::Left((r, _)) => r.map_err(|e| (e.into(), true)),
+                futures::future::Either::Right(_) => {
+                    Err((Box::new(SendTimedOut(limit)) as BoxError, true))
+                }
+            }
+        }
+    }
+}
+
+/// Stamps an attempt's request with the job's id (when it is a valid
+/// header value) and the attempt's number.
+fn stamp(h: &mut http::HeaderMap, job_id: &str, attempt: u32) {
+    if let Ok(v) = HeaderValue::from_str(job_id) {
+        h.insert(JOB_HEADER, v);
+    }
+    h.insert(ATTEMPT_HEADER, HeaderValue::from(attempt));
+}
+
+/// Classifies an error answer from the first `max` bytes of its body. A
+/// compressed body is classified from a decoded copy (the answer keeps the
+/// bytes as they were sent); the provider is the configured one or, with
+/// none, the one the answer shows.
+fn classify_error_answer(
+    configured: Option<Provider>,
+    parts: &http::response::Parts,
+    body: &Bytes,
+    max: usize,
+    now: Now,
+) -> Classification {
+    let decoded = crate::body::decode::decoded_prefix(Coding::of(&parts.headers), body, max);
+    let view = decoded.as_deref().unwrap_or(body);
+    let provider = provider_of(configured, &parts.headers, view);
+    classify_response(
+        provider,
+        &ResponseView {
+            status: parts.status,
+            headers: &parts.headers,
+            body: view,
+        },
+        now.wall,
+    )
+}
+
+/// How a send that brought no answer failed: cut at the send timeout, a
+/// transport error of a called service, or — never called — refused
+/// before anything was sent.
+fn failure_of(
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+    called: bool,
+) -> TransportFailure {
+    if e.is::<SendTimedOut>() {
+        TransportFailure::TimeoutAfterSend
+    } else if called {
+        transport_failure(e)
+    } else {
+        TransportFailure::ConnectRefused
+    }
+}
+
+/// A decision to retry after a delay: the job waits it out of the queue.
+fn delays_retry(d: &Decision) -> bool {
+    matches!(d.action, Action::Retry { delay } if !delay.is_zero())
 }
 
 /// Waits for `ticket`'s turn: until it is the head of its queue, or, at
@@ -886,5 +1109,86 @@ where
                 };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewise_core::Cause;
+    use std::io::Write;
+
+    fn now() -> Now {
+        Now {
+            instant: Instant::ZERO,
+            wall: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000),
+        }
+    }
+
+    fn parts(status: u16, headers: &[(&str, &str)]) -> http::response::Parts {
+        let mut b = Response::builder().status(status);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn an_attempt_is_stamped_with_its_job_and_number() {
+        let mut h = http::HeaderMap::new();
+        stamp(&mut h, "job-7", 3);
+        assert_eq!(h[JOB_HEADER], "job-7");
+        assert_eq!(h[ATTEMPT_HEADER], "3");
+        // A job id no header can carry is left out; the number still goes.
+        let mut h = http::HeaderMap::new();
+        stamp(&mut h, "bad\nid", 1);
+        assert!(h.get(JOB_HEADER).is_none());
+        assert_eq!(h[ATTEMPT_HEADER], "1");
+    }
+
+    #[test]
+    fn a_send_without_an_answer_is_told_by_how_it_failed() {
+        let timed_out: BoxError = Box::new(SendTimedOut(std::time::Duration::from_secs(5)));
+        assert_eq!(
+            failure_of(&*timed_out, true),
+            TransportFailure::TimeoutAfterSend
+        );
+        // A service never called sent nothing, whatever its error says.
+        let other: BoxError = "not ready".into();
+        assert_eq!(failure_of(&*other, false), TransportFailure::ConnectRefused);
+    }
+
+    #[test]
+    fn a_compressed_error_answer_is_classified_from_its_decoded_body() {
+        let json = br#"{"error":{"type":"insufficient_quota","code":"insufficient_quota","message":"You exceeded your current quota"}}"#;
+        let plain = classify_error_answer(
+            Some(Provider::Openai),
+            &parts(429, &[("content-type", "application/json")]),
+            &Bytes::from_static(json),
+            64 * 1024,
+            now(),
+        );
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(json).unwrap();
+        let zipped = Bytes::from(gz.finish().unwrap());
+        let decoded = classify_error_answer(
+            Some(Provider::Openai),
+            &parts(
+                429,
+                &[
+                    ("content-type", "application/json"),
+                    ("content-encoding", "gzip"),
+                ],
+            ),
+            &zipped,
+            64 * 1024,
+            now(),
+        );
+        assert_eq!(
+            decoded.evidence.error_type.as_deref(),
+            Some("insufficient_quota")
+        );
+        assert_eq!(decoded.cause, plain.cause);
+        assert_ne!(decoded.cause, Cause::Unknown);
     }
 }
