@@ -675,17 +675,128 @@ impl ProxyConfig {
         Self::from_parts(flags, file, env)
     }
 
+    /// The configuration from the flags and the file, read in the order
+    /// of its phases: the addresses, the upstreams and pools, the layer
+    /// (policy, bounds, admission), then Redis, the journal, the admin's
+    /// access and the key table. Each phase checks its own part; the
+    /// first error found is the one reported.
     fn from_parts(
         flags: &Flags,
         file: File,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<ProxyConfig, ConfigError> {
+        let File {
+            listen,
+            admin,
+            log,
+            journal,
+            redis,
+            upstream,
+            policy,
+            limits,
+            class,
+            key,
+            group,
+            spend,
+            bounds,
+            key_table,
+            pools: pool_specs,
+        } = file;
+        let addresses = Addresses::read(flags, listen.as_deref(), admin)?;
+        let upstreams = upstreams(flags, upstream)?;
+        if upstreams.is_empty() && pool_specs.is_empty() {
+            return Err(invalid(
+                "no upstream: give --upstream URL, or an [[upstream]] or a [[pools]] in --config",
+            ));
+        }
+        let pools = pools(&pool_specs, &env)?;
+
+        // What the file says in words the reader still takes but would
+        // rather not (old spellings): logged at start.
+        let mut warnings = Vec::new();
+        let mut layer = ratewise_tower::Config::default();
+        let policy = policy.unwrap_or_default();
+        apply_policy(&policy, &mut layer)?;
+        let bounds = bounds.unwrap_or_default();
+        let checked = apply_bounds(&bounds, &mut layer)?;
+        let admission = AdmissionFile {
+            learn_margins: policy.learn_margins,
+            limits,
+            class,
+            group,
+            key,
+            spend,
+        };
+        admission.apply(&mut layer.admission, &env, &mut warnings)?;
+
+        let redis = redis_settings(redis, flags.redis.as_deref())?;
+        let journal = flags.journal.clone().or(journal);
+        let admin_access = crate::admin::settings::AdminSettings::from_file(
+            addresses.admin_file,
+            addresses.admin,
+            journal.as_deref(),
+            &env,
+        )?;
+        let key_table = key_table_of(key_table)?;
+        let (max_connections, max_connections_source) = match bounds.max_connections {
+            Some(n) => (n, CapSource::Configured),
+            None => connection_cap(),
+        };
+        Ok(ProxyConfig {
+            warnings,
+            admin_access,
+            key_table,
+            listen: addresses.listen,
+            admin: addresses.admin,
+            upstreams,
+            pools,
+            layer,
+            journal,
+            redis,
+            log: log.unwrap_or_default(),
+            grace: Duration::from_secs(bounds.grace_s.unwrap_or(30)),
+            body_timeout: Duration::from_millis(bounds.body_timeout_ms.unwrap_or(30_000).max(1)),
+            max_deadline: policy
+                .max_deadline_ms
+                .map_or(MAX_DEADLINE, Duration::from_millis),
+            header_read_timeout: checked.header_read_timeout,
+            idle_timeout: bounds
+                .idle_timeout_ms
+                .map_or(IDLE_TIMEOUT, Duration::from_millis),
+            max_connections,
+            max_connections_source,
+            max_body_memory: checked.max_body_memory,
+        })
+    }
+}
+
+/// The two listeners' addresses, and the rest of the `[admin]` table (who
+/// may call it), read first: everything after may name the admin's
+/// address (its access settings do).
+struct Addresses {
+    /// `--listen`, else `listen =`, else 127.0.0.1:8787.
+    listen: SocketAddr,
+    /// `--admin`, else `admin =` (or `[admin] address`), else
+    /// 127.0.0.1:8788.
+    admin: SocketAddr,
+    /// The `[admin]` table without its address.
+    admin_file: crate::admin::settings::AdminFile,
+}
+
+impl Addresses {
+    /// Flags win over the file; the admin listener may not share the
+    /// callers' address (a port 0 each is two ports).
+    fn read(
+        flags: &Flags,
+        listen: Option<&str>,
+        admin: Option<AdminEntry>,
+    ) -> Result<Addresses, ConfigError> {
         let listen = address(
-            flags.listen.as_deref().or(file.listen.as_deref()),
+            flags.listen.as_deref().or(listen),
             "127.0.0.1:8787",
             "listen",
         )?;
-        let (admin_address, admin_file) = match file.admin {
+        let (admin_address, admin_file) = match admin {
             None => (None, Default::default()),
             Some(AdminEntry::Address(a)) => (Some(a), Default::default()),
             Some(AdminEntry::Table(mut t)) => (t.address.take(), t),
@@ -700,213 +811,234 @@ impl ProxyConfig {
                 "--admin must not be the callers' address (--listen)",
             ));
         }
+        Ok(Addresses {
+            listen,
+            admin,
+            admin_file,
+        })
+    }
+}
 
-        let mut upstreams = Vec::new();
-        let flag_provider = match flags.provider.as_deref() {
+/// The upstreams: `--upstream` first (named `default`, read as
+/// `--provider` says), then each `[[upstream]]` in the file's order. Each
+/// upstream's provider is resolved here ([`resolve_provider`]), so the
+/// start log can say where it came from.
+fn upstreams(flags: &Flags, file: Vec<UpstreamFile>) -> Result<Vec<Upstream>, ConfigError> {
+    let mut upstreams = Vec::new();
+    let flag_provider = match flags.provider.as_deref() {
+        None => None,
+        Some(w) => provider_word(w).map_err(|e| invalid(format!("--provider: {e}")))?,
+    };
+    if flags.provider.is_some() && flags.upstream.is_none() {
+        return Err(invalid(
+            "--provider names the provider of --upstream: give --upstream too (in --config, say provider = … in each [[upstream]])",
+        ));
+    }
+    if let Some(url) = &flags.upstream {
+        let url = base_url(url)?;
+        let (provider, provider_source) =
+            resolve_provider(&url, flag_provider, ProviderSource::Flag);
+        upstreams.push(Upstream {
+            name: "default".into(),
+            url,
+            provider,
+            provider_source,
+            paths: Vec::new(),
+            ca_file: None,
+            roots: Roots::Webpki,
+        });
+    }
+    for (i, u) in file.into_iter().enumerate() {
+        let given = match u.provider.as_deref() {
             None => None,
-            Some(w) => provider_word(w).map_err(|e| invalid(format!("--provider: {e}")))?,
+            Some(p) => provider_word(p).map_err(|e| invalid(format!("upstream {}: {e}", i + 1)))?,
         };
-        if flags.provider.is_some() && flags.upstream.is_none() {
-            return Err(invalid(
-                "--provider names the provider of --upstream: give --upstream too (in --config, say provider = … in each [[upstream]])",
-            ));
-        }
-        if let Some(url) = &flags.upstream {
-            let url = base_url(url)?;
-            let (provider, provider_source) =
-                resolve_provider(&url, flag_provider, ProviderSource::Flag);
-            upstreams.push(Upstream {
-                name: "default".into(),
-                url,
-                provider,
-                provider_source,
-                paths: Vec::new(),
-                ca_file: None,
-                roots: Roots::Webpki,
-            });
-        }
-        for (i, u) in file.upstream.into_iter().enumerate() {
-            let given = match u.provider.as_deref() {
-                None => None,
-                Some(p) => {
-                    provider_word(p).map_err(|e| invalid(format!("upstream {}: {e}", i + 1)))?
-                }
-            };
-            for p in &u.paths {
-                if !p.starts_with('/') {
-                    return Err(invalid(format!("upstream path {p:?} must start with /")));
-                }
+        for p in &u.paths {
+            if !p.starts_with('/') {
+                return Err(invalid(format!("upstream path {p:?} must start with /")));
             }
-            let url = base_url(&u.url)?;
-            let (provider, provider_source) = resolve_provider(&url, given, ProviderSource::File);
-            upstreams.push(Upstream {
-                name: u.name.unwrap_or_else(|| format!("upstream-{}", i + 1)),
-                url,
-                provider,
-                provider_source,
-                paths: u.paths,
-                ca_file: u.ca_file,
-                roots: u.roots,
-            });
         }
-        if upstreams.is_empty() && file.pools.is_empty() {
-            return Err(invalid(
-                "no upstream: give --upstream URL, or an [[upstream]] or a [[pools]] in --config",
-            ));
-        }
-        let pools = pools(&file.pools, &env)?;
+        let url = base_url(&u.url)?;
+        let (provider, provider_source) = resolve_provider(&url, given, ProviderSource::File);
+        upstreams.push(Upstream {
+            name: u.name.unwrap_or_else(|| format!("upstream-{}", i + 1)),
+            url,
+            provider,
+            provider_source,
+            paths: u.paths,
+            ca_file: u.ca_file,
+            roots: u.roots,
+        });
+    }
+    Ok(upstreams)
+}
 
-        // What the file says in words the reader still takes but would
-        // rather not (old spellings): logged at start.
-        let mut warnings = Vec::new();
-        let mut layer = ratewise_tower::Config::default();
-        let policy = file.policy.unwrap_or_default();
-        if let Some(n) = policy.max_attempts {
-            if n == 0 {
-                return Err(invalid("policy.max_attempts must be at least 1"));
-            }
-            layer.policy.max_attempts = n;
+/// `[policy]` into the layer's policy: attempts, the default deadline
+/// (none in the file: [`DEFAULT_DEADLINE`]), the inline wait and the send
+/// timeout. A zero attempt count or duration is refused rather than read
+/// as "never". The provider is left unset: it is read per upstream.
+fn apply_policy(
+    policy: &PolicyFile,
+    layer: &mut ratewise_tower::Config,
+) -> Result<(), ConfigError> {
+    if let Some(n) = policy.max_attempts {
+        if n == 0 {
+            return Err(invalid("policy.max_attempts must be at least 1"));
         }
-        for (name, v) in [
-            ("policy.default_deadline_ms", policy.default_deadline_ms),
-            ("policy.max_deadline_ms", policy.max_deadline_ms),
-            ("policy.send_timeout_ms", policy.send_timeout_ms),
-        ] {
-            if v == Some(0) {
-                return Err(invalid(format!("{name} must be more than 0")));
-            }
+        layer.policy.max_attempts = n;
+    }
+    for (name, v) in [
+        ("policy.default_deadline_ms", policy.default_deadline_ms),
+        ("policy.max_deadline_ms", policy.max_deadline_ms),
+        ("policy.send_timeout_ms", policy.send_timeout_ms),
+    ] {
+        if v == Some(0) {
+            return Err(invalid(format!("{name} must be more than 0")));
         }
-        layer.policy.default_deadline = Some(
-            policy
-                .default_deadline_ms
-                .map_or(DEFAULT_DEADLINE, Duration::from_millis),
-        );
-        if let Some(ms) = policy.max_inline_wait_ms {
-            layer.policy.max_inline_wait = Duration::from_millis(ms);
-        }
-        layer.policy.send_timeout = policy.send_timeout_ms.map(Duration::from_millis);
-        // The provider is read per upstream, from the answer when unset.
-        layer.provider = None;
-        let bounds = file.bounds.unwrap_or_default();
-        for (name, v) in [
-            ("bounds.max_request_body", bounds.max_request_body),
-            ("bounds.max_waiting", bounds.max_waiting),
-            (
-                "bounds.body_timeout_ms",
-                bounds.body_timeout_ms.map(|v| v as usize),
-            ),
-        ] {
-            if v == Some(0) {
-                return Err(invalid(format!("{name} must be more than 0")));
-            }
-        }
-        for (name, v) in [
-            (
-                "bounds.header_read_timeout_ms",
-                bounds.header_read_timeout_ms,
-            ),
-            ("bounds.idle_timeout_ms", bounds.idle_timeout_ms),
-            (
-                "bounds.max_connections",
-                bounds.max_connections.map(|v| v as u64),
-            ),
-            (
-                "bounds.max_body_memory",
-                bounds.max_body_memory.map(|v| v as u64),
-            ),
-        ] {
-            if v == Some(0) {
-                return Err(invalid(format!("{name} must be more than 0")));
-            }
-        }
-        let header_read_timeout = bounds
-            .header_read_timeout_ms
-            .map_or(HEADER_READ_TIMEOUT, Duration::from_millis);
-        if header_read_timeout > MAX_HEADER_READ_TIMEOUT {
-            return Err(invalid(
-                "bounds.header_read_timeout_ms must be at most 30000",
-            ));
-        }
-        if let Some(n) = bounds.max_request_body {
-            layer.max_request_body = n;
-        }
-        // Acquired in one piece per request: one body must fit, and the
-        // count fits the semaphore's u32.
-        let max_body_memory = bounds.max_body_memory.unwrap_or(MAX_BODY_MEMORY);
-        if max_body_memory < layer.max_request_body || max_body_memory > u32::MAX as usize {
-            return Err(invalid(format!(
-                "bounds.max_body_memory must be at least bounds.max_request_body ({}) and below 4 GiB",
-                layer.max_request_body
-            )));
-        }
-        layer.max_waiting = bounds.max_waiting;
+    }
+    layer.policy.default_deadline = Some(
+        policy
+            .default_deadline_ms
+            .map_or(DEFAULT_DEADLINE, Duration::from_millis),
+    );
+    if let Some(ms) = policy.max_inline_wait_ms {
+        layer.policy.max_inline_wait = Duration::from_millis(ms);
+    }
+    layer.policy.send_timeout = policy.send_timeout_ms.map(Duration::from_millis);
+    // The provider is read per upstream, from the answer when unset.
+    layer.provider = None;
+    Ok(())
+}
 
-        let adm = &mut layer.admission;
-        if let Some(on) = policy.learn_margins {
+/// The `[bounds]` values checked here that are not read straight into the
+/// [`ProxyConfig`] (see [`apply_bounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CheckedBounds {
+    header_read_timeout: Duration,
+    max_body_memory: usize,
+}
+
+/// `[bounds]` checked, and the layer's part of it applied (the largest
+/// body, the waiting bound). No bound may be 0; the header timeout is at
+/// most [`MAX_HEADER_READ_TIMEOUT`]; the body memory must hold one
+/// largest body and fit the semaphore's u32 (a request acquires its
+/// body's place in one piece).
+fn apply_bounds(
+    bounds: &BoundsFile,
+    layer: &mut ratewise_tower::Config,
+) -> Result<CheckedBounds, ConfigError> {
+    for (name, v) in [
+        ("bounds.max_request_body", bounds.max_request_body),
+        ("bounds.max_waiting", bounds.max_waiting),
+        (
+            "bounds.body_timeout_ms",
+            bounds.body_timeout_ms.map(|v| v as usize),
+        ),
+    ] {
+        if v == Some(0) {
+            return Err(invalid(format!("{name} must be more than 0")));
+        }
+    }
+    for (name, v) in [
+        (
+            "bounds.header_read_timeout_ms",
+            bounds.header_read_timeout_ms,
+        ),
+        ("bounds.idle_timeout_ms", bounds.idle_timeout_ms),
+        (
+            "bounds.max_connections",
+            bounds.max_connections.map(|v| v as u64),
+        ),
+        (
+            "bounds.max_body_memory",
+            bounds.max_body_memory.map(|v| v as u64),
+        ),
+    ] {
+        if v == Some(0) {
+            return Err(invalid(format!("{name} must be more than 0")));
+        }
+    }
+    let header_read_timeout = bounds
+        .header_read_timeout_ms
+        .map_or(HEADER_READ_TIMEOUT, Duration::from_millis);
+    if header_read_timeout > MAX_HEADER_READ_TIMEOUT {
+        return Err(invalid(
+            "bounds.header_read_timeout_ms must be at most 30000",
+        ));
+    }
+    if let Some(n) = bounds.max_request_body {
+        layer.max_request_body = n;
+    }
+    // Acquired in one piece per request: one body must fit, and the
+    // count fits the semaphore's u32.
+    let max_body_memory = bounds.max_body_memory.unwrap_or(MAX_BODY_MEMORY);
+    if max_body_memory < layer.max_request_body || max_body_memory > u32::MAX as usize {
+        return Err(invalid(format!(
+            "bounds.max_body_memory must be at least bounds.max_request_body ({}) and below 4 GiB",
+            layer.max_request_body
+        )));
+    }
+    layer.max_waiting = bounds.max_waiting;
+    Ok(CheckedBounds {
+        header_read_timeout,
+        max_body_memory,
+    })
+}
+
+/// The file's admission part: `[limits]`, `[[class]]`, `[[group]]`,
+/// `[[key]]`, `[spend]` and `policy.learn_margins`, read together since
+/// the limits of classes, groups and keys are one list in the end.
+struct AdmissionFile {
+    learn_margins: Option<bool>,
+    limits: Option<LimitsFile>,
+    class: Vec<ClassFile>,
+    group: Vec<GroupFile>,
+    key: Vec<KeyFile>,
+    spend: Option<SpendFile>,
+}
+
+impl AdmissionFile {
+    /// Applies it to `adm`, in the order the errors are reported: the
+    /// top-level limits, `in_flight` anywhere else (refused), the classes,
+    /// the groups, the keys ([`key_fingerprint`]), the spend. Old limit
+    /// spellings add to `warnings`.
+    fn apply(
+        self,
+        adm: &mut admit::Config,
+        env: &impl Fn(&str) -> Option<String>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ConfigError> {
+        if let Some(on) = self.learn_margins {
             adm.learn_margins = on;
         }
-        if let Some(l) = file.limits {
-            adm.limits = l.limits("[limits]", &mut warnings)?;
+        if let Some(l) = self.limits {
+            adm.limits = l.limits("[limits]", warnings)?;
             adm.max_in_flight = l.in_flight.filter(|n| *n > 0);
         }
-        let per_entry_in_flight = file.class.iter().any(|c| c.limits.in_flight.is_some())
-            || file
-                .group
-                .iter()
-                .any(|g| g.limits.is_some_and(|l| l.in_flight.is_some()))
-            || file
-                .key
-                .iter()
-                .any(|k| k.limits.is_some_and(|l| l.in_flight.is_some()));
-        if per_entry_in_flight {
+        if self.in_flight_below_the_top() {
             return Err(invalid(
                 "limits.in_flight applies to every key alike: give it in the top-level [limits] only"
                     .to_owned(),
             ));
         }
-        for c in file.class {
+        for c in self.class {
             let limits = c
                 .limits
-                .limits(&format!("class {:?} limits", c.name), &mut warnings)?;
+                .limits(&format!("class {:?} limits", c.name), warnings)?;
             adm.classes.set(c.name.clone(), c.name.clone());
             adm.class_limits.push((c.name, limits));
         }
-        for g in &file.group {
+        for g in &self.group {
             if let Some(l) = g.limits {
                 adm.key_limits.push(KeyLimits {
                     key: g.name.clone(),
                     class: None,
-                    limits: l.limits(&format!("group {:?} limits", g.name), &mut warnings)?,
+                    limits: l.limits(&format!("group {:?} limits", g.name), warnings)?,
                 });
             }
         }
-        for (i, k) in file.key.into_iter().enumerate() {
-            let fp = match (&k.fingerprint, &k.env) {
-                (Some(fp), None) => match crate::keys::normalized(fp) {
-                    Some(fp) => fp,
-                    None => {
-                        return Err(invalid(format!(
-                            "key {}: a fingerprint looks like fp-0123456789abcdef (see /status)",
-                            i + 1
-                        )))
-                    }
-                },
-                (None, Some(var)) => match env(var) {
-                    Some(key) if !key.trim().is_empty() => fingerprint(key.trim()),
-                    _ => {
-                        return Err(invalid(format!(
-                            "key {}: environment variable {var} is not set",
-                            i + 1
-                        )))
-                    }
-                },
-                _ => {
-                    return Err(invalid(format!(
-                        "key {}: give exactly one of fingerprint or env",
-                        i + 1
-                    )))
-                }
-            };
+        for (i, k) in self.key.into_iter().enumerate() {
+            let fp = key_fingerprint(i, &k, env)?;
             if let Some(g) = &k.group {
                 adm.key_groups.push((fp.clone(), g.clone()));
             }
@@ -914,11 +1046,11 @@ impl ProxyConfig {
                 adm.key_limits.push(KeyLimits {
                     key: k.group.clone().unwrap_or(fp),
                     class: None,
-                    limits: l.limits(&format!("key {} limits", i + 1), &mut warnings)?,
+                    limits: l.limits(&format!("key {} limits", i + 1), warnings)?,
                 });
             }
         }
-        if let Some(s) = file.spend {
+        if let Some(s) = self.spend {
             let mut sc = SpendConfig::default();
             if let Some(w) = s.window_s {
                 sc.window = Duration::from_secs(w.max(1));
@@ -930,111 +1062,138 @@ impl ProxyConfig {
         // Limits the operator gave are known: the ramp starts warm only for
         // learned ones (admit's default).
         let _: &admit::Config = adm;
+        Ok(())
+    }
 
-        let mut redis = match file.redis {
-            None => None,
-            Some(RedisFile::Url(url)) => Some(RedisSettings {
-                url,
-                prefix: None,
-                fallback_share: None,
-                record_ttl: None,
-            }),
-            Some(RedisFile::Table(t)) => {
-                if let Some(f) = t.fallback_share {
-                    if !(f > 0.0 && f <= 1.0) {
-                        return Err(invalid(format!(
-                            "redis.fallback_share: {f} is not a share in (0, 1]"
-                        )));
-                    }
-                }
-                if t.prefix
-                    .as_deref()
-                    .is_some_and(|p| p.is_empty() || p.contains(['{', '}']))
-                {
-                    return Err(invalid(
-                        "redis.prefix: must be non-empty and without braces (Redis Cluster hash tags)",
-                    ));
-                }
-                Some(RedisSettings {
-                    url: t.url,
-                    prefix: t.prefix,
-                    fallback_share: t.fallback_share,
-                    record_ttl: match t.record_ttl_s {
-                        Some(0) => return Err(invalid("redis.record_ttl_s must be more than 0")),
-                        s => s.map(Duration::from_secs),
-                    },
-                })
-            }
-        };
-        if let Some(url) = &flags.redis {
-            match &mut redis {
-                Some(r) => r.url = url.clone(),
-                None => {
-                    redis = Some(RedisSettings {
-                        url: url.clone(),
-                        prefix: None,
-                        fallback_share: None,
-                        record_ttl: None,
-                    })
-                }
+    /// Whether a class, group or key gives `limits.in_flight`: it bounds
+    /// every key alike, so only the top-level `[limits]` may.
+    fn in_flight_below_the_top(&self) -> bool {
+        self.class.iter().any(|c| c.limits.in_flight.is_some())
+            || self
+                .group
+                .iter()
+                .any(|g| g.limits.is_some_and(|l| l.in_flight.is_some()))
+            || self
+                .key
+                .iter()
+                .any(|k| k.limits.is_some_and(|l| l.in_flight.is_some()))
+    }
+}
+
+/// The fingerprint the `i`th `[[key]]` (from 0) names: its `fingerprint`
+/// (normalized), or that of the key in the variable its `env` names —
+/// exactly one of them. The key itself is never kept, nor said in an
+/// error.
+fn key_fingerprint(
+    i: usize,
+    k: &KeyFile,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    match (&k.fingerprint, &k.env) {
+        (Some(fp), None) => crate::keys::normalized(fp).ok_or_else(|| {
+            invalid(format!(
+                "key {}: a fingerprint looks like fp-0123456789abcdef (see /status)",
+                i + 1
+            ))
+        }),
+        (None, Some(var)) => match env(var) {
+            Some(key) if !key.trim().is_empty() => Ok(fingerprint(key.trim())),
+            _ => Err(invalid(format!(
+                "key {}: environment variable {var} is not set",
+                i + 1
+            ))),
+        },
+        _ => Err(invalid(format!(
+            "key {}: give exactly one of fingerprint or env",
+            i + 1
+        ))),
+    }
+}
+
+/// Redis, from `redis =` (a URL or a table) and `--redis` (its URL wins,
+/// the table's options stay). The table's options are checked, then the
+/// URL, whichever gave it.
+fn redis_settings(
+    file: Option<RedisFile>,
+    flag: Option<&str>,
+) -> Result<Option<RedisSettings>, ConfigError> {
+    let mut redis = match file {
+        None => None,
+        Some(RedisFile::Url(url)) => Some(RedisSettings::at(url)),
+        Some(RedisFile::Table(t)) => Some(RedisSettings::of_table(t)?),
+    };
+    if let Some(url) = flag {
+        match &mut redis {
+            Some(r) => r.url = url.to_owned(),
+            None => redis = Some(RedisSettings::at(url.to_owned())),
+        }
+    }
+    if let Some(r) = &redis {
+        if !(r.url.starts_with("redis://")
+            || r.url.starts_with("redis+unix://")
+            || r.url.starts_with("unix://"))
+        {
+            return Err(invalid(
+                "redis: not a Redis URL (redis://host:port/db)".to_owned(),
+            ));
+        }
+    }
+    Ok(redis)
+}
+
+impl RedisSettings {
+    /// At `url`, every option its default.
+    fn at(url: String) -> RedisSettings {
+        RedisSettings {
+            url,
+            prefix: None,
+            fallback_share: None,
+            record_ttl: None,
+        }
+    }
+
+    /// A `[redis]` table, its options checked: a share in (0, 1], a
+    /// prefix that is no Redis Cluster hash tag, a record TTL above 0.
+    fn of_table(t: RedisTable) -> Result<RedisSettings, ConfigError> {
+        if let Some(f) = t.fallback_share {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(invalid(format!(
+                    "redis.fallback_share: {f} is not a share in (0, 1]"
+                )));
             }
         }
-        if let Some(r) = &redis {
-            if !(r.url.starts_with("redis://")
-                || r.url.starts_with("redis+unix://")
-                || r.url.starts_with("unix://"))
-            {
-                return Err(invalid(
-                    "redis: not a Redis URL (redis://host:port/db)".to_owned(),
-                ));
-            }
+        if t.prefix
+            .as_deref()
+            .is_some_and(|p| p.is_empty() || p.contains(['{', '}']))
+        {
+            return Err(invalid(
+                "redis.prefix: must be non-empty and without braces (Redis Cluster hash tags)",
+            ));
         }
-        let journal = flags.journal.clone().or(file.journal);
-        let admin_access = crate::admin::settings::AdminSettings::from_file(
-            admin_file,
-            admin,
-            journal.as_deref(),
-            &env,
-        )?;
-        let kt = file.key_table.unwrap_or_default();
-        if kt.max_keys == Some(0) || kt.idle_s == Some(0) {
-            return Err(invalid("key_table.max_keys and idle_s must be more than 0"));
-        }
-        let defaults = KeyTable::default();
-        let key_table = KeyTable {
-            max_keys: kt.max_keys.unwrap_or(defaults.max_keys),
-            idle: kt.idle_s.map_or(defaults.idle, Duration::from_secs),
-        };
-        let (max_connections, max_connections_source) = match bounds.max_connections {
-            Some(n) => (n, CapSource::Configured),
-            None => connection_cap(),
-        };
-        Ok(ProxyConfig {
-            warnings,
-            admin_access,
-            key_table,
-            listen,
-            admin,
-            upstreams,
-            pools,
-            layer,
-            journal,
-            redis,
-            log: file.log.unwrap_or_default(),
-            grace: Duration::from_secs(bounds.grace_s.unwrap_or(30)),
-            body_timeout: Duration::from_millis(bounds.body_timeout_ms.unwrap_or(30_000).max(1)),
-            max_deadline: policy
-                .max_deadline_ms
-                .map_or(MAX_DEADLINE, Duration::from_millis),
-            header_read_timeout,
-            idle_timeout: bounds
-                .idle_timeout_ms
-                .map_or(IDLE_TIMEOUT, Duration::from_millis),
-            max_connections,
-            max_connections_source,
-            max_body_memory,
+        Ok(RedisSettings {
+            url: t.url,
+            prefix: t.prefix,
+            fallback_share: t.fallback_share,
+            record_ttl: match t.record_ttl_s {
+                Some(0) => return Err(invalid("redis.record_ttl_s must be more than 0")),
+                s => s.map(Duration::from_secs),
+            },
         })
     }
+}
+
+/// `[key_table]`, its unset bounds [`KeyTable::default`]'s; neither may
+/// be 0.
+fn key_table_of(file: Option<KeyTableFile>) -> Result<KeyTable, ConfigError> {
+    let kt = file.unwrap_or_default();
+    if kt.max_keys == Some(0) || kt.idle_s == Some(0) {
+        return Err(invalid("key_table.max_keys and idle_s must be more than 0"));
+    }
+    let defaults = KeyTable::default();
+    Ok(KeyTable {
+        max_keys: kt.max_keys.unwrap_or(defaults.max_keys),
+        idle: kt.idle_s.map_or(defaults.idle, Duration::from_secs),
+    })
 }
 
 /// One `[[pools]]` table, checked and built: the callers presenting its
@@ -1174,6 +1333,98 @@ mod tests {
         assert_eq!(c.max_connections, 5);
         assert_eq!(c.max_connections_source, CapSource::Configured);
         assert_eq!(c.max_body_memory, 40_000_000);
+    }
+
+    #[test]
+    fn a_key_is_named_by_its_fingerprint_or_its_variable_never_both() {
+        let key = |fingerprint: Option<&str>, env: Option<&str>| KeyFile {
+            fingerprint: fingerprint.map(str::to_owned),
+            env: env.map(str::to_owned),
+            group: None,
+            limits: None,
+        };
+        let env = |v: &str| (v == "K").then(|| " sk-secret ".to_owned());
+        assert_eq!(
+            key_fingerprint(0, &key(None, Some("K")), &env).unwrap(),
+            fingerprint("sk-secret")
+        );
+        let fp = fingerprint("sk-secret");
+        assert_eq!(key_fingerprint(0, &key(Some(&fp), None), &env).unwrap(), fp);
+        for (k, why) in [
+            (
+                key(Some("fp-nope"), None),
+                "key 2: a fingerprint looks like",
+            ),
+            (
+                key(None, Some("UNSET")),
+                "key 2: environment variable UNSET",
+            ),
+            (key(None, None), "key 2: give exactly one"),
+            (key(Some(&fp), Some("K")), "key 2: give exactly one"),
+        ] {
+            let e = key_fingerprint(1, &k, &env).unwrap_err().to_string();
+            assert!(e.starts_with(why), "{e}");
+            assert!(!e.contains("sk-secret"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_redis_flag_keeps_the_tables_options_and_its_url_is_checked() {
+        let table = || {
+            RedisFile::Table(RedisTable {
+                url: "redis://file:6379".into(),
+                prefix: Some("rw".into()),
+                fallback_share: Some(0.5),
+                record_ttl_s: Some(60),
+            })
+        };
+        assert_eq!(redis_settings(None, None).unwrap(), None);
+        let r = redis_settings(Some(table()), Some("redis://flag:6379"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.url, "redis://flag:6379");
+        assert_eq!(r.prefix.as_deref(), Some("rw"));
+        assert_eq!(r.fallback_share, Some(0.5));
+        assert_eq!(r.record_ttl, Some(Duration::from_secs(60)));
+        let r = redis_settings(None, Some("unix:///tmp/r.sock"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r, RedisSettings::at("unix:///tmp/r.sock".into()));
+        assert!(redis_settings(Some(table()), Some("http://flag")).is_err());
+        assert!(redis_settings(Some(RedisFile::Url("file:6379".into())), None).is_err());
+    }
+
+    #[test]
+    fn a_zero_in_policy_or_bounds_is_refused_not_read_as_never() {
+        let mut layer = ratewise_tower::Config::default();
+        let policy = PolicyFile {
+            send_timeout_ms: Some(0),
+            ..PolicyFile::default()
+        };
+        let e = apply_policy(&policy, &mut layer).unwrap_err().to_string();
+        assert_eq!(e, "policy.send_timeout_ms must be more than 0");
+        apply_policy(&PolicyFile::default(), &mut layer).unwrap();
+        assert_eq!(layer.policy.default_deadline, Some(DEFAULT_DEADLINE));
+        let bounds = BoundsFile {
+            max_waiting: Some(0),
+            ..BoundsFile::default()
+        };
+        let e = apply_bounds(&bounds, &mut layer).unwrap_err().to_string();
+        assert_eq!(e, "bounds.max_waiting must be more than 0");
+        let checked = apply_bounds(&BoundsFile::default(), &mut layer).unwrap();
+        assert_eq!(
+            checked,
+            CheckedBounds {
+                header_read_timeout: HEADER_READ_TIMEOUT,
+                max_body_memory: MAX_BODY_MEMORY,
+            }
+        );
+        assert!(key_table_of(Some(KeyTableFile {
+            max_keys: Some(0),
+            idle_s: None
+        }))
+        .is_err());
+        assert_eq!(key_table_of(None).unwrap(), KeyTable::default());
     }
 
     fn flags(upstream: &str) -> Flags {

@@ -375,70 +375,151 @@ fn via(
         .ok_or(Nowhere::NoSuchUpstream)
 }
 
-/// One request as one job with its deadline and id.
+/// One request as one job with its deadline and id, in its phases: where
+/// it goes ([`Route::of`]), its head made ready for upstream
+/// ([`prepare_head`]), its body read whole ([`read_request_body`]), the
+/// request built ([`ready_request`]), run ([`run_job`]), and answered
+/// ([`answer_of`]). Each phase that turns the request away returns the
+/// answer in the caller's API's shape.
 async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> Response {
     let (mut parts, body) = req.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let api = PathApi::of(&path);
-    let query = path.split_once('?').map(|(_, q)| q);
-    // Where the job goes: the pool its caller's key selects, else an
-    // upstream.
-    let via = match via(&app, &parts.headers, &path, query, &api) {
-        Ok(v) => v,
-        Err(nowhere) => return nowhere.answer(&api),
+    let route = match Route::of(&app, &parts.uri, &parts.headers) {
+        Ok(r) => r,
+        Err(answer) => return answer,
     };
-    // Whose API the caller speaks: the upstream's provider, else the
-    // path's (see `route`); a pool's callers, the path's.
-    let provider = match via {
-        Via::Upstream(ui) => app.config.upstreams[ui]
-            .provider
-            .unwrap_or_else(|| api.provider()),
-        Via::Pool(_) => api.provider(),
-    };
-    // How the layer reads the answers: the upstream's provider, else each
-    // answer's own shape — but a Gemini path's answers are Gemini's (its
-    // streams are metered as Gemini's). A pool's layer reads each attempt
-    // as its member's provider's.
-    let reads = match via {
-        Via::Upstream(ui) => app.config.upstreams[ui]
-            .provider
-            .or((provider == Provider::Gemini).then_some(Provider::Gemini)),
-        Via::Pool(_) => None,
-    };
-    // The shape of the proxy's own answers: the caller's API's — OpenAI's
-    // on Gemini's OpenAI-compatible paths (`/v1beta/openai/…`).
-    let shape = match api {
-        PathApi::OpenaiCompatible => Provider::Openai,
-        _ => provider,
-    };
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        // The path as logs may show it: a `key=` in its query redacted.
-        let to = match via {
-            Via::Upstream(ui) => app.config.upstreams[ui].name.clone(),
-            Via::Pool(pi) => app.pools[pi].label(),
-        };
-        tracing::debug!(
-            path = %crate::keys::redacted_path(&path),
-            upstream = %to,
-            provider = provider.as_str(),
-            "request"
-        );
-    }
+    route.log(&app);
     if app.drain.is_draining() {
-        return shutting_down(shape, app.config.grace);
+        return shutting_down(route.shape, app.config.grace);
+    }
+    let key = match prepare_head(&app, &route, &mut parts, deadline, job_id) {
+        Ok(k) => k,
+        Err(answer) => return answer,
+    };
+    let (bytes, held) = match read_request_body(&app, body, &parts.headers, route.shape).await {
+        Ok(b) => b,
+        Err(answer) => return answer,
+    };
+    let ready = ready_request(&app, &route, parts, &key, job_id, bytes);
+    let sent = ready.sent.clone();
+    let result = run_job(&app, &route, ready, held, deadline).await;
+    let result = match result {
+        Ok(Ran::Answered(r)) => Ok(r),
+        Ok(Ran::NotSent) => return shutting_down(route.shape, app.config.grace),
+        Ok(Ran::Cut) => return cut_unknown(&app, &sent, job_id, route.shape),
+        Err(Late) => Err(Late),
+    };
+    answer_of(&app, &route, &key, deadline, result).await
+}
+
+/// Where a job goes and in whose shape it is answered: read from its path
+/// (and, for a pool, its caller's key) before anything else, since every
+/// answer after — even a refusal — is in the caller's API's shape.
+struct Route {
+    /// The path and query, as the caller sent them.
+    path: String,
+    /// The path, read.
+    api: PathApi,
+    /// The upstream or pool it goes to.
+    via: Via,
+    /// Whose API the caller speaks: the upstream's provider, else the
+    /// path's (see `route`); a pool's callers, the path's.
+    provider: Provider,
+    /// How the layer reads the answers: the upstream's provider, else each
+    /// answer's own shape — but a Gemini path's answers are Gemini's (its
+    /// streams are metered as Gemini's). A pool's layer reads each attempt
+    /// as its member's provider's.
+    reads: Option<Provider>,
+    /// The shape of the proxy's own answers: the caller's API's — OpenAI's
+    /// on Gemini's OpenAI-compatible paths (`/v1beta/openai/…`).
+    shape: Provider,
+}
+
+impl Route {
+    /// The route of a request to `uri` with these headers (a pool is
+    /// selected by the caller's key in them); `Err`: the answer to a
+    /// request that has nowhere to go ([`Nowhere`]).
+    // The `Err` is the answer, returned once up the stack: its size does
+    // not matter.
+    #[allow(clippy::result_large_err)]
+    fn of(app: &App, uri: &Uri, headers: &http::HeaderMap) -> Result<Route, Response> {
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+        let api = PathApi::of(&path);
+        let query = path.split_once('?').map(|(_, q)| q);
+        // Where the job goes: the pool its caller's key selects, else an
+        // upstream.
+        let via = match via(app, headers, &path, query, &api) {
+            Ok(v) => v,
+            Err(nowhere) => return Err(nowhere.answer(&api)),
+        };
+        let provider = match via {
+            Via::Upstream(ui) => app.config.upstreams[ui]
+                .provider
+                .unwrap_or_else(|| api.provider()),
+            Via::Pool(_) => api.provider(),
+        };
+        let reads = match via {
+            Via::Upstream(ui) => app.config.upstreams[ui]
+                .provider
+                .or((provider == Provider::Gemini).then_some(Provider::Gemini)),
+            Via::Pool(_) => None,
+        };
+        let shape = match api {
+            PathApi::OpenaiCompatible => Provider::Openai,
+            _ => provider,
+        };
+        Ok(Route {
+            path,
+            api,
+            via,
+            provider,
+            reads,
+            shape,
+        })
     }
 
-    // The key: its fingerprint names the shared state; the key itself
-    // stays in the request (its header, or Gemini's `?key=`), for the
-    // upstream alone. A pool's caller key is neither: it selected the
-    // pool, each member's route removes it and sets the member's own, and
-    // the members' keys are paced, each under its own fingerprint.
-    let key = match via {
-        Via::Upstream(_) => match caller_key(&parts.headers, query, Some(provider)) {
+    /// The query of the path, if any (where Gemini's `?key=` is).
+    fn query(&self) -> Option<&str> {
+        self.path.split_once('?').map(|(_, q)| q)
+    }
+
+    /// The debug line of a request: its path as logs may show it (a
+    /// `key=` in its query redacted), where it goes, and its provider.
+    fn log(&self, app: &App) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let to = match self.via {
+                Via::Upstream(ui) => app.config.upstreams[ui].name.clone(),
+                Via::Pool(pi) => app.pools[pi].label(),
+            };
+            tracing::debug!(
+                path = %crate::keys::redacted_path(&self.path),
+                upstream = %to,
+                provider = self.provider.as_str(),
+                "request"
+            );
+        }
+    }
+}
+
+/// Makes the request's head ready for upstream, and returns the job's key
+/// label. The key: its fingerprint names the shared state; the key itself
+/// stays in the request (its header, or Gemini's `?key=`), for the
+/// upstream alone. A pool's caller key is neither: it selected the pool,
+/// each member's route removes it and sets the member's own, and the
+/// members' keys are paced, each under its own fingerprint. Ratewise's
+/// own headers, the host and the hop-by-hop headers are removed; the URI
+/// becomes the upstream's. `Err`: a path that makes no valid URI (a 400).
+// The `Err` is the answer, returned once up the stack: its size does not
+// matter.
+#[allow(clippy::result_large_err)]
+fn prepare_head(
+    app: &App,
+    route: &Route,
+    parts: &mut http::request::Parts,
+    deadline: Duration,
+    job_id: &str,
+) -> Result<String, Response> {
+    let key = match route.via {
+        Via::Upstream(_) => match caller_key(&parts.headers, route.query(), Some(route.provider)) {
             Some(k) => app.keys.note(&k),
             None => ANONYMOUS.to_owned(),
         },
@@ -455,87 +536,81 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     strip_hop_by_hop(&mut parts.headers);
     // A pooled attempt's scheme and host are its member's (set by the
     // member's route): the caller's path on a placeholder until then.
-    let base = match via {
+    let base = match route.via {
         Via::Upstream(ui) => app.config.upstreams[ui].url.as_str(),
         Via::Pool(_) => "http://pool.invalid",
     };
-    parts.uri = match format!("{base}{path}").parse::<Uri>() {
+    parts.uri = match format!("{base}{}", route.path).parse::<Uri>() {
         Ok(u) => u,
         Err(_) => {
-            return answer::shaped(
-                shape,
+            return Err(answer::shaped(
+                route.shape,
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "ratewise: the request path is not valid",
-            )
+            ))
         }
     };
-    // The body, read whole before anything is reserved: bounded in size,
-    // in time (a caller that trickles it ties up nothing but its own
-    // connection), and with every other body held, in memory
-    // (`bounds.max_body_memory`). A drain ends the wait.
+    Ok(key)
+}
+
+/// The body, read whole before anything is reserved: bounded in size, in
+/// time (a caller that trickles it ties up nothing but its own
+/// connection), and with every other body held, in memory
+/// (`bounds.max_body_memory`). A drain ends the wait. With the bytes, the
+/// permits holding their place; `Err`: the answer (see
+/// [`BodyError::answer`]).
+async fn read_request_body(
+    app: &App,
+    body: Body,
+    headers: &http::HeaderMap,
+    shape: Provider,
+) -> Result<(Bytes, Vec<tokio::sync::OwnedSemaphorePermit>), Response> {
     let limit = app.config.layer.max_request_body;
     let by = tokio::time::Instant::now() + app.config.body_timeout;
-    let read = read_body(&app.body_memory, body, limit, &parts.headers, by);
+    let read = read_body(&app.body_memory, body, limit, headers, by);
     let mut phase = app.drain.subscribe();
     let drained = async move {
         let _ = phase.wait_for(|p| *p != Phase::Serving).await;
     };
     let read = tokio::select! {
         r = read => r,
-        _ = drained => return shutting_down(shape, app.config.grace),
+        _ = drained => return Err(shutting_down(shape, app.config.grace)),
     };
-    let (bytes, held) = match read {
-        Ok(b) => b,
-        Err(BodyError::TooLarge) => return answer::shaped(
-            shape,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request_too_large",
-            "ratewise: the request body is larger than the proxy accepts (bounds.max_request_body)",
-        ),
-        Err(BodyError::Unreadable) => {
-            return answer::shaped(
-                shape,
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "ratewise: the request body could not be read",
-            )
-        }
-        Err(BodyError::NoMemory) => {
-            tracing::warn!(
-                max_body_memory = app.config.max_body_memory,
-                "request bodies held reached bounds.max_body_memory: a request waited the body timeout and was turned away"
-            );
-            return answer::shaped(
-                shape,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded_error",
-                "ratewise: the proxy holds as many request bodies as it may (bounds.max_body_memory); retry later",
-            );
-        }
-        Err(BodyError::Late) => {
-            return answer::shaped(
-                shape,
-                StatusCode::REQUEST_TIMEOUT,
-                "timeout_error",
-                "ratewise: the request body did not arrive in time",
-            )
-        }
-    };
-    // The model: the path's (Gemini's model, Azure's deployment), else
-    // the body's. What the journal's attempt lines say of the job.
-    let path_model = api.model(provider).map(str::to_owned);
+    read.map_err(|e| e.answer(shape, app.config.max_body_memory))
+}
+
+/// A request ready to go: the request itself, and what watches it on its
+/// way (its sends on the wire, its cancellation).
+struct Ready {
+    req: http::Request<UpBody>,
+    sent: WireWatch,
+    cancel: ratewise_tower::Cancel,
+}
+
+/// The request built from its head and body, its job described for the
+/// journal. The model: the path's (Gemini's model, Azure's deployment),
+/// else the body's — what the journal's attempt lines say of the job. A
+/// Gemini request's output cap and stream flag are read by the layer from
+/// its path and body (`generationConfig.maxOutputTokens`): one reader of
+/// Gemini requests, the layer's.
+fn ready_request(
+    app: &App,
+    route: &Route,
+    mut parts: http::request::Parts,
+    key: &str,
+    job_id: &str,
+    bytes: Bytes,
+) -> Ready {
+    let path_model = route.api.model(route.provider).map(str::to_owned);
     if let Some(m) = &path_model {
         parts.extensions.insert(Model::new(m));
     }
     app.jobs.describe(
         job_id,
-        &key,
+        key,
         path_model.or_else(|| crate::jobs::model_of(&bytes)),
     );
-    // A Gemini request's output cap and stream flag are read by the layer
-    // from its path and body (`generationConfig.maxOutputTokens`): one
-    // reader of Gemini requests, the layer's.
     let sent = WireWatch::waiting(app.metrics.clone());
     parts.extensions.insert(sent.clone());
     // The job's cancellation: given when its caller leaves, and (through
@@ -545,124 +620,182 @@ async fn job(app: Arc<App>, req: Request, deadline: Duration, job_id: &str) -> R
     let body: UpBody = http_body_util::Full::new(bytes)
         .map_err(|never: std::convert::Infallible| -> axum::Error { match never {} })
         .boxed_unsync();
-    let req = http::Request::from_parts(parts, body);
+    Ready {
+        req: http::Request::from_parts(parts, body),
+        sent,
+        cancel,
+    }
+}
 
-    let svc = match via {
-        Via::Upstream(ui) => app.service(ui, reads),
+/// The job outlived its deadline and the slack after it.
+struct Late;
+
+/// Runs the request on its route's service, inside this handler; only
+/// when its caller goes away after a send does it move to a task of its
+/// own (see [`Job`]). Bounded by the deadline and [`JOB_SLACK`]
+/// (`Err(Late)`). The body's memory is held until the job ends.
+async fn run_job(
+    app: &App,
+    route: &Route,
+    ready: Ready,
+    held: Vec<tokio::sync::OwnedSemaphorePermit>,
+    deadline: Duration,
+) -> Result<Ran, Late> {
+    let svc = match route.via {
+        Via::Upstream(ui) => app.service(ui, route.reads),
         Via::Pool(pi) => app.pool_service(pi),
     };
-    // The job runs inside this handler; only when its caller goes away
-    // after a send does it move to a task of its own (see `Job`).
     let mut job = Job {
-        future: Some(Box::pin(svc.oneshot(req))),
+        future: Some(Box::pin(svc.oneshot(ready.req))),
         gauges: Some((
-            crate::upstream::NoLongerWaiting(sent.clone()),
+            crate::upstream::NoLongerWaiting(ready.sent.clone()),
             crate::metrics::InFlight::enter(app.metrics.clone()),
         )),
         held,
-        sent: sent.clone(),
-        cancel,
+        sent: ready.sent,
+        cancel: ready.cancel,
         metrics: app.metrics.clone(),
         bound: deadline.saturating_add(JOB_SLACK),
     };
-    let result = match tokio::time::timeout(job.bound, run_or_drain(&app, &mut job)).await {
+    let result = match tokio::time::timeout(job.bound, run_or_drain(app, &mut job)).await {
         Ok(r) => Ok(r),
-        Err(_) => Err(()),
+        Err(_) => Err(Late),
     };
     job.finished();
-    let result = match result {
-        Ok(Ran::Answered(r)) => Ok(r),
-        Ok(Ran::NotSent) => return shutting_down(shape, app.config.grace),
-        Ok(Ran::Cut) => {
-            let (attempt, started_ms) = sent.last_send();
-            let ctx = app.jobs.context(job_id).unwrap_or_default();
-            app.cut_unknown(crate::journal::Unknown {
-                job_id: job_id.to_owned(),
-                attempt,
-                started_ms,
-                key: ctx.key,
-                model: ctx.model,
-                request_id: ctx.request_id,
-                member: ctx.member,
-            });
-            return cut_at_grace(shape);
-        }
-        Err(()) => Err(()),
-    };
+    result
+}
+
+/// A job whose send was on the wire at the end of the grace: its attempt
+/// is kept as an unknown outcome (journal, `/status`), and its caller
+/// told so ([`cut_at_grace`]).
+fn cut_unknown(app: &App, sent: &WireWatch, job_id: &str, shape: Provider) -> Response {
+    let (attempt, started_ms) = sent.last_send();
+    let ctx = app.jobs.context(job_id).unwrap_or_default();
+    app.cut_unknown(crate::journal::Unknown {
+        job_id: job_id.to_owned(),
+        attempt,
+        started_ms,
+        key: ctx.key,
+        model: ctx.model,
+        request_id: ctx.request_id,
+        member: ctx.member,
+    });
+    cut_at_grace(shape)
+}
+
+/// What a job that ran answers its caller: the upstream's answer, its
+/// body read to the end even if the caller leaves and cut at the end of a
+/// shutdown's grace ([`streamed`]); else the layer's error
+/// ([`error_answer`]); else a 504 for a job that outlived its deadline.
+async fn answer_of(
+    app: &Arc<App>,
+    route: &Route,
+    key: &str,
+    deadline: Duration,
+    result: Result<
+        Result<
+            http::Response<ratewise_tower::MeteredBody<hyper::body::Incoming>>,
+            ratewise_tower::Error,
+        >,
+        Late,
+    >,
+) -> Response {
     match result {
-        Ok(Ok(mut resp)) => {
-            strip_hop_by_hop(resp.headers_mut());
-            let sse = resp
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("text/event-stream"));
-            let phase = app.drain.subscribe();
-            let app = app.clone();
-            resp.map(|b| {
-                Body::new(CutAtGrace {
-                    inner: ReadToEnd::new(b, deadline),
-                    cut: Some(Box::pin(async move {
-                        let mut phase = phase;
-                        if phase.wait_for(|p| *p == Phase::Cut).await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
-                    })),
-                    sse: sse.then_some(shape),
-                    app,
-                })
-            })
-        }
+        Ok(Ok(resp)) => streamed(app, resp, deadline, route.shape),
         // Refused a send because the proxy drains (its cancellation's
         // parent): nothing of it is on the wire.
         Ok(Err(e))
             if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Cancelled)
                 && app.drain.cancel.is_cancelled() =>
         {
-            shutting_down(shape, app.config.grace)
+            shutting_down(route.shape, app.config.grace)
         }
-        Ok(Err(e)) => {
-            if e.is_stop_queue() {
-                match via {
-                    // Journaled and logged once, before the answer is kept.
-                    Via::Upstream(_) => app.stopped(&key, &e).await,
-                    Via::Pool(_) => app.pool_stopped(&key, &e),
-                }
-            }
-            if e.is_hold_unknown() {
-                app.unknown_outcome(&e);
-            }
-            // Where the job went, for a 502 that says it could not get
-            // there: the upstream's origin, or the pool member tried last.
-            let reached = match via {
-                Via::Upstream(ui) => Some(app.config.upstreams[ui].origin()),
-                Via::Pool(_) => e
-                    .attempts()
-                    .last()
-                    .and_then(|a| a.member.as_deref())
-                    // `host:port#fp-…`: the host and port, without a
-                    // user or password.
-                    .and_then(|m| m.split('#').next())
-                    .and_then(|a| a.rsplit('@').next())
-                    .map(str::to_owned),
-            };
-            answer::for_error(
-                &e,
-                shape,
-                &key,
-                &app.stops,
-                app.config.max_deadline,
-                reached.as_deref(),
-            )
-        }
-        // The job outlived its deadline and the slack after it.
-        Err(()) => answer::shaped(
-            shape,
+        Ok(Err(e)) => error_answer(app, route, key, &e).await,
+        Err(Late) => answer::shaped(
+            route.shape,
             StatusCode::GATEWAY_TIMEOUT,
             "timeout_error",
             "ratewise: the job outlived its deadline and was cut",
         ),
     }
+}
+
+/// The upstream's answer as its caller gets it: hop-by-hop headers
+/// removed, its body read to the end if the caller leaves
+/// ([`ReadToEnd`]), and cut at the end of a shutdown's grace — a stream
+/// then ending with the provider's `error` event ([`CutAtGrace`]).
+fn streamed(
+    app: &Arc<App>,
+    mut resp: http::Response<ratewise_tower::MeteredBody<hyper::body::Incoming>>,
+    deadline: Duration,
+    shape: Provider,
+) -> Response {
+    strip_hop_by_hop(resp.headers_mut());
+    let sse = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let phase = app.drain.subscribe();
+    let app = app.clone();
+    resp.map(|b| {
+        Body::new(CutAtGrace {
+            inner: ReadToEnd::new(b, deadline),
+            cut: Some(Box::pin(async move {
+                let mut phase = phase;
+                if phase.wait_for(|p| *p == Phase::Cut).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            })),
+            sse: sse.then_some(shape),
+            app,
+        })
+    })
+}
+
+/// The answer to the layer's error: a stop is journaled and logged once,
+/// before the answer is kept; an unknown outcome is kept; the answer
+/// names where the job could not get to, for a 502 ([`reached`]).
+async fn error_answer(app: &App, route: &Route, key: &str, e: &ratewise_tower::Error) -> Response {
+    if e.is_stop_queue() {
+        match route.via {
+            // Journaled and logged once, before the answer is kept.
+            Via::Upstream(_) => app.stopped(key, e).await,
+            Via::Pool(_) => app.pool_stopped(key, e),
+        }
+    }
+    if e.is_hold_unknown() {
+        app.unknown_outcome(e);
+    }
+    let reached = reached(app, route.via, e);
+    answer::for_error(
+        e,
+        route.shape,
+        key,
+        &app.stops,
+        app.config.max_deadline,
+        reached.as_deref(),
+    )
+}
+
+/// Where the job went, for a 502 that says it could not get there: the
+/// upstream's origin, or the pool member tried last.
+fn reached(app: &App, via: Via, e: &ratewise_tower::Error) -> Option<String> {
+    match via {
+        Via::Upstream(ui) => Some(app.config.upstreams[ui].origin()),
+        Via::Pool(_) => e
+            .attempts()
+            .last()
+            .and_then(|a| a.member.as_deref())
+            .map(member_address),
+    }
+}
+
+/// A pool member's name as an answer may show it: `host:port#fp-…` (maybe
+/// with a `user@`) is `host:port`, without a user or password.
+fn member_address(member: &str) -> String {
+    let before_fp = member.split('#').next().unwrap_or(member);
+    before_fp.rsplit('@').next().unwrap_or(before_fp).to_owned()
 }
 
 /// Removes the hop-by-hop headers (RFC 9110 §7.6.1), and those the
@@ -812,6 +945,47 @@ enum BodyError {
     Late,
     /// No room in `bounds.max_body_memory` by the body timeout.
     NoMemory,
+}
+
+impl BodyError {
+    /// The answer to a request whose body was not read, in `shape`: 413
+    /// too large, 400 unreadable, 408 late, 503 with no room in
+    /// `bounds.max_body_memory` (`max_body_memory`, said in a WARN line:
+    /// the operator's bound was reached, not the caller's fault).
+    fn answer(self, shape: Provider, max_body_memory: usize) -> Response {
+        match self {
+            BodyError::TooLarge => answer::shaped(
+                shape,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "ratewise: the request body is larger than the proxy accepts (bounds.max_request_body)",
+            ),
+            BodyError::Unreadable => answer::shaped(
+                shape,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "ratewise: the request body could not be read",
+            ),
+            BodyError::NoMemory => {
+                tracing::warn!(
+                    max_body_memory,
+                    "request bodies held reached bounds.max_body_memory: a request waited the body timeout and was turned away"
+                );
+                answer::shaped(
+                    shape,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "overloaded_error",
+                    "ratewise: the proxy holds as many request bodies as it may (bounds.max_body_memory); retry later",
+                )
+            }
+            BodyError::Late => answer::shaped(
+                shape,
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout_error",
+                "ratewise: the request body did not arrive in time",
+            ),
+        }
+    }
 }
 
 /// Reads a request body whole, by `by`, holding its bytes' place in the
@@ -1070,6 +1244,28 @@ mod tests {
 
     const DEFAULT: Duration = Duration::from_secs(120);
     const MAX: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_pool_member_is_named_by_its_host_and_port_alone() {
+        assert_eq!(member_address("api.example:443#fp-0123"), "api.example:443");
+        assert_eq!(
+            member_address("user:pw@api.example:443#fp-0123"),
+            "api.example:443"
+        );
+        assert_eq!(member_address("api.example:443"), "api.example:443");
+    }
+
+    #[test]
+    fn an_unread_body_is_answered_by_why() {
+        for (e, status) in [
+            (BodyError::TooLarge, StatusCode::PAYLOAD_TOO_LARGE),
+            (BodyError::Unreadable, StatusCode::BAD_REQUEST),
+            (BodyError::Late, StatusCode::REQUEST_TIMEOUT),
+            (BodyError::NoMemory, StatusCode::SERVICE_UNAVAILABLE),
+        ] {
+            assert_eq!(e.answer(Provider::Anthropic, 1 << 20).status(), status);
+        }
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
         let mut h = http::HeaderMap::new();

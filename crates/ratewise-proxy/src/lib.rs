@@ -689,33 +689,20 @@ pub async fn start(config: ProxyConfig) -> Result<Running, StartError> {
 }
 
 /// [`start`], its journal (when it has one) opened by `open`: a test's
-/// slow or failing disk.
+/// slow or failing disk. In its phases: the descriptor limit
+/// ([`descriptors`]), the journal read back ([`open_journal`]), the
+/// admission store ([`Stores::open`]), the layers ([`Layers`]), the
+/// upstreams' clients ([`clients`]) and the pools' routes
+/// ([`pool_routes`]), both listeners bound ([`Listeners::bind`]), the
+/// app, what the journal recovered put back ([`recover`]), and serving
+/// ([`serve_all`]). Nothing is sent anywhere.
 pub(crate) async fn start_with(
     mut config: ProxyConfig,
     open: impl FnOnce(&std::path::Path) -> std::io::Result<(journal::FileJournal, journal::Recovered)>,
 ) -> Result<Running, StartError> {
     descriptors(&mut config);
-    let mut recovered = journal::Recovered::default();
-    let journal = match &config.journal {
-        Some(path) => {
-            // Read back and compacted to what is live.
-            let (j, r) = open(path).map_err(|e| StartError::Journal(path.clone(), e))?;
-            recovered = r;
-            Some(Arc::new(j))
-        }
-        None => None,
-    };
-    let (store, redis, state): (Arc<Shared>, _, Arc<dyn ratewise_tower::State>) =
-        match &config.redis {
-            None => {
-                let s = Arc::new(Shared::new(Controller::new(config.layer.admission.clone())));
-                (s.clone(), None, s)
-            }
-            Some(settings) => {
-                let r = redis_store(settings, &config.layer.admission).await?;
-                (r.local().clone(), Some(r.clone()), Arc::new(r))
-            }
-        };
+    let (journal, recovered) = open_journal(&config, open)?;
+    let stores = Stores::open(&config).await?;
     let metrics = Arc::new(metrics::Metrics::default());
     let jobs = Arc::new(jobs::Jobs::default());
     let stops = Arc::new(answer::StopAnswers::default());
@@ -725,51 +712,192 @@ pub(crate) async fn start_with(
         jobs: jobs.clone(),
         stops: stops.clone(),
     });
-    // The store was made from `config.layer.admission` above: the layer is
-    // given that store, and no admission settings of its own.
-    let mut layer_config = config.layer.clone();
-    layer_config.admission = ratewise_core::admit::Config::default();
-    let clock: Arc<dyn ratewise_tower::Clock> = Arc::new(TokioClock::new());
-    let build = |provider: Option<Provider>| {
-        let mut c = layer_config.clone();
-        c.provider = provider;
-        RetryLayer::builder()
-            .config(c)
-            .store(state.clone())
-            .clock(clock.clone())
-            .journal(hook.clone())
-            .build()
-            .expect("a store with no admission settings beside it builds")
-    };
-    let layer = build(None);
-    // A layer per provider read: the upstreams' own, and Gemini's (a
-    // Gemini path's answers are Gemini's whatever the upstream).
-    let mut read: Vec<Provider> = config.upstreams.iter().filter_map(|u| u.provider).collect();
-    read.push(Provider::Gemini);
-    read.sort_by_key(|p| p.as_str());
-    read.dedup();
-    let layers = read.into_iter().map(|p| (p, build(Some(p)))).collect();
+    let layers = Layers::new(&config, stores.state.clone(), hook);
+    let (layer, by_provider) = layers.per_provider(&config);
     let drain = drain::Drain::default();
     // The configuration's old spellings, said once (read all the same).
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
+    let clients = clients(&config, &drain)?;
+    let pools = pool_routes(&config, &layers, &drain)?;
+    let (listeners, token) = Listeners::bind(&config).await?;
+
+    let body_memory = Arc::new(tokio::sync::Semaphore::new(config.max_body_memory));
+    let guard = admin::guard::Guard::new(
+        token,
+        listeners.admin_addr,
+        &config.admin_access.allowed_hosts,
+        config.admin_access.open_metrics,
+    );
+    let app = Arc::new(App {
+        admin: guard,
+        config,
+        drain,
+        body_memory,
+        layer,
+        layers: by_provider,
+        store: stores.store,
+        redis: stores.redis,
+        clients,
+        pools,
+        keys: keys::Seen::default(),
+        stops,
+        metrics,
+        journal,
+        unknown: std::sync::Mutex::new(recovered.unknown.clone()),
+        boot: format!(
+            "{:x}",
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
+        ),
+        jobs,
+    });
+    recover(&app, &recovered).await;
+    Ok(serve_all(app, listeners))
+}
+
+/// The journal, when one is kept: read back and compacted to what is
+/// live, before anything else reads the state it holds (stops, unknown
+/// outcomes, what the keys learned). No journal: nothing recovered.
+fn open_journal(
+    config: &ProxyConfig,
+    open: impl FnOnce(&std::path::Path) -> std::io::Result<(journal::FileJournal, journal::Recovered)>,
+) -> Result<(Option<Arc<journal::FileJournal>>, journal::Recovered), StartError> {
+    match &config.journal {
+        Some(path) => {
+            let (j, r) = open(path).map_err(|e| StartError::Journal(path.clone(), e))?;
+            Ok((Some(Arc::new(j)), r))
+        }
+        None => Ok((None, journal::Recovered::default())),
+    }
+}
+
+/// The admission state, three views of one store: this process's own
+/// (for `/status` and `/metrics`), the Redis store when shared, and the
+/// one the layers admit through.
+struct Stores {
+    store: Arc<Shared>,
+    redis: Option<ratewise_redis::RedisStore>,
+    state: Arc<dyn ratewise_tower::State>,
+}
+
+impl Stores {
+    /// A store of this process alone, or with `--redis` the shared one
+    /// ([`redis_store`]: a Redis that does not answer is not fatal). Made
+    /// from `config.layer.admission`.
+    async fn open(config: &ProxyConfig) -> Result<Stores, StartError> {
+        Ok(match &config.redis {
+            None => {
+                let s = Arc::new(Shared::new(Controller::new(config.layer.admission.clone())));
+                Stores {
+                    store: s.clone(),
+                    redis: None,
+                    state: s,
+                }
+            }
+            Some(settings) => {
+                let r = redis_store(settings, &config.layer.admission).await?;
+                Stores {
+                    store: r.local().clone(),
+                    redis: Some(r.clone()),
+                    state: Arc::new(r),
+                }
+            }
+        })
+    }
+}
+
+/// What every layer is built from: one store, one clock, one journal
+/// hook, and the layer's configuration without admission settings (the
+/// store was made from them: see [`Stores::open`]).
+struct Layers {
+    config: ratewise_tower::Config,
+    state: Arc<dyn ratewise_tower::State>,
+    clock: Arc<dyn ratewise_tower::Clock>,
+    hook: Arc<metrics::Hook>,
+}
+
+impl Layers {
+    fn new(
+        config: &ProxyConfig,
+        state: Arc<dyn ratewise_tower::State>,
+        hook: Arc<metrics::Hook>,
+    ) -> Layers {
+        let mut layer_config = config.layer.clone();
+        layer_config.admission = ratewise_core::admit::Config::default();
+        Layers {
+            config: layer_config,
+            state,
+            clock: Arc::new(TokioClock::new()),
+            hook,
+        }
+    }
+
+    /// The builder of a layer reading answers as `provider`'s (`None`:
+    /// each answer's own shape).
+    fn builder(&self, provider: Option<Provider>) -> ratewise_tower::Builder {
+        let mut c = self.config.clone();
+        c.provider = provider;
+        RetryLayer::builder()
+            .config(c)
+            .store(self.state.clone())
+            .clock(self.clock.clone())
+            .journal(self.hook.clone())
+    }
+
+    /// The layer that reads each answer's provider from the answer, and
+    /// one per provider read: the upstreams' own, and Gemini's (a Gemini
+    /// path's answers are Gemini's whatever the upstream), in the order
+    /// of their words.
+    fn per_provider(&self, config: &ProxyConfig) -> (RetryLayer, Vec<(Provider, RetryLayer)>) {
+        let build = |provider: Option<Provider>| {
+            self.builder(provider)
+                .build()
+                .expect("a store with no admission settings beside it builds")
+        };
+        // This one first, then one per provider: the order start has
+        // always built them in.
+        let layer = build(None);
+        let mut read: Vec<Provider> = config.upstreams.iter().filter_map(|u| u.provider).collect();
+        read.push(Provider::Gemini);
+        read.sort_by_key(|p| p.as_str());
+        read.dedup();
+        let layers = read.into_iter().map(|p| (p, build(Some(p)))).collect();
+        (layer, layers)
+    }
+}
+
+/// One client per upstream, in the configuration's order, each marking
+/// its sends on the wire for the drain; each upstream's start line says
+/// what it is read as.
+fn clients(
+    config: &ProxyConfig,
+    drain: &drain::Drain,
+) -> Result<Vec<upstream::Marking>, StartError> {
     let mut clients = Vec::new();
     for up in &config.upstreams {
         let client = upstream::client(up).map_err(StartError::Tls)?;
         clients.push(upstream::Marking(client, drain.wire.clone()));
         tracing::info!(upstream = %up.name, provider = up.provider.map_or("generic", |p| p.as_str()), "{}", up.provider_line());
     }
+    Ok(clients)
+}
+
+/// Each pool's route: its layer (each attempt read as its member's
+/// provider's) and client, its members logged. A pool the layer refuses
+/// is a configuration error naming it.
+fn pool_routes(
+    config: &ProxyConfig,
+    layers: &Layers,
+    drain: &drain::Drain,
+) -> Result<Vec<pools::PoolRoute>, StartError> {
     let mut pools = Vec::with_capacity(config.pools.len());
     for p in &config.pools {
-        let mut c = layer_config.clone();
         // Each attempt is read as its member's provider's.
-        c.provider = None;
-        let layer = RetryLayer::builder()
-            .config(c)
-            .store(state.clone())
-            .clock(clock.clone())
-            .journal(hook.clone())
+        let layer = layers
+            .builder(None)
             .pool(p.pool.clone())
             .build()
             .map_err(|e| {
@@ -791,55 +919,57 @@ pub(crate) async fn start_with(
             client: upstream::Marking(client, drain.wire.clone()),
         });
     }
-    config
-        .admin_access
-        .check_address(config.admin)
-        .map_err(|e| StartError::Config(config::ConfigError::Invalid(e)))?;
-    let token = admin_token(&config.admin_access.token)?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| StartError::Bind(config.listen, e))?;
-    let admin_listener = TcpListener::bind(config.admin)
-        .await
-        .map_err(|e| StartError::Bind(config.admin, e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| StartError::Bind(config.listen, e))?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(|e| StartError::Bind(config.admin, e))?;
+    Ok(pools)
+}
 
-    let body_memory = Arc::new(tokio::sync::Semaphore::new(config.max_body_memory));
-    let guard = admin::guard::Guard::new(
-        token,
-        admin_addr,
-        &config.admin_access.allowed_hosts,
-        config.admin_access.open_metrics,
-    );
-    let app = Arc::new(App {
-        admin: guard,
-        config,
-        drain,
-        body_memory,
-        layer,
-        layers,
-        store,
-        redis,
-        clients,
-        pools,
-        keys: keys::Seen::default(),
-        stops,
-        metrics,
-        journal,
-        unknown: std::sync::Mutex::new(recovered.unknown.clone()),
-        boot: format!(
-            "{:x}",
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis())
-        ),
-        jobs,
-    });
+/// Both listeners, bound, with the addresses they got (a port 0 is
+/// given one).
+struct Listeners {
+    callers: TcpListener,
+    admin: TcpListener,
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+}
+
+impl Listeners {
+    /// The admin's address checked against who may call it, its token
+    /// read (returned beside them), then the callers' listener bound and
+    /// the admin's.
+    async fn bind(config: &ProxyConfig) -> Result<(Listeners, String), StartError> {
+        config
+            .admin_access
+            .check_address(config.admin)
+            .map_err(|e| StartError::Config(config::ConfigError::Invalid(e)))?;
+        let token = admin_token(&config.admin_access.token)?;
+        let callers = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| StartError::Bind(config.listen, e))?;
+        let admin = TcpListener::bind(config.admin)
+            .await
+            .map_err(|e| StartError::Bind(config.admin, e))?;
+        let addr = callers
+            .local_addr()
+            .map_err(|e| StartError::Bind(config.listen, e))?;
+        let admin_addr = admin
+            .local_addr()
+            .map_err(|e| StartError::Bind(config.admin, e))?;
+        Ok((
+            Listeners {
+                callers,
+                admin,
+                addr,
+                admin_addr,
+            },
+            token,
+        ))
+    }
+}
+
+/// What the journal recovered, put back before the first request: the
+/// unknown outcomes said, the stops from before the restart held again
+/// (with Redis, the shared record decides), what the keys learned
+/// recalled, unreadable lines counted.
+async fn recover(app: &App, recovered: &journal::Recovered) {
     warn_unknown(&recovered.unknown);
     for s in &recovered.stops {
         if app.redis.is_some() {
@@ -853,14 +983,26 @@ pub(crate) async fn start_with(
         // before the restart.
         app.hold_stop(&s.key, s.evidence.clone()).await;
     }
-    memory::recall(&app, &recovered.beliefs);
+    memory::recall(app, &recovered.beliefs);
     if recovered.unreadable > 0 {
         tracing::warn!(
             lines = recovered.unreadable,
             "journal lines that could not be read were skipped"
         );
     }
+}
 
+/// Serves both listeners with their bounds (the admin's at most
+/// [`ADMIN_MAX_CONNECTIONS`] connections), and starts the background
+/// tasks: the lease backstop ([`expire_leases`]), the store's watch, the
+/// key table's sweep and the memory of what the keys learned.
+fn serve_all(app: Arc<App>, listeners: Listeners) -> Running {
+    let Listeners {
+        callers,
+        admin,
+        addr,
+        admin_addr,
+    } = listeners;
     let bounds = serve::Bounds {
         header_read_timeout: app.config.header_read_timeout,
         idle_timeout: app.config.idle_timeout,
@@ -869,9 +1011,9 @@ pub(crate) async fn start_with(
     let router = axum::Router::new()
         .fallback(forward::forward)
         .with_state(app.clone());
-    let server = serve::serve(listener, router, bounds, "callers");
+    let server = serve::serve(callers, router, bounds, "callers");
     let admin = serve::serve(
-        admin_listener,
+        admin,
         admin::router(app.clone()),
         serve::Bounds {
             max_connections: ADMIN_MAX_CONNECTIONS.min(bounds.max_connections),
@@ -879,26 +1021,7 @@ pub(crate) async fn start_with(
         },
         "admin",
     );
-    // The lease backstop: a reservation no job ended (a bug, a store that
-    // lost an update) goes back after the lease.
-    let lease_app = app.clone();
-    let expiry = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
-        loop {
-            tick.tick().await;
-            let now = lease_app.layer.now();
-            let n = match &lease_app.redis {
-                Some(r) => r.expire(now).await,
-                None => lease_app.store.lock().expire(now),
-            };
-            if n > 0 {
-                tracing::warn!(
-                    reservations = n,
-                    "reservations released at the end of their lease"
-                );
-            }
-        }
-    });
+    let expiry = tokio::spawn(expire_leases(app.clone()));
     if !admin_addr.ip().is_loopback() {
         tracing::warn!(%admin_addr, "the admin listener is not on loopback (allow_remote): its token travels in clear unless TLS is put in front");
     }
@@ -906,7 +1029,7 @@ pub(crate) async fn start_with(
     tokio::spawn(forget::sweep(Arc::downgrade(&app)));
     tokio::spawn(memory::remember(Arc::downgrade(&app)));
     tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), pools = app.pools.len(), "ratewise proxy listening");
-    Ok(Running {
+    Running {
         addr,
         admin_addr,
         app,
@@ -914,7 +1037,27 @@ pub(crate) async fn start_with(
         admin,
         expiry,
         store_watch,
-    })
+    }
+}
+
+/// The lease backstop, every 30 s: a reservation no job ended (a bug, a
+/// store that lost an update) goes back after the lease.
+async fn expire_leases(app: Arc<App>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+    loop {
+        tick.tick().await;
+        let now = app.layer.now();
+        let n = match &app.redis {
+            Some(r) => r.expire(now).await,
+            None => app.store.lock().expire(now),
+        };
+        if n > 0 {
+            tracing::warn!(
+                reservations = n,
+                "reservations released at the end of their lease"
+            );
+        }
+    }
 }
 
 /// How many unknown outcomes the start log details, and how many job ids
@@ -1085,4 +1228,30 @@ pub fn init_logging(format: config::LogFormat) {
         config::LogFormat::Text => builder.try_init(),
         config::LogFormat::Json => builder.json().try_init(),
     };
+}
+
+#[cfg(test)]
+mod start_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_layer_per_provider_read_and_geminis_always_each_once() {
+        let flags = config::Flags {
+            upstream: Some("https://api.anthropic.com".into()),
+            ..config::Flags::default()
+        };
+        let toml = "[[upstream]]\nurl = \"https://generativelanguage.googleapis.com\"\npaths = [\"/v1beta\"]\n\
+                    [[upstream]]\nurl = \"https://api.anthropic.com\"\npaths = [\"/other\"]\n";
+        let config = ProxyConfig::from_toml(&flags, toml, |_| None).unwrap();
+        let state = Arc::new(Shared::new(Controller::new(config.layer.admission.clone())));
+        let hook = Arc::new(metrics::Hook {
+            metrics: Arc::default(),
+            file: None,
+            jobs: Arc::default(),
+            stops: Arc::default(),
+        });
+        let (_, layers) = Layers::new(&config, state, hook).per_provider(&config);
+        let read: Vec<&str> = layers.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(read, ["anthropic", "gemini"]);
+    }
 }
