@@ -142,7 +142,7 @@
 //!     empty (no headers).
 //! 11. core `parse/body.rs` — `parse_error_ref`: the error's type, code
 //!     and message.
-//! 12. core `parse/envelope.rs` — the JSON envelope read without a full
+//! 12. core `parse/body/envelope.rs` — the JSON envelope read without a full
 //!     parse.
 //! 13. core `parse/mod.rs` — shared readers: clipping, case-insensitive
 //!     search, decimal durations.
