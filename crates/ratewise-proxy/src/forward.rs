@@ -671,15 +671,12 @@ async fn run_job(
 fn cut_unknown(app: &App, sent: &WireWatch, job_id: &str, shape: Provider) -> Response {
     let (attempt, started_ms) = sent.last_send();
     let ctx = app.jobs.context(job_id).unwrap_or_default();
-    app.cut_unknown(crate::journal::Unknown {
-        job_id: job_id.to_owned(),
+    app.cut_unknown(crate::journal::Unknown::of(
+        job_id.to_owned(),
         attempt,
         started_ms,
-        key: ctx.key,
-        model: ctx.model,
-        request_id: ctx.request_id,
-        member: ctx.member,
-    });
+        ctx,
+    ));
     cut_at_grace(shape)
 }
 

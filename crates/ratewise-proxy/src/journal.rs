@@ -191,6 +191,23 @@ pub struct Unknown {
     pub member: Option<String>,
 }
 
+impl Unknown {
+    /// Attempt `attempt` of `job_id`, started at `started_ms`, with what
+    /// was known of its job: one place that says what an unknown outcome
+    /// carries (a cut at the shutdown's grace, an attempt open at restart).
+    pub(crate) fn of(job_id: String, attempt: u32, started_ms: u64, ctx: JobContext) -> Self {
+        Unknown {
+            job_id,
+            attempt,
+            started_ms,
+            key: ctx.key,
+            model: ctx.model,
+            request_id: ctx.request_id,
+            member: ctx.member,
+        }
+    }
+}
+
 /// A stop read back from the journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptStop {
@@ -255,15 +272,7 @@ impl Live {
     /// After a restart nothing is in flight: what was open is unknown.
     fn restarted(&mut self) {
         for ((job_id, attempt), (started_ms, ctx)) in std::mem::take(&mut self.open) {
-            self.push_unknown(Unknown {
-                job_id,
-                attempt,
-                started_ms,
-                key: ctx.key,
-                model: ctx.model,
-                request_id: ctx.request_id,
-                member: ctx.member,
-            });
+            self.push_unknown(Unknown::of(job_id, attempt, started_ms, ctx));
         }
     }
 
