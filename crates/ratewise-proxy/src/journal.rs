@@ -513,6 +513,10 @@ pub struct FileJournal {
     shared: Arc<Shared>,
     /// The writer thread (joined on drop, after it wrote what is queued).
     writer: Option<std::thread::JoinHandle<()>>,
+    /// Held across [`remember`](Self::remember)'s look and its write: two
+    /// callers at once (the periodic task and the shutdown's last call)
+    /// would both see a change and both write it.
+    remembering: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for FileJournal {
@@ -586,6 +590,7 @@ impl FileJournal {
         let writer = writer::spawn(shared.clone(), sink)?;
         Ok((
             FileJournal {
+                remembering: std::sync::Mutex::new(()),
                 shared,
                 writer: Some(writer),
             },
@@ -767,6 +772,10 @@ impl FileJournal {
     /// journal holds for it (beliefs alone compared): written so that a
     /// restart starts from it. Returns whether a line was written.
     pub fn remember(&self, record: &KeyRecord) -> bool {
+        let _one_at_a_time = self
+            .remembering
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let beliefs = record.beliefs_only();
         let same = self
             .shared
@@ -911,6 +920,40 @@ mod tests {
             .iter()
             .map(|s| (s.key.as_str(), s.evidence.cause))
             .collect()
+    }
+
+    #[test]
+    fn what_a_key_learned_is_written_once_when_told_from_two_places_at_once() {
+        // The periodic task and the shutdown's last call may tell the same
+        // beliefs at the same moment: one line, not one per caller.
+        let path = fresh("remember-once");
+        let (j, _) = FileJournal::open(&path).unwrap();
+        let record: KeyRecord = serde_json::from_str(
+            r#"{"format":4,"key":"fp-0123456789abcdef","stop":null,"scopes":[]}"#,
+        )
+        .unwrap();
+        let j = Arc::new(j);
+        let start = Arc::new(std::sync::Barrier::new(8));
+        let written: usize = (0..8)
+            .map(|_| {
+                let (j, record, start) = (j.clone(), record.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    usize::from(j.remember(&record))
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .sum();
+        j.sync();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(written, 1, "{text}");
+        assert_eq!(text.matches("\"event\":\"beliefs\"").count(), 1, "{text}");
+        assert!(
+            !j.remember(&record),
+            "the same beliefs again: nothing written"
+        );
     }
 
     #[test]

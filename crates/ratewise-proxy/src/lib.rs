@@ -474,6 +474,9 @@ pub struct Running {
     admin: serve::Served,
     expiry: tokio::task::JoinHandle<()>,
     store_watch: tokio::task::JoinHandle<()>,
+    /// The periodic write of what the keys learned: stopped before the
+    /// shutdown's own last write.
+    remembering: tokio::task::JoinHandle<()>,
 }
 
 /// How long, once the grace is over, the cut answers (504s, a stream's
@@ -576,7 +579,7 @@ impl Running {
     /// (`--grace`, `bounds.grace_s`); what is left then is cut. Then both
     /// listeners close, the last settles reach Redis and the journal is
     /// flushed.
-    pub async fn shutdown(self) -> Stopped {
+    pub async fn shutdown(mut self) -> Stopped {
         let app = self.app.clone();
         app.drain.start();
         let grace = app.config.grace;
@@ -610,6 +613,8 @@ impl Running {
         self.admin.close().await;
         self.expiry.abort();
         self.store_watch.abort();
+        self.remembering.abort();
+        let _ = (&mut self.remembering).await;
         // The last settles reach the other replicas.
         if let Some(r) = &app.redis {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), r.flush()).await;
@@ -1027,7 +1032,7 @@ fn serve_all(app: Arc<App>, listeners: Listeners) -> Running {
     }
     let store_watch = tokio::spawn(watch_store(app.clone()));
     tokio::spawn(forget::sweep(Arc::downgrade(&app)));
-    tokio::spawn(memory::remember(Arc::downgrade(&app)));
+    let remembering = tokio::spawn(memory::remember(Arc::downgrade(&app)));
     tracing::info!(%addr, %admin_addr, upstreams = app.config.upstreams.len(), pools = app.pools.len(), "ratewise proxy listening");
     Running {
         addr,
@@ -1037,6 +1042,7 @@ fn serve_all(app: Arc<App>, listeners: Listeners) -> Running {
         admin,
         expiry,
         store_watch,
+        remembering,
     }
 }
 

@@ -40,9 +40,12 @@ pub fn recall(app: &App, remembered: &[KeyRecord]) -> usize {
     classes
 }
 
-/// Writes until the proxy is gone.
+/// Writes until the proxy is gone (or the shutdown aborts it, before its
+/// own last [`once`]). The first write comes one period after the start:
+/// what a start recalled is what the journal already holds.
 pub async fn remember(app: Weak<App>) {
-    let mut tick = tokio::time::interval(REMEMBER_EVERY);
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + REMEMBER_EVERY, REMEMBER_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
