@@ -178,7 +178,7 @@ impl Case {
     }
 
     /// The response as HTTP types.
-    pub fn http_response(&self) -> Result<Option<OwnedResponse>, CaseError> {
+    pub(crate) fn http_response(&self) -> Result<Option<OwnedResponse>, CaseError> {
         let Some(r) = &self.response else {
             return Ok(None);
         };

@@ -104,7 +104,7 @@ impl Decision {
     }
 
     /// Adds a note and returns the decision.
-    pub fn with_note(mut self, note: impl Into<crate::note::Note>) -> Self {
+    pub(crate) fn with_note(mut self, note: impl Into<crate::note::Note>) -> Self {
         self.notes.push(note.into());
         self
     }

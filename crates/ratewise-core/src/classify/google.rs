@@ -99,7 +99,7 @@ impl Violation {
 
     /// Whether the quota is counted per day (its id or metric says so):
     /// it resets at midnight Pacific time, not within a minute.
-    pub fn per_day(&self) -> bool {
+    pub(crate) fn per_day(&self) -> bool {
         self.mentions("PerDay", "per_day")
     }
 
@@ -110,7 +110,7 @@ impl Violation {
     }
 
     /// The dimension the quota meters: input tokens or requests.
-    pub fn dimension(&self) -> Option<Dimension> {
+    pub(crate) fn dimension(&self) -> Option<Dimension> {
         if self.mentions("InputTokens", "input_token") {
             Some(Dimension::InputTokens)
         } else if self.mentions("Requests", "requests") {
@@ -147,7 +147,7 @@ impl GoogleStatus {
 
     /// The quota a 429 is about: a per-day violation wins (it outlasts any
     /// per-minute one named beside it), else the first.
-    pub fn violation(&self) -> Option<&Violation> {
+    pub(crate) fn violation(&self) -> Option<&Violation> {
         self.violations
             .iter()
             .find(|v| v.per_day())
@@ -157,7 +157,7 @@ impl GoogleStatus {
     /// A quota of zero: the key's tier does not have it at all, so no wait
     /// helps ("limit: 0" in the message, or a `quotaValue` of 0), though
     /// the answer still says "Please retry in 25s".
-    pub fn quota_not_granted(&self) -> bool {
+    pub(crate) fn quota_not_granted(&self) -> bool {
         if self.violations.iter().any(|v| v.quota_value == Some(0)) {
             return true;
         }

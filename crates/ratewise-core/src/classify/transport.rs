@@ -41,7 +41,7 @@ impl TransportFailure {
     }
 
     /// `connect_failed` before sending, `outcome_unknown` after.
-    pub const fn cause(self) -> Cause {
+    pub(crate) const fn cause(self) -> Cause {
         if self.maybe_sent() {
             Cause::OutcomeUnknown
         } else {

@@ -185,7 +185,7 @@ impl JobState {
 
     /// The same job, `paced` of whose attempts were answered by a rate
     /// signal it waited out (see [`paced`](Self::paced)).
-    pub const fn with_paced(mut self, paced: u32) -> Self {
+    pub(crate) const fn with_paced(mut self, paced: u32) -> Self {
         self.paced = paced;
         self
     }
