@@ -33,12 +33,14 @@ pub struct Price {
 }
 
 impl Price {
-    /// The cost of actual usage, rounded up.
+    /// The cost of actual usage, rounded up; saturating at `u64::MAX`
+    /// (each product fits a `u128`, their sum of four may not).
     pub fn cost(&self, u: &Usage) -> u64 {
-        let micro_mtok = u128::from(u.input_tokens) * u128::from(self.input)
-            + u128::from(u.output_tokens) * u128::from(self.output)
-            + u128::from(u.cache_creation_input_tokens) * u128::from(self.cache_write)
-            + u128::from(u.cache_read_input_tokens) * u128::from(self.cache_read);
+        let part = |tokens: u64, price: u64| u128::from(tokens) * u128::from(price);
+        let micro_mtok = part(u.input_tokens, self.input)
+            .saturating_add(part(u.output_tokens, self.output))
+            .saturating_add(part(u.cache_creation_input_tokens, self.cache_write))
+            .saturating_add(part(u.cache_read_input_tokens, self.cache_read));
         micro_mtok.div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
     }
 
@@ -48,8 +50,8 @@ impl Price {
     /// and `output ≤ output` costs no more.
     pub(crate) fn worst_case(&self, a: &Amounts) -> u64 {
         let dearest = self.input.max(self.cache_write).max(self.cache_read);
-        let micro_mtok = u128::from(a.input) * u128::from(dearest)
-            + u128::from(a.output) * u128::from(self.output);
+        let micro_mtok = (u128::from(a.input) * u128::from(dearest))
+            .saturating_add(u128::from(a.output) * u128::from(self.output));
         micro_mtok.div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
     }
 }
@@ -372,6 +374,29 @@ mod tests {
             b.check(60, 0, Instant::from_millis(60_000)),
             SpendCheck::Fits
         );
+    }
+
+    #[test]
+    fn a_cost_of_huge_numbers_saturates() {
+        let p = Price {
+            input: u64::MAX,
+            output: u64::MAX,
+            cache_write: u64::MAX,
+            cache_read: u64::MAX,
+        };
+        let u = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: u64::MAX,
+            cache_creation_input_tokens: u64::MAX,
+            cache_read_input_tokens: u64::MAX,
+        };
+        assert_eq!(p.cost(&u), u64::MAX);
+        let a = Amounts {
+            requests: 1,
+            input: u64::MAX,
+            output: u64::MAX,
+        };
+        assert_eq!(p.worst_case(&a), u64::MAX);
     }
 
     fn cumulative(max_tokens: u64) -> SpendConfig {

@@ -290,6 +290,26 @@ mod tests {
     }
 
     #[test]
+    fn huge_provider_numbers_saturate_and_the_body_is_kept_as_it_was() {
+        let line = format!(
+            r#"{{"custom_id":"a","result":{{"type":"succeeded","message":{{"id":"m", "usage":{{"input_tokens":3,"cache_creation_input_tokens":{m},"cache_read_input_tokens":{m},"output_tokens":4}}}}}}}}"#,
+            m = u64::MAX
+        );
+        let mut r = parse(Shape::Anthropic, "b", line.as_bytes()).unwrap();
+        assert_eq!(r.end.usage, Some((u64::MAX, 4)));
+        r.charge(10);
+        assert_eq!(r.end.charged, u64::MAX);
+        let body = r.end.response.as_deref().unwrap();
+        assert!(body.starts_with(br#"{"id":"m", "usage""#));
+        // An OpenAI line: the body's bytes as they were, its usage read once.
+        let ok = br#"{"id":"x","custom_id":"b","response":{"status_code":200,"body":{"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":18446744073709551615}}}}"#;
+        let mut r = parse(Shape::OpenAi, "b", ok).unwrap();
+        assert_eq!(r.end.usage, Some((u64::MAX, u64::MAX)));
+        r.charge(10);
+        assert_eq!(r.end.charged, u64::MAX);
+    }
+
+    #[test]
     fn anthropic_result_types() {
         let types = [
             (
