@@ -227,7 +227,7 @@ impl SpendBudget {
     }
 
     /// When the current window ends.
-    pub fn window_end(&self, now: Instant) -> Instant {
+    pub(crate) fn window_end(&self, now: Instant) -> Instant {
         let w = now.since_origin().as_nanos() / self.window_ns();
         let end = (w + 1).saturating_mul(self.window_ns());
         Instant::from_origin(super::bucket::duration_from_nanos(end))
