@@ -30,12 +30,49 @@ impl Usage {
             .saturating_add(self.cache_creation_input_tokens)
     }
 
-    /// Everything billed, for the spend window: all input (cache reads
-    /// included) plus output.
-    pub const fn total_tokens(&self) -> u64 {
+    /// Every input token billed: `input_tokens +
+    /// cache_creation_input_tokens + cache_read_input_tokens`, saturating
+    /// (provider numbers are untrusted: a huge one never wraps).
+    ///
+    /// ```
+    /// use ratewise_core::Usage;
+    /// let u = Usage { input_tokens: 10, cache_creation_input_tokens: 2, cache_read_input_tokens: u64::MAX, ..Usage::default() };
+    /// assert_eq!(u.billed_input(), u64::MAX);
+    /// ```
+    pub const fn billed_input(&self) -> u64 {
         self.input_tokens
             .saturating_add(self.cache_creation_input_tokens)
             .saturating_add(self.cache_read_input_tokens)
-            .saturating_add(self.output_tokens)
+    }
+
+    /// Everything billed, for the spend window: all input (cache reads
+    /// included) plus output.
+    pub const fn total_tokens(&self) -> u64 {
+        self.billed_input().saturating_add(self.output_tokens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Usage;
+
+    #[test]
+    fn billed_input_adds_cache_writes_and_reads_and_saturates() {
+        let u = Usage {
+            input_tokens: 10,
+            output_tokens: 40,
+            cache_creation_input_tokens: 2,
+            cache_read_input_tokens: 3,
+        };
+        assert_eq!(u.billed_input(), 15);
+        assert_eq!(u.total_tokens(), 55);
+        let huge = Usage {
+            input_tokens: 1,
+            output_tokens: u64::MAX,
+            cache_creation_input_tokens: u64::MAX,
+            cache_read_input_tokens: u64::MAX,
+        };
+        assert_eq!(huge.billed_input(), u64::MAX);
+        assert_eq!(huge.total_tokens(), u64::MAX);
     }
 }

@@ -185,16 +185,6 @@ impl Partial {
     }
 }
 
-/// Input (cache writes and reads included: all billed) and output tokens
-/// of a result body's usage, read by the core's one usage parser (the
-/// whole body, which the answer bound already limits). The direct and the
-/// batch path both charge from it.
-pub(crate) fn usage_of(body: &[u8]) -> Option<(u64, u64)> {
-    let u = ratewise_core::parse::body::parse_usage(body)?;
-    let input = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
-    Some((input, u.output_tokens))
-}
-
 /// Writes the result file `out` from the store: every job in input order,
 /// one line per `custom_id` (a job not ended as unfinished), a batch's
 /// with its `batch_id` and `price_basis` `"batch"` ([`line_with_batch`]).

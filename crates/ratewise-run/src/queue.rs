@@ -15,7 +15,9 @@
 //!   nothing more is sent, and every job not ended becomes `stopped`.
 //! * **the budget**: spent tokens plus the worst case (input estimate +
 //!   output cap) of every job in the window never pass
-//!   [`Settings::budget_tokens`].
+//!   [`Settings::budget_tokens`]. What was spent and what the window
+//!   holds are counted by the core's [`SpendBudget`], without a window and
+//!   starting from what earlier runs of the store spent.
 //! * **deadlines**: counted from when a job was first seen, across runs; a
 //!   job past its deadline is `expired` without a send. Jobs expire in file
 //!   order: once the layer finds a job cannot be sent before its deadline
@@ -33,6 +35,7 @@ use crate::progress::{Event, Observer, Status};
 use crate::store::{submit, Counts, End, HotWrite, Pending, State, StopRecord, Store, StoreError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use ratewise_core::admit::{SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use ratewise_core::parse::request_id::request_id_from_headers;
 use ratewise_core::ActionKind;
 use ratewise_tower::{Attempts, Cancel, Deadline, JobId, Model, RetryService};
@@ -444,14 +447,13 @@ enum Took {
     Sent,
 }
 
-/// The jobs in the layer at once, and what they hold: their body bytes
-/// (bounded by [`Settings::window_bytes`]) and their worst case (counted
-/// against the budget until they are back).
+/// The jobs in the layer at once, and their body bytes (bounded by
+/// [`Settings::window_bytes`]). Their worst case is reserved in the
+/// run's [`SpendBudget`] until they are back.
 #[derive(Default)]
 struct Window {
     seqs: HashSet<i64>,
     bytes: usize,
-    worst: u64,
 }
 
 impl Window {
@@ -471,14 +473,12 @@ impl Window {
     fn take(&mut self, job: &Pending) {
         self.seqs.insert(job.seq);
         self.bytes += job.body.len();
-        self.worst += job.worst_case();
     }
 
     /// `job` is back from the layer: what it held is free again.
     fn release(&mut self, job: &Pending) {
         self.seqs.remove(&job.seq);
         self.bytes -= job.body.len();
-        self.worst -= job.worst_case();
     }
 }
 
@@ -566,8 +566,6 @@ impl Close {
 struct Totals {
     sends: u64,
     answered_429: u64,
-    /// Tokens charged, this run and before.
-    spent: u64,
     /// Jobs that ended in this run.
     ended_here: u64,
     rates: Rates,
@@ -582,9 +580,25 @@ impl Totals {
         if let Some((i, o)) = tally.usage {
             self.rates.push(i, o, max_tokens);
         }
-        self.spent += tally.charged;
     }
 }
+
+/// The run's token budget: the core's [`SpendBudget`] without a window
+/// (what is settled counts for the whole run, across its resumes), from
+/// `spent`, what earlier runs of the store charged; `max_tokens` none
+/// counts without a limit (for the progress line).
+pub(crate) fn run_budget(max_tokens: Option<u64>, spent: u64) -> SpendBudget {
+    let mut cfg = SpendConfig::cumulative();
+    cfg.max_tokens = max_tokens;
+    let spent = SpendTotals {
+        settled_tokens: spent,
+        ..SpendTotals::default()
+    };
+    SpendBudget::starting_at(cfg, spent)
+}
+
+/// The run's budget has no window: any time reads the same totals.
+pub(crate) const ANY_TIME: ratewise_core::Instant = ratewise_core::Instant::ZERO;
 
 /// One run of the queue: the state [`Queue::run`]'s steps share.
 struct Drive<S> {
@@ -602,6 +616,9 @@ struct Drive<S> {
     cursor: i64,
     close: Close,
     totals: Totals,
+    /// Tokens charged, this run and before, and the worst case of the jobs
+    /// in the window: the [`Settings::budget_tokens`] check.
+    spend: SpendBudget,
     /// Per job, the times a pooled stop put it back for another member.
     pool_rounds: std::collections::HashMap<i64, usize>,
     /// When the grace given on a signal ends.
@@ -612,6 +629,7 @@ struct Drive<S> {
 
 impl<S: Upstream> Drive<S> {
     fn new(queue: Queue<S>, tx: mpsc::Sender<Back>, spent: u64) -> Self {
+        let queue_budget = queue.settings.budget_tokens;
         let deadline_ms = i64::try_from(queue.settings.deadline.as_millis()).unwrap_or(i64::MAX);
         Drive {
             queue,
@@ -625,11 +643,11 @@ impl<S: Upstream> Drive<S> {
             totals: Totals {
                 sends: 0,
                 answered_429: 0,
-                spent,
                 ended_here: 0,
                 rates: Rates::default(),
                 started: Instant::now(),
             },
+            spend: run_budget(queue_budget, spent),
             pool_rounds: std::collections::HashMap::new(),
             grace_end: None,
             deadline_ms,
@@ -711,10 +729,10 @@ impl<S: Upstream> Drive<S> {
             }
             return Ok(Took::Expired);
         }
-        if let Some(budget) = self.queue.settings.budget_tokens {
-            let spent = self.totals.spent;
-            if spent + self.window.worst + job.worst_case() > budget {
+        if let Some(budget) = self.spend.config().max_tokens {
+            if self.spend.check(job.worst_case(), 0, ANY_TIME) != SpendCheck::Fits {
                 if self.window.is_empty() {
+                    let spent = self.spend.totals(ANY_TIME).settled_tokens;
                     let stop = StopRecord {
                         cause: "budget".into(),
                         at: httpdate::fmt_http_date(SystemTime::now()),
@@ -744,6 +762,7 @@ impl<S: Upstream> Drive<S> {
     /// deadline dooms the later jobs of its model due no later.
     async fn launch(&mut self, job: Pending, due: i64, now: i64) {
         self.window.take(&job);
+        self.spend.reserve(job.worst_case(), 0, ANY_TIME);
         let remaining = Duration::from_millis((due - now) as u64);
         let mut svc = self.queue.service.clone();
         let settings = &self.queue.settings;
@@ -893,6 +912,8 @@ impl<S: Upstream> Drive<S> {
         // Finished tasks are reaped, or the set keeps them all.
         while self.tasks.try_join_next().is_some() {}
         self.window.release(&job);
+        self.spend.unreserve(job.worst_case(), 0, ANY_TIME);
+        self.spend.settle(tally.charged, 0, ANY_TIME);
         self.totals.add(&tally, job.max_tokens);
         let kept = kept.unwrap_or_else(|e| (Flow::NotSent(e.to_string()), None));
         if matches!(kept.0, Flow::Ended) {
@@ -949,14 +970,15 @@ impl<S: Upstream> Drive<S> {
     }
 
     /// The progress line's figures.
-    fn status(&self, counts: &Counts) -> Status {
+    fn status(&mut self, counts: &Counts) -> Status {
+        let spent = self.spend.totals(ANY_TIME).settled_tokens;
         let t = &self.totals;
         let snapshots = self.queue.service.layer().snapshots().unwrap_or_default();
         Status::from_parts(
             counts,
             t.sends,
             t.answered_429,
-            t.spent,
+            spent,
             &t.rates,
             &snapshots,
             t.started.elapsed(),
@@ -1008,8 +1030,8 @@ impl Rates {
         {
             self.seen.pop_front();
         }
-        self.output_used += output;
-        self.output_capped += cap;
+        self.output_used = self.output_used.saturating_add(output);
+        self.output_capped = self.output_capped.saturating_add(cap);
     }
 
     /// Input and output tokens reported in the last minute.
@@ -1018,7 +1040,9 @@ impl Rates {
         self.seen
             .iter()
             .filter(|(t, _, _)| now.duration_since(*t) <= Duration::from_secs(60))
-            .fold((0, 0), |(i, o), (_, a, b)| (i + a, o + b))
+            .fold((0u64, 0u64), |(i, o), (_, a, b)| {
+                (i.saturating_add(*a), o.saturating_add(*b))
+            })
     }
 }
 
@@ -1143,7 +1167,8 @@ async fn answer<S: Upstream>(
                 .get::<Attempts>()
                 .map(|a| a.0.clone())
                 .unwrap_or_default();
-            let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await;
+            let mut body = resp.into_body();
+            let read = Limited::new(&mut body, MAX_ANSWER).collect().await;
             let mut end = End {
                 status: Some(status),
                 request_id: rid,
@@ -1151,19 +1176,16 @@ async fn answer<S: Upstream>(
                 waited_ms: waited(&attempts),
                 ..End::default()
             };
-            match body {
+            match read {
                 Ok(b) => {
-                    let bytes = b.to_bytes();
-                    end.usage = crate::output::usage_of(&bytes);
                     let ok = (200..300).contains(&status);
                     end.state = Some(if ok { State::Done } else { State::Failed });
                     end.cause = Some(if ok { "success" } else { "unclassified" }.into());
-                    end.charged = match end.usage {
-                        Some((i, o)) => i + o,
-                        None if ok => job.worst_case(),
-                        None => 0,
-                    };
-                    end.response = Some(bytes);
+                    // The layer parsed the usage where the body ended (and
+                    // settled its reservation from it): taken from there,
+                    // never parsed again here.
+                    charge(&mut end, body.usage(), ok, job.worst_case());
+                    end.response = Some(b.to_bytes());
                 }
                 Err(e) => {
                     // Answered, but the body was cut: it may have been
@@ -1178,6 +1200,19 @@ async fn answer<S: Upstream>(
         }
         Err(e) => outcome_of_error(job, &e),
     }
+}
+
+/// Sets `end`'s usage (billed input — cache writes and reads included —
+/// and output) and its charge from the `usage` the layer read: the usage
+/// reported, else the job's `worst_case` for a success (it may have been
+/// generated and billed), else nothing. Provider numbers saturate.
+fn charge(end: &mut End, usage: Option<ratewise_core::Usage>, ok: bool, worst_case: u64) {
+    end.usage = usage.map(|u| (u.billed_input(), u.output_tokens));
+    end.charged = match usage {
+        Some(u) => u.total_tokens(),
+        None if ok => worst_case,
+        None => 0,
+    };
 }
 
 fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
@@ -1256,7 +1291,6 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::{expiry, Close, Doomed, Ending, Pending, StopRecord, Window};
-    use crate::output::usage_of;
 
     fn job(seq: i64, body: usize, input: u64, output: u64) -> Pending {
         Pending {
@@ -1290,13 +1324,12 @@ mod tests {
         w.take(&b);
         assert!(w.holds(1) && w.holds(2));
         assert_eq!((w.len(), w.bytes), (2, 15));
-        assert_eq!(w.worst, a.worst_case() + b.worst_case());
         w.release(&a);
         assert!(!w.holds(1));
-        assert_eq!((w.len(), w.bytes, w.worst), (1, 5, b.worst_case()));
+        assert_eq!((w.len(), w.bytes), (1, 5));
         w.release(&b);
         assert!(w.is_empty());
-        assert_eq!((w.bytes, w.worst), (0, 0));
+        assert_eq!(w.bytes, 0);
     }
 
     #[test]
@@ -1344,19 +1377,59 @@ mod tests {
     }
 
     #[test]
-    fn usage_after_a_long_completion_is_read() {
-        // 200 KiB of text before `usage`, as a long completion has.
-        let text = "word ".repeat(40_000);
-        let anthropic = format!(
-            r#"{{"content":[{{"type":"text","text":"{text}"}}],"usage":{{"input_tokens":10,"cache_creation_input_tokens":2,"cache_read_input_tokens":3,"output_tokens":40000}}}}"#
+    fn the_run_budget_is_the_core_s_from_what_earlier_runs_spent() {
+        use super::{run_budget, ANY_TIME};
+        use ratewise_core::admit::SpendCheck;
+        // 60 of 100 spent before: 40 left, whatever the time.
+        let mut b = run_budget(Some(100), 60);
+        assert_eq!(b.check(40, 0, ANY_TIME), SpendCheck::Fits);
+        assert!(matches!(b.check(41, 0, ANY_TIME), SpendCheck::Spent { .. }));
+        // A job in the window holds its worst case until it is back.
+        b.reserve(30, 0, ANY_TIME);
+        assert_eq!(b.check(10, 0, ANY_TIME), SpendCheck::Fits);
+        assert_eq!(b.check(11, 0, ANY_TIME), SpendCheck::InFlight);
+        b.unreserve(30, 0, ANY_TIME);
+        b.settle(u64::MAX, 0, ANY_TIME);
+        assert_eq!(b.totals(ANY_TIME).settled_tokens, u64::MAX);
+        assert!(matches!(b.check(1, 0, ANY_TIME), SpendCheck::Spent { .. }));
+        // No budget: it only counts.
+        let mut none = run_budget(None, u64::MAX);
+        assert_eq!(none.check(u64::MAX, 0, ANY_TIME), SpendCheck::Fits);
+    }
+
+    #[test]
+    fn the_layer_s_usage_is_charged_and_huge_numbers_saturate() {
+        use super::charge;
+        use crate::store::End;
+        use ratewise_core::Usage;
+        let mut end = End::default();
+        let u = Usage {
+            input_tokens: 10,
+            output_tokens: 40_000,
+            cache_creation_input_tokens: 2,
+            cache_read_input_tokens: 3,
+        };
+        charge(&mut end, Some(u), true, 7);
+        assert_eq!((end.usage, end.charged), (Some((15, 40_000)), 40_015));
+        // Untrusted provider numbers: no wrap, no panic.
+        let huge = Usage {
+            cache_creation_input_tokens: u64::MAX,
+            cache_read_input_tokens: u64::MAX,
+            ..u
+        };
+        charge(&mut end, Some(huge), true, 7);
+        assert_eq!(
+            (end.usage, end.charged),
+            (Some((u64::MAX, 40_000)), u64::MAX)
         );
-        assert!(anthropic.len() > 64 * 1024);
-        assert_eq!(usage_of(anthropic.as_bytes()), Some((15, 40_000)));
-        let openai = format!(
-            r#"{{"choices":[{{"message":{{"content":"{text}"}}}}],"usage":{{"prompt_tokens":19,"completion_tokens":40000,"prompt_tokens_details":{{"cached_tokens":4}}}}}}"#
-        );
-        assert_eq!(usage_of(openai.as_bytes()), Some((19, 40_000)));
-        assert_eq!(usage_of(b"not json"), None);
-        assert_eq!(usage_of(br#"{"id":"x"}"#), None);
+        charge(&mut end, None, true, 7);
+        assert_eq!((end.usage, end.charged), (None, 7));
+        charge(&mut end, None, false, 7);
+        assert_eq!((end.usage, end.charged), (None, 0));
+        let mut r = super::Rates::default();
+        r.push(u64::MAX, u64::MAX, u64::MAX);
+        r.push(u64::MAX, u64::MAX, u64::MAX);
+        assert_eq!(r.last_minute(), (u64::MAX, u64::MAX));
+        assert_eq!((r.output_used, r.output_capped), (u64::MAX, u64::MAX));
     }
 }

@@ -3,6 +3,8 @@
 //! a record; the SQLite store's job life (started, cut, held, released,
 //! stopped, resumed) and its grouped writes from many threads.
 
+use bytes::Bytes;
+use http_body_util::Full;
 use ratewise_mock::{LatencyConfig, MockConfig, MockServer};
 use ratewise_run::output::Partial;
 use ratewise_run::store::{Counts, End, Ended, NewJob, Pending, StopRecord};
@@ -152,6 +154,40 @@ async fn run_queue(
         .unwrap()
 }
 
+/// [`run_queue`] over a client that asks for gzip: the answers come
+/// compressed, and only the layer (which decodes a copy on the side) can
+/// read their usage.
+async fn run_queue_gzip(store: Arc<dyn Store>, base: &str, dir: &std::path::Path) {
+    let mut settings = Settings::new(ratewise_run::input::Shape::Anthropic, "sk-ant-test");
+    settings.upstream = base.to_owned();
+    settings.window = 4;
+    let layer = RetryLayer::builder()
+        .deadline(settings.deadline)
+        .journal(Arc::new(StoreJournal(Arc::clone(&store))))
+        .build()
+        .unwrap();
+    fn gzip(mut r: http::Request<Full<Bytes>>) -> http::Request<Full<Bytes>> {
+        r.headers_mut().insert(
+            http::header::ACCEPT_ENCODING,
+            http::HeaderValue::from_static("gzip"),
+        );
+        r
+    }
+    let client = tower::ServiceExt::map_request(
+        ratewise_run::client().unwrap(),
+        gzip as fn(http::Request<Full<Bytes>>) -> http::Request<Full<Bytes>>,
+    );
+    let service = RetryService::new(client, layer);
+    let queue = Queue::new(store, service, settings);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let mut partial = Partial::open(&dir.join("out.partial")).unwrap();
+    let report = queue
+        .run(rx, &mut partial, &ratewise_run::progress::Ignore)
+        .await
+        .unwrap();
+    assert_eq!(report.ending, Ending::Finished);
+}
+
 fn roomy() -> MockConfig {
     let mut c = MockConfig {
         latency: LatencyConfig {
@@ -208,6 +244,47 @@ async fn a_full_disk_stops_the_sends_and_loses_no_record() {
     assert!(ratewise_mock::sends_per_job(&mock.records())
         .values()
         .all(|n| *n == 1));
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_charged_is_the_one_the_layer_read_at_the_body_s_end() {
+    let mut cfg = roomy();
+    cfg.compression = true;
+    let mock = MockServer::start(cfg).await.unwrap();
+    let dir = temp("usage");
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&dir.join("q.db"), Synchronous::Normal).unwrap());
+    store.import(jobs(3)).unwrap();
+    run_queue_gzip(Arc::clone(&store), &mock.base_url(), &dir).await;
+    let records = mock.records();
+    assert_eq!(records.len(), 3);
+    let mut ended = Vec::new();
+    store
+        .each_ended(&mut |e| {
+            ended.push(e);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(ended.len(), 3);
+    for e in ended {
+        let r = records
+            .iter()
+            .find(|r| r.job.as_deref() == Some(e.custom_id.as_str()))
+            .unwrap();
+        // The answer kept is the compressed one: the runner could not
+        // have read its usage itself.
+        let body = e.response.as_deref().unwrap();
+        assert_eq!(&body[..2], &[0x1f, 0x8b], "{}: gzip", e.custom_id);
+        assert_eq!(
+            e.usage,
+            Some((r.input_tokens, r.output_tokens)),
+            "{}: the usage the mock reported, as the layer read it",
+            e.custom_id
+        );
+        assert_eq!(e.charged, r.input_tokens + r.output_tokens);
+    }
     mock.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }

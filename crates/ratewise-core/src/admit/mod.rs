@@ -82,7 +82,7 @@ pub use reservation::PriceId;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
 pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;
-pub use spend::{Price, PriceTable, SpendConfig, SpendTotals};
+pub use spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 pub use stop::Stop;
 pub use store::{Applied, End, Observed, Store, StoreFuture, Update};
 

@@ -1,5 +1,7 @@
 //! Queue-wide spend budget: tokens and, with a user-supplied price table,
-//! money, over fixed windows.
+//! money, over fixed windows — or, [`SpendConfig::cumulative`], over no
+//! window at all (a run's `--budget-tokens`, counted across its resumes
+//! from a starting total, [`SpendBudget::starting_at`]).
 //!
 //! Money is counted in integer *micro-units* of the user's currency
 //! (1 000 000 = one dollar, say); prices are per million tokens in the same
@@ -31,12 +33,14 @@ pub struct Price {
 }
 
 impl Price {
-    /// The cost of actual usage, rounded up.
+    /// The cost of actual usage, rounded up; saturating at `u64::MAX`
+    /// (each product fits a `u128`, their sum of four may not).
     pub fn cost(&self, u: &Usage) -> u64 {
-        let micro_mtok = u128::from(u.input_tokens) * u128::from(self.input)
-            + u128::from(u.output_tokens) * u128::from(self.output)
-            + u128::from(u.cache_creation_input_tokens) * u128::from(self.cache_write)
-            + u128::from(u.cache_read_input_tokens) * u128::from(self.cache_read);
+        let part = |tokens: u64, price: u64| u128::from(tokens) * u128::from(price);
+        let micro_mtok = part(u.input_tokens, self.input)
+            .saturating_add(part(u.output_tokens, self.output))
+            .saturating_add(part(u.cache_creation_input_tokens, self.cache_write))
+            .saturating_add(part(u.cache_read_input_tokens, self.cache_read));
         micro_mtok.div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
     }
 
@@ -46,8 +50,8 @@ impl Price {
     /// and `output ≤ output` costs no more.
     pub(crate) fn worst_case(&self, a: &Amounts) -> u64 {
         let dearest = self.input.max(self.cache_write).max(self.cache_read);
-        let micro_mtok = u128::from(a.input) * u128::from(dearest)
-            + u128::from(a.output) * u128::from(self.output);
+        let micro_mtok = (u128::from(a.input) * u128::from(dearest))
+            .saturating_add(u128::from(a.output) * u128::from(self.output));
         micro_mtok.div_ceil(1_000_000).min(u128::from(u64::MAX)) as u64
     }
 }
@@ -87,7 +91,8 @@ impl PriceTable {
 #[non_exhaustive]
 pub struct SpendConfig {
     /// Length of a budget window; windows start at the caller's origin
-    /// (`Instant::ZERO`) and follow each other.
+    /// (`Instant::ZERO`) and follow each other. [`Duration::MAX`] is no
+    /// window: the totals never reset ([`SpendConfig::cumulative`]).
     pub window: Duration,
     /// Tokens per window (all input incl. cache reads, plus output).
     pub max_tokens: Option<u64>,
@@ -112,6 +117,35 @@ impl Default for SpendConfig {
     }
 }
 
+impl SpendConfig {
+    /// A budget with no window: what is settled counts forever (a batch
+    /// run's token budget, which holds across the run's resumes).
+    /// Never-exceed, no limit set yet.
+    ///
+    /// ```
+    /// use ratewise_core::admit::{SpendBudget, SpendCheck, SpendConfig, SpendTotals};
+    /// use ratewise_core::Instant;
+    /// let mut cfg = SpendConfig::cumulative();
+    /// cfg.max_tokens = Some(1_000);
+    /// // Earlier runs already spent 900 tokens.
+    /// let spent = SpendTotals { settled_tokens: 900, ..SpendTotals::default() };
+    /// let mut b = SpendBudget::starting_at(cfg, spent);
+    /// assert_eq!(b.check(100, 0, Instant::ZERO), SpendCheck::Fits);
+    /// assert!(matches!(b.check(101, 0, Instant::ZERO), SpendCheck::Spent { .. }));
+    /// ```
+    pub fn cumulative() -> Self {
+        SpendConfig {
+            window: Duration::MAX,
+            ..SpendConfig::default()
+        }
+    }
+
+    /// Whether the totals reset at each window's end.
+    fn windowed(&self) -> bool {
+        self.window != Duration::MAX
+    }
+}
+
 /// Spend totals of the current window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SpendTotals {
@@ -127,21 +161,24 @@ pub struct SpendTotals {
 
 /// The outcome of a spend check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SpendCheck {
+pub enum SpendCheck {
     /// It fits.
     Fits,
     /// It would fit once in-flight reservations settle: ask again later.
     InFlight,
     /// It cannot fit before the window ends.
     Spent {
-        /// When the window resets.
+        /// When the window resets (far past any reachable time without a
+        /// window).
         until: Instant,
     },
 }
 
-/// The spend budget state.
+/// The spend budget state: the one owner of what was spent and what is
+/// reserved, for the admission controller and for a batch run alike.
+/// Every sum saturates at `u64::MAX`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SpendBudget {
+pub struct SpendBudget {
     cfg: SpendConfig,
     window_index: u128,
     totals: SpendTotals,
@@ -149,16 +186,27 @@ pub(crate) struct SpendBudget {
 
 impl SpendBudget {
     /// An empty budget.
-    pub(crate) fn new(cfg: SpendConfig) -> Self {
+    pub fn new(cfg: SpendConfig) -> Self {
+        Self::starting_at(cfg, SpendTotals::default())
+    }
+
+    /// A budget that has already settled `spent` (earlier runs' usage, read
+    /// back from where they kept it) in its first window. Only the settled
+    /// figures are taken: nothing is outstanding in a fresh budget.
+    pub fn starting_at(cfg: SpendConfig, spent: SpendTotals) -> Self {
         SpendBudget {
             cfg,
             window_index: 0,
-            totals: SpendTotals::default(),
+            totals: SpendTotals {
+                settled_tokens: spent.settled_tokens,
+                settled_micros: spent.settled_micros,
+                ..SpendTotals::default()
+            },
         }
     }
 
     /// The configuration.
-    pub(crate) fn config(&self) -> &SpendConfig {
+    pub fn config(&self) -> &SpendConfig {
         &self.cfg
     }
 
@@ -167,6 +215,9 @@ impl SpendBudget {
     }
 
     fn roll(&mut self, now: Instant) {
+        if !self.cfg.windowed() {
+            return;
+        }
         let w = now.since_origin().as_nanos() / self.window_ns();
         if w > self.window_index {
             self.window_index = w;
@@ -178,18 +229,18 @@ impl SpendBudget {
     /// When the current window ends.
     pub(crate) fn window_end(&self, now: Instant) -> Instant {
         let w = now.since_origin().as_nanos() / self.window_ns();
-        let end = (w + 1) * self.window_ns();
+        let end = (w + 1).saturating_mul(self.window_ns());
         Instant::from_origin(super::bucket::duration_from_nanos(end))
     }
 
     /// The totals of the window containing `now`.
-    pub(crate) fn totals(&mut self, now: Instant) -> SpendTotals {
+    pub fn totals(&mut self, now: Instant) -> SpendTotals {
         self.roll(now);
         self.totals
     }
 
     /// Whether a reservation of `tokens` / `micros` worst case fits.
-    pub(crate) fn check(&mut self, tokens: u64, micros: u64, now: Instant) -> SpendCheck {
+    pub fn check(&mut self, tokens: u64, micros: u64, now: Instant) -> SpendCheck {
         self.roll(now);
         let t = &self.totals;
         let spent = Self::over(self.cfg.max_tokens, t.settled_tokens, 0, 0)
@@ -251,21 +302,21 @@ impl SpendBudget {
     }
 
     /// Reserves a worst case.
-    pub(crate) fn reserve(&mut self, tokens: u64, micros: u64, now: Instant) {
+    pub fn reserve(&mut self, tokens: u64, micros: u64, now: Instant) {
         self.roll(now);
         self.totals.outstanding_tokens = self.totals.outstanding_tokens.saturating_add(tokens);
         self.totals.outstanding_micros = self.totals.outstanding_micros.saturating_add(micros);
     }
 
     /// Drops a worst case (settled or released).
-    pub(crate) fn unreserve(&mut self, tokens: u64, micros: u64, now: Instant) {
+    pub fn unreserve(&mut self, tokens: u64, micros: u64, now: Instant) {
         self.roll(now);
         self.totals.outstanding_tokens = self.totals.outstanding_tokens.saturating_sub(tokens);
         self.totals.outstanding_micros = self.totals.outstanding_micros.saturating_sub(micros);
     }
 
     /// Adds actual usage to the window.
-    pub(crate) fn settle(&mut self, tokens: u64, micros: u64, now: Instant) {
+    pub fn settle(&mut self, tokens: u64, micros: u64, now: Instant) {
         self.roll(now);
         self.totals.settled_tokens = self.totals.settled_tokens.saturating_add(tokens);
         self.totals.settled_micros = self.totals.settled_micros.saturating_add(micros);
@@ -323,5 +374,101 @@ mod tests {
             b.check(60, 0, Instant::from_millis(60_000)),
             SpendCheck::Fits
         );
+    }
+
+    #[test]
+    fn a_cost_of_huge_numbers_saturates() {
+        let p = Price {
+            input: u64::MAX,
+            output: u64::MAX,
+            cache_write: u64::MAX,
+            cache_read: u64::MAX,
+        };
+        let u = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: u64::MAX,
+            cache_creation_input_tokens: u64::MAX,
+            cache_read_input_tokens: u64::MAX,
+        };
+        assert_eq!(p.cost(&u), u64::MAX);
+        let a = Amounts {
+            requests: 1,
+            input: u64::MAX,
+            output: u64::MAX,
+        };
+        assert_eq!(p.worst_case(&a), u64::MAX);
+    }
+
+    fn cumulative(max_tokens: u64) -> SpendConfig {
+        let mut cfg = SpendConfig::cumulative();
+        cfg.max_tokens = Some(max_tokens);
+        cfg
+    }
+
+    #[test]
+    fn a_starting_total_counts_against_the_budget() {
+        let spent = SpendTotals {
+            settled_tokens: 900,
+            settled_micros: 7,
+            outstanding_tokens: 50,
+            outstanding_micros: 50,
+        };
+        let mut b = SpendBudget::starting_at(cumulative(1_000), spent);
+        let t = Instant::ZERO;
+        // Only what was settled is taken: nothing is in flight yet.
+        assert_eq!(
+            b.totals(t),
+            SpendTotals {
+                settled_tokens: 900,
+                settled_micros: 7,
+                ..SpendTotals::default()
+            }
+        );
+        assert_eq!(b.check(100, 0, t), SpendCheck::Fits);
+        assert!(matches!(b.check(101, 0, t), SpendCheck::Spent { .. }));
+        b.reserve(60, 0, t);
+        assert_eq!(b.check(60, 0, t), SpendCheck::InFlight);
+    }
+
+    #[test]
+    fn no_window_never_resets() {
+        let mut b = SpendBudget::new(cumulative(100));
+        b.settle(100, 0, Instant::ZERO);
+        for at in [
+            Instant::from_millis(24 * 3600 * 1000),
+            Instant::from_millis(u64::MAX),
+            Instant::from_origin(Duration::MAX),
+        ] {
+            assert_eq!(b.totals(at).settled_tokens, 100);
+            assert!(matches!(b.check(1, 0, at), SpendCheck::Spent { .. }));
+        }
+        // A windowed budget does reset: the difference is the window.
+        let mut w = SpendBudget::new(SpendConfig {
+            window: Duration::from_secs(60),
+            max_tokens: Some(100),
+            ..SpendConfig::default()
+        });
+        w.settle(100, 0, Instant::ZERO);
+        assert_eq!(w.totals(Instant::from_millis(60_000)).settled_tokens, 0);
+    }
+
+    #[test]
+    fn sums_saturate_at_u64_max() {
+        let spent = SpendTotals {
+            settled_tokens: u64::MAX - 1,
+            ..SpendTotals::default()
+        };
+        let mut b = SpendBudget::starting_at(cumulative(u64::MAX), spent);
+        let t = Instant::ZERO;
+        b.settle(u64::MAX, u64::MAX, t);
+        b.reserve(u64::MAX, u64::MAX, t);
+        b.reserve(u64::MAX, 1, t);
+        let totals = b.totals(t);
+        assert_eq!(totals.settled_tokens, u64::MAX);
+        assert_eq!(totals.outstanding_tokens, u64::MAX);
+        assert_eq!(totals.outstanding_micros, u64::MAX);
+        assert!(matches!(b.check(u64::MAX, 0, t), SpendCheck::Spent { .. }));
+        b.unreserve(u64::MAX, u64::MAX, t);
+        assert_eq!(b.totals(t).outstanding_tokens, 0);
     }
 }

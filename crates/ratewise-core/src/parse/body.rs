@@ -268,6 +268,46 @@ pub fn parse_usage(body: &[u8]) -> Option<Usage> {
         .or_else(|| holder.usage_metadata.map(GeminiUsage::into_usage))
 }
 
+/// A JSON answer body inside a larger document — a batch result line's
+/// `response.body` (OpenAI) or `result.message` (Anthropic) — read once,
+/// with the line: its bytes as they were, and its `usage` read by
+/// [`parse_usage`] as the line is deserialized. A result line's reader
+/// takes both from here and parses the usage nowhere else.
+///
+/// ```
+/// use ratewise_core::parse::body::AnswerBody;
+/// #[derive(serde::Deserialize)]
+/// struct Line { body: AnswerBody }
+/// let l: Line = serde_json::from_str(r#"{"body": {"id":"x","usage":{"input_tokens":3,"output_tokens":4}}}"#).unwrap();
+/// assert_eq!(l.body.as_bytes(), br#"{"id":"x","usage":{"input_tokens":3,"output_tokens":4}}"#);
+/// assert_eq!(l.body.usage().map(|u| (u.input_tokens, u.output_tokens)), Some((3, 4)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct AnswerBody {
+    raw: Box<serde_json::value::RawValue>,
+    usage: Option<Usage>,
+}
+
+impl AnswerBody {
+    /// The body's bytes, as they were in the document.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.raw.get().as_bytes()
+    }
+
+    /// Its `usage`; `None` when it had no readable one.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+}
+
+impl<'de> Deserialize<'de> for AnswerBody {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        let usage = parse_usage(raw.get().as_bytes());
+        Ok(AnswerBody { raw, usage })
+    }
+}
+
 /// Reads a bare usage object (`{"input_tokens":..}` or OpenAI's form).
 pub fn usage_from_value(value: &serde_json::Value) -> Option<Usage> {
     RawUsage::deserialize(value).ok().map(RawUsage::into_usage)

@@ -15,6 +15,7 @@
 use crate::input::Shape;
 use crate::store::{End, State};
 use bytes::Bytes;
+use ratewise_core::parse::body::AnswerBody;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -62,16 +63,16 @@ struct OpenAiLine<'a> {
     #[serde(borrow)]
     id: Option<&'a str>,
     custom_id: String,
-    response: Option<OpenAiResponse<'a>>,
+    response: Option<OpenAiResponse>,
     error: Option<OpenAiError>,
 }
 
 #[derive(Deserialize)]
-struct OpenAiResponse<'a> {
+struct OpenAiResponse {
     status_code: Option<u16>,
     request_id: Option<String>,
-    #[serde(borrow)]
-    body: Option<&'a RawValue>,
+    /// Its usage is read here, with the line, by the core.
+    body: Option<AnswerBody>,
 }
 
 #[derive(Deserialize)]
@@ -91,10 +92,23 @@ struct AnthropicLine<'a> {
 struct AnthropicResult<'a> {
     #[serde(rename = "type")]
     kind: String,
-    #[serde(borrow)]
-    message: Option<&'a RawValue>,
+    /// Its usage is read here, with the line, by the core.
+    message: Option<AnswerBody>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
+}
+
+/// The answer's bytes, as the result line held them.
+fn bytes_of(body: &AnswerBody) -> Bytes {
+    Bytes::copy_from_slice(body.as_bytes())
+}
+
+/// The end's usage — billed input (cache writes and reads included) and
+/// output — as the core read it with the line; provider numbers saturate.
+fn take_usage(end: &mut End, body: Option<&AnswerBody>) {
+    end.usage = body
+        .and_then(AnswerBody::usage)
+        .map(|u| (u.billed_input(), u.output_tokens));
 }
 
 fn attempt(
@@ -127,21 +141,20 @@ fn parse_openai(batch_id: &str, line: &[u8]) -> Option<ItemResult> {
     let item;
     if let Some(r) = l.response.as_ref().filter(|r| r.status_code.is_some()) {
         let status = r.status_code.unwrap_or(0);
-        let body = r.body.map(|b| Bytes::copy_from_slice(b.get().as_bytes()));
         end.status = Some(status);
         end.request_id = r.request_id.clone();
         if (200..300).contains(&status) {
             item = Item::Succeeded;
             end.state = Some(State::Done);
             end.cause = Some("success".into());
-            end.usage = body.as_deref().and_then(crate::output::usage_of);
+            take_usage(&mut end, r.body.as_ref());
         } else {
             item = Item::Errored;
             end.state = Some(State::Failed);
             end.cause = Some("batch_errored".into());
             end.message = Some(format!("the batch answered this request {status}"));
         }
-        end.response = body;
+        end.response = r.body.as_ref().map(bytes_of);
     } else {
         let (code, message) = match &l.error {
             Some(e) => (e.code.clone(), e.message.clone()),
@@ -195,15 +208,11 @@ fn parse_anthropic(batch_id: &str, line: &[u8]) -> Option<ItemResult> {
     let mut end = End::default();
     let item = match l.result.kind.as_str() {
         "succeeded" => {
-            let body = l
-                .result
-                .message
-                .map(|m| Bytes::copy_from_slice(m.get().as_bytes()));
             end.state = Some(State::Done);
             end.status = Some(200);
             end.cause = Some("success".into());
-            end.usage = body.as_deref().and_then(crate::output::usage_of);
-            end.response = body;
+            take_usage(&mut end, l.result.message.as_ref());
+            end.response = l.result.message.as_ref().map(bytes_of);
             Item::Succeeded
         }
         "errored" => {
@@ -278,6 +287,26 @@ mod tests {
             (Item::Canceled, Some(State::Pending))
         );
         assert!(parse(Shape::OpenAi, "batch_x", b"nonsense").is_none());
+    }
+
+    #[test]
+    fn huge_provider_numbers_saturate_and_the_body_is_kept_as_it_was() {
+        let line = format!(
+            r#"{{"custom_id":"a","result":{{"type":"succeeded","message":{{"id":"m", "usage":{{"input_tokens":3,"cache_creation_input_tokens":{m},"cache_read_input_tokens":{m},"output_tokens":4}}}}}}}}"#,
+            m = u64::MAX
+        );
+        let mut r = parse(Shape::Anthropic, "b", line.as_bytes()).unwrap();
+        assert_eq!(r.end.usage, Some((u64::MAX, 4)));
+        r.charge(10);
+        assert_eq!(r.end.charged, u64::MAX);
+        let body = r.end.response.as_deref().unwrap();
+        assert!(body.starts_with(br#"{"id":"m", "usage""#));
+        // An OpenAI line: the body's bytes as they were, its usage read once.
+        let ok = br#"{"id":"x","custom_id":"b","response":{"status_code":200,"body":{"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":18446744073709551615}}}}"#;
+        let mut r = parse(Shape::OpenAi, "b", ok).unwrap();
+        assert_eq!(r.end.usage, Some((u64::MAX, u64::MAX)));
+        r.charge(10);
+        assert_eq!(r.end.charged, u64::MAX);
     }
 
     #[test]

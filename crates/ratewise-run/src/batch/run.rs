@@ -6,11 +6,13 @@ use super::recover::{self, Found};
 use super::results::{self, Item};
 use super::{BatchEnding, BatchError, BatchReport, BatchSettings, BatchStatus};
 use crate::input::Shape;
+use crate::queue::{run_budget, ANY_TIME};
 use crate::store::{
     batch_store_error, BatchEnd, BatchIntent, BatchRow, End, Pending, State, StopRecord, Store,
     StoreError,
 };
 use crate::Client;
+use ratewise_core::admit::{SpendBudget, SpendCheck};
 use ratewise_core::classify::{classify_response, ResponseView};
 use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::{ActionKind, Instant, Now, Provider};
@@ -393,15 +395,17 @@ impl Runner<'_> {
     }
 
     /// Fits `planned` to the budget's room (the budget less what is spent
-    /// and what open batches reserve): whole, trimmed to the jobs that
-    /// fit, or — not one fits — a budget stop.
+    /// and what open batches reserve, counted by the core's
+    /// [`SpendBudget`]): whole, trimmed to the jobs that fit, or — not one
+    /// fits — a budget stop.
     async fn fit_budget(&mut self, planned: &mut Planned) -> Result<Fit, BatchError> {
         let Some(budget) = self.settings.budget_tokens else {
             return Ok(Fit::Whole);
         };
         let spent = on_store(&self.store, |s| s.counts()).await?.spent;
-        let room = budget.saturating_sub(spent.saturating_add(self.reserved));
-        let fit = fitting(&planned.jobs, room);
+        let mut spend = run_budget(Some(budget), spent);
+        spend.reserve(self.reserved, 0, ANY_TIME);
+        let fit = fitting(&planned.jobs, &mut spend);
         if fit == 0 {
             let next = planned.jobs.first().map_or(0, Pending::worst_case);
             return Ok(Fit::Stop(StopRecord {
@@ -800,14 +804,16 @@ enum Create {
     Again(Duration),
 }
 
-/// How many of `jobs`, from the first, fit in `room` tokens together
-/// (their worst cases added up).
-fn fitting(jobs: &[Pending], room: u64) -> usize {
-    let mut acc = 0u64;
+/// How many of `jobs`, from the first, fit in `budget` together: each
+/// one's worst case is reserved in turn while the budget says it fits.
+fn fitting(jobs: &[Pending], budget: &mut SpendBudget) -> usize {
     jobs.iter()
         .take_while(|j| {
-            acc = acc.saturating_add(j.worst_case());
-            acc <= room
+            let fits = budget.check(j.worst_case(), 0, ANY_TIME) == SpendCheck::Fits;
+            if fits {
+                budget.reserve(j.worst_case(), 0, ANY_TIME);
+            }
+            fits
         })
         .count()
 }
@@ -954,12 +960,17 @@ mod tests {
     fn the_budget_takes_the_first_jobs_that_fit_together() {
         let jobs = [job(1, 10, 10), job(2, 10, 10), job(3, 10, 10)];
         let each = jobs[0].worst_case();
-        assert_eq!(fitting(&jobs, 0), 0);
-        assert_eq!(fitting(&jobs, each - 1), 0);
-        assert_eq!(fitting(&jobs, each), 1);
-        assert_eq!(fitting(&jobs, 2 * each + 1), 2);
-        assert_eq!(fitting(&jobs, u64::MAX), 3);
-        assert_eq!(fitting(&[], 100), 0);
+        let room = |r: u64| run_budget(Some(r), 0);
+        assert_eq!(fitting(&jobs, &mut room(0)), 0);
+        assert_eq!(fitting(&jobs, &mut room(each - 1)), 0);
+        assert_eq!(fitting(&jobs, &mut room(each)), 1);
+        assert_eq!(fitting(&jobs, &mut room(2 * each + 1)), 2);
+        assert_eq!(fitting(&jobs, &mut room(u64::MAX)), 3);
+        assert_eq!(fitting(&[], &mut room(100)), 0);
+        // What earlier runs spent and open batches reserve leave the room.
+        let mut b = run_budget(Some(3 * each), each);
+        b.reserve(each, 0, ANY_TIME);
+        assert_eq!(fitting(&jobs, &mut b), 1);
     }
 
     #[test]

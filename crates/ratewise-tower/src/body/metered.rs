@@ -448,6 +448,56 @@ impl<B> MeteredBody<B> {
         self.meter.result.as_ref()
     }
 
+    /// The answer's `usage`, parsed once where its body ended — the same
+    /// value the layer settled the reservation from (for a cut stream, the
+    /// usage reported so far; the reservation is charged at least that).
+    /// `None` while the body is still flowing, and when it reported none or
+    /// metering gave up (a cut JSON body, one over
+    /// [`Config::max_metered_body`](crate::Config::max_metered_body), a
+    /// compressed body that did not decode).
+    ///
+    /// This is how the caller is handed the usage: read the body through
+    /// this value (not [`into_inner`](Self::into_inner)) to its end, then
+    /// ask. The body is the one owner of the parse, so the answer needs no
+    /// second one, and there is no race: the value is set in the same poll
+    /// that gives out the last byte.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http_body_util::{BodyExt, Full};
+    /// use ratewise_tower::{Policy, RetryLayer};
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let provider = tower::service_fn(|_: http::Request<Full<Bytes>>| async {
+    ///     let body = br#"{"type":"message","usage":{"input_tokens":3,"cache_read_input_tokens":5,"output_tokens":4}}"#;
+    ///     let answer = http::Response::builder()
+    ///         .header("content-type", "application/json")
+    ///         .body(Full::new(Bytes::from_static(body)))
+    ///         .unwrap();
+    ///     Ok::<_, std::convert::Infallible>(answer)
+    /// });
+    /// let service = RetryLayer::new(Policy::default()).layer(provider);
+    /// let request = http::Request::post("http://127.0.0.1:8080/v1/messages")
+    ///     .body(Full::new(Bytes::from_static(
+    ///         br#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}"#,
+    ///     )))
+    ///     .unwrap();
+    /// let mut body = service.oneshot(request).await.unwrap().into_body();
+    /// assert_eq!(body.usage(), None, "not ended yet");
+    /// let mut bytes = Vec::new();
+    /// while let Some(frame) = body.frame().await {
+    ///     bytes.extend_from_slice(frame.unwrap().data_ref().unwrap());
+    /// }
+    /// let usage = body.usage().unwrap();
+    /// assert_eq!((usage.billed_input(), usage.output_tokens), (8, 4));
+    /// # }
+    /// ```
+    pub fn usage(&self) -> Option<Usage> {
+        self.metered().and_then(Metered::usage)
+    }
+
     /// The stream's outcome, once a `text/event-stream` body ended.
     pub fn stream_outcome(&self) -> Option<&StreamOutcome> {
         self.metered().and_then(Metered::stream)
