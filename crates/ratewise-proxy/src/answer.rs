@@ -207,7 +207,9 @@ fn stopped(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Res
     let kept = stops.get(key);
     if let Some(k) = kept.as_ref().filter(|k| k.renders()) {
         let mut r = k.render(provider);
-        retry_after(r.headers_mut(), k.until);
+        // When it lifts is the store's word (the admission's decision),
+        // not the evidence's.
+        retry_after(r.headers_mut(), e.until());
         return r;
     }
     let cause = kept.map_or(Cause::UserLimit, |k| k.cause);
