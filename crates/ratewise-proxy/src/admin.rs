@@ -218,8 +218,10 @@ fn listed(app: &App, only: Option<&str>, max: usize) -> (Vec<String>, usize) {
     // then the first by name (a selection, then a sort of those alone).
     let names = app.store.lock().key_names();
     let total = names.len();
-    let stopped: std::collections::HashSet<String> =
-        app.stops.all().into_iter().map(|(k, _, _)| k).collect();
+    // Listed first: the keys with a stop's evidence kept here (an order
+    // only: whether a key is stopped is the store's word, read in its
+    // snapshot below).
+    let stopped: std::collections::HashSet<String> = app.stops.keys().into_iter().collect();
     let (mut first, mut rest): (Vec<String>, Vec<String>) =
         names.into_iter().partition(|n| stopped.contains(n));
     first.sort_unstable();
@@ -288,19 +290,14 @@ fn format_status(
     pools: Vec<(String, ratewise_tower::pool::PoolStatus)>,
     now: Now,
 ) -> serde_json::Value {
-    // The cause as `/status` names it: `operator` for an operator's stop.
-    let stops: HashMap<String, (&'static str, SystemTime)> = app
-        .stops
-        .all_words()
-        .into_iter()
-        .map(|(k, c, since)| (k, (c, since)))
-        .collect();
     let mut classes: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
-    let mut stopped_in_store: std::collections::HashSet<String> = Default::default();
+    // Whether a key is stopped, why and until when: the store's record
+    // (every scope of a key shows the key's one stop).
+    let mut stopped_in_store: HashMap<String, ratewise_core::admit::Stop> = HashMap::new();
     for s in scopes {
         let l = s.limits;
-        if s.stopped.is_some() {
-            stopped_in_store.insert(s.key.clone());
+        if let Some(st) = s.stopped {
+            stopped_in_store.entry(s.key.clone()).or_insert(st);
         }
         classes
             .entry(s.key.clone())
@@ -340,11 +337,9 @@ fn format_status(
         .into_iter()
         .filter_map(|fp| {
             let classes = classes.remove(&fp)?;
-            // A stop another process lifted (through Redis) is not shown.
-            let stop = stops
+            let stop = stopped_in_store
                 .get(&fp)
-                .filter(|_| stopped_in_store.contains(&fp))
-                .map(|(c, since)| serde_json::json!({"cause": c, "since_ms": unix_ms(*since)}));
+                .map(|st| stop_json(st, app.stops.beside(&fp, st).as_ref()));
             Some(serde_json::json!({
                 "fingerprint": fp,
                 "last_four": app.keys.last_four_of(&fp),
@@ -364,6 +359,33 @@ fn format_status(
             "unknown_outcomes": *app.unknown.lock().unwrap_or_else(|p| p.into_inner()),
             "store": store_status(app),
             "pools": crate::pools::status_json(&pools, &app.stops),
+    })
+}
+
+/// A key's stop in `/status`: the store's record (`stop`: its cause and
+/// end), with the evidence kept beside it when it is of that stop — since
+/// when, `operator` as the cause word of an operator's stop, and the
+/// provider's answer that stopped it (status, error type and code,
+/// request id; never its message). A stop this process has no evidence
+/// of (made by another process sharing the store) is shown all the same,
+/// `since_ms` then null.
+fn stop_json(
+    stop: &ratewise_core::admit::Stop,
+    ev: Option<&crate::evidence::Evidence>,
+) -> serde_json::Value {
+    let answer = ev.and_then(|e| e.answer.as_ref()).map(|a| {
+        serde_json::json!({
+            "status": a.status,
+            "error_type": a.error_type,
+            "error_code": a.code,
+            "request_id": a.request_id,
+        })
+    });
+    serde_json::json!({
+        "cause": ev.map_or(stop.cause.as_str(), |e| e.cause_word()),
+        "since_ms": ev.map(|e| unix_ms(e.since)),
+        "until_ms": stop.until.map(unix_ms),
+        "answer": answer,
     })
 }
 

@@ -25,6 +25,7 @@
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};
+use ratewise_core::admit::Stop;
 use ratewise_core::{ActionKind, Cause, GiveUpReason, Provider};
 use ratewise_tower::Error;
 use std::collections::HashMap;
@@ -38,6 +39,12 @@ pub use ratewise_tower::ACTION_HEADER;
 /// The evidence of each stopped key ([`Evidence`]), replayed to the jobs
 /// that find the key stopped: the SDK gets the same typed error the
 /// provider gave, from this process, after a restart, or on a replica.
+///
+/// Evidence beside the store's record, never a second flag: whether a
+/// key is stopped, why and until when is the store's word (its
+/// [`Stop`]); what is kept here is attached to what the store says
+/// ([`beside`](Self::beside)), and has no expiry of its own. A job is
+/// answered from it only once the store has said the key is stopped.
 #[derive(Debug, Default)]
 pub struct StopAnswers(Mutex<HashMap<String, Evidence>>);
 
@@ -61,36 +68,27 @@ impl StopAnswers {
         self.lock().remove(key);
     }
 
-    /// The evidence of `key`'s stop, while the stop holds (one whose end
-    /// has passed is forgotten).
+    /// The evidence kept for `key`, whatever the store says now: for a
+    /// caller that has the store's word already (a job the store found
+    /// stopped) or that only looks (whether the key was seen).
     pub fn get(&self, key: &str) -> Option<Evidence> {
-        let mut map = self.lock();
-        Self::forget_lifted(&mut map);
-        map.get(key).cloned()
+        self.lock().get(key).cloned()
     }
 
-    /// Every stopped key and why.
-    pub fn all(&self) -> Vec<(String, Cause, SystemTime)> {
-        let mut map = self.lock();
-        Self::forget_lifted(&mut map);
-        map.iter()
-            .map(|(k, r)| (k.clone(), r.cause, r.since))
-            .collect()
+    /// The evidence of the stop the store holds for `key` (`stop`, its
+    /// record): kept for the same cause, else none (evidence of an
+    /// earlier stop, lifted since, says nothing of this one). The stop's
+    /// end is the record's, whatever the evidence said.
+    pub fn beside(&self, key: &str, stop: &Stop) -> Option<Evidence> {
+        let mut ev = self.get(key).filter(|e| e.cause == stop.cause)?;
+        ev.until = stop.until;
+        Some(ev)
     }
 
-    /// Every stopped key, its cause as `/status` names it (`operator` for
-    /// an operator's stop) and since when.
-    pub fn all_words(&self) -> Vec<(String, &'static str, SystemTime)> {
-        let mut map = self.lock();
-        Self::forget_lifted(&mut map);
-        map.iter()
-            .map(|(k, r)| (k.clone(), r.cause_word(), r.since))
-            .collect()
-    }
-
-    fn forget_lifted(map: &mut HashMap<String, Evidence>) {
-        let now = SystemTime::now();
-        map.retain(|_, r| r.until.is_none_or(|u| u > now));
+    /// The keys with evidence kept: the ones `/status` lists first (a
+    /// listing's order, never whether a key is stopped).
+    pub fn keys(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Evidence>> {
@@ -209,7 +207,9 @@ fn stopped(e: &Error, provider: Provider, key: &str, stops: &StopAnswers) -> Res
     let kept = stops.get(key);
     if let Some(k) = kept.as_ref().filter(|k| k.renders()) {
         let mut r = k.render(provider);
-        retry_after(r.headers_mut(), k.until);
+        // When it lifts is the store's word (the admission's decision),
+        // not the evidence's.
+        retry_after(r.headers_mut(), e.until());
         return r;
     }
     let cause = kept.map_or(Cause::UserLimit, |k| k.cause);

@@ -284,7 +284,12 @@ impl App {
     /// with `--redis`: the evidence may not be readable yet).
     pub async fn stopped(&self, key: &str, e: &ratewise_tower::Error) {
         let own = answer::stopped_by_its_answer(e);
-        let local = self.stops.get(key);
+        // The evidence kept here counts only for the stop the store holds
+        // (its cause): one of an earlier stop is replaced.
+        let local = self
+            .stops
+            .get(key)
+            .filter(|k| self.stop_cause(key).is_none_or(|c| c == k.cause));
         if let Some(k) = &local {
             // With `--redis`, a stop found at admission looks at the shared
             // evidence again now and then (at most once a second per key):

@@ -94,10 +94,16 @@ pub fn status_json(pools: &[(String, PoolStatus)], stops: &StopAnswers) -> serde
                     .iter()
                     .map(|m| {
                         let mut v = serde_json::to_value(m).unwrap_or_default();
-                        if let (Some(stop), Some(kept)) = (
-                            v.get_mut("stopped").filter(|x| x.is_object()),
-                            stops.get(&m.key),
-                        ) {
+                        // The member's stop is the store's; the evidence
+                        // kept here is attached when it is of that stop.
+                        let kept = stops.get(&m.key).filter(|k| {
+                            m.stopped
+                                .as_ref()
+                                .is_some_and(|s| s.cause == k.cause.as_str())
+                        });
+                        if let (Some(stop), Some(kept)) =
+                            (v.get_mut("stopped").filter(|x| x.is_object()), kept)
+                        {
                             stop["since_ms"] = crate::evidence::ms(kept.since).into();
                             if let (true, Some(a)) = (stop["status"].is_null(), &kept.answer) {
                                 stop["status"] = a.status.into();

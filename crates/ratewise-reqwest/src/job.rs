@@ -14,8 +14,9 @@
 use bytes::Bytes;
 use futures::future::{select, Either};
 use http_body_util::{BodyExt, Full};
+use ratewise_core::admit::Stop;
 use ratewise_core::record::AttemptRecord;
-use ratewise_core::{Action, ActionKind, Decision};
+use ratewise_core::{Action, ActionKind, Cause, Decision};
 use ratewise_tower::{Cancel, RetryLayer, RetryService};
 use reqwest::ResponseBuilderExt;
 use std::collections::HashMap;
@@ -350,7 +351,7 @@ where
             // stopped it, as the proxy gives it, so the caller's client
             // raises the provider's own error again.
             if error.is_stop_queue() && !error.was_sent() {
-                if let Some(response) = stops.answer(&key, &error) {
+                if let Some(response) = stops.answer(layer, &key, &error).await {
                     return Ok(response);
                 }
             }
@@ -455,18 +456,49 @@ fn answered(error: &ratewise_tower::Error, url: reqwest::Url) -> Option<reqwest:
 
 /// The provider's answers that stopped a key, by key label: replayed to
 /// the calls that find the key stopped. Clones share them.
+///
+/// Evidence beside the store's record, never a second flag: whether the
+/// key is stopped, why and until when is the layer's store's word
+/// ([`stop_in_store`]); a kept answer is given only for the stop the
+/// store holds (same cause), and has no expiry of its own.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Stops(Arc<Mutex<HashMap<String, Stored>>>);
 
 /// One stopping answer, as it came.
 #[derive(Debug, Clone)]
 struct Stored {
+    /// The cause the layer classified it with.
+    cause: Cause,
     status: http::StatusCode,
     headers: http::HeaderMap,
     body: Bytes,
     url: reqwest::Url,
-    /// When the stop lifts by itself (`None`: when a human resumes it).
-    until: Option<SystemTime>,
+}
+
+/// A key's stop, as the layer's store holds it — its typed cause and end —
+/// with the provider's answer that stopped it when this middleware (or a
+/// clone) received that answer. Another process's stop, through a shared
+/// store, has no answer here.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StopEvidence {
+    /// Why, as the store says (the core's cause).
+    pub cause: Cause,
+    /// When it lifts by itself, as the store says (`None`: when resumed).
+    pub until: Option<SystemTime>,
+    /// The provider's status of the answer that stopped it, when kept.
+    pub status: Option<http::StatusCode>,
+    /// That answer's body, when kept.
+    pub body: Option<Bytes>,
+}
+
+/// `key`'s stop in the layer's store. A key's stop is the key's, not a
+/// model class's: any scope of the key shows it, so the scope of no
+/// model in particular is asked.
+pub(crate) async fn stop_in_store(layer: &RetryLayer, key: &str) -> Option<Stop> {
+    let state = layer.state();
+    let target = state.target(key, "").await;
+    state.snapshot(target.scope, layer.now()).await?.stopped
 }
 
 impl Stops {
@@ -474,25 +506,51 @@ impl Stops {
         let (Some(status), Some(headers)) = (error.status(), error.headers()) else {
             return;
         };
+        let Some(cause) = error.classification().map(|c| c.cause) else {
+            return;
+        };
         let stored = Stored {
+            cause,
             status,
             headers: headers.clone(),
             body: error.body().cloned().unwrap_or_default(),
             url,
-            until: error.until(),
         };
         lock(&self.0).insert(key.to_owned(), stored);
     }
 
-    /// The kept answer of `key`'s stop, while it holds, with this call's
-    /// decision (`stop_queue`, no attempt).
-    fn answer(&self, key: &str, error: &ratewise_tower::Error) -> Option<reqwest::Response> {
-        let stored = {
-            let mut map = lock(&self.0);
-            let now = SystemTime::now();
-            map.retain(|_, s| s.until.is_none_or(|u| u > now));
-            map.get(key).cloned()?
-        };
+    fn stored(&self, key: &str) -> Option<Stored> {
+        lock(&self.0).get(key).cloned()
+    }
+
+    /// `key`'s stop as the layer's store holds it, with the answer kept
+    /// for it ([`StopEvidence`]); `None` when the store says the key is
+    /// not stopped.
+    pub(crate) async fn evidence(&self, layer: &RetryLayer, key: &str) -> Option<StopEvidence> {
+        let stop = stop_in_store(layer, key).await?;
+        let kept = self.stored(key).filter(|s| s.cause == stop.cause);
+        Some(StopEvidence {
+            cause: stop.cause,
+            until: stop.until,
+            status: kept.as_ref().map(|s| s.status),
+            body: kept.map(|s| s.body),
+        })
+    }
+
+    /// The kept answer of `key`'s stop, when the store still holds that
+    /// stop (same cause), with this call's decision (`stop_queue`, no
+    /// attempt).
+    async fn answer(
+        &self,
+        layer: &RetryLayer,
+        key: &str,
+        error: &ratewise_tower::Error,
+    ) -> Option<reqwest::Response> {
+        let stored = self.stored(key)?;
+        let stop = stop_in_store(layer, key).await?;
+        if stop.cause != stored.cause {
+            return None;
+        }
         let decision = error.decision()?.clone();
         let mut response = http::Response::builder()
             .status(stored.status)

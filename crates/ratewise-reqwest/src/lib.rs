@@ -56,7 +56,7 @@ mod openai;
 /// The async-openai this crate is built against.
 #[cfg(feature = "async-openai")]
 pub use async_openai;
-pub use job::{Outcome, ACTION_HEADER};
+pub use job::{Outcome, StopEvidence, ACTION_HEADER};
 pub use middleware::RatewiseMiddleware;
 #[cfg(feature = "async-openai")]
 pub use openai::{OpenAiLayer, OpenAiService};

@@ -125,6 +125,15 @@ impl RatewiseMiddleware {
     pub fn layer(&self) -> &RetryLayer {
         &self.layer
     }
+
+    /// Whether `key` (its label: a key's fingerprint as the layer files
+    /// it, `fp-…`, or a group) is stopped, asked of the layer's store —
+    /// the one owner of that fact, shared with every process on the same
+    /// store — with the provider's answer that stopped it when this
+    /// middleware (or a clone) received it. `None`: not stopped.
+    pub async fn stop_evidence(&self, key: &str) -> Option<job::StopEvidence> {
+        self.stops.evidence(&self.layer, key).await
+    }
 }
 
 #[async_trait::async_trait]

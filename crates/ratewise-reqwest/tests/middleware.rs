@@ -607,3 +607,76 @@ async fn a_call_dropped_while_it_waits_for_admission_leaves_nothing_outstanding(
     );
     clean(&layer).await;
 }
+
+/// "Is this key stopped?" is the store's word: the middleware's evidence
+/// is the store's stop (its typed cause) with the answer it received
+/// beside it, never a flag of its own — a resume in the store ends it,
+/// and a later stop for another cause is not answered with the earlier
+/// stop's answer.
+#[tokio::test]
+async fn the_stop_evidence_is_the_stores_stop_with_the_answer_beside_it() {
+    let server = mock(roomy()).await;
+    server.set_billing_error(true);
+    let layer = layer();
+    let mw = ratewise_reqwest::RatewiseMiddleware::from_layer(layer.clone());
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(mw.clone())
+        .build();
+    let call = |job: &'static str| {
+        anthropic(&client, &server, job)
+            .body(body(&anthropic_body(64, false)))
+            .send()
+    };
+    let response = call("s1").await.expect("the provider's answer");
+    assert_eq!(
+        (response.status().as_u16(), action(&response)),
+        (402, "stop_queue")
+    );
+    let fp = layer.key_of(
+        &http::Request::post("/v1/messages")
+            .header("x-api-key", ANTHROPIC_KEY)
+            .body(())
+            .unwrap(),
+    );
+    let store = layer.in_memory_store().expect("in memory");
+    let owner = |store: &ratewise_core::admit::Shared| {
+        let mut c = store.lock();
+        let now = layer.now();
+        c.scopes_of(&fp)
+            .into_iter()
+            .filter_map(|id| c.snapshot(id, now))
+            .find_map(|s| s.stopped)
+            .map(|s| s.cause)
+    };
+    assert_eq!(owner(store), Some(ratewise_core::Cause::Billing));
+    let ev = mw.stop_evidence(&fp).await.expect("stopped");
+    assert_eq!(Some(ev.cause), owner(store));
+    assert_eq!(ev.status, Some(http::StatusCode::PAYMENT_REQUIRED));
+
+    // Resumed in the store: no stop, whatever was kept.
+    layer.resume(&fp).await;
+    assert!(mw.stop_evidence(&fp).await.is_none());
+    // Stopped again in the store, for another cause (another process's
+    // answer through a shared store): the store's cause, and the billing
+    // answer kept from before is not given for it.
+    {
+        let mut c = store.lock();
+        let scope = c.scopes_of(&fp)[0];
+        c.stop(
+            scope,
+            ratewise_core::Cause::Authentication,
+            None,
+            layer.now(),
+        );
+    }
+    let ev = mw.stop_evidence(&fp).await.expect("stopped");
+    assert_eq!(ev.cause, ratewise_core::Cause::Authentication);
+    assert_eq!(ev.status, None);
+    let sends = server.records().len();
+    let e = call("s2")
+        .await
+        .expect_err("stopped, no answer of its own to give");
+    assert!(ratewise_error(&e).is_some_and(|e| e.is_stop_queue()), "{e}");
+    assert_eq!(server.records().len(), sends, "nothing sent");
+    clean(&layer).await;
+}

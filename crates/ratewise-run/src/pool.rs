@@ -276,13 +276,15 @@ pub(crate) fn members_in_words(status: &PoolStatus) -> String {
 }
 
 /// The cause every member was stopped for, when it is one.
-pub(crate) fn common_cause(status: &PoolStatus) -> Option<&'static str> {
+pub(crate) fn common_cause(status: &PoolStatus) -> Option<ratewise_core::Cause> {
     let mut causes = status
         .members
         .iter()
         .map(|m| m.stopped.as_ref().map(|s| s.cause));
     let first = causes.next()??;
-    causes.all(|c| c == Some(first)).then_some(first)
+    causes
+        .all(|c| c == Some(first))
+        .then(|| ratewise_core::Cause::from_word(first).unwrap_or(ratewise_core::Cause::Unknown))
 }
 
 #[cfg(test)]

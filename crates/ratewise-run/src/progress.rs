@@ -13,8 +13,9 @@
 //! members' limits add up (each key's own, a stopped member's left out).
 
 use crate::queue::Rates;
-use crate::store::{Counts, StopRecord};
+use crate::store::{Counts, StopCause, StopRecord};
 use ratewise_core::admit::ScopeSnapshot;
+use ratewise_core::Cause;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -88,15 +89,19 @@ impl Observer for Ignore {
 
 /// A [`StopRecord`]'s cause in words: `spend_cap` is "the provider's spend
 /// cap", `budget` "the run's token budget (--budget-tokens)".
-pub fn cause_in_words(cause: &str) -> &'static str {
+pub fn cause_in_words(cause: StopCause) -> &'static str {
     match cause {
-        "spend_cap" => "the provider's spend cap or quota was reached",
-        "billing" => "the provider refused for billing (payment required)",
-        "user_limit" => "a usage limit set on the account was reached",
-        "authentication" => "the API key was refused (authentication)",
-        "permission" => "the API key may not use this model or feature (permission)",
-        "budget" => "the run's token budget (--budget-tokens) would be passed",
-        _ => "the provider's answer stops every send",
+        StopCause::Provider(Cause::SpendCap) => "the provider's spend cap or quota was reached",
+        StopCause::Provider(Cause::Billing) => {
+            "the provider refused for billing (payment required)"
+        }
+        StopCause::Provider(Cause::UserLimit) => "a usage limit set on the account was reached",
+        StopCause::Provider(Cause::Authentication) => "the API key was refused (authentication)",
+        StopCause::Provider(Cause::Permission) => {
+            "the API key may not use this model or feature (permission)"
+        }
+        StopCause::Budget => "the run's token budget (--budget-tokens) would be passed",
+        StopCause::Provider(_) => "the provider's answer stops every send",
     }
 }
 

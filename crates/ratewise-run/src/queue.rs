@@ -32,12 +32,14 @@
 use crate::input::Shape;
 use crate::output::{self, Partial};
 use crate::progress::{Event, Observer, Status};
-use crate::store::{submit, Counts, End, HotWrite, Pending, State, StopRecord, Store, StoreError};
+use crate::store::{
+    submit, Counts, End, HotWrite, Pending, State, StopCause, StopRecord, Store, StoreError,
+};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use ratewise_core::admit::{SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 use ratewise_core::parse::request_id::request_id_from_headers;
-use ratewise_core::ActionKind;
+use ratewise_core::{ActionKind, Cause};
 use ratewise_tower::{Attempts, Cancel, Deadline, JobId, Model, RetryService};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
@@ -410,7 +412,7 @@ impl<S: Upstream> Queue<S> {
             }
         }
         if let Some(cause) = crate::pool::common_cause(&status) {
-            stop.cause = cause.to_owned();
+            stop.cause = cause.into();
         }
         let members = crate::pool::members_in_words(&status);
         stop.message = if every {
@@ -734,7 +736,7 @@ impl<S: Upstream> Drive<S> {
                 if self.window.is_empty() {
                     let spent = self.spend.totals(ANY_TIME).settled_tokens;
                     let stop = StopRecord {
-                        cause: "budget".into(),
+                        cause: StopCause::Budget,
                         at: httpdate::fmt_http_date(SystemTime::now()),
                         status: None,
                         message: format!(
@@ -1217,10 +1219,14 @@ fn charge(end: &mut End, usage: Option<ratewise_core::Usage>, ok: bool, worst_ca
 
 fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
     let attempts = e.attempts();
-    let cause = e
+    let typed = e
         .classification()
-        .map(|c| c.cause.as_str().to_owned())
-        .or_else(|| attempts.last().map(|a| a.cause.as_str().to_owned()));
+        .map(|c| c.cause)
+        .or_else(|| attempts.last().map(|a| a.cause));
+    let cause = typed.map(|c| c.as_str().to_owned());
+    // A stop met at admission carries no answer of its own: the stop is
+    // still one, of a cause this job cannot name.
+    let stop_cause = StopCause::Provider(typed.unwrap_or(Cause::Unknown));
     let mut end = End {
         status: e.status().map(|s| s.as_u16()),
         request_id: e.headers().and_then(request_id_from_headers),
@@ -1241,7 +1247,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
         }
         Some(ActionKind::StopQueue) => {
             let stop = StopRecord {
-                cause: cause.unwrap_or_else(|| "stopped".into()),
+                cause: stop_cause,
                 at: httpdate::fmt_http_date(SystemTime::now()),
                 status: end.status,
                 message: e.to_string(),
@@ -1290,7 +1296,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    use super::{expiry, Close, Doomed, Ending, Pending, StopRecord, Window};
+    use super::{expiry, Close, Doomed, Ending, Pending, StopCause, StopRecord, Window};
 
     fn job(seq: i64, body: usize, input: u64, output: u64) -> Pending {
         Pending {
@@ -1308,7 +1314,7 @@ mod tests {
 
     fn stop(cause: &str) -> StopRecord {
         StopRecord {
-            cause: cause.into(),
+            cause: StopCause::from_word(cause),
             at: String::new(),
             status: None,
             message: String::new(),

@@ -503,7 +503,7 @@ impl Finished {
         }
         if let Ending::Stopped(stop) = &self.report.ending {
             summary["stop"] = serde_json::to_value(stop).unwrap_or_default();
-            summary["stop"]["cause_in_words"] = crate::progress::cause_in_words(&stop.cause).into();
+            summary["stop"]["cause_in_words"] = crate::progress::cause_in_words(stop.cause).into();
         }
         summary
     }

@@ -577,7 +577,7 @@ impl Store for SqliteStore {
     fn stop(&self, stop: &StopRecord) -> Result<(), StoreError> {
         let text =
             serde_json::to_string(stop).map_err(|e| StoreError::with_source("the stop", e))?;
-        let cause = stop.cause.clone();
+        let cause = stop.cause.as_str();
         let message = stop.message.clone();
         self.write(move |c| {
             c.execute(
@@ -1049,5 +1049,89 @@ impl SqliteStore {
             f(ended).map_err(|e| StoreError::with_source("cannot write a result", e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StopCause;
+    use ratewise_core::Cause;
+
+    fn store(name: &str) -> (SqliteStore, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "ratewise-run-stop-{name}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("q.db");
+        (SqliteStore::open(&db, Synchronous::Normal).unwrap(), db)
+    }
+
+    /// Writes `stop` as the store's kept stop, byte for byte, as an older
+    /// version left it.
+    fn write_raw(db: &Path, stop: &str) {
+        let c = rusqlite::Connection::open(db).unwrap();
+        c.execute(
+            "INSERT INTO meta (k, v) VALUES ('stop', ?1) ON CONFLICT(k) DO UPDATE SET v = ?1",
+            [stop],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_stop_written_with_a_string_cause_reads_back_typed() {
+        let (s, db) = store("old");
+        // The form every version before the typed cause wrote.
+        write_raw(
+            &db,
+            r#"{"cause":"spend_cap","at":"Sun, 06 Dec 2026 14:00:00 GMT","status":429,"message":"cap","custom_id":"j1"}"#,
+        );
+        let stop = s.stopped().unwrap().expect("the old stop still holds");
+        assert_eq!(stop.cause, StopCause::Provider(Cause::SpendCap));
+        assert_eq!(stop.status, Some(429));
+        assert_eq!(stop.custom_id.as_deref(), Some("j1"));
+        write_raw(
+            &db,
+            r#"{"cause":"budget","at":"x","status":null,"message":"m","custom_id":null}"#,
+        );
+        assert_eq!(s.stopped().unwrap().unwrap().cause, StopCause::Budget);
+    }
+
+    #[test]
+    fn a_stop_whose_cause_is_unknown_still_stops() {
+        let (s, db) = store("unknown");
+        // The old fallback word, and one a later version might write.
+        for word in ["stopped", "a_cause_from_the_future", ""] {
+            write_raw(
+                &db,
+                &format!(
+                    r#"{{"cause":"{word}","at":"x","status":402,"message":"m","custom_id":null}}"#
+                ),
+            );
+            let stop = s.stopped().unwrap().expect("still a stop");
+            assert_eq!(stop.cause, StopCause::Provider(Cause::Unknown), "{word:?}");
+        }
+    }
+
+    #[test]
+    fn a_typed_stop_round_trips_with_its_word_on_disk() {
+        let (s, db) = store("typed");
+        let stop = StopRecord {
+            cause: StopCause::Provider(Cause::Billing),
+            at: "x".into(),
+            status: Some(402),
+            message: "pay".into(),
+            custom_id: None,
+        };
+        s.stop(&stop).unwrap();
+        assert_eq!(s.stopped().unwrap(), Some(stop));
+        let c = rusqlite::Connection::open(&db).unwrap();
+        let raw: String = c
+            .query_row("SELECT v FROM meta WHERE k = 'stop'", [], |r| r.get(0))
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        assert_eq!(v["cause"], "billing", "the word an older version reads");
     }
 }

@@ -12,6 +12,7 @@
 //!    └─put_back (deferred), resume_stopped, release_unknown
 //! ```
 
+use ratewise_core::Cause;
 use serde::{Deserialize, Serialize};
 
 /// Where a job is.
@@ -162,11 +163,81 @@ pub struct End {
     pub waited_ms: u64,
 }
 
+/// Why the queue stopped: a provider's answer, by the core's typed
+/// [`Cause`] (the one the layer classified it with), or the run's own
+/// token budget, which no provider said and the core has no word for.
+///
+/// Kept as its word (`spend_cap`, `billing`, `budget`…), so a store
+/// written before the cause was typed reads back unchanged. A word this
+/// version does not know (a newer version's, or the old fallback
+/// `stopped`) reads as `Provider(Cause::Unknown)`: still a stop. An
+/// error instead would lose the stop (the queue would send again after
+/// a billing stop it can no longer name), and a panic would make a
+/// store's own record stop every later run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StopCause {
+    /// The provider's answer stopped it (spend cap, billing, credentials).
+    Provider(Cause),
+    /// `--budget-tokens` would be passed by the next job.
+    Budget,
+}
+
+impl StopCause {
+    /// Its word: the core cause's ([`Cause::as_str`]), or `budget`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopCause::Provider(c) => c.as_str(),
+            StopCause::Budget => "budget",
+        }
+    }
+
+    /// Reads a word back (see the type's docs for an unknown one).
+    pub fn from_word(word: &str) -> StopCause {
+        match word {
+            "budget" => StopCause::Budget,
+            w => StopCause::Provider(Cause::from_word(w).unwrap_or(Cause::Unknown)),
+        }
+    }
+
+    /// The provider's cause, when an answer stopped the queue.
+    pub fn provider(self) -> Option<Cause> {
+        match self {
+            StopCause::Provider(c) => Some(c),
+            StopCause::Budget => None,
+        }
+    }
+}
+
+impl From<Cause> for StopCause {
+    fn from(c: Cause) -> Self {
+        StopCause::Provider(c)
+    }
+}
+
+impl std::fmt::Display for StopCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for StopCause {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for StopCause {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let word = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(StopCause::from_word(&word))
+    }
+}
+
 /// A stop of the whole queue, kept until a person resumes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StopRecord {
-    /// `spend_cap`, `billing`, `authentication`, `budget`, ...
-    pub cause: String,
+    /// Why: the provider's typed cause, or the run's budget.
+    pub cause: StopCause,
     /// When (RFC 3339, UTC).
     pub at: String,
     /// The provider's status, when an answer stopped it.

@@ -3,6 +3,7 @@
 //! Anthropic recovery that cannot tell two batches apart, errored and
 //! expired items, a spend cap on create, and `auto`'s split by deadline.
 
+use ratewise_core::Cause;
 use ratewise_mock::{BatchConfig, MockConfig, MockServer, SpendConfig};
 use ratewise_run::batch::{
     route, run_batches, BatchEnding, BatchError, BatchReport, BatchSettings, BatchStatus, Limits,
@@ -11,7 +12,7 @@ use ratewise_run::batch::{
 use ratewise_run::input::Shape;
 use ratewise_run::store::{
     BatchEnd, BatchIntent, BatchJob, BatchRef, BatchRow, Counts, End, Ended, NewJob, Pending,
-    StopRecord,
+    StopCause, StopRecord,
 };
 use ratewise_run::{SqliteStore, State, Store, StoreError, Synchronous};
 use serde_json::Value;
@@ -543,7 +544,9 @@ async fn a_spend_cap_on_create_stops_the_queue_with_its_cause() {
             panic!("{shape:?}: {r:?}");
         };
         assert!(
-            ["spend_cap", "billing"].contains(&stop.cause.as_str()),
+            [Cause::SpendCap, Cause::Billing]
+                .map(StopCause::Provider)
+                .contains(&stop.cause),
             "{shape:?}: {stop:?}"
         );
         assert_eq!(stop.status, Some(429));
@@ -603,7 +606,9 @@ async fn stop_cancels(shape: Shape) {
         panic!("{shape:?}: {r:?}")
     };
     assert!(
-        ["spend_cap", "billing"].contains(&stop.cause.as_str()),
+        [Cause::SpendCap, Cause::Billing]
+            .map(StopCause::Provider)
+            .contains(&stop.cause),
         "{shape:?}: {stop:?}"
     );
     assert_eq!(r.created.len(), 1);
@@ -710,7 +715,7 @@ async fn a_budget_creates_only_the_batch_that_fits_then_stops() {
     let BatchEnding::Stopped(stop) = &r.ending else {
         panic!("{r:?}")
     };
-    assert_eq!(stop.cause, "budget");
+    assert_eq!(stop.cause, StopCause::Budget);
     assert_eq!(r.created.len(), 1);
     assert_eq!(total(&server.batches()[0].counts), 3);
     assert_eq!((r.counts.done, r.counts.stopped), (3, 3), "{:?}", r.counts);

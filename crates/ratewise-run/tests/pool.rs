@@ -9,6 +9,7 @@ use ratewise_core::Cause;
 use ratewise_mock::{Fault, FaultRule, LatencyConfig, MockConfig, MockServer, RequestRecord};
 use ratewise_run::batch::Via;
 use ratewise_run::progress::Ignore;
+use ratewise_run::store::StopCause;
 use ratewise_run::{Ending, Finished, PoolError, Run, RunError};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -284,7 +285,7 @@ async fn both_members_capped_stop_the_run_naming_both_and_the_stop_is_kept() {
     let Ending::Stopped(stop) = &finished.report.ending else {
         panic!("{:?}", finished.report.ending)
     };
-    assert_eq!(stop.cause, "spend_cap");
+    assert_eq!(stop.cause, StopCause::Provider(Cause::SpendCap));
     let pool = finished.pool.clone().unwrap();
     assert!(pool.members.iter().all(|m| m.stopped.is_some()));
     for m in &pool.members {
@@ -390,7 +391,7 @@ async fn the_token_budget_counts_every_member() {
     let Ending::Stopped(stop) = &finished.report.ending else {
         panic!("{:?}", finished.report.ending)
     };
-    assert_eq!(stop.cause, "budget");
+    assert_eq!(stop.cause, StopCause::Budget);
     let c = &finished.report.counts;
     assert!(c.spent <= budget, "{c:?}");
     assert!(c.done > 1 && c.done < 40, "{c:?}");

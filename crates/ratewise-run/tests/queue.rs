@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use ratewise_mock::{LatencyConfig, MockConfig, MockServer};
 use ratewise_run::output::Partial;
-use ratewise_run::store::{Counts, End, Ended, NewJob, Pending, StopRecord};
+use ratewise_run::store::{Counts, End, Ended, NewJob, Pending, StopCause, StopRecord};
 use ratewise_run::{
     Ending, Queue, Settings, SqliteStore, State, Store, StoreError, StoreJournal, Synchronous,
 };
@@ -332,7 +332,7 @@ fn a_stop_is_kept_and_only_resume_lifts_it() {
         )
         .unwrap();
     let stop = StopRecord {
-        cause: "spend_cap".into(),
+        cause: StopCause::Provider(ratewise_core::Cause::SpendCap),
         at: "now".into(),
         status: Some(429),
         message: "cap".into(),

@@ -8,8 +8,8 @@ use super::{BatchEnding, BatchError, BatchReport, BatchSettings, BatchStatus};
 use crate::input::Shape;
 use crate::queue::{run_budget, ANY_TIME};
 use crate::store::{
-    batch_store_error, BatchEnd, BatchIntent, BatchRow, End, Pending, State, StopRecord, Store,
-    StoreError,
+    batch_store_error, BatchEnd, BatchIntent, BatchRow, End, Pending, State, StopCause, StopRecord,
+    Store, StoreError,
 };
 use crate::Client;
 use ratewise_core::admit::{SpendBudget, SpendCheck};
@@ -182,7 +182,7 @@ pub async fn run_batches(
     // A stop from the provider (spend cap, billing, authentication)
     // cancels what was submitted; the run's own budget does not: the
     // batches created fit in it.
-    if stop.as_ref().is_some_and(|s| s.cause != "budget") {
+    if stop.as_ref().is_some_and(|s| s.cause != StopCause::Budget) {
         r.cancel_open().await?;
     }
     if !r.interrupted && r.settings.poll_to_end {
@@ -409,7 +409,7 @@ impl Runner<'_> {
         if fit == 0 {
             let next = planned.jobs.first().map_or(0, Pending::worst_case);
             return Ok(Fit::Stop(StopRecord {
-                cause: "budget".into(),
+                cause: StopCause::Budget,
                 at: httpdate::fmt_http_date(SystemTime::now()),
                 status: None,
                 message: format!(
@@ -457,7 +457,7 @@ impl Runner<'_> {
             let budget = self.settings.budget_tokens.unwrap_or(0);
             return self
                 .stop_with(StopRecord {
-                    cause: "budget".into(),
+                    cause: StopCause::Budget,
                     at: httpdate::fmt_http_date(SystemTime::now()),
                     status: None,
                     message: format!(
@@ -505,7 +505,7 @@ impl Runner<'_> {
                 });
                 let stop = self
                     .stop_with(StopRecord {
-                        cause: c.cause.as_str().to_owned(),
+                        cause: c.cause.into(),
                         at: httpdate::fmt_http_date(SystemTime::now()),
                         status: Some(status.as_u16()),
                         message: format!("the batch API refused to create a batch: {message}"),
@@ -680,7 +680,7 @@ impl Runner<'_> {
         let canceled_end = |end: &mut End| {
             if let Some(stop) = &stop {
                 end.state = Some(State::Stopped);
-                end.cause = Some(stop.cause.clone());
+                end.cause = Some(stop.cause.as_str().to_owned());
                 end.message = Some(stop.message.clone());
             } else {
                 end.state = Some(State::Pending);
