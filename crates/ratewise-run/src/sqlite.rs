@@ -308,13 +308,13 @@ fn ended_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Ended> {
         message: row.get(7)?,
         attempts: row.get(8)?,
         usage: match (usage_in, usage_out) {
-            (Some(i), Some(o)) => Some((i as u64, o as u64)),
+            (Some(i), Some(o)) => Some((from_db(i), from_db(o))),
             _ => None,
         },
-        charged: row.get::<_, i64>(11)? as u64,
+        charged: from_db(row.get(11)?),
         sends: row.get::<_, i64>(12)? as u64,
         double_spend: row.get::<_, i64>(13)? != 0,
-        waited_ms: row.get::<_, i64>(14)? as u64,
+        waited_ms: from_db(row.get(14)?),
     })
 }
 
@@ -386,7 +386,8 @@ fn write_end(
     conn.prepare_cached(
         "UPDATE jobs SET state = ?2, not_before_ms = ?3, attempts = ?4, status = ?5, request_id = ?6,
              response = ?7, cause = ?8, message = ?9, usage_in = ?10, usage_out = ?11,
-             charged = charged + ?12, waited_ms = waited_ms + ?13
+             charged = MIN(charged + ?12, 9223372036854775807),
+             waited_ms = MIN(waited_ms + ?13, 9223372036854775807)
          WHERE seq = ?1",
     )?
     .execute(params![
@@ -399,10 +400,10 @@ fn write_end(
             end.response.as_deref(),
             end.cause,
             end.message,
-            end.usage.map(|u| u.0 as i64),
-            end.usage.map(|u| u.1 as i64),
-            end.charged as i64,
-            end.waited_ms as i64,
+            end.usage.map(|u| to_db(u.0)),
+            end.usage.map(|u| to_db(u.1)),
+            to_db(end.charged),
+            to_db(end.waited_ms),
         ],
     )?;
     Ok(())
@@ -471,8 +472,8 @@ impl Store for SqliteStore {
                     j.line as i64,
                     j.path,
                     j.model,
-                    j.input_estimate as i64,
-                    j.max_tokens as i64,
+                    to_db(j.input_estimate),
+                    to_db(j.max_tokens),
                     j.body,
                     j.first_seen_ms
                 ])?;
@@ -528,8 +529,8 @@ impl Store for SqliteStore {
                     custom_id: r.get(1)?,
                     path: r.get(2)?,
                     model: r.get(3)?,
-                    input_estimate: r.get::<_, i64>(4)? as u64,
-                    max_tokens: r.get::<_, i64>(5)? as u64,
+                    input_estimate: from_db(r.get(4)?),
+                    max_tokens: from_db(r.get(5)?),
                     body: body.into(),
                     first_seen_ms: r.get(7)?,
                     double_spend: r.get::<_, i64>(8)? != 0,
@@ -616,7 +617,7 @@ impl Store for SqliteStore {
                 "UPDATE jobs SET state = 'held_unknown', cause = 'outcome_unknown',
                      message = 'sent when the run was cut; the answer is unknown',
                      status = NULL, response = NULL, request_id = NULL,
-                     charged = charged + input_estimate + max_tokens,
+                     charged = MIN(charged + input_estimate + max_tokens, 9223372036854775807),
                      attempts = json_insert(attempts, '$[#]', CASE
                          WHEN sending_member IS NULL THEN json_object(
                              'sent_at', sending_since, 'attempt', sends, 'status', NULL,
@@ -649,7 +650,7 @@ impl Store for SqliteStore {
         self.read(|c| {
             let mut counts = Counts::default();
             let mut stmt = c.prepare_cached(
-                "SELECT state, COUNT(*), SUM(input_estimate), SUM(max_tokens), SUM(charged)
+                "SELECT state, COUNT(*), TOTAL(input_estimate), TOTAL(max_tokens), TOTAL(charged)
                  FROM jobs GROUP BY state",
             )?;
             let mut rows = stmt.query([])?;
@@ -657,7 +658,7 @@ impl Store for SqliteStore {
                 let state: String = r.get(0)?;
                 let n = r.get::<_, i64>(1)? as u64;
                 counts.total += n;
-                counts.spent += r.get::<_, Option<i64>>(4)?.unwrap_or(0) as u64;
+                counts.spent = counts.spent.saturating_add(r.get::<_, f64>(4)? as u64);
                 match State::parse(&state) {
                     Some(State::Pending) | Some(State::Sending) | Some(State::Batched) => {
                         // A job inside a submitted batch is counted with
@@ -667,8 +668,12 @@ impl Store for SqliteStore {
                         } else {
                             counts.sending += n;
                         }
-                        counts.remaining_input += r.get::<_, Option<i64>>(2)?.unwrap_or(0) as u64;
-                        counts.remaining_output += r.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64;
+                        counts.remaining_input = counts
+                            .remaining_input
+                            .saturating_add(r.get::<_, f64>(2)? as u64);
+                        counts.remaining_output = counts
+                            .remaining_output
+                            .saturating_add(r.get::<_, f64>(3)? as u64);
                     }
                     Some(State::Done) => counts.done += n,
                     Some(State::Failed) => counts.failed += n,
@@ -758,8 +763,8 @@ impl Store for SqliteStore {
                     j.path,
                     j.body,
                     j.model,
-                    j.input_estimate as i64,
-                    j.max_tokens as i64
+                    to_db(j.input_estimate),
+                    to_db(j.max_tokens)
                 ])? == 1
                 {
                     continue;
@@ -769,8 +774,8 @@ impl Store for SqliteStore {
                     line,
                     j.path,
                     j.model,
-                    j.input_estimate as i64,
-                    j.max_tokens as i64,
+                    to_db(j.input_estimate),
+                    to_db(j.max_tokens),
                     j.body,
                     j.first_seen_ms,
                     generation
@@ -956,7 +961,7 @@ impl Store for SqliteStore {
             let n = c.execute(
                 "UPDATE jobs SET state = 'held_unknown', cause = ?2, message = ?3,
                      status = NULL, response = NULL, request_id = NULL,
-                     charged = charged + input_estimate + max_tokens
+                     charged = MIN(charged + input_estimate + max_tokens, 9223372036854775807)
                  WHERE state = 'batched' AND seq IN (SELECT seq FROM batch_jobs WHERE nonce = ?1)",
                 params![nonce, cause, message],
             )?;
@@ -1052,6 +1057,18 @@ impl SqliteStore {
     }
 }
 
+/// A count as SQLite keeps it: its integers are signed, so a number past
+/// `i64::MAX` (a provider's garbage usage, saturated on our side) is kept
+/// as the largest it can hold, never as a negative one.
+fn to_db(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A count read back (never negative: see [`to_db`]).
+fn from_db(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1133,5 +1150,49 @@ mod tests {
             .unwrap();
         let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
         assert_eq!(v["cause"], "billing", "the word an older version reads");
+    }
+
+    #[test]
+    fn huge_counts_are_kept_saturated_never_negative_nor_an_error() {
+        // A provider's garbage usage, saturated at u64::MAX on our side,
+        // twice: the store keeps the largest count it can hold, and its
+        // sums neither wrap nor fail.
+        let (s, _) = store("huge");
+        let job = |n: u64| NewJob {
+            line: n,
+            custom_id: format!("job-{n}"),
+            path: "/v1/messages".into(),
+            model: None,
+            input_estimate: u64::MAX,
+            max_tokens: u64::MAX,
+            body: b"{}".to_vec(),
+            first_seen_ms: 0,
+        };
+        assert_eq!(s.import(vec![job(1), job(2)]).unwrap(), [true, true]);
+        let before = s.counts().unwrap();
+        assert_eq!(before.remaining_input, u64::MAX, "{before:?}");
+        for p in s.next_pending(0, i64::MAX, 10, usize::MAX).unwrap() {
+            let end = End {
+                state: Some(State::Done),
+                usage: Some((u64::MAX, u64::MAX)),
+                charged: u64::MAX,
+                ..End::default()
+            };
+            s.ended(p.seq, end.clone()).unwrap();
+            // Charged again (a re-run's): still the largest, not negative.
+            s.put_back(p.seq, 0, end.clone()).unwrap();
+            s.ended(p.seq, end).unwrap();
+        }
+        let counts = s.counts().unwrap();
+        assert_eq!(counts.done, 2);
+        assert_eq!(counts.spent, u64::MAX, "{counts:?}");
+        let mut seen = Vec::new();
+        s.each_job(&mut |e| {
+            seen.push((e.usage, e.charged));
+            Ok(())
+        })
+        .unwrap();
+        let max = i64::MAX as u64;
+        assert_eq!(seen, [(Some((max, max)), max), (Some((max, max)), max)]);
     }
 }
