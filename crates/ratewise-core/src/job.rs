@@ -18,7 +18,10 @@
 //!   (a send, a body or a store update is in progress: nothing to do until
 //!   told), [`Step::End`] (the job is over, with the decision that ended
 //!   it).
-//! * Events are told with [`sending`](Job::sending) (the request leaves),
+//! * Events are told with [`sending`](Job::sending) (the request is
+//!   handed to the transport), [`connecting`](Job::connecting) and
+//!   [`on_wire`](Job::on_wire) (for a transport that says so: the request
+//!   waits for a connection; it reached one — see [`Sending`]),
 //!   [`answered`](Job::answered) (the classified answer),
 //!   [`failed`](Job::failed) (a transport failure), [`body_end`](Job::body_end)
 //!   (a success's body ended) and [`cancel`](Job::cancel) (the caller went
@@ -28,7 +31,9 @@
 //!   the store's notes and the retry budget's state.
 //! * The machine owns the job's reservation, and every path ends it
 //!   exactly once:
-//!   - never sent (cancelled before [`sending`](Job::sending)) → released;
+//!   - never sent (cancelled before [`sending`](Job::sending), or while
+//!     the transport said the request still waited for a connection) →
+//!     released;
 //!   - an answer → its evidence (header sync, a pause, a stop, the retry
 //!     budget) is applied *first*, in the same update: a success settles
 //!     from its usage (at the body's end); an error answer gives its
@@ -36,7 +41,7 @@
 //!     counts rejected requests (OpenAI's 429s); a stream error before the
 //!     commit point settles the usage it reported;
 //!   - sent with no answer (a reset or timeout after the send, a
-//!     cancellation after [`sending`](Job::sending)) → charged at its
+//!     cancellation of a send that may have reached the wire) → charged at its
 //!     estimate, to the buckets and the spend budget at once and for good
 //!     (the provider may have run and billed it); a decision to hold the
 //!     job as `outcome_unknown` holds the *job* for its caller — nothing
@@ -202,6 +207,47 @@ pub enum WaitFor {
     Retry,
 }
 
+/// Where the job's send stands: whether it may have reached the provider.
+/// The machine is its one owner ([`Job::send_state`]); drivers and the
+/// views they publish (a tower layer's `Cancel`, a proxy's count of sends
+/// on the wire) read it from here.
+///
+/// A send is [`HandedOver`](Sending::HandedOver) once
+/// [`sending`](Job::sending) is told: a transport that says nothing more
+/// may have put it on the wire at any moment after. A transport that can
+/// tell the wait for a connection from the wire says so: it waits
+/// ([`connecting`](Job::connecting): [`Connecting`](Sending::Connecting),
+/// nothing reached the provider), then it reached one
+/// ([`on_wire`](Job::on_wire): [`OnWire`](Sending::OnWire)). What ends the
+/// reservation of a send stopped short of an answer (its caller left,
+/// the driver withdrew it, the job was dropped) follows from it: released
+/// where nothing reached the provider, charged at its estimate where it
+/// may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sending {
+    /// Nothing of the job is out: no send admitted, one admitted and not
+    /// yet handed to the transport, or an answer that came back (between
+    /// sends, or an error answer being applied).
+    NotSent,
+    /// Handed to a transport that waits for a connection and will say
+    /// when the request reaches one: nothing reached the provider yet.
+    Connecting,
+    /// Handed to the transport, which does not say when it reaches the
+    /// wire: it may have reached the provider.
+    HandedOver,
+    /// The request reached a connection (or its success's answer is
+    /// being delivered): it may have reached the provider.
+    OnWire,
+}
+
+impl Sending {
+    /// Whether the request may have reached the provider: what a send
+    /// stopped short of an answer is charged for.
+    pub const fn may_have_reached(self) -> bool {
+        matches!(self, Sending::HandedOver | Sending::OnWire)
+    }
+}
+
 /// How a job ended.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -271,7 +317,9 @@ pub struct Job {
     state: State,
     reservation: Option<Reservation>,
     admitted: Option<Sent>,
-    handed_over: bool,
+    /// The send of the current attempt (see [`Sending`]): reset at each
+    /// admission, read through [`send_state`](Job::send_state).
+    sending: Sending,
     /// The provider of the success being delivered: what an in-band
     /// error at its body's end is classified for.
     delivering_for: Option<crate::vocab::Provider>,
@@ -305,7 +353,7 @@ impl Job {
             state: State::Ready { not_before: None },
             reservation: None,
             admitted: None,
-            handed_over: false,
+            sending: Sending::NotSent,
             delivering_for: None,
             cancelled: false,
             strays: 0,
@@ -515,7 +563,7 @@ impl Job {
                 }
                 self.admitted = Some(res.sent());
                 self.reservation = Some(res);
-                self.handed_over = false;
+                self.sending = Sending::NotSent;
                 self.attempts += 1;
                 self.state = State::Sending;
                 Step::Send {
@@ -619,20 +667,67 @@ impl Job {
     }
 
     /// The request is being handed to the transport: from here on it may
-    /// reach the provider, so a cancellation charges it.
+    /// reach the provider, so a cancellation charges it — unless the
+    /// transport says it is still waiting for a connection
+    /// ([`connecting`](Self::connecting)).
     pub fn sending(&mut self) {
-        if matches!(self.state, State::Sending) && !self.handed_over {
-            self.handed_over = true;
+        if matches!(self.state, State::Sending) && self.sending == Sending::NotSent {
+            self.sending = Sending::HandedOver;
         } else {
             self.stray("sending");
+        }
+    }
+
+    /// The transport that took the send waits for a connection, and will
+    /// say when the request reaches one ([`on_wire`](Self::on_wire)):
+    /// until then nothing reached the provider, and a cancellation
+    /// releases the reservation. Told only of a send handed over
+    /// ([`sending`](Self::sending)) and not yet on the wire; a driver
+    /// tells it only once the transport can no longer put the request on
+    /// the wire behind its back (it decided the wait against the
+    /// cancellation, or reports the wire before acting on it).
+    pub fn connecting(&mut self) {
+        if matches!(self.state, State::Sending) && self.sending == Sending::HandedOver {
+            self.sending = Sending::Connecting;
+        } else {
+            self.stray("connecting");
+        }
+    }
+
+    /// The request reached a connection: it may reach the provider now,
+    /// so a cancellation charges it. Told of a send handed over
+    /// ([`sending`](Self::sending)), waiting for a connection or not;
+    /// anything else is stray.
+    pub fn on_wire(&mut self) {
+        if matches!(self.state, State::Sending)
+            && matches!(self.sending, Sending::HandedOver | Sending::Connecting)
+        {
+            self.sending = Sending::OnWire;
+        } else {
+            self.stray("on_wire");
+        }
+    }
+
+    /// Where the job's send stands (see [`Sending`]): the current
+    /// attempt's while it is out, [`Sending::OnWire`] while a success's
+    /// answer is delivered, else [`Sending::NotSent`].
+    pub fn send_state(&self) -> Sending {
+        match self.state {
+            State::Sending => self.sending,
+            State::Applying {
+                delivering: true, ..
+            }
+            | State::Delivering => Sending::OnWire,
+            _ => Sending::NotSent,
         }
     }
 
     /// The caller went away (a proxy's client disconnected, a run was
     /// stopped): a driver's cancellation. Nothing more is sent for the job.
     ///
-    /// * Between sends (waiting for admission or a retry's delay, or
-    ///   admitted but not yet handed to the transport) it ends now,
+    /// * Between sends (waiting for admission or a retry's delay,
+    ///   admitted but not yet handed to the transport, or handed to one
+    ///   still waiting for a connection — [`Sending::Connecting`]) it ends now,
     ///   `give_up` for [`GiveUpReason::Cancelled`](crate::vocab::GiveUpReason::Cancelled),
     ///   and a reservation it holds is released: the update for the store
     ///   is returned.
@@ -649,7 +744,7 @@ impl Job {
                 self.end(caller_left_decision());
                 None
             }
-            State::Sending if !self.handed_over => {
+            State::Sending if !self.sending.may_have_reached() => {
                 let end = self
                     .reservation
                     .take()
@@ -664,9 +759,11 @@ impl Job {
     /// The driver will not go on with this job, for a reason of its own
     /// that no answer gave (its journal could not record the attempt
     /// about to be sent; a step it cannot take): the job ends `inspect`,
-    /// `why` in its note, and nothing more is sent. A reservation not
-    /// handed to the transport is released; one that was (a body being
-    /// delivered) is charged at its estimate, as a cancellation is.
+    /// `why` in its note, and nothing more is sent. A reservation whose
+    /// request reached nothing (not handed to the transport, or waiting
+    /// for a connection) is released; one that may have (a send on the
+    /// wire, a body being delivered) is charged at its estimate, as a
+    /// cancellation is.
     /// Returns the update for the store; told after the job ended it is
     /// stray.
     pub fn withdraw(&mut self, why: &str) -> Option<Update> {
@@ -741,7 +838,9 @@ impl Job {
 
     /// The send in progress failed in transport (`c` is its
     /// classification, `maybe_sent` whether the request may have reached
-    /// the provider; a send timeout is such a failure). Returns the update
+    /// the provider; a send timeout is such a failure). It is charged at
+    /// its estimate when it may have, and its request may have reached
+    /// the wire ([`Sending::may_have_reached`]); else released. Returns the update
     /// for the store; its answer goes to [`applied`](Self::applied).
     pub fn failed<R: RandomSource>(
         &mut self,
@@ -759,8 +858,9 @@ impl Job {
         self.note_paced(c, &d);
         let if_budget_spent = self.if_budget_spent(policy, c, &d, now, rng);
         let observed = self.observed(c, d);
+        let reached = self.sending.may_have_reached();
         let end = self.reservation.take().map(|reservation| {
-            if maybe_sent && self.handed_over {
+            if maybe_sent && reached {
                 // Whether retried or held as unknown: charged at once.
                 let usage = estimate(&reservation);
                 End::Settle { reservation, usage }
@@ -881,9 +981,11 @@ impl Job {
         self.reservation.as_ref().map(estimate)
     }
 
-    /// The job is dropped by its caller. A reservation not yet handed to
-    /// the transport is released; one that was is charged at its estimate
-    /// (the provider may have run it). Returns the update for the store
+    /// The job is dropped by its caller. A reservation whose request
+    /// reached nothing ([`Sending::may_have_reached`]: not handed to the
+    /// transport, or waiting for a connection) is released; one that may
+    /// have is charged at its estimate (the provider may have run it).
+    /// Returns the update for the store
     /// (from a `Drop`: [`Store::update_detached`](crate::admit::Store::update_detached));
     /// nothing stays outstanding once it is applied.
     pub fn cancel(&mut self) -> Option<Update> {
@@ -917,12 +1019,12 @@ impl Job {
     }
 
     /// The reservation's end when the job stops short of an answer:
-    /// released if it was never handed to the transport, else charged at
-    /// its estimate (the provider may have run it).
+    /// released if its request reached nothing, else charged at its
+    /// estimate (the provider may have run it).
     fn take_end(&mut self) -> Option<End> {
-        let handed_over = self.handed_over;
+        let reached = self.send_state().may_have_reached();
         self.reservation.take().map(|reservation| {
-            if handed_over {
+            if reached {
                 let usage = estimate(&reservation);
                 End::Settle { reservation, usage }
             } else {
@@ -1067,5 +1169,297 @@ fn estimate(res: &Reservation) -> Usage {
         input_tokens: a.input,
         output_tokens: a.output,
         ..Usage::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Where a send stands ([`Sending`]) and what each way of stopping it
+    //! short of an answer ends its reservation with.
+
+    use super::*;
+    use crate::admit::{Config, Controller, Shared};
+    use crate::classify::{classify_response, classify_transport, ResponseView, TransportFailure};
+    use crate::vocab::{GiveUpReason, Provider};
+    use std::time::SystemTime;
+
+    fn now() -> Now {
+        Now::new(Instant::ZERO, SystemTime::UNIX_EPOCH)
+    }
+
+    fn store() -> Shared {
+        let config = Config {
+            seed: Some(1),
+            ramp: crate::admit::RampConfig {
+                start: 1000,
+                ..Default::default()
+            },
+            limits: crate::admit::Limits {
+                requests: Some(6000),
+                ..crate::admit::Limits::NONE
+            },
+            ..Config::default()
+        };
+        Shared::new(Controller::new(config))
+    }
+
+    /// A job admitted for its first send, not yet handed over.
+    fn admitted(s: &Shared) -> Job {
+        let policy = Policy::default();
+        let mut spec = JobSpec::new(s.target("k", "claude-sonnet-4-5"), Instant::ZERO);
+        spec.max_tokens = Some(100);
+        spec.input_estimate = Some(50);
+        let mut j = Job::new(spec, &policy);
+        let Step::Admit(req) = j.next(now()) else {
+            panic!("asks for admission")
+        };
+        let Step::Send { attempt: 1 } = j.admission(s.admit(&req, now()), &policy, now()) else {
+            panic!("admitted at once")
+        };
+        assert_eq!(j.send_state(), Sending::NotSent);
+        j
+    }
+
+    fn released(u: &Option<Update>) -> bool {
+        matches!(
+            u,
+            Some(Update {
+                end: Some(End::Release { .. }),
+                ..
+            })
+        )
+    }
+
+    fn charged(u: &Option<Update>) -> bool {
+        matches!(u, Some(Update { end: Some(End::Settle { usage, .. }), .. }) if usage.output_tokens == 100)
+    }
+
+    fn answer(status: u16) -> Classification {
+        let headers = http::HeaderMap::new();
+        let view = ResponseView {
+            status: http::StatusCode::from_u16(status).unwrap(),
+            headers: &headers,
+            body: b"",
+        };
+        classify_response(Provider::Anthropic, &view, now().wall)
+    }
+
+    #[test]
+    fn a_send_goes_not_sent_handed_over_connecting_on_wire() {
+        let s = store();
+        let mut j = admitted(&s);
+        j.sending();
+        assert_eq!(j.send_state(), Sending::HandedOver);
+        j.connecting();
+        assert_eq!(j.send_state(), Sending::Connecting);
+        j.on_wire();
+        assert_eq!(j.send_state(), Sending::OnWire);
+        assert_eq!(j.strays(), 0);
+        // A transport that does not say it waits goes straight on.
+        let mut j = admitted(&s);
+        j.sending();
+        j.on_wire();
+        assert_eq!(j.send_state(), Sending::OnWire);
+        assert_eq!(j.strays(), 0);
+    }
+
+    #[test]
+    fn wire_events_out_of_turn_are_stray_and_change_nothing() {
+        let s = store();
+        let mut j = admitted(&s);
+        // Not handed over: neither is heard.
+        j.connecting();
+        j.on_wire();
+        assert_eq!((j.send_state(), j.strays()), (Sending::NotSent, 2));
+        j.sending();
+        j.on_wire();
+        // On the wire: it does not go back to waiting, nor on twice.
+        j.connecting();
+        j.on_wire();
+        assert_eq!((j.send_state(), j.strays()), (Sending::OnWire, 4));
+        // Between sends: an answer came back.
+        let u = j.failed(
+            &Policy::default(),
+            &classify_transport(Provider::Anthropic, TransportFailure::ResetAfterSend),
+            true,
+            &mut fastrand::Rng::with_seed(1),
+            now(),
+        );
+        s.apply(u, now());
+        assert_eq!(j.send_state(), Sending::NotSent);
+        j.on_wire();
+        assert_eq!(j.strays(), 5);
+    }
+
+    #[test]
+    fn a_caller_gone_while_its_send_waits_for_a_connection_releases_it_and_ends_the_job() {
+        let s = store();
+        let mut j = admitted(&s);
+        j.sending();
+        j.connecting();
+        let u = j.caller_left();
+        assert!(released(&u), "nothing reached the provider: {u:?}");
+        s.apply(u.unwrap(), now());
+        let Step::End(e) = j.next(now()) else {
+            panic!("ended")
+        };
+        assert_eq!(
+            e.decision.action,
+            Action::GiveUp {
+                reason: GiveUpReason::Cancelled
+            }
+        );
+        assert_eq!(j.send_state(), Sending::NotSent);
+        assert!(s.ledger().is_clean());
+        assert_eq!(s.ledger().released.requests, 1);
+    }
+
+    #[test]
+    fn a_caller_gone_once_the_send_is_on_the_wire_or_handed_to_a_silent_transport_finishes_it() {
+        for on_wire in [false, true] {
+            let s = store();
+            let mut j = admitted(&s);
+            j.sending();
+            if on_wire {
+                j.connecting();
+                j.on_wire();
+            }
+            assert!(j.caller_left().is_none(), "the send finishes");
+            assert!(matches!(j.next(now()), Step::Pending));
+            // Dropped then: charged at its estimate.
+            let u = j.cancel();
+            assert!(charged(&u), "on_wire {on_wire}: {u:?}");
+            s.apply(u.unwrap(), now());
+            assert!(s.ledger().is_clean());
+            assert_eq!(s.ledger().settled.requests, 1);
+        }
+    }
+
+    #[test]
+    fn a_dropped_or_withdrawn_job_is_charged_only_if_its_request_may_have_reached_the_wire() {
+        type Stop = fn(&mut Job) -> Option<Update>;
+        let stops: [(&str, Stop); 2] = [
+            ("cancel", |j| j.cancel()),
+            ("withdraw", |j| j.withdraw("a step it cannot take")),
+        ];
+        for (name, stop) in stops {
+            let s = store();
+            // Never handed over; waiting for a connection: released.
+            let mut j = admitted(&s);
+            assert!(released(&stop(&mut j)), "{name}: not handed over");
+            let mut j = admitted(&s);
+            j.sending();
+            j.connecting();
+            let u = stop(&mut j);
+            assert!(released(&u), "{name}: connecting: {u:?}");
+            // Handed to a silent transport; on the wire: charged.
+            let mut j = admitted(&s);
+            j.sending();
+            let u = stop(&mut j);
+            assert!(charged(&u), "{name}: handed over: {u:?}");
+            let mut j = admitted(&s);
+            j.sending();
+            j.connecting();
+            j.on_wire();
+            let u = stop(&mut j);
+            assert!(charged(&u), "{name}: on the wire: {u:?}");
+        }
+    }
+
+    #[test]
+    fn a_transport_failure_while_waiting_for_a_connection_is_released_whatever_it_says() {
+        let s = store();
+        let mut j = admitted(&s);
+        j.sending();
+        j.connecting();
+        let c = classify_transport(Provider::Anthropic, TransportFailure::TimeoutAfterSend);
+        let u = j.failed(
+            &Policy::default(),
+            &c,
+            true,
+            &mut fastrand::Rng::with_seed(1),
+            now(),
+        );
+        assert!(matches!(u.end, Some(End::Release { .. })), "{u:?}");
+        // Handed to a silent transport: charged, as before.
+        let mut j = admitted(&s);
+        j.sending();
+        let u = j.failed(
+            &Policy::default(),
+            &c,
+            true,
+            &mut fastrand::Rng::with_seed(1),
+            now(),
+        );
+        assert!(matches!(u.end, Some(End::Settle { .. })), "{u:?}");
+    }
+
+    #[test]
+    fn a_success_is_on_the_wire_while_its_answer_is_delivered_an_error_answer_is_not() {
+        let s = store();
+        let policy = Policy::default();
+        let mut j = admitted(&s);
+        j.sending();
+        let u = j.answered(
+            &policy,
+            &answer(200),
+            None,
+            &mut fastrand::Rng::with_seed(1),
+            now(),
+        );
+        assert_eq!(j.send_state(), Sending::OnWire, "applying a success");
+        j.applied(s.apply(u, now()), now());
+        assert_eq!(j.send_state(), Sending::OnWire, "delivering");
+        let end = j.body_end(BodyEnd::Complete { usage: None }).unwrap();
+        s.apply(end, now());
+        assert_eq!(j.send_state(), Sending::NotSent, "ended");
+        let mut j = admitted(&s);
+        j.sending();
+        j.on_wire();
+        let u = j.answered(
+            &policy,
+            &answer(400),
+            None,
+            &mut fastrand::Rng::with_seed(1),
+            now(),
+        );
+        assert_eq!(j.send_state(), Sending::NotSent, "its answer came back");
+        j.applied(s.apply(u, now()), now());
+        assert!(s.ledger().is_clean());
+    }
+
+    #[test]
+    fn a_retry_starts_not_sent_and_one_admitted_after_its_caller_left_is_released() {
+        let s = store();
+        let policy = Policy::default();
+        let mut j = admitted(&s);
+        j.sending();
+        j.on_wire();
+        let u = j.answered(
+            &policy,
+            &answer(529),
+            None,
+            &mut fastrand::Rng::with_seed(1),
+            now(),
+        );
+        let d = j.applied(s.apply(u, now()), now());
+        let Action::Retry { delay } = d.action else {
+            panic!("{d:?}")
+        };
+        let later = now().after(delay);
+        let Step::Admit(req) = j.next(later) else {
+            panic!("asks again")
+        };
+        // The caller leaves while admission is asked: the retry's
+        // reservation is never handed over; the first send's wire is
+        // not its own.
+        assert!(j.caller_left().is_none());
+        let step = j.admission(s.admit(&req, later), &policy, later);
+        assert!(matches!(step, Step::End(_)), "{step:?}");
+        assert_eq!(j.send_state(), Sending::NotSent);
+        let u = j.cancel();
+        assert!(released(&u), "{u:?}");
+        s.apply(u.unwrap(), later);
+        assert!(s.ledger().is_clean());
     }
 }

@@ -2,11 +2,15 @@
 //!
 //! * **Draining**: the callers' listener stays open and answers every new
 //!   request at once with a 503 in the provider's shape, `retry-after`
-//!   and `connection: close`, sending nothing; every job not yet sent gets
-//!   the same; the shutdown's cancellation ([`Drain::cancel`], every
-//!   job's parent) refuses every send, retries included — the job machine
-//!   ends such a job `give_up` `cancelled`, nothing sent; sends on the
-//!   wire finish.
+//!   and `connection: close`, sending nothing; every job with nothing on
+//!   the wire gets the same — not yet sent, between attempts, or handed
+//!   to the client still waiting for a connection (withdrawn: it never
+//!   reaches the wire) — as its cancellation decides in one step; the
+//!   shutdown's cancellation ([`Drain::cancel`], every job's parent)
+//!   refuses every send, retries included — the job machine ends such a
+//!   job `give_up` `cancelled`, nothing sent, and an attempt it had
+//!   journaled as started is journaled as ended; sends on the wire
+//!   finish.
 //! * **Cut** (the grace is over): a job whose send is still on the wire
 //!   gets a 504 with `x-ratewise-action: hold_unknown` and is journaled as
 //!   an unknown outcome; a streamed answer still being written gets the
@@ -36,7 +40,8 @@ pub enum Phase {
 pub struct Drain {
     phase: watch::Sender<Phase>,
     cut: AtomicUsize,
-    /// The sends on the wire, which the shutdown waits for.
+    /// The sends on the wire, which the shutdown waits for (read from each
+    /// job's view of its send).
     pub wire: Arc<Wire>,
     /// Every job's cancellation is a child of this one: given when the
     /// drain starts, no job hands another send to the transport.

@@ -611,12 +611,13 @@ fn ready_request(
         key,
         path_model.or_else(|| crate::jobs::model_of(&bytes)),
     );
-    let sent = WireWatch::waiting(app.metrics.clone());
-    parts.extensions.insert(sent.clone());
     // The job's cancellation: given when its caller leaves, and (through
-    // its parent) when the proxy drains.
+    // its parent) when the proxy drains. It is also the view of its send
+    // that the layer publishes, which the watch reads.
     let cancel = app.drain.cancel.child();
     parts.extensions.insert(cancel.clone());
+    let sent = WireWatch::waiting(app.metrics.clone(), cancel.clone());
+    parts.extensions.insert(sent.clone());
     let body: UpBody = http_body_util::Full::new(bytes)
         .map_err(|never: std::convert::Infallible| -> axum::Error { match never {} })
         .boxed_unsync();
@@ -836,11 +837,13 @@ type JobFuture = std::pin::Pin<
 >;
 
 /// One job, polled by its caller's handler. Dropped before it finished
-/// (the caller went away): a job not yet sent is dropped with it (the
-/// machine releases its reservation); a sent one moves to a task of its
-/// own, finishes its send (making no other: its cancellation is given) and
-/// reads its answer to the end, so its usage settles — bounded by the
-/// job's deadline and slack. The gauges end with the job, however it ends.
+/// (the caller went away), its cancellation is given and it moves to a
+/// task of its own, bounded by the job's deadline and slack: a job with
+/// nothing on the wire ends there at once (the machine releases its
+/// reservation; an attempt it had journaled as started is journaled as
+/// ended, never sent); one whose send may have reached the provider
+/// finishes it (making no other) and reads its answer to the end, so its
+/// usage settles. The gauges end with the job, however it ends.
 struct Job {
     future: Option<JobFuture>,
     gauges: Option<(crate::upstream::NoLongerWaiting, crate::metrics::InFlight)>,
@@ -887,21 +890,24 @@ enum Ran {
             ratewise_tower::Error,
         >,
     ),
-    /// The proxy drains and the job has nothing on the wire: never sent,
-    /// or between attempts (no further one will be made).
+    /// The proxy drains and the job had nothing on the wire: never sent,
+    /// between attempts, or waiting for a connection (withdrawn); no
+    /// further send will be made.
     NotSent,
     /// The grace ended with its send on the wire: outcome unknown.
     Cut,
 }
 
-/// Runs `job` to its end, unless the proxy drains: then a job with nothing
-/// on the wire is answered at once ([`Ran::NotSent`]), and one whose send
-/// is on the wire runs on until it ends or the grace does ([`Ran::Cut`]).
-/// The job is polled before each look at the drain, so an answer that is
-/// already there is given.
+/// Runs `job` to its end, unless the proxy drains. Then one answer
+/// decides — its cancellation's, given in one step against the hand-over
+/// of its send and against that send reaching the wire: a job with
+/// nothing on the wire (never sent, between attempts, or waiting for a
+/// connection) ends at once and is answered "not sent" ([`withdrawn`]);
+/// one whose send may have reached the provider runs on until it ends or
+/// the grace does ([`Ran::Cut`]). The job is polled before each look at
+/// the drain, so an answer that is already there is given.
 async fn run_or_drain(app: &App, job: &mut Job) -> Ran {
     let mut phase = app.drain.subscribe();
-    let sent = job.sent.clone();
     let cancel = job.cancel.clone();
     loop {
         if let Poll::Ready(r) = futures::poll!(std::pin::pin!(job.run())) {
@@ -909,13 +915,10 @@ async fn run_or_drain(app: &App, job: &mut Job) -> Ran {
         }
         let now = *phase.borrow_and_update();
         if now != Phase::Serving {
-            // No further send: one not yet handed over never will be.
-            let nothing_sent = cancel.cancel() == ratewise_tower::Cancelled::NothingSent;
-            if nothing_sent || !sent.on_wire() {
-                return Ran::NotSent;
-            }
-            if now == Phase::Cut {
-                return Ran::Cut;
+            match cancel.cancel() {
+                ratewise_tower::Cancelled::NothingSent => return withdrawn(job, &mut phase).await,
+                ratewise_tower::Cancelled::AfterSend if now == Phase::Cut => return Ran::Cut,
+                ratewise_tower::Cancelled::AfterSend => {}
             }
         }
         tokio::select! {
@@ -927,8 +930,34 @@ async fn run_or_drain(app: &App, job: &mut Job) -> Ran {
                     return Ran::Answered(job.run().await);
                 }
             }
-            _ = sent.changed() => {}
         }
+    }
+}
+
+/// A draining job whose cancellation found nothing on the wire: the layer
+/// ends it at once (each of its waits races the cancellation, and a send
+/// still waiting for a connection is withdrawn), giving its reservation
+/// back and journaling the end of an attempt it had journaled as started,
+/// so that no restart reads it as an unknown outcome. It is driven to that
+/// end here and answered "not sent" — unless it ended with an answer of
+/// its own that came back before the drain. Should the grace end first,
+/// it is answered "not sent" then: nothing of it reached the wire, and
+/// nothing will.
+async fn withdrawn(job: &mut Job, phase: &mut tokio::sync::watch::Receiver<Phase>) -> Ran {
+    let cut = async {
+        if phase.wait_for(|p| *p == Phase::Cut).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        biased;
+        r = job.run() => match r {
+            Err(e) if e.give_up_reason() == Some(ratewise_core::GiveUpReason::Cancelled) => {
+                Ran::NotSent
+            }
+            r => Ran::Answered(r),
+        },
+        _ = cut => Ran::NotSent,
     }
 }
 
@@ -1134,12 +1163,11 @@ impl Drop for Job {
             return;
         };
         self.metrics.abandoned.fetch_add(1, Ordering::Relaxed);
-        // One atomic step decides between "never sent" (dropped here:
-        // released) and "sent" (finished in the background, with no
-        // further send: the machine is told its caller left).
-        if self.cancel.cancel() == ratewise_tower::Cancelled::NothingSent {
-            return;
-        }
+        // One atomic step decides between "nothing on the wire" (the job
+        // ends at once, withdrawn) and "may have reached the provider"
+        // (finished, with no further send). Either way the layer takes it
+        // to its end, so what it journaled is closed.
+        self.cancel.cancel();
         let gauges = self.gauges.take();
         let held = std::mem::take(&mut self.held);
         let bound = self.bound;

@@ -113,10 +113,12 @@ pub fn pool_client(name: &str) -> Result<HttpClient, TlsSetupError> {
 
 /// What the proxy sees of one job's sends: whether it still counts as
 /// waiting (`Metrics::waiting`, until its first send), whether a send of
-/// it is on the wire, and its last send (what an unknown outcome is
-/// journaled with). It observes and decides nothing: whether a job sends
-/// again is the job machine's, told through the job's
-/// [`Cancel`](ratewise_tower::Cancel).
+/// it may be on the wire, and its last send (what an unknown outcome is
+/// journaled with). It observes and decides nothing: whether a send
+/// reached the wire is the job machine's, published by the layer (and
+/// reported by [`Marking`]) on the job's
+/// [`Cancel`](ratewise_tower::Cancel), which this reads; whether a job
+/// sends again is the machine's too, told through that same `Cancel`.
 #[derive(Debug, Clone)]
 pub struct WireWatch(Arc<Watched>);
 
@@ -125,69 +127,98 @@ struct Watched {
     /// Whether it still counts as waiting.
     counted: AtomicBool,
     metrics: Arc<crate::metrics::Metrics>,
-    /// Its send is on the wire (counted in [`Wire::on_wire`]): from the
-    /// moment it is handed to the client until an error answer comes back
-    /// (the layer then decides on it), or the job ends.
-    on_wire: AtomicBool,
-    /// The count it was added to, once sent.
-    wire: std::sync::OnceLock<Arc<Wire>>,
-    /// Woken when its send comes back with an answer that is not a
-    /// success (a draining handler looks again).
-    changed: tokio::sync::Notify,
-    /// Sends handed to the client (its last attempt's number) and when
-    /// the last one started (Unix milliseconds).
+    /// The job's published view of its send.
+    view: ratewise_tower::Cancel,
+    /// The job ended (answered or cut in its handler, or run to its end
+    /// after its caller left): nothing of it is on the wire any more.
+    ended: AtomicBool,
+    /// Where it is counted among the sends ([`Wire`]), from its first
+    /// hand-over to the client: the count and its place in it.
+    wire: std::sync::OnceLock<(Arc<Wire>, u64)>,
+    /// Its last send: the attempt's number, and when it was handed to the
+    /// client (Unix milliseconds).
     attempts: std::sync::atomic::AtomicU32,
     last_send_ms: std::sync::atomic::AtomicU64,
 }
 
+impl Watched {
+    fn on_wire(&self) -> bool {
+        !self.ended.load(Ordering::Acquire) && self.view.sending().may_have_reached()
+    }
+}
+
 impl Drop for Watched {
     fn drop(&mut self) {
-        if self.on_wire.swap(false, Ordering::AcqRel) {
-            if let Some(w) = self.wire.get() {
-                w.on_wire.fetch_sub(1, Ordering::AcqRel);
-            }
+        if let Some((wire, id)) = self.wire.get() {
+            wire.forget(*id);
         }
     }
 }
 
-/// The count of sends on the wire, which the shutdown waits for.
+/// The sends on the wire, which the shutdown waits for: of the jobs
+/// handed to an upstream's client and not yet ended, those whose send may
+/// have reached the provider, as each job's view says (a job still
+/// waiting for a connection is not on the wire).
 #[derive(Debug, Default)]
 pub struct Wire {
-    on_wire: std::sync::atomic::AtomicUsize,
+    next: std::sync::atomic::AtomicU64,
+    jobs: std::sync::Mutex<std::collections::HashMap<u64, std::sync::Weak<Watched>>>,
 }
 
 impl Wire {
-    /// Sends on the wire now (jobs whose answer has not come back, and
-    /// successes whose job has not ended).
+    /// Sends on the wire now (jobs whose send may have reached the
+    /// provider and whose answer has not come back, and successes whose
+    /// job has not ended).
     pub fn on_wire(&self) -> usize {
-        self.on_wire.load(Ordering::Acquire)
+        // Taken out of the lock: the last reference to one may go here,
+        // and its drop takes the lock.
+        let live: Vec<Arc<Watched>> = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        live.iter().filter(|w| w.on_wire()).count()
+    }
+
+    fn add(&self, w: &Arc<Watched>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, Arc::downgrade(w));
+        id
+    }
+
+    fn forget(&self, id: u64) {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id);
     }
 }
 
 impl WireWatch {
-    /// A job that waits for its first send, counted in `metrics.waiting`.
-    pub fn waiting(metrics: Arc<crate::metrics::Metrics>) -> Self {
+    /// A job that waits for its first send, counted in `metrics.waiting`,
+    /// whose send is published on `view` (the job's cancellation).
+    pub fn waiting(metrics: Arc<crate::metrics::Metrics>, view: ratewise_tower::Cancel) -> Self {
         metrics.waiting.fetch_add(1, Ordering::Relaxed);
         WireWatch(Arc::new(Watched {
             counted: AtomicBool::new(true),
             metrics,
-            on_wire: AtomicBool::new(false),
+            view,
+            ended: AtomicBool::new(false),
             wire: std::sync::OnceLock::new(),
-            changed: tokio::sync::Notify::new(),
             attempts: std::sync::atomic::AtomicU32::new(0),
             last_send_ms: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
-    /// Whether a send of this job is on the wire now.
+    /// Whether a send of this job may be on the wire now (its view says
+    /// so, and the job has not ended).
     pub fn on_wire(&self) -> bool {
-        self.0.on_wire.load(Ordering::Acquire)
-    }
-
-    /// Resolves at the next change worth a look by a draining caller's
-    /// handler: an answer that is not a success.
-    pub async fn changed(&self) {
-        self.0.changed.notified().await
+        self.0.on_wire()
     }
 
     /// The last send: its attempt number and when it started (Unix
@@ -201,26 +232,28 @@ impl WireWatch {
 
     /// The job ended: its send, if any, is no longer on the wire.
     pub fn ended(&self) {
-        self.off_wire();
+        self.0.ended.store(true, Ordering::Release);
     }
 
-    fn on(&self, wire: &Arc<Wire>) {
+    /// Attempt `attempt` (its number as the layer's mark says, else one
+    /// more) is handed to the client: the job no longer waits, and is
+    /// counted among the sends.
+    fn handed(&self, wire: &Arc<Wire>, attempt: Option<u32>) {
         self.uncount();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         self.0.last_send_ms.store(now, Ordering::Release);
-        self.0.attempts.fetch_add(1, Ordering::AcqRel);
-        let _ = self.0.wire.set(wire.clone());
-        if !self.0.on_wire.swap(true, Ordering::AcqRel) {
-            wire.on_wire.fetch_add(1, Ordering::AcqRel);
+        match attempt {
+            Some(n) => self.0.attempts.store(n, Ordering::Release),
+            None => {
+                self.0.attempts.fetch_add(1, Ordering::AcqRel);
+            }
         }
-    }
-
-    fn off_wire(&self) {
-        if self.0.on_wire.swap(false, Ordering::AcqRel) {
-            if let Some(w) = self.0.wire.get() {
-                w.on_wire.fetch_sub(1, Ordering::AcqRel);
+        if self.0.wire.get().is_none() {
+            let id = wire.add(&self.0);
+            if let Err((_, id)) = self.0.wire.set((wire.clone(), id)) {
+                wire.forget(id);
             }
         }
     }
@@ -242,9 +275,15 @@ impl Drop for NoLongerWaiting {
     }
 }
 
-/// The upstream client, telling each request's [`WireWatch`] what goes on
-/// the wire and what comes back. Every send it is given is made: the layer
-/// hands a send over only when the job's cancellation allows it.
+/// The upstream client, telling each request's [`WireWatch`] that it was
+/// handed over, and reporting where the request is through the layer's
+/// [`WireMark`](ratewise_tower::WireMark): waiting for a connection until
+/// hyper polls its body (which it does only once the request has one),
+/// then on the wire. A job cancelled before that — a caller gone, the
+/// proxy draining — has its request withdrawn: its body fails at that
+/// first poll, and nothing of it is sent. (A request with an empty body,
+/// which hyper never polls, is not watched: handed over, it counts as
+/// maybe sent.)
 #[derive(Clone)]
 pub struct Marking(pub HttpClient, pub Arc<Wire>);
 
@@ -259,27 +298,84 @@ impl Service<http::Request<UpBody>> for Marking {
 
     fn call(&mut self, req: http::Request<UpBody>) -> Self::Future {
         use futures::FutureExt;
-        let watch = req.extensions().get::<WireWatch>().cloned();
-        if let Some(watch) = &watch {
-            watch.on(&self.1);
+        use http_body::Body as _;
+        use http_body_util::BodyExt;
+        let mark = req
+            .extensions()
+            .get::<ratewise_tower::WireMark>()
+            .cloned()
+            .filter(|_| !req.body().is_end_stream());
+        if let Some(watch) = req.extensions().get::<WireWatch>() {
+            watch.handed(
+                &self.1,
+                mark.as_ref().map(ratewise_tower::WireMark::attempt),
+            );
         }
-        let call = Service::call(&mut self.0, req);
-        async move {
-            let answered = call.await;
-            if let Some(watch) = watch {
-                // An error answer came back: the provider did not take
-                // the request, and what follows is the layer's to decide.
-                // A success stays on the wire until its job ends; so does
-                // a transport failure, which may have reached the
-                // provider.
-                if matches!(&answered, Ok(r) if !r.status().is_success()) {
-                    watch.off_wire();
-                    watch.0.changed.notify_one();
-                }
+        let req = match mark {
+            Some(mark) => {
+                mark.watching();
+                req.map(|body| {
+                    ReportsWire {
+                        body,
+                        mark: Some(mark),
+                    }
+                    .boxed_unsync()
+                })
             }
-            answered.map_err(|e| Box::new(e) as Self::Error)
+            None => req,
+        };
+        let call = Service::call(&mut self.0, req);
+        async move { call.await.map_err(|e| Box::new(e) as Self::Error) }.boxed()
+    }
+}
+
+/// A request body whose first poll reports its request on the wire
+/// ([`WireMark::reached`](ratewise_tower::WireMark::reached)): hyper polls
+/// a request's body only once the request has a connection, before any of
+/// it is written. A request whose job was cancelled first fails there
+/// instead, and is not sent.
+struct ReportsWire {
+    body: UpBody,
+    /// Until the first poll.
+    mark: Option<ratewise_tower::WireMark>,
+}
+
+/// Why a request's body failed at its first poll.
+#[derive(Debug)]
+struct Withdrawn;
+
+impl std::fmt::Display for Withdrawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the job was cancelled before its request reached the wire: not sent")
+    }
+}
+
+impl std::error::Error for Withdrawn {}
+
+impl http_body::Body for ReportsWire {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if let Some(mark) = &self.mark {
+            if !mark.reached() {
+                return Poll::Ready(Some(Err(axum::Error::new(Withdrawn))));
+            }
+            self.mark = None;
         }
-        .boxed()
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // Polled once at least: that poll is the report.
+        self.mark.is_none() && self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -233,3 +233,100 @@ async fn a_stream_cut_at_the_end_of_the_grace_gets_an_error_event() {
     assert!(last.contains(r#""type":"api_error""#), "{}", a.body);
     assert_eq!(stopped.cut, 1);
 }
+
+/// Two jobs when the drain starts: one on the wire, one whose request the
+/// client still holds waiting for a connection (its upstream takes the TCP
+/// connection and never answers the TLS handshake). The waiting one
+/// reached nothing: it is answered "not sent" at once — before the one on
+/// the wire is back — its reservation given back and its attempt
+/// journaled as ended, so no restart reads it as an unknown outcome. The
+/// one on the wire runs on and gets its answer; nothing is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_waiting_for_a_connection_at_the_signal_is_answered_not_sent() {
+    let mut cfg = roomy();
+    // The send on the wire takes a while.
+    cfg.latency.first_byte_ms = 2000;
+    let mock = MockServer::start(cfg).await.unwrap();
+    // An upstream that never completes a connection.
+    let held = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let held_port = held.local_addr().unwrap().port();
+    let (hello_tx, hello_rx) = tokio::sync::oneshot::channel();
+    let holder = tokio::spawn(async move {
+        let (mut sock, _) = held.accept().await.unwrap();
+        // The client's TLS hello: it is connecting. Never answered.
+        let mut buf = [0u8; 512];
+        let n = tokio::io::AsyncReadExt::read(&mut sock, &mut buf)
+            .await
+            .unwrap();
+        let _ = hello_tx.send(n);
+        std::future::pending::<()>().await;
+        drop(sock);
+    });
+    let journal = std::env::temp_dir().join(format!(
+        "ratewise-shutdown-connecting-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&journal);
+    let toml = format!(
+        "journal = {:?}\n[[upstream]]\nname = \"held\"\nurl = \"https://127.0.0.1:{held_port}\"\n",
+        journal.display().to_string()
+    );
+    let p = proxy(&mock.base_url(), &toml, Duration::from_secs(15)).await;
+    let (addr, app) = (p.addr, p.app.clone());
+
+    let on_the_wire = tokio::spawn(call(addr, BODY));
+    until("the first reached the upstream", || {
+        mock.records().len() == 1
+    })
+    .await;
+    let connecting = tokio::spawn(async move {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let req = Request::post(format!("http://{addr}/v1/messages"))
+            .header("content-type", "application/json")
+            // A key of its own: not admitted behind the first.
+            .header("x-api-key", "sk-ant-api03-test-SHUTDOWN-HELD")
+            .header("x-ratewise-deadline-ms", "600000")
+            .header("x-ratewise-upstream", "held")
+            .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+            .unwrap();
+        let resp = client.request(req).await.expect("the proxy answers");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("a whole body").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    });
+    let hello = tokio::time::timeout(Duration::from_secs(20), hello_rx)
+        .await
+        .expect("the second connects")
+        .unwrap();
+    assert!(hello > 0);
+    assert_eq!(app.drain.wire.on_wire(), 1, "only the first is on the wire");
+
+    let stopping = tokio::spawn(p.shutdown());
+    let a = connecting.await.unwrap();
+    assert_shutting_down(&a);
+    assert!(
+        !on_the_wire.is_finished(),
+        "answered before the send on the wire is back"
+    );
+    let a = on_the_wire.await.unwrap();
+    assert_eq!(a.status, 200, "{a:?}");
+    let stopped = stopping.await.unwrap();
+    assert_eq!(stopped.cut, 0, "nothing was cut");
+    assert_eq!(mock.records().len(), 1);
+    let recovered = ratewise_proxy::journal::recover(&journal).unwrap();
+    assert!(
+        recovered.unknown.is_empty(),
+        "no unknown outcome after a restart: {:?}\n{}",
+        recovered.unknown,
+        std::fs::read_to_string(&journal).unwrap_or_default()
+    );
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert_eq!(text.matches("attempt_started").count(), 2, "{text}");
+    assert_eq!(text.matches("attempt_ended").count(), 2, "{text}");
+    holder.abort();
+    let _ = std::fs::remove_file(&journal);
+}

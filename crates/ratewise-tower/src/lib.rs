@@ -300,7 +300,7 @@ mod wake;
 pub mod pool;
 pub use body::{BufferError, Metered, MeteredBody, ReplayBody};
 pub use builder::{BuildError, Builder};
-pub use cancel::{Cancel, Cancelled};
+pub use cancel::{Cancel, Cancelled, WireMark};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};

@@ -332,3 +332,283 @@ fn callers_gone_while_queued_end_their_jobs_at_once() {
         .recv_timeout(Duration::from_secs(120))
         .expect("the cancelled calls ended (a spin never does)");
 }
+
+/// A transport that can tell the wait for a connection from the wire, as
+/// the layer's [`WireMark`](ratewise_tower::WireMark) lets it say: it takes
+/// each request (`watching`), waits until the test gives it a connection,
+/// and only then asks whether to write it (`reached`).
+#[derive(Clone)]
+struct Connecting {
+    /// A connection for the request waiting, given by the test.
+    connection: Arc<tokio::sync::Notify>,
+    /// The last attempt's mark, as the transport holds it.
+    mark: Arc<std::sync::Mutex<Option<ratewise_tower::WireMark>>>,
+    /// Requests written.
+    written: Arc<AtomicU32>,
+    /// A written request gets a 200 (else nothing, ever).
+    answers: bool,
+}
+
+impl Connecting {
+    fn new(answers: bool) -> Self {
+        Connecting {
+            connection: Arc::new(tokio::sync::Notify::new()),
+            mark: Arc::default(),
+            written: Arc::default(),
+            answers,
+        }
+    }
+
+    fn mark(&self) -> ratewise_tower::WireMark {
+        self.mark
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("a request was taken")
+    }
+}
+
+impl Service<Request<Full<Bytes>>> for Connecting {
+    type Response = Response<Body>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, std::io::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
+        let mark = req
+            .extensions()
+            .get::<ratewise_tower::WireMark>()
+            .cloned()
+            .expect("the layer marks each attempt");
+        mark.watching();
+        *self.mark.lock().unwrap() = Some(mark.clone());
+        let me = self.clone();
+        Box::pin(async move {
+            me.connection.notified().await;
+            if !mark.reached() {
+                return Err(std::io::Error::other("cancelled before the wire"));
+            }
+            me.written.fetch_add(1, Ordering::SeqCst);
+            if !me.answers {
+                futures::future::pending::<()>().await;
+            }
+            Ok(Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(full(
+                    br#"{"type":"message","content":[],"usage":{"input_tokens":10,"output_tokens":5}}"#,
+                ))
+                .unwrap())
+        })
+    }
+}
+
+#[derive(Default)]
+struct Log(std::sync::Mutex<Vec<String>>);
+
+impl ratewise_tower::Journal for Log {
+    fn attempt_started<'a>(
+        &'a self,
+        _job_id: &'a str,
+        attempt: u32,
+        _at: std::time::SystemTime,
+    ) -> ratewise_tower::Written<'a> {
+        self.0.lock().unwrap().push(format!("start {attempt}"));
+        ratewise_tower::written(Ok::<(), std::io::Error>(()))
+    }
+    fn attempt_ended<'a>(
+        &'a self,
+        r: &'a ratewise_core::record::AttemptRecord,
+    ) -> ratewise_tower::Written<'a> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("end {} {} {}", r.attempt, r.action, r.cause));
+        ratewise_tower::written(Ok::<(), std::io::Error>(()))
+    }
+}
+
+fn connecting_setup(
+    t: &Connecting,
+    policy: ratewise_core::decide::Policy,
+) -> (
+    Arc<Shared>,
+    Arc<Log>,
+    ratewise_tower::RetryService<Connecting>,
+) {
+    let state = common::state();
+    let log = Arc::new(Log::default());
+    let layer = RetryLayer::builder()
+        .config({
+            let mut config = Config::default();
+            config.policy = policy;
+            config.provider = Some(Provider::Anthropic);
+            config.seed = Some(3);
+            config
+        })
+        .store(state.clone())
+        .clock(Arc::new(TokioClock::new()))
+        .journal(log.clone())
+        .build()
+        .unwrap();
+    (state, log, layer.layer(t.clone()))
+}
+
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+/// The cancellation comes while the request waits for a connection: it
+/// finds nothing sent, the call ends at once `give_up` `cancelled`, the
+/// reservation goes back, the attempt is journaled as ended (no unknown
+/// outcome after a restart), and the connection that comes later does not
+/// get the request.
+#[tokio::test(start_paused = true)]
+async fn a_send_cancelled_while_it_waits_for_a_connection_is_released_and_never_written() {
+    use ratewise_core::job::Sending;
+    use ratewise_tower::{Cancel, Cancelled};
+    let t = Connecting::new(true);
+    let (state, log, svc) = connecting_setup(&t, common::fast_policy());
+    let cancel = Cancel::new();
+    let mut r = req();
+    r.extensions_mut().insert(cancel.clone());
+    let call = tokio::spawn(svc.oneshot(r));
+    until("it waits for a connection", || {
+        cancel.sending() == Sending::Connecting
+    })
+    .await;
+    assert_eq!(cancel.cancel(), Cancelled::NothingSent);
+    let err = tokio::time::timeout(Duration::from_secs(1), call)
+        .await
+        .expect("ended at once")
+        .unwrap()
+        .expect_err("withheld");
+    assert_eq!(
+        err.give_up_reason(),
+        Some(ratewise_core::GiveUpReason::Cancelled),
+        "{err:?}"
+    );
+    t.connection.notify_one();
+    assert!(!t.mark().reached(), "the connection came after the cancel");
+    assert_eq!(t.written.load(Ordering::SeqCst), 0);
+    let l = state.ledger();
+    assert_nothing_outstanding(&l);
+    assert_eq!(
+        (l.reserved.requests, l.released.requests, l.settled.requests),
+        (1, 1, 0),
+        "nothing reached the provider: {l:?}"
+    );
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        ["start 1", "end 1 give_up connect_failed"],
+        "started, and ended as never sent"
+    );
+}
+
+/// The request got its connection before the cancellation: the
+/// cancellation says so, the send finishes (no retry follows), and a call
+/// dropped then is charged at its estimate.
+#[tokio::test(start_paused = true)]
+async fn a_send_on_the_wire_before_the_cancel_finishes_and_is_charged() {
+    use ratewise_core::job::Sending;
+    use ratewise_tower::{Cancel, Cancelled};
+    let t = Connecting::new(false);
+    let (state, _log, svc) = connecting_setup(&t, common::fast_policy());
+    let cancel = Cancel::new();
+    let mut r = req();
+    r.extensions_mut().insert(cancel.clone());
+    let call = tokio::spawn(svc.oneshot(r));
+    until("it waits for a connection", || {
+        cancel.sending() == Sending::Connecting
+    })
+    .await;
+    t.connection.notify_one();
+    until("on the wire", || cancel.sending() == Sending::OnWire).await;
+    assert_eq!(cancel.cancel(), Cancelled::AfterSend);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!call.is_finished(), "the send on the wire runs on");
+    assert_eq!(t.written.load(Ordering::SeqCst), 1);
+    call.abort();
+    let _ = call.await;
+    let l = state.ledger();
+    assert_nothing_outstanding(&l);
+    assert_eq!((l.settled.requests, l.released.requests), (1, 0), "{l:?}");
+    assert_eq!(l.charged.output, 100, "max_tokens charged: {l:?}");
+}
+
+/// Answered on the wire it goes as any send: the machine was told where
+/// it was, nothing more.
+#[tokio::test(start_paused = true)]
+async fn a_send_that_reaches_the_wire_is_answered_as_any_other() {
+    let t = Connecting::new(true);
+    let (state, log, svc) = connecting_setup(&t, common::fast_policy());
+    let call = tokio::spawn(svc.oneshot(req()));
+    until("it waits for a connection", || {
+        t.mark.lock().unwrap().is_some()
+    })
+    .await;
+    t.connection.notify_one();
+    let resp = call.await.unwrap().expect("a 200");
+    resp.into_body().collect().await.unwrap();
+    assert_eq!(t.written.load(Ordering::SeqCst), 1);
+    let l = state.ledger();
+    assert_nothing_outstanding(&l);
+    assert_eq!((l.settled.requests, l.released.requests), (1, 0), "{l:?}");
+    assert_eq!(*log.0.lock().unwrap(), ["start 1", "end 1 done success"]);
+}
+
+/// With no cancellation of its caller's: a call dropped (a client
+/// timeout) while its request waits for a connection gives its
+/// reservation back — nothing reached the provider, and the connection
+/// that comes later does not get it.
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_its_send_waits_for_a_connection_releases_it() {
+    let t = Connecting::new(true);
+    let (state, _log, svc) = connecting_setup(&t, common::fast_policy());
+    call_and_time_out(svc, Duration::from_secs(5)).await;
+    t.connection.notify_one();
+    assert!(!t.mark().reached());
+    let l = state.ledger();
+    assert_nothing_outstanding(&l);
+    assert_eq!((l.settled.requests, l.released.requests), (0, 1), "{l:?}");
+}
+
+/// A send cut at the send timeout while it still waited for a connection
+/// never left: `connect_failed` (retried, released), never an unknown
+/// outcome charged at its estimate.
+#[tokio::test(start_paused = true)]
+async fn a_send_timeout_while_waiting_for_a_connection_is_not_an_unknown_outcome() {
+    let t = Connecting::new(true);
+    let mut policy = common::fast_policy();
+    policy.send_timeout = Some(Duration::from_secs(1));
+    let (state, log, svc) = connecting_setup(&t, policy);
+    let err = svc.oneshot(req()).await.expect_err("never connected");
+    assert!(!err.is_hold_unknown(), "{err:?}");
+    assert_eq!(
+        err.classification().map(|c| c.cause),
+        Some(ratewise_core::Cause::ConnectFailed),
+        "{err:?}"
+    );
+    let l = state.ledger();
+    assert_nothing_outstanding(&l);
+    assert_eq!(l.settled.requests, 0, "nothing charged: {l:?}");
+    assert_eq!(l.released.requests, l.reserved.requests, "{l:?}");
+    let log = log.0.lock().unwrap();
+    assert!(
+        log.iter()
+            .filter(|l| l.starts_with("end"))
+            .all(|l| l.ends_with("connect_failed")),
+        "{log:?}"
+    );
+    assert!(!t.mark().reached());
+    assert_eq!(t.written.load(Ordering::SeqCst), 0);
+}

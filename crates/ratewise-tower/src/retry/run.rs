@@ -13,7 +13,7 @@ use ratewise_core::classify::{
     classify_in_band, classify_response, classify_transport, detect_provider, Classification,
     ResponseView, TransportFailure,
 };
-use ratewise_core::job::{Ended, Job as JobMachine, JobSpec, Step, WaitFor};
+use ratewise_core::job::{Ended, Job as JobMachine, JobSpec, Sending, Step, WaitFor};
 use ratewise_core::record::AttemptRecord;
 use ratewise_core::{Action, Cause, Decision, Instant, Now, Provider};
 use ratewise_streaming::{
@@ -30,7 +30,7 @@ use crate::body::decode::Coding;
 use crate::body::metered::{MeterCtx, MeterKind, Side};
 use crate::body::replay::BufferError;
 use crate::body::{MeteredBody, ReplayBody};
-use crate::cancel::Cancel;
+use crate::cancel::{Cancel, Cancelled, WireMark};
 use crate::config::{ATTEMPT_HEADER, JOB_HEADER};
 use crate::error::{BoxError, Error};
 use crate::job::Job;
@@ -140,8 +140,15 @@ where
             continue;
         };
         let member = flight.before_send(attempt).await?;
-        let result = flight.send(&mut svc, attempt).await;
+        let result = match flight.send(&mut svc, attempt).await {
+            Sent::Done(result) => result,
+            Sent::Withheld => return Err(flight.withheld(attempt, member).await),
+        };
         let now = flight.inner.clock.now();
+        // Where the request got to, told to the machine before what came
+        // back (a request its transport still held waiting for a
+        // connection never goes on the wire after).
+        let wire = flight.m.tell_wire(attempt);
         flight
             .left_while_out(!matches!(result, Err((_, false))))
             .await;
@@ -155,7 +162,7 @@ where
                 }
             }
             Ok(resp) => flight.error_answer(resp, now).await,
-            Err((e, called)) => flight.transport_failed(e, called, now).await,
+            Err((e, called)) => flight.transport_failed(e, called, wire, now).await,
         };
         flight.answered(attempt, member, answer, d, now).await;
     }
@@ -170,8 +177,10 @@ where
 struct Flight {
     /// The caller's cancellation (see `crate::cancel`): given to the
     /// machine, which ends the job between sends and makes no retry after
-    /// a send in flight.
-    cancel: Option<Cancel>,
+    /// a send in flight. Also the published view of the job's send, which
+    /// the layer writes in step with the machine (a job with no
+    /// cancellation of its caller's publishes on one of its own).
+    cancel: Cancel,
     /// While it waits for admission: its ticket (dropped when it is
     /// admitted or ends, or with the call future, which hands the turn on).
     queued: Option<crate::queue::Ticket>,
@@ -234,15 +243,22 @@ impl Flight {
             max_tokens: job.max_tokens,
             streamed: job.streamed,
         };
+        let cancel = match parts.extensions.get::<Cancel>() {
+            Some(c) if c.claim() => c.clone(),
+            // One signal for several jobs: this job publishes its sends
+            // on a view of its own, cancelled with it.
+            Some(c) => c.child(),
+            None => Cancel::new(),
+        };
         let m = Driven::new(
             JobMachine::new(spec, &inner.config.policy),
             inner.state.clone(),
             inner.clock.clone(),
+            cancel.clone(),
         );
         let rng = fastrand::Rng::with_seed(inner.call_seed());
         let place = inner.queues.place(job.arrived);
         let admit_by = m.job.admit_deadline();
-        let cancel = parts.extensions.get::<Cancel>().cloned();
         Flight {
             cancel,
             queued: None,
@@ -283,7 +299,7 @@ impl Flight {
         // next step says so — never a wait for a turn it will not take (a
         // cancelled wait resolves at once: waiting again would spin
         // without yielding).
-        let left = self.cancel.as_ref().is_some_and(Cancel::is_cancelled);
+        let left = self.cancel.is_cancelled();
         if left {
             caller_left(&self.inner, &mut self.m).await;
         }
@@ -345,7 +361,7 @@ impl Flight {
         let ticket = self.queued.as_ref()?;
         let by = self.admit_by.or_else(|| self.m.job.inline_by());
         let clock = self.inner.clock.as_ref();
-        match or_cancelled(self.cancel.as_ref(), turn(ticket, clock, by)).await {
+        match or_cancelled(&self.cancel, turn(ticket, clock, by)).await {
             Some(signal) => Some(signal),
             None => {
                 caller_left(&self.inner, &mut self.m).await;
@@ -402,7 +418,7 @@ impl Flight {
                     // A retry's delay: out of the queue until it passes.
                     WaitFor::Retry => {
                         self.queued = None;
-                        or_cancelled(self.cancel.as_ref(), clock.sleep_until(until)).await;
+                        or_cancelled(&self.cancel, clock.sleep_until(until)).await;
                     }
                     WaitFor::Admission(why) => {
                         tracing::debug!(job_id = %self.job.id,
@@ -413,7 +429,7 @@ impl Flight {
                         // signal was listened to before asking: none lost).
                         if let Some(signal) = signal {
                             let woken = futures::future::select(clock.sleep_until(until), signal);
-                            or_cancelled(self.cancel.as_ref(), woken).await;
+                            or_cancelled(&self.cancel, woken).await;
                         }
                     }
                 }
@@ -440,16 +456,17 @@ impl Flight {
         }
     }
 
-    /// The last checks before a send, in order. The caller's cancellation,
-    /// decided against this hand-over in one step: a job whose caller left
-    /// sends nothing more, and journals no attempt it did not make. Then
-    /// the journal's record of the attempt, written before it is sent: a
-    /// send the journal could not record is not made. Returns the pool
-    /// member the attempt goes to (chosen by now).
+    /// The last checks before a send, in order. The caller's cancellation:
+    /// a job whose caller left sends nothing more, and journals no attempt
+    /// it will not make (the cancellation is decided against the send
+    /// itself at its hand-over: see [`send`](Self::send)). Then the
+    /// journal's record of the attempt, written before it is sent: a send
+    /// the journal could not record is not made. Returns the pool member
+    /// the attempt goes to (chosen by now).
     async fn before_send(&mut self, attempt: u32) -> Result<Option<String>, Error> {
         let inner = self.inner.clone();
         let clock = &inner.clock;
-        if self.cancel.as_ref().is_some_and(|c| !c.begin_send()) {
+        if self.cancel.is_cancelled() {
             caller_left(&inner, &mut self.m).await;
             if let Step::End(end) = self.m.job.next(clock.now()) {
                 drop(self.queued.take());
@@ -480,28 +497,100 @@ impl Flight {
         Ok(member)
     }
 
-    /// Sends the attempt: its request made, the inner service made ready,
-    /// the call cut at the policy's send timeout. An error says whether
-    /// the service was called: one that never became ready (or a request
-    /// the route could not make) sent nothing.
-    async fn send<S, B, R>(
-        &mut self,
-        svc: &mut S,
-        attempt: u32,
-    ) -> Result<Response<R>, (BoxError, bool)>
+    /// Sends the attempt: its request made (with its [`WireMark`]), the
+    /// inner service made ready, the request handed over — decided against
+    /// the caller's cancellation in one step — and the call cut at the
+    /// policy's send timeout. An error says whether the service was
+    /// called: one that never became ready (or a request the route could
+    /// not make) sent nothing. A cancellation that finds nothing on the
+    /// wire (before the hand-over, or while the transport waits for a
+    /// connection) withholds the send at once ([`Sent::Withheld`]); one
+    /// that finds it may have reached the provider lets it finish.
+    async fn send<S, B, R>(&mut self, svc: &mut S, attempt: u32) -> Sent<R>
     where
         S: Service<Request<B>, Response = Response<R>>,
         S::Error: Into<BoxError>,
         B: ReplayBody,
     {
-        let request = self.request::<B>(attempt).map_err(|e| (e, false))?;
+        let mut request = match self.request::<B>(attempt) {
+            Ok(r) => r,
+            Err(e) => return Sent::Done(Err((e, false))),
+        };
         if !std::mem::take(&mut self.first_send) {
-            svc.ready().await.map_err(|e| (e.into(), false))?;
+            if let Err(e) = svc.ready().await {
+                return Sent::Done(Err((e.into(), false)));
+            }
+        }
+        request
+            .extensions_mut()
+            .insert(WireMark::new(self.cancel.clone(), attempt));
+        if !self.cancel.hand_over(attempt) {
+            return Sent::Withheld;
         }
         self.m.job.sending();
         let call = svc.call(request);
         let clock = self.inner.clock.clone();
-        within(call, self.inner.config.policy.send_timeout, clock.as_ref()).await
+        let answer = within(call, self.inner.config.policy.send_timeout, clock.as_ref());
+        let mut answer = std::pin::pin!(answer);
+        let cancelled = std::pin::pin!(self.cancel.cancelled());
+        match futures::future::select(answer.as_mut(), cancelled).await {
+            futures::future::Either::Left((r, _)) => Sent::Done(r),
+            // Given now (a parent's is this job's too): decided against
+            // the transport's report of the wire.
+            futures::future::Either::Right(_) => match self.cancel.cancel() {
+                Cancelled::NothingSent => Sent::Withheld,
+                Cancelled::AfterSend => Sent::Done(answer.await),
+            },
+        }
+    }
+
+    /// The caller's cancellation came before the attempt's request reached
+    /// the wire — before its hand-over, or while the transport waited for
+    /// a connection: nothing of it was sent, and nothing will be (the
+    /// transport's [`WireMark::reached`] answers `false`). The machine
+    /// gives its reservation back and ends the job `give_up` `cancelled`;
+    /// the attempt, journaled as started, is journaled as ended, never
+    /// sent — a restart does not read it as an unknown outcome.
+    async fn withheld(&mut self, attempt: u32, member: Option<String>) -> Error {
+        let inner = self.inner.clone();
+        let clock = &inner.clock;
+        self.m.tell_wire(attempt);
+        caller_left(&inner, &mut self.m).await;
+        drop(self.queued.take());
+        let now = clock.now();
+        let end = match self.m.job.next(now) {
+            Step::End(end) => end,
+            _ => {
+                // Not ended by the cancellation: a send the machine
+                // counts as out, which the view says never left.
+                if let Some(update) = self
+                    .m
+                    .job
+                    .withdraw("withheld before the wire: nothing sent")
+                {
+                    inner.state.update(update, clock.now()).await;
+                }
+                match self.m.job.next(clock.now()) {
+                    Step::End(end) => end,
+                    _ => unreachable!("a withdrawn job has ended"),
+                }
+            }
+        };
+        let provider = self.job.provider.unwrap_or(Provider::Generic);
+        let mut c = classify_transport(provider, TransportFailure::ConnectRefused);
+        c.transport = None;
+        c.evidence.notes = vec!["cancelled before it reached the wire: never sent".into()];
+        record(
+            &inner,
+            &self.job,
+            (attempt, member),
+            &c,
+            &end.decision,
+            now,
+            &mut self.records,
+        )
+        .await;
+        self.end(end)
     }
 
     /// The request of one attempt: a copy of the caller's, rewritten for a
@@ -524,7 +613,7 @@ impl Flight {
     /// A caller gone while its send was out (`called`): the answer is still
     /// read and applied; the machine makes no retry after it.
     async fn left_while_out(&mut self, called: bool) {
-        if called && self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+        if called && self.cancel.is_cancelled() {
             caller_left(&self.inner, &mut self.m).await;
         }
     }
@@ -574,17 +663,24 @@ impl Flight {
         (answer, d)
     }
 
-    /// A send that brought no answer: classified by how it failed (see
-    /// [`failure_of`]), and told to the machine and the store, with
-    /// whether the request may have reached the provider.
+    /// A send that brought no answer: classified by how it failed and
+    /// where its request got to (see [`failure_of`]), and told to the
+    /// machine and the store, with whether the request may have reached
+    /// the provider.
     async fn transport_failed(
         &mut self,
         e: BoxError,
         called: bool,
+        wire: Sending,
         now: Now,
     ) -> (Answer, Decision) {
-        let failure = failure_of(&*e, called);
-        let c = classify_transport(self.job.provider.unwrap_or(Provider::Generic), failure);
+        let failure = failure_of(&*e, called, wire);
+        let mut c = classify_transport(self.job.provider.unwrap_or(Provider::Generic), failure);
+        if wire == Sending::Connecting {
+            c.evidence
+                .notes
+                .push("it was still waiting for a connection: never sent".into());
+        }
         let policy = &self.inner.config.policy;
         let maybe_sent = called && failure.maybe_sent();
         let update = self
@@ -619,6 +715,9 @@ impl Flight {
             let moved = p.answered(&mut self.m.job, &answer.classification, &d, policy, now);
             tracing::debug!(job_id = %self.job.id, attempt, ?moved, "pool");
         }
+        // The machine applied the answer: the send is over (a success's
+        // stream that failed before its commit point comes back here too).
+        self.cancel.end_send(attempt);
         self.retry_delay = delays_retry(&d);
         record(
             &self.inner,
@@ -696,18 +795,35 @@ fn classify_error_answer(
 
 /// How a send that brought no answer failed: cut at the send timeout, a
 /// transport error of a called service, or — never called — refused
-/// before anything was sent.
+/// before anything was sent. A request its transport still held waiting
+/// for a connection (`wire`: [`Sending::Connecting`]) never left, however
+/// the failure reads.
 fn failure_of(
     e: &(dyn std::error::Error + Send + Sync + 'static),
     called: bool,
+    wire: Sending,
 ) -> TransportFailure {
-    if e.is::<SendTimedOut>() {
+    let failure = if e.is::<SendTimedOut>() {
         TransportFailure::TimeoutAfterSend
     } else if called {
         transport_failure(e)
     } else {
         TransportFailure::ConnectRefused
+    };
+    if wire == Sending::Connecting && failure.maybe_sent() {
+        TransportFailure::ConnectRefused
+    } else {
+        failure
     }
+}
+
+/// What one send came to.
+enum Sent<R> {
+    /// The service's answer, or its failure with whether it was called.
+    Done(Result<Response<R>, (BoxError, bool)>),
+    /// The caller's cancellation came before the request reached the wire:
+    /// nothing of it was sent.
+    Withheld,
 }
 
 /// A decision to retry after a delay: the job waits it out of the queue.
@@ -742,12 +858,16 @@ async fn turn(
 
 /// The job's machine while the call future drives it: a future dropped
 /// at any await (a caller's timeout, a disconnect) cancels it, which
-/// releases a reservation not yet handed to the transport and charges one
-/// that was at its estimate. Nothing stays outstanding.
+/// releases a reservation whose request reached nothing (not handed to
+/// the transport, or waiting for a connection — never sent after) and
+/// charges one that may have reached the provider at its estimate.
+/// Nothing stays outstanding.
 struct Driven {
     job: JobMachine,
     state: Arc<dyn crate::State>,
     clock: Arc<dyn crate::clock::Clock>,
+    /// The published view of the job's send (see [`Cancel`]).
+    view: Cancel,
 }
 
 impl Driven {
@@ -755,8 +875,33 @@ impl Driven {
         job: JobMachine,
         state: Arc<dyn crate::State>,
         clock: Arc<dyn crate::clock::Clock>,
+        view: Cancel,
     ) -> Self {
-        Driven { job, state, clock }
+        Driven {
+            job,
+            state,
+            clock,
+            view,
+        }
+    }
+
+    /// Tells the machine where `attempt`'s request got to, as its
+    /// transport reported it through the attempt's [`WireMark`]: waiting
+    /// for a connection (closed now: it never goes on the wire after,
+    /// decided against the transport's report in one step), or on the
+    /// wire. Returns what was found.
+    fn tell_wire(&mut self, attempt: u32) -> Sending {
+        let seen = self.view.stop_waiting(attempt);
+        self.tell(seen);
+        seen
+    }
+
+    fn tell(&mut self, seen: Sending) {
+        match (self.job.send_state(), seen) {
+            (Sending::HandedOver, Sending::Connecting) => self.job.connecting(),
+            (Sending::HandedOver | Sending::Connecting, Sending::OnWire) => self.job.on_wire(),
+            _ => {}
+        }
     }
 }
 
@@ -773,6 +918,12 @@ impl Driven {
 
 impl Drop for Driven {
     fn drop(&mut self) {
+        if self.job.send_state() == Sending::HandedOver {
+            // A send out: it stops where it stands (one still waiting for
+            // a connection never goes on the wire).
+            let seen = self.view.end_send(self.job.attempts());
+            self.tell(seen);
+        }
         if let Some(update) = self.job.cancel() {
             tracing::debug!("call dropped with a reservation: the job is cancelled");
             self.state.update_detached(update, self.clock.now());
@@ -789,15 +940,10 @@ async fn caller_left(inner: &Inner, m: &mut Driven) {
 
 /// Runs `f` to its end, unless the caller's cancellation comes first
 /// (`None`).
-async fn or_cancelled<F: std::future::Future>(cancel: Option<&Cancel>, f: F) -> Option<F::Output> {
-    match cancel {
-        None => Some(f.await),
-        Some(c) => {
-            match futures::future::select(std::pin::pin!(f), std::pin::pin!(c.cancelled())).await {
-                futures::future::Either::Left((out, _)) => Some(out),
-                futures::future::Either::Right(_) => None,
-            }
-        }
+async fn or_cancelled<F: std::future::Future>(cancel: &Cancel, f: F) -> Option<F::Output> {
+    match futures::future::select(std::pin::pin!(f), std::pin::pin!(cancel.cancelled())).await {
+        futures::future::Either::Left((out, _)) => Some(out),
+        futures::future::Either::Right(_) => None,
     }
 }
 
@@ -1150,12 +1296,24 @@ mod tests {
     fn a_send_without_an_answer_is_told_by_how_it_failed() {
         let timed_out: BoxError = Box::new(SendTimedOut(std::time::Duration::from_secs(5)));
         assert_eq!(
-            failure_of(&*timed_out, true),
+            failure_of(&*timed_out, true, Sending::HandedOver),
+            TransportFailure::TimeoutAfterSend
+        );
+        assert_eq!(
+            failure_of(&*timed_out, true, Sending::OnWire),
             TransportFailure::TimeoutAfterSend
         );
         // A service never called sent nothing, whatever its error says.
         let other: BoxError = "not ready".into();
-        assert_eq!(failure_of(&*other, false), TransportFailure::ConnectRefused);
+        assert_eq!(
+            failure_of(&*other, false, Sending::NotSent),
+            TransportFailure::ConnectRefused
+        );
+        // Nor did a request its transport held waiting for a connection.
+        assert_eq!(
+            failure_of(&*timed_out, true, Sending::Connecting),
+            TransportFailure::ConnectRefused
+        );
     }
 
     #[test]
