@@ -282,7 +282,7 @@ pub fn run(args: &RunArgs) -> u8 {
     match &report.ending {
         Ending::Stopped(stop) => say(format!(
             "stopped: {} ({}){}: {}; nothing more is sent until a re-run with --resume-stopped",
-            cause_in_words(&stop.cause),
+            cause_in_words(stop.cause),
             stop.cause,
             stop.custom_id
                 .as_ref()

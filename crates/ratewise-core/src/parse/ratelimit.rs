@@ -96,7 +96,7 @@ impl RateLimitSnapshot {
     /// Minute (TPM)" (console.groq.com/docs/rate-limits), so its requests
     /// window is a day's, never a minute's: read as a minute's, a key with
     /// 14,400 requests a day would be paced at 14,400 a minute.
-    pub(crate) fn for_provider(&mut self, provider: Provider) {
+    pub fn for_provider(&mut self, provider: Provider) {
         if provider == Provider::Groq && !self.requests.is_empty() {
             self.requests_per_day = std::mem::take(&mut self.requests);
         }
