@@ -192,7 +192,12 @@ impl Options {
         store: Arc<dyn Store>,
         pool: Option<Pool>,
     ) -> Result<RetryLayer, String> {
+        // The usage is read once, by the layer, from every answer the
+        // queue keeps (up to its own bound): not only the first 4 MiB.
+        let mut base = ratewise_tower::Config::default();
+        base.max_metered_body = crate::queue::MAX_ANSWER;
         let mut b = RetryLayer::builder()
+            .config(base)
             .deadline(settings.deadline)
             .provider(provider_of(settings))
             // The window bounds what waits in the layer; nothing of the

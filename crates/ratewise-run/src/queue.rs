@@ -51,7 +51,7 @@ use tower::{Service, ServiceExt};
 
 /// Largest answer body kept (a 2xx body is the result; 64 MiB is far above
 /// any message either provider returns).
-const MAX_ANSWER: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
 /// How the queue runs.
 #[derive(Debug, Clone)]

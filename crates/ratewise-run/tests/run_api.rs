@@ -230,3 +230,91 @@ async fn an_old_limits_word_is_read_and_told_as_a_config_warning() {
     mock.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An upstream on loopback that answers every request with a success of
+/// more than 4 MiB (the layer's default bound on what it reads for usage),
+/// its usage at the end.
+async fn big_answers() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let text = "x".repeat(5 << 20);
+    let body = format!(
+        r#"{{"id":"msg_big","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{{"type":"text","text":"{text}"}}],"stop_reason":"end_turn","usage":{{"input_tokens":1,"output_tokens":2}}}}"#
+    );
+    let answer = Arc::new(format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let answer = Arc::clone(&answer);
+            tokio::spawn(async move {
+                // The request: its head, then as many body bytes as it says.
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                let wanted = loop {
+                    let Ok(n) = tcp.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        break end + 4 + length;
+                    }
+                };
+                while seen.len() < wanted {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tcp.write_all(answer.as_bytes()).await;
+                let _ = tcp.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_of_an_answer_over_4_mib_is_read_and_charged() {
+    let upstream = big_answers().await;
+    let dir = temp("big");
+    let path = input(&dir, 2);
+    let out = dir.join("out.jsonl");
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let finished = Run::new(&path)
+        .upstream(upstream)
+        .out(&out)
+        .key_from(|var| (var == "ANTHROPIC_API_KEY").then(|| "sk-ant-test".to_owned()))
+        .execute(rx, Arc::new(Ignore))
+        .await
+        .unwrap();
+    assert_eq!(finished.report.counts.done, 2);
+    // Charged what the provider reported (1 + 2 a job), not the worst
+    // case (the input's estimate and `max_tokens` 16).
+    assert_eq!(finished.report.counts.spent, 6);
+    let text = std::fs::read_to_string(&out).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            v["ratewise"]["usage"],
+            serde_json::json!({"input_tokens": 1, "output_tokens": 2}),
+            "{}",
+            &line[..200.min(line.len())]
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
