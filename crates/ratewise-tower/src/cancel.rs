@@ -316,19 +316,19 @@ impl Cancel {
     /// Resolves when it (or a parent) is given.
     pub(crate) async fn cancelled(&self) {
         loop {
-            // Listen before looking: a cancellation between the two is
-            // not lost.
-            let own = self.0.changed.listen();
-            let parent = self.0.parent.as_ref().map(|p| p.0.changed.listen());
+            // Listen before looking, to this one and every ancestor (a job
+            // that publishes on a child of a shared signal hangs two levels
+            // under a shutdown): a cancellation between the two is not lost.
+            let mut listeners = Vec::new();
+            let mut at = Some(self);
+            while let Some(c) = at {
+                listeners.push(c.0.changed.listen());
+                at = c.0.parent.as_ref();
+            }
             if self.is_cancelled() {
                 return;
             }
-            match parent {
-                Some(p) => {
-                    futures::future::select(own, p).await;
-                }
-                None => own.await,
-            }
+            futures::future::select_all(listeners).await;
         }
     }
 }
@@ -532,6 +532,24 @@ mod tests {
         let c = Cancel::new();
         assert!(c.claim());
         assert!(!c.claim());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_wakes_on_its_grandparents_cancel() {
+        // One job's signal shared by several jobs: each publishes on a
+        // child of it, two levels under the shutdown.
+        let shutdown = Cancel::new();
+        let grandchild = shutdown.child().child();
+        let waiter = tokio::spawn({
+            let c = grandchild.clone();
+            async move { c.cancelled().await }
+        });
+        tokio::task::yield_now().await;
+        shutdown.cancel();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
     }
 
     #[tokio::test]
