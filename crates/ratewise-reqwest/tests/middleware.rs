@@ -653,6 +653,27 @@ async fn the_stop_evidence_is_the_stores_stop_with_the_answer_beside_it() {
     assert_eq!(Some(ev.cause), owner(store));
     assert_eq!(ev.status, Some(http::StatusCode::PAYMENT_REQUIRED));
 
+    // Stopped again for the same cause, lifting in 90 s (another
+    // process's stop through a shared store): the kept answer is given,
+    // saying when the store's stop lifts.
+    layer.resume(&fp).await;
+    {
+        let mut c = store.lock();
+        let scope = c.scopes_of(&fp)[0];
+        let now = layer.now();
+        let until = now.wall + std::time::Duration::from_secs(90);
+        c.stop(scope, ratewise_core::Cause::Billing, Some(until), now);
+    }
+    let replayed = call("s1b").await.expect("the kept answer");
+    assert_eq!(replayed.status().as_u16(), 402);
+    let secs: u64 = replayed
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("retry-after from the store's stop");
+    assert!((1..=90).contains(&secs), "{secs}");
+
     // Resumed in the store: no stop, whatever was kept.
     layer.resume(&fp).await;
     assert!(mw.stop_evidence(&fp).await.is_none());
