@@ -514,6 +514,52 @@ async fn a_send_cancelled_while_it_waits_for_a_connection_is_released_and_never_
     );
 }
 
+/// The cancellation and the connection come together: the transport finds
+/// the request withdrawn and fails it before the layer sees the
+/// cancellation. Still never sent: the job ends `give_up` `cancelled`, the
+/// reservation goes back, the attempt is journaled as ended, never sent.
+#[tokio::test(start_paused = true)]
+async fn a_send_withdrawn_as_its_connection_comes_is_cancelled_not_failed() {
+    use ratewise_core::job::Sending;
+    use ratewise_tower::{Cancel, Cancelled};
+    let t = Connecting::new(true);
+    let (state, log, svc) = connecting_setup(&t, common::fast_policy());
+    let cancel = Cancel::new();
+    let mut r = req();
+    r.extensions_mut().insert(cancel.clone());
+    let call = tokio::spawn(svc.oneshot(r));
+    until("it waits for a connection", || {
+        cancel.sending() == Sending::Connecting
+    })
+    .await;
+    // Both before the layer runs again.
+    assert_eq!(cancel.cancel(), Cancelled::NothingSent);
+    t.connection.notify_one();
+    let err = tokio::time::timeout(Duration::from_secs(1), call)
+        .await
+        .expect("ended at once")
+        .unwrap()
+        .expect_err("withheld");
+    assert_eq!(
+        err.give_up_reason(),
+        Some(ratewise_core::GiveUpReason::Cancelled),
+        "{err:?}"
+    );
+    assert_eq!(t.written.load(Ordering::SeqCst), 0);
+    let l = state.ledger();
+    assert_nothing_outstanding(&l);
+    assert_eq!(
+        (l.reserved.requests, l.released.requests, l.settled.requests),
+        (1, 1, 0),
+        "nothing reached the provider: {l:?}"
+    );
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        ["start 1", "end 1 give_up connect_failed"],
+        "started, and ended as never sent"
+    );
+}
+
 /// The request got its connection before the cancellation: the
 /// cancellation says so, the send finishes (no retry follows), and a call
 /// dropped then is charged at its estimate.

@@ -149,6 +149,12 @@ where
         // back (a request its transport still held waiting for a
         // connection never goes on the wire after).
         let wire = flight.m.tell_wire(attempt);
+        if wire == Sending::Connecting && result.is_err() && flight.cancel.is_cancelled() {
+            // The cancellation withdrew it as its connection came, and
+            // the transport's failure got here first: never sent, as if
+            // the cancellation had.
+            return Err(flight.withheld(attempt, member).await);
+        }
         flight
             .left_while_out(!matches!(result, Err((_, false))))
             .await;
