@@ -76,6 +76,21 @@ run() {
 
 arm() {
     local arm=$1
+    # An arm runs in a subshell of its own, and each proxy's start in a
+    # command substitution: their PIDS entries never reach the main EXIT
+    # trap (the mocks and proxies were left running after the script).
+    # The arm stops its own: its mock (PIDS, reset here so as not to hold
+    # the sibling arms its copy started with) and its live proxy (the pid
+    # file `start_proxy` writes).
+    PIDS=()
+    ARM=$arm
+    # shellcheck disable=SC2317  # run by the EXIT trap
+    stop_arm() {
+        for p in "${PIDS[@]:-}" "$(cat "$WORK/$ARM.pid" 2>/dev/null)"; do
+            [ -n "$p" ] && kill "$p" 2>/dev/null || true
+        done
+    }
+    trap stop_arm EXIT
     "$MOCK_BIN" --config "$WORK/mock.json" --addr 127.0.0.1:0 >"$WORK/$arm.mock.out" 2>&1 &
     local mock_pid=$!
     PIDS+=("$mock_pid")
