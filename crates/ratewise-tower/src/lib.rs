@@ -101,7 +101,7 @@
 //!
 //! Every source file that runs code for a `429`, from its arrival to the
 //! job's next admitted send, in the order the `429` first meets them:
-//! **53 files**. The `429` is Anthropic's `rate_limit_error` with
+//! **54 files**. The `429` is Anthropic's `rate_limit_error` with
 //! `retry-after: 1` and no rate-limit headers, answered over hyper-util's
 //! client to a layer made by `RetryLayer::new(Policy::default())`. A
 //! file marked core is `ratewise-core`'s (under `crates/ratewise-core/src`),
@@ -231,11 +231,15 @@
 //!     the pause, room in the buckets (`bucket_wait`), a reservation.
 //! 53. core `admit/estimate.rs` — the request's tokens estimated (input
 //!     from its bytes, output from its `max_tokens`).
+//! 54. `cancel.rs` — the job's published send state (the view of the
+//!     machine's `Sending` that a caller's cancellation reads): the
+//!     answered attempt closed, the next one handed over with its
+//!     `WireMark`.
 //!
 //! The next send is built in `retry/run.rs`, its body replayed by
 //! `body/replay.rs`.
 //!
-//! Issue #46 asks for a path of 20 files or fewer; this one is 53, and
+//! Issue #46 asks for a path of 20 files or fewer; this one is 54, and
 //! the list is written as the code runs, not folded. Where the files are:
 //! reading one answer whole is 18 files (1-18), each one reader (one
 //! provider's codes, one header family, the JSON envelope, the money
