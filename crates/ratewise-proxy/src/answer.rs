@@ -337,15 +337,7 @@ fn passthrough(e: &Error) -> Option<Response> {
 }
 
 fn retry_after(h: &mut HeaderMap, until: Option<SystemTime>) {
-    if let Some(u) = until {
-        let secs = u
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO)
-            .as_secs_f64()
-            .ceil()
-            .max(1.0) as u64;
-        h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
-    }
+    ratewise_tower::set_retry_after(h, until, SystemTime::now());
 }
 
 /// An error in `provider`'s shape: OpenAI's for it and the

@@ -560,7 +560,7 @@ impl Stops {
         *response.headers_mut() = stored.headers;
         // When it lifts is the store's word, not the kept answer's (which
         // may be an hour old, or another stop's of the same cause).
-        retry_after(response.headers_mut(), stop.until, layer.now().wall);
+        ratewise_tower::set_retry_after(response.headers_mut(), stop.until, layer.now().wall);
         response.headers_mut().insert(
             ACTION_HEADER,
             http::HeaderValue::from_static(decision.action.kind().as_str()),
@@ -570,27 +570,6 @@ impl Stops {
             attempts: Vec::new(),
         });
         Some(reqwest::Response::from(response))
-    }
-}
-
-/// Sets `retry-after` to the seconds until `until` (at least 1), or
-/// removes it (and OpenAI's `retry-after-ms`) for a stop that lifts only
-/// when resumed.
-fn retry_after(h: &mut http::HeaderMap, until: Option<SystemTime>, now: SystemTime) {
-    h.remove("retry-after-ms");
-    match until {
-        Some(u) => {
-            let secs = u
-                .duration_since(now)
-                .unwrap_or_default()
-                .as_secs_f64()
-                .ceil()
-                .max(1.0) as u64;
-            h.insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
-        }
-        None => {
-            h.remove(http::header::RETRY_AFTER);
-        }
     }
 }
 

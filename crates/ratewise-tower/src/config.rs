@@ -122,3 +122,41 @@ pub const ATTEMPT_HEADER: http::HeaderName = http::HeaderName::from_static("x-ra
 /// that hand a caller an HTTP answer (`ratewise proxy`, `ratewise-reqwest`):
 /// the answer itself is the provider's, or one in its shape.
 pub const ACTION_HEADER: &str = "x-ratewise-action";
+
+/// Sets an answer's `retry-after` to the whole seconds from `now` until
+/// `until` (at least 1), or, with no `until` (a stop lifted only when
+/// resumed), removes it; OpenAI's `retry-after-ms` goes either way. One
+/// writer of the header for the front ends that answer for the provider
+/// (`ratewise proxy`, `ratewise-reqwest`): when the wait ends is the
+/// store's word, not a kept answer's.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+/// let mut h = http::HeaderMap::new();
+/// ratewise_tower::set_retry_after(&mut h, Some(now + Duration::from_millis(1_500)), now);
+/// assert_eq!(h["retry-after"], "2");
+/// ratewise_tower::set_retry_after(&mut h, None, now);
+/// assert!(h.get("retry-after").is_none());
+/// ```
+pub fn set_retry_after(
+    h: &mut http::HeaderMap,
+    until: Option<std::time::SystemTime>,
+    now: std::time::SystemTime,
+) {
+    h.remove("retry-after-ms");
+    match until {
+        Some(u) => {
+            let secs = u
+                .duration_since(now)
+                .unwrap_or_default()
+                .as_secs_f64()
+                .ceil()
+                .max(1.0) as u64;
+            h.insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+        }
+        None => {
+            h.remove(http::header::RETRY_AFTER);
+        }
+    }
+}

@@ -308,7 +308,7 @@ pub use cancel::{Cancel, Cancelled, WireMark};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};
-pub use config::{Config, ACTION_HEADER, ATTEMPT_HEADER, JOB_HEADER};
+pub use config::{set_retry_after, Config, ACTION_HEADER, ATTEMPT_HEADER, JOB_HEADER};
 pub use error::{BoxError, Error};
 pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate};
 pub use journal::{written, Journal, Written};
