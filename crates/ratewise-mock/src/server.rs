@@ -737,7 +737,9 @@ async fn api(
             r,
         ));
     }
-    let range = state.config.output_tokens;
+    // A test's own range for this request (`x-mock-output-tokens: MIN-MAX`),
+    // else the configured one.
+    let range = tokens::range_header(h).unwrap_or(state.config.output_tokens);
     let output_tokens = tokens::output_tokens_for(
         state.config.seed,
         &body,

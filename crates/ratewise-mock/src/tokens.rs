@@ -6,13 +6,43 @@
 //!   count, which wins. Bytes/4 is the usual rule of thumb for English text.
 //! * **Output tokens** are `min + fnv1a(seed, body) % (max - min + 1)`,
 //!   clamped to the request's `max_tokens`: the same body and seed always get
-//!   the same length ([`output_tokens_for`]).
+//!   the same length ([`output_tokens_for`]). A request carrying the test
+//!   header [`OUTPUT_TOKENS_HEADER`] (`MIN-MAX`) is given that range
+//!   instead of the configured one ([`range_header`]): a bench's small
+//!   interactive calls beside its long bulk ones, on one model.
 //! * The generated text has exactly one word per output token.
 
 use serde_json::Value;
 
 /// Test header that fixes the input-token count of a request.
 pub const INPUT_TOKENS_HEADER: &str = "x-mock-input-tokens";
+
+/// Test header that sets the range of a request's output length
+/// (`MIN-MAX`, inclusive, before the `max_tokens` cap).
+pub const OUTPUT_TOKENS_HEADER: &str = "x-mock-output-tokens";
+
+/// The output range a request's [`OUTPUT_TOKENS_HEADER`] asks for; `None`
+/// when it has none or it does not read as `MIN-MAX` (the configured range
+/// then applies).
+///
+/// ```
+/// use ratewise_mock::tokens::range_header;
+/// let mut h = http::HeaderMap::new();
+/// assert_eq!(range_header(&h), None);
+/// h.insert("x-mock-output-tokens", "30-50".parse().unwrap());
+/// let r = range_header(&h).unwrap();
+/// assert_eq!((r.min, r.max), (30, 50));
+/// h.insert("x-mock-output-tokens", "soon".parse().unwrap());
+/// assert_eq!(range_header(&h), None);
+/// ```
+pub fn range_header(headers: &http::HeaderMap) -> Option<crate::config::OutputRange> {
+    let v = headers.get(OUTPUT_TOKENS_HEADER)?.to_str().ok()?;
+    let (min, max) = v.split_once('-')?;
+    Some(crate::config::OutputRange {
+        min: min.trim().parse().ok()?,
+        max: max.trim().parse().ok()?,
+    })
+}
 
 /// FNV-1a (64 bit) over `bytes`, started from `seed`. Stable across Rust
 /// versions and platforms, unlike `std`'s hasher; not cryptographic.
