@@ -94,9 +94,11 @@
 
 mod actor;
 mod clock;
+mod demand;
 mod notes;
 mod ops;
 mod script;
+mod side;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -107,7 +109,7 @@ use ops::{Op, Reply, Request};
 use ratewise_core::admit::store_kit::StoreHooks;
 use ratewise_core::admit::{
     Admission, AdmitRequest, Applied, Controller, ScopeId, ScopeSnapshot, Shared, Store,
-    StoreFuture, Target, Update,
+    StoreFuture, Target, Update, DEMAND_FRESH,
 };
 use ratewise_core::{Cause, Now};
 use std::collections::{HashMap, VecDeque};
@@ -154,6 +156,10 @@ pub struct Config {
     pub record_ttl: Duration,
     /// Most operations on one key sharing one round trip (default 64).
     pub max_batch: usize,
+    /// How long a process's published waiting demand counts for the
+    /// others (default [`DEMAND_FRESH`], 3 s): priorities across processes
+    /// ([`Store::demand`]).
+    pub demand_fresh: Duration,
 }
 
 impl Default for Config {
@@ -169,6 +175,7 @@ impl Default for Config {
             alive: Duration::from_secs(60),
             record_ttl: Duration::from_secs(7 * 24 * 3600),
             max_batch: 64,
+            demand_fresh: DEMAND_FRESH,
         }
     }
 }
@@ -183,6 +190,7 @@ impl Config {
         self.timeout = self.timeout.max(Duration::from_millis(1));
         self.reconnect_every = self.reconnect_every.max(Duration::from_millis(1));
         self.max_batch = self.max_batch.max(1);
+        self.demand_fresh = self.demand_fresh.max(Duration::from_millis(1));
         if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
             self.prefix = Config::default().prefix;
         }
@@ -340,6 +348,7 @@ pub struct RedisStore {
     mirror: Arc<Shared>,
     health: Arc<HealthCell>,
     notes: Arc<notes::Notes>,
+    demand: Arc<demand::Demand>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -417,10 +426,14 @@ impl RedisStore {
             conflicts: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         });
-        let notes = Arc::new(notes::Notes::new(
-            client.clone(),
+        let side = Arc::new(side::Side::new(client.clone(), config.timeout));
+        let notes = Arc::new(notes::Notes::new(side.clone(), config.prefix.clone()));
+        let proc_id = format!("{:016x}", fastrand::u64(..));
+        let demand = Arc::new(demand::Demand::new(
+            side,
             config.prefix.clone(),
-            config.timeout,
+            proc_id.clone(),
+            config.demand_fresh,
         ));
         let actor = actor::Actor {
             rx,
@@ -432,7 +445,7 @@ impl RedisStore {
             script: redis::Script::new(script::CAS),
             clock: clock::ClockSync::new(config.clock),
             cfg: config,
-            proc_id: format!("{:016x}", fastrand::u64(..)),
+            proc_id,
             versions: HashMap::new(),
             peers: HashMap::new(),
             // Unreached: the next operation tries Redis in the background.
@@ -449,6 +462,7 @@ impl RedisStore {
             mirror,
             health,
             notes,
+            demand,
         })
     }
 
@@ -687,6 +701,36 @@ impl Store for RedisStore {
             Reply::Snapshot,
             move |c, now| c.snapshot(scope, now),
         ))
+    }
+
+    /// Published beside the key's record (see the `demand` module); while
+    /// Redis is unavailable nothing is published and no demand is foreign.
+    fn demand(
+        &self,
+        scope: ScopeId,
+        waiting: Option<u8>,
+        _now: Now,
+    ) -> StoreFuture<'_, Option<u8>> {
+        let names = self
+            .mirror
+            .lock()
+            .names_of(scope)
+            .map(|(k, c)| (k.to_owned(), c.to_owned()));
+        let Some((key, class)) = names else {
+            return StoreFuture::ready(None);
+        };
+        if self.health().degraded {
+            return StoreFuture::ready(None);
+        }
+        StoreFuture::new(async move {
+            match self.demand.publish(&key, &class, waiting).await {
+                Ok(top) => top,
+                Err(e) => {
+                    tracing::debug!(error = %e, "waiting demand not published");
+                    None
+                }
+            }
+        })
     }
 }
 

@@ -13,58 +13,30 @@
 //! authority on whether the key is stopped (the record is): a reader
 //! checks the note against the record's stop, and a resume deletes it.
 
+use crate::side::Side;
 use crate::Error;
-use redis::aio::MultiplexedConnection;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Mutex;
 
 /// The longest note written or read (bytes).
 pub const MAX_NOTE: usize = 4096;
 
 pub(crate) struct Notes {
-    client: redis::Client,
-    conn: Mutex<Option<MultiplexedConnection>>,
+    side: Arc<Side>,
     prefix: String,
-    timeout: Duration,
 }
 
 impl Notes {
-    pub fn new(client: redis::Client, prefix: String, timeout: Duration) -> Notes {
-        Notes {
-            client,
-            conn: Mutex::new(None),
-            prefix,
-            timeout,
-        }
+    pub fn new(side: Arc<Side>, prefix: String) -> Notes {
+        Notes { side, prefix }
     }
 
     fn key(&self, name: &str) -> String {
         format!("{}:{{{}}}:stop-note", self.prefix, crate::key_tag(name))
     }
 
-    async fn conn(&self) -> Result<MultiplexedConnection, Error> {
-        let mut held = self.conn.lock().await;
-        if let Some(c) = held.as_ref() {
-            return Ok(c.clone());
-        }
-        let c = tokio::time::timeout(self.timeout, self.client.get_multiplexed_async_connection())
-            .await
-            .map_err(|_| Error::Timeout)?
-            .map_err(Error::redis)?;
-        *held = Some(c.clone());
-        Ok(c)
-    }
-
     async fn run<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, Error> {
-        let mut c = self.conn().await?;
-        let out = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut c))
-            .await
-            .map_err(|_| Error::Timeout)
-            .and_then(|r| r.map_err(Error::redis));
-        if out.as_ref().is_err_and(Error::is_transport) {
-            *self.conn.lock().await = None;
-        }
-        out
+        self.side.run(cmd).await
     }
 
     pub async fn put(&self, name: &str, note: &str, ttl: Duration) -> Result<(), Error> {

@@ -84,7 +84,7 @@ pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;
 pub use spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
 pub use stop::Stop;
-pub use store::{Applied, End, Observed, Store, StoreFuture, Update};
+pub use store::{Applied, End, Observed, Store, StoreFuture, Update, DEMAND_FRESH};
 
 /// A (key, model class) scope, as resolved by [`Controller::target`] or
 /// [`Controller::scope_of`]: an index into its controller (or a store's

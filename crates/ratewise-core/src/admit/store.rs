@@ -320,4 +320,26 @@ pub trait Store: Send + Sync {
 
     /// What one scope looks like now.
     fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>>;
+
+    /// Priorities across processes: publishes this process's waiting
+    /// demand on `scope` — the rank of the highest priority level with
+    /// work waiting here (0 is the highest), `None` when nothing waits —
+    /// and answers the highest level (lowest rank) the *other* processes
+    /// sharing the scope published within [`DEMAND_FRESH`]. A process whose
+    /// waiting work is of a lower level then leaves the tokens to that
+    /// demand, beyond its minimum share. A published demand is refreshed
+    /// while its work waits; a process that dies stops refreshing, and its
+    /// demand no longer counts once it is older than [`DEMAND_FRESH`].
+    ///
+    /// The default is a store no other process shares (the in-memory
+    /// one): nothing is published and no demand is foreign.
+    fn demand(&self, scope: ScopeId, waiting: Option<u8>, now: Now) -> StoreFuture<'_, Option<u8>> {
+        let _ = (scope, waiting, now);
+        StoreFuture::ready(None)
+    }
 }
+
+/// How long a process's published waiting demand counts
+/// ([`Store::demand`]): a few of its refreshes, so a live process's demand
+/// never lapses between two, and a dead one's is forgotten within seconds.
+pub const DEMAND_FRESH: std::time::Duration = std::time::Duration::from_secs(3);

@@ -136,6 +136,13 @@ impl Controller {
         Some(self.keys[s.key as usize].name.as_str())
     }
 
+    /// The scope's key and model class: what names it to the other
+    /// processes sharing the key (a [`ScopeId`] is this process's own).
+    pub fn names_of(&self, scope: ScopeId) -> Option<(&str, &str)> {
+        let s = self.scopes.get(scope.0 as usize)?;
+        Some((self.keys[s.key as usize].name.as_str(), s.class.as_str()))
+    }
+
     /// Every scope, in the order they were made (for a status page).
     pub fn scopes(&self) -> Vec<ScopeId> {
         self.scopes.ids().map(ScopeId).collect()
