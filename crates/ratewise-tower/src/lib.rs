@@ -310,7 +310,7 @@ pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};
 pub use config::{set_retry_after, Config, ACTION_HEADER, ATTEMPT_HEADER, JOB_HEADER};
 pub use error::{BoxError, Error};
-pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate};
+pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate, Workload};
 pub use journal::{written, Journal, Written};
 pub use retry::{ResponseFuture, RetryLayer, RetryService};
 pub use state::State;
@@ -320,7 +320,9 @@ pub use upstream::{UpstreamUrl, UpstreamUrlError};
 /// What a layer is told, re-exported so that a tower user writes
 /// `ratewise_tower::Limits::per_minute().requests(50)` with no
 /// `ratewise_core` import.
-pub use ratewise_core::{admit::Limits, admit::SpendConfig, decide::Policy, Provider};
+pub use ratewise_core::{
+    admit::fair::Levels, admit::Limits, admit::SpendConfig, decide::Policy, Provider,
+};
 
 /// This crate's README snippet, compiled likewise.
 #[cfg(doctest)]
