@@ -214,7 +214,7 @@ impl KeyLabel {
 /// assert_eq!(response.status(), 200);
 /// # }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Workload {
     /// The priority level's name (`None`: the default level).
     pub level: Option<Arc<str>>,
@@ -222,8 +222,12 @@ pub struct Workload {
     pub flow: Option<Arc<str>>,
     /// The flow's weight within its level (`0` is read as 1): a flow of
     /// weight 2 gets twice the tokens of a flow of weight 1 while both
-    /// wait.
+    /// wait. The flow's latest job sets it.
     pub weight: u32,
+    /// The flow's floor: the share of its level's admitted tokens it keeps
+    /// while it has calls waiting, whatever the weights (`0`: none;
+    /// clamped to `0..=1`). The flow's latest job sets it.
+    pub floor: f64,
 }
 
 impl Workload {
@@ -233,6 +237,7 @@ impl Workload {
             level: Some(Arc::from(name.as_ref())),
             flow: None,
             weight: 1,
+            floor: 0.0,
         }
     }
 
@@ -247,6 +252,13 @@ impl Workload {
     #[must_use]
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
+        self
+    }
+
+    /// The same job with its flow's floor `share` of its level.
+    #[must_use]
+    pub fn floor(mut self, share: f64) -> Self {
+        self.floor = share;
         self
     }
 
@@ -267,7 +279,7 @@ impl Workload {
                     Some(f) => f.to_string(),
                     None => ratewise_core::key::tag(key),
                 };
-                W::new(level, flow).weight(w.weight.max(1))
+                W::new(level, flow).weight(w.weight.max(1)).floor(w.floor)
             }
         }
     }
@@ -312,10 +324,15 @@ mod tests {
     fn a_workload_names_its_level_flow_and_weight_and_unknown_levels_are_default() {
         let levels = Levels::default();
         let mut ext = http::Extensions::new();
-        ext.insert(Workload::level("bulk").flow("tenant-7").weight(3));
+        ext.insert(
+            Workload::level("bulk")
+                .flow("tenant-7")
+                .weight(3)
+                .floor(0.2),
+        );
         let w = Workload::resolve(&ext, "k", &levels);
         assert_eq!(w.level, levels.level("bulk").unwrap());
-        assert_eq!((w.flow.as_str(), w.weight), ("tenant-7", 3));
+        assert_eq!((w.flow.as_str(), w.weight, w.floor), ("tenant-7", 3, 0.2));
         ext.insert(Workload::level("urgent").weight(0));
         let w = Workload::resolve(&ext, "k", &levels);
         assert_eq!(w.level, levels.default_level());

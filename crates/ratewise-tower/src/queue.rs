@@ -61,8 +61,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub(crate) const LIMITS_EVERY: u32 = 32;
 
 /// Admitted reservations followed to their settlement at most: past it,
-/// new ones are not followed (their flows keep the charge made at
-/// admission), so a reservation that never settles here (a lease that
+/// those followed are forgotten (their flows keep the charges made at
+/// admission), so reservations that never settle here (a lease that
 /// expired) cannot grow the map.
 const MAX_FOLLOWED: usize = 16_384;
 
@@ -147,7 +147,7 @@ impl Queues {
     /// Joins `scope`'s queue at `place` as `workload`.
     pub fn join(self: &Arc<Self>, scope: ScopeId, place: Place, workload: &Workload) -> Ticket {
         let signal = Arc::new(Event::new());
-        {
+        let displaced = {
             let mut w = self.lock();
             if w.scopes.len() >= MAX_IDLE_SCOPES && !w.scopes.contains_key(&scope) {
                 w.scopes.retain(|_, s| !s.discipline.is_empty());
@@ -158,8 +158,18 @@ impl Queues {
                 limits: None,
                 since_limits: 0,
             });
+            let before = s.discipline.head();
             s.discipline.join(place, workload);
             s.signals.insert(place, signal.clone());
+            let after = s.discipline.head();
+            // The joiner sees its own turn; another job whose turn a join
+            // made (a flow's floor raised by its latest job) is told.
+            (after != before && after != Some(place))
+                .then(|| s.head_signal())
+                .flatten()
+        };
+        if let Some(next) = displaced {
+            next.notify(usize::MAX);
         }
         Ticket {
             queues: self.clone(),
@@ -286,16 +296,19 @@ impl Ticket {
             let cost = Cost::dominant(&amounts, &limits);
             let charged = s.discipline.admitted(self.place, cost, now);
             if let (Some(charged), Some(id)) = (charged, id) {
-                if followed.len() < MAX_FOLLOWED {
-                    followed.insert(
-                        id,
-                        Followed {
-                            scope: self.scope,
-                            charged,
-                            limits,
-                        },
-                    );
+                if followed.len() >= MAX_FOLLOWED {
+                    // Reservations that ended out of sight (a lease run
+                    // out): forgotten, their flows keep their charges.
+                    followed.clear();
                 }
+                followed.insert(
+                    id,
+                    Followed {
+                        scope: self.scope,
+                        charged,
+                        limits,
+                    },
+                );
             }
             let next = s.discipline.head();
             (next != before).then(|| s.head_signal()).flatten()
@@ -523,5 +536,34 @@ mod tests {
         assert!(a2.is_head(), "corrected, a used less: its turn");
         c.settle(res, &usage, now);
         drop((a2, b2));
+    }
+
+    #[test]
+    fn a_join_that_makes_another_job_the_head_wakes_it() {
+        let q = Arc::new(Queues::default());
+        let s = scope();
+        let def = levels().default_level();
+        let at = |ms| Instant::from_millis(ms);
+        let a1 = q.join(s, q.place(at(1)), &Workload::new(def, "a"));
+        let b1 = q.join(s, q.place(at(2)), &Workload::new(def, "b"));
+        let a2 = q.join(s, q.place(at(3)), &Workload::new(def, "a"));
+        let one = Amounts {
+            requests: 1,
+            input: 0,
+            output: 0,
+        };
+        a1.admitted(one, None, at(4));
+        assert!(b1.is_head());
+        b1.admitted(one, None, at(5));
+        let b2 = q.join(s, q.place(at(6)), &Workload::new(def, "b"));
+        // `a` and `b` are even; `a2` is older: its turn.
+        assert!(a2.is_head());
+        // `b`'s latest job gives it a floor of 90 % (it had 50 %): `b2`'s
+        // turn now, and it is told.
+        let turn = b2.listen();
+        let b3 = q.join(s, q.place(at(7)), &Workload::new(def, "b").floor(0.9));
+        assert!(b2.is_head(), "b is below its floor now");
+        assert!(futures::FutureExt::now_or_never(turn).is_some());
+        drop((a2, b2, b3));
     }
 }
