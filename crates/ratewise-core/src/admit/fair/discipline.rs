@@ -32,6 +32,9 @@ pub struct Charged {
     flow: Box<str>,
     weight: u32,
     cost: Cost,
+    /// When it was charged: a correction is made as of then, so it
+    /// decays as the charge did.
+    at: Instant,
 }
 
 impl Charged {
@@ -201,12 +204,23 @@ impl Discipline {
             self.levels.default_level()
         };
         let flow_name: Box<str> = workload.flow.as_str().into();
+        let total: f64 = self.state.iter().map(|l| l.recent).sum();
+        let min_share = self.levels.min_share(level);
         let l = &mut self.state[level.index()];
-        let vtime = l.vtime;
+        if l.waiting == 0 {
+            // A level becoming active banks no floor while it was idle: it
+            // starts at its minimum share, so it then keeps that share
+            // interleaved with the levels above rather than taking a burst
+            // of turns to catch up on the window it was idle in.
+            l.recent = l.recent.max(min_share * total);
+        }
+        let (vtime, level_recent) = (l.vtime, l.recent);
         let f = l.flows.entry(flow_name.clone()).or_default();
         if f.waiting.is_empty() {
-            // Becoming active: no credit banked while idle.
+            // Becoming active: no credit banked while idle — neither
+            // virtual time nor floor.
             f.finish = f.finish.max(vtime);
+            f.recent = f.recent.max(workload.floor * level_recent);
             l.active += 1;
         }
         f.weight = workload.weight.max(1);
@@ -255,6 +269,7 @@ impl Discipline {
             flow: flow_name,
             weight,
             cost,
+            at: now,
         })
     }
 
@@ -268,7 +283,9 @@ impl Discipline {
         if diff == 0.0 {
             return;
         }
-        let scale = self.scale(now);
+        // Rescaled if due, then the factor of the charge's own instant.
+        self.scale(now);
+        let scale = self.factor(charged.at);
         let Some(l) = self.state.get_mut(charged.level.index()) else {
             return;
         };
@@ -357,6 +374,12 @@ impl Discipline {
             x = 0.0;
         }
         x.exp()
+    }
+
+    /// The factor of instant `at` under the present base (no rescale).
+    fn factor(&self, at: Instant) -> f64 {
+        let w = self.window.as_secs_f64();
+        ((at.as_nanos() as f64 - self.base.as_nanos() as f64) / 1e9 / w).exp()
     }
 
     /// Forgets idle flows past [`MAX_IDLE_FLOWS`]: first those not ahead

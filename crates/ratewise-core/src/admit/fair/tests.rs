@@ -263,3 +263,49 @@ fn shares_survive_long_runs_without_overflow() {
         assert!(s.is_finite() && (0.0..=1.0).contains(&s));
     }
 }
+
+#[test]
+fn a_level_back_from_idle_takes_its_share_without_a_burst() {
+    let (l, i, _, b) = levels();
+    let mut d = Discipline::new(l);
+    let mut flows = HashMap::new();
+    let mut seq = 0;
+    let mut join = |d: &mut Discipline, lv, f: &str, flows: &mut HashMap| {
+        seq += 1;
+        d.join(at(seq), &Workload::new(lv, f));
+        flows.insert(at(seq), f.to_owned());
+    };
+    for _ in 0..300 {
+        join(&mut d, i, "chat", &mut flows);
+    }
+    // Interactive alone: every turn is its own.
+    assert!(drain(&mut d, 100, |_| 10, &flows)
+        .iter()
+        .all(|f| f == "chat"));
+    for _ in 0..50 {
+        join(&mut d, b, "batch", &mut flows);
+    }
+    // Bulk comes back: one turn in ten or so from now on, not the ten
+    // turns in a row its idle minute would have let it catch up.
+    let order = drain(&mut d, 20, |_| 10, &flows);
+    let run = order.split(|f| f == "chat").map(|r| r.len()).max().unwrap();
+    let bulk = order.iter().filter(|f| *f == "batch").count();
+    assert!(run <= 1, "{order:?}");
+    assert!((1..=3).contains(&bulk), "{order:?}");
+}
+
+#[test]
+fn a_correction_decays_as_its_charge_did() {
+    let (l, i, _, b) = levels();
+    let mut d = Discipline::new(l);
+    d.join(at(1), &Workload::new(i, "chat"));
+    d.join(at(2), &Workload::new(b, "batch"));
+    let chat = d.admitted(at(1), Cost(100), Instant::ZERO).unwrap();
+    let _ = d.admitted(at(2), Cost(100), Instant::ZERO).unwrap();
+    // Settled a window later at half its charge: the shares are those of
+    // 50 and 100 charged at the same instant, not a correction of 50
+    // against a charge that has decayed since.
+    d.settled(&chat, Cost(50), Instant::from_origin(DEFAULT_WINDOW));
+    let s = d.recent_shares();
+    assert!((s[0] - 1.0 / 3.0).abs() < 1e-9, "{s:?}");
+}
