@@ -981,6 +981,14 @@ impl Job {
         self.reservation.as_ref().map(estimate)
     }
 
+    /// The reservation the machine holds (granted, not yet ended): its id
+    /// and amounts, for a driver that follows it to its end (the
+    /// admission queue's discipline charges a flow at admission and
+    /// corrects it when the same reservation settles).
+    pub fn reservation(&self) -> Option<(crate::admit::ReservationId, crate::admit::Amounts)> {
+        self.reservation.as_ref().map(|r| (r.id(), r.amounts()))
+    }
+
     /// The job is dropped by its caller. A reservation whose request
     /// reached nothing ([`Sending::may_have_reached`]: not handed to the
     /// transport, or waiting for a connection) is released; one that may

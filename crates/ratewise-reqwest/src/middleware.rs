@@ -42,9 +42,27 @@ static SECOND_OWNER_SEEN: AtomicBool = AtomicBool::new(false);
 ///
 /// Request extensions the layer reads ([`JobId`](ratewise_tower::JobId),
 /// [`Deadline`](ratewise_tower::Deadline), [`KeyLabel`](ratewise_tower::KeyLabel),
-/// [`TokenEstimate`](ratewise_tower::TokenEstimate), [`Cancel`](ratewise_tower::Cancel))
-/// are taken from the middleware's extensions
-/// (`RequestBuilder::with_extension`).
+/// [`TokenEstimate`](ratewise_tower::TokenEstimate), [`Cancel`](ratewise_tower::Cancel),
+/// [`Workload`](ratewise_tower::Workload)) are taken from the middleware's
+/// extensions (`RequestBuilder::with_extension`). A call's
+/// [`Workload`](ratewise_tower::Workload) names its priority level and
+/// its flow (the tenant) in the key's admission queue: an interactive
+/// call passes queued bulk ones, and tenants share the key's limits by
+/// tokens, in proportion to their weights.
+///
+/// ```
+/// use ratewise_reqwest::RatewiseMiddleware;
+/// use ratewise_tower::{Policy, Workload};
+/// use reqwest_middleware::ClientBuilder;
+///
+/// let client = ClientBuilder::new(reqwest::Client::new())
+///     .with(RatewiseMiddleware::new(Policy::default()))
+///     .build();
+/// let request = client
+///     .post("https://api.anthropic.com/v1/messages")
+///     .with_extension(Workload::level("bulk").flow("tenant-7").weight(2));
+/// # let _ = request;
+/// ```
 #[derive(Clone, Debug)]
 pub struct RatewiseMiddleware {
     layer: RetryLayer,

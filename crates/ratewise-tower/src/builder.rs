@@ -226,6 +226,24 @@ impl Builder {
         self.edit(move |c| c.max_waiting = Some(jobs))
     }
 
+    /// The priority levels of the admission queue, highest first, with the
+    /// minimum share each lower level keeps ([`Config::levels`]; default
+    /// `interactive`, `default`, `bulk`, 10 %). A request names its level
+    /// with the [`Workload`](crate::Workload) extension.
+    ///
+    /// ```
+    /// use ratewise_tower::{Levels, RetryLayer};
+    ///
+    /// let layer = RetryLayer::builder()
+    ///     .levels(Levels::new(["realtime", "batch"]).with_min_share("batch", 0.2))
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn levels(self, levels: crate::Levels) -> Self {
+        self.edit(move |c| c.levels = levels)
+    }
+
     /// Cut a send with no answer after `timeout`: its outcome is unknown
     /// ([`Policy::send_timeout`]). Without it a send in flight is never
     /// cut.

@@ -88,6 +88,12 @@ pub struct Config {
     /// shed: its caller is still waiting, so it waits its turn and ends
     /// with `give_up(deadline)` only when it cannot be sent in time.
     pub max_waiting: Option<usize>,
+    /// The priority levels of the admission queue, highest first, with
+    /// the minimum share each lower level keeps (default `interactive`,
+    /// `default`, `bulk`; 10 %). A request names its level with the
+    /// [`Workload`](crate::Workload) extension; an unknown name is the
+    /// default level.
+    pub levels: ratewise_core::admit::fair::Levels,
 }
 
 impl Default for Config {
@@ -106,6 +112,7 @@ impl Default for Config {
             seed: None,
             admission: ratewise_core::admit::Config::default(),
             max_waiting: None,
+            levels: ratewise_core::admit::fair::Levels::default(),
         }
     }
 }

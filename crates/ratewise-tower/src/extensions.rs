@@ -3,11 +3,12 @@
 //! ([`Attempts`]): every extension type is here.
 //!
 //! ```
-//! use ratewise_tower::{Deadline, JobId, KeyLabel, TokenEstimate};
+//! use ratewise_tower::{Deadline, JobId, KeyLabel, TokenEstimate, Workload};
 //! use std::time::Duration;
 //!
 //! let mut req = http::Request::new(String::new());
 //! req.extensions_mut().insert(JobId::new("invoice-42"));
+//! req.extensions_mut().insert(Workload::level("bulk").flow("tenant-7"));
 //! req.extensions_mut().insert(Deadline(Duration::from_secs(30)));
 //! req.extensions_mut().insert(TokenEstimate { input_tokens: 1200 });
 //! req.extensions_mut().insert(KeyLabel::new("team-a"));
@@ -171,6 +172,119 @@ impl KeyLabel {
     }
 }
 
+/// Who a job is to the admission queue: its priority level and its flow
+/// (the tenant it is shared fairly within), as a request extension.
+///
+/// While jobs wait for admission on one scope (key × model class), the
+/// higher level goes first, except that each lower level keeps a minimum
+/// share (10 % by default) so it never starves; within a level, flows
+/// share the key's limits by cost — tokens, each job's dominant share of
+/// the buckets, corrected to its usage when it settles — in proportion to
+/// their weights; within a flow, oldest first. A lone flow gets the whole
+/// limit. A deadline still rules: a job that cannot be sent in time is
+/// answered at once, whatever its level. (See
+/// [`ratewise_core::admit::fair`].)
+///
+/// Without it a job is at the default level (`default`), in the flow of
+/// its key (the key's fingerprint: one flow per key, so the queue is
+/// first come, first served). A level the layer does not know
+/// ([`Builder::levels`](crate::Builder::levels); by default
+/// `interactive`, `default`, `bulk`) is the default level. A flow's name
+/// is logged nowhere, but keep secrets out of it all the same.
+///
+/// ```
+/// use ratewise_tower::{Policy, RetryLayer, Workload};
+/// use tower::{Service, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let client = tower::service_fn(|_: http::Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+/// });
+/// let mut service = tower::ServiceBuilder::new()
+///     .layer(RetryLayer::new(Policy::default()))
+///     .service(client);
+/// let mut req = http::Request::post("https://api.anthropic.com/v1/messages")
+///     .header("x-api-key", "sk-ant-example")
+///     .body(r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}"#.to_owned())
+///     .unwrap();
+/// // A nightly batch of tenant 7, weighted half of an ordinary tenant's.
+/// req.extensions_mut().insert(Workload::level("bulk").flow("tenant-7").weight(1));
+/// let response = service.ready().await.unwrap().call(req).await.unwrap();
+/// assert_eq!(response.status(), 200);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Workload {
+    /// The priority level's name (`None`: the default level).
+    pub level: Option<Arc<str>>,
+    /// The flow (`None`: the key's fingerprint).
+    pub flow: Option<Arc<str>>,
+    /// The flow's weight within its level (`0` is read as 1): a flow of
+    /// weight 2 gets twice the tokens of a flow of weight 1 while both
+    /// wait. The flow's latest job sets it.
+    pub weight: u32,
+    /// The flow's floor: the share of its level's admitted tokens it keeps
+    /// while it has calls waiting, whatever the weights (`0`: none;
+    /// clamped to `0..=1`). The flow's latest job sets it.
+    pub floor: f64,
+}
+
+impl Workload {
+    /// A job at the level named `name`, in its key's flow, weight 1.
+    pub fn level(name: impl AsRef<str>) -> Self {
+        Workload {
+            level: Some(Arc::from(name.as_ref())),
+            flow: None,
+            weight: 1,
+            floor: 0.0,
+        }
+    }
+
+    /// The same job in the flow named `flow` (a tenant, a team, a user).
+    #[must_use]
+    pub fn flow(mut self, flow: impl AsRef<str>) -> Self {
+        self.flow = Some(Arc::from(flow.as_ref()));
+        self
+    }
+
+    /// The same job with its flow's weight `weight` (`0` is read as 1).
+    #[must_use]
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// The same job with its flow's floor `share` of its level.
+    #[must_use]
+    pub fn floor(mut self, share: f64) -> Self {
+        self.floor = share;
+        self
+    }
+
+    /// The discipline's workload of a request with `ext` on key `key`
+    /// (its label: a fingerprint, or a name fingerprinted here) over
+    /// `levels`.
+    pub(crate) fn resolve(
+        ext: &http::Extensions,
+        key: &str,
+        levels: &ratewise_core::admit::fair::Levels,
+    ) -> ratewise_core::admit::fair::Workload {
+        use ratewise_core::admit::fair::Workload as W;
+        match ext.get::<Workload>() {
+            None => W::new(levels.default_level(), ratewise_core::key::tag(key)),
+            Some(w) => {
+                let level = levels.level_or_default(w.level.as_deref());
+                let flow = match &w.flow {
+                    Some(f) => f.to_string(),
+                    None => ratewise_core::key::tag(key),
+                };
+                W::new(level, flow).weight(w.weight.max(1)).floor(w.floor)
+            }
+        }
+    }
+}
+
 /// The evidence records of a successful call's attempts, in order, as a
 /// response extension: `response.extensions().get::<Attempts>()`. Its
 /// length is the number of sends the call made.
@@ -185,5 +299,44 @@ impl Model {
     /// A model name.
     pub fn new(model: impl AsRef<str>) -> Self {
         Model(Arc::from(model.as_ref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewise_core::admit::fair::Levels;
+
+    #[test]
+    fn a_workload_defaults_to_the_default_level_and_the_keys_flow() {
+        let levels = Levels::default();
+        let none = http::Extensions::new();
+        let w = Workload::resolve(&none, "team-a", &levels);
+        assert_eq!(w.level, levels.default_level());
+        assert_eq!(w.flow, ratewise_core::key::fingerprint("team-a"));
+        assert_eq!(w.weight, 1);
+        // A fingerprint label is the flow as it is.
+        let fp = ratewise_core::key::fingerprint("sk-1");
+        assert_eq!(Workload::resolve(&none, &fp, &levels).flow, fp);
+    }
+
+    #[test]
+    fn a_workload_names_its_level_flow_and_weight_and_unknown_levels_are_default() {
+        let levels = Levels::default();
+        let mut ext = http::Extensions::new();
+        ext.insert(
+            Workload::level("bulk")
+                .flow("tenant-7")
+                .weight(3)
+                .floor(0.2),
+        );
+        let w = Workload::resolve(&ext, "k", &levels);
+        assert_eq!(w.level, levels.level("bulk").unwrap());
+        assert_eq!((w.flow.as_str(), w.weight, w.floor), ("tenant-7", 3, 0.2));
+        ext.insert(Workload::level("urgent").weight(0));
+        let w = Workload::resolve(&ext, "k", &levels);
+        assert_eq!(w.level, levels.default_level());
+        assert_eq!(w.weight, 1);
+        assert_eq!(w.flow, ratewise_core::key::fingerprint("k"));
     }
 }

@@ -101,7 +101,7 @@
 //!
 //! Every source file that runs code for a `429`, from its arrival to the
 //! job's next admitted send, in the order the `429` first meets them:
-//! **54 files**. The `429` is Anthropic's `rate_limit_error` with
+//! **59 files**. The `429` is Anthropic's `rate_limit_error` with
 //! `retry-after: 1` and no rate-limit headers, answered over hyper-util's
 //! client to a layer made by `RetryLayer::new(Policy::default())`. A
 //! file marked core is `ratewise-core`'s (under `crates/ratewise-core/src`),
@@ -215,23 +215,38 @@
 //! 47. core `admit/reservation.rs` — the reservation's entry removed, its
 //!     amounts.
 //! 48. core `admit/controller/forget.rs` — `touch`: the scope is in use.
-//! 49. `queue.rs` — `wake_heads`: the heads of the waiting queues woken;
-//!     after the wait, the job's turn (`join`, its `Ticket`).
-//! 50. core `record.rs` — `AttemptRecord`: the attempt's record.
+//! 49. `queue.rs` — `Queues::settled`: the reservation, followed since
+//!     its admission, ended, and its flow's charge corrected; then
+//!     `wake_heads`: the heads of the waiting queues woken; after the
+//!     wait, the job's turn (`join`, its `Ticket`) and its admission
+//!     charged to its flow (`Ticket::admitted`).
+//! 50. core `usage.rs` — `Usage::rate_limited_input`: the end's charge
+//!     as the limits count it.
+//! 51. core `admit/fair/cost.rs` — `Cost::of_usage`: that charge's
+//!     dominant share of the limits; at the next admission,
+//!     `Cost::dominant`.
+//! 52. core `admit/fair/discipline.rs` — `Discipline::settled`: the flow
+//!     corrected, the turn chosen again (`choose`); after the wait,
+//!     `join`, `is_head`, `admitted`.
+//! 53. core `admit/fair/levels.rs` — `Levels::iter`, `min_share`: the
+//!     levels the turn is chosen over.
+//! 54. core `admit/fair/workload.rs` — `Place`: the job's place in its
+//!     queue, compared and hashed.
+//! 55. core `record.rs` — `AttemptRecord`: the attempt's record.
 //!
 //! *The wait.*
 //!
-//! 51. `clock.rs` — `TokioClock::sleep_until`: the retry's delay; the
+//! 56. `clock.rs` — `TokioClock::sleep_until`: the retry's delay; the
 //!     clock read after it.
 //!
 //! *Admission and the next send* (`Job::next`, then `Waking::admit` in
 //! `wake.rs` and `Shared::admit` in core `admit/shared.rs`).
 //!
-//! 52. core `admit/controller/admission.rs` — `Controller::admit`: after
+//! 57. core `admit/controller/admission.rs` — `Controller::admit`: after
 //!     the pause, room in the buckets (`bucket_wait`), a reservation.
-//! 53. core `admit/estimate.rs` — the request's tokens estimated (input
+//! 58. core `admit/estimate.rs` — the request's tokens estimated (input
 //!     from its bytes, output from its `max_tokens`).
-//! 54. `cancel.rs` — the job's published send state (the view of the
+//! 59. `cancel.rs` — the job's published send state (the view of the
 //!     machine's `Sending` that a caller's cancellation reads): the
 //!     answered attempt closed, the next one handed over with its
 //!     `WireMark`.
@@ -310,7 +325,7 @@ pub use clock::TokioClock;
 pub use clock::{Clock, Sleep};
 pub use config::{set_retry_after, Config, ACTION_HEADER, ATTEMPT_HEADER, JOB_HEADER};
 pub use error::{BoxError, Error};
-pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate};
+pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate, Workload};
 pub use journal::{written, Journal, Written};
 pub use retry::{ResponseFuture, RetryLayer, RetryService};
 pub use state::State;
@@ -320,7 +335,9 @@ pub use upstream::{UpstreamUrl, UpstreamUrlError};
 /// What a layer is told, re-exported so that a tower user writes
 /// `ratewise_tower::Limits::per_minute().requests(50)` with no
 /// `ratewise_core` import.
-pub use ratewise_core::{admit::Limits, admit::SpendConfig, decide::Policy, Provider};
+pub use ratewise_core::{
+    admit::fair::Levels, admit::Limits, admit::SpendConfig, decide::Policy, Provider,
+};
 
 /// This crate's README snippet, compiled likewise.
 #[cfg(doctest)]

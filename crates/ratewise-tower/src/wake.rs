@@ -17,9 +17,10 @@
 use crate::queue::Queues;
 use crate::state::State;
 use ratewise_core::admit::{
-    Admission, AdmitRequest, Applied, ScopeId, ScopeSnapshot, Store, StoreFuture, Target, Update,
+    Admission, AdmitRequest, Applied, End, ReservationId, ScopeId, ScopeSnapshot, Store,
+    StoreFuture, Target, Update,
 };
-use ratewise_core::{Action, Now};
+use ratewise_core::{Action, Now, Usage};
 use std::sync::Arc;
 
 /// The shared state, plus a signal to the queues' heads whenever
@@ -40,6 +41,26 @@ impl Waking {
     /// stop the queue: each head asks again, is told the queue is
     /// stopped, hands its job back now instead of at the end of its wait,
     /// and wakes the next.
+    /// The reservation an update ends, and what it was charged (`None`:
+    /// released whole), for the queue discipline's correction of the
+    /// flow it was admitted in.
+    fn ended(update: &Update) -> Option<(ReservationId, Option<Usage>)> {
+        let end = update.end.as_ref()?;
+        let usage = match end {
+            End::Settle { usage, .. } => Some(*usage),
+            _ => None,
+        };
+        Some((end.reservation().id(), usage))
+    }
+
+    /// Tells the queues a followed reservation ended (before the heads
+    /// are woken: the new head is chosen on the corrected costs).
+    fn settle(queues: &Queues, ended: Option<(ReservationId, Option<Usage>)>, now: Now) {
+        if let Some((id, usage)) = ended {
+            queues.settled(id, usage.as_ref(), now.instant);
+        }
+    }
+
     fn after_update(queues: &Queues, gave_back: bool, a: &Option<Applied>) {
         let stops = a
             .as_ref()
@@ -70,10 +91,12 @@ impl Store for Waking {
 
     fn update(&self, update: Update, now: Now) -> StoreFuture<'_, Option<Applied>> {
         let gave_back = update.wakes_waiters();
+        let ended = Self::ended(&update);
         // The wake comes after the store applied the whole update: a woken
         // head finds the pause or stop the same answer reported.
         match self.inner.update(update, now).into_ready() {
             Ok(d) => {
+                Self::settle(&self.queues, ended, now);
                 Self::after_update(&self.queues, gave_back, &d);
                 StoreFuture::ready(d)
             }
@@ -81,6 +104,7 @@ impl Store for Waking {
                 let queues = self.queues.clone();
                 StoreFuture::new(async move {
                     let d = pending.await;
+                    Self::settle(&queues, ended, now);
                     Self::after_update(&queues, gave_back, &d);
                     d
                 })
@@ -90,7 +114,9 @@ impl Store for Waking {
 
     fn update_detached(&self, update: Update, now: Now) {
         let gave_back = update.wakes_waiters();
+        let ended = Self::ended(&update);
         self.inner.update_detached(update, now);
+        Self::settle(&self.queues, ended, now);
         // A store that queues it wakes nobody yet; the head asks again by
         // its computed instant in any case.
         Self::after_update(&self.queues, gave_back, &None);

@@ -17,6 +17,8 @@
 //! * the ramp ([`RampConfig`]), the retry budget, the spend budget and
 //!   stops ([`Stop`]) — one idea each.
 //! * [`Controller`] — composing them per (key, class).
+//! * [`fair`] — the admission queue's discipline: priority levels, flows
+//!   shared fairly by cost, floors.
 //! * [`Store`] — the seam where the shared state lives (async-capable, one
 //!   step per job event), and its in-memory [`Shared`] (the controller
 //!   behind a mutex); [`store_kit`], the one seam for a store that shares
@@ -53,6 +55,7 @@ mod belief;
 mod bucket;
 mod controller;
 mod estimate;
+pub mod fair;
 mod limits;
 mod model_class;
 mod profile;

@@ -156,7 +156,8 @@ impl RetryLayer {
                 .seed
                 .unwrap_or_else(ratewise_core::decide::entropy_seed),
         ));
-        let queues = queues.unwrap_or_default();
+        let queues =
+            queues.unwrap_or_else(|| Arc::new(crate::queue::Queues::new(config.levels.clone())));
         let state: Arc<dyn State> =
             Arc::new(crate::wake::Waking::new(raw_state.clone(), queues.clone()));
         RetryLayer {

@@ -192,7 +192,10 @@ struct Flight {
     queued: Option<crate::queue::Ticket>,
     /// The job's place in its scope's admission queue (`crate::queue`):
     /// one place for the whole job, so a retry keeps its arrival order.
-    place: crate::queue::Place,
+    place: ratewise_core::admit::fair::Place,
+    /// Its level and flow in that queue (the request's
+    /// [`Workload`](crate::Workload), or the defaults).
+    workload: ratewise_core::admit::fair::Workload,
     /// The last answer: the evidence of a job that then ends.
     last: Option<Answer>,
     /// The attempts made so far, for the job's error or its response.
@@ -264,11 +267,13 @@ impl Flight {
         );
         let rng = fastrand::Rng::with_seed(inner.call_seed());
         let place = inner.queues.place(job.arrived);
+        let workload = crate::Workload::resolve(&parts.extensions, &job.key, inner.queues.levels());
         let admit_by = m.job.admit_deadline();
         Flight {
             cancel,
             queued: None,
             place,
+            workload,
             last: None,
             records: Vec::new(),
             rng,
@@ -325,7 +330,9 @@ impl Flight {
     /// cannot be sent in time is answered now, not at its deadline.
     async fn join_queue(&mut self) -> Result<(), Error> {
         let inner = self.inner.clone();
-        let t = inner.queues.join(self.target.scope, self.place);
+        let t = inner
+            .queues
+            .join(self.target.scope, self.place, &self.workload);
         let ahead = t.ahead();
         if self.m.job.sheds(ahead, inner.config.max_waiting) {
             drop(t);
@@ -416,7 +423,9 @@ impl Flight {
         let clock = &inner.clock;
         match step {
             Step::Send { attempt } => {
-                self.queued = None;
+                if let Some(ticket) = self.queued.take() {
+                    self.charge(ticket, now).await;
+                }
                 Ok(Some(attempt))
             }
             Step::Wait { until, reason } => {
@@ -460,6 +469,32 @@ impl Flight {
                 }
             }
         }
+    }
+
+    /// Leaves the queue admitted: the discipline charges the job's flow
+    /// its reservation's cost (its dominant share of the scope's limits,
+    /// read again from the store every few admissions), follows the
+    /// reservation to its settlement, and hands the turn on.
+    async fn charge(&self, ticket: crate::queue::Ticket, now: Now) {
+        let inner = &self.inner;
+        let scope = self.target.scope;
+        if inner.queues.limits_due(scope) {
+            if let Some(s) = inner.state.snapshot(scope, now).await {
+                inner.queues.set_limits(scope, s.limits);
+            }
+        }
+        let (id, amounts) = match self.m.job.reservation() {
+            Some((id, amounts)) => (Some(id), amounts),
+            None => (
+                None,
+                ratewise_core::admit::Amounts {
+                    requests: 1,
+                    input: 0,
+                    output: 0,
+                },
+            ),
+        };
+        ticket.admitted(amounts, id, now.instant);
     }
 
     /// The last checks before a send, in order. The caller's cancellation:
