@@ -478,6 +478,12 @@ fn format_metrics(
     crate::pools::gauges(&pools, &mut gauges);
     let unknown = app.unknown.lock().unwrap_or_else(|p| p.into_inner()).len();
     gauges.push(("ratewise_unknown_outcomes".into(), unknown as f64));
+    gauges.push((
+        "ratewise_priority_unknown_level_total".into(),
+        app.unknown_levels
+            .count
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+    ));
     let ledger = app.store.ledger();
     gauges.push((
         "ratewise_tokens_charged{kind=\"input\"}".into(),

@@ -125,6 +125,7 @@ struct File {
     /// `[[pools]]`, read by the tower layer's own reader.
     #[serde(default)]
     pools: Vec<PoolSpec>,
+    priority: Option<crate::priority::PriorityFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -504,6 +505,9 @@ pub struct ProxyConfig {
     pub admin_access: crate::admin::settings::AdminSettings,
     /// How many keys are kept, and for how long unused (`[key_table]`).
     pub key_table: KeyTable,
+    /// Whether callers name their priority and flow, and each flow's
+    /// weight and floor (`[priority]`; the levels are the layer's).
+    pub priority: crate::priority::PrioritySettings,
     /// What the file says that is read but should be said otherwise (an
     /// old spelling, and its word today): a WARN line each at start.
     pub warnings: Vec<String>,
@@ -701,6 +705,7 @@ impl ProxyConfig {
             bounds,
             key_table,
             pools: pool_specs,
+            priority,
         } = file;
         let addresses = Addresses::read(flags, listen.as_deref(), admin)?;
         let upstreams = upstreams(flags, upstream)?;
@@ -728,6 +733,9 @@ impl ProxyConfig {
             spend,
         };
         admission.apply(&mut layer.admission, &env, &mut warnings)?;
+        let (levels, priority) = priority.unwrap_or_default().read().map_err(invalid)?;
+        check_pool_levels(&pools, &levels)?;
+        layer.levels = levels;
 
         let redis = redis_settings(redis, flags.redis.as_deref())?;
         let journal = flags.journal.clone().or(journal);
@@ -743,6 +751,7 @@ impl ProxyConfig {
             None => connection_cap(),
         };
         Ok(ProxyConfig {
+            priority,
             warnings,
             admin_access,
             key_table,
@@ -1207,6 +1216,9 @@ pub struct PoolEntry {
     pub caller: String,
     /// Its members, each with its own key (read from its `key_env`).
     pub pool: Pool,
+    /// Its callers as one tenant: their flow (the pool's name), level,
+    /// weight and floor.
+    pub workload: crate::priority::PoolWorkload,
 }
 
 impl std::fmt::Debug for PoolEntry {
@@ -1253,13 +1265,53 @@ fn pools(
         let pool = spec
             .build(env)
             .map_err(|e| invalid(format!("pools: {e}")))?;
+        if spec.weight == Some(0) {
+            return Err(invalid(format!(
+                "pool {name:?}: weight = 0: a weight is at least 1"
+            )));
+        }
+        if let Some(f) = spec
+            .floor
+            .filter(|f| !(f.is_finite() && (0.0..1.0).contains(f)))
+        {
+            return Err(invalid(format!(
+                "pool {name:?}: floor = {f}: a share is at least 0 and below 1"
+            )));
+        }
         out.push(PoolEntry {
+            workload: crate::priority::PoolWorkload {
+                flow: name.to_owned(),
+                level: spec.level.clone(),
+                weight: spec.weight,
+                floor: spec.floor,
+            },
             name: name.to_owned(),
             caller,
             pool,
         });
     }
     Ok(out)
+}
+
+/// Every pool's `level` is one of the levels.
+fn check_pool_levels(
+    pools: &[PoolEntry],
+    levels: &ratewise_tower::Levels,
+) -> Result<(), ConfigError> {
+    for p in pools {
+        if let Some(l) = p
+            .workload
+            .level
+            .as_deref()
+            .filter(|l| levels.level(l).is_none())
+        {
+            return Err(invalid(format!(
+                "pool {:?}: level = {l:?} is not one of the priority levels",
+                p.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn address(given: Option<&str>, default: &str, what: &str) -> Result<SocketAddr, ConfigError> {

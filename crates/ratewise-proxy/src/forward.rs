@@ -527,6 +527,18 @@ fn prepare_head(
     };
     parts.extensions.insert(KeyLabel::new(&key));
     parts.extensions.insert(JobId::new(job_id));
+    // Its level and flow (`[priority]`); the headers never go upstream.
+    let pool = match route.via {
+        Via::Pool(pi) => Some(&app.pools[pi].workload),
+        Via::Upstream(_) => None,
+    };
+    parts.extensions.insert(crate::priority::workload(
+        &mut parts.headers,
+        &app.config.priority,
+        &app.config.layer.levels,
+        pool,
+        &app.unknown_levels,
+    ));
     // Read in `forward`; ratewise's alone, never forwarded.
     parts.headers.remove(DEADLINE_HEADER);
     parts.headers.remove(crate::jobs::JOB_HEADER);

@@ -69,6 +69,7 @@ pub mod keys;
 pub mod memory;
 pub mod metrics;
 pub mod pools;
+pub mod priority;
 pub mod route;
 pub mod serve;
 pub mod upstream;
@@ -130,6 +131,8 @@ pub struct App {
     pub body_memory: Arc<tokio::sync::Semaphore>,
     /// Jobs in flight, by id.
     pub jobs: Arc<jobs::Jobs>,
+    /// Requests that named a priority level this proxy does not know.
+    pub unknown_levels: priority::UnknownLevels,
     /// Who may call the admin listener, and its token.
     pub admin: admin::guard::Guard,
 }
@@ -730,7 +733,7 @@ pub(crate) async fn start_with(
         tracing::warn!("{w}");
     }
     let clients = clients(&config, &drain)?;
-    let pools = pool_routes(&config, &layers, &drain)?;
+    let pools = pool_routes(&config, &layers, &layer, &drain)?;
     let (listeners, token) = Listeners::bind(&config).await?;
 
     let body_memory = Arc::new(tokio::sync::Semaphore::new(config.max_body_memory));
@@ -763,6 +766,7 @@ pub(crate) async fn start_with(
                 .map_or(0, |d| d.as_millis())
         ),
         jobs,
+        unknown_levels: priority::UnknownLevels::default(),
     });
     recover(&app, &recovered).await;
     Ok(serve_all(app, listeners))
@@ -862,14 +866,18 @@ impl Layers {
     /// path's answers are Gemini's whatever the upstream), in the order
     /// of their words.
     fn per_provider(&self, config: &ProxyConfig) -> (RetryLayer, Vec<(Provider, RetryLayer)>) {
+        // This one first, then one per provider, waiting in its queues:
+        // a key's jobs meet in one queue whatever layer reads them.
+        let layer = self
+            .builder(None)
+            .build()
+            .expect("a store with no admission settings beside it builds");
         let build = |provider: Option<Provider>| {
             self.builder(provider)
+                .waiting_with(&layer)
                 .build()
                 .expect("a store with no admission settings beside it builds")
         };
-        // This one first, then one per provider: the order start has
-        // always built them in.
-        let layer = build(None);
         let mut read: Vec<Provider> = config.upstreams.iter().filter_map(|u| u.provider).collect();
         read.push(Provider::Gemini);
         read.sort_by_key(|p| p.as_str());
@@ -901,13 +909,17 @@ fn clients(
 fn pool_routes(
     config: &ProxyConfig,
     layers: &Layers,
+    base: &RetryLayer,
     drain: &drain::Drain,
 ) -> Result<Vec<pools::PoolRoute>, StartError> {
     let mut pools = Vec::with_capacity(config.pools.len());
     for p in &config.pools {
-        // Each attempt is read as its member's provider's.
+        // Each attempt is read as its member's provider's; its jobs wait
+        // in the proxy's one queue per key (two pools on one key are two
+        // tenants of it).
         let layer = layers
             .builder(None)
+            .waiting_with(base)
             .pool(p.pool.clone())
             .build()
             .map_err(|e| {
@@ -923,6 +935,7 @@ fn pool_routes(
                 provider = core.provider.as_str(), weight = core.weight, "pool member");
         }
         pools.push(pools::PoolRoute {
+            workload: p.workload.clone(),
             name: p.name.clone(),
             caller: p.caller.clone(),
             layer,

@@ -50,6 +50,8 @@ pub struct PoolRoute {
     pub layer: RetryLayer,
     /// The client its members are reached with.
     pub client: Marking,
+    /// Its callers as one tenant of the key's queue.
+    pub workload: crate::priority::PoolWorkload,
 }
 
 impl PoolRoute {

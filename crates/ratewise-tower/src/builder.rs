@@ -66,6 +66,8 @@ pub struct Builder {
     clock: Option<Arc<dyn Clock>>,
     journal: Option<Arc<dyn Journal>>,
     pool: Option<crate::pool::Pool>,
+    /// `.waiting_with(..)`: another layer's waiting queues.
+    queues: Option<Arc<crate::queue::Queues>>,
 }
 
 /// One setting, applied to the configuration at `build`.
@@ -81,6 +83,7 @@ impl std::fmt::Debug for Builder {
             .field("clock", &self.clock.is_some())
             .field("journal", &self.journal.is_some())
             .field("pool", &self.pool.as_ref().map(|p| p.members().len()))
+            .field("waiting_with", &self.queues.is_some())
             .finish()
     }
 }
@@ -244,6 +247,27 @@ impl Builder {
         self.edit(move |c| c.levels = levels)
     }
 
+    /// This layer's jobs wait in `other`'s queues: on one scope (key ×
+    /// model class) the jobs of both are ordered by one discipline — the
+    /// levels are `other`'s, whatever [`levels`](Self::levels) says here —
+    /// and capacity given back through either wakes the waiters of both.
+    /// For layers that read answers or send differently but share keys
+    /// (a proxy's layer per provider, its pools): without it, each has a
+    /// queue of its own, and a key's interactive calls through one wait
+    /// behind nothing of the other's bulk work, and pass none of it.
+    ///
+    /// ```
+    /// use ratewise_tower::RetryLayer;
+    ///
+    /// let direct = RetryLayer::builder().build().unwrap();
+    /// let pooled = RetryLayer::builder().waiting_with(&direct).build().unwrap();
+    /// # let _ = pooled;
+    /// ```
+    pub fn waiting_with(mut self, other: &RetryLayer) -> Self {
+        self.queues = Some(other.queues());
+        self
+    }
+
     /// Cut a send with no answer after `timeout`: its outcome is unknown
     /// ([`Policy::send_timeout`]). Without it a send in flight is never
     /// cut.
@@ -323,7 +347,10 @@ impl Builder {
                 config.admission.clone(),
             ))),
         };
-        let layer = RetryLayer::from_parts(config, store, clock);
+        let layer = match self.queues {
+            Some(q) => RetryLayer::from_parts_waiting_in(config, store, clock, q),
+            None => RetryLayer::from_parts(config, store, clock),
+        };
         let layer = match self.journal {
             Some(j) => layer.with_journal(j),
             None => layer,

@@ -29,7 +29,7 @@ use std::fmt;
 /// let err = spec.build(|_| None).unwrap_err();
 /// assert!(err.to_string().contains("KEY_MAIN"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PoolSpec {
@@ -46,6 +46,20 @@ pub struct PoolSpec {
     pub provider: Option<String>,
     /// Its members.
     pub members: Vec<MemberSpec>,
+    /// Its callers as one tenant of the key's queue (the proxy): their
+    /// priority level unless their `x-ratewise-priority` names one
+    /// (default: the default level). See [`crate::Workload`].
+    #[serde(default)]
+    pub level: Option<String>,
+    /// Its callers' flow's weight within their level (default 1): a pool
+    /// of weight 2 gets twice the tokens of a pool of weight 1 while both
+    /// wait. Not a member's `weight` (how a pool spreads its jobs).
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// The share of what is admitted its callers keep while they have work
+    /// waiting, in `[0, 1)` (default none).
+    #[serde(default)]
+    pub floor: Option<f64>,
 }
 
 /// One `[[pools.members]]` table.

@@ -140,6 +140,22 @@ impl RetryLayer {
         Self::build(config, state, clock, None, None, None)
     }
 
+    /// The same, its jobs waiting in `queues` (another layer's, see
+    /// [`Builder::waiting_with`](crate::Builder::waiting_with)).
+    pub(crate) fn from_parts_waiting_in(
+        config: Config,
+        state: Arc<dyn State>,
+        clock: Arc<dyn Clock>,
+        queues: Arc<crate::queue::Queues>,
+    ) -> Self {
+        Self::build(config, state, clock, None, Some(queues), None)
+    }
+
+    /// Its waiting queues (for a layer that waits in them too).
+    pub(crate) fn queues(&self) -> Arc<crate::queue::Queues> {
+        self.inner.queues.clone()
+    }
+
     /// `queues`: the waiting queues of the layer this one derives from, so
     /// that both share one arrival order and wake each other's waiters;
     /// `None` for a new one.
