@@ -80,16 +80,19 @@
 
 pub mod admit;
 #[cfg(feature = "fixtures")]
+#[doc(hidden)]
 pub mod case;
 pub mod classify;
 pub mod decide;
 mod decision;
 #[cfg(feature = "fixtures")]
+#[doc(hidden)]
 pub mod explain;
 pub mod job;
 pub mod key;
 mod note;
 pub mod parse;
+#[doc(hidden)]
 pub mod pool;
 pub mod record;
 mod rng;
