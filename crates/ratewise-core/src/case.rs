@@ -1,3 +1,6 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//! (The decision-case fixtures' evaluator, behind the `fixtures` feature.)
+//!
 //! Decision cases: one response (or transport failure), the job's state,
 //! and the decision the default policy must reach (`fixtures/README.md`).
 //!

@@ -1,3 +1,6 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//! (The fixtures' flattened explanation, behind the `fixtures` feature.)
+//!
 //! A classification and its decision, flattened for people and for JSON
 //! (the `ratewise explain --json` object of `fixtures/README.md`).
 

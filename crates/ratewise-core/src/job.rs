@@ -451,7 +451,7 @@ impl Job {
     /// (that delay was the answering member's). Everything else carries
     /// over: the attempts, the deadline, whether the last answer was
     /// paced. Returns whether the job was between sends.
-    pub fn retarget(&mut self, target: Target, not_before: Option<Instant>) -> bool {
+    pub(crate) fn retarget(&mut self, target: Target, not_before: Option<Instant>) -> bool {
         if !matches!(self.state, State::Ready { .. }) || self.cancelled {
             return false;
         }

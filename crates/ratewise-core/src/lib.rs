@@ -72,24 +72,32 @@
 //!
 //! Data flows one way: [`parse`] → [`classify`] → [`decide`] → (admission)
 //! → the caller acts. [`record::AttemptRecord`] is the allow-listed evidence
-//! of one attempt. The decision-case fixtures' evaluator (`case`,
-//! `explain`) is test and tooling support behind the `fixtures` feature,
-//! not part of the API.
+//! of one attempt.
+//!
+//! Modules hidden from these docs are workspace-internal: used by
+//! ratewise's own crates (the tower layer's multi-key `pool`, the record
+//! kit of a store shared between processes in `admit::store_kit`, the
+//! decision-case fixtures' evaluator `case` and `explain` behind the
+//! `fixtures` feature, the fuzz targets' hooks), not part of the API and
+//! not covered by semver. `tests/public_surface.rs` counts the rest.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod admit;
 #[cfg(feature = "fixtures")]
+#[doc(hidden)]
 pub mod case;
 pub mod classify;
 pub mod decide;
 mod decision;
 #[cfg(feature = "fixtures")]
+#[doc(hidden)]
 pub mod explain;
 pub mod job;
 pub mod key;
 mod note;
 pub mod parse;
+#[doc(hidden)]
 pub mod pool;
 pub mod record;
 mod rng;

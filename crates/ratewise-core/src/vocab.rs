@@ -110,7 +110,7 @@ impl Cause {
     }
 
     /// Throttling causes back off from a larger base than transient ones.
-    pub const fn is_throttling(self) -> bool {
+    pub(crate) const fn is_throttling(self) -> bool {
         matches!(self, Cause::RateLimited | Cause::AccelerationLimited)
     }
 }

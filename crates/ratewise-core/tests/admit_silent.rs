@@ -7,6 +7,7 @@
 mod common;
 
 use common::{classify, now_at, DriveSync};
+use ratewise_core::admit::store_kit::Memory;
 use ratewise_core::admit::{
     Config, Controller, LimitSource, RampConfig, RetryBudgetConfig, Shared,
 };
@@ -773,7 +774,7 @@ fn a_restarted_process_starts_from_what_the_last_one_learned() {
 
 #[test]
 fn a_remembered_estimate_decays_past_an_hour_and_is_gone_past_nine() {
-    use ratewise_core::admit::{remembered_share, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED};
+    use ratewise_core::admit::store_kit::{remembered_share, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED};
     let rate = |age: Duration| {
         let (s, n) = remembered_after(age);
         let scope = s.target("k", "claude-sonnet-4-5").scope;

@@ -14,9 +14,8 @@
 //!   whatever was read.
 
 use ratewise_core::classify::codes::cause_of_error;
-use ratewise_core::parse::body::{
-    parse_error_body, parse_error_body_reference, parse_usage, Unreadable, MAX_MESSAGE_LEN,
-};
+use ratewise_core::parse::body::reference::parse_error_body_reference;
+use ratewise_core::parse::body::{parse_error_body, parse_usage, Unreadable, MAX_MESSAGE_LEN};
 use ratewise_core::parse::message::{too_large_for_limit, try_again_in};
 use ratewise_core::parse::request_id::MAX_REQUEST_ID_LEN;
 use ratewise_core::parse::FOREVER;

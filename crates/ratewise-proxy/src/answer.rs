@@ -364,7 +364,7 @@ pub fn google_error(status: StatusCode, message: &str) -> serde_json::Value {
 /// The `google.rpc.Code` name Google's APIs answer `status` with (the
 /// core's one table).
 pub fn google_status(status: StatusCode) -> &'static str {
-    ratewise_core::classify::google_status(status.as_u16())
+    ratewise_core::classify::codes::google_status(status.as_u16())
 }
 
 fn anthropic(status: StatusCode, kind: &str, message: &str) -> Response {

@@ -47,7 +47,7 @@
 //! cannot read (a line cut by a crash) are counted at start and not kept.
 
 use ratewise_core::admit::store_kit::KeyRecord;
-use ratewise_core::admit::REMEMBER_FORGOTTEN;
+use ratewise_core::admit::store_kit::REMEMBER_FORGOTTEN;
 use ratewise_core::record::AttemptRecord;
 use ratewise_core::Cause;
 use serde::{Deserialize, Serialize};

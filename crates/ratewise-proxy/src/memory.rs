@@ -14,7 +14,7 @@
 //! Writing happens on its own task, never inside a request.
 
 use crate::App;
-use ratewise_core::admit::store_kit::KeyRecord;
+use ratewise_core::admit::store_kit::{KeyRecord, Memory};
 use std::collections::BTreeSet;
 use std::sync::Weak;
 use std::time::Duration;

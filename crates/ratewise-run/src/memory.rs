@@ -6,7 +6,7 @@
 //! nothing.
 
 use crate::store::{Store, StoreError};
-use ratewise_core::admit::store_kit::KeyRecord;
+use ratewise_core::admit::store_kit::{KeyRecord, Memory};
 use ratewise_tower::RetryLayer;
 
 /// The `meta` row the beliefs are kept in.

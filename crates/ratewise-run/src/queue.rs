@@ -37,7 +37,8 @@ use crate::store::{
 };
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use ratewise_core::admit::{SpendBudget, SpendCheck, SpendConfig, SpendTotals};
+use ratewise_core::admit::spend_budget::{SpendBudget, SpendCheck};
+use ratewise_core::admit::{SpendConfig, SpendTotals};
 use ratewise_core::parse::request_id::request_id_from_headers;
 use ratewise_core::{ActionKind, Cause};
 use ratewise_tower::{Attempts, Cancel, Deadline, JobId, Model, RetryService};
@@ -1385,7 +1386,7 @@ mod tests {
     #[test]
     fn the_run_budget_is_the_core_s_from_what_earlier_runs_spent() {
         use super::{run_budget, ANY_TIME};
-        use ratewise_core::admit::SpendCheck;
+        use ratewise_core::admit::spend_budget::SpendCheck;
         // 60 of 100 spent before: 40 left, whatever the time.
         let mut b = run_budget(Some(100), 60);
         assert_eq!(b.check(40, 0, ANY_TIME), SpendCheck::Fits);

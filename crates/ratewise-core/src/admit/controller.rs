@@ -36,7 +36,8 @@ use super::reservation::{
     Amounts, Exit, Ledger, PriceId, Removed, Reservation, ReservationId, Sent, Slab,
 };
 use super::retry_budget::{RetryBudget, RetryBudgetConfig};
-use super::spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
+use super::spend::{Price, PriceTable, SpendConfig, SpendTotals};
+use super::spend_budget::{SpendBudget, SpendCheck};
 use super::stop::Stop;
 use super::table::Table;
 use super::ScopeId;
@@ -63,7 +64,6 @@ mod registry;
 mod silent;
 
 pub use introspection::ScopeSnapshot;
-pub use memory::{remembered_share, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED};
 use pace::{apply_ramp, credit_capacities, grow_ramp, restart_ramp};
 use silent::{climbing, estimated, follow_estimates, share_changed, silent_ended, silent_took};
 
@@ -379,7 +379,7 @@ struct ScopeState {
     /// Surprises per bucket (see [`ScopeSnapshot::surprises`]).
     surprises: [u64; 4],
     /// When the beliefs it paces on were learned, while they are
-    /// remembered ones ([`Controller::recall`]); cleared when a belief
+    /// remembered ones (recalled through `store_kit::Memory::recall`); cleared when a belief
     /// moves on live evidence.
     remembered: Option<SystemTime>,
     /// See [`ScopeSnapshot::output_reserved`].

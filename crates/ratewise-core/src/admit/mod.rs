@@ -21,8 +21,8 @@
 //!   shared fairly by cost, floors.
 //! * [`Store`] — the seam where the shared state lives (async-capable, one
 //!   step per job event), and its in-memory [`Shared`] (the controller
-//!   behind a mutex); [`store_kit`], the one seam for a store that shares
-//!   a controller's state between processes.
+//!   behind a mutex); `store_kit` (workspace-internal), the one seam for a
+//!   store that shares a controller's state between processes.
 //!
 //! ```
 //! use ratewise_core::admit::{Admission, AdmitRequest, Config, Controller, Limits};
@@ -60,21 +60,24 @@ mod limits;
 mod model_class;
 mod profile;
 mod ramp;
-mod record;
 mod reservation;
 mod retry_budget;
 mod shared;
 mod spend;
+#[doc(hidden)]
+pub mod spend_budget;
 mod stop;
 mod store;
+#[doc(hidden)]
 pub mod store_kit;
 mod table;
+
+use store_kit::record;
 
 pub use belief::EstimateState;
 pub use belief::LimitSource;
 pub use controller::{
-    remembered_share, Admission, AdmitRequest, Config, Controller, KeyLimits, ScopeSnapshot,
-    Target, WaitReason, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED,
+    Admission, AdmitRequest, Config, Controller, KeyLimits, ScopeSnapshot, Target, WaitReason,
 };
 pub use estimate::{input_from_bytes, MaxTokens, OutputEstimator};
 pub use limits::{Burst, Limits};
@@ -85,7 +88,7 @@ pub use reservation::PriceId;
 pub use reservation::{Amounts, Ledger, Reservation, ReservationId, Sent};
 pub use retry_budget::RetryBudgetConfig;
 pub use shared::Shared;
-pub use spend::{Price, PriceTable, SpendBudget, SpendCheck, SpendConfig, SpendTotals};
+pub use spend::{Price, PriceTable, SpendConfig, SpendTotals};
 pub use stop::Stop;
 pub use store::{Applied, End, Observed, Store, StoreFuture, Update, DEMAND_FRESH};
 

@@ -262,10 +262,10 @@ impl Update {
 /// Implement it for a store shared between processes; every method is
 /// one atomic step against that state. Policy and arithmetic (the ramp,
 /// capacity learning, what a 429 pauses, the bucket levels) stay in the
-/// core: a remote store keeps each key's [`KeyRecord`](super::store_kit::KeyRecord)
+/// core: a remote store keeps each key's `KeyRecord`
 /// and runs the core's [`Controller`](super::Controller) on the record
-/// it loads — [`import_key`](super::store_kit::StoreHooks::import_key), the
-/// operation, [`export_key`](super::store_kit::StoreHooks::export_key) — writing it
+/// it loads — `import_key`, the
+/// operation, `export_key` — writing it
 /// back with a compare-and-set, so the logic exists once and decides
 /// exactly as in one process (`tests/key_record.rs` shows two processes
 /// with different clock origins deciding as one controller).

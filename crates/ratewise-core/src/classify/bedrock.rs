@@ -33,7 +33,7 @@ pub(crate) struct BedrockError {
 impl BedrockError {
     /// The fields the code table reads: the exception's name stands in for
     /// `error.type`.
-    pub fn fields(&self) -> ErrorFields<'_> {
+    pub(crate) fn fields(&self) -> ErrorFields<'_> {
         ErrorFields {
             error_type: self.kind.as_deref(),
             code: None,

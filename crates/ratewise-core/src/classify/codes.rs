@@ -1,3 +1,6 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//! (The provider code tables behind [`classify_response`](super::classify_response).)
+//!
 //! Provider error codes → [`Cause`]: the body's structured code is read
 //! before headers and status (DESIGN principle 1).
 //!
@@ -191,6 +194,45 @@ fn openai_code(code: &str, message: Option<&str>) -> Option<Cause> {
         _ => return None,
     };
     Some(cause)
+}
+
+/// The `google.rpc.Code` name a Google API answers an HTTP `status` with
+/// (the `"status"` of its error body): one table for every crate that
+/// writes Google's errors (the mock's Gemini, the proxy's own answers on
+/// Gemini's paths).
+///
+/// `google/rpc/code.proto` maps each code to one HTTP status; read
+/// backwards, a status maps to the code listed first for it in Google's
+/// API design guide (`400` → `INVALID_ARGUMENT`, `409` → `ABORTED`, `500`
+/// → `INTERNAL`). Statuses the mapping does not name take the nearest
+/// code: `402` (billing) `FAILED_PRECONDITION`, `408` `DEADLINE_EXCEEDED`,
+/// `413` and `422` (a request the server will not take as it is)
+/// `INVALID_ARGUMENT`, `502` and `529` (an upstream or the service
+/// overloaded, worth retrying) `UNAVAILABLE`, any other `5xx` `INTERNAL`,
+/// any other `4xx` `FAILED_PRECONDITION`.
+///
+/// ```
+/// use ratewise_core::classify::codes::google_status;
+/// assert_eq!(google_status(429), "RESOURCE_EXHAUSTED");
+/// assert_eq!(google_status(502), "UNAVAILABLE");
+/// assert_eq!(google_status(422), "INVALID_ARGUMENT");
+/// ```
+pub fn google_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        402 => "FAILED_PRECONDITION",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        408 | 504 => "DEADLINE_EXCEEDED",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        502 | 503 | 529 => "UNAVAILABLE",
+        s if s >= 500 => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
+    }
 }
 
 /// Does a message say a usage or spend limit the user set was reached?

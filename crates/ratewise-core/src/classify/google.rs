@@ -33,45 +33,6 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The `google.rpc.Code` name a Google API answers an HTTP `status` with
-/// (the `"status"` of its error body): one table for every crate that
-/// writes Google's errors (the mock's Gemini, the proxy's own answers on
-/// Gemini's paths).
-///
-/// `google/rpc/code.proto` maps each code to one HTTP status; read
-/// backwards, a status maps to the code listed first for it in Google's
-/// API design guide (`400` → `INVALID_ARGUMENT`, `409` → `ABORTED`, `500`
-/// → `INTERNAL`). Statuses the mapping does not name take the nearest
-/// code: `402` (billing) `FAILED_PRECONDITION`, `408` `DEADLINE_EXCEEDED`,
-/// `413` and `422` (a request the server will not take as it is)
-/// `INVALID_ARGUMENT`, `502` and `529` (an upstream or the service
-/// overloaded, worth retrying) `UNAVAILABLE`, any other `5xx` `INTERNAL`,
-/// any other `4xx` `FAILED_PRECONDITION`.
-///
-/// ```
-/// use ratewise_core::classify::google_status;
-/// assert_eq!(google_status(429), "RESOURCE_EXHAUSTED");
-/// assert_eq!(google_status(502), "UNAVAILABLE");
-/// assert_eq!(google_status(422), "INVALID_ARGUMENT");
-/// ```
-pub fn google_status(status: u16) -> &'static str {
-    match status {
-        400 | 413 | 422 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        402 => "FAILED_PRECONDITION",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        408 | 504 => "DEADLINE_EXCEEDED",
-        409 => "ABORTED",
-        429 => "RESOURCE_EXHAUSTED",
-        499 => "CANCELLED",
-        501 => "UNIMPLEMENTED",
-        502 | 503 | 529 => "UNAVAILABLE",
-        s if s >= 500 => "INTERNAL",
-        _ => "FAILED_PRECONDITION",
-    }
-}
-
 /// Violations kept from one `QuotaFailure` (the rest are ignored).
 pub(crate) const MAX_VIOLATIONS: usize = 8;
 
@@ -105,7 +66,7 @@ impl Violation {
 
     /// Whether the quota is counted per minute (its id or metric says so):
     /// its `quotaValue` is then the per-minute limit of its dimension.
-    pub fn per_minute(&self) -> bool {
+    pub(crate) fn per_minute(&self) -> bool {
         self.mentions("PerMinute", "per_minute")
     }
 
@@ -137,7 +98,7 @@ pub(crate) struct GoogleStatus {
 impl GoogleStatus {
     /// The fields the code table and the evidence read: the status name
     /// stands in for `error.type`.
-    pub fn fields(&self) -> ErrorFields<'_> {
+    pub(crate) fn fields(&self) -> ErrorFields<'_> {
         ErrorFields {
             error_type: self.status.as_deref(),
             code: None,
@@ -334,6 +295,7 @@ impl<'de> Deserialize<'de> for QuotaValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::codes::google_status;
 
     /// `google/rpc/code.proto`, each code with its `HTTP Mapping:` line.
     const CODE_PROTO: [(&str, u16); 16] = [

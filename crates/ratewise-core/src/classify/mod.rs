@@ -23,14 +23,15 @@
 //! ```
 
 mod bedrock;
+#[doc(hidden)]
 pub mod codes;
 mod compatible;
 mod detect;
 mod dimension;
 mod google;
-pub use google::google_status;
 mod headers;
 mod money;
+#[doc(hidden)]
 pub mod money_message;
 mod quota;
 mod status;

@@ -1,3 +1,6 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//! (The money-message reader behind [`classify_response`](super::classify_response).)
+//!
 //! Money said only in words: an error message that says a usage or spend
 //! limit the user set was reached, a provider quota or tier cap was crossed,
 //! or the credit balance ran out.

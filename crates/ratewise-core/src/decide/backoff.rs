@@ -9,7 +9,7 @@ pub const MIN_DELAY: Duration = Duration::from_millis(1);
 
 /// `hint + U(0, window)`, with the jitter window shrunk to `max_jitter` when
 /// a deadline leaves less room. Never below the hint.
-pub fn hinted_delay(
+pub(crate) fn hinted_delay(
     hint: Duration,
     jitter: &HintJitter,
     max_jitter: Duration,
@@ -24,7 +24,7 @@ pub fn hinted_delay(
 
 /// Backoff for the `attempt`-th send that failed (1-based) without a hint.
 /// Returns the delay and the window it was drawn from.
-pub fn backoff_delay(
+pub(crate) fn backoff_delay(
     backoff: &Backoff,
     throttling: bool,
     attempt: u32,

@@ -10,8 +10,9 @@ mod backoff;
 mod policy;
 
 pub use crate::rng::{entropy_seed, RandomSource};
-pub use backoff::{backoff_delay, hinted_delay, MIN_DELAY};
-pub use policy::{Backoff, HintJitter, JobState, Policy, UnknownOutcome, MAX_PROPORTIONAL_JITTER};
+pub use backoff::MIN_DELAY;
+use backoff::{backoff_delay, hinted_delay};
+pub use policy::{Backoff, HintJitter, JobState, Policy, UnknownOutcome};
 
 use crate::classify::Classification;
 use crate::decision::{Action, Decision};

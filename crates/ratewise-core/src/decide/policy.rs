@@ -37,8 +37,8 @@ impl Default for Backoff {
 }
 
 /// Jitter added on top of a server's wait hint: uniform in
-/// `[0, fixed + fraction·hint]`, the proportional part at most
-/// [`MAX_PROPORTIONAL_JITTER`]. Only ever added: the hint is a minimum.
+/// `[0, fixed + fraction·hint]`, the proportional part at most a
+/// minute. Only ever added: the hint is a minimum.
 /// With the defaults (1 s + 25 %) an 8 s `Retry-After` becomes 8–11 s, so
 /// workers released by the same 429 spread out instead of stampeding; a
 /// daily quota's reset 20 hours away is not moved by five more.
@@ -62,7 +62,7 @@ impl Default for HintJitter {
 
 /// The most the proportional part of [`HintJitter`] adds: a minute spreads
 /// any number of waiting workers; hours more would only delay them.
-pub const MAX_PROPORTIONAL_JITTER: Duration = Duration::from_secs(60);
+pub(crate) const MAX_PROPORTIONAL_JITTER: Duration = Duration::from_secs(60);
 
 impl HintJitter {
     /// The widest jitter for a hint.

@@ -11,6 +11,9 @@
 //! everything else, and a property test checks the two agree.
 
 mod envelope;
+#[cfg(feature = "fixtures")]
+#[doc(hidden)]
+pub mod reference;
 
 use crate::usage::Usage;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
@@ -186,16 +189,6 @@ pub(crate) fn parse_error_ref(body: &[u8]) -> Result<ErrorRef<'_>, Unreadable> {
         return read;
     }
     parse_error_serde(bytes, truncated)
-}
-
-/// [`parse_error_body`] without the envelope fast path: serde_json alone.
-/// The reference the fast path must agree with on every input; the
-/// `error_body` fuzz target compares the two. Not for production use:
-/// behind the `fixtures` feature.
-#[cfg(feature = "fixtures")]
-pub fn parse_error_body_reference(body: &[u8]) -> Result<ProviderError, Unreadable> {
-    let (bytes, truncated) = prefix(body)?;
-    parse_error_serde(bytes, truncated).map(|e| e.to_owned_error())
 }
 
 /// The general reading, by serde_json: the reference the fast path agrees with.

@@ -1,3 +1,6 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//! (The Go-duration parser behind the rate-limit and message parsers.)
+//!
 //! Go-style durations as OpenAI sends them in `x-ratelimit-reset-*` and in
 //! messages: `1s`, `6m0s`, `16m17.764s`, `84ms`, `1h2m`, `250us`, `0s`.
 

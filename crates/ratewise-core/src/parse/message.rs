@@ -1,3 +1,6 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//! (The message-hint readers behind [`classify_response`](crate::classify::classify_response).)
+//!
 //! Hints OpenAI writes into error messages rather than headers.
 
 use super::duration::parse_go_duration;
@@ -29,28 +32,14 @@ pub fn try_again_in(message: &str) -> Option<Result<Duration, Rejected>> {
 /// "… have exceeded token rate limit of your current OpenAI S0 pricing
 /// tier. Please retry after 6 seconds."), or why it was rejected; `None`
 /// when the message has no such phrase. A bare number is seconds.
-///
-/// ```
-/// use ratewise_core::parse::message::retry_after_in;
-/// use std::time::Duration;
-/// let m = "… pricing tier. Please retry after 86400 seconds. Please go here: …";
-/// assert_eq!(retry_after_in(m), Some(Ok(Duration::from_secs(86_400))));
-/// ```
-pub fn retry_after_in(message: &str) -> Option<Result<Duration, Rejected>> {
+pub(crate) fn retry_after_in(message: &str) -> Option<Result<Duration, Rejected>> {
     wait_after(head(message), "retry after ")
 }
 
 /// "Please retry in 47.48s." / "retry in 6.2s": the delay Gemini writes
 /// into its 429 messages (precise where its `RetryInfo` is whole
 /// seconds), or why it was rejected; `None` without the phrase.
-///
-/// ```
-/// use ratewise_core::parse::message::retry_in;
-/// use std::time::Duration;
-/// let m = "* Quota exceeded for metric: …, limit: 1000000\nPlease retry in 47.48s.";
-/// assert_eq!(retry_in(m), Some(Ok(Duration::from_millis(47_480))));
-/// ```
-pub fn retry_in(message: &str) -> Option<Result<Duration, Rejected>> {
+pub(crate) fn retry_in(message: &str) -> Option<Result<Duration, Rejected>> {
     wait_after(head(message), "retry in ")
 }
 
@@ -133,6 +122,14 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_documented_phrases_read() {
+        let m = "… pricing tier. Please retry after 86400 seconds. Please go here: …";
+        assert_eq!(retry_after_in(m), Some(Ok(Duration::from_secs(86_400))));
+        let m = "* Quota exceeded for metric: …, limit: 1000000\nPlease retry in 47.48s.";
+        assert_eq!(retry_in(m), Some(Ok(Duration::from_millis(47_480))));
+    }
 
     #[test]
     fn try_again_forms() {

@@ -7,7 +7,9 @@
 //! calendar time.
 
 pub mod body;
+#[doc(hidden)]
 pub mod duration;
+#[doc(hidden)]
 pub mod message;
 pub mod ratelimit;
 pub mod request_id;

@@ -1,3 +1,6 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//! (The multi-key pool the tower layer's `pool` drives.)
+//!
 //! A pool: several upstreams and keys used as one logical key.
 //!
 //! Each [`Member`] is an upstream, its provider profile, a key (its own
@@ -6,7 +9,7 @@
 //! mapping. A job's attempt goes to the member that can admit it
 //! **soonest** — as that member's own admission predicts, never round
 //! robin — with weights breaking ties and bounding each member's share
-//! ([`choose`]).
+//! ([`choose()`]).
 //!
 //! * **Money or credentials stop a member, not the pool.** A spend cap,
 //!   billing or authentication answer stops that member's key in the

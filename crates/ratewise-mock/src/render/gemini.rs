@@ -30,7 +30,7 @@ pub const LIMIT_ZERO_WAIT: Duration = Duration::from_millis(25_460);
 /// Google's canonical status name for an HTTP status (the core's one
 /// table, which the proxy's own Gemini answers use too).
 pub fn status_name(status: u16) -> &'static str {
-    ratewise_core::classify::google_status(status)
+    ratewise_core::classify::codes::google_status(status)
 }
 
 fn default_message(status: u16) -> &'static str {

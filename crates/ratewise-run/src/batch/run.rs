@@ -12,7 +12,7 @@ use crate::store::{
     Store, StoreError,
 };
 use crate::Client;
-use ratewise_core::admit::{SpendBudget, SpendCheck};
+use ratewise_core::admit::spend_budget::{SpendBudget, SpendCheck};
 use ratewise_core::classify::{classify_response, ResponseView};
 use ratewise_core::decide::{decide, JobState, Policy};
 use ratewise_core::{ActionKind, Instant, Now, Provider};

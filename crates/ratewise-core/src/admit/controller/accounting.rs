@@ -22,7 +22,7 @@ impl Controller {
     /// A reservation that already ended is not charged again: the settle
     /// is refused and counted in [`Ledger::refused_ends`](crate::admit::Ledger::refused_ends). The exception
     /// is the owner's one end of a reservation that ended without it
-    /// (lease expired, [`disown`](crate::admit::store_kit::StoreHooks::disown)ed): that settle charges
+    /// (lease expired, disowned by its store): that settle charges
     /// the actual usage, which was spent all the same.
     pub fn settle(&mut self, res: Reservation, usage: &Usage, now: Now) {
         self.end(

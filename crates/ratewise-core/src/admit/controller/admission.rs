@@ -305,7 +305,7 @@ impl Takes {
     }
 
     /// The pace's take from bucket `i` (requests, input, output, combined).
-    pub fn paced(&self, i: usize) -> u64 {
+    pub(crate) fn paced(&self, i: usize) -> u64 {
         let all = self.amounts.by_index(i);
         if holds_output(i) {
             all.saturating_sub(self.unpaced)

@@ -54,7 +54,7 @@ pub struct ScopeSnapshot {
     /// The key's stop.
     pub stopped: Option<Stop>,
     /// How long ago the beliefs it paces on were learned, while they are
-    /// remembered ones ([`Controller::recall`]: read back after a
+    /// remembered ones (read back after a
     /// restart, not yet replaced by live evidence).
     pub remembered: Option<std::time::Duration>,
 }

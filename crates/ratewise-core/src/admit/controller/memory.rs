@@ -9,12 +9,12 @@
 //! read back on its own). A remembered belief has an age, from the
 //! record's `written_at`:
 //!
-//! * within [`REMEMBER_TRUSTED`] it is taken as it was written;
+//! * within [`REMEMBER_TRUSTED`](crate::admit::store_kit::REMEMBER_TRUSTED) it is taken as it was written;
 //! * past it, it decays toward caution: every remembered limit, capacity
 //!   and estimate is scaled by `2^-(age − trusted) / trusted` (half an
 //!   hour past the bound, 0.71 of it; an hour past, half), so a process
 //!   that was down for long starts lower and learns upward;
-//! * past [`REMEMBER_FORGOTTEN`] nothing is recalled.
+//! * past [`REMEMBER_FORGOTTEN`](crate::admit::store_kit::REMEMBER_FORGOTTEN) nothing is recalled.
 //!
 //! A configured limit still overrides: a remembered stated limit of a
 //! dimension this process configures is not recalled. An estimate is
@@ -27,27 +27,9 @@ use super::{Controller, Now, DIMENSIONS};
 use crate::admit::belief::stated::Capacity;
 use crate::admit::belief::{Beliefs, Level, SilentEstimate};
 use crate::admit::record::limits_of;
-use crate::admit::store_kit::{KeyRecord, StoreHooks};
+use crate::admit::store_kit::{remembered_share, KeyRecord, Memory, StoreHooks};
 use crate::time::TimeBase;
-use std::time::{Duration, SystemTime};
-
-/// Remembered beliefs younger than this are taken as written (an hour:
-/// what a restart or a deploy loses today).
-pub const REMEMBER_TRUSTED: Duration = Duration::from_secs(3600);
-
-/// Remembered beliefs older than this are not recalled (eight halvings
-/// past [`REMEMBER_TRUSTED`]: under 1/256 of what they were).
-pub const REMEMBER_FORGOTTEN: Duration = Duration::from_secs(9 * 3600);
-
-/// The share of a remembered value kept at `age`, in `(0, 1]`, or `None`
-/// past [`REMEMBER_FORGOTTEN`].
-pub fn remembered_share(age: Duration) -> Option<f64> {
-    if age > REMEMBER_FORGOTTEN {
-        return None;
-    }
-    let past = age.saturating_sub(REMEMBER_TRUSTED).as_secs_f64();
-    Some((-past / REMEMBER_TRUSTED.as_secs_f64()).exp2())
-}
+use std::time::Duration;
 
 /// `v` scaled by `share`, at least 1.
 fn scaled(v: u64, share: f64) -> u64 {
@@ -59,13 +41,39 @@ fn scaled(v: u64, share: f64) -> u64 {
 }
 
 impl Controller {
-    /// Starts `rec`'s key from the beliefs it holds (see the module docs):
-    /// each of its model classes' stated limits, capacities and estimates,
-    /// decayed by the record's age, for every class this controller
-    /// keeps for the key (made on first use). Returns how many classes
-    /// were recalled: 0 when the record is too old, has no time, or holds
-    /// nothing learned.
-    pub fn recall(&mut self, rec: &KeyRecord, now: Now) -> usize {
+    /// Forgets what `key` has learned and remembers — stated limits,
+    /// capacities, estimates, margins, the slow start's progress — so that
+    /// it is learned again from its next answers, as on a cold key.
+    /// Configured limits stay. `false` when the key is not known here.
+    pub fn forget_beliefs(&mut self, key: &str, now: Now) -> bool {
+        let name = self.key_name(key);
+        let Some(k) = self.key_index.get(name).copied() else {
+            return false;
+        };
+        let (burst, permille) = (self.cfg.burst, self.share_permille);
+        let ids = self.keys[k as usize].scopes.clone();
+        for id in ids {
+            let s = &mut self.scopes[id as usize];
+            let configured = s.beliefs.configured_limits();
+            s.heard = false;
+            s.probe_cap = 1;
+            s.probe_base = None;
+            s.surprises = [0; 4];
+            s.remembered = None;
+            s.believe(burst, permille, now.instant, |beliefs| {
+                *beliefs = Beliefs::configured(&configured);
+                ((), true)
+            });
+            // Buckets kept (no burst is made by forgetting) lose what was
+            // believed of their level.
+            s.levels = [Level::default(); 4];
+        }
+        true
+    }
+}
+
+impl Memory for Controller {
+    fn recall(&mut self, rec: &KeyRecord, now: Now) -> usize {
         let Some(written) = rec.written_at() else {
             return 0;
         };
@@ -123,42 +131,7 @@ impl Controller {
         recalled
     }
 
-    /// Forgets what `key` has learned and remembers — stated limits,
-    /// capacities, estimates, margins, the slow start's progress — so that
-    /// it is learned again from its next answers, as on a cold key.
-    /// Configured limits stay. `false` when the key is not known here.
-    pub fn forget_beliefs(&mut self, key: &str, now: Now) -> bool {
-        let name = self.key_name(key);
-        let Some(k) = self.key_index.get(name).copied() else {
-            return false;
-        };
-        let (burst, permille) = (self.cfg.burst, self.share_permille);
-        let ids = self.keys[k as usize].scopes.clone();
-        for id in ids {
-            let s = &mut self.scopes[id as usize];
-            let configured = s.beliefs.configured_limits();
-            s.heard = false;
-            s.probe_cap = 1;
-            s.probe_base = None;
-            s.surprises = [0; 4];
-            s.remembered = None;
-            s.believe(burst, permille, now.instant, |beliefs| {
-                *beliefs = Beliefs::configured(&configured);
-                ((), true)
-            });
-            // Buckets kept (no burst is made by forgetting) lose what was
-            // believed of their level.
-            s.levels = [Level::default(); 4];
-        }
-        true
-    }
-}
-
-impl Controller {
-    /// What every key here has learned, to remember: each key's record,
-    /// its beliefs alone ([`KeyRecord::beliefs_only`]), stamped `now` —
-    /// for a journal or a store that keeps them for the next process.
-    pub fn remembered(&self, now: Now) -> Vec<KeyRecord> {
+    fn remembered(&self, now: Now) -> Vec<KeyRecord> {
         let mut keys: Vec<&str> = self.keys.iter().map(|k| k.name.as_str()).collect();
         keys.sort_unstable();
         keys.dedup();
@@ -167,67 +140,9 @@ impl Controller {
             .collect()
     }
 
-    /// What `key` has learned, to remember (see
-    /// [`remembered`](Self::remembered)); `None` when it learned nothing
-    /// or is not known here. One key at a time, for a caller that holds a
-    /// shared controller's lock only briefly.
-    pub fn remembered_key(&self, key: &str, now: Now) -> Option<KeyRecord> {
+    fn remembered_key(&self, key: &str, now: Now) -> Option<KeyRecord> {
         self.export_key(key, now)
             .filter(KeyRecord::learned_anything)
             .map(|r| r.beliefs_only().stamped(now.wall))
-    }
-}
-
-impl KeyRecord {
-    /// When it was written (format 4 and later).
-    pub fn written_at(&self) -> Option<SystemTime> {
-        let ns = self.written_at?;
-        let ns = u64::try_from(ns).ok()?;
-        SystemTime::UNIX_EPOCH.checked_add(Duration::from_nanos(ns))
-    }
-
-    /// Whether any of its classes learned something worth remembering: a
-    /// stated limit, a capacity, an estimate.
-    pub(crate) fn learned_anything(&self) -> bool {
-        self.scopes.iter().any(|s| {
-            s.learned.iter().any(Option::is_some)
-                || s.seen.iter().any(|v| *v > 0)
-                || s.silent.iter().any(Option::is_some)
-        })
-    }
-
-    /// Its beliefs alone, to remember: each class's stated limits,
-    /// capacities and estimates, without the moment's state (levels,
-    /// pauses, ramp, stop). Two records of the same beliefs compare equal
-    /// whatever their `written_at`.
-    pub fn beliefs_only(&self) -> KeyRecord {
-        KeyRecord {
-            format: self.format,
-            key: self.key.clone(),
-            stop: None,
-            written_at: None,
-            scopes: self
-                .scopes
-                .iter()
-                .map(|s| crate::admit::record::ScopeRecord {
-                    buckets: [None, None, None, None],
-                    ramp_permille: 0,
-                    ramp_last_step: None,
-                    paused_until: None,
-                    last_call: None,
-                    released: [0; 4],
-                    ..s.clone()
-                })
-                .collect(),
-        }
-    }
-
-    /// The same record stamped as written at `at`.
-    pub fn stamped(mut self, at: SystemTime) -> KeyRecord {
-        self.written_at = at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .ok()
-            .and_then(|d| i64::try_from(d.as_nanos()).ok());
-        self
     }
 }

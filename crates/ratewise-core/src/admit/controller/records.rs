@@ -15,10 +15,10 @@ use super::{
     SilentEstimate, DIMENSIONS,
 };
 use crate::admit::belief::stated::Capacity;
-use crate::admit::store_kit::{KeyRecord, StoreHooks, RECORD_FORMAT};
+use crate::admit::store_kit::{KeyRecord, Memory, StoreHooks, RECORD_FORMAT};
 
 /// A shared record last written longer ago than this is read back as
-/// remembered beliefs ([`Controller::recall`]), not as live state.
+/// remembered beliefs ([`Memory::recall`](crate::admit::store_kit::Memory::recall)), not as live state.
 const RECALL_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl StoreHooks for Controller {

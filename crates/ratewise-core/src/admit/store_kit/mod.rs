@@ -1,3 +1,5 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//!
 //! The seam for [`Store`](super::Store) implementors: what a store that
 //! shares a [`Controller`](super::Controller)'s state between processes needs beyond the
 //! controller's everyday API, and nothing else.
@@ -52,7 +54,11 @@ use super::ReservationId;
 // `controller/records.rs`.
 use crate::time::Now;
 
-pub use super::record::{KeyRecord, RECORD_FORMAT};
+pub(in crate::admit) mod record;
+
+pub use record::{
+    remembered_share, KeyRecord, RECORD_FORMAT, REMEMBER_FORGOTTEN, REMEMBER_TRUSTED,
+};
 
 mod sealed {
     /// Only the crate's own types implement [`StoreHooks`](super::StoreHooks).
@@ -98,4 +104,29 @@ pub trait StoreHooks: sealed::Sealed {
     /// The per-mille of its limits this process paces at
     /// ([`set_share`](Self::set_share)).
     fn share_permille(&self) -> u32;
+}
+
+/// Beliefs remembered across a restart, on a [`Controller`](super::Controller):
+/// what a journal (the proxy's), a run's state file or a shared store
+/// keeps of what each key learned, and reads back. Sealed: implemented by
+/// the controller alone.
+pub trait Memory: sealed::Sealed {
+    /// Starts `rec`'s key from the beliefs it holds (see the module docs):
+    /// each of its model classes' stated limits, capacities and estimates,
+    /// decayed by the record's age, for every class this controller
+    /// keeps for the key (made on first use). Returns how many classes
+    /// were recalled: 0 when the record is too old, has no time, or holds
+    /// nothing learned.
+    fn recall(&mut self, rec: &KeyRecord, now: Now) -> usize;
+
+    /// What every key here has learned, to remember: each key's record,
+    /// its beliefs alone ([`KeyRecord::beliefs_only`]), stamped `now` —
+    /// for a journal or a store that keeps them for the next process.
+    fn remembered(&self, now: Now) -> Vec<KeyRecord>;
+
+    /// What `key` has learned, to remember (see
+    /// [`remembered`](Memory::remembered)); `None` when it learned nothing
+    /// or is not known here. One key at a time, for a caller that holds a
+    /// shared controller's lock only briefly.
+    fn remembered_key(&self, key: &str, now: Now) -> Option<KeyRecord>;
 }

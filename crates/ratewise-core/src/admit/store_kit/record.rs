@@ -11,30 +11,30 @@
 //!
 //! Times are absolute (nanoseconds since the Unix epoch on the wall clock),
 //! so processes whose monotonic clocks started at different moments read
-//! one record alike: [`StoreHooks::export_key`](super::store_kit::StoreHooks::export_key)
-//! and [`import_key`](super::store_kit::StoreHooks::import_key) convert with the `now`
+//! one record alike: [`StoreHooks::export_key`](crate::admit::store_kit::StoreHooks::export_key)
+//! and [`import_key`](crate::admit::store_kit::StoreHooks::import_key) convert with the `now`
 //! they are given.
 //!
-//! A cross-process [`Store`](super::Store) runs the core's own
-//! [`Controller`](super::Controller) on the record it loads — import, the
+//! A cross-process [`Store`](crate::admit::Store) runs the core's own
+//! [`Controller`](crate::admit::Controller) on the record it loads — import, the
 //! operation, export — and writes it back atomically (compare-and-set on a
 //! version), so the admission logic exists once, in exact integer
 //! arithmetic, whatever the store.
 
-use super::belief::estimated::SilentRecord;
-use super::belief::LevelRecord;
-use super::bucket::BucketRecord;
-use super::limits::Limits;
-use super::ramp::Ramp;
-use super::stop::Stop;
+use crate::admit::belief::estimated::SilentRecord;
+use crate::admit::belief::LevelRecord;
+use crate::admit::bucket::BucketRecord;
+use crate::admit::limits::Limits;
+use crate::admit::ramp::Ramp;
+use crate::admit::stop::Stop;
 use crate::time::{Now, TimeBase};
 use crate::vocab::Cause;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
-/// One key's shared admission state; see [`StoreHooks`](super::store_kit::StoreHooks). Opaque:
+/// One key's shared admission state; see [`StoreHooks`](crate::admit::store_kit::StoreHooks). Opaque:
 /// serialize it (serde), store it, hand it back to
-/// [`StoreHooks::import_key`](super::store_kit::StoreHooks::import_key).
+/// [`StoreHooks::import_key`](crate::admit::store_kit::StoreHooks::import_key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
     /// The record's format ([`RECORD_FORMAT`] when written by this
@@ -49,7 +49,7 @@ pub struct KeyRecord {
     pub(crate) scopes: Vec<ScopeRecord>,
     /// When it was written, Unix nanoseconds (format 4; absent before):
     /// the age of the beliefs it holds, for a process that recalls them
-    /// ([`Controller::recall`](super::Controller::recall)).
+    /// ([`Memory::recall`](crate::admit::store_kit::Memory::recall)).
     #[serde(default)]
     pub(crate) written_at: Option<i64>,
 }
@@ -184,4 +184,76 @@ pub(crate) fn limits_of(a: [Option<u64>; 4]) -> Limits {
 
 pub(crate) fn ramp_record(r: &Ramp, base: TimeBase) -> (u32, Option<i64>) {
     (r.permille(), r.last_step().map(|t| base.out(t)))
+}
+
+/// Remembered beliefs younger than this are taken as written (an hour:
+/// what a restart or a deploy loses today).
+pub const REMEMBER_TRUSTED: Duration = Duration::from_secs(3600);
+
+/// Remembered beliefs older than this are not recalled (eight halvings
+/// past [`REMEMBER_TRUSTED`]: under 1/256 of what they were).
+pub const REMEMBER_FORGOTTEN: Duration = Duration::from_secs(9 * 3600);
+
+/// The share of a remembered value kept at `age`, in `(0, 1]`, or `None`
+/// past [`REMEMBER_FORGOTTEN`].
+pub fn remembered_share(age: Duration) -> Option<f64> {
+    if age > REMEMBER_FORGOTTEN {
+        return None;
+    }
+    let past = age.saturating_sub(REMEMBER_TRUSTED).as_secs_f64();
+    Some((-past / REMEMBER_TRUSTED.as_secs_f64()).exp2())
+}
+
+impl KeyRecord {
+    /// When it was written (format 4 and later).
+    pub fn written_at(&self) -> Option<SystemTime> {
+        let ns = self.written_at?;
+        let ns = u64::try_from(ns).ok()?;
+        SystemTime::UNIX_EPOCH.checked_add(Duration::from_nanos(ns))
+    }
+
+    /// Whether any of its classes learned something worth remembering: a
+    /// stated limit, a capacity, an estimate.
+    pub(crate) fn learned_anything(&self) -> bool {
+        self.scopes.iter().any(|s| {
+            s.learned.iter().any(Option::is_some)
+                || s.seen.iter().any(|v| *v > 0)
+                || s.silent.iter().any(Option::is_some)
+        })
+    }
+
+    /// Its beliefs alone, to remember: each class's stated limits,
+    /// capacities and estimates, without the moment's state (levels,
+    /// pauses, ramp, stop). Two records of the same beliefs compare equal
+    /// whatever their `written_at`.
+    pub fn beliefs_only(&self) -> KeyRecord {
+        KeyRecord {
+            format: self.format,
+            key: self.key.clone(),
+            stop: None,
+            written_at: None,
+            scopes: self
+                .scopes
+                .iter()
+                .map(|s| crate::admit::record::ScopeRecord {
+                    buckets: [None, None, None, None],
+                    ramp_permille: 0,
+                    ramp_last_step: None,
+                    paused_until: None,
+                    last_call: None,
+                    released: [0; 4],
+                    ..s.clone()
+                })
+                .collect(),
+        }
+    }
+
+    /// The same record stamped as written at `at`.
+    pub fn stamped(mut self, at: SystemTime) -> KeyRecord {
+        self.written_at = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| i64::try_from(d.as_nanos()).ok());
+        self
+    }
 }
