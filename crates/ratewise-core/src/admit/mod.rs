@@ -55,6 +55,7 @@ mod belief;
 mod bucket;
 mod controller;
 mod estimate;
+#[doc(hidden)]
 pub mod fair;
 mod limits;
 mod model_class;

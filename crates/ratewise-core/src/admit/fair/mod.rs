@@ -1,3 +1,9 @@
+//! Workspace-internal: used by ratewise's own crates; not part of the public API and not covered by semver.
+//!
+//! Users order their jobs with the tower layer's `Workload` extension and
+//! its `Levels` (`ratewise_tower::{Workload, Levels}`); this is the
+//! sans-IO discipline the layer's queue (and the simulator) drives.
+//!
 //! The admission queue's discipline: priority levels, flows shared fairly
 //! by cost, floors (DESIGN principles 13 and 20).
 //!
