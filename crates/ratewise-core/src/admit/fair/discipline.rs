@@ -251,9 +251,12 @@ impl Discipline {
         let scale = self.scale(now);
         let c = cost.0 as f64;
         let l = &mut self.state[level.index()];
-        let vtime = l.vtime;
         let f = l.flows.get_mut(&flow_name)?;
-        let start = f.finish.max(vtime);
+        // Its start tag: set no earlier than the level's virtual time when
+        // the flow became active (see `join`), and lowered since only by
+        // settlements that found it overcharged — credit it is owed, not
+        // clamped away here.
+        let start = f.finish;
         f.finish = start + c / f64::from(f.weight.max(1));
         f.recent += c * scale;
         let weight = f.weight;
