@@ -300,10 +300,14 @@ impl Discipline {
         self.choose();
     }
 
-    /// About how many jobs go before `place`: those of higher levels, those
-    /// of its own flow that arrived before it, and, of each other flow of
-    /// its level, as many as the weights let go while its own go (as if
-    /// every job cost the same). Exact for a FIFO (one level, one flow).
+    /// About how many jobs go before `place` (as if every job cost the
+    /// same): those of its own flow that arrived before it; of each other
+    /// flow of its level, as many as the weights let go while its own go;
+    /// and of the higher levels, all of those waiting — but no more than
+    /// its level's minimum share lets go before it. Exact for a FIFO (one
+    /// level, one flow). A driver predicts from it whether the job can be
+    /// sent by its deadline: counting every higher job would end a bulk
+    /// job that its minimum share gets sent in time.
     pub fn ahead(&self, place: Place) -> usize {
         let Some((level, flow)) = self.jobs.get(&place) else {
             return 0;
@@ -313,17 +317,30 @@ impl Discipline {
         let Some(own) = l.flows.get(flow) else {
             return higher;
         };
+        let within = Self::ahead_within(l, own, flow, place);
+        let min = self.levels.min_share(*level);
+        let higher = if min > 0.0 {
+            let bound = ((within + 1) as f64 * (1.0 - min) / min).ceil();
+            higher.min(bound as usize)
+        } else {
+            higher
+        };
+        higher + within
+    }
+
+    /// Jobs of `place`'s own level that go before it (see [`ahead`](Self::ahead)).
+    fn ahead_within(l: &Level, own: &Flow, flow: &str, place: Place) -> usize {
         let k = own.waiting.range(..place).count();
         let mut others = 0usize;
         for (name, f) in &l.flows {
-            if name == flow || f.waiting.is_empty() {
+            if &**name == flow || f.waiting.is_empty() {
                 continue;
             }
             let share = ((k + 1) as f64 * f64::from(f.weight) / f64::from(own.weight.max(1)))
                 .floor() as usize;
             others += f.waiting.len().min(share);
         }
-        higher + k + others
+        k + others
     }
 
     /// Recent share of admitted cost of each level, in level order (zeros
