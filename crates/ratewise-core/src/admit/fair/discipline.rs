@@ -212,7 +212,10 @@ impl Discipline {
             // starts at its minimum share, so it then keeps that share
             // interleaved with the levels above rather than taking a burst
             // of turns to catch up on the window it was idle in.
-            l.recent = l.recent.max(min_share * total);
+            if min_share < 1.0 {
+                let others = total - l.recent;
+                l.recent = l.recent.max(min_share / (1.0 - min_share) * others);
+            }
         }
         let (vtime, level_recent) = (l.vtime, l.recent);
         let f = l.flows.entry(flow_name.clone()).or_default();
