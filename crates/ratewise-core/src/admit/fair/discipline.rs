@@ -13,12 +13,12 @@ use std::time::Duration;
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Idle flows (none of their jobs waiting) a level remembers at most.
-/// An idle flow is remembered only while it is ahead of its level (it
+/// An idle flow is worth remembering while it is ahead of its level (it
 /// used more than its share, and must not come back with a clean slate);
-/// past this many, the least ahead are forgotten: memory stays bounded
-/// whatever the number of tenants, at the price of a little forgiven
-/// debt.
-pub const MAX_IDLE_FLOWS: usize = 1024;
+/// past this many, those not ahead are forgotten first, then the least
+/// ahead: memory stays bounded whatever the number of tenants, at the
+/// price of a little forgiven debt.
+pub const MAX_IDLE_FLOWS: usize = 256;
 
 /// The scale of the decayed sums is reset before it reaches this, so the
 /// running sums never overflow.
