@@ -68,7 +68,7 @@ const MAX_FOLLOWED: usize = 16_384;
 
 /// Empty scopes kept (with their flows' standing) at most: past it, the
 /// empty ones are forgotten.
-const MAX_IDLE_SCOPES: usize = 4_096;
+const MAX_IDLE_SCOPES: usize = 256;
 
 /// One scope's waiting jobs: the discipline that orders them and the
 /// signal of each.

@@ -152,3 +152,126 @@ async fn without_a_workload_the_queue_is_first_come_first_served() {
     let expected: Vec<String> = (0..10).map(|i| format!("j-{i:02}")).collect();
     assert_eq!(order, expected);
 }
+
+/// Starts `calls` (job id, workload, deadline) 1 ms apart on a key paced
+/// to one send every 10 s; returns each call's end (ok or its error) and
+/// when it came, in the order given, and the order the provider saw.
+async fn run_with_deadlines(
+    calls: Vec<(String, Workload, Duration)>,
+) -> (
+    Vec<(Result<(), ratewise_tower::Error>, Duration)>,
+    Vec<String>,
+) {
+    let seen: Seen = Arc::default();
+    let provider = {
+        let seen = seen.clone();
+        service_fn(move |req: Request<Full<Bytes>>| {
+            let seen = seen.clone();
+            async move {
+                let job = req.headers()[JOB_HEADER].to_str().unwrap().to_owned();
+                seen.lock().unwrap().push(job);
+                Ok::<_, std::io::Error>(
+                    Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from_static(OK.as_bytes())))
+                        .unwrap(),
+                )
+            }
+        })
+    };
+    let svc = RetryLayer::builder()
+        .config({
+            let mut config = Config::default();
+            config.policy = common::fast_policy();
+            config.provider = Some(Provider::Anthropic);
+            config.seed = Some(7);
+            config
+        })
+        .store(common::paced_state(6))
+        .clock(Arc::new(TokioClock::new()))
+        .build()
+        .unwrap()
+        .layer(provider);
+    let start = tokio::time::Instant::now();
+    let mut handles = Vec::new();
+    for (job, workload, deadline) in calls {
+        let mut req = request(&job, workload);
+        req.extensions_mut()
+            .insert(ratewise_tower::Deadline(deadline));
+        let call = svc.clone().oneshot(req);
+        handles.push(tokio::spawn(async move {
+            let out = call.await.map(|_| ());
+            (out, start.elapsed())
+        }));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut ends = Vec::new();
+    for h in handles {
+        ends.push(h.await.unwrap());
+    }
+    let order = seen.lock().unwrap().clone();
+    (ends, order)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bulk_call_that_cannot_be_sent_in_time_is_answered_at_once() {
+    // Six interactive calls (one sent at once, five waiting: 50 s of
+    // turns) and a bulk call that must be answered within 25 s. Its
+    // level's share would let it go after nine of theirs: the five all
+    // go first — past its deadline, so it is answered as it arrives,
+    // never sent.
+    let mut calls: Vec<(String, Workload, Duration)> = (0..6)
+        .map(|i| {
+            (
+                format!("chat-{i}"),
+                Workload::level("interactive").flow("chat"),
+                Duration::from_secs(600),
+            )
+        })
+        .collect();
+    calls.push((
+        "bulk".into(),
+        Workload::level("bulk").flow("batch"),
+        Duration::from_secs(25),
+    ));
+    let (ends, order) = run_with_deadlines(calls).await;
+    let (out, at) = &ends[6];
+    let e = out.as_ref().expect_err("cannot be sent in time");
+    assert_eq!(e.action(), Some(ratewise_core::ActionKind::GiveUp), "{e:?}");
+    assert!(
+        *at < Duration::from_secs(1),
+        "answered at {at:?}, not at once"
+    );
+    assert!(
+        !order.contains(&"bulk".to_string()),
+        "never sent: {order:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bulk_call_its_share_gets_in_time_is_not_ended_for_the_queue_ahead() {
+    // Thirty interactive calls waiting (300 s of turns) and a bulk call
+    // with 200 s: its minimum share sends it after at most nine of theirs,
+    // so it is kept, and sent well before them all.
+    let mut calls: Vec<(String, Workload, Duration)> = (0..30)
+        .map(|i| {
+            (
+                format!("chat-{i:02}"),
+                Workload::level("interactive").flow("chat"),
+                Duration::from_secs(900),
+            )
+        })
+        .collect();
+    calls.push((
+        "bulk".into(),
+        Workload::level("bulk").flow("batch"),
+        Duration::from_secs(200),
+    ));
+    let (ends, order) = run_with_deadlines(calls).await;
+    let (out, at) = &ends[30];
+    assert!(out.is_ok(), "{out:?}");
+    let sent = order.iter().position(|j| j == "bulk").unwrap();
+    println!("bulk sent as send {sent} of {}, at {at:?}", order.len());
+    assert!(sent <= 11, "bulk sent {sent}th, at {at:?}: {order:?}");
+}

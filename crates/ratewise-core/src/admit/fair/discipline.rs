@@ -13,12 +13,12 @@ use std::time::Duration;
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Idle flows (none of their jobs waiting) a level remembers at most.
-/// An idle flow is remembered only while it is ahead of its level (it
+/// An idle flow is worth remembering while it is ahead of its level (it
 /// used more than its share, and must not come back with a clean slate);
-/// past this many, the least ahead are forgotten: memory stays bounded
-/// whatever the number of tenants, at the price of a little forgiven
-/// debt.
-pub const MAX_IDLE_FLOWS: usize = 1024;
+/// past this many, those not ahead are forgotten first, then the least
+/// ahead: memory stays bounded whatever the number of tenants, at the
+/// price of a little forgiven debt.
+pub const MAX_IDLE_FLOWS: usize = 256;
 
 /// The scale of the decayed sums is reset before it reaches this, so the
 /// running sums never overflow.
@@ -212,7 +212,10 @@ impl Discipline {
             // starts at its minimum share, so it then keeps that share
             // interleaved with the levels above rather than taking a burst
             // of turns to catch up on the window it was idle in.
-            l.recent = l.recent.max(min_share * total);
+            if min_share < 1.0 {
+                let others = total - l.recent;
+                l.recent = l.recent.max(min_share / (1.0 - min_share) * others);
+            }
         }
         let (vtime, level_recent) = (l.vtime, l.recent);
         let f = l.flows.entry(flow_name.clone()).or_default();
@@ -251,9 +254,12 @@ impl Discipline {
         let scale = self.scale(now);
         let c = cost.0 as f64;
         let l = &mut self.state[level.index()];
-        let vtime = l.vtime;
         let f = l.flows.get_mut(&flow_name)?;
-        let start = f.finish.max(vtime);
+        // Its start tag: set no earlier than the level's virtual time when
+        // the flow became active (see `join`), and lowered since only by
+        // settlements that found it overcharged — credit it is owed, not
+        // clamped away here.
+        let start = f.finish;
         f.finish = start + c / f64::from(f.weight.max(1));
         f.recent += c * scale;
         let weight = f.weight;
@@ -297,10 +303,14 @@ impl Discipline {
         self.choose();
     }
 
-    /// About how many jobs go before `place`: those of higher levels, those
-    /// of its own flow that arrived before it, and, of each other flow of
-    /// its level, as many as the weights let go while its own go (as if
-    /// every job cost the same). Exact for a FIFO (one level, one flow).
+    /// About how many jobs go before `place` (as if every job cost the
+    /// same): those of its own flow that arrived before it; of each other
+    /// flow of its level, as many as the weights let go while its own go;
+    /// and of the higher levels, all of those waiting — but no more than
+    /// its level's minimum share lets go before it. Exact for a FIFO (one
+    /// level, one flow). A driver predicts from it whether the job can be
+    /// sent by its deadline: counting every higher job would end a bulk
+    /// job that its minimum share gets sent in time.
     pub fn ahead(&self, place: Place) -> usize {
         let Some((level, flow)) = self.jobs.get(&place) else {
             return 0;
@@ -310,17 +320,30 @@ impl Discipline {
         let Some(own) = l.flows.get(flow) else {
             return higher;
         };
+        let within = Self::ahead_within(l, own, flow, place);
+        let min = self.levels.min_share(*level);
+        let higher = if min > 0.0 {
+            let bound = ((within + 1) as f64 * (1.0 - min) / min).ceil();
+            higher.min(bound as usize)
+        } else {
+            higher
+        };
+        higher + within
+    }
+
+    /// Jobs of `place`'s own level that go before it (see [`ahead`](Self::ahead)).
+    fn ahead_within(l: &Level, own: &Flow, flow: &str, place: Place) -> usize {
         let k = own.waiting.range(..place).count();
         let mut others = 0usize;
         for (name, f) in &l.flows {
-            if name == flow || f.waiting.is_empty() {
+            if &**name == flow || f.waiting.is_empty() {
                 continue;
             }
             let share = ((k + 1) as f64 * f64::from(f.weight) / f64::from(own.weight.max(1)))
                 .floor() as usize;
             others += f.waiting.len().min(share);
         }
-        higher + k + others
+        k + others
     }
 
     /// Recent share of admitted cost of each level, in level order (zeros

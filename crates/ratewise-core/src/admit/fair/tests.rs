@@ -309,3 +309,25 @@ fn a_correction_decays_as_its_charge_did() {
     let s = d.recent_shares();
     assert!((s[0] - 1.0 / 3.0).abs() < 1e-9, "{s:?}");
 }
+
+#[test]
+fn ahead_counts_higher_levels_only_as_far_as_the_minimum_share_lets_them() {
+    let (l, i, _, b) = levels();
+    let mut d = Discipline::new(l);
+    for s in 0..100 {
+        d.join(at(s), &Workload::new(i, "chat"));
+    }
+    d.join(at(200), &Workload::new(b, "batch"));
+    d.join(at(201), &Workload::new(b, "batch"));
+    // 10 %: nine interactive jobs per bulk job at most.
+    assert_eq!(d.ahead(at(200)), 9);
+    assert_eq!(d.ahead(at(201)), 1 + 18);
+    // Without a minimum share, every higher job is ahead.
+    let (l, i, _, b) = levels();
+    let mut d = Discipline::new(l.with_min_share("bulk", 0.0));
+    for s in 0..100 {
+        d.join(at(s), &Workload::new(i, "chat"));
+    }
+    d.join(at(200), &Workload::new(b, "batch"));
+    assert_eq!(d.ahead(at(200)), 100);
+}
