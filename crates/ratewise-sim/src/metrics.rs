@@ -459,6 +459,7 @@ mod tests {
             input_tokens: 10,
             max_tokens: 10,
             output_tokens: 10,
+            group: 0,
         };
         let r = Recorder::new(&s, &[job]);
         assert_eq!((r.binding(), r.binding_limit()), (Dimension::Requests, 60));

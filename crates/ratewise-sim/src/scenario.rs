@@ -138,6 +138,59 @@ pub struct Scenario {
     /// for the whole key (the oracle: the best the key allows).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub replicas: u32,
+    /// Further job groups beside `jobs` (default none), each shaped like
+    /// `jobs` and drawn after it: a tenants scenario's levels and flows,
+    /// each with its own arrivals, sizes, workers and process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<JobsSpec>,
+    /// A tenants scenario's own claims, checked by `--check` beside the
+    /// usual ones (see [`crate::targets::check`]; default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<TenantTargets>,
+}
+
+/// The most job groups a scenario has (`jobs` and its `groups`).
+pub const MAX_GROUPS: usize = 16;
+
+/// A tenants scenario's claims (issue #49), checked on the `ratewise`
+/// strategy's report beside the usual targets, every job done included.
+/// Names are flows' or levels' (a group's `flow`, else its `level`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TenantTargets {
+    /// Most p95 wait (arrival to the send that succeeded), seconds, per
+    /// level or flow name.
+    #[serde(default)]
+    pub wait_p95_s: std::collections::BTreeMap<String, f64>,
+    /// Two flows' admitted cost (dominant share of the true limits, per
+    /// weight) in this ratio, within a relative tolerance, while both
+    /// wait.
+    #[serde(default)]
+    pub cost_ratio: Option<CostRatio>,
+    /// Least share of the admitted cost a level keeps while every level
+    /// waits, per level name.
+    #[serde(default)]
+    pub min_share: std::collections::BTreeMap<String, f64>,
+    /// Least goodput ratio (share of the binding limit used while work
+    /// waits), whatever the oracle's.
+    #[serde(default)]
+    pub limit_used: Option<f64>,
+    /// Least share of the oracle's goodput (replaces
+    /// [`crate::targets::ORACLE_SHARE`] for this scenario).
+    #[serde(default)]
+    pub oracle_share: Option<f64>,
+}
+
+/// Two flows' admitted cost in a ratio.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostRatio {
+    /// The two flows, by name.
+    pub flows: [String; 2],
+    /// The first's admitted cost over the second's.
+    pub ratio: f64,
+    /// Relative tolerance (`0.1`: ± 10 %).
+    pub tolerance: f64,
 }
 
 /// The share of the key each replica paces at while it has seen no peer:
@@ -283,6 +336,99 @@ pub struct JobsSpec {
     pub max_tokens: u64,
     /// Uniform `[min, max]` actual output tokens (capped by `max_tokens`).
     pub output_tokens: [u64; 2],
+    /// The jobs' priority level, a name of
+    /// [`Levels::default`](ratewise_core::admit::fair::Levels)
+    /// (`interactive`, `default`, `bulk`); none: `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// The jobs' flow (tenant) within their level; none: the level's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<String>,
+    /// The flow's weight within its level.
+    #[serde(default = "weight_one", skip_serializing_if = "is_one")]
+    pub weight: u32,
+    /// The first arrival, milliseconds after the run starts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_ms: u64,
+    /// Concurrent jobs of this group (its own worker pool); none: the
+    /// scenario's `workers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
+    /// The process (replica, `0..replicas`) that runs this group's jobs;
+    /// none: jobs are handed to the processes in turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<u32>,
+}
+
+fn weight_one() -> u32 {
+    1
+}
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl JobsSpec {
+    /// The group's level name (`default` when it names none).
+    pub fn level_name(&self) -> &str {
+        self.level.as_deref().unwrap_or("default")
+    }
+
+    /// The group's flow name: its `flow`, else its level's name.
+    pub fn flow_name(&self) -> &str {
+        self.flow.as_deref().unwrap_or(self.level_name())
+    }
+
+    /// Checks one group's ranges; `at` names it in the message.
+    fn validate(&self, at: &str, replicas: u32) -> Result<(), ScenarioError> {
+        let bad = |m: &str| Err(ScenarioError::Invalid(format!("{at}.{m}")));
+        if self.count == 0 || self.count > MAX_JOBS {
+            return bad("count must be 1..=1000000");
+        }
+        let [a, b] = self.input_tokens;
+        if a > b || b > 10_000_000 {
+            return bad("input_tokens must be [min, max] with min <= max <= 10000000");
+        }
+        let [a, b] = self.output_tokens;
+        if a > b || b > 10_000_000 {
+            return bad("output_tokens must be [min, max] with min <= max <= 10000000");
+        }
+        if self.max_tokens == 0 || self.max_tokens > 10_000_000 {
+            return bad("max_tokens must be 1..=10000000");
+        }
+        if let Arrival::Rate { per_sec } = self.arrival {
+            if !(per_sec.is_finite() && per_sec > 0.0 && per_sec <= 100_000.0) {
+                return bad("arrival.per_sec must be in (0, 100000]");
+            }
+        }
+        let levels = ratewise_core::admit::fair::Levels::default();
+        if self
+            .level
+            .as_deref()
+            .is_some_and(|l| levels.level(l).is_none())
+        {
+            return bad("level must be interactive, default or bulk");
+        }
+        if self
+            .flow
+            .as_ref()
+            .is_some_and(|f| f.is_empty() || f.len() > 64)
+        {
+            return bad("flow must be 1..=64 bytes");
+        }
+        if self.weight == 0 || self.weight > ratewise_core::admit::fair::MAX_WEIGHT {
+            return bad("weight must be 1..=1000000");
+        }
+        if self.start_ms > 30 * 86_400_000 {
+            return bad("start_ms must be at most 30 days");
+        }
+        if self.workers.is_some_and(|w| w == 0 || w > 10_000) {
+            return bad("workers must be 1..=10000");
+        }
+        if self.process.is_some_and(|p| p >= replicas) {
+            return bad("process must be below replicas");
+        }
+        Ok(())
+    }
 }
 
 fn burst() -> Arrival {
@@ -449,28 +595,10 @@ impl Scenario {
     /// allocate without a bound.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         let bad = |m: &str| Err(ScenarioError::Invalid(m.to_owned()));
-        if self.jobs.count == 0 || self.jobs.count > MAX_JOBS {
-            return bad("jobs.count must be 1..=1000000");
-        }
         if self.replicas == 0 || self.replicas > MAX_REPLICAS {
             return bad("replicas must be 1..=16");
         }
-        let [a, b] = self.jobs.input_tokens;
-        if a > b || b > 10_000_000 {
-            return bad("jobs.input_tokens must be [min, max] with min <= max <= 10000000");
-        }
-        let [a, b] = self.jobs.output_tokens;
-        if a > b || b > 10_000_000 {
-            return bad("jobs.output_tokens must be [min, max] with min <= max <= 10000000");
-        }
-        if self.jobs.max_tokens == 0 || self.jobs.max_tokens > 10_000_000 {
-            return bad("jobs.max_tokens must be 1..=10000000");
-        }
-        if let Arrival::Rate { per_sec } = self.jobs.arrival {
-            if !(per_sec.is_finite() && per_sec > 0.0 && per_sec <= 100_000.0) {
-                return bad("jobs.arrival.per_sec must be in (0, 100000]");
-            }
-        }
+        self.validate_groups()?;
         for (name, p) in [
             ("faults.overload_rate", self.faults.overload_rate),
             (
@@ -543,6 +671,71 @@ impl Scenario {
             return bad("name (128) or description (4096) too long");
         }
         Ok(())
+    }
+
+    /// Checks `jobs` and `groups`: each group's ranges, their number, the
+    /// total of jobs, distinct flow names per level, and the targets'
+    /// names.
+    fn validate_groups(&self) -> Result<(), ScenarioError> {
+        let bad = |m: &str| Err(ScenarioError::Invalid(m.to_owned()));
+        self.jobs.validate("jobs", self.replicas)?;
+        for (i, g) in self.groups.iter().enumerate() {
+            g.validate(&format!("groups[{i}]"), self.replicas)?;
+        }
+        if self.groups.len() >= MAX_GROUPS {
+            return bad("groups must be at most 15");
+        }
+        if self.total_jobs() > MAX_JOBS {
+            return bad("jobs in all groups must be at most 1000000");
+        }
+        let mut flows: Vec<&str> = self.job_groups().map(JobsSpec::flow_name).collect();
+        let n = flows.len();
+        flows.sort_unstable();
+        flows.dedup();
+        if flows.len() < n && self.job_groups().any(|g| g.flow.is_some()) {
+            return bad("each group needs a flow name of its own");
+        }
+        let Some(t) = &self.targets else {
+            return Ok(());
+        };
+        let known = |name: &str| {
+            self.job_groups()
+                .any(|g| g.flow_name() == name || g.level_name() == name)
+        };
+        let ratio_names = t.cost_ratio.iter().flat_map(|c| c.flows.iter());
+        let names = t
+            .wait_p95_s
+            .keys()
+            .chain(t.min_share.keys())
+            .chain(ratio_names);
+        for name in names {
+            if !known(name) {
+                return Err(ScenarioError::Invalid(format!(
+                    "targets name {name:?}, no group's flow or level"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The job groups: `jobs`, then `groups`.
+    pub fn job_groups(&self) -> impl Iterator<Item = &JobsSpec> {
+        std::iter::once(&self.jobs).chain(self.groups.iter())
+    }
+
+    /// Jobs in every group.
+    pub fn total_jobs(&self) -> u64 {
+        self.job_groups().map(|g| g.count).sum()
+    }
+
+    /// Whether the scenario's jobs carry workloads the queue discipline
+    /// tells apart (more than one group, or a level, flow or weight set):
+    /// a tenants scenario.
+    pub fn has_workloads(&self) -> bool {
+        !self.groups.is_empty()
+            || self.jobs.level.is_some()
+            || self.jobs.flow.is_some()
+            || self.jobs.weight != 1
     }
 
     /// Whether the provider's headers are biased in a way the

@@ -11,7 +11,9 @@ use std::fmt::Write;
 pub fn text_report(scenario: &Scenario, reports: &[Report]) -> String {
     let mut out = format!(
         "scenario {}: {} jobs; {}\n\n",
-        scenario.name, scenario.jobs.count, scenario.description
+        scenario.name,
+        scenario.total_jobs(),
+        scenario.description
     );
     out.push_str(&table(reports));
     if let Some(r0) = reports.first() {
