@@ -136,7 +136,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let mut reports = Vec::with_capacity(strategies.len());
     for s in &strategies {
-        let bar = show_progress.then(|| progress_bar(s.name(), scenario.jobs.count));
+        let bar = show_progress.then(|| progress_bar(s.name(), scenario.total_jobs()));
         let mut tick = |done: u64, _total: u64| {
             if let Some(b) = &bar {
                 b.set_position(done);
@@ -209,10 +209,10 @@ fn run_real(
     if !args.json {
         eprintln!(
             "running {} jobs end to end: mock on 127.0.0.1, RetryLayer over hyper-util, 1 provider minute = {} real s",
-            scenario.jobs.count, options.seconds_per_minute
+            scenario.total_jobs(), options.seconds_per_minute
         );
     }
-    let bar = show_progress.then(|| progress_bar(ratewise_real::STRATEGY, scenario.jobs.count));
+    let bar = show_progress.then(|| progress_bar(ratewise_real::STRATEGY, scenario.total_jobs()));
     let mut tick = |done: u64, _total: u64| {
         if let Some(b) = &bar {
             b.set_position(done);
@@ -253,7 +253,9 @@ fn run_real(
         writeln!(
             out,
             "scenario {}: {} jobs; {}\n",
-            scenario.name, scenario.jobs.count, scenario.description
+            scenario.name,
+            scenario.total_jobs(),
+            scenario.description
         )
         .map_err(w)?;
         write!(out, "{}", ratewise_sim::table::table(&reports)).map_err(w)?;
@@ -311,6 +313,20 @@ fn run_real(
 }
 
 fn check(scenario: &Scenario, reports: &[Report]) -> Result<(), String> {
+    if scenario.targets.is_some() {
+        // A tenants scenario: the figures its targets read, ratewise's
+        // and the oracle's (the same rules with the provider's true state).
+        let oracle = match reports.iter().find(|r| r.strategy == "oracle") {
+            Some(o) => o.clone(),
+            None => simulate(scenario, Strategy::Oracle, &mut |_, _| {}),
+        };
+        let rw = reports.iter().find(|r| r.strategy == "ratewise");
+        for r in rw.into_iter().chain([&oracle]) {
+            for line in ratewise_sim::targets::tenant_figures(scenario, r) {
+                eprintln!("{line}");
+            }
+        }
+    }
     let missed = ratewise_sim::targets::check(scenario, reports);
     if missed.is_empty() {
         eprintln!("targets: all met");

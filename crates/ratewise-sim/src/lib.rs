@@ -53,9 +53,10 @@ pub mod scenario;
 pub mod strategy;
 pub mod table;
 pub mod targets;
+pub mod tenants;
 pub mod workload;
 
 pub use engine::Terminal;
 pub use metrics::Report;
-pub use scenario::{Scenario, ScenarioError, DEFAULT_SCENARIO, SHIPPED};
+pub use scenario::{Scenario, ScenarioError, DEFAULT_SCENARIO, SHIPPED, TENANTS};
 pub use strategy::{simulate, Strategy};

@@ -578,6 +578,33 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The tenants family (issue #49), this crate's `scenarios/tenants/`:
+/// many workloads on one key — levels, weights, a flood, a lone flow, two
+/// processes — each with its own `targets`, checked against the oracle
+/// that applies the same ordering rules with the provider's true state.
+pub const TENANTS: &[(&str, &str)] = &[
+    (
+        "tenants/levels.json",
+        include_str!("../scenarios/tenants/levels.json"),
+    ),
+    (
+        "tenants/weights.json",
+        include_str!("../scenarios/tenants/weights.json"),
+    ),
+    (
+        "tenants/flood.json",
+        include_str!("../scenarios/tenants/flood.json"),
+    ),
+    (
+        "tenants/lone.json",
+        include_str!("../scenarios/tenants/lone.json"),
+    ),
+    (
+        "tenants/two-processes.json",
+        include_str!("../scenarios/tenants/two-processes.json"),
+    ),
+];
+
 impl Scenario {
     /// Parses and validates a scenario.
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
