@@ -16,8 +16,11 @@ const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 pub struct SimulateArgs {
     /// A scenario file (JSON); without it, the embedded burst-mixed
     /// scenario. The shipped ones are in the source's
-    /// crates/ratewise-sim/scenarios/; `--print-scenario` writes the
-    /// default out as a file to start from.
+    /// crates/ratewise-sim/scenarios/, the tenants family (levels,
+    /// weights, a flood, a lone flow, two processes: jobs with a level,
+    /// flow and weight, ordered by the queue discipline) in its
+    /// tenants/; `--print-scenario` writes the default out as a file to
+    /// start from.
     #[arg(long, value_name = "FILE")]
     scenario: Option<String>,
     /// One strategy (ratewise, sdk-naive, backoff-only, rpm-only, oracle)
@@ -44,6 +47,9 @@ pub struct SimulateArgs {
     /// share, sends per done job, no sends after a stop, no lost job, as
     /// many jobs done and no more sends per job than the others) and fail
     /// if one is missed. The oracle is simulated for it when not shown.
+    /// A tenants scenario adds its own (per-level and per-flow waits, the
+    /// flows' cost ratio, a level's minimum share, the limit used, every
+    /// job done) and prints ratewise's figures and the oracle's.
     #[arg(long)]
     check: bool,
     /// Run the matrix of provider shapes (issue #47) instead of one
@@ -344,4 +350,30 @@ fn progress_bar(name: &str, total: u64) -> indicatif::ProgressBar {
     bar.set_style(style);
     bar.set_prefix(name.to_owned());
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--check` on the tenants family: every scenario meets its targets
+    /// (with the oracle simulated for it), and one whose claim is missed
+    /// fails the check.
+    #[test]
+    fn check_holds_the_tenants_family_to_its_targets() {
+        for (name, text) in ratewise_sim::TENANTS {
+            let s = Scenario::from_json(text).unwrap();
+            let reports: Vec<Report> = Strategy::ALL
+                .iter()
+                .map(|st| simulate(&s, *st, &mut |_, _| {}))
+                .collect();
+            assert_eq!(check(&s, &reports), Ok(()), "{name}");
+        }
+        let mut s = Scenario::from_json(ratewise_sim::TENANTS[0].1).unwrap();
+        let t = s.targets.as_mut().unwrap();
+        t.wait_p95_s.insert("interactive".to_owned(), 0.001);
+        let rw = simulate(&s, Strategy::Ratewise, &mut |_, _| {});
+        let err = check(&s, &[rw]).unwrap_err();
+        assert!(err.contains("interactive wait p95"), "{err}");
+    }
 }

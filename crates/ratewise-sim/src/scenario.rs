@@ -48,6 +48,13 @@
 //! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
 //! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4, "error_ms": 100}`: a success answers after `base_ms + output × per_output_token_ms`, an error or reset after `error_ms` | as shown |
 //! | `workers` | concurrent jobs an application runs (every strategy) | `32` |
+//! | `replicas` | processes sharing the key with no store between them (the `ratewise` strategy runs one controller and one queue per process) | `1` |
+//! | `jobs.level`, `jobs.flow`, `jobs.weight` | the jobs' workload for the admission queue's discipline: a level of `interactive`, `default`, `bulk`; a flow (tenant) name; the flow's weight in its level | `default`, the level's name, `1` |
+//! | `jobs.start_ms` | the first arrival, ms after the run starts | `0` |
+//! | `jobs.workers` | this group's own worker pool | the scenario's `workers` |
+//! | `jobs.process` | the process (`0..replicas`) that runs this group | in turn |
+//! | `groups` | further job groups, each shaped like `jobs` (all of the fields above): a tenants scenario's levels and flows, each with its own arrivals, sizes, workers and process | `[]` |
+//! | `targets` | a tenants scenario's claims, checked by `--check`: `wait_p95_s` (per flow or level name, seconds), `cost_ratio` (`{"flows": [a, b], "ratio": 2, "tolerance": 0.1}`: admitted cost while both wait), `min_share` (per level: share of the admitted cost while every level waits), `limit_used` (least goodput ratio), `oracle_share` (least share of the oracle's goodput, instead of 0.9); see [`crate::targets::tenants`] | none |
 //!
 //! Time is provider time: a minute of the scenario is a minute of the
 //! limits. The simulation runs it in virtual time; `--real` runs it on a
@@ -899,6 +906,49 @@ mod tests {
         assert_eq!(cfg.bias, BiasConfig::default());
         assert_eq!((s.silent, cfg.silent), (Silent::Off, Silent::Off));
         assert!(!s.is_silent());
+    }
+
+    #[test]
+    fn tenants_scenarios_parse_and_groups_are_checked() {
+        for (name, text) in TENANTS {
+            let s = Scenario::from_json(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(s.has_workloads() && s.targets.is_some(), "{name}");
+        }
+        let base = |patch: &str| {
+            format!(
+                r#"{{"limits": {{"requests_per_min": 50}}, "jobs": {{"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2], "level": "bulk", "flow": "a"}}{patch}}}"#
+            )
+        };
+        let g = r#"{"count": 2, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]"#;
+        let ok = Scenario::from_json(&base(&format!(
+            r#", "groups": [{g}, "level": "interactive", "flow": "b", "weight": 3, "start_ms": 5, "workers": 2}}]"#
+        )))
+        .unwrap();
+        assert_eq!(ok.total_jobs(), 3);
+        assert_eq!(ok.groups[0].flow_name(), "b");
+        assert_eq!(ok.groups[0].weight, 3);
+        // Without groups or workloads: not a tenants scenario, and it
+        // prints as before (no new field).
+        let plain = Scenario::default_scenario();
+        assert!(!plain.has_workloads());
+        let text = serde_json::to_string(&plain).unwrap();
+        for field in [
+            "groups", "level", "flow", "weight", "start_ms", "process", "targets",
+        ] {
+            assert!(!text.contains(field), "{field}");
+        }
+        for patch in [
+            format!(r#", "groups": [{g}, "level": "urgent"}}]"#),
+            format!(r#", "groups": [{g}, "flow": "a"}}]"#),
+            format!(r#", "groups": [{g}, "weight": 0}}]"#),
+            format!(r#", "groups": [{g}, "process": 1}}]"#),
+            format!(r#", "groups": [{g}, "workers": 0}}]"#),
+            format!(r#", "groups": [{g}, "typo": 1}}]"#),
+            r#", "targets": {"wait_p95_s": {"nobody": 1.0}}"#.to_owned(),
+            r#", "targets": {"typo": 1}"#.to_owned(),
+        ] {
+            assert!(Scenario::from_json(&base(&patch)).is_err(), "{patch}");
+        }
     }
 
     #[test]

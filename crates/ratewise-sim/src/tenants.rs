@@ -152,8 +152,9 @@ impl TenantLog {
             .sum()
     }
 
-    /// `a`'s admitted cost over `b`'s while both wait (`None`: no span
-    /// with both, or `b` got nothing).
+    /// `a`'s admitted cost over `b`'s while both wait (infinite when `b`
+    /// got nothing then; `None`: no span with both, or neither got
+    /// anything).
     pub fn ratio_while_both_wait(&self, a: &str, b: &str) -> Option<f64> {
         let (ga, gb) = (self.groups_of(a), self.groups_of(b));
         let span = self.span(&[ga.clone(), gb.clone()]);
@@ -161,7 +162,11 @@ impl TenantLog {
             return None;
         }
         let (ca, cb) = (self.cost_in(&ga, span), self.cost_in(&gb, span));
-        (cb > 0).then(|| ca as f64 / cb as f64)
+        match (ca, cb) {
+            (0, 0) => None,
+            (_, 0) => Some(f64::INFINITY),
+            _ => Some(ca as f64 / cb as f64),
+        }
     }
 
     /// `level`'s share of the admitted cost while every level of the run
