@@ -137,6 +137,15 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
     }
     let strategies = strategies(&args.strategy)?;
     if args.real {
+        if scenario.has_workloads() {
+            // The end-to-end run sends every job without its workload
+            // (level, flow, weight): its queue would be a FIFO, and the
+            // two runs would disagree by design.
+            return Err(
+                "--real does not carry a tenants scenario's workloads (levels, flows, weights) to the layer yet: run it without --real"
+                    .to_owned(),
+            );
+        }
         return run_real(args, &scenario, &strategies);
     }
     let show_progress = !args.json && std::io::stderr().is_terminal();
