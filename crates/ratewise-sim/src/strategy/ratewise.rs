@@ -205,16 +205,18 @@ impl Ratewise {
     /// the reservation is followed to its settlement.
     fn charge(&mut self, r: usize, id: u32, job: &crate::workload::Job, now: Now) {
         let rep = &mut self.replicas[r];
+        if !rep.queue.orders() {
+            // One level and one flow: nothing to share, the cost is moot
+            // (and the store is not read: the run is as before the
+            // discipline).
+            rep.queue.admitted(job, Cost(1), now.instant);
+            return;
+        }
         if rep.limits.is_none() || rep.since_limits >= LIMITS_EVERY {
             if let Some(snap) = rep.store.snapshot(rep.target.scope, now) {
                 rep.limits = Some(snap.limits);
                 rep.since_limits = 0;
             }
-        }
-        if !rep.queue.orders() {
-            // One level and one flow: nothing to share, the cost is moot.
-            rep.queue.admitted(job, Cost(1), now.instant);
-            return;
         }
         rep.since_limits = rep.since_limits.saturating_add(1);
         let limits = rep.limits.unwrap_or(Limits::NONE);
