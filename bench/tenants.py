@@ -28,10 +28,12 @@ answer; the interactive calls' tokens count, they are the key's too):
     used = units answered / (capacity + limit * span)
 
 the binding limit being the one most used. With `--flows`, each flow's
-cost while every flow still waits is its answered calls' dominant share
-(the largest of input / ITPM, output / OTPM, 1 / RPM, per call), and
-their ratio is printed. With `--flood`, the bulk work's share of the
-binding limit's units over the span.
+cost while both wait (the run is cut before either is done) is its sends'
+dominant shares (the largest of input / ITPM, output / OTPM, 1 / RPM, per
+send, from the mock's records; the flows' input ranges are disjoint, so
+a record's flow is known from its input), and their ratio is printed
+beside their input tokens'. With `--flood`, the bulk work's share of
+the sends' dominant shares.
 
 Prints one JSON object and a table row; exits 1 when a check given
 (`--max-p95`, `--min-used`, `--max-429-share`, `--ratio`, `--min-bulk-share`,
@@ -48,6 +50,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_sdk import words  # noqa: E402  (the same text per token count)
+
+
+def flow_inputs(n_flows, fi):
+    # One bulk flow: inputs of 200-2 000 tokens. Two: disjoint ranges, so a
+    # send's flow is known from its input tokens in the mock's records, and
+    # both input-dominant (their inputs weigh more against ITPM than their
+    # outputs against OTPM), so their dominant shares are input tokens.
+    if n_flows == 1:
+        return 200, 2000
+    return (1500, 2500) if fi == 0 else (3000, 5000)
 
 
 def pct(xs, p):
@@ -86,7 +98,7 @@ async def run(args):
 
     async def bulk_flow(fi, name, n):
         sem = asyncio.Semaphore(args.concurrency)
-        lo, hi = (200, 2000) if len(flows) == 1 else ((200, 700) if fi == 0 else (1200, 2000))
+        lo, hi = flow_inputs(len(flows), fi)
 
         async def one(i):
             async with sem:
@@ -204,9 +216,6 @@ def main():
         used[dim] = units / offered if offered else 0.0
     binding = max(used, key=used.get)
 
-    def cost(c):
-        return max(1.0 / rpm, c[5] / itpm, c[6] / otpm)
-
     result = {
         "arm": args.arm,
         "interactive_calls": len(inter),
@@ -226,20 +235,38 @@ def main():
         "errors": [c[7] for c in calls if not c[4]][:5],
     }
     failed = []
+    # What each send cost the key, from the mock's records (every send the
+    # provider took, those still running at a cut included): its dominant
+    # share of the limits, as the discipline charges it once settled.
+    def rec_cost(x):
+        return max(1.0 / rpm, x["input_tokens"] / itpm, x["output_tokens"] / otpm)
+
+    def is_interactive(x):
+        return x.get("max_tokens") == 256
+
     if len(flows) > 1:
-        # While every flow still waits: up to the first flow's last answer.
-        ends = [max((c[3] for c in bulk if c[1] == name and c[4]), default=0.0) for name, _ in flows]
-        until = min(ends)
-        costs = [sum(cost(c) for c in bulk if c[1] == name and c[4] and c[3] <= until) for name, _ in flows]
+        # While both wait (the run is cut before either is done): every
+        # send, told apart by its input range.
+        sent = [x for x in ok if not is_interactive(x)]
+        ranges = [flow_inputs(len(flows), fi) for fi in range(len(flows))]
+        # The mock counts a little more than the text's tokens (the
+        # request's other fields): a send belongs to the nearest range.
+        def flow_of(x):
+            n = x["input_tokens"]
+            return min(range(len(ranges)), key=lambda fi: 0 if ranges[fi][0] <= n <= ranges[fi][1] * 1.1
+                       else min(abs(n - ranges[fi][0]), abs(n - ranges[fi][1])))
+        costs = [sum(rec_cost(x) for x in sent if flow_of(x) == fi) for fi in range(len(flows))]
+        tokens = [sum(x["input_tokens"] for x in sent if flow_of(x) == fi) for fi in range(len(flows))]
         ratio = costs[0] / costs[1] if costs[1] else float("inf")
-        result["flow_costs_while_all_wait"] = {name: round(x, 3) for (name, _), x in zip(flows, costs)}
+        result["flow_costs"] = {name: round(x, 3) for (name, _), x in zip(flows, costs)}
+        result["flow_input_tokens"] = {name: x for (name, _), x in zip(flows, tokens)}
         result["flow_ratio"] = round(ratio, 3)
-        result["while_all_wait_s"] = round(until, 1)
+        result["flow_token_ratio"] = round(tokens[0] / tokens[1], 3) if tokens[1] else None
         if args.ratio and abs(ratio / args.ratio - 1.0) > args.ratio_tolerance:
             failed.append(f"flow cost ratio {ratio:.3f}, not {args.ratio} +- {args.ratio_tolerance:.0%}")
     if args.flood:
-        b = sum(cost(c) for c in bulk if c[4])
-        i = sum(cost(c) for c in inter if c[4])
+        b = sum(rec_cost(x) for x in ok if not is_interactive(x))
+        i = sum(rec_cost(x) for x in ok if is_interactive(x))
         share = b / (b + i) if b + i else 0.0
         result["bulk_share_under_flood"] = round(share, 3)
         if args.min_bulk_share is not None and share < args.min_bulk_share:
@@ -247,7 +274,8 @@ def main():
     print(json.dumps(result))
     extra = ""
     if "flow_ratio" in result:
-        extra = f" | flows {result['flow_costs_while_all_wait']} ratio {result['flow_ratio']}"
+        extra = (f" | flows' dominant shares {result['flow_costs']} ratio {result['flow_ratio']}, "
+                 f"input tokens {result['flow_input_tokens']} ratio {result['flow_token_ratio']}")
     if "bulk_share_under_flood" in result:
         extra = f" | bulk share under the flood {result['bulk_share_under_flood']}"
     print(f"| {args.arm} | {result['wait_p50_s']} / {result['wait_p95_s']} / {result['wait_max_s']} s "

@@ -16,8 +16,11 @@ const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 pub struct SimulateArgs {
     /// A scenario file (JSON); without it, the embedded burst-mixed
     /// scenario. The shipped ones are in the source's
-    /// crates/ratewise-sim/scenarios/; `--print-scenario` writes the
-    /// default out as a file to start from.
+    /// crates/ratewise-sim/scenarios/, the tenants family (levels,
+    /// weights, a flood, a lone flow, two processes: jobs with a level,
+    /// flow and weight, ordered by the queue discipline) in its
+    /// tenants/; `--print-scenario` writes the default out as a file to
+    /// start from.
     #[arg(long, value_name = "FILE")]
     scenario: Option<String>,
     /// One strategy (ratewise, sdk-naive, backoff-only, rpm-only, oracle)
@@ -44,6 +47,9 @@ pub struct SimulateArgs {
     /// share, sends per done job, no sends after a stop, no lost job, as
     /// many jobs done and no more sends per job than the others) and fail
     /// if one is missed. The oracle is simulated for it when not shown.
+    /// A tenants scenario adds its own (per-level and per-flow waits, the
+    /// flows' cost ratio, a level's minimum share, the limit used, every
+    /// job done) and prints ratewise's figures and the oracle's.
     #[arg(long)]
     check: bool,
     /// Run the matrix of provider shapes (issue #47) instead of one
@@ -131,12 +137,21 @@ pub fn run(args: &SimulateArgs) -> Result<(), String> {
     }
     let strategies = strategies(&args.strategy)?;
     if args.real {
+        if scenario.has_workloads() {
+            // The end-to-end run sends every job without its workload
+            // (level, flow, weight): its queue would be a FIFO, and the
+            // two runs would disagree by design.
+            return Err(
+                "--real does not carry a tenants scenario's workloads (levels, flows, weights) to the layer yet: run it without --real"
+                    .to_owned(),
+            );
+        }
         return run_real(args, &scenario, &strategies);
     }
     let show_progress = !args.json && std::io::stderr().is_terminal();
     let mut reports = Vec::with_capacity(strategies.len());
     for s in &strategies {
-        let bar = show_progress.then(|| progress_bar(s.name(), scenario.jobs.count));
+        let bar = show_progress.then(|| progress_bar(s.name(), scenario.total_jobs()));
         let mut tick = |done: u64, _total: u64| {
             if let Some(b) = &bar {
                 b.set_position(done);
@@ -209,10 +224,10 @@ fn run_real(
     if !args.json {
         eprintln!(
             "running {} jobs end to end: mock on 127.0.0.1, RetryLayer over hyper-util, 1 provider minute = {} real s",
-            scenario.jobs.count, options.seconds_per_minute
+            scenario.total_jobs(), options.seconds_per_minute
         );
     }
-    let bar = show_progress.then(|| progress_bar(ratewise_real::STRATEGY, scenario.jobs.count));
+    let bar = show_progress.then(|| progress_bar(ratewise_real::STRATEGY, scenario.total_jobs()));
     let mut tick = |done: u64, _total: u64| {
         if let Some(b) = &bar {
             b.set_position(done);
@@ -253,7 +268,9 @@ fn run_real(
         writeln!(
             out,
             "scenario {}: {} jobs; {}\n",
-            scenario.name, scenario.jobs.count, scenario.description
+            scenario.name,
+            scenario.total_jobs(),
+            scenario.description
         )
         .map_err(w)?;
         write!(out, "{}", ratewise_sim::table::table(&reports)).map_err(w)?;
@@ -311,6 +328,20 @@ fn run_real(
 }
 
 fn check(scenario: &Scenario, reports: &[Report]) -> Result<(), String> {
+    if scenario.targets.is_some() {
+        // A tenants scenario: the figures its targets read, ratewise's
+        // and the oracle's (the same rules with the provider's true state).
+        let oracle = match reports.iter().find(|r| r.strategy == "oracle") {
+            Some(o) => o.clone(),
+            None => simulate(scenario, Strategy::Oracle, &mut |_, _| {}),
+        };
+        let rw = reports.iter().find(|r| r.strategy == "ratewise");
+        for r in rw.into_iter().chain([&oracle]) {
+            for line in ratewise_sim::targets::tenant_figures(scenario, r) {
+                eprintln!("{line}");
+            }
+        }
+    }
     let missed = ratewise_sim::targets::check(scenario, reports);
     if missed.is_empty() {
         eprintln!("targets: all met");
@@ -328,4 +359,30 @@ fn progress_bar(name: &str, total: u64) -> indicatif::ProgressBar {
     bar.set_style(style);
     bar.set_prefix(name.to_owned());
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--check` on the tenants family: every scenario meets its targets
+    /// (with the oracle simulated for it), and one whose claim is missed
+    /// fails the check.
+    #[test]
+    fn check_holds_the_tenants_family_to_its_targets() {
+        for (name, text) in ratewise_sim::TENANTS {
+            let s = Scenario::from_json(text).unwrap();
+            let reports: Vec<Report> = Strategy::ALL
+                .iter()
+                .map(|st| simulate(&s, *st, &mut |_, _| {}))
+                .collect();
+            assert_eq!(check(&s, &reports), Ok(()), "{name}");
+        }
+        let mut s = Scenario::from_json(ratewise_sim::TENANTS[0].1).unwrap();
+        let t = s.targets.as_mut().unwrap();
+        t.wait_p95_s.insert("interactive".to_owned(), 0.001);
+        let rw = simulate(&s, Strategy::Ratewise, &mut |_, _| {});
+        let err = check(&s, &[rw]).unwrap_err();
+        assert!(err.contains("interactive wait p95"), "{err}");
+    }
 }

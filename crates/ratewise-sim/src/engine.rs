@@ -4,7 +4,8 @@
 //! Events at the same instant run in the order they were scheduled, so a
 //! run is a pure function of the scenario and the strategy. The engine
 //! owns the jobs' bookkeeping (each job ends exactly once), the worker
-//! pool (at most `workers` jobs active, as in an application), and every
+//! pools (at most `workers` jobs active, as in an application; each job
+//! group of a tenants scenario has a pool of its own), and every
 //! measurement; strategies only decide when to send.
 
 use crate::metrics::{Recorder, Report};
@@ -73,9 +74,11 @@ pub struct Sim {
     phase: Vec<JobPhase>,
     attempts: Vec<u32>,
     in_flight: Vec<Option<Answered>>,
-    pending: VecDeque<u32>,
-    active: u32,
-    workers: u32,
+    /// Per job group: arrived jobs not started, oldest first; jobs
+    /// started and not ended; and its worker pool's size.
+    pending: Vec<VecDeque<u32>>,
+    active: Vec<u32>,
+    workers: Vec<u32>,
     provider: SimProvider,
     rec: Recorder,
     ended: u64,
@@ -104,6 +107,24 @@ impl Sim {
     /// True once the job has ended.
     pub fn has_ended(&self, id: u32) -> bool {
         matches!(self.phase[id as usize], JobPhase::Ended(_))
+    }
+
+    /// Starts queued jobs while their group's pool has a free worker,
+    /// group by group.
+    fn start_jobs(&mut self, client: &mut dyn Client) {
+        for g in 0..self.pending.len() {
+            while self.active[g] < self.workers[g] {
+                let Some(id) = self.pending[g].pop_front() else {
+                    break;
+                };
+                if self.phase[id as usize] != JobPhase::Queued {
+                    continue;
+                }
+                self.phase[id as usize] = JobPhase::Active;
+                self.active[g] += 1;
+                client.on_start(id, self);
+            }
+        }
     }
 
     fn push(&mut self, at: Instant, ev: Event) {
@@ -168,7 +189,7 @@ impl Sim {
             _ => return,
         }
         if self.phase[i] == JobPhase::Active {
-            self.active -= 1;
+            self.active[usize::from(self.jobs[i].group)] -= 1;
         }
         self.phase[i] = JobPhase::Ended(how);
         self.ended += 1;
@@ -179,7 +200,7 @@ impl Sim {
     /// Ends every job that has arrived and not started yet (a stopped
     /// queue keeps them) and returns how many.
     pub fn stop_pending(&mut self, how: Terminal) -> usize {
-        let ids: Vec<u32> = self.pending.drain(..).collect();
+        let ids: Vec<u32> = self.pending.iter_mut().flat_map(|p| p.drain(..)).collect();
         for id in &ids {
             self.finish(*id, how);
         }
@@ -204,9 +225,12 @@ pub fn run(
         phase: vec![JobPhase::NotArrived; n],
         attempts: vec![0; n],
         in_flight: vec![None; n],
-        pending: VecDeque::new(),
-        active: 0,
-        workers: scenario.workers,
+        pending: scenario.job_groups().map(|_| VecDeque::new()).collect(),
+        active: scenario.job_groups().map(|_| 0).collect(),
+        workers: scenario
+            .job_groups()
+            .map(|g| g.workers.unwrap_or(scenario.workers))
+            .collect(),
         provider: SimProvider::new(scenario),
         rec: Recorder::new(scenario, &jobs),
         ended: 0,
@@ -237,7 +261,8 @@ pub fn run(
         match ev {
             Event::Arrive(id) => {
                 sim.phase[id as usize] = JobPhase::Queued;
-                sim.pending.push_back(id);
+                let g = usize::from(sim.jobs[id as usize].group);
+                sim.pending[g].push_back(id);
                 sim.open += 1;
                 sim.arrived += 1;
             }
@@ -267,17 +292,7 @@ pub fn run(
                 client.on_wake(&mut sim);
             }
         }
-        while sim.active < sim.workers {
-            let Some(id) = sim.pending.pop_front() else {
-                break;
-            };
-            if sim.phase[id as usize] != JobPhase::Queued {
-                continue;
-            }
-            sim.phase[id as usize] = JobPhase::Active;
-            sim.active += 1;
-            client.on_start(id, &mut sim);
-        }
+        sim.start_jobs(client);
         sim.rec.on_waiting(sim.open, level, sim.now);
         if sim.ended != last_ended {
             last_ended = sim.ended;

@@ -23,6 +23,10 @@
 //!   and sends none, from its 429s).
 //! * Time is virtual: an hour of traffic takes milliseconds, and a run is a
 //!   pure function of the scenario (its seed included).
+//! * Jobs may carry workloads (a level, a flow, a weight: a scenario's
+//!   `groups`), and the `ratewise` strategy and the oracle order their
+//!   waiting jobs with the core's queue discipline; the tenants family
+//!   ([`TENANTS`]) and its [`tenants`] figures measure it.
 //!
 //! ```
 //! use ratewise_sim::{simulate, Scenario, Strategy};
@@ -38,7 +42,7 @@
 //! [`provider`] (the simulated provider), [`engine`] (the event loop),
 //! [`strategy`] (the clients), [`metrics`] (definitions of every figure),
 //! [`table`] and [`plot`] (output), [`targets`] (the claims a shipped
-//! scenario must meet).
+//! scenario must meet), [`tenants`] (per-flow and per-level figures).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -53,9 +57,10 @@ pub mod scenario;
 pub mod strategy;
 pub mod table;
 pub mod targets;
+pub mod tenants;
 pub mod workload;
 
 pub use engine::Terminal;
 pub use metrics::Report;
-pub use scenario::{Scenario, ScenarioError, DEFAULT_SCENARIO, SHIPPED};
+pub use scenario::{Scenario, ScenarioError, DEFAULT_SCENARIO, SHIPPED, TENANTS};
 pub use strategy::{simulate, Strategy};

@@ -39,10 +39,14 @@
 //!   (nearest rank).
 //! * **spend_tokens**: input + output tokens of every success (what was
 //!   billed).
+//! * **tenants**: on a tenants scenario (job groups with levels and
+//!   flows), per flow and per level: jobs, done, wait p50/p95 and cost
+//!   share, defined in [`crate::tenants`].
 
 use crate::engine::Terminal;
 use crate::provider::{Answered, Verdict};
 use crate::scenario::Scenario;
+use crate::tenants::{TenantLog, TenantReport};
 use crate::workload::Job;
 use ratewise_core::{Dimension, Instant};
 use serde::Serialize;
@@ -117,6 +121,14 @@ pub struct Report {
     /// Every send, for plots (not serialised).
     #[serde(skip)]
     pub timeline: Vec<SendSample>,
+    /// A tenants scenario's rows, per flow and per level (see
+    /// [`crate::tenants`]); empty, and not serialised, on any other.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantReport>,
+    /// A tenants scenario's sends per group, for its targets (not
+    /// serialised).
+    #[serde(skip)]
+    pub tenant_log: Option<TenantLog>,
 }
 
 /// Collects a run's measurements.
@@ -151,6 +163,7 @@ pub struct Recorder {
     first_arrival: Option<Instant>,
     last_end: Instant,
     timeline: Vec<SendSample>,
+    tenants: Option<TenantLog>,
 }
 
 /// Units the provider's bucket of `limit` per minute really holds when
@@ -239,6 +252,7 @@ impl Recorder {
             first_arrival: jobs.iter().map(|j| j.arrival).min(),
             last_end: Instant::ZERO,
             timeline: Vec::new(),
+            tenants: TenantLog::new(scenario, jobs),
         }
     }
 
@@ -275,6 +289,9 @@ impl Recorder {
             Verdict::Success => {
                 self.admitted += units(self.binding, job);
                 self.spend_tokens += job.input_tokens + job.output_tokens;
+                if let Some(t) = &mut self.tenants {
+                    t.on_success(job, now);
+                }
             }
             _ => {}
         }
@@ -413,6 +430,8 @@ impl Recorder {
             p99_latency_s: round4(pct(0.99)),
             spend_tokens: self.spend_tokens,
             timeline: std::mem::take(&mut self.timeline),
+            tenants: self.tenants.as_ref().map_or_else(Vec::new, TenantLog::rows),
+            tenant_log: self.tenants.take(),
         }
     }
 }
@@ -459,6 +478,7 @@ mod tests {
             input_tokens: 10,
             max_tokens: 10,
             output_tokens: 10,
+            group: 0,
         };
         let r = Recorder::new(&s, &[job]);
         assert_eq!((r.binding(), r.binding_limit()), (Dimension::Requests, 60));

@@ -281,6 +281,7 @@ mod tests {
             input_tokens: 10,
             max_tokens: 10,
             output_tokens: 5,
+            group: 0,
         }
     }
 

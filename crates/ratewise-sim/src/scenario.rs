@@ -48,6 +48,13 @@
 //! | `deadline_ms` | each job's deadline, counted from its arrival; `null` = none | `null` |
 //! | `latency` | `{"base_ms": 300, "per_output_token_ms": 4, "error_ms": 100}`: a success answers after `base_ms + output × per_output_token_ms`, an error or reset after `error_ms` | as shown |
 //! | `workers` | concurrent jobs an application runs (every strategy) | `32` |
+//! | `replicas` | processes sharing the key with no store between them (the `ratewise` strategy runs one controller and one queue per process) | `1` |
+//! | `jobs.level`, `jobs.flow`, `jobs.weight` | the jobs' workload for the admission queue's discipline: a level of `interactive`, `default`, `bulk`; a flow (tenant) name; the flow's weight in its level | `default`, the level's name, `1` |
+//! | `jobs.start_ms` | the first arrival, ms after the run starts | `0` |
+//! | `jobs.workers` | this group's own worker pool | the scenario's `workers` |
+//! | `jobs.process` | the process (`0..replicas`) that runs this group | in turn |
+//! | `groups` | further job groups, each shaped like `jobs` (all of the fields above): a tenants scenario's levels and flows, each with its own arrivals, sizes, workers and process | `[]` |
+//! | `targets` | a tenants scenario's claims, checked by `--check`: `wait_p95_s` (per flow or level name, seconds), `cost_ratio` (`{"flows": [a, b], "ratio": 2, "tolerance": 0.1}`: admitted cost while both wait), `min_share` (per level: share of the admitted cost while every level waits), `limit_used` (least goodput ratio), `oracle_share` (least share of the oracle's goodput, instead of 0.9); see [`crate::targets::tenants`] | none |
 //!
 //! Time is provider time: a minute of the scenario is a minute of the
 //! limits. The simulation runs it in virtual time; `--real` runs it on a
@@ -138,6 +145,59 @@ pub struct Scenario {
     /// for the whole key (the oracle: the best the key allows).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub replicas: u32,
+    /// Further job groups beside `jobs` (default none), each shaped like
+    /// `jobs` and drawn after it: a tenants scenario's levels and flows,
+    /// each with its own arrivals, sizes, workers and process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<JobsSpec>,
+    /// A tenants scenario's own claims, checked by `--check` beside the
+    /// usual ones (see [`crate::targets::check`]; default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<TenantTargets>,
+}
+
+/// The most job groups a scenario has (`jobs` and its `groups`).
+pub const MAX_GROUPS: usize = 16;
+
+/// A tenants scenario's claims (issue #49), checked on the `ratewise`
+/// strategy's report beside the usual targets, every job done included.
+/// Names are flows' or levels' (a group's `flow`, else its `level`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TenantTargets {
+    /// Most p95 wait (arrival to the send that succeeded), seconds, per
+    /// level or flow name.
+    #[serde(default)]
+    pub wait_p95_s: std::collections::BTreeMap<String, f64>,
+    /// Two flows' admitted cost (dominant share of the true limits, per
+    /// weight) in this ratio, within a relative tolerance, while both
+    /// wait.
+    #[serde(default)]
+    pub cost_ratio: Option<CostRatio>,
+    /// Least share of the admitted cost a level keeps while every level
+    /// waits, per level name.
+    #[serde(default)]
+    pub min_share: std::collections::BTreeMap<String, f64>,
+    /// Least goodput ratio (share of the binding limit used while work
+    /// waits), whatever the oracle's.
+    #[serde(default)]
+    pub limit_used: Option<f64>,
+    /// Least share of the oracle's goodput (replaces
+    /// [`crate::targets::ORACLE_SHARE`] for this scenario).
+    #[serde(default)]
+    pub oracle_share: Option<f64>,
+}
+
+/// Two flows' admitted cost in a ratio.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostRatio {
+    /// The two flows, by name.
+    pub flows: [String; 2],
+    /// The first's admitted cost over the second's.
+    pub ratio: f64,
+    /// Relative tolerance (`0.1`: ± 10 %).
+    pub tolerance: f64,
 }
 
 /// The share of the key each replica paces at while it has seen no peer:
@@ -283,6 +343,99 @@ pub struct JobsSpec {
     pub max_tokens: u64,
     /// Uniform `[min, max]` actual output tokens (capped by `max_tokens`).
     pub output_tokens: [u64; 2],
+    /// The jobs' priority level, a name of
+    /// [`Levels::default`](ratewise_core::admit::fair::Levels)
+    /// (`interactive`, `default`, `bulk`); none: `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// The jobs' flow (tenant) within their level; none: the level's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<String>,
+    /// The flow's weight within its level.
+    #[serde(default = "weight_one", skip_serializing_if = "is_one")]
+    pub weight: u32,
+    /// The first arrival, milliseconds after the run starts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_ms: u64,
+    /// Concurrent jobs of this group (its own worker pool); none: the
+    /// scenario's `workers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
+    /// The process (replica, `0..replicas`) that runs this group's jobs;
+    /// none: jobs are handed to the processes in turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<u32>,
+}
+
+fn weight_one() -> u32 {
+    1
+}
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl JobsSpec {
+    /// The group's level name (`default` when it names none).
+    pub fn level_name(&self) -> &str {
+        self.level.as_deref().unwrap_or("default")
+    }
+
+    /// The group's flow name: its `flow`, else its level's name.
+    pub fn flow_name(&self) -> &str {
+        self.flow.as_deref().unwrap_or(self.level_name())
+    }
+
+    /// Checks one group's ranges; `at` names it in the message.
+    fn validate(&self, at: &str, replicas: u32) -> Result<(), ScenarioError> {
+        let bad = |m: &str| Err(ScenarioError::Invalid(format!("{at}.{m}")));
+        if self.count == 0 || self.count > MAX_JOBS {
+            return bad("count must be 1..=1000000");
+        }
+        let [a, b] = self.input_tokens;
+        if a > b || b > 10_000_000 {
+            return bad("input_tokens must be [min, max] with min <= max <= 10000000");
+        }
+        let [a, b] = self.output_tokens;
+        if a > b || b > 10_000_000 {
+            return bad("output_tokens must be [min, max] with min <= max <= 10000000");
+        }
+        if self.max_tokens == 0 || self.max_tokens > 10_000_000 {
+            return bad("max_tokens must be 1..=10000000");
+        }
+        if let Arrival::Rate { per_sec } = self.arrival {
+            if !(per_sec.is_finite() && per_sec > 0.0 && per_sec <= 100_000.0) {
+                return bad("arrival.per_sec must be in (0, 100000]");
+            }
+        }
+        let levels = ratewise_core::admit::fair::Levels::default();
+        if self
+            .level
+            .as_deref()
+            .is_some_and(|l| levels.level(l).is_none())
+        {
+            return bad("level must be interactive, default or bulk");
+        }
+        if self
+            .flow
+            .as_ref()
+            .is_some_and(|f| f.is_empty() || f.len() > 64)
+        {
+            return bad("flow must be 1..=64 bytes");
+        }
+        if self.weight == 0 || self.weight > ratewise_core::admit::fair::MAX_WEIGHT {
+            return bad("weight must be 1..=1000000");
+        }
+        if self.start_ms > 30 * 86_400_000 {
+            return bad("start_ms must be at most 30 days");
+        }
+        if self.workers.is_some_and(|w| w == 0 || w > 10_000) {
+            return bad("workers must be 1..=10000");
+        }
+        if self.process.is_some_and(|p| p >= replicas) {
+            return bad("process must be below replicas");
+        }
+        Ok(())
+    }
 }
 
 fn burst() -> Arrival {
@@ -432,6 +585,33 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The tenants family (issue #49), this crate's `scenarios/tenants/`:
+/// many workloads on one key — levels, weights, a flood, a lone flow, two
+/// processes — each with its own `targets`, checked against the oracle
+/// that applies the same ordering rules with the provider's true state.
+pub const TENANTS: &[(&str, &str)] = &[
+    (
+        "tenants/levels.json",
+        include_str!("../scenarios/tenants/levels.json"),
+    ),
+    (
+        "tenants/weights.json",
+        include_str!("../scenarios/tenants/weights.json"),
+    ),
+    (
+        "tenants/flood.json",
+        include_str!("../scenarios/tenants/flood.json"),
+    ),
+    (
+        "tenants/lone.json",
+        include_str!("../scenarios/tenants/lone.json"),
+    ),
+    (
+        "tenants/two-processes.json",
+        include_str!("../scenarios/tenants/two-processes.json"),
+    ),
+];
+
 impl Scenario {
     /// Parses and validates a scenario.
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
@@ -449,28 +629,10 @@ impl Scenario {
     /// allocate without a bound.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         let bad = |m: &str| Err(ScenarioError::Invalid(m.to_owned()));
-        if self.jobs.count == 0 || self.jobs.count > MAX_JOBS {
-            return bad("jobs.count must be 1..=1000000");
-        }
         if self.replicas == 0 || self.replicas > MAX_REPLICAS {
             return bad("replicas must be 1..=16");
         }
-        let [a, b] = self.jobs.input_tokens;
-        if a > b || b > 10_000_000 {
-            return bad("jobs.input_tokens must be [min, max] with min <= max <= 10000000");
-        }
-        let [a, b] = self.jobs.output_tokens;
-        if a > b || b > 10_000_000 {
-            return bad("jobs.output_tokens must be [min, max] with min <= max <= 10000000");
-        }
-        if self.jobs.max_tokens == 0 || self.jobs.max_tokens > 10_000_000 {
-            return bad("jobs.max_tokens must be 1..=10000000");
-        }
-        if let Arrival::Rate { per_sec } = self.jobs.arrival {
-            if !(per_sec.is_finite() && per_sec > 0.0 && per_sec <= 100_000.0) {
-                return bad("jobs.arrival.per_sec must be in (0, 100000]");
-            }
-        }
+        self.validate_groups()?;
         for (name, p) in [
             ("faults.overload_rate", self.faults.overload_rate),
             (
@@ -543,6 +705,71 @@ impl Scenario {
             return bad("name (128) or description (4096) too long");
         }
         Ok(())
+    }
+
+    /// Checks `jobs` and `groups`: each group's ranges, their number, the
+    /// total of jobs, distinct flow names per level, and the targets'
+    /// names.
+    fn validate_groups(&self) -> Result<(), ScenarioError> {
+        let bad = |m: &str| Err(ScenarioError::Invalid(m.to_owned()));
+        self.jobs.validate("jobs", self.replicas)?;
+        for (i, g) in self.groups.iter().enumerate() {
+            g.validate(&format!("groups[{i}]"), self.replicas)?;
+        }
+        if self.groups.len() >= MAX_GROUPS {
+            return bad("groups must be at most 15");
+        }
+        if self.total_jobs() > MAX_JOBS {
+            return bad("jobs in all groups must be at most 1000000");
+        }
+        let mut flows: Vec<&str> = self.job_groups().map(JobsSpec::flow_name).collect();
+        let n = flows.len();
+        flows.sort_unstable();
+        flows.dedup();
+        if flows.len() < n && self.job_groups().any(|g| g.flow.is_some()) {
+            return bad("each group needs a flow name of its own");
+        }
+        let Some(t) = &self.targets else {
+            return Ok(());
+        };
+        let known = |name: &str| {
+            self.job_groups()
+                .any(|g| g.flow_name() == name || g.level_name() == name)
+        };
+        let ratio_names = t.cost_ratio.iter().flat_map(|c| c.flows.iter());
+        let names = t
+            .wait_p95_s
+            .keys()
+            .chain(t.min_share.keys())
+            .chain(ratio_names);
+        for name in names {
+            if !known(name) {
+                return Err(ScenarioError::Invalid(format!(
+                    "targets name {name:?}, no group's flow or level"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The job groups: `jobs`, then `groups`.
+    pub fn job_groups(&self) -> impl Iterator<Item = &JobsSpec> {
+        std::iter::once(&self.jobs).chain(self.groups.iter())
+    }
+
+    /// Jobs in every group.
+    pub fn total_jobs(&self) -> u64 {
+        self.job_groups().map(|g| g.count).sum()
+    }
+
+    /// Whether the scenario's jobs carry workloads the queue discipline
+    /// tells apart (more than one group, or a level, flow or weight set):
+    /// a tenants scenario.
+    pub fn has_workloads(&self) -> bool {
+        !self.groups.is_empty()
+            || self.jobs.level.is_some()
+            || self.jobs.flow.is_some()
+            || self.jobs.weight != 1
     }
 
     /// Whether the provider's headers are biased in a way the
@@ -679,6 +906,49 @@ mod tests {
         assert_eq!(cfg.bias, BiasConfig::default());
         assert_eq!((s.silent, cfg.silent), (Silent::Off, Silent::Off));
         assert!(!s.is_silent());
+    }
+
+    #[test]
+    fn tenants_scenarios_parse_and_groups_are_checked() {
+        for (name, text) in TENANTS {
+            let s = Scenario::from_json(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(s.has_workloads() && s.targets.is_some(), "{name}");
+        }
+        let base = |patch: &str| {
+            format!(
+                r#"{{"limits": {{"requests_per_min": 50}}, "jobs": {{"count": 1, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2], "level": "bulk", "flow": "a"}}{patch}}}"#
+            )
+        };
+        let g = r#"{"count": 2, "input_tokens": [1, 2], "max_tokens": 10, "output_tokens": [1, 2]"#;
+        let ok = Scenario::from_json(&base(&format!(
+            r#", "groups": [{g}, "level": "interactive", "flow": "b", "weight": 3, "start_ms": 5, "workers": 2}}]"#
+        )))
+        .unwrap();
+        assert_eq!(ok.total_jobs(), 3);
+        assert_eq!(ok.groups[0].flow_name(), "b");
+        assert_eq!(ok.groups[0].weight, 3);
+        // Without groups or workloads: not a tenants scenario, and it
+        // prints as before (no new field).
+        let plain = Scenario::default_scenario();
+        assert!(!plain.has_workloads());
+        let text = serde_json::to_string(&plain).unwrap();
+        for field in [
+            "groups", "level", "flow", "weight", "start_ms", "process", "targets",
+        ] {
+            assert!(!text.contains(field), "{field}");
+        }
+        for patch in [
+            format!(r#", "groups": [{g}, "level": "urgent"}}]"#),
+            format!(r#", "groups": [{g}, "flow": "a"}}]"#),
+            format!(r#", "groups": [{g}, "weight": 0}}]"#),
+            format!(r#", "groups": [{g}, "process": 1}}]"#),
+            format!(r#", "groups": [{g}, "workers": 0}}]"#),
+            format!(r#", "groups": [{g}, "typo": 1}}]"#),
+            r#", "targets": {"wait_p95_s": {"nobody": 1.0}}"#.to_owned(),
+            r#", "targets": {"typo": 1}"#.to_owned(),
+        ] {
+            assert!(Scenario::from_json(&base(&patch)).is_err(), "{patch}");
+        }
     }
 
     #[test]

@@ -11,9 +11,15 @@ use std::fmt::Write;
 pub fn text_report(scenario: &Scenario, reports: &[Report]) -> String {
     let mut out = format!(
         "scenario {}: {} jobs; {}\n\n",
-        scenario.name, scenario.jobs.count, scenario.description
+        scenario.name,
+        scenario.total_jobs(),
+        scenario.description
     );
     out.push_str(&table(reports));
+    if reports.iter().any(|r| !r.tenants.is_empty()) {
+        out.push('\n');
+        out.push_str(&tenants_table(reports));
+    }
     if let Some(r0) = reports.first() {
         let _ = writeln!(
             out,
@@ -96,6 +102,29 @@ pub fn table(reports: &[Report]) -> String {
     out.push('\n');
     for row in &rows {
         line(&mut out, row);
+    }
+    out
+}
+
+/// A tenants scenario's rows (per flow, per level) of every report: jobs
+/// done, wait p50/p95 and cost share (see [`crate::tenants`]).
+pub fn tenants_table(reports: &[Report]) -> String {
+    let mut out = String::from(
+        "| strategy | tenant | level | done | wait p50 s | wait p95 s | cost share |\n|:-|:-|:-|-:|-:|-:|-:|\n",
+    );
+    for r in reports {
+        for t in &r.tenants {
+            let name = if t.kind == "level" {
+                format!("(level {})", t.name)
+            } else {
+                t.name.clone()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {name} | {} | {}/{} | {:.2} | {:.2} | {:.3} |",
+                r.strategy, t.level, t.done, t.jobs, t.wait_p50_s, t.wait_p95_s, t.cost_share
+            );
+        }
     }
     out
 }

@@ -77,9 +77,14 @@ pub fn check(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
             &simulated
         }
     };
-    if r.goodput_ratio < ORACLE_SHARE * oracle.goodput_ratio {
+    let oracle_share = scenario
+        .targets
+        .as_ref()
+        .and_then(|t| t.oracle_share)
+        .unwrap_or(ORACLE_SHARE);
+    if r.goodput_ratio < oracle_share * oracle.goodput_ratio {
         miss.push(format!(
-            "goodput {:.4} < {ORACLE_SHARE} × the oracle's {:.4}",
+            "goodput {:.4} < {oracle_share} × the oracle's {:.4}",
             r.goodput_ratio, oracle.goodput_ratio
         ));
     }
@@ -124,6 +129,7 @@ pub fn check(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
     if r.jobs_lost > 0 {
         miss.push(format!("{} jobs lost", r.jobs_lost));
     }
+    miss.extend(tenants(scenario, r));
     let others = reports
         .iter()
         .filter(|o| o.strategy != "ratewise" && o.strategy != Strategy::Oracle.name());
@@ -142,6 +148,107 @@ pub fn check(scenario: &Scenario, reports: &[Report]) -> Vec<String> {
         }
     }
     miss
+}
+
+/// The claims of a tenants scenario's `targets` that `r` misses (none
+/// for a scenario without): every job done; each named p95 wait at most
+/// its bound; the two flows' admitted cost in the stated ratio, within
+/// its tolerance, while both wait; each named level's share of the
+/// admitted cost while every level waits at least its minimum; the
+/// binding limit used at least `limit_used`. The figures are defined in
+/// [`crate::tenants`].
+///
+/// ```
+/// use ratewise_sim::{simulate, targets, Scenario, Strategy, TENANTS};
+/// let s = Scenario::from_json(TENANTS[0].1).unwrap();
+/// let r = simulate(&s, Strategy::Ratewise, &mut |_, _| {});
+/// assert_eq!(targets::tenants(&s, &r), Vec::<String>::new());
+/// ```
+pub fn tenants(scenario: &Scenario, r: &Report) -> Vec<String> {
+    let mut miss = Vec::new();
+    let (Some(t), Some(log)) = (&scenario.targets, &r.tenant_log) else {
+        return miss;
+    };
+    if r.jobs_done < r.jobs_total {
+        miss.push(format!("{} of {} jobs done", r.jobs_done, r.jobs_total));
+    }
+    for (name, bound) in &t.wait_p95_s {
+        let p95 = log.wait_p95(name);
+        if p95 > *bound {
+            miss.push(format!("{name} wait p95 {p95:.3} s > {bound} s"));
+        }
+    }
+    if let Some(c) = &t.cost_ratio {
+        let [a, b] = &c.flows;
+        match log.ratio_while_both_wait(a, b) {
+            Some(x) if (x / c.ratio - 1.0).abs() <= c.tolerance => {}
+            Some(x) => miss.push(format!(
+                "{a}:{b} cost {x:.3} while both wait, not {} ± {:.0} %",
+                c.ratio,
+                c.tolerance * 100.0
+            )),
+            None => miss.push(format!("{a} and {b} never both waited")),
+        }
+    }
+    for (level, min) in &t.min_share {
+        match log.share_while_all_wait(level) {
+            Some(x) if x >= *min => {}
+            Some(x) => miss.push(format!(
+                "{level} share {x:.3} of the cost while every level waits < {min}"
+            )),
+            None => miss.push(format!("{level}: the levels never all waited")),
+        }
+    }
+    if let Some(used) = t.limit_used {
+        if r.goodput_ratio < used {
+            miss.push(format!(
+                "binding limit used {:.4} < {used}",
+                r.goodput_ratio
+            ));
+        }
+    }
+    miss
+}
+
+/// The figures a tenants scenario's targets read, one line each, for
+/// `r` (the ratewise strategy's report, or the oracle's): each named p95
+/// wait, the flows' cost ratio, the levels' minimum shares. Empty for a
+/// scenario without targets.
+pub fn tenant_figures(scenario: &Scenario, r: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    let (Some(t), Some(log)) = (&scenario.targets, &r.tenant_log) else {
+        return out;
+    };
+    let show = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{x:.3}"));
+    out.push(format!(
+        "{}: {}/{} jobs done, binding limit used {:.4}, {} of {} sends answered 429",
+        r.strategy, r.jobs_done, r.jobs_total, r.goodput_ratio, r.sends_429, r.sends
+    ));
+    for (name, bound) in &t.wait_p95_s {
+        out.push(format!(
+            "{}: {name} wait p95 {:.3} s (target ≤ {bound} s)",
+            r.strategy,
+            log.wait_p95(name)
+        ));
+    }
+    if let Some(c) = &t.cost_ratio {
+        let [a, b] = &c.flows;
+        out.push(format!(
+            "{}: {a}:{b} cost while both wait {} (target {} ± {:.0} %)",
+            r.strategy,
+            show(log.ratio_while_both_wait(a, b)),
+            c.ratio,
+            c.tolerance * 100.0
+        ));
+    }
+    for (level, min) in &t.min_share {
+        out.push(format!(
+            "{}: {level} share of the cost while every level waits {} (target ≥ {min})",
+            r.strategy,
+            show(log.share_while_all_wait(level))
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

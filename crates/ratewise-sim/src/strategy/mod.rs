@@ -15,6 +15,7 @@
 
 pub mod backoff;
 pub mod oracle;
+pub mod queue;
 pub mod ratewise;
 pub mod sdk_naive;
 

@@ -18,9 +18,20 @@
 //! * the same jobs, the same `workers` (at most that many jobs active),
 //!   the same provider with the same injected faults (overloads, resets
 //!   after send, the spend cap);
-//! * oldest first: jobs wait in arrival order, as ratewise's do, and a job
-//!   that does not fit yet holds the ones behind it (no reordering to fill
-//!   gaps, which ratewise does not do either);
+//! * the same order as ratewise's queue: the core's queue discipline
+//!   ([`super::queue`]) over each job's level, flow and weight — the
+//!   higher level first with a lower level keeping its minimum share,
+//!   flows of a level by cost, oldest first within a flow; with one level
+//!   and one flow (every scenario without `groups`), arrival order. The
+//!   oracle charges a flow the true cost of its send (its dominant share
+//!   of the provider's true limits: input and `max_tokens`, as the
+//!   provider charges at admission) and corrects it to what the answer
+//!   used, so on a tenants scenario it is the yardstick of the ordering
+//!   rules applied with no estimation error. The head that does not fit
+//!   yet holds the ones behind it (no reordering to fill gaps, which
+//!   ratewise does not do either). Across processes
+//!   (`replicas`) the oracle is one client: it applies the rules to the
+//!   whole key, the best the key allows;
 //! * every answer other than a success is decided as ratewise decides it:
 //!   the real `classify_response` (or `classify_transport` for a reset)
 //!   and `decide` under the same [`policy`] — the same attempt budget and
@@ -40,18 +51,20 @@
 //! waits that long; a decision after an answer does respect the deadline,
 //! through `decide`).
 
+use super::queue::{FairQueue, QueueOrder};
 use super::ratewise::policy;
 use super::rng_for;
 use crate::engine::{Client, Sim, Terminal};
+use crate::provider::Verdict;
 use crate::provider::{Answered, Delivery, SimProvider};
 use crate::scenario::Scenario;
+use ratewise_core::admit::fair::{Charged, Cost};
+use ratewise_core::admit::{Amounts, Limits};
 use ratewise_core::classify::{
     classify_response, classify_transport, ResponseView, TransportFailure,
 };
 use ratewise_core::decide::{decide, JobState, Policy};
-use ratewise_core::{Action, Instant, Now, Provider};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use ratewise_core::{Action, Now, Provider};
 use std::time::Duration;
 
 /// The strategy's state.
@@ -61,8 +74,12 @@ pub struct Oracle {
     policy: Policy,
     rng: fastrand::Rng,
     deadline: Option<Duration>,
-    /// Jobs waiting to be sent, oldest first.
-    ready: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Jobs waiting to be sent, in the discipline's order.
+    queue: FairQueue,
+    /// The provider's true limits: what a send costs.
+    limits: Limits,
+    /// Each job's charge since its send, to correct at its answer.
+    charged: Vec<Option<Charged>>,
     /// A money answer (or any stop) came: nothing more is sent.
     stopped: bool,
 }
@@ -75,7 +92,9 @@ impl Oracle {
             policy: policy(scenario),
             rng: rng_for(scenario, 0x0ac1e),
             deadline: scenario.deadline_ms.map(Duration::from_millis),
-            ready: BinaryHeap::new(),
+            queue: FairQueue::new(scenario, QueueOrder::Discipline),
+            limits: scenario.limits.to_core(),
+            charged: (0..scenario.total_jobs()).map(|_| None).collect(),
             stopped: false,
         }
     }
@@ -83,12 +102,13 @@ impl Oracle {
     /// Sends the oldest waiting jobs while the provider would admit them,
     /// and asks to be woken the instant it would admit the next one.
     fn dispatch(&mut self, sim: &mut Sim) {
-        while let Some(&Reverse((_, id))) = self.ready.peek() {
+        while let Some(id) = self.queue.head() {
+            let job = *sim.job(id);
             // Money answers charge no bucket, so pacing would not hold
             // them back; the true state says when they would come.
             self.stopped |= sim.refuses_for_money();
             if self.stopped {
-                self.ready.pop();
+                self.queue.leave(&job);
                 sim.finish(id, Terminal::Stopped);
                 continue;
             }
@@ -99,15 +119,47 @@ impl Oracle {
                 sim.wake(at);
                 return;
             }
-            self.ready.pop();
+            // What the provider charges at admission: input and
+            // `max_tokens`.
+            let held = Amounts {
+                requests: 1,
+                input: job.input_tokens,
+                output: job.max_tokens,
+            };
+            let cost = Cost::dominant(&held, &self.limits);
+            self.charged[id as usize] = self.queue.admitted(&job, cost, sim.now());
             sim.send(id);
         }
     }
 
     fn enqueue(&mut self, id: u32, sim: &mut Sim) {
-        let arrival = sim.job(id).arrival;
-        self.ready.push(Reverse((arrival, id)));
+        let job = *sim.job(id);
+        self.queue.join(&job);
         self.dispatch(sim);
+    }
+
+    /// Corrects the charge of job `id`'s send to what its answer used:
+    /// the input and actual output of a success, one request otherwise.
+    fn settle(&mut self, id: u32, a: &Answered, sim: &Sim) {
+        let Some(charged) = self.charged[id as usize].take() else {
+            return;
+        };
+        let job = sim.job(id);
+        let used = if a.verdict == Verdict::Success {
+            Amounts {
+                requests: 1,
+                input: job.input_tokens,
+                output: job.output_tokens,
+            }
+        } else {
+            Amounts {
+                requests: 1,
+                input: 0,
+                output: 0,
+            }
+        };
+        let actual = Cost::dominant(&used, &self.limits);
+        self.queue.settled(&charged, actual, sim.now());
     }
 }
 
@@ -117,6 +169,7 @@ impl Client for Oracle {
     }
 
     fn on_answer(&mut self, id: u32, a: &Answered, sim: &mut Sim) {
+        self.settle(id, a, sim);
         let now = Now::new(sim.now(), SimProvider::wall(sim.now()));
         let c = match &a.delivery {
             Delivery::Response {

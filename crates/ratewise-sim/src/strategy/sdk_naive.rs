@@ -37,7 +37,7 @@ impl SdkNaive {
     /// A client for `scenario`.
     pub fn new(scenario: &Scenario) -> Self {
         SdkNaive {
-            jobs: vec![State::default(); scenario.jobs.count as usize],
+            jobs: vec![State::default(); scenario.total_jobs() as usize],
             rng: rng_for(scenario, 0x5d4),
         }
     }
