@@ -135,8 +135,9 @@ api_key in --config, conflict with a pool (OPENAI_API_KEY / ANTHROPIC_API_KEY ar
 so do --via batch and --via auto (the batch APIs are per key).
 
 An input edited after a run: unchanged lines keep their state and are never sent again;
-new and edited lines run; a line whose job was already sent or ended and whose request
-changed is refused, by its line number.
+new and edited lines run (a job the provider refused with a 4xx runs again once its line is
+fixed); a line whose job was otherwise sent or ended and whose request changed is refused,
+by its line number.
 
 Exit codes (the first that applies): 0 all done; 2 usage or input error \
 (bad lines included); 3 the store is locked by another run; 4 stopped (spend cap, billing, auth, \

@@ -950,8 +950,10 @@ fn import_or_sync(
 
 /// An input edited since the store was made: first read whole to find
 /// lines whose job was sent or ended and whose request changed (then
-/// nothing changes: refused, naming them); else read again and kept: new
-/// `custom_id`s added, edited unsent ones replaced, unchanged ones kept as
+/// nothing changes: refused, naming them) — a job the provider refused
+/// (`failed` on a 4xx answer, nothing generated) is not one of them;
+/// else read again and kept: new `custom_id`s added, edited unsent or
+/// refused ones replaced, unchanged ones kept as
 /// they are, unsent jobs whose line is gone removed. Bad lines are the new
 /// file's.
 fn take_edits(

