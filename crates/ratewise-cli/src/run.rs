@@ -141,7 +141,8 @@ by its line number.
 
 Exit codes (the first that applies): 0 all done; 2 usage or input error \
 (bad lines included); 3 the store is locked by another run; 4 stopped (spend cap, billing, auth, \
-budget); 5 interrupted (a signal, or the store could not be written); 6 some held_unknown; \
+budget); 5 interrupted (a signal, the store could not be written, or the upstream could not \
+be reached: its jobs stay pending); 6 some held_unknown; \
 7 some failed or expired.";
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -297,6 +298,9 @@ pub fn run(args: &RunArgs) -> u8 {
         )),
         Ending::StoreFailed(why) => say(format!(
             "the store could not be written ({why}); nothing more was sent. Free the disk and run the same command again."
+        )),
+        Ending::Unreachable { upstream, cause } => say(format!(
+            "the upstream {upstream} could not be reached ({cause}): no request reached it, and no job failed for it; nothing more was sent. Check --upstream (or upstream in --config) and run the same command again: the jobs are pending."
         )),
         Ending::Finished => {}
     }

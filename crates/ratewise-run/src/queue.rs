@@ -141,6 +141,17 @@ pub enum Ending {
     Interrupted,
     /// The store could not be written: nothing more was sent.
     StoreFailed(String),
+    /// The upstream could not be reached: a job's every attempt failed
+    /// before a byte was sent (connection refused, a name that did not
+    /// resolve, a TLS handshake that failed). No job failed for it:
+    /// nothing more was sent, and the jobs are pending for a re-run (with
+    /// the right `--upstream`).
+    Unreachable {
+        /// The upstream tried (a pool member as `host:port#fp-…`).
+        upstream: String,
+        /// Why, in words (`connection refused`).
+        cause: String,
+    },
 }
 
 /// What a run did.
@@ -170,6 +181,10 @@ enum Outcome {
     /// Nothing was sent and the store could not record why (the journal's
     /// write failed): the run stops, the job stays pending.
     NotSent(String),
+    /// Every attempt failed before a byte was sent: the upstream (named)
+    /// could not be reached, for the cause (in words). The job is pending
+    /// again, what it has so far kept; the run stops.
+    Unreached(End, String, String),
 }
 
 /// What the loop learns of a job once its end (or its way back) is in
@@ -183,6 +198,9 @@ enum Flow {
     Stop(StopRecord, bool),
     /// Not sent; the store could not record the send.
     NotSent(String),
+    /// Back in the store, unsent: the upstream (named) could not be
+    /// reached, for the cause (in words).
+    Unreached(String, String),
 }
 
 /// The figures of one job's call, for the run's counters.
@@ -197,8 +215,12 @@ struct Tally {
 impl Tally {
     fn of(outcome: &Outcome) -> Tally {
         match outcome {
-            Outcome::End(e) | Outcome::PutBack(_, e) | Outcome::Stop(_, e, _) => Tally {
-                sends: e.attempts.len() as u64,
+            Outcome::End(e)
+            | Outcome::PutBack(_, e)
+            | Outcome::Stop(_, e, _)
+            | Outcome::Unreached(e, _, _) => Tally {
+                // An attempt that reached no server is no send.
+                sends: e.attempts.iter().filter(|a| reached(a)).count() as u64,
                 answered_429: e.attempts.iter().filter(|a| a["status"] == 429).count() as u64,
                 usage: e.usage,
                 charged: e.charged,
@@ -235,7 +257,7 @@ async fn keep(
                     attempts: serde_json::Value::Array(end.attempts.clone()).to_string(),
                     usage: end.usage,
                     charged: end.charged,
-                    sends: end.attempts.len() as u64,
+                    sends: end.attempts.iter().filter(|a| reached(a)).count() as u64,
                     double_spend: job.double_spend,
                     waited_ms: end.waited_ms,
                 },
@@ -252,7 +274,17 @@ async fn keep(
             Ok((Flow::Stop(stop, sent), None))
         }
         Outcome::NotSent(why) => Ok((Flow::NotSent(why), None)),
+        Outcome::Unreached(so_far, upstream, cause) => {
+            submit(store, HotWrite::PutBack(seq, 0, so_far)).await?;
+            Ok((Flow::Unreached(upstream, cause), None))
+        }
     }
+}
+
+/// Whether an attempt (as the output keeps it) reached a server: it is
+/// not a connection that failed before a byte was sent.
+fn reached(attempt: &serde_json::Value) -> bool {
+    attempt["cause"] != Cause::ConnectFailed.as_str()
 }
 
 /// A job back from its task.
@@ -553,6 +585,15 @@ impl Close {
     fn store_failed(&mut self, why: String) {
         if self.ending.is_none() || matches!(self.ending, Some(Ending::Interrupted)) {
             self.ending = Some(Ending::StoreFailed(why));
+        }
+        self.draining = true;
+    }
+
+    /// The upstream could not be reached: nothing more is sent, and the
+    /// run ends saying so (unless it already ends for another reason).
+    fn unreachable(&mut self, upstream: String, cause: String) {
+        if self.ending.is_none() {
+            self.ending = Some(Ending::Unreachable { upstream, cause });
         }
         self.draining = true;
     }
@@ -944,6 +985,16 @@ impl<S: Upstream> Drive<S> {
             // Nothing more is sent when the store cannot keep what is
             // sent: the run stops, resumable.
             (Flow::NotSent(why), _) => self.close.store_failed(why),
+            // No byte reached the upstream: the jobs waiting in the layer
+            // end unsent (retrying an address nothing listens on only
+            // burns their attempts), and the run ends naming it.
+            (Flow::Unreached(mut upstream, cause), _) => {
+                if upstream.is_empty() {
+                    upstream.clone_from(&self.queue.settings.upstream);
+                }
+                self.cancel.cancel();
+                self.close.unreachable(upstream, cause);
+            }
         }
     }
 
@@ -1125,6 +1176,15 @@ fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
     records.iter().filter_map(|r| r.delay_ms).sum()
 }
 
+/// Attempts whose connection failed before a byte was sent: journaled
+/// (and counted) as sends before they were tried, they are no sends.
+fn unreached(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
+    records
+        .iter()
+        .filter(|r| r.cause == Cause::ConnectFailed)
+        .count() as u64
+}
+
 /// A call after its first poll in the fill loop.
 enum First<F: Future> {
     /// Waiting in the layer (or on the wire).
@@ -1176,6 +1236,7 @@ async fn answer<S: Upstream>(
                 request_id: rid,
                 attempts: attempts_json(&attempts),
                 waited_ms: waited(&attempts),
+                unreached: unreached(&attempts),
                 ..End::default()
             };
             match read {
@@ -1235,6 +1296,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
         message: Some(e.to_string()),
         attempts: attempts_json(attempts),
         waited_ms: waited(attempts),
+        unreached: unreached(attempts),
         ..End::default()
     };
     match e.action() {
@@ -1287,11 +1349,39 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
                 Outcome::End(end)
             }
         },
-        _ => {
-            end.state = Some(State::Failed);
-            Outcome::End(end)
-        }
+        _ => match unreached_cause(attempts) {
+            // Not the job's failure: the upstream's.
+            Some(cause) => Outcome::Unreached(end, job_upstream(attempts), cause.to_owned()),
+            None => {
+                end.state = Some(State::Failed);
+                Outcome::End(end)
+            }
+        },
     }
+}
+
+/// Why the upstream could not be reached, in words, when that ended the
+/// job: its last attempt's connection failed before a byte was sent (the
+/// attempts before it, if any, were answered with errors, or the job
+/// would have ended then: nothing of it was generated).
+fn unreached_cause(attempts: &[ratewise_core::record::AttemptRecord]) -> Option<&'static str> {
+    let last = attempts
+        .last()
+        .filter(|a| a.cause == Cause::ConnectFailed)?;
+    Some(match last.transport {
+        Some("dns_failed") => "the name did not resolve",
+        Some("tls_failed") => "the TLS handshake failed",
+        _ => "connection refused",
+    })
+}
+
+/// The upstream the last attempt went to, when it names one (a pool's
+/// member); else the run's, filled in by the queue.
+fn job_upstream(attempts: &[ratewise_core::record::AttemptRecord]) -> String {
+    attempts
+        .last()
+        .and_then(|a| a.member.clone())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

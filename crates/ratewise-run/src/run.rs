@@ -505,6 +505,9 @@ impl Finished {
             summary["stop"] = serde_json::to_value(stop).unwrap_or_default();
             summary["stop"]["cause_in_words"] = crate::progress::cause_in_words(stop.cause).into();
         }
+        if let Ending::Unreachable { upstream, cause } = &self.report.ending {
+            summary["unreachable"] = serde_json::json!({"upstream": upstream, "cause": cause});
+        }
         summary
     }
 }
@@ -529,7 +532,7 @@ fn report_of_batches(b: &BatchReport) -> Report {
 /// the run's, unless the queue's own ending says more.
 fn merge_batch_ending(report: &mut Report, b: &BatchReport) {
     match (&report.ending, &b.ending) {
-        (Ending::Stopped(_) | Ending::StoreFailed(_), _) => {}
+        (Ending::Stopped(_) | Ending::StoreFailed(_) | Ending::Unreachable { .. }, _) => {}
         (_, BatchEnding::Stopped(stop)) => report.ending = Ending::Stopped(stop.clone()),
         (Ending::Finished, BatchEnding::Interrupted | BatchEnding::Submitted) => {
             report.ending = Ending::Interrupted
@@ -762,6 +765,8 @@ fn recover_last_run(
     if cut > 0 {
         observer.event(Event::HeldFromLastRun(cut));
     }
+    // Jobs an earlier version failed when no byte reached the upstream.
+    store.revive_unreached()?;
     if options.resume_stopped {
         let n = store.resume_stopped()?;
         if n > 0 {

@@ -396,7 +396,8 @@ fn write_end(
         "UPDATE jobs SET state = ?2, not_before_ms = ?3, attempts = ?4, status = ?5, request_id = ?6,
              response = ?7, cause = ?8, message = ?9, usage_in = ?10, usage_out = ?11,
              charged = MIN(charged + ?12, 9223372036854775807),
-             waited_ms = MIN(waited_ms + ?13, 9223372036854775807)
+             waited_ms = MIN(waited_ms + ?13, 9223372036854775807),
+             sends = MAX(sends - ?14, 0)
          WHERE seq = ?1",
     )?
     .execute(params![
@@ -413,6 +414,7 @@ fn write_end(
             end.usage.map(|u| to_db(u.1)),
             to_db(end.charged),
             to_db(end.waited_ms),
+            to_db(end.unreached),
         ],
     )?;
     Ok(())
@@ -802,6 +804,18 @@ impl Store for SqliteStore {
 
     fn clear_bad_lines(&self) -> Result<(), StoreError> {
         self.write(|c| c.execute_batch("DELETE FROM bad_lines"))
+    }
+
+    fn revive_unreached(&self) -> Result<u64, StoreError> {
+        self.write(|c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'pending', not_before_ms = 0, cause = NULL,
+                     message = NULL, status = NULL, response = NULL, request_id = NULL
+                 WHERE state = 'failed' AND cause = 'connect_failed' AND status IS NULL",
+                [],
+            )?;
+            Ok(n as u64)
+        })
     }
 
     fn revive_expired(&self, deadline_ms: i64, now_ms: i64, all: bool) -> Result<u64, StoreError> {

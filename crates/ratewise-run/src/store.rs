@@ -161,6 +161,10 @@ pub struct End {
     pub charged: u64,
     /// Milliseconds this job waited in this run (admission and backoff).
     pub waited_ms: u64,
+    /// Of the attempts, those whose connection failed before a byte was
+    /// sent: each was counted as a send when it was journaled, and is
+    /// not one.
+    pub unreached: u64,
 }
 
 /// Why the queue stopped: a provider's answer, by the core's typed
@@ -549,6 +553,15 @@ pub trait Store: Send + Sync + 'static {
     /// Forgets the bad lines kept (an edited input reports its own).
     fn clear_bad_lines(&self) -> Result<(), StoreError> {
         Err(StoreError::new("this store cannot take an edited input"))
+    }
+    /// Jobs that ended `failed` because the upstream could not be reached
+    /// (their last attempt's connection failed before a byte was sent:
+    /// the cause `connect_failed`, no answer), as earlier versions failed
+    /// them, are pending again: nothing of theirs was generated (an
+    /// attempt that may have been ends a job held, never failed). How
+    /// many.
+    fn revive_unreached(&self) -> Result<u64, StoreError> {
+        Ok(0)
     }
     /// Expired jobs that the deadline `deadline_ms` (from first seen) no
     /// longer expires at `now_ms` become pending again; with `all`, every

@@ -109,3 +109,50 @@ async fn a_line_the_provider_refused_runs_once_it_is_fixed() {
     mock.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A loopback address nothing listens on.
+fn nothing_listening() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_nothing_listens_on_fails_no_job_and_a_rerun_with_the_right_one_sends_them() {
+    let mock = MockServer::start(roomy()).await.unwrap();
+    let dir = temp("unreached");
+    let ok = "claude-sonnet-4-5";
+    let path = write_input(&dir, &[line("a", ok), line("b", ok), line("c", ok)]);
+    let wrong = nothing_listening();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let first = run_of(&path, &wrong)
+        .execute(rx.clone(), Arc::new(Ignore))
+        .await
+        .unwrap();
+    match &first.report.ending {
+        Ending::Unreachable { upstream, cause } => {
+            assert_eq!(upstream, &wrong);
+            assert_eq!(cause, "connection refused");
+        }
+        other => panic!("the run ends {other:?}, not naming the upstream"),
+    }
+    let c = &first.report.counts;
+    assert_eq!((c.failed, c.pending), (0, 3), "{c:?}");
+    assert_eq!(first.report.sends, 0, "no attempt reached a server");
+    assert_eq!(first.exit_code(), ratewise_run::EXIT_INTERRUPTED);
+    assert_eq!(first.summary()["unreachable"]["upstream"], wrong.as_str());
+    // The same command with the right upstream sends them.
+    let second = run_of(&path, &mock.base_url())
+        .execute(rx, Arc::new(Ignore))
+        .await
+        .unwrap();
+    assert_eq!(second.exit_code(), 0, "{:?}", second.report);
+    assert_eq!(second.report.counts.done, 3);
+    assert_eq!((mock.records().len(), second.report.sends), (3, 3));
+    for (id, r) in results(&second.out) {
+        assert_eq!(r["outcome"], "done", "{id}");
+    }
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
