@@ -232,52 +232,65 @@ impl Tally {
 
 /// Writes `outcome` to the store, from the job's own task so that the
 /// writes of many jobs share one commit; the line for the partial file of
-/// a job that ended.
+/// a job that ended. `since_ms`: when the run could first have sent the
+/// job (its start): the store counts the job's wait from then (or from
+/// when it was due, if later) to its last send.
 async fn keep(
     store: &Arc<dyn Store>,
     shape: Shape,
     job: &Pending,
     outcome: Outcome,
+    since_ms: i64,
 ) -> Result<(Flow, Option<String>), StoreError> {
     let seq = job.seq;
     match outcome {
-        Outcome::End(end) => {
-            let state = end.state.unwrap_or(State::Failed);
-            let line = output::line(
-                shape,
-                &crate::store::Ended {
-                    seq,
-                    custom_id: job.custom_id.clone(),
-                    state,
-                    status: end.status,
-                    request_id: end.request_id.clone(),
-                    response: end.response.clone(),
-                    cause: end.cause.clone(),
-                    message: end.message.clone(),
-                    attempts: serde_json::Value::Array(end.attempts.clone()).to_string(),
-                    usage: end.usage,
-                    charged: end.charged,
-                    sends: end.attempts.iter().filter(|a| reached(a)).count() as u64,
-                    double_spend: job.double_spend,
-                    waited_ms: end.waited_ms,
-                },
-            );
+        Outcome::End(mut end) => {
+            end.since_ms = Some(since_ms);
+            let mut ended = ended_of(job, &end);
             submit(store, HotWrite::Ended(seq, end)).await?;
-            Ok((Flow::Ended, Some(line)))
+            // The wait as the store counted it (across runs), as the
+            // final file will say it.
+            if let Some(waited) = blocking(store, move |s| s.waited_ms(seq)).await? {
+                ended.waited_ms = waited;
+            }
+            Ok((Flow::Ended, Some(output::line(shape, &ended))))
         }
-        Outcome::PutBack(at, so_far) => {
+        Outcome::PutBack(at, mut so_far) => {
+            so_far.since_ms = Some(since_ms);
             submit(store, HotWrite::PutBack(seq, at, so_far)).await?;
             Ok((Flow::PutBack, None))
         }
-        Outcome::Stop(stop, so_far, sent) => {
+        Outcome::Stop(stop, mut so_far, sent) => {
+            so_far.since_ms = Some(since_ms);
             submit(store, HotWrite::PutBack(seq, 0, so_far)).await?;
             Ok((Flow::Stop(stop, sent), None))
         }
         Outcome::NotSent(why) => Ok((Flow::NotSent(why), None)),
-        Outcome::Unreached(so_far, upstream, cause) => {
+        Outcome::Unreached(mut so_far, upstream, cause) => {
+            so_far.since_ms = Some(since_ms);
             submit(store, HotWrite::PutBack(seq, 0, so_far)).await?;
             Ok((Flow::Unreached(upstream, cause), None))
         }
+    }
+}
+
+/// The output's view of `job` ended as `end` (this run's part of it).
+fn ended_of(job: &Pending, end: &End) -> crate::store::Ended {
+    crate::store::Ended {
+        seq: job.seq,
+        custom_id: job.custom_id.clone(),
+        state: end.state.unwrap_or(State::Failed),
+        status: end.status,
+        request_id: end.request_id.clone(),
+        response: end.response.clone(),
+        cause: end.cause.clone(),
+        message: end.message.clone(),
+        attempts: serde_json::Value::Array(end.attempts.clone()).to_string(),
+        usage: end.usage,
+        charged: end.charged,
+        sends: end.attempts.iter().filter(|a| reached(a)).count() as u64,
+        double_spend: job.double_spend,
+        waited_ms: end.waited_ms,
     }
 }
 
@@ -668,6 +681,9 @@ struct Drive<S> {
     grace_end: Option<tokio::time::Instant>,
     /// [`Settings::deadline`] in milliseconds.
     deadline_ms: i64,
+    /// When the run began (ms since the epoch): a job's wait counts from
+    /// then, or from when it was due if later.
+    run_start_ms: i64,
 }
 
 impl<S: Upstream> Drive<S> {
@@ -694,6 +710,7 @@ impl<S: Upstream> Drive<S> {
             pool_rounds: std::collections::HashMap::new(),
             grace_end: None,
             deadline_ms,
+            run_start_ms: now_ms(),
         }
     }
 
@@ -766,7 +783,8 @@ impl<S: Upstream> Drive<S> {
                 ..End::default()
             };
             let shape = self.queue.settings.shape;
-            let (_, line) = keep(&self.queue.store, shape, &job, Outcome::End(end)).await?;
+            let since = self.run_start_ms;
+            let (_, line) = keep(&self.queue.store, shape, &job, Outcome::End(end), since).await?;
             if let Some(line) = line {
                 let _ = partial.push(&line);
             }
@@ -825,6 +843,7 @@ impl<S: Upstream> Drive<S> {
         let shape = self.queue.settings.shape;
         let tx = self.tx.clone();
         let store = Arc::clone(&self.queue.store);
+        let since = self.run_start_ms;
         self.tasks.spawn(async move {
             let outcome = match first {
                 First::Waiting(call) => answer::<S>(call.await, &job).await,
@@ -839,7 +858,7 @@ impl<S: Upstream> Drive<S> {
                     ..
                 })
             );
-            let kept = keep(&store, shape, &job, outcome).await;
+            let kept = keep(&store, shape, &job, outcome, since).await;
             let _ = tx
                 .send(Back {
                     job,
@@ -1172,10 +1191,6 @@ fn attempts_json(records: &[ratewise_core::record::AttemptRecord]) -> Vec<serde_
         .collect()
 }
 
-fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
-    records.iter().filter_map(|r| r.delay_ms).sum()
-}
-
 /// Attempts whose connection failed before a byte was sent: journaled
 /// (and counted) as sends before they were tried, they are no sends.
 fn unreached(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
@@ -1235,7 +1250,6 @@ async fn answer<S: Upstream>(
                 status: Some(status),
                 request_id: rid,
                 attempts: attempts_json(&attempts),
-                waited_ms: waited(&attempts),
                 unreached: unreached(&attempts),
                 ..End::default()
             };
@@ -1295,7 +1309,6 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
         cause: cause.clone(),
         message: Some(e.to_string()),
         attempts: attempts_json(attempts),
-        waited_ms: waited(attempts),
         unreached: unreached(attempts),
         ..End::default()
     };

@@ -154,6 +154,13 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "sending_member",
         "ALTER TABLE jobs ADD COLUMN sending_member TEXT",
     ),
+    // The last send a job's wait was counted to (ms since the epoch): a
+    // job put back and sent again in the same run counts its wait on from
+    // there, not from the run's start again.
+    (
+        "waited_to_ms",
+        "ALTER TABLE jobs ADD COLUMN waited_to_ms INTEGER",
+    ),
 ];
 
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
@@ -384,6 +391,45 @@ fn between_attempts(conn: &Connection, custom_id: &str) -> rusqlite::Result<()> 
     .map(|_| ())
 }
 
+/// The last send's time, ms since the epoch (SQL over a `jobs` row: its
+/// `sending_since`, written as the send was journaled).
+macro_rules! last_sent_ms {
+    () => {
+        "CAST(ROUND((julianday(sending_since) - 2440587.5) * 86400000.0) AS INTEGER)"
+    };
+}
+
+/// Where the wait of a job this run ends or puts back starts (SQL over its
+/// row, before the update): `?15`, when the run could first have sent it,
+/// or the send its wait was last counted to (`waited_to_ms`: a job put
+/// back and taken again in the same run), whichever is later.
+macro_rules! wait_from {
+    () => {
+        "MAX(?15, COALESCE(waited_to_ms, 0))"
+    };
+}
+
+/// What the job's wait grows by: from [`wait_from`] to its last send; 0
+/// when it was not sent since then (or `?15` is NULL).
+const WAITED_MORE: &str = concat!(
+    "COALESCE(CASE WHEN ",
+    last_sent_ms!(),
+    " >= ",
+    wait_from!(),
+    " THEN ",
+    last_sent_ms!(),
+    " - ",
+    wait_from!(),
+    " ELSE 0 END, 0)"
+);
+
+/// The send the wait is now counted to.
+const WAITED_TO: &str = concat!(
+    "MAX(COALESCE(waited_to_ms, 0), COALESCE(",
+    last_sent_ms!(),
+    ", 0))"
+);
+
 fn write_end(
     conn: &Connection,
     seq: i64,
@@ -392,14 +438,15 @@ fn write_end(
     not_before_ms: i64,
 ) -> rusqlite::Result<()> {
     let attempts = append_attempts(conn, seq, &end.attempts)?;
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "UPDATE jobs SET state = ?2, not_before_ms = ?3, attempts = ?4, status = ?5, request_id = ?6,
              response = ?7, cause = ?8, message = ?9, usage_in = ?10, usage_out = ?11,
              charged = MIN(charged + ?12, 9223372036854775807),
-             waited_ms = MIN(waited_ms + ?13, 9223372036854775807),
+             waited_ms = MIN(waited_ms + ?13 + {WAITED_MORE}, 9223372036854775807),
+             waited_to_ms = CASE WHEN ?15 IS NULL THEN waited_to_ms ELSE {WAITED_TO} END,
              sends = MAX(sends - ?14, 0)
-         WHERE seq = ?1",
-    )?
+         WHERE seq = ?1"
+    ))?
     .execute(params![
             seq,
             state.as_str(),
@@ -415,6 +462,7 @@ fn write_end(
             to_db(end.charged),
             to_db(end.waited_ms),
             to_db(end.unreached),
+            end.since_ms,
         ],
     )?;
     Ok(())
@@ -804,6 +852,15 @@ impl Store for SqliteStore {
 
     fn clear_bad_lines(&self) -> Result<(), StoreError> {
         self.write(|c| c.execute_batch("DELETE FROM bad_lines"))
+    }
+
+    fn waited_ms(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+        self.read(|c| {
+            c.prepare_cached("SELECT waited_ms FROM jobs WHERE seq = ?1")?
+                .query_row([seq], |r| r.get::<_, i64>(0))
+                .optional()
+                .map(|w| w.map(from_db))
+        })
     }
 
     fn revive_unreached(&self) -> Result<u64, StoreError> {

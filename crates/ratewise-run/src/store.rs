@@ -159,8 +159,16 @@ pub struct End {
     pub usage: Option<(u64, u64)>,
     /// Tokens charged to the run's budget for this job.
     pub charged: u64,
-    /// Milliseconds this job waited in this run (admission and backoff).
+    /// Milliseconds to add to the job's wait besides what
+    /// [`End::since_ms`] counts (0 from the queue).
     pub waited_ms: u64,
+    /// When this run could first have sent the job (the run's start, ms
+    /// since the epoch): the store adds to the job's wait the time from
+    /// then — or from the send its wait was last counted to, if later (a
+    /// job put back and sent again in this run) — to its last send, so a
+    /// job's wait in a run is its last send's time less the run's start;
+    /// nothing when it was not sent in this run.
+    pub since_ms: Option<i64>,
     /// Of the attempts, those whose connection failed before a byte was
     /// sent: each was counted as a send when it was journaled, and is
     /// not one.
@@ -517,6 +525,12 @@ pub trait Store: Send + Sync + 'static {
             HotWrite::Ended(seq, end) => self.ended(seq, end),
             HotWrite::PutBack(seq, at, end) => self.put_back(seq, at, end),
         })
+    }
+    /// Milliseconds job `seq` waited, across runs (its `waited_ms` in the
+    /// results); `None` when this store does not say.
+    fn waited_ms(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+        let _ = seq;
+        Ok(None)
     }
     /// Every ended job, in input order.
     fn each_ended(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>)

@@ -4,10 +4,10 @@
 //! names the batches still running at the provider.
 
 use ratewise_mock::{Fault, FaultRule, LatencyConfig, MockConfig, MockServer};
-use ratewise_run::progress::{Event, Ignore};
-use ratewise_run::{Ending, Run, RunError};
+use ratewise_run::progress::Ignore;
+use ratewise_run::{Ending, Run};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -153,6 +153,35 @@ async fn an_upstream_nothing_listens_on_fails_no_job_and_a_rerun_with_the_right_
     for (id, r) in results(&second.out) {
         assert_eq!(r["outcome"], "done", "{id}");
     }
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waited_ms_is_the_time_from_the_run_s_start_to_the_job_s_last_send() {
+    // One job in the layer at a time, each answered after 300 ms: the
+    // third job cannot be sent before two answers came back, so it waited
+    // at least 600 ms (no retry, no delay: the old count said 0).
+    let mut config = roomy();
+    config.latency.first_byte_ms = 300;
+    let mock = MockServer::start(config).await.unwrap();
+    let dir = temp("waited");
+    let ok = "claude-sonnet-4-5";
+    let path = write_input(&dir, &[line("a", ok), line("b", ok), line("c", ok)]);
+    let conf = dir.join("run.toml");
+    std::fs::write(&conf, "window = 1\n").unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let finished = run_of(&path, &mock.base_url())
+        .config(&conf)
+        .execute(rx, Arc::new(Ignore))
+        .await
+        .unwrap();
+    assert_eq!(finished.exit_code(), 0, "{:?}", finished.report);
+    let r = results(&finished.out);
+    let waited = |id: &str| r[id]["waited_ms"].as_u64().unwrap();
+    assert!(waited("b") >= 300, "b waited {} ms", waited("b"));
+    assert!(waited("c") >= 600, "c waited {} ms", waited("c"));
+    assert!(waited("c") >= waited("b"), "{r:?}");
     mock.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
