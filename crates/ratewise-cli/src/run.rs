@@ -330,6 +330,9 @@ pub fn run(args: &RunArgs) -> u8 {
             }
         ));
     }
+    if let Some(line) = running_batches(&finished) {
+        say(line);
+    }
     if !finished.complete() {
         say(format!(
             "incomplete: {} job(s) not finished (their lines say \"pending\"); run the same command again to go on",
@@ -342,6 +345,37 @@ pub fn run(args: &RunArgs) -> u8 {
         p.finish(summary);
     }
     finished.exit_code()
+}
+
+/// The batches the run leaves running at the provider, and how to pick
+/// them up: none when it leaves none.
+fn running_batches(finished: &ratewise_run::Finished) -> Option<String> {
+    let ids = &finished.running_batches;
+    let unconfirmed = finished.batch_intents;
+    if ids.is_empty() && unconfirmed == 0 {
+        return None;
+    }
+    let mut line = format!(
+        "{} batch(es) still running at the provider: {}",
+        ids.len(),
+        if ids.is_empty() {
+            "none known by id".to_owned()
+        } else {
+            ids.join(", ")
+        }
+    );
+    if unconfirmed > 0 {
+        line.push_str(&format!(
+            "; {unconfirmed} batch create call(s) whose answer never came (a batch may exist)"
+        ));
+    }
+    line.push_str(&format!(
+        ". The provider goes on with them (and bills them) whatever this process does; \
+         run the same command again with the same store (--db {}) to pick up their results: \
+         the re-run polls them and creates none of them again.",
+        finished.db.display()
+    ));
+    Some(line)
 }
 
 /// The process's peak resident memory, in KiB (Linux; `None` elsewhere).

@@ -224,6 +224,7 @@ impl Run {
             mut partial,
             via,
             batch,
+            db,
         } = prepared;
         // A clone shares the layer's state: the pool's members as the run
         // ended are read from it.
@@ -261,6 +262,7 @@ impl Run {
             None => None,
         };
         let shape = imported.shape;
+        let (running_batches, batch_intents) = still_at_the_provider(&store).await?;
         let (written, unfinished) =
             write_out(store, status_layer, shape, out.clone(), partial, lock).await?;
         Ok(Finished {
@@ -273,8 +275,23 @@ impl Run {
             shape,
             elapsed: started.elapsed(),
             pool,
+            running_batches,
+            batch_intents,
+            db,
         })
     }
+}
+
+/// The batches still running at the provider as the run ends (a signal
+/// leaves them there; a re-run on the same store polls them): their ids,
+/// and the create calls whose answer never came (a re-run looks for what
+/// they made).
+async fn still_at_the_provider(store: &Arc<dyn Store>) -> Result<(Vec<String>, u64), RunError> {
+    let rows = on_store(store, |s| s.batches()).await?;
+    let open = rows.iter().filter(|b| b.is_open());
+    let ids = open.clone().filter_map(|b| b.batch_id.clone()).collect();
+    let intents = open.filter(|b| b.batch_id.is_none()).count() as u64;
+    Ok((ids, intents))
 }
 
 /// The sending step of a run (see [`Run::execute`]): what its two paths,
@@ -461,6 +478,16 @@ pub struct Finished {
     pub elapsed: Duration,
     /// A pooled run's members as it ended (sends, share, stops).
     pub pool: Option<crate::pool::PoolReport>,
+    /// The provider's ids of the batches still running at the provider as
+    /// the run ended (a signal leaves them there, and the provider goes on
+    /// with them): a re-run on the same store ([`Finished::db`]) polls
+    /// them and takes their results; it creates none of them again.
+    pub running_batches: Vec<String>,
+    /// Batch create calls whose answer never came (a batch may exist at
+    /// the provider): a re-run on the same store looks for what they made.
+    pub batch_intents: u64,
+    /// The store.
+    pub db: PathBuf,
 }
 
 impl Finished {
@@ -496,6 +523,12 @@ impl Finished {
                 "held": b.held, "not_created": b.not_created,
                 "possibly_billed_tokens": b.possibly_billed,
                 "create_failures": b.create_failures,
+            });
+        }
+        if !self.running_batches.is_empty() || self.batch_intents > 0 {
+            summary["batches_running"] = serde_json::json!({
+                "ids": self.running_batches, "unconfirmed": self.batch_intents,
+                "db": self.db.display().to_string(),
             });
         }
         if let Some(pool) = &self.pool {
@@ -542,6 +575,7 @@ fn merge_batch_ending(report: &mut Report, b: &BatchReport) {
 }
 
 struct Prepared {
+    db: PathBuf,
     via: Via,
     batch: BatchSettings,
     lock: crate::lock::DbLock,
@@ -617,6 +651,7 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     }
     let batch = batch_settings(options, imported.shape, &settings);
     Ok(Prepared {
+        db: options.db_path(),
         via: options.via,
         batch,
         lock,

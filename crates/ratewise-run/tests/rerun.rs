@@ -4,7 +4,8 @@
 //! names the batches still running at the provider.
 
 use ratewise_mock::{Fault, FaultRule, LatencyConfig, MockConfig, MockServer};
-use ratewise_run::progress::Ignore;
+use ratewise_run::batch::Via;
+use ratewise_run::progress::{Event, Ignore};
 use ratewise_run::{Ending, Run};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -182,6 +183,63 @@ async fn waited_ms_is_the_time_from_the_run_s_start_to_the_job_s_last_send() {
     assert!(waited("b") >= 300, "b waited {} ms", waited("b"));
     assert!(waited("c") >= 600, "c waited {} ms", waited("c"));
     assert!(waited("c") >= waited("b"), "{r:?}");
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_batch_run_names_its_running_batches_and_a_rerun_picks_them_up() {
+    // Ten items at five a second: the batch runs two seconds at the
+    // provider, and the signal comes at its first poll.
+    let mut config = roomy();
+    config.batch.items_per_second = 5.0;
+    config.batch.validating_seconds = 0.0;
+    let mock = MockServer::start(config).await.unwrap();
+    let dir = temp("batch-signal");
+    let ok = "claude-sonnet-4-5";
+    let lines: Vec<String> = (0..10).map(|i| line(&format!("j{i}"), ok)).collect();
+    let path = write_input(&dir, &lines);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let tx = Arc::new(tx);
+    let signal = Arc::clone(&tx);
+    let first = run_of(&path, &mock.base_url())
+        .via(Via::Batch)
+        .batch_poll(std::time::Duration::from_millis(100))
+        .execute(
+            rx,
+            Arc::new(move |e: Event| {
+                if matches!(e, Event::Batch(_)) {
+                    let _ = signal.send(true);
+                }
+            }),
+        )
+        .await
+        .unwrap();
+    let made = mock.batches();
+    assert_eq!(made.len(), 1);
+    assert_eq!(first.exit_code(), ratewise_run::EXIT_INTERRUPTED);
+    assert_eq!(first.running_batches, vec![made[0].id.clone()]);
+    let summary = first.summary();
+    assert_eq!(summary["batches_running"]["ids"][0], made[0].id.as_str());
+    assert_eq!(
+        summary["batches_running"]["db"],
+        path.with_extension("jsonl.ratewise.db")
+            .display()
+            .to_string()
+    );
+    // The same store: the batch is polled to its end, none is made again.
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let second = run_of(&path, &mock.base_url())
+        .via(Via::Batch)
+        .batch_poll(std::time::Duration::from_millis(100))
+        .execute(rx, Arc::new(Ignore))
+        .await
+        .unwrap();
+    assert_eq!(second.exit_code(), 0, "{:?}", second.report);
+    assert_eq!(mock.batches().len(), 1, "a second batch was made");
+    assert!(second.running_batches.is_empty());
+    assert_eq!(second.report.counts.done, 10);
+    assert!(mock.records().is_empty(), "direct sends made");
     mock.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
