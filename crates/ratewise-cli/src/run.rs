@@ -50,6 +50,11 @@ pub struct RunArgs {
     /// has several; one is used without it).
     #[arg(long, value_name = "NAME")]
     pool: Option<String>,
+    /// Share each key's limits (buckets, stops, what was learned) with
+    /// `ratewise proxy --redis` and other runs through this Redis
+    /// (`redis://host:port/db`; the URL is never printed).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// Input + output tokens the store may spend, cumulative across every
     /// run of the same store (spent plus the worst case of what is in
     /// flight never passes it).
@@ -198,6 +203,9 @@ impl Observer for Printer {
                 self.input.display()
             )),
             Event::ConfigWarning(w) => say(format!("warning: {w}")),
+            Event::RedisUnavailable(why) => say(format!(
+                "warning: --redis: Redis did not answer ({why}): this run paces on its share of the key's limits until it does, then shares them again"
+            )),
             Event::Progress(status) => {
                 if let Ok(mut p) = self.progress.lock() {
                     p.tick(&status);
@@ -236,6 +244,7 @@ pub fn run(args: &RunArgs) -> u8 {
     options.batch_poll = args.batch_poll;
     options.retry_failed = args.retry_failed;
     options.pool = args.pool.clone();
+    options.redis = args.redis.clone().map(ratewise_run::RedisUrl);
     let progress = match args.progress {
         ProgressArg::Auto => Progress::auto(),
         ProgressArg::Json => Progress::Json,

@@ -979,6 +979,20 @@ fn the_upstream_works_with_or_without_v1_and_openai_ids_are_batch_req() {
     }
 }
 
+/// `--redis` with a URL that is not a Redis URL: refused before anything
+/// is sent, the URL (it may hold a password) not repeated.
+#[test]
+fn a_redis_url_that_is_not_one_is_refused_before_anything_is_sent() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("redis-url");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 3);
+    let (code, err) = run(&dir, &mock, &["--redis", "http://u:hunter2@127.0.0.1:1/"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--redis: not a Redis URL"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(mock.records().is_empty());
+}
+
 #[test]
 fn help_documents_the_config_and_the_budget_is_cumulative_across_runs() {
     let out = Command::new(env!("CARGO_BIN_EXE_ratewise"))
@@ -986,7 +1000,13 @@ fn help_documents_the_config_and_the_budget_is_cumulative_across_runs() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for word in ["window", "[limits]", "requests_per_minute", "cumulative"] {
+    for word in [
+        "window",
+        "[limits]",
+        "requests_per_minute",
+        "cumulative",
+        "--redis",
+    ] {
         assert!(help.contains(word), "{word} not in --help: {help}");
     }
     let mock = Mock::start(roomy(0));

@@ -72,7 +72,7 @@ mod run;
 mod sqlite;
 pub mod store;
 
-pub use config::{FileConfig, Options};
+pub use config::{FileConfig, Options, RedisUrl};
 pub use error::RunError;
 pub use journal::StoreJournal;
 pub use pool::PoolError;

@@ -105,6 +105,16 @@ impl Run {
         self
     }
 
+    /// Shares the keys' limits — buckets, pauses, stops, what was learned —
+    /// through the Redis at `url` with every `ratewise proxy --redis` and
+    /// run on it (the same store, the same key names: a key's
+    /// fingerprint). A URL that is not a Redis URL is
+    /// [`RunError::Redis`], before anything is sent.
+    pub fn redis(mut self, url: impl Into<String>) -> Run {
+        self.options.redis = Some(crate::config::RedisUrl(url.into()));
+        self
+    }
+
     /// Which `[[pools]]` table of the config the run spends (needed when
     /// the config has several; see [`crate::pool`]). Each member's key is
     /// read through [`Run::key_from`] from its `key_env`.
@@ -225,6 +235,7 @@ impl Run {
             via,
             batch,
             db,
+            redis,
         } = prepared;
         // A clone shares the layer's state: the pool's members as the run
         // ended are read from it.
@@ -261,6 +272,10 @@ impl Run {
                 }),
             None => None,
         };
+        if let Some(r) = &redis {
+            // The last settles reach Redis before the run ends.
+            r.flush().await;
+        }
         let shape = imported.shape;
         let (running_batches, batch_intents) = still_at_the_provider(&store).await?;
         let (written, unfinished) =
@@ -575,6 +590,7 @@ fn merge_batch_ending(report: &mut Report, b: &BatchReport) {
 }
 
 struct Prepared {
+    redis: Option<ratewise_redis::RedisStore>,
     db: PathBuf,
     via: Via,
     batch: BatchSettings,
@@ -607,6 +623,7 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     let options = &run.options;
     let file_config = load_config(options, observer)?;
     let pool = choose_pool(&run, &file_config)?;
+    let redis = open_redis(options, &file_config, observer)?;
     let (lock, store) = open_store(options, &file_config)?;
     let imported = import_or_sync(store.as_ref(), &options.input, options.strict, observer)?;
     let api_key = api_key_of(
@@ -638,7 +655,13 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
             source,
         })?;
     let layer = options
-        .pooled_layer(&file_config, &settings, Arc::clone(&store), pool)
+        .shared_layer(
+            &file_config,
+            &settings,
+            Arc::clone(&store),
+            pool,
+            redis.clone(),
+        )
         .map_err(RunError::Config)?;
     // What the last run on this store learned of its keys.
     let recalled = crate::memory::recall(store.as_ref(), &layer)?;
@@ -651,6 +674,7 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     }
     let batch = batch_settings(options, imported.shape, &settings);
     Ok(Prepared {
+        redis,
         db: options.db_path(),
         via: options.via,
         batch,
@@ -662,6 +686,34 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
         out,
         partial,
     })
+}
+
+/// `--redis`: the store every process on the key shares, made from the
+/// run's admission settings, before anything is sent. A URL that is not a
+/// Redis URL is an error; a Redis that does not answer is not (told as
+/// [`Event::RedisUnavailable`]: the run paces at its share of the limits
+/// until it answers). Made as `ratewise proxy --redis` makes it
+/// ([`ratewise_redis::RedisStore::open`]).
+fn open_redis(
+    options: &Options,
+    file_config: &FileConfig,
+    observer: &dyn Observer,
+) -> Result<Option<ratewise_redis::RedisStore>, RunError> {
+    let Some(url) = &options.redis else {
+        return Ok(None);
+    };
+    let mut config = ratewise_redis::Config::default();
+    config.admission = options.admission(file_config).map_err(RunError::Config)?;
+    // The setup runs on a blocking thread of the caller's runtime.
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|_| RunError::Redis(ratewise_redis::Error::NoRuntime))?;
+    let (store, unanswered) = handle
+        .block_on(ratewise_redis::RedisStore::open(&url.0, config))
+        .map_err(RunError::Redis)?;
+    if let Some(why) = unanswered {
+        observer.event(Event::RedisUnavailable(why.to_string()));
+    }
+    Ok(Some(store))
 }
 
 /// The `--config` file (none: the defaults), its warnings told.
