@@ -148,3 +148,38 @@ async fn a_redis_url_that_is_not_one_is_a_typed_error_before_anything_is_sent() 
     mock.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_does_not_answer_is_told_and_the_run_goes_on_at_its_share() {
+    let mock = MockServer::start(provider()).await.unwrap();
+    let dir = temp("no-redis");
+    let path = input(&dir, "x", 3);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let told: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&told);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let finished = Run::new(&path)
+        .upstream(mock.base_url())
+        .api_key("sk-ant-test")
+        .redis(format!("redis://:hunter2@127.0.0.1:{port}/"))
+        .execute(
+            rx,
+            Arc::new(move |e: Event| {
+                if let Event::RedisUnavailable(why) = e {
+                    seen.lock().unwrap().push(why);
+                }
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(finished.exit_code(), 0, "{:?}", finished.report);
+    assert_eq!(finished.report.counts.done, 3);
+    let told = told.lock().unwrap();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(!told[0].contains("hunter2"), "{told:?}");
+    mock.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
