@@ -177,7 +177,7 @@ async fn a_redis_that_does_not_answer_is_told_and_the_run_goes_on_at_its_share()
         .unwrap();
     assert_eq!(finished.exit_code(), 0, "{:?}", finished.report);
     assert_eq!(finished.report.counts.done, 3);
-    let told = told.lock().unwrap();
+    let told = told.lock().unwrap().clone();
     assert_eq!(told.len(), 1, "{told:?}");
     assert!(!told[0].contains("hunter2"), "{told:?}");
     mock.shutdown().await;
