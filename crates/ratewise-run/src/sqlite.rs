@@ -1173,6 +1173,90 @@ mod tests {
     }
 
     #[test]
+    fn jobs_an_older_version_failed_for_an_unreached_upstream_are_pending_again() {
+        let (s, db) = store("unreached");
+        let job = |id: &str, line: u64| crate::store::NewJob {
+            line,
+            custom_id: id.into(),
+            path: "/v1/messages".into(),
+            model: None,
+            input_estimate: 1,
+            max_tokens: 1,
+            body: b"{}".to_vec(),
+            first_seen_ms: 0,
+        };
+        s.import(vec![
+            job("refused", 1),
+            job("unreached", 2),
+            job("answered", 3),
+        ])
+        .unwrap();
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute_batch(
+            "UPDATE jobs SET state = 'failed', sends = 3, cause = 'connect_failed'
+                 WHERE custom_id = 'unreached';
+             UPDATE jobs SET state = 'failed', sends = 1, cause = 'invalid_request', status = 400
+                 WHERE custom_id = 'refused';
+             UPDATE jobs SET state = 'failed', sends = 1, cause = 'connect_failed', status = 500
+                 WHERE custom_id = 'answered';",
+        )
+        .unwrap();
+        assert_eq!(s.revive_unreached().unwrap(), 1);
+        let state = |id: &str| -> String {
+            c.query_row("SELECT state FROM jobs WHERE custom_id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        assert_eq!(state("unreached"), "pending");
+        assert_eq!(state("refused"), "failed");
+        assert_eq!(state("answered"), "failed");
+    }
+
+    #[test]
+    fn only_a_job_the_provider_refused_or_never_sent_may_take_an_edited_line() {
+        let (s, db) = store("edit");
+        let job = |id: &str, body: &[u8]| crate::store::NewJob {
+            line: 1,
+            custom_id: id.into(),
+            path: "/v1/messages".into(),
+            model: None,
+            input_estimate: 1,
+            max_tokens: 1,
+            body: body.to_vec(),
+            first_seen_ms: 0,
+        };
+        let ids = ["refused", "server_error", "done", "held", "unsent"];
+        s.import(ids.iter().map(|id| job(id, b"{}")).collect())
+            .unwrap();
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch(
+                "UPDATE jobs SET state = 'failed', sends = 1, status = 400 WHERE custom_id = 'refused';
+                 UPDATE jobs SET state = 'failed', sends = 3, status = 500 WHERE custom_id = 'server_error';
+                 UPDATE jobs SET state = 'done', sends = 1, status = 200 WHERE custom_id = 'done';
+                 UPDATE jobs SET state = 'held_unknown', sends = 1 WHERE custom_id = 'held';",
+            )
+            .unwrap();
+        let edited: Vec<_> = ids.iter().map(|id| job(id, b"{\"x\":1}")).collect();
+        let compared = s.compare(&edited).unwrap();
+        assert_eq!(compared[0], Compared::Edited, "a 4xx generated nothing");
+        assert!(
+            matches!(compared[1], Compared::Refused { .. }),
+            "{compared:?}"
+        );
+        assert!(
+            matches!(compared[2], Compared::Refused { .. }),
+            "{compared:?}"
+        );
+        assert!(
+            matches!(compared[3], Compared::Refused { .. }),
+            "{compared:?}"
+        );
+        assert_eq!(compared[4], Compared::Edited);
+    }
+
+    #[test]
     fn a_stop_written_with_a_string_cause_reads_back_typed() {
         let (s, db) = store("old");
         // The form every version before the typed cause wrote.
