@@ -409,7 +409,7 @@ macro_rules! wait_from {
     };
 }
 
-/// What the job's wait grows by: from [`wait_from`] to its last send; 0
+/// What the job's wait grows by: from `wait_from!` to its last send; 0
 /// when it was not sent since then (or `?15` is NULL).
 const WAITED_MORE: &str = concat!(
     "COALESCE(CASE WHEN ",
