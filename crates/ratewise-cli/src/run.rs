@@ -50,6 +50,11 @@ pub struct RunArgs {
     /// has several; one is used without it).
     #[arg(long, value_name = "NAME")]
     pool: Option<String>,
+    /// Share each key's limits (buckets, stops, what was learned) with
+    /// `ratewise proxy --redis` and other runs through this Redis
+    /// (`redis://host:port/db`; the URL is never printed).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// Input + output tokens the store may spend, cumulative across every
     /// run of the same store (spent plus the worst case of what is in
     /// flight never passes it).
@@ -135,12 +140,14 @@ api_key in --config, conflict with a pool (OPENAI_API_KEY / ANTHROPIC_API_KEY ar
 so do --via batch and --via auto (the batch APIs are per key).
 
 An input edited after a run: unchanged lines keep their state and are never sent again;
-new and edited lines run; a line whose job was already sent or ended and whose request
-changed is refused, by its line number.
+new and edited lines run (a job the provider refused with a 4xx runs again once its line is
+fixed); a line whose job was otherwise sent or ended and whose request changed is refused,
+by its line number.
 
 Exit codes (the first that applies): 0 all done; 2 usage or input error \
 (bad lines included); 3 the store is locked by another run; 4 stopped (spend cap, billing, auth, \
-budget); 5 interrupted (a signal, or the store could not be written); 6 some held_unknown; \
+budget); 5 interrupted (a signal, the store could not be written, or the upstream could not \
+be reached: its jobs stay pending); 6 some held_unknown; \
 7 some failed or expired.";
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -196,6 +203,9 @@ impl Observer for Printer {
                 self.input.display()
             )),
             Event::ConfigWarning(w) => say(format!("warning: {w}")),
+            Event::RedisUnavailable(why) => say(format!(
+                "warning: --redis: Redis did not answer ({why}): this run paces on its share of the key's limits until it does, then shares them again"
+            )),
             Event::Progress(status) => {
                 if let Ok(mut p) = self.progress.lock() {
                     p.tick(&status);
@@ -234,6 +244,7 @@ pub fn run(args: &RunArgs) -> u8 {
     options.batch_poll = args.batch_poll;
     options.retry_failed = args.retry_failed;
     options.pool = args.pool.clone();
+    options.redis = args.redis.clone().map(ratewise_run::RedisUrl);
     let progress = match args.progress {
         ProgressArg::Auto => Progress::auto(),
         ProgressArg::Json => Progress::Json,
@@ -297,6 +308,9 @@ pub fn run(args: &RunArgs) -> u8 {
         Ending::StoreFailed(why) => say(format!(
             "the store could not be written ({why}); nothing more was sent. Free the disk and run the same command again."
         )),
+        Ending::Unreachable { upstream, cause } => say(format!(
+            "the upstream {upstream} could not be reached ({cause}): no request reached it, and no job failed for it; nothing more was sent. Check --upstream (or upstream in --config) and run the same command again: the jobs are pending."
+        )),
         Ending::Finished => {}
     }
     let c = &report.counts;
@@ -325,6 +339,9 @@ pub fn run(args: &RunArgs) -> u8 {
             }
         ));
     }
+    if let Some(line) = running_batches(&finished) {
+        say(line);
+    }
     if !finished.complete() {
         say(format!(
             "incomplete: {} job(s) not finished (their lines say \"pending\"); run the same command again to go on",
@@ -337,6 +354,37 @@ pub fn run(args: &RunArgs) -> u8 {
         p.finish(summary);
     }
     finished.exit_code()
+}
+
+/// The batches the run leaves running at the provider, and how to pick
+/// them up: none when it leaves none.
+fn running_batches(finished: &ratewise_run::Finished) -> Option<String> {
+    let ids = &finished.running_batches;
+    let unconfirmed = finished.batch_intents;
+    if ids.is_empty() && unconfirmed == 0 {
+        return None;
+    }
+    let mut line = format!(
+        "{} batch(es) still running at the provider: {}",
+        ids.len(),
+        if ids.is_empty() {
+            "none known by id".to_owned()
+        } else {
+            ids.join(", ")
+        }
+    );
+    if unconfirmed > 0 {
+        line.push_str(&format!(
+            "; {unconfirmed} batch create call(s) whose answer never came (a batch may exist)"
+        ));
+    }
+    line.push_str(&format!(
+        ". The provider goes on with them (and bills them) whatever this process does; \
+         run the same command again with the same store (--db {}) to pick up their results: \
+         the re-run polls them and creates none of them again.",
+        finished.db.display()
+    ));
+    Some(line)
 }
 
 /// The process's peak resident memory, in KiB (Linux; `None` elsewhere).

@@ -979,6 +979,20 @@ fn the_upstream_works_with_or_without_v1_and_openai_ids_are_batch_req() {
     }
 }
 
+/// `--redis` with a URL that is not a Redis URL: refused before anything
+/// is sent, the URL (it may hold a password) not repeated.
+#[test]
+fn a_redis_url_that_is_not_one_is_refused_before_anything_is_sent() {
+    let mock = Mock::start(roomy(0));
+    let dir = Dir::new("redis-url");
+    write_input(&dir.path("in.jsonl"), Shape::Anthropic, 3);
+    let (code, err) = run(&dir, &mock, &["--redis", "http://u:hunter2@127.0.0.1:1/"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--redis: not a Redis URL"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(mock.records().is_empty());
+}
+
 #[test]
 fn help_documents_the_config_and_the_budget_is_cumulative_across_runs() {
     let out = Command::new(env!("CARGO_BIN_EXE_ratewise"))
@@ -986,7 +1000,13 @@ fn help_documents_the_config_and_the_budget_is_cumulative_across_runs() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for word in ["window", "[limits]", "requests_per_minute", "cumulative"] {
+    for word in [
+        "window",
+        "[limits]",
+        "requests_per_minute",
+        "cumulative",
+        "--redis",
+    ] {
         assert!(help.contains(word), "{word} not in --help: {help}");
     }
     let mock = Mock::start(roomy(0));
@@ -1121,6 +1141,45 @@ fn kill_9_right_after_the_batch_is_created_then_a_rerun_makes_no_second_batch() 
         assert!(out.values().all(|v| outcome(v) == "done"), "{out:?}");
         assert!(mock.records().is_empty(), "{shape:?}: direct sends made");
     }
+}
+
+/// A signal during `--via batch`: the batch goes on at the provider, and
+/// the run says so, naming it and the store a re-run picks it up from;
+/// the re-run does, making no second batch.
+#[test]
+fn a_signal_during_a_batch_run_names_the_batch_left_at_the_provider() {
+    let mock = Mock::start(with_batches(5.0));
+    let dir = Dir::new("via-batch-signal");
+    let ids = write_input(&dir.path("in.jsonl"), Shape::Anthropic, 20);
+    let child = command(&dir, &mock, &["--via", "batch", "--batch-poll", "200ms"])
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while mock.server().batches().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no batch created");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    let batch = mock.server().batches()[0].id.clone();
+    let said = err
+        .lines()
+        .find(|l| l.contains("still running at the provider"))
+        .unwrap_or_else(|| panic!("the batch left running is not named: {err}"));
+    assert!(said.contains(&batch), "{said}");
+    assert!(said.contains("in.jsonl.ratewise.db"), "{said}");
+    let (code, err) = run(&dir, &mock, &["--via", "batch", "--batch-poll", "200ms"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(mock.server().batches().len(), 1, "a second batch: {err}");
+    assert!(!err.contains("still running at the provider"), "{err}");
+    let out = by_id(&results(&dir));
+    assert_eq!(out.keys().cloned().collect::<Vec<_>>(), ids);
+    assert!(out.values().all(|v| outcome(v) == "done"), "{out:?}");
+    assert!(mock.records().is_empty(), "direct sends made");
 }
 
 #[test]

@@ -653,20 +653,17 @@ async fn redis_store(
     if let Some(ttl) = settings.record_ttl {
         rc.record_ttl = ttl;
     }
-    match ratewise_redis::RedisStore::connect(&settings.url, rc.clone()).await {
-        Ok(r) => {
-            tracing::info!("keys' limits shared through Redis");
-            Ok(r)
-        }
-        Err(e @ ratewise_redis::Error::Url) => Err(StartError::Redis(e)),
-        Err(e) => {
-            let r = ratewise_redis::RedisStore::unreached(&settings.url, rc)
-                .map_err(StartError::Redis)?;
+    let (r, unanswered) = ratewise_redis::RedisStore::open(&settings.url, rc)
+        .await
+        .map_err(StartError::Redis)?;
+    match unanswered {
+        None => tracing::info!("keys' limits shared through Redis"),
+        Some(e) => {
             tracing::warn!(error = %e, share_percent = f64::from(r.health().share_permille) / 10.0,
                 "Redis unavailable at start: degraded, pacing on this process's share of the limits until it answers");
-            Ok(r)
         }
     }
+    Ok(r)
 }
 
 /// Raises the descriptor limit to its hard limit (as servers do), works

@@ -400,6 +400,21 @@ impl RedisStore {
         Self::start(client, Some(conn), config, false)
     }
 
+    /// A store on the Redis at `url` as a process starting on it wants one
+    /// (`ratewise proxy --redis`, `ratewise run --redis`): connected
+    /// ([`connect`](Self::connect)), or — when Redis does not answer —
+    /// [`unreached`](Self::unreached), degraded and pacing at its share
+    /// until it does, with why Redis did not answer (for the caller to
+    /// say). A URL that is not a Redis URL ([`Error::Url`]) is an error:
+    /// nothing can fix it by waiting.
+    pub async fn open(url: &str, config: Config) -> Result<(RedisStore, Option<Error>), Error> {
+        match Self::connect(url, config.clone()).await {
+            Ok(store) => Ok((store, None)),
+            Err(e @ (Error::Url | Error::NoRuntime)) => Err(e),
+            Err(e) => Ok((Self::unreached(url, config)?, Some(e))),
+        }
+    }
+
     fn start(
         client: redis::Client,
         conn: Option<redis::aio::MultiplexedConnection>,

@@ -93,6 +93,20 @@ pub struct Options {
     /// `--pool`: which `[[pools]]` table of the config the run spends
     /// (needed when it has several).
     pub pool: Option<String>,
+    /// `--redis`: the keys' limits (buckets, stops, beliefs) shared through
+    /// this Redis with every proxy and run using it.
+    pub redis: Option<RedisUrl>,
+}
+
+/// A Redis URL (`redis://[:password@]host:port/db`). It may hold a
+/// password: its `Debug` shows none of it, and no error repeats it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl(pub String);
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedisUrl(<not shown>)")
+    }
 }
 
 impl Options {
@@ -115,6 +129,7 @@ impl Options {
             batch_poll: None,
             retry_failed: false,
             pool: None,
+            redis: None,
         }
     }
 
@@ -192,6 +207,31 @@ impl Options {
         store: Arc<dyn Store>,
         pool: Option<Pool>,
     ) -> Result<RetryLayer, String> {
+        self.shared_layer(file, settings, store, pool, None)
+    }
+
+    /// The admission settings a run's keys are paced with: the file's
+    /// `[limits]` (else learned). A [`ratewise_redis::RedisStore`] shared
+    /// by `--redis` is made from them.
+    pub fn admission(&self, file: &FileConfig) -> Result<ratewise_core::admit::Config, String> {
+        let mut admission = ratewise_core::admit::Config::default();
+        if let Some(l) = &file.limits {
+            admission.limits = l.limits()?;
+        }
+        Ok(admission)
+    }
+
+    /// [`Options::pooled_layer`], admitting through `shared` when given
+    /// (`--redis`: made from [`Options::admission`], so it holds the
+    /// file's limits) instead of a store of this process alone.
+    pub fn shared_layer(
+        &self,
+        file: &FileConfig,
+        settings: &Settings,
+        store: Arc<dyn Store>,
+        pool: Option<Pool>,
+        shared: Option<ratewise_redis::RedisStore>,
+    ) -> Result<RetryLayer, String> {
         // The usage is read once, by the layer, from every answer the
         // queue keeps (up to its own bound): not only the first 4 MiB.
         let mut base = ratewise_tower::Config::default();
@@ -204,8 +244,9 @@ impl Options {
             // queue's is ever shed.
             .max_waiting(settings.window.saturating_mul(2).max(1024))
             .journal(Arc::new(StoreJournal(store)));
-        if let Some(l) = &file.limits {
-            b = b.limits(l.limits()?);
+        match shared {
+            Some(redis) => b = b.store(Arc::new(redis)),
+            None => b = b.admission(self.admission(file)?),
         }
         if let Some(pool) = pool {
             b = b.pool(pool);

@@ -88,6 +88,9 @@ pub enum RunError {
     /// that failed where going on was not possible). Batches already
     /// submitted go on at the provider; a re-run resumes polling them.
     Batch(crate::batch::BatchError),
+    /// `--redis`: not a Redis URL (the URL is not repeated: it may hold a
+    /// password). Nothing was sent.
+    Redis(ratewise_redis::Error),
     /// The results could not be written.
     Output {
         /// The results file.
@@ -168,6 +171,7 @@ impl std::fmt::Display for RunError {
             RunError::InvalidUpstream(why) => write!(f, "{why}; nothing was sent"),
             RunError::Client(why) => write!(f, "the HTTP client: {why}"),
             RunError::Pool(e) => write!(f, "{e}"),
+            RunError::Redis(e) => write!(f, "--redis: {e}; nothing was sent"),
             RunError::Batch(e) => write!(
                 f,
                 "{e}; submitted batches go on at the provider: run the same command again to resume"
@@ -188,6 +192,7 @@ impl std::error::Error for RunError {
             RunError::OpenStore { source, .. } | RunError::Store(source) => Some(source),
             RunError::Batch(e) => Some(e),
             RunError::Pool(e) => Some(e),
+            RunError::Redis(e) => Some(e),
             _ => None,
         }
     }

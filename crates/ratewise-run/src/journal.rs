@@ -3,6 +3,7 @@
 
 use crate::store::{HotWrite, Store};
 use ratewise_core::record::AttemptRecord;
+use ratewise_core::Cause;
 use ratewise_tower::{Journal, Written};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -35,15 +36,16 @@ impl Journal for StoreJournal {
         })
     }
 
-    /// An error answer (any status outside 2xx) means nothing was
-    /// generated: the job is `pending` again in the store until its next
-    /// attempt starts, so a crash in the wait before a retry does not hold
-    /// it as unknown. A 2xx or a send with no answer keeps it `sending`
-    /// until the queue records its end: lost then, it reads as an unknown
-    /// outcome — the safe side.
+    /// An error answer (any status outside 2xx), or a connection that
+    /// failed before a byte was sent, means nothing was generated: the job
+    /// is `pending` again in the store until its next attempt starts, so a
+    /// crash in the wait before a retry does not hold it as unknown. A 2xx
+    /// or a send with no answer keeps it `sending` until the queue records
+    /// its end: lost then, it reads as an unknown outcome — the safe side.
     fn attempt_ended<'a>(&'a self, record: &'a AttemptRecord) -> Written<'a> {
         let answered_error = record.status.is_some_and(|s| !(200..300).contains(&s));
-        let (Some(id), true) = (record.job_id.clone(), answered_error) else {
+        let never_left = record.status.is_none() && record.cause == Cause::ConnectFailed;
+        let (Some(id), true) = (record.job_id.clone(), answered_error || never_left) else {
             return ratewise_tower::written(Ok::<(), std::io::Error>(()));
         };
         let store = Arc::clone(&self.0);

@@ -50,7 +50,8 @@
 //!
 //! Exit codes, the first that applies: [`EXIT_INPUT`] (2) usage or input
 //! error (bad lines included), [`EXIT_LOCKED`] (3), [`EXIT_STOPPED`] (4),
-//! [`EXIT_INTERRUPTED`] (5, a signal or the store could not be written),
+//! [`EXIT_INTERRUPTED`] (5, a signal, the store could not be written, or
+//! the upstream could not be reached),
 //! [`EXIT_HELD`] (6), [`EXIT_FAILED`] (7), else 0.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -71,7 +72,7 @@ mod run;
 mod sqlite;
 pub mod store;
 
-pub use config::{FileConfig, Options};
+pub use config::{FileConfig, Options, RedisUrl};
 pub use error::RunError;
 pub use journal::StoreJournal;
 pub use pool::PoolError;
@@ -92,7 +93,8 @@ pub const EXIT_INPUT: u8 = 2;
 pub const EXIT_LOCKED: u8 = 3;
 /// The queue is stopped (spend cap, billing, auth, the run's budget).
 pub const EXIT_STOPPED: u8 = 4;
-/// A signal ended the run, or the store could not be written.
+/// A signal ended the run, the store could not be written, or the upstream
+/// could not be reached (no job failed for it: a re-run sends them).
 pub const EXIT_INTERRUPTED: u8 = 5;
 /// Some jobs are held: sent, outcome unknown.
 pub const EXIT_HELD: u8 = 6;
@@ -106,7 +108,10 @@ pub fn exit_code(bad_lines: u64, report: &Report) -> u8 {
         EXIT_INPUT
     } else if matches!(report.ending, Ending::Stopped(_)) {
         EXIT_STOPPED
-    } else if matches!(report.ending, Ending::Interrupted | Ending::StoreFailed(_)) {
+    } else if matches!(
+        report.ending,
+        Ending::Interrupted | Ending::StoreFailed(_) | Ending::Unreachable { .. }
+    ) {
         EXIT_INTERRUPTED
     } else if c.held > 0 {
         EXIT_HELD

@@ -64,6 +64,11 @@ pub enum Event {
     /// otherwise (an old spelling of a `[limits]` word, and its word
     /// today): told once, before anything is sent.
     ConfigWarning(String),
+    /// `--redis`: Redis did not answer at the start (why, in words: never
+    /// the URL). The run goes on pacing at its share of the key's limits
+    /// (one half unless Redis said more), and shares them again as soon
+    /// as Redis answers.
+    RedisUnavailable(String),
 }
 
 /// Told each [`Event`] of a run, on the run's threads: keep it short (a

@@ -142,6 +142,17 @@ pub enum Ending {
     Interrupted,
     /// The store could not be written: nothing more was sent.
     StoreFailed(String),
+    /// The upstream could not be reached: a job's every attempt failed
+    /// before a byte was sent (connection refused, a name that did not
+    /// resolve, a TLS handshake that failed). No job failed for it:
+    /// nothing more was sent, and the jobs are pending for a re-run (with
+    /// the right `--upstream`).
+    Unreachable {
+        /// The upstream tried (a pool member as `host:port#fp-…`).
+        upstream: String,
+        /// Why, in words (`connection refused`).
+        cause: String,
+    },
 }
 
 /// What a run did.
@@ -171,6 +182,10 @@ enum Outcome {
     /// Nothing was sent and the store could not record why (the journal's
     /// write failed): the run stops, the job stays pending.
     NotSent(String),
+    /// Every attempt failed before a byte was sent: the upstream (named)
+    /// could not be reached, for the cause (in words). The job is pending
+    /// again, what it has so far kept; the run stops.
+    Unreached(End, String, String),
 }
 
 /// What the loop learns of a job once its end (or its way back) is in
@@ -184,6 +199,9 @@ enum Flow {
     Stop(StopRecord, bool),
     /// Not sent; the store could not record the send.
     NotSent(String),
+    /// Back in the store, unsent: the upstream (named) could not be
+    /// reached, for the cause (in words).
+    Unreached(String, String),
 }
 
 /// The figures of one job's call, for the run's counters.
@@ -198,8 +216,12 @@ struct Tally {
 impl Tally {
     fn of(outcome: &Outcome) -> Tally {
         match outcome {
-            Outcome::End(e) | Outcome::PutBack(_, e) | Outcome::Stop(_, e, _) => Tally {
-                sends: e.attempts.len() as u64,
+            Outcome::End(e)
+            | Outcome::PutBack(_, e)
+            | Outcome::Stop(_, e, _)
+            | Outcome::Unreached(e, _, _) => Tally {
+                // An attempt that reached no server is no send.
+                sends: e.attempts.iter().filter(|a| reached(a)).count() as u64,
                 answered_429: e.attempts.iter().filter(|a| a["status"] == 429).count() as u64,
                 usage: e.usage,
                 charged: e.charged,
@@ -211,49 +233,72 @@ impl Tally {
 
 /// Writes `outcome` to the store, from the job's own task so that the
 /// writes of many jobs share one commit; the line for the partial file of
-/// a job that ended.
+/// a job that ended. `since_ms`: when the run could first have sent the
+/// job (its start): the store counts the job's wait from then (or from
+/// when it was due, if later) to its last send.
 async fn keep(
     store: &Arc<dyn Store>,
     shape: Shape,
     job: &Pending,
     outcome: Outcome,
+    since_ms: i64,
 ) -> Result<(Flow, Option<String>), StoreError> {
     let seq = job.seq;
     match outcome {
-        Outcome::End(end) => {
-            let state = end.state.unwrap_or(State::Failed);
-            let line = output::line(
-                shape,
-                &crate::store::Ended {
-                    seq,
-                    custom_id: job.custom_id.clone(),
-                    state,
-                    status: end.status,
-                    request_id: end.request_id.clone(),
-                    response: end.response.clone(),
-                    cause: end.cause.clone(),
-                    message: end.message.clone(),
-                    attempts: serde_json::Value::Array(end.attempts.clone()).to_string(),
-                    usage: end.usage,
-                    charged: end.charged,
-                    sends: end.attempts.len() as u64,
-                    double_spend: job.double_spend,
-                    waited_ms: end.waited_ms,
-                },
-            );
+        Outcome::End(mut end) => {
+            end.since_ms = Some(since_ms);
+            let mut ended = ended_of(job, &end);
             submit(store, HotWrite::Ended(seq, end)).await?;
-            Ok((Flow::Ended, Some(line)))
+            // The wait as the store counted it (across runs), as the
+            // final file will say it.
+            if let Some(waited) = blocking(store, move |s| s.waited_ms(seq)).await? {
+                ended.waited_ms = waited;
+            }
+            Ok((Flow::Ended, Some(output::line(shape, &ended))))
         }
-        Outcome::PutBack(at, so_far) => {
+        Outcome::PutBack(at, mut so_far) => {
+            so_far.since_ms = Some(since_ms);
             submit(store, HotWrite::PutBack(seq, at, so_far)).await?;
             Ok((Flow::PutBack, None))
         }
-        Outcome::Stop(stop, so_far, sent) => {
+        Outcome::Stop(stop, mut so_far, sent) => {
+            so_far.since_ms = Some(since_ms);
             submit(store, HotWrite::PutBack(seq, 0, so_far)).await?;
             Ok((Flow::Stop(stop, sent), None))
         }
         Outcome::NotSent(why) => Ok((Flow::NotSent(why), None)),
+        Outcome::Unreached(mut so_far, upstream, cause) => {
+            so_far.since_ms = Some(since_ms);
+            submit(store, HotWrite::PutBack(seq, 0, so_far)).await?;
+            Ok((Flow::Unreached(upstream, cause), None))
+        }
     }
+}
+
+/// The output's view of `job` ended as `end` (this run's part of it).
+fn ended_of(job: &Pending, end: &End) -> crate::store::Ended {
+    crate::store::Ended {
+        seq: job.seq,
+        custom_id: job.custom_id.clone(),
+        state: end.state.unwrap_or(State::Failed),
+        status: end.status,
+        request_id: end.request_id.clone(),
+        response: end.response.clone(),
+        cause: end.cause.clone(),
+        message: end.message.clone(),
+        attempts: serde_json::Value::Array(end.attempts.clone()).to_string(),
+        usage: end.usage,
+        charged: end.charged,
+        sends: end.attempts.iter().filter(|a| reached(a)).count() as u64,
+        double_spend: job.double_spend,
+        waited_ms: end.waited_ms,
+    }
+}
+
+/// Whether an attempt (as the output keeps it) reached a server: it is
+/// not a connection that failed before a byte was sent.
+fn reached(attempt: &serde_json::Value) -> bool {
+    attempt["cause"] != Cause::ConnectFailed.as_str()
 }
 
 /// A job back from its task.
@@ -558,6 +603,15 @@ impl Close {
         self.draining = true;
     }
 
+    /// The upstream could not be reached: nothing more is sent, and the
+    /// run ends saying so (unless it already ends for another reason).
+    fn unreachable(&mut self, upstream: String, cause: String) {
+        if self.ending.is_none() {
+            self.ending = Some(Ending::Unreachable { upstream, cause });
+        }
+        self.draining = true;
+    }
+
     /// A signal: nothing more is sent.
     fn interrupt(&mut self) {
         self.draining = true;
@@ -628,6 +682,9 @@ struct Drive<S> {
     grace_end: Option<tokio::time::Instant>,
     /// [`Settings::deadline`] in milliseconds.
     deadline_ms: i64,
+    /// When the run began (ms since the epoch): a job's wait counts from
+    /// then, or from when it was due if later.
+    run_start_ms: i64,
 }
 
 impl<S: Upstream> Drive<S> {
@@ -654,6 +711,7 @@ impl<S: Upstream> Drive<S> {
             pool_rounds: std::collections::HashMap::new(),
             grace_end: None,
             deadline_ms,
+            run_start_ms: now_ms(),
         }
     }
 
@@ -726,7 +784,8 @@ impl<S: Upstream> Drive<S> {
                 ..End::default()
             };
             let shape = self.queue.settings.shape;
-            let (_, line) = keep(&self.queue.store, shape, &job, Outcome::End(end)).await?;
+            let since = self.run_start_ms;
+            let (_, line) = keep(&self.queue.store, shape, &job, Outcome::End(end), since).await?;
             if let Some(line) = line {
                 let _ = partial.push(&line);
             }
@@ -785,6 +844,7 @@ impl<S: Upstream> Drive<S> {
         let shape = self.queue.settings.shape;
         let tx = self.tx.clone();
         let store = Arc::clone(&self.queue.store);
+        let since = self.run_start_ms;
         self.tasks.spawn(async move {
             let outcome = match first {
                 First::Waiting(call) => answer::<S>(call.await, &job).await,
@@ -799,7 +859,7 @@ impl<S: Upstream> Drive<S> {
                     ..
                 })
             );
-            let kept = keep(&store, shape, &job, outcome).await;
+            let kept = keep(&store, shape, &job, outcome, since).await;
             let _ = tx
                 .send(Back {
                     job,
@@ -945,6 +1005,16 @@ impl<S: Upstream> Drive<S> {
             // Nothing more is sent when the store cannot keep what is
             // sent: the run stops, resumable.
             (Flow::NotSent(why), _) => self.close.store_failed(why),
+            // No byte reached the upstream: the jobs waiting in the layer
+            // end unsent (retrying an address nothing listens on only
+            // burns their attempts), and the run ends naming it.
+            (Flow::Unreached(mut upstream, cause), _) => {
+                if upstream.is_empty() {
+                    upstream.clone_from(&self.queue.settings.upstream);
+                }
+                self.cancel.cancel();
+                self.close.unreachable(upstream, cause);
+            }
         }
     }
 
@@ -1122,8 +1192,13 @@ fn attempts_json(records: &[ratewise_core::record::AttemptRecord]) -> Vec<serde_
         .collect()
 }
 
-fn waited(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
-    records.iter().filter_map(|r| r.delay_ms).sum()
+/// Attempts whose connection failed before a byte was sent: journaled
+/// (and counted) as sends before they were tried, they are no sends.
+fn unreached(records: &[ratewise_core::record::AttemptRecord]) -> u64 {
+    records
+        .iter()
+        .filter(|r| r.cause == Cause::ConnectFailed)
+        .count() as u64
 }
 
 /// A call after its first poll in the fill loop.
@@ -1176,7 +1251,7 @@ async fn answer<S: Upstream>(
                 status: Some(status),
                 request_id: rid,
                 attempts: attempts_json(&attempts),
-                waited_ms: waited(&attempts),
+                unreached: unreached(&attempts),
                 ..End::default()
             };
             match read {
@@ -1235,7 +1310,7 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
         cause: cause.clone(),
         message: Some(e.to_string()),
         attempts: attempts_json(attempts),
-        waited_ms: waited(attempts),
+        unreached: unreached(attempts),
         ..End::default()
     };
     match e.action() {
@@ -1288,11 +1363,39 @@ fn outcome_of_error(job: &Pending, e: &ratewise_tower::Error) -> Outcome {
                 Outcome::End(end)
             }
         },
-        _ => {
-            end.state = Some(State::Failed);
-            Outcome::End(end)
-        }
+        _ => match unreached_cause(attempts) {
+            // Not the job's failure: the upstream's.
+            Some(cause) => Outcome::Unreached(end, job_upstream(attempts), cause.to_owned()),
+            None => {
+                end.state = Some(State::Failed);
+                Outcome::End(end)
+            }
+        },
     }
+}
+
+/// Why the upstream could not be reached, in words, when that ended the
+/// job: its last attempt's connection failed before a byte was sent (the
+/// attempts before it, if any, were answered with errors, or the job
+/// would have ended then: nothing of it was generated).
+fn unreached_cause(attempts: &[ratewise_core::record::AttemptRecord]) -> Option<&'static str> {
+    let last = attempts
+        .last()
+        .filter(|a| a.cause == Cause::ConnectFailed)?;
+    Some(match last.transport {
+        Some("dns_failed") => "the name did not resolve",
+        Some("tls_failed") => "the TLS handshake failed",
+        _ => "connection refused",
+    })
+}
+
+/// The upstream the last attempt went to, when it names one (a pool's
+/// member); else the run's, filled in by the queue.
+fn job_upstream(attempts: &[ratewise_core::record::AttemptRecord]) -> String {
+    attempts
+        .last()
+        .and_then(|a| a.member.clone())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

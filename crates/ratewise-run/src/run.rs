@@ -105,6 +105,16 @@ impl Run {
         self
     }
 
+    /// Shares the keys' limits — buckets, pauses, stops, what was learned —
+    /// through the Redis at `url` with every `ratewise proxy --redis` and
+    /// run on it (the same store, the same key names: a key's
+    /// fingerprint). A URL that is not a Redis URL is
+    /// [`RunError::Redis`], before anything is sent.
+    pub fn redis(mut self, url: impl Into<String>) -> Run {
+        self.options.redis = Some(crate::config::RedisUrl(url.into()));
+        self
+    }
+
     /// Which `[[pools]]` table of the config the run spends (needed when
     /// the config has several; see [`crate::pool`]). Each member's key is
     /// read through [`Run::key_from`] from its `key_env`.
@@ -224,6 +234,8 @@ impl Run {
             mut partial,
             via,
             batch,
+            db,
+            redis,
         } = prepared;
         // A clone shares the layer's state: the pool's members as the run
         // ended are read from it.
@@ -260,7 +272,12 @@ impl Run {
                 }),
             None => None,
         };
+        if let Some(r) = &redis {
+            // The last settles reach Redis before the run ends.
+            r.flush().await;
+        }
         let shape = imported.shape;
+        let (running_batches, batch_intents) = still_at_the_provider(&store).await?;
         let (written, unfinished) =
             write_out(store, status_layer, shape, out.clone(), partial, lock).await?;
         Ok(Finished {
@@ -273,8 +290,23 @@ impl Run {
             shape,
             elapsed: started.elapsed(),
             pool,
+            running_batches,
+            batch_intents,
+            db,
         })
     }
+}
+
+/// The batches still running at the provider as the run ends (a signal
+/// leaves them there; a re-run on the same store polls them): their ids,
+/// and the create calls whose answer never came (a re-run looks for what
+/// they made).
+async fn still_at_the_provider(store: &Arc<dyn Store>) -> Result<(Vec<String>, u64), RunError> {
+    let rows = on_store(store, |s| s.batches()).await?;
+    let open = rows.iter().filter(|b| b.is_open());
+    let ids = open.clone().filter_map(|b| b.batch_id.clone()).collect();
+    let intents = open.filter(|b| b.batch_id.is_none()).count() as u64;
+    Ok((ids, intents))
 }
 
 /// The sending step of a run (see [`Run::execute`]): what its two paths,
@@ -461,6 +493,16 @@ pub struct Finished {
     pub elapsed: Duration,
     /// A pooled run's members as it ended (sends, share, stops).
     pub pool: Option<crate::pool::PoolReport>,
+    /// The provider's ids of the batches still running at the provider as
+    /// the run ended (a signal leaves them there, and the provider goes on
+    /// with them): a re-run on the same store ([`Finished::db`]) polls
+    /// them and takes their results; it creates none of them again.
+    pub running_batches: Vec<String>,
+    /// Batch create calls whose answer never came (a batch may exist at
+    /// the provider): a re-run on the same store looks for what they made.
+    pub batch_intents: u64,
+    /// The store.
+    pub db: PathBuf,
 }
 
 impl Finished {
@@ -498,12 +540,21 @@ impl Finished {
                 "create_failures": b.create_failures,
             });
         }
+        if !self.running_batches.is_empty() || self.batch_intents > 0 {
+            summary["batches_running"] = serde_json::json!({
+                "ids": self.running_batches, "unconfirmed": self.batch_intents,
+                "db": self.db.display().to_string(),
+            });
+        }
         if let Some(pool) = &self.pool {
             summary["pool"] = serde_json::to_value(pool).unwrap_or_default();
         }
         if let Ending::Stopped(stop) = &self.report.ending {
             summary["stop"] = serde_json::to_value(stop).unwrap_or_default();
             summary["stop"]["cause_in_words"] = crate::progress::cause_in_words(stop.cause).into();
+        }
+        if let Ending::Unreachable { upstream, cause } = &self.report.ending {
+            summary["unreachable"] = serde_json::json!({"upstream": upstream, "cause": cause});
         }
         summary
     }
@@ -529,7 +580,7 @@ fn report_of_batches(b: &BatchReport) -> Report {
 /// the run's, unless the queue's own ending says more.
 fn merge_batch_ending(report: &mut Report, b: &BatchReport) {
     match (&report.ending, &b.ending) {
-        (Ending::Stopped(_) | Ending::StoreFailed(_), _) => {}
+        (Ending::Stopped(_) | Ending::StoreFailed(_) | Ending::Unreachable { .. }, _) => {}
         (_, BatchEnding::Stopped(stop)) => report.ending = Ending::Stopped(stop.clone()),
         (Ending::Finished, BatchEnding::Interrupted | BatchEnding::Submitted) => {
             report.ending = Ending::Interrupted
@@ -539,6 +590,8 @@ fn merge_batch_ending(report: &mut Report, b: &BatchReport) {
 }
 
 struct Prepared {
+    redis: Option<ratewise_redis::RedisStore>,
+    db: PathBuf,
     via: Via,
     batch: BatchSettings,
     lock: crate::lock::DbLock,
@@ -570,6 +623,7 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     let options = &run.options;
     let file_config = load_config(options, observer)?;
     let pool = choose_pool(&run, &file_config)?;
+    let redis = open_redis(options, &file_config, observer)?;
     let (lock, store) = open_store(options, &file_config)?;
     let imported = import_or_sync(store.as_ref(), &options.input, options.strict, observer)?;
     let api_key = api_key_of(
@@ -601,7 +655,13 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
             source,
         })?;
     let layer = options
-        .pooled_layer(&file_config, &settings, Arc::clone(&store), pool)
+        .shared_layer(
+            &file_config,
+            &settings,
+            Arc::clone(&store),
+            pool,
+            redis.clone(),
+        )
         .map_err(RunError::Config)?;
     // What the last run on this store learned of its keys.
     let recalled = crate::memory::recall(store.as_ref(), &layer)?;
@@ -614,6 +674,8 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
     }
     let batch = batch_settings(options, imported.shape, &settings);
     Ok(Prepared {
+        redis,
+        db: options.db_path(),
         via: options.via,
         batch,
         lock,
@@ -624,6 +686,34 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
         out,
         partial,
     })
+}
+
+/// `--redis`: the store every process on the key shares, made from the
+/// run's admission settings, before anything is sent. A URL that is not a
+/// Redis URL is an error; a Redis that does not answer is not (told as
+/// [`Event::RedisUnavailable`]: the run paces at its share of the limits
+/// until it answers). Made as `ratewise proxy --redis` makes it
+/// ([`ratewise_redis::RedisStore::open`]).
+fn open_redis(
+    options: &Options,
+    file_config: &FileConfig,
+    observer: &dyn Observer,
+) -> Result<Option<ratewise_redis::RedisStore>, RunError> {
+    let Some(url) = &options.redis else {
+        return Ok(None);
+    };
+    let mut config = ratewise_redis::Config::default();
+    config.admission = options.admission(file_config).map_err(RunError::Config)?;
+    // The setup runs on a blocking thread of the caller's runtime.
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|_| RunError::Redis(ratewise_redis::Error::NoRuntime))?;
+    let (store, unanswered) = handle
+        .block_on(ratewise_redis::RedisStore::open(&url.0, config))
+        .map_err(RunError::Redis)?;
+    if let Some(why) = unanswered {
+        observer.event(Event::RedisUnavailable(why.to_string()));
+    }
+    Ok(Some(store))
 }
 
 /// The `--config` file (none: the defaults), its warnings told.
@@ -762,6 +852,8 @@ fn recover_last_run(
     if cut > 0 {
         observer.event(Event::HeldFromLastRun(cut));
     }
+    // Jobs an earlier version failed when no byte reached the upstream.
+    store.revive_unreached()?;
     if options.resume_stopped {
         let n = store.resume_stopped()?;
         if n > 0 {
@@ -950,8 +1042,10 @@ fn import_or_sync(
 
 /// An input edited since the store was made: first read whole to find
 /// lines whose job was sent or ended and whose request changed (then
-/// nothing changes: refused, naming them); else read again and kept: new
-/// `custom_id`s added, edited unsent ones replaced, unchanged ones kept as
+/// nothing changes: refused, naming them) — a job the provider refused
+/// (`failed` on a 4xx answer, nothing generated) is not one of them;
+/// else read again and kept: new `custom_id`s added, edited unsent or
+/// refused ones replaced, unchanged ones kept as
 /// they are, unsent jobs whose line is gone removed. Bad lines are the new
 /// file's.
 fn take_edits(

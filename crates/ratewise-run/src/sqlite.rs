@@ -116,6 +116,15 @@ CREATE TABLE IF NOT EXISTS batch_jobs (
 CREATE INDEX IF NOT EXISTS batch_jobs_by_seq ON batch_jobs(seq, ended);
 ";
 
+/// Whether a job's request may be replaced by an edited line (SQL over a
+/// `jobs` row): it was never sent and has not ended (pending, stopped,
+/// expired), or the provider refused it — it ended `failed` on a 4xx
+/// answer, so nothing was generated and no result of the old request
+/// exists. A job sent with a result (done) or one that may have run
+/// (held as unknown, on the wire, in a batch) is not.
+const EDITABLE: &str = "((sends = 0 AND state IN ('pending', 'stopped', 'expired'))
+     OR (state = 'failed' AND (sends = 0 OR status BETWEEN 400 AND 499)))";
+
 /// Most writes grouped into one commit.
 const GROUP: usize = 512;
 
@@ -144,6 +153,13 @@ const MIGRATIONS: &[(&str, &str)] = &[
     (
         "sending_member",
         "ALTER TABLE jobs ADD COLUMN sending_member TEXT",
+    ),
+    // The last send a job's wait was counted to (ms since the epoch): a
+    // job put back and sent again in the same run counts its wait on from
+    // there, not from the run's start again.
+    (
+        "waited_to_ms",
+        "ALTER TABLE jobs ADD COLUMN waited_to_ms INTEGER",
     ),
 ];
 
@@ -375,6 +391,45 @@ fn between_attempts(conn: &Connection, custom_id: &str) -> rusqlite::Result<()> 
     .map(|_| ())
 }
 
+/// The last send's time, ms since the epoch (SQL over a `jobs` row: its
+/// `sending_since`, written as the send was journaled).
+macro_rules! last_sent_ms {
+    () => {
+        "CAST(ROUND((julianday(sending_since) - 2440587.5) * 86400000.0) AS INTEGER)"
+    };
+}
+
+/// Where the wait of a job this run ends or puts back starts (SQL over its
+/// row, before the update): `?15`, when the run could first have sent it,
+/// or the send its wait was last counted to (`waited_to_ms`: a job put
+/// back and taken again in the same run), whichever is later.
+macro_rules! wait_from {
+    () => {
+        "MAX(?15, COALESCE(waited_to_ms, 0))"
+    };
+}
+
+/// What the job's wait grows by: from `wait_from!` to its last send; 0
+/// when it was not sent since then (or `?15` is NULL).
+const WAITED_MORE: &str = concat!(
+    "COALESCE(CASE WHEN ",
+    last_sent_ms!(),
+    " >= ",
+    wait_from!(),
+    " THEN ",
+    last_sent_ms!(),
+    " - ",
+    wait_from!(),
+    " ELSE 0 END, 0)"
+);
+
+/// The send the wait is now counted to.
+const WAITED_TO: &str = concat!(
+    "MAX(COALESCE(waited_to_ms, 0), COALESCE(",
+    last_sent_ms!(),
+    ", 0))"
+);
+
 fn write_end(
     conn: &Connection,
     seq: i64,
@@ -383,13 +438,15 @@ fn write_end(
     not_before_ms: i64,
 ) -> rusqlite::Result<()> {
     let attempts = append_attempts(conn, seq, &end.attempts)?;
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "UPDATE jobs SET state = ?2, not_before_ms = ?3, attempts = ?4, status = ?5, request_id = ?6,
              response = ?7, cause = ?8, message = ?9, usage_in = ?10, usage_out = ?11,
              charged = MIN(charged + ?12, 9223372036854775807),
-             waited_ms = MIN(waited_ms + ?13, 9223372036854775807)
-         WHERE seq = ?1",
-    )?
+             waited_ms = MIN(waited_ms + ?13 + {WAITED_MORE}, 9223372036854775807),
+             waited_to_ms = CASE WHEN ?15 IS NULL THEN waited_to_ms ELSE {WAITED_TO} END,
+             sends = MAX(sends - ?14, 0)
+         WHERE seq = ?1"
+    ))?
     .execute(params![
             seq,
             state.as_str(),
@@ -404,6 +461,8 @@ fn write_end(
             end.usage.map(|u| to_db(u.1)),
             to_db(end.charged),
             to_db(end.waited_ms),
+            to_db(end.unreached),
+            end.since_ms,
         ],
     )?;
     Ok(())
@@ -699,9 +758,9 @@ impl Store for SqliteStore {
 
     fn compare(&self, jobs: &[NewJob]) -> Result<Vec<Compared>, StoreError> {
         self.read(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT path = ?2 AND body = ?3, state, sends FROM jobs WHERE custom_id = ?1",
-            )?;
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT path = ?2 AND body = ?3, state, sends, {EDITABLE} FROM jobs WHERE custom_id = ?1"
+            ))?;
             jobs.iter()
                 .map(|j| {
                     let row = stmt
@@ -710,21 +769,17 @@ impl Store for SqliteStore {
                                 r.get::<_, bool>(0)?,
                                 r.get::<_, String>(1)?,
                                 r.get::<_, i64>(2)? as u64,
+                                r.get::<_, bool>(3)?,
                             ))
                         })
                         .optional()?;
                     Ok(match row {
                         None => Compared::New,
-                        Some((true, _, _)) => Compared::Same,
-                        Some((false, state, sends)) => {
+                        Some((true, ..)) => Compared::Same,
+                        Some((false, _, _, true)) => Compared::Edited,
+                        Some((false, state, sends, false)) => {
                             let state = State::parse(&state).unwrap_or(State::HeldUnknown);
-                            if sends == 0
-                                && matches!(state, State::Pending | State::Stopped | State::Expired)
-                            {
-                                Compared::Edited
-                            } else {
-                                Compared::Refused { state, sends }
-                            }
+                            Compared::Refused { state, sends }
                         }
                     })
                 })
@@ -738,14 +793,13 @@ impl Store for SqliteStore {
                 "UPDATE jobs SET line = ?2, input_gen = ?3
                  WHERE custom_id = ?1 AND path = ?4 AND body = ?5",
             )?;
-            let mut edited = c.prepare_cached(
+            let mut edited = c.prepare_cached(&format!(
                 "UPDATE jobs SET line = ?2, input_gen = ?3, path = ?4, body = ?5, model = ?6,
                      input_estimate = ?7, max_tokens = ?8, state = 'pending', not_before_ms = 0,
                      cause = NULL, message = NULL, status = NULL, response = NULL,
                      request_id = NULL
-                 WHERE custom_id = ?1 AND sends = 0
-                   AND state IN ('pending', 'stopped', 'expired')",
-            )?;
+                 WHERE custom_id = ?1 AND {EDITABLE}"
+            ))?;
             let mut add = c.prepare_cached(
                 "INSERT OR IGNORE INTO jobs (custom_id, line, path, model, input_estimate,
                      max_tokens, body, first_seen_ms, input_gen)
@@ -798,6 +852,27 @@ impl Store for SqliteStore {
 
     fn clear_bad_lines(&self) -> Result<(), StoreError> {
         self.write(|c| c.execute_batch("DELETE FROM bad_lines"))
+    }
+
+    fn waited_ms(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+        self.read(|c| {
+            c.prepare_cached("SELECT waited_ms FROM jobs WHERE seq = ?1")?
+                .query_row([seq], |r| r.get::<_, i64>(0))
+                .optional()
+                .map(|w| w.map(from_db))
+        })
+    }
+
+    fn revive_unreached(&self) -> Result<u64, StoreError> {
+        self.write(|c| {
+            let n = c.execute(
+                "UPDATE jobs SET state = 'pending', not_before_ms = 0, cause = NULL,
+                     message = NULL, status = NULL, response = NULL, request_id = NULL
+                 WHERE state = 'failed' AND cause = 'connect_failed' AND status IS NULL",
+                [],
+            )?;
+            Ok(n as u64)
+        })
     }
 
     fn revive_expired(&self, deadline_ms: i64, now_ms: i64, all: bool) -> Result<u64, StoreError> {
@@ -1095,6 +1170,90 @@ mod tests {
             [stop],
         )
         .unwrap();
+    }
+
+    #[test]
+    fn jobs_an_older_version_failed_for_an_unreached_upstream_are_pending_again() {
+        let (s, db) = store("unreached");
+        let job = |id: &str, line: u64| crate::store::NewJob {
+            line,
+            custom_id: id.into(),
+            path: "/v1/messages".into(),
+            model: None,
+            input_estimate: 1,
+            max_tokens: 1,
+            body: b"{}".to_vec(),
+            first_seen_ms: 0,
+        };
+        s.import(vec![
+            job("refused", 1),
+            job("unreached", 2),
+            job("answered", 3),
+        ])
+        .unwrap();
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute_batch(
+            "UPDATE jobs SET state = 'failed', sends = 3, cause = 'connect_failed'
+                 WHERE custom_id = 'unreached';
+             UPDATE jobs SET state = 'failed', sends = 1, cause = 'invalid_request', status = 400
+                 WHERE custom_id = 'refused';
+             UPDATE jobs SET state = 'failed', sends = 1, cause = 'connect_failed', status = 500
+                 WHERE custom_id = 'answered';",
+        )
+        .unwrap();
+        assert_eq!(s.revive_unreached().unwrap(), 1);
+        let state = |id: &str| -> String {
+            c.query_row("SELECT state FROM jobs WHERE custom_id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        assert_eq!(state("unreached"), "pending");
+        assert_eq!(state("refused"), "failed");
+        assert_eq!(state("answered"), "failed");
+    }
+
+    #[test]
+    fn only_a_job_the_provider_refused_or_never_sent_may_take_an_edited_line() {
+        let (s, db) = store("edit");
+        let job = |id: &str, body: &[u8]| crate::store::NewJob {
+            line: 1,
+            custom_id: id.into(),
+            path: "/v1/messages".into(),
+            model: None,
+            input_estimate: 1,
+            max_tokens: 1,
+            body: body.to_vec(),
+            first_seen_ms: 0,
+        };
+        let ids = ["refused", "server_error", "done", "held", "unsent"];
+        s.import(ids.iter().map(|id| job(id, b"{}")).collect())
+            .unwrap();
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch(
+                "UPDATE jobs SET state = 'failed', sends = 1, status = 400 WHERE custom_id = 'refused';
+                 UPDATE jobs SET state = 'failed', sends = 3, status = 500 WHERE custom_id = 'server_error';
+                 UPDATE jobs SET state = 'done', sends = 1, status = 200 WHERE custom_id = 'done';
+                 UPDATE jobs SET state = 'held_unknown', sends = 1 WHERE custom_id = 'held';",
+            )
+            .unwrap();
+        let edited: Vec<_> = ids.iter().map(|id| job(id, b"{\"x\":1}")).collect();
+        let compared = s.compare(&edited).unwrap();
+        assert_eq!(compared[0], Compared::Edited, "a 4xx generated nothing");
+        assert!(
+            matches!(compared[1], Compared::Refused { .. }),
+            "{compared:?}"
+        );
+        assert!(
+            matches!(compared[2], Compared::Refused { .. }),
+            "{compared:?}"
+        );
+        assert!(
+            matches!(compared[3], Compared::Refused { .. }),
+            "{compared:?}"
+        );
+        assert_eq!(compared[4], Compared::Edited);
     }
 
     #[test]

@@ -159,8 +159,20 @@ pub struct End {
     pub usage: Option<(u64, u64)>,
     /// Tokens charged to the run's budget for this job.
     pub charged: u64,
-    /// Milliseconds this job waited in this run (admission and backoff).
+    /// Milliseconds to add to the job's wait besides what
+    /// [`End::since_ms`] counts (0 from the queue).
     pub waited_ms: u64,
+    /// When this run could first have sent the job (the run's start, ms
+    /// since the epoch): the store adds to the job's wait the time from
+    /// then — or from the send its wait was last counted to, if later (a
+    /// job put back and sent again in this run) — to its last send, so a
+    /// job's wait in a run is its last send's time less the run's start;
+    /// nothing when it was not sent in this run.
+    pub since_ms: Option<i64>,
+    /// Of the attempts, those whose connection failed before a byte was
+    /// sent: each was counted as a send when it was journaled, and is
+    /// not one.
+    pub unreached: u64,
 }
 
 /// Why the queue stopped: a provider's answer, by the core's typed
@@ -387,9 +399,12 @@ pub enum Compared {
     New,
     /// The same request (path and body byte for byte): kept as it is.
     Same,
-    /// A different request, and the job was never sent: it is replaced.
+    /// A different request, and the job was never sent, or the provider
+    /// refused it (it ended `failed` on a 4xx answer: nothing was
+    /// generated): it is replaced, and runs.
     Edited,
-    /// A different request for a job that was sent or ended: refused (a
+    /// A different request for a job that was sent or ended otherwise
+    /// (done, held as unknown, on the wire, in a batch): refused (a
     /// result of the old request exists or may exist).
     Refused {
         /// The job's state.
@@ -511,6 +526,12 @@ pub trait Store: Send + Sync + 'static {
             HotWrite::PutBack(seq, at, end) => self.put_back(seq, at, end),
         })
     }
+    /// Milliseconds job `seq` waited, across runs (its `waited_ms` in the
+    /// results); `None` when this store does not say.
+    fn waited_ms(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+        let _ = seq;
+        Ok(None)
+    }
     /// Every ended job, in input order.
     fn each_ended(&self, f: &mut dyn FnMut(Ended) -> std::io::Result<()>)
         -> Result<(), StoreError>;
@@ -529,7 +550,9 @@ pub trait Store: Send + Sync + 'static {
     /// Keeps `jobs` as the input's lines of generation `generation`: a new
     /// `custom_id` is added, an edited one never sent is replaced (pending
     /// again), an unchanged one keeps its state (its line number is
-    /// updated). A job refused by [`Store::compare`] is left as it is.
+    /// updated; an edited one the provider refused is pending again, its
+    /// earlier attempts kept in its record). A job refused by
+    /// [`Store::compare`] is left as it is.
     fn sync(&self, jobs: Vec<NewJob>, generation: i64) -> Result<(), StoreError> {
         let _ = (jobs, generation);
         Err(StoreError::new("this store cannot take an edited input"))
@@ -544,6 +567,15 @@ pub trait Store: Send + Sync + 'static {
     /// Forgets the bad lines kept (an edited input reports its own).
     fn clear_bad_lines(&self) -> Result<(), StoreError> {
         Err(StoreError::new("this store cannot take an edited input"))
+    }
+    /// Jobs that ended `failed` because the upstream could not be reached
+    /// (their last attempt's connection failed before a byte was sent:
+    /// the cause `connect_failed`, no answer), as earlier versions failed
+    /// them, are pending again: nothing of theirs was generated (an
+    /// attempt that may have been ends a job held, never failed). How
+    /// many.
+    fn revive_unreached(&self) -> Result<u64, StoreError> {
+        Ok(0)
     }
     /// Expired jobs that the deadline `deadline_ms` (from first seen) no
     /// longer expires at `now_ms` become pending again; with `all`, every
