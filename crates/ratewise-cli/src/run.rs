@@ -55,6 +55,12 @@ pub struct RunArgs {
     /// (`redis://host:port/db`; the URL is never printed).
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// The level of the run's jobs in their key's queue: beside a proxy
+    /// on the same key (across processes with --redis), its
+    /// `interactive` and `default` calls go first and the run keeps its
+    /// minimum share [default: bulk]
+    #[arg(long, value_name = "LEVEL")]
+    priority: Option<String>,
     /// Input + output tokens the store may spend, cumulative across every
     /// run of the same store (spent plus the worst case of what is in
     /// flight never passes it).
@@ -245,6 +251,7 @@ pub fn run(args: &RunArgs) -> u8 {
     options.retry_failed = args.retry_failed;
     options.pool = args.pool.clone();
     options.redis = args.redis.clone().map(ratewise_run::RedisUrl);
+    options.priority = args.priority.clone();
     let progress = match args.progress {
         ProgressArg::Auto => Progress::auto(),
         ProgressArg::Json => Progress::Json,

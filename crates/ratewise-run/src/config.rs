@@ -96,6 +96,10 @@ pub struct Options {
     /// `--redis`: the keys' limits (buckets, stops, beliefs) shared through
     /// this Redis with every proxy and run using it.
     pub redis: Option<RedisUrl>,
+    /// `--priority`: the level of the run's jobs in their key's queue
+    /// (default `bulk`: a proxy's interactive calls on the same key go
+    /// first; see `ratewise_tower::Workload`).
+    pub priority: Option<String>,
 }
 
 /// A Redis URL (`redis://[:password@]host:port/db`). It may hold a
@@ -130,6 +134,7 @@ impl Options {
             retry_failed: false,
             pool: None,
             redis: None,
+            priority: None,
         }
     }
 

@@ -79,7 +79,14 @@ pub struct Settings {
     /// member's route sets its own, and its upstream), and a stop of one
     /// member does not stop the queue.
     pub pool: Option<String>,
+    /// The level of every job in its key's queue (default
+    /// [`DEFAULT_PRIORITY`]).
+    pub priority: String,
 }
+
+/// The level a run's jobs wait at unless told otherwise: below a
+/// proxy's interactive and default calls on the same key.
+pub const DEFAULT_PRIORITY: &str = "bulk";
 
 impl Settings {
     /// Defaults for `shape`: its public upstream, a window of 64 jobs and
@@ -99,6 +106,7 @@ impl Settings {
             budget_tokens: None,
             grace: Duration::from_secs(30),
             pool: None,
+            priority: DEFAULT_PRIORITY.to_owned(),
         }
     }
 }
@@ -1144,6 +1152,8 @@ fn request(
     req.extensions_mut().insert(JobId::new(&job.custom_id));
     req.extensions_mut().insert(Deadline(remaining));
     req.extensions_mut().insert(cancel);
+    req.extensions_mut()
+        .insert(ratewise_tower::Workload::level(&settings.priority));
     if let Some(m) = &job.model {
         req.extensions_mut().insert(Model::new(m));
     }
@@ -1424,6 +1434,36 @@ mod tests {
             message: String::new(),
             custom_id: None,
         }
+    }
+
+    #[test]
+    fn each_request_carries_the_runs_priority_level() {
+        use super::{request, Settings, Shape};
+        let mut settings = Settings::new(Shape::OpenAi, "sk-test");
+        let cancel = ratewise_tower::Cancel::new();
+        let req = request(
+            &settings,
+            &job(1, 4, 1, 1),
+            std::time::Duration::from_secs(9),
+            cancel,
+        )
+        .unwrap();
+        let w = req.extensions().get::<ratewise_tower::Workload>().unwrap();
+        assert_eq!(
+            w.level.as_deref(),
+            Some("bulk"),
+            "bulk unless told otherwise"
+        );
+        settings.priority = "interactive".into();
+        let req = request(
+            &settings,
+            &job(1, 4, 1, 1),
+            std::time::Duration::from_secs(9),
+            ratewise_tower::Cancel::new(),
+        )
+        .unwrap();
+        let w = req.extensions().get::<ratewise_tower::Workload>().unwrap();
+        assert_eq!(w.level.as_deref(), Some("interactive"));
     }
 
     #[test]

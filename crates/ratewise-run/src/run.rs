@@ -115,6 +115,15 @@ impl Run {
         self
     }
 
+    /// The level of the run's jobs in their key's queue (default `bulk`):
+    /// beside `ratewise proxy` on the same key (with `--redis` across
+    /// processes), a proxy's `interactive` and `default` calls go first,
+    /// and the run keeps its minimum share.
+    pub fn priority(mut self, level: impl Into<String>) -> Run {
+        self.options.priority = Some(level.into());
+        self
+    }
+
     /// Which `[[pools]]` table of the config the run spends (needed when
     /// the config has several; see [`crate::pool`]). Each member's key is
     /// read through [`Run::key_from`] from its `key_env`.
@@ -647,6 +656,9 @@ fn prepare(run: Run, observer: &dyn Observer) -> Result<Prepared, RunError> {
         None => (None, None),
     };
     settings.pool = pool_name;
+    if let Some(level) = &options.priority {
+        settings.priority = level.clone();
+    }
     recover_last_run(store.as_ref(), options, settings.deadline, observer)?;
     let out = options.out_path();
     let partial =
