@@ -54,6 +54,7 @@ use ratewise_core::{Instant, Usage};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Admissions between two reads of a scope's limits (the cost of a job is
 /// its share of them): limits change rarely (a header, a 429), and a read
@@ -70,6 +71,18 @@ const MAX_FOLLOWED: usize = 16_384;
 /// empty ones are forgotten.
 const MAX_IDLE_SCOPES: usize = 256;
 
+/// How often a waiting head publishes this process's demand and reads the
+/// others' (a store shared between processes: [`Store::demand`]); well
+/// within [`DEMAND_FRESH`], so a live process's demand never lapses.
+///
+/// [`Store::demand`]: ratewise_core::admit::Store::demand
+/// [`DEMAND_FRESH`]: ratewise_core::admit::DEMAND_FRESH
+pub(crate) const DEMAND_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a head that yields to another process's higher demand waits
+/// before it looks again (a local signal wakes it sooner).
+pub(crate) const YIELD_RECHECK: Duration = Duration::from_millis(250);
+
 /// One scope's waiting jobs: the discipline that orders them and the
 /// signal of each.
 struct Scope {
@@ -78,6 +91,21 @@ struct Scope {
     /// The scope's limits as last read, and admissions since.
     limits: Option<Limits>,
     since_limits: u32,
+    /// Demand across processes: what this process last published (the
+    /// rank of its highest waiting level), when, and the highest the
+    /// others had published then.
+    published: Option<u8>,
+    published_at: Option<Instant>,
+    foreign: Option<u8>,
+}
+
+impl Scope {
+    /// The rank of the highest level waiting here.
+    fn top_rank(&self) -> Option<u8> {
+        self.discipline
+            .top_waiting()
+            .and_then(|l| u8::try_from(l.index()).ok())
+    }
 }
 
 impl Scope {
@@ -157,6 +185,9 @@ impl Queues {
                 signals: HashMap::new(),
                 limits: None,
                 since_limits: 0,
+                published: None,
+                published_at: None,
+                foreign: None,
             });
             let before = s.discipline.head();
             s.discipline.join(place, workload);
@@ -226,6 +257,35 @@ impl Queues {
         }
     }
 
+    /// This process's demand on `scope` (the rank of its highest waiting
+    /// level) when it is due to be published: it changed since it was,
+    /// or [`DEMAND_EVERY`] passed while something waits. `None`: not due.
+    pub fn demand_due(&self, scope: ScopeId, now: Instant) -> Option<Option<u8>> {
+        let w = self.lock();
+        let s = w.scopes.get(&scope)?;
+        let top = s.top_rank();
+        let stale = s
+            .published_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= DEMAND_EVERY);
+        (top != s.published || (top.is_some() && stale)).then_some(top)
+    }
+
+    /// `published` was published at `now`, and the others' highest
+    /// demand read back.
+    pub fn demand_published(
+        &self,
+        scope: ScopeId,
+        published: Option<u8>,
+        foreign: Option<u8>,
+        now: Instant,
+    ) {
+        if let Some(s) = self.lock().scopes.get_mut(&scope) {
+            s.published = published;
+            s.published_at = Some(now);
+            s.foreign = foreign;
+        }
+    }
+
     /// Jobs waiting in `scope`'s queue.
     #[cfg(test)]
     pub fn len(&self, scope: ScopeId) -> usize {
@@ -270,6 +330,24 @@ impl Ticket {
             .scopes
             .get(&self.scope)
             .map_or(0, |s| s.discipline.ahead(self.place))
+    }
+
+    /// Whether this job, at the head, leaves the tokens to another
+    /// process: one sharing the scope published a higher level waiting
+    /// (as last read), and this job's level has had at least its minimum
+    /// share of the limit lately — a level under it keeps its share
+    /// whoever else waits.
+    pub fn yields(&self, now: Instant) -> bool {
+        let w = self.queues.lock();
+        let Some(s) = w.scopes.get(&self.scope) else {
+            return false;
+        };
+        let Some(level) = s.discipline.level_of(self.place) else {
+            return false;
+        };
+        let higher_elsewhere = s.foreign.is_some_and(|f| usize::from(f) < level.index());
+        higher_elsewhere
+            && s.discipline.used_of_limit(level, now) >= self.queues.levels.min_share(level)
     }
 
     /// A listener for this job's next signal (its turn, or capacity back

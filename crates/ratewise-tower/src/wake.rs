@@ -141,4 +141,8 @@ impl Store for Waking {
     fn snapshot(&self, scope: ScopeId, now: Now) -> StoreFuture<'_, Option<ScopeSnapshot>> {
         self.inner.snapshot(scope, now)
     }
+
+    fn demand(&self, scope: ScopeId, waiting: Option<u8>, now: Now) -> StoreFuture<'_, Option<u8>> {
+        self.inner.demand(scope, waiting, now)
+    }
 }

@@ -8,7 +8,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use ratewise_core::admit::Target;
+use ratewise_core::admit::{Admission, Target, WaitReason};
 use ratewise_core::classify::{
     classify_in_band, classify_response, classify_transport, detect_provider, Classification,
     ResponseView, TransportFailure,
@@ -392,7 +392,15 @@ impl Flight {
         match self.pooled.as_mut() {
             None => match self.m.job.next(now) {
                 Step::Admit(req) => {
-                    let answer = inner.state.admit(req, now).await;
+                    let answer = match self.yield_to_others(now).await {
+                        // A wait the machine reads as any admission wait:
+                        // its deadline still rules.
+                        Some(until) => Admission::Wait {
+                            until,
+                            reason: WaitReason::Queue,
+                        },
+                        None => inner.state.admit(req, now).await,
+                    };
                     self.m.job.admission(answer, policy, now)
                 }
                 other => other,
@@ -407,6 +415,34 @@ impl Flight {
                 }
                 other => other,
             },
+        }
+    }
+
+    /// Priorities across processes: publishes this process's demand on
+    /// the scope when due (its highest waiting level; see
+    /// [`Store::demand`](ratewise_core::admit::Store::demand)), and
+    /// answers when to look again if this job, at the head, leaves the
+    /// tokens to a higher level waiting in another process (`None`: ask
+    /// for admission now). A store no other process shares answers at
+    /// once that nothing is foreign.
+    async fn yield_to_others(&self, now: Now) -> Option<Instant> {
+        let ticket = self.queued.as_ref()?;
+        self.publish_demand(now).await;
+        ticket
+            .yields(now.instant)
+            .then(|| now.instant + crate::queue::YIELD_RECHECK)
+    }
+
+    /// Publishes this process's demand on the job's scope if it is due
+    /// (changed, or not said for a while).
+    async fn publish_demand(&self, now: Now) {
+        let inner = &self.inner;
+        let scope = self.target.scope;
+        if let Some(top) = inner.queues.demand_due(scope, now.instant) {
+            let foreign = inner.state.demand(scope, top, now).await;
+            inner
+                .queues
+                .demand_published(scope, top, foreign, now.instant);
         }
     }
 
@@ -495,6 +531,10 @@ impl Flight {
             ),
         };
         ticket.admitted(amounts, id, now.instant);
+        // The job left the queue: what waits here may have changed (the
+        // last interactive job admitted), and the others are told now
+        // rather than when its demand lapses.
+        self.publish_demand(now).await;
     }
 
     /// The last checks before a send, in order. The caller's cancellation:

@@ -399,6 +399,35 @@ impl Discipline {
         x.exp()
     }
 
+    /// The level the job at `place` waits at (`None`: not waiting here).
+    pub fn level_of(&self, place: Place) -> Option<LevelId> {
+        self.jobs.get(&place).map(|(l, _)| *l)
+    }
+
+    /// The highest level with jobs waiting: this process's demand on the
+    /// scope, published to the others sharing it
+    /// ([`Store::demand`](crate::admit::Store::demand)).
+    pub fn top_waiting(&self) -> Option<LevelId> {
+        self.levels
+            .iter()
+            .find(|l| self.state[l.index()].waiting > 0)
+    }
+
+    /// What `level` was admitted lately (decayed over the window), as a
+    /// share of the whole limit: `0.1` for a level that has been sending a
+    /// tenth of what the key allows. Across processes, a level under its
+    /// minimum share by this measure does not yield to another process's
+    /// higher demand: its share is kept whoever else waits.
+    pub fn used_of_limit(&self, level: LevelId, now: Instant) -> f64 {
+        let Some(l) = self.state.get(level.index()) else {
+            return 0.0;
+        };
+        // A steady rate r (cost a second) decays to a sum of r * window;
+        // the whole limit is WHOLE_LIMIT a minute.
+        let per_minute = l.recent / self.factor(now) * 60.0 / self.window.as_secs_f64();
+        per_minute / super::cost::WHOLE_LIMIT as f64
+    }
+
     /// The factor of instant `at` under the present base (no rescale).
     fn factor(&self, at: Instant) -> f64 {
         let w = self.window.as_secs_f64();

@@ -331,3 +331,36 @@ fn ahead_counts_higher_levels_only_as_far_as_the_minimum_share_lets_them() {
     d.join(at(200), &Workload::new(b, "batch"));
     assert_eq!(d.ahead(at(200)), 100);
 }
+
+#[test]
+fn the_top_waiting_level_is_what_a_process_publishes() {
+    let (l, i, _, b) = levels();
+    let mut d = Discipline::new(l);
+    assert_eq!(d.top_waiting(), None, "nothing waits: no demand");
+    d.join(at(0), &Workload::new(b, "batch"));
+    assert_eq!(d.top_waiting(), Some(b));
+    d.join(at(1), &Workload::new(i, "chat"));
+    assert_eq!(d.top_waiting(), Some(i));
+    d.admitted(at(1), Cost(1_000), Instant::ZERO).unwrap();
+    assert_eq!(d.top_waiting(), Some(b), "the interactive job left");
+}
+
+#[test]
+fn a_levels_use_of_the_limit_is_its_admitted_rate_over_the_window() {
+    let (l, _, _, b) = levels();
+    let mut d = Discipline::new(l);
+    // A tenth of the limit a second's worth at a time: 1/600 of a
+    // minute's limit each second, for ten minutes (many windows).
+    let step = Cost(WHOLE_LIMIT / 600);
+    let mut now = Instant::ZERO;
+    for s in 0..600u64 {
+        d.join(at(s), &Workload::new(b, "batch"));
+        d.admitted(at(s), step, now).unwrap();
+        now = now + Duration::from_secs(1);
+    }
+    let used = d.used_of_limit(b, now);
+    assert!((used - 0.1).abs() < 0.01, "{used}");
+    // Then nothing for five windows: it decays away.
+    let later = now + Duration::from_secs(300);
+    assert!(d.used_of_limit(b, later) < 0.001);
+}
