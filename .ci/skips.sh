@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts=(tests/conformance/run.sh tests/conformance/proxy.sh bench/proxy_sdk.sh bench/redis_procs.sh bench/remember.sh)
+scripts=(tests/conformance/run.sh tests/conformance/proxy.sh bench/proxy_sdk.sh bench/redis_procs.sh bench/remember.sh bench/tenants.sh)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bad=0

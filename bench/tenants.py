@@ -137,6 +137,11 @@ async def run(args):
 
     async def bulk():
         await asyncio.gather(*(bulk_flow(i, n, c) for i, (n, c) in enumerate(flows)))
+        if args.while_pid:
+            # The bulk work is another process's (`ratewise run`): the
+            # interactive calls go on while it runs.
+            while Path(f"/proc/{args.while_pid}").exists():
+                await asyncio.sleep(0.2)
         stop.set()
 
     async def cap():
@@ -180,6 +185,10 @@ def main():
     ap.add_argument("--interactive-level", default=None)
     ap.add_argument("--interactive-every", type=float, default=2.0, help="0: no interactive calls")
     ap.add_argument("--flood", type=int, default=0)
+    ap.add_argument("--while-pid", type=int, default=None,
+                    help="the bulk work is this process's (ratewise run): interactive calls while it runs")
+    ap.add_argument("--write-batch", default=None,
+                    help="write --bulk-jobs Anthropic Message Batches lines (the bulk work) to this file and exit")
     ap.add_argument("--duration", type=float, default=None, help="cut the run after this many seconds")
     ap.add_argument("--limits", default="120,60000,12000", help="RPM,ITPM,OTPM of the key")
     ap.add_argument("--capacity-seconds", type=float, default=10.0)
@@ -191,6 +200,16 @@ def main():
     ap.add_argument("--min-bulk-share", type=float, default=None)
     args = ap.parse_args()
     rpm, itpm, otpm = (float(x) for x in args.limits.split(","))
+    if args.write_batch:
+        # The same bulk jobs as the SDK arms', as `ratewise run` reads them.
+        lo, hi = flow_inputs(1, 0)
+        with open(args.write_batch, "w") as f:
+            for i in range(args.bulk_jobs):
+                n = lo + (i * 7919) % (hi - lo + 1)
+                f.write(json.dumps({"custom_id": f"bulk-{i:03}", "params": {
+                    "model": "claude-sonnet-4-5", "max_tokens": 1024,
+                    "messages": [{"role": "user", "content": words(n, f"bulk{i}")}]}}) + "\n")
+        return
 
     calls, flows = asyncio.run(run(args))
     recs = mock_records(args.mock)
