@@ -12,7 +12,11 @@
 //!   restarts until acknowledged; each pool (`[[pools]]`) with each
 //!   member by upstream and key fingerprint: provider, weight, sends,
 //!   share, its stop with the answer that stopped it, its upstream's
-//!   overload hold (see [`crate::pools`]);
+//!   overload hold (see [`crate::pools`]); each class's `queue`: per
+//!   priority level and flow, the jobs waiting and how long the oldest
+//!   has, what each was admitted lately as a share of the limit, the
+//!   admission waits' p50 / p95, and what the head waits for (see
+//!   [`queues`]);
 //! * `POST /unknown/ack?job=ID` — acknowledges job `ID`'s unknown
 //!   outcomes (every attempt of it); `POST /unknown/ack?all=true` — all of
 //!   them listed. Journaled before they leave `/status` and
@@ -81,6 +85,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub mod guard;
+pub mod queues;
 pub mod settings;
 pub mod token;
 
@@ -263,12 +268,13 @@ async fn status(
     };
     let scopes = snapshots(&app, ids, now).await;
     let pools = crate::pools::statuses(&app.pools).await;
+    let queues = queues::by_scope(&app);
     // Formatting (most of a read's time with many keys) runs outside the
     // store's lock and off the runtime's workers, which the callers'
     // requests share.
     let app2 = app.clone();
     match tokio::task::spawn_blocking(move || {
-        format_status(&app2, names, scopes, total, pools, now)
+        format_status(&app2, names, scopes, total, pools, queues, now)
     })
     .await
     {
@@ -288,6 +294,7 @@ fn format_status(
     scopes: Vec<ScopeSnapshot>,
     total: usize,
     pools: Vec<(String, ratewise_tower::pool::PoolStatus)>,
+    queues: HashMap<(String, String), ratewise_tower::QueueStatus>,
     now: Now,
 ) -> serde_json::Value {
     let mut classes: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
@@ -331,6 +338,9 @@ fn format_status(
                     "cause": st.cause.as_str(),
                     "until_ms": st.until.map(unix_ms),
                 })),
+                // Per priority level and flow: what waits, for how long,
+                // and what each was admitted lately ([priority]).
+                "queue": queues.get(&(s.key.clone(), s.class.clone())).map(queues::json),
             }));
     }
     let key_list: Vec<serde_json::Value> = names
@@ -394,9 +404,10 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     let ids = app.store.lock().scopes();
     let snaps = snapshots(&app, ids, now).await;
     let pools = crate::pools::statuses(&app.pools).await;
+    let queues = queues::by_scope(&app);
     // Formatted off the runtime's workers, as `/status` is.
     let app2 = app.clone();
-    let text = tokio::task::spawn_blocking(move || format_metrics(&app2, snaps, pools))
+    let text = tokio::task::spawn_blocking(move || format_metrics(&app2, snaps, pools, queues))
         .await
         .unwrap_or_default();
     let mut r = text.into_response();
@@ -412,6 +423,7 @@ fn format_metrics(
     app: &App,
     snaps: Vec<ScopeSnapshot>,
     pools: Vec<(String, ratewise_tower::pool::PoolStatus)>,
+    queues: HashMap<(String, String), ratewise_tower::QueueStatus>,
 ) -> String {
     use ratewise_core::Dimension;
     const DIMENSIONS: [Dimension; 4] = [
@@ -476,6 +488,7 @@ fn format_metrics(
         gauges.push(("ratewise_store_errors_total".into(), h.errors as f64));
     }
     crate::pools::gauges(&pools, &mut gauges);
+    queues::gauges(&queues, &mut gauges);
     let unknown = app.unknown.lock().unwrap_or_else(|p| p.into_inner()).len();
     gauges.push(("ratewise_unknown_outcomes".into(), unknown as f64));
     gauges.push((

@@ -228,7 +228,7 @@ pub struct Recovered {
     /// Lines that could not be read (a line cut by a crash, say).
     pub unreadable: usize,
     /// What each key had learned, by key, to recall
-    /// ([`Controller::recall`](ratewise_core::admit::Controller::recall)).
+    /// ([`Memory::recall`](ratewise_core::admit::store_kit::Memory::recall)).
     pub beliefs: Vec<KeyRecord>,
 }
 

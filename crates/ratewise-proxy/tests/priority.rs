@@ -21,7 +21,7 @@ fn body(tag: &str) -> String {
 /// One request held at the upstream (the key's one slot in flight), five
 /// bulk requests queued behind it, then an interactive one; the slot is
 /// freed once: which request does the upstream see next?
-async fn next_after_a_queue_of_bulk(toml: &str) -> (String, Vec<support::Seen>) {
+async fn next_after_a_queue_of_bulk(toml: &str) -> (String, Vec<support::Seen>, String, String) {
     let up = Upstream::start().await;
     let p = Arc::new(support::proxy(&up.url, Some("anthropic"), toml).await);
     up.hold();
@@ -49,6 +49,8 @@ async fn next_after_a_queue_of_bulk(toml: &str) -> (String, Vec<support::Seen>) 
     until("five bulk requests wait", || waiting() == 5).await;
     calls.push(send("interactive".into(), "interactive"));
     until("the interactive request waits too", || waiting() == 6).await;
+    let (_, status) = support::admin(&p, "GET", "/status").await;
+    let (_, metrics) = support::admin(&p, "GET", "/metrics").await;
     up.release(1);
     until("the next request reaches the upstream", || {
         up.seen().len() == 2
@@ -59,13 +61,39 @@ async fn next_after_a_queue_of_bulk(toml: &str) -> (String, Vec<support::Seen>) 
     for c in calls {
         assert_eq!(c.await.unwrap().status, 200);
     }
-    (next, up.seen())
+    (next, up.seen(), status, metrics)
 }
 
 #[tokio::test]
 async fn an_interactive_request_passes_the_bulk_requests_queued_on_its_key() {
-    let (next, seen) = next_after_a_queue_of_bulk("[limits]\nin_flight = 1\n").await;
+    let (next, seen, status, metrics) =
+        next_after_a_queue_of_bulk("[limits]\nin_flight = 1\n").await;
     assert!(next.contains("interactive"), "sent next: {next}");
+    // What waited, as /status and /metrics showed it: per level and flow,
+    // and what the head waited for (the key's one slot in flight).
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let queue = &status["keys"][0]["classes"][0]["queue"];
+    let level = |name: &str| {
+        queue["levels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["level"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(level("bulk")["waiting"], 5, "{queue}");
+    assert_eq!(level("interactive")["waiting"], 1, "{queue}");
+    assert_eq!(level("bulk")["flows"][0]["flow"], "tenant-a", "{queue}");
+    // The one request out is also the cold key's probe: either says why.
+    let why = queue["head_waits_for"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(["in_flight", "probe"].contains(&why), "{queue}");
+    assert!(
+        metrics.contains("level=\"bulk\",flow=\"tenant-a\"} 5"),
+        "{metrics}"
+    );
     assert_eq!(seen.len(), 7);
     for s in &seen {
         assert!(
@@ -79,7 +107,7 @@ async fn an_interactive_request_passes_the_bulk_requests_queued_on_its_key() {
 
 #[tokio::test]
 async fn with_the_headers_off_the_queue_is_first_come_first_served() {
-    let (next, seen) =
+    let (next, seen, _, _) =
         next_after_a_queue_of_bulk("[limits]\nin_flight = 1\n[priority]\nheader = false\n").await;
     assert!(next.contains("bulk-0"), "sent next: {next}");
     assert!(seen

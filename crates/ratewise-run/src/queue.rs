@@ -80,7 +80,7 @@ pub struct Settings {
     /// member does not stop the queue.
     pub pool: Option<String>,
     /// The level of every job in its key's queue (default
-    /// [`DEFAULT_PRIORITY`]).
+    /// `bulk`).
     pub priority: String,
 }
 

@@ -264,7 +264,7 @@ impl Builder {
     /// # let _ = pooled;
     /// ```
     pub fn waiting_with(mut self, other: &RetryLayer) -> Self {
-        self.queues = Some(other.queues());
+        self.queues = Some(other.waiting_queues());
         self
     }
 

@@ -49,7 +49,7 @@
 
 use event_listener::{Event, EventListener};
 use ratewise_core::admit::fair::{Charged, Cost, Discipline, Levels, Place, Workload};
-use ratewise_core::admit::{Amounts, Limits, ReservationId, ScopeId};
+use ratewise_core::admit::{Amounts, Limits, ReservationId, ScopeId, WaitReason};
 use ratewise_core::{Instant, Usage};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -97,6 +97,10 @@ struct Scope {
     published: Option<u8>,
     published_at: Option<Instant>,
     foreign: Option<u8>,
+    /// What the head waits for on admission, and until when.
+    head_wait: Option<(WaitReason, Instant)>,
+    /// The latest admission waits per (level, flow).
+    waits: crate::queue_status::Waits,
 }
 
 impl Scope {
@@ -188,6 +192,8 @@ impl Queues {
                 published: None,
                 published_at: None,
                 foreign: None,
+                head_wait: None,
+                waits: Default::default(),
             });
             let before = s.discipline.head();
             s.discipline.join(place, workload);
@@ -286,6 +292,71 @@ impl Queues {
         }
     }
 
+    /// The head of `scope`'s queue waits on admission for `reason` until
+    /// `until` (for [`status`](Self::status)).
+    pub fn head_waits(&self, scope: ScopeId, reason: WaitReason, until: Instant) {
+        if let Some(s) = self.lock().scopes.get_mut(&scope) {
+            s.head_wait = Some((reason, until));
+        }
+    }
+
+    /// Every scope with jobs waiting or admitted lately, as a status page
+    /// shows it (see [`crate::QueueStatus`]).
+    pub fn status(&self, now: Instant) -> Vec<crate::QueueStatus> {
+        use crate::{FlowStatus, LevelStatus, QueueStatus};
+        let w = self.lock();
+        let mut out: Vec<QueueStatus> = w
+            .scopes
+            .iter()
+            .map(|(scope, s)| {
+                let levels = s
+                    .discipline
+                    .view(now)
+                    .into_iter()
+                    .map(|l| {
+                        let i = l.level.index();
+                        let (wait_p50, wait_p95) = s.waits.quantiles(i, None);
+                        LevelStatus {
+                            level: self.levels.name(l.level).to_owned(),
+                            waiting: l.waiting,
+                            used_of_limit: l.used_of_limit,
+                            wait_p50,
+                            wait_p95,
+                            flows: l
+                                .flows
+                                .into_iter()
+                                .map(|f| {
+                                    let (wait_p50, wait_p95) = s.waits.quantiles(i, Some(&f.flow));
+                                    FlowStatus {
+                                        oldest_wait: f
+                                            .oldest
+                                            .map(|a| now.saturating_duration_since(a)),
+                                        flow: f.flow,
+                                        waiting: f.waiting,
+                                        weight: f.weight,
+                                        used_of_limit: f.used_of_limit,
+                                        wait_p50,
+                                        wait_p95,
+                                    }
+                                })
+                                .collect(),
+                        }
+                    })
+                    .collect();
+                QueueStatus {
+                    scope: *scope,
+                    head_waits: s
+                        .head_wait
+                        .filter(|(_, until)| *until > now && !s.discipline.is_empty())
+                        .map(|(r, until)| (r, until.saturating_duration_since(now))),
+                    levels,
+                }
+            })
+            .collect();
+        out.sort_by_key(|q| q.scope);
+        out
+    }
+
     /// Jobs waiting in `scope`'s queue.
     #[cfg(test)]
     pub fn len(&self, scope: ScopeId) -> usize {
@@ -368,6 +439,11 @@ impl Ticket {
                 return;
             };
             s.signals.remove(&self.place);
+            s.head_wait = None;
+            if let Some((level, flow)) = s.discipline.workload_of(self.place) {
+                let waited = now.saturating_duration_since(self.place.arrived);
+                s.waits.record(level.index(), flow, waited);
+            }
             let before = s.discipline.head();
             let limits = s.limits.unwrap_or(Limits::NONE);
             s.since_limits = s.since_limits.saturating_add(1);

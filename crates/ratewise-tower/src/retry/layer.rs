@@ -152,7 +152,7 @@ impl RetryLayer {
     }
 
     /// Its waiting queues (for a layer that waits in them too).
-    pub(crate) fn queues(&self) -> Arc<crate::queue::Queues> {
+    pub(crate) fn waiting_queues(&self) -> Arc<crate::queue::Queues> {
         self.inner.queues.clone()
     }
 
@@ -216,6 +216,18 @@ impl RetryLayer {
             Some(self.inner.queues.clone()),
             Some(Arc::new(crate::pool::PoolShared::new(pool))),
         )
+    }
+
+    /// What waits in the layer's queues (and those of the layers that wait
+    /// in them, [`Builder::waiting_with`](crate::Builder::waiting_with)),
+    /// per scope, priority level and flow, and why: for a status page.
+    ///
+    /// ```
+    /// let layer = ratewise_tower::RetryLayer::builder().build().unwrap();
+    /// assert!(layer.queues().is_empty(), "nothing has waited yet");
+    /// ```
+    pub fn queues(&self) -> Vec<crate::QueueStatus> {
+        self.inner.queues.status(self.inner.clock.now().instant)
     }
 
     /// Each member of the layer's pool as it is now (share, sends, stop

@@ -472,6 +472,9 @@ impl Flight {
                         or_cancelled(&self.cancel, clock.sleep_until(until)).await;
                     }
                     WaitFor::Admission(why) => {
+                        if self.queued.is_some() {
+                            inner.queues.head_waits(self.target.scope, why, until);
+                        }
                         tracing::debug!(job_id = %self.job.id,
                             wait_ms = (until - now.instant).as_millis() as u64,
                             reason = ?why, "admission wait");

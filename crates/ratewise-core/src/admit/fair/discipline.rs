@@ -85,6 +85,34 @@ struct Level {
     active: usize,
 }
 
+/// One level of a [`Discipline`], as [`Discipline::view`] shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelView {
+    /// The level.
+    pub level: LevelId,
+    /// Its jobs waiting.
+    pub waiting: usize,
+    /// What it was admitted lately, as a share of the whole limit.
+    pub used_of_limit: f64,
+    /// Its flows that wait or were admitted lately.
+    pub flows: Vec<FlowView>,
+}
+
+/// One flow of a level, as [`Discipline::view`] shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowView {
+    /// Its name.
+    pub flow: String,
+    /// Its jobs waiting.
+    pub waiting: usize,
+    /// When its oldest waiting job arrived.
+    pub oldest: Option<Instant>,
+    /// Its weight.
+    pub weight: u32,
+    /// What it was admitted lately, as a share of the whole limit.
+    pub used_of_limit: f64,
+}
+
 /// The queue discipline of one scope (key × model class): which waiting
 /// job's turn it is to ask for admission.
 ///
@@ -397,6 +425,52 @@ impl Discipline {
             x = 0.0;
         }
         x.exp()
+    }
+
+    /// Each level as a status page shows it, highest first: its jobs
+    /// waiting, what it was admitted lately as a share of the whole limit
+    /// ([`used_of_limit`](Self::used_of_limit)), and the same of each of
+    /// its flows that waits or was admitted within the window (the flows
+    /// with work waiting first, then the most used).
+    pub fn view(&self, now: Instant) -> Vec<LevelView> {
+        let per_limit =
+            60.0 / self.window.as_secs_f64() / self.factor(now) / super::cost::WHOLE_LIMIT as f64;
+        self.levels
+            .iter()
+            .map(|id| {
+                let l = &self.state[id.index()];
+                let mut flows: Vec<FlowView> = l
+                    .flows
+                    .iter()
+                    .map(|(name, f)| FlowView {
+                        flow: name.to_string(),
+                        waiting: f.waiting.len(),
+                        oldest: f.waiting.iter().map(|p| p.arrived).min(),
+                        weight: f.weight.max(1),
+                        used_of_limit: f.recent * per_limit,
+                    })
+                    .filter(|f| f.waiting > 0 || f.used_of_limit > 1e-6)
+                    .collect();
+                flows.sort_by(|a, b| {
+                    b.waiting
+                        .min(1)
+                        .cmp(&a.waiting.min(1))
+                        .then(b.used_of_limit.total_cmp(&a.used_of_limit))
+                        .then_with(|| a.flow.cmp(&b.flow))
+                });
+                LevelView {
+                    level: id,
+                    waiting: l.waiting,
+                    used_of_limit: l.recent * per_limit,
+                    flows,
+                }
+            })
+            .collect()
+    }
+
+    /// The level and flow of the job waiting at `place`.
+    pub fn workload_of(&self, place: Place) -> Option<(LevelId, &str)> {
+        self.jobs.get(&place).map(|(l, f)| (*l, &**f))
     }
 
     /// The level the job at `place` waits at (`None`: not waiting here).

@@ -38,6 +38,6 @@ mod sim_tests;
 mod tests;
 
 pub use cost::{Cost, WHOLE_LIMIT};
-pub use discipline::{Charged, Discipline, DEFAULT_WINDOW, MAX_IDLE_FLOWS};
+pub use discipline::{Charged, Discipline, FlowView, LevelView, DEFAULT_WINDOW, MAX_IDLE_FLOWS};
 pub use levels::{LevelId, Levels, DEFAULT_MIN_SHARE, MAX_LEVELS};
 pub use workload::{Place, Workload, MAX_FLOW_NAME, MAX_WEIGHT};
