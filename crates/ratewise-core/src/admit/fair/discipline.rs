@@ -324,6 +324,11 @@ impl Discipline {
             return;
         };
         l.recent = (l.recent + diff * scale).max(0.0);
+        // The size the level's next job is taken to have (its minimum
+        // share is counted halfway through it): what a job was found to
+        // cost, not what it reserved — a generous max_tokens would
+        // otherwise hold a lower level under its share.
+        l.last = actual.0 as f64 * scale;
         if let Some(f) = l.flows.get_mut(&charged.flow) {
             f.finish += diff / f64::from(charged.weight.max(1));
             f.recent = (f.recent + diff * scale).max(0.0);
