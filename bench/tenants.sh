@@ -8,8 +8,7 @@
 # proxy; they run at once (each waits on its provider's pace, about
 # six minutes for the 300-job arms).
 #
-#   bash bench/tenants.sh            # every arm but flood (CI)
-#   bash bench/tenants.sh all        # every arm
+#   bash bench/tenants.sh            # every arm (CI)
 #   bash bench/tenants.sh fifo priority   # the arms named
 #
 # Arms (bench/tenants.py says how each figure is computed):
@@ -50,12 +49,7 @@ VENV="${RATEWISE_CONFORMANCE_VENV:-$ROOT/target/conformance-venv}"
 PYTHON="${PYTHON:-python3}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 ALL=(fifo priority priority-default weights lone flood runner-redis)
-if [ $# -eq 0 ]; then
-    # Not yet: flood misses today (bulk keeps about 8 % where its minimum
-    # share is 10 %: a job in flight counts at its max_tokens reservation
-    # until it settles); run by name, and in CI once it holds.
-    ARMS=(fifo priority priority-default weights lone runner-redis)
-elif [ "$*" = all ]; then
+if [ $# -eq 0 ] || [ "$*" = all ]; then
     ARMS=("${ALL[@]}")
 else
     ARMS=("$@")
