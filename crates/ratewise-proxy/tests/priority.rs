@@ -85,6 +85,12 @@ async fn an_interactive_request_passes_the_bulk_requests_queued_on_its_key() {
     assert_eq!(level("bulk")["waiting"], 5, "{queue}");
     assert_eq!(level("interactive")["waiting"], 1, "{queue}");
     assert_eq!(level("bulk")["flows"][0]["flow"], "tenant-a", "{queue}");
+    for dim in ["requests", "input_tokens", "output_tokens", "tokens"] {
+        assert!(
+            level("bulk")["used_of_each_limit"][dim].is_number(),
+            "{queue}"
+        );
+    }
     // The one request out is also the cold key's probe: either says why.
     let why = queue["head_waits_for"]["reason"]
         .as_str()

@@ -328,7 +328,7 @@ pub use config::{set_retry_after, Config, ACTION_HEADER, ATTEMPT_HEADER, JOB_HEA
 pub use error::{BoxError, Error};
 pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate, Workload};
 pub use journal::{written, Journal, Written};
-pub use queue_status::{FlowStatus, LevelStatus, QueueStatus};
+pub use queue_status::{FlowStatus, LevelStatus, QueueStatus, DIMENSIONS as QUEUE_DIMENSIONS};
 pub use retry::{ResponseFuture, RetryLayer, RetryService};
 pub use state::State;
 pub use transport::transport_failure;

@@ -101,6 +101,8 @@ struct Scope {
     head_wait: Option<(WaitReason, Instant)>,
     /// The latest admission waits per (level, flow).
     waits: crate::queue_status::Waits,
+    /// What each (level, flow) was admitted lately, per limit.
+    shares: crate::queue_status::Shares,
 }
 
 impl Scope {
@@ -126,6 +128,9 @@ struct Followed {
     scope: ScopeId,
     charged: Charged,
     limits: Limits,
+    /// What was reserved (the settlement corrects the shares of each
+    /// limit by what was used instead).
+    amounts: Amounts,
 }
 
 #[derive(Default)]
@@ -194,6 +199,7 @@ impl Queues {
                 foreign: None,
                 head_wait: None,
                 waits: Default::default(),
+                shares: Default::default(),
             });
             let before = s.discipline.head();
             s.discipline.join(place, workload);
@@ -257,9 +263,26 @@ impl Queues {
         let Some(f) = w.followed.remove(&id) else {
             return;
         };
-        let actual = Cost::of_usage(usage.unwrap_or(&Usage::default()), &f.limits);
+        let used = usage.copied().unwrap_or_default();
+        let actual = Cost::of_usage(&used, &f.limits);
         if let Some(s) = w.scopes.get_mut(&f.scope) {
             s.discipline.settled(&f.charged, actual, now);
+            // Released (never sent): nothing of it counts, not even the
+            // request.
+            let requests = u64::from(usage.is_some());
+            let was = crate::queue_status::amounts_of(
+                f.amounts.requests,
+                f.amounts.input,
+                f.amounts.output,
+            );
+            let is = crate::queue_status::amounts_of(
+                requests,
+                used.rate_limited_input(),
+                used.output_tokens,
+            );
+            let diff: [f64; 4] = std::array::from_fn(|i| is[i] - was[i]);
+            let level = f.charged.level().index();
+            s.shares.add(level, f.charged.flow(), diff, &f.limits, now);
         }
     }
 
@@ -320,6 +343,7 @@ impl Queues {
                             level: self.levels.name(l.level).to_owned(),
                             waiting: l.waiting,
                             used_of_limit: l.used_of_limit,
+                            used_of_each_limit: s.shares.of(i, None, now),
                             wait_p50,
                             wait_p95,
                             flows: l
@@ -328,6 +352,7 @@ impl Queues {
                                 .map(|f| {
                                     let (wait_p50, wait_p95) = s.waits.quantiles(i, Some(&f.flow));
                                     FlowStatus {
+                                        used_of_each_limit: s.shares.of(i, Some(&f.flow), now),
                                         oldest_wait: f
                                             .oldest
                                             .map(|a| now.saturating_duration_since(a)),
@@ -440,12 +465,18 @@ impl Ticket {
             };
             s.signals.remove(&self.place);
             s.head_wait = None;
+            let limits = s.limits.unwrap_or(Limits::NONE);
             if let Some((level, flow)) = s.discipline.workload_of(self.place) {
                 let waited = now.saturating_duration_since(self.place.arrived);
                 s.waits.record(level.index(), flow, waited);
+                let reserved = crate::queue_status::amounts_of(
+                    amounts.requests,
+                    amounts.input,
+                    amounts.output,
+                );
+                s.shares.add(level.index(), flow, reserved, &limits, now);
             }
             let before = s.discipline.head();
-            let limits = s.limits.unwrap_or(Limits::NONE);
             s.since_limits = s.since_limits.saturating_add(1);
             let cost = Cost::dominant(&amounts, &limits);
             let charged = s.discipline.admitted(self.place, cost, now);
@@ -461,6 +492,7 @@ impl Ticket {
                         scope: self.scope,
                         charged,
                         limits,
+                        amounts,
                     },
                 );
             }

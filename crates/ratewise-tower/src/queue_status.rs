@@ -38,6 +38,10 @@ pub struct LevelStatus {
     /// What it was admitted over the last minute or so (decayed), as a
     /// share of the limit that binds (each job's dominant share).
     pub used_of_limit: f64,
+    /// What it was admitted lately of each limit (requests, input
+    /// tokens, output tokens, combined tokens: [`DIMENSIONS`]), as a
+    /// share of it; a reservation counts as reserved until it settles.
+    pub used_of_each_limit: [f64; 4],
     /// The admission wait of its latest jobs, median and 95th percentile
     /// (from arrival to admission; `None`: none admitted yet).
     pub wait_p50: Option<Duration>,
@@ -60,10 +64,108 @@ pub struct FlowStatus {
     pub weight: u32,
     /// What it was admitted lately, as a share of the limit.
     pub used_of_limit: f64,
+    /// What it was admitted lately of each limit ([`DIMENSIONS`]).
+    pub used_of_each_limit: [f64; 4],
     /// The admission wait of its latest jobs, median and 95th percentile.
     pub wait_p50: Option<Duration>,
     /// See [`wait_p50`](Self::wait_p50).
     pub wait_p95: Option<Duration>,
+}
+
+/// The dimensions of the key's limits, in the order the shares are kept:
+/// requests, input tokens, output tokens, combined tokens.
+pub const DIMENSIONS: [&str; 4] = ["requests", "input_tokens", "output_tokens", "tokens"];
+
+/// How long admitted amounts count toward a share of the limits: they
+/// decay with this time constant (the providers' own window).
+const SHARE_WINDOW: Duration = Duration::from_secs(60);
+
+/// What a scope's (level, flow) pairs were admitted lately, per limit:
+/// amounts over the limit they count against, decayed over
+/// [`SHARE_WINDOW`] — a steady tenth of a limit reads 0.1. A reservation
+/// counts as reserved until it settles, then as used.
+#[derive(Debug, Default)]
+pub(crate) struct Shares {
+    by: HashMap<(usize, Box<str>), ([f64; 4], ratewise_core::Instant)>,
+}
+
+/// Each dimension's amount over its limit (`None` where there is none).
+fn over_limits(amounts: [f64; 4], limits: &ratewise_core::admit::Limits) -> [Option<f64>; 4] {
+    let l = [
+        limits.requests,
+        limits.input_tokens,
+        limits.output_tokens,
+        limits.tokens,
+    ];
+    std::array::from_fn(|i| l[i].filter(|&x| x > 0).map(|x| amounts[i] / x as f64))
+}
+
+/// A reservation's (or a usage's) amounts per dimension.
+pub(crate) fn amounts_of(requests: u64, input: u64, output: u64) -> [f64; 4] {
+    [
+        requests as f64,
+        input as f64,
+        output as f64,
+        input.saturating_add(output) as f64,
+    ]
+}
+
+impl Shares {
+    /// `level` and `flow` were admitted `amounts` (a reservation), or
+    /// corrected by them (a settlement: what was used less what was
+    /// reserved, possibly negative), against `limits`, at `now`.
+    pub fn add(
+        &mut self,
+        level: usize,
+        flow: &str,
+        amounts: [f64; 4],
+        limits: &ratewise_core::admit::Limits,
+        now: ratewise_core::Instant,
+    ) {
+        let key =
+            if self.by.len() >= MAX_SAMPLED_FLOWS && !self.by.contains_key(&(level, flow.into())) {
+                (level, Box::from("other"))
+            } else {
+                (level, Box::from(flow))
+            };
+        let e = self.by.entry(key).or_insert(([0.0; 4], now));
+        decay(e, now);
+        for (i, v) in over_limits(amounts, limits).into_iter().enumerate() {
+            if let Some(v) = v {
+                e.0[i] = (e.0[i] + v).max(0.0);
+            }
+        }
+    }
+
+    /// `level`'s shares of each limit at `now` (`flow`: that flow's only).
+    pub fn of(&self, level: usize, flow: Option<&str>, now: ratewise_core::Instant) -> [f64; 4] {
+        let mut out = [0.0; 4];
+        for ((l, f), e) in &self.by {
+            if *l != level || flow.is_some_and(|x| **f != *x) {
+                continue;
+            }
+            let mut e = *e;
+            decay(&mut e, now);
+            for (o, x) in out.iter_mut().zip(e.0) {
+                *o += x;
+            }
+        }
+        // A steady rate r (of a limit a second) decays to r * window: as
+        // a share of a minute's limit, times 60 s over the window.
+        let per_minute = 60.0 / SHARE_WINDOW.as_secs_f64();
+        out.map(|x| x * per_minute)
+    }
+}
+
+fn decay(e: &mut ([f64; 4], ratewise_core::Instant), now: ratewise_core::Instant) {
+    let dt = now.saturating_duration_since(e.1).as_secs_f64();
+    if dt > 0.0 {
+        let k = (-dt / SHARE_WINDOW.as_secs_f64()).exp();
+        for x in &mut e.0 {
+            *x *= k;
+        }
+        e.1 = now;
+    }
 }
 
 /// The latest admission waits of a scope's (level, flow) pairs.
@@ -113,6 +215,39 @@ impl Waits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ratewise_core::admit::Limits;
+    use ratewise_core::Instant;
+
+    #[test]
+    fn shares_of_each_limit_are_admitted_amounts_over_it_decayed() {
+        let limits = Limits {
+            requests: Some(60),
+            input_tokens: Some(60_000),
+            output_tokens: Some(6_000),
+            ..Limits::NONE
+        };
+        let mut s = Shares::default();
+        // A request a second for ten minutes, each 100 input and 50
+        // output tokens: a sixtieth of the requests limit a second (1.0
+        // a minute), 0.1 of the input limit, 0.5 of the output limit.
+        let mut now = Instant::ZERO;
+        for _ in 0..600 {
+            s.add(2, "batch", amounts_of(1, 100, 50), &limits, now);
+            now = now + Duration::from_secs(1);
+        }
+        let [r, i, o, t] = s.of(2, None, now);
+        assert!((r - 1.0).abs() < 0.02, "{r}");
+        assert!((i - 0.1).abs() < 0.005, "{i}");
+        assert!((o - 0.5).abs() < 0.01, "{o}");
+        assert_eq!(t, 0.0, "no combined limit");
+        assert_eq!(s.of(0, None, now), [0.0; 4]);
+        // A settlement's correction: what was reserved and not used.
+        s.add(2, "batch", [0.0, 0.0, -6_000.0, 0.0], &limits, now);
+        assert!(s.of(2, Some("batch"), now)[2] < o);
+        // Nothing for five minutes: it decays away.
+        let later = now + Duration::from_secs(300);
+        assert!(s.of(2, None, later)[0] < 0.01);
+    }
 
     #[test]
     fn quantiles_are_of_the_latest_waits_per_level_and_flow() {

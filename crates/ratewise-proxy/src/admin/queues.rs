@@ -34,6 +34,15 @@ fn ms(d: Option<Duration>) -> Option<u64> {
     d.map(|d| d.as_millis() as u64)
 }
 
+/// Each limit's share, by its dimension's name.
+fn per_limit(v: [f64; 4]) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (name, x) in ratewise_tower::QUEUE_DIMENSIONS.iter().zip(v) {
+        m.insert((*name).to_owned(), ((x * 1000.0).round() / 1000.0).into());
+    }
+    m.into()
+}
+
 fn reason(r: WaitReason) -> String {
     match r {
         WaitReason::Bucket(d) => format!("bucket:{}", d.as_str()),
@@ -57,6 +66,7 @@ pub fn json(q: &QueueStatus) -> serde_json::Value {
             "level": l.level,
             "waiting": l.waiting,
             "used_of_limit": (l.used_of_limit * 1000.0).round() / 1000.0,
+            "used_of_each_limit": per_limit(l.used_of_each_limit),
             "wait_p50_ms": ms(l.wait_p50),
             "wait_p95_ms": ms(l.wait_p95),
             "flows": l.flows.iter().map(|f| serde_json::json!({
@@ -65,6 +75,7 @@ pub fn json(q: &QueueStatus) -> serde_json::Value {
                 "oldest_wait_ms": ms(f.oldest_wait),
                 "weight": f.weight,
                 "used_of_limit": (f.used_of_limit * 1000.0).round() / 1000.0,
+                "used_of_each_limit": per_limit(f.used_of_each_limit),
                 "wait_p50_ms": ms(f.wait_p50),
                 "wait_p95_ms": ms(f.wait_p95),
             })).collect::<Vec<_>>(),
@@ -102,6 +113,15 @@ pub fn gauges(queues: &HashMap<(String, String), QueueStatus>, out: &mut Vec<(St
                 );
                 out.push((format!("ratewise_queue_waiting{labels}"), waiting));
                 out.push((format!("ratewise_queue_used_of_limit{labels}"), used));
+            }
+            for (dim, x) in ratewise_tower::QUEUE_DIMENSIONS
+                .iter()
+                .zip(l.used_of_each_limit)
+            {
+                out.push((
+                    format!("ratewise_queue_admitted_share{{key=\"{key}\",class=\"{class}\",level=\"{level}\",dimension=\"{dim}\"}}"),
+                    x,
+                ));
             }
             for (q_name, v) in [("0.5", l.wait_p50), ("0.95", l.wait_p95)] {
                 if let Some(v) = v {
