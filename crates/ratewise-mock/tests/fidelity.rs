@@ -628,6 +628,24 @@ fn bias_shares_are_clamped() {
     assert_eq!(c.bias, BiasConfig::default());
 }
 
+/// A request's own output range (`x-mock-output-tokens: MIN-MAX`) wins
+/// over the configured one, still capped by its `max_tokens`; a value that
+/// does not read as a range is ignored.
+#[test]
+fn a_request_may_carry_its_own_output_range() {
+    use ratewise_mock::tokens::{output_tokens_for, range_header};
+    let mut h = http::HeaderMap::new();
+    h.insert("x-mock-output-tokens", "30-50".parse().unwrap());
+    let r = range_header(&h).expect("a range");
+    for seed in 0..50 {
+        let n = output_tokens_for(seed, b"{}", r.min, r.max, 256);
+        assert!((30..=50).contains(&n), "{n}");
+    }
+    assert_eq!(output_tokens_for(1, b"{}", r.min, r.max, 10), 10);
+    h.insert("x-mock-output-tokens", "lots".parse().unwrap());
+    assert_eq!(range_header(&h), None);
+}
+
 // -------------------------------------------------------------------- table
 
 /// Every `test:` name in the README's fidelity table is a test function
