@@ -24,7 +24,7 @@
 #   weights           two bulk flows (x-ratewise-flow a and b, weights 2:1
 #                     in the proxy's [priority.weights]), a with inputs of
 #                     1 500-2 500 tokens, b of 3 000-5 000, 150 jobs each at
-#                     16, no interactive calls, cut at 150 s (both still
+#                     16, no interactive calls, cut at 240 s (both still
 #                     waiting): their sends' dominant shares (here their
 #                     input tokens) 2:1 +- 10 %.
 #   lone              one bulk flow alone (300 jobs at 32, no interactive
@@ -135,7 +135,7 @@ run_arm() {
         priority-default) py=(--interactive-level interactive
             --max-p95 2 --min-used 0.95 --max-429-share 0.01) ;;
         weights) toml=$'[priority.weights]\na = 2\nb = 1\n'
-            py=(--flows a:150,b:150 --concurrency 16 --interactive-every 0 --duration 150
+            py=(--flows a:150,b:150 --concurrency 16 --interactive-every 0 --duration 240
                 --ratio 2.0 --max-429-share 0.01) ;;
         lone) py=(--interactive-every 0 --min-used 0.95 --max-429-share 0.01) ;;
         flood) py=(--bulk-level bulk --interactive-level interactive --flood 8 --concurrency 16
