@@ -101,7 +101,7 @@
 //!
 //! Every source file that runs code for a `429`, from its arrival to the
 //! job's next admitted send, in the order the `429` first meets them:
-//! **59 files**. The `429` is Anthropic's `rate_limit_error` with
+//! **60 files**. The `429` is Anthropic's `rate_limit_error` with
 //! `retry-after: 1` and no rate-limit headers, answered over hyper-util's
 //! client to a layer made by `RetryLayer::new(Policy::default())`. A
 //! file marked core is `ratewise-core`'s (under `crates/ratewise-core/src`),
@@ -232,21 +232,25 @@
 //!     levels the turn is chosen over.
 //! 54. core `admit/fair/workload.rs` — `Place`: the job's place in its
 //!     queue, compared and hashed.
-//! 55. core `record.rs` — `AttemptRecord`: the attempt's record.
+//! 55. `queue_status.rs` — `Shares::add`: the end's correction of its
+//!     flow's share of each limit (for `/status`); after the wait, its
+//!     admission's wait recorded (`Waits::record`) and its reservation
+//!     added to the shares.
+//! 56. core `record.rs` — `AttemptRecord`: the attempt's record.
 //!
 //! *The wait.*
 //!
-//! 56. `clock.rs` — `TokioClock::sleep_until`: the retry's delay; the
+//! 57. `clock.rs` — `TokioClock::sleep_until`: the retry's delay; the
 //!     clock read after it.
 //!
 //! *Admission and the next send* (`Job::next`, then `Waking::admit` in
 //! `wake.rs` and `Shared::admit` in core `admit/shared.rs`).
 //!
-//! 57. core `admit/controller/admission.rs` — `Controller::admit`: after
+//! 58. core `admit/controller/admission.rs` — `Controller::admit`: after
 //!     the pause, room in the buckets (`bucket_wait`), a reservation.
-//! 58. core `admit/estimate.rs` — the request's tokens estimated (input
+//! 59. core `admit/estimate.rs` — the request's tokens estimated (input
 //!     from its bytes, output from its `max_tokens`).
-//! 59. `cancel.rs` — the job's published send state (the view of the
+//! 60. `cancel.rs` — the job's published send state (the view of the
 //!     machine's `Sending` that a caller's cancellation reads): the
 //!     answered attempt closed, the next one handed over with its
 //!     `WireMark`.
