@@ -14,8 +14,8 @@ use ratewise_core::admit::{
     Admission, AdmitRequest, Applied, ScopeId, ScopeSnapshot, Shared, Store, StoreFuture, Target,
     Update,
 };
-use ratewise_core::{Now, Provider};
-use ratewise_tower::{Config, Deadline, JobId, RetryLayer, TokioClock, Workload, JOB_HEADER};
+use ratewise_core::Now;
+use ratewise_tower::{Deadline, JobId, RetryLayer, TokioClock, Workload, JOB_HEADER};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower::{service_fn, Layer, ServiceExt};
@@ -80,13 +80,7 @@ async fn a_bulk_head_leaves_the_tokens_to_interactive_work_waiting_elsewhere_bey
         published: Mutex::new(Vec::new()),
     });
     let layer = RetryLayer::builder()
-        .config({
-            let mut config = Config::default();
-            config.policy = common::fast_policy();
-            config.provider = Some(Provider::Anthropic);
-            config.seed = Some(7);
-            config
-        })
+        .config(common::anthropic_config())
         .store(store.clone())
         .clock(Arc::new(TokioClock::new()))
         .build()

@@ -8,8 +8,7 @@ mod common;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use ratewise_core::Provider;
-use ratewise_tower::{Config, JobId, RetryLayer, TokioClock, Workload, JOB_HEADER};
+use ratewise_tower::{JobId, RetryLayer, TokioClock, Workload, JOB_HEADER};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower::{service_fn, Layer, ServiceExt};
@@ -21,13 +20,7 @@ type Seen = Arc<Mutex<Vec<String>>>;
 
 fn layer() -> RetryLayer {
     RetryLayer::builder()
-        .config({
-            let mut config = Config::default();
-            config.policy = common::fast_policy();
-            config.provider = Some(Provider::Anthropic);
-            config.seed = Some(7);
-            config
-        })
+        .config(common::anthropic_config())
         // One send per 100 ms.
         .store(common::paced_state(600))
         .clock(Arc::new(TokioClock::new()))
@@ -181,13 +174,7 @@ async fn run_with_deadlines(
         })
     };
     let svc = RetryLayer::builder()
-        .config({
-            let mut config = Config::default();
-            config.policy = common::fast_policy();
-            config.provider = Some(Provider::Anthropic);
-            config.seed = Some(7);
-            config
-        })
+        .config(common::anthropic_config())
         .store(common::paced_state(6))
         .clock(Arc::new(TokioClock::new()))
         .build()

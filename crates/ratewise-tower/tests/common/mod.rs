@@ -27,6 +27,16 @@ pub fn client() -> HttpClient {
 }
 
 /// A policy with short backoffs so the tests stay fast.
+/// A layer's configuration for Anthropic answers with [`fast_policy`] and
+/// a fixed seed (the priority and demand tests' layers).
+pub fn anthropic_config() -> Config {
+    let mut config = Config::default();
+    config.policy = fast_policy();
+    config.provider = Some(Provider::Anthropic);
+    config.seed = Some(7);
+    config
+}
+
 pub fn fast_policy() -> Policy {
     let mut policy = Policy::default();
     policy.max_attempts = 3;
