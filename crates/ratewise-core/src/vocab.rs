@@ -212,8 +212,19 @@ impl Provider {
     /// assert_eq!(Provider::from_host("127.0.0.1"), None);
     /// ```
     pub fn from_host(host: &str) -> Option<Provider> {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        let is = |name: &str| host == name || host.ends_with(&format!(".{name}"));
+        // Read on every job whose provider is not configured: compared in
+        // place, case-insensitively, without an allocation.
+        let host = host.trim_end_matches('.');
+        let ends_with = |suffix: &str| {
+            host.len() >= suffix.len()
+                && host.as_bytes()[host.len() - suffix.len()..]
+                    .eq_ignore_ascii_case(suffix.as_bytes())
+        };
+        let is = |name: &str| {
+            ends_with(name)
+                && (host.len() == name.len()
+                    || host.as_bytes()[host.len() - name.len() - 1] == b'.')
+        };
         let provider = if is("api.anthropic.com") {
             Provider::Anthropic
         } else if is("api.openai.com") {
@@ -232,7 +243,10 @@ impl Provider {
             Provider::Openrouter
         } else if is("api.x.ai") {
             Provider::Xai
-        } else if host.starts_with("bedrock-runtime") && host.ends_with(".amazonaws.com") {
+        } else if host.len() >= 15
+            && host.as_bytes()[..15].eq_ignore_ascii_case(b"bedrock-runtime")
+            && ends_with(".amazonaws.com")
+        {
             Provider::Bedrock
         } else {
             return None;
@@ -283,6 +297,33 @@ vocabulary! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_is_read_by_whole_labels_in_any_case() {
+        let cases = [
+            ("api.anthropic.com", Some(Provider::Anthropic)),
+            ("API.Anthropic.COM.", Some(Provider::Anthropic)),
+            ("eu.api.anthropic.com", Some(Provider::Anthropic)),
+            ("evilapi.anthropic.com", None),
+            ("api.anthropic.com.example", None),
+            ("anthropic.com", None),
+            ("My-Res.OpenAI.Azure.com", Some(Provider::Azure)),
+            ("x.services.ai.azure.com", Some(Provider::Azure)),
+            (
+                "Bedrock-Runtime.us-east-1.amazonaws.com",
+                Some(Provider::Bedrock),
+            ),
+            ("bedrock.us-east-1.amazonaws.com", None),
+            ("bedrock-runtime", None),
+            ("", None),
+            (".", None),
+            ("é.api.x.ai", Some(Provider::Xai)),
+            ("ééé", None),
+        ];
+        for (host, want) in cases {
+            assert_eq!(Provider::from_host(host), want, "{host}");
+        }
+    }
 
     #[test]
     fn words_round_trip_through_serde_and_from_word() {

@@ -8,7 +8,7 @@
 //! * closed loop, 64 concurrent callers: the most requests per second;
 //! * the ratewise proxy with its journal off and on.
 //!
-//! `cargo bench -p ratewise-proxy --bench overhead` (about 40 s). A plain
+//! `cargo bench -p ratewise-proxy --bench overhead` (about 50 s). A plain
 //! binary that prints figures; nothing is asserted. Everything shares this
 //! machine's cores (load, proxies and upstream), so compare the rows of
 //! one run, not runs of different machines. `RATEWISE_BENCH_SECS` sets the
@@ -180,9 +180,23 @@ async fn open_loop(addr: SocketAddr, rate: u32, secs: u64) -> Vec<Duration> {
     out
 }
 
+/// This process's CPU time so far (user and system, every thread), from
+/// `/proc/self/stat`; `None` where there is none (not Linux).
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the line, in clock ticks (100 a second).
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
 /// Closed loop: `callers` each send the next request when the last one
-/// is answered; requests per second.
-async fn closed_loop(addr: SocketAddr, callers: usize, secs: u64) -> f64 {
+/// is answered; requests per second, and the CPU time the whole process
+/// (callers, proxy and upstream) spent per request.
+async fn closed_loop(addr: SocketAddr, callers: usize, secs: u64) -> (f64, Option<Duration>) {
     let c = client();
     for _ in 0..50 {
         once(&c, addr).await;
@@ -191,6 +205,7 @@ async fn closed_loop(addr: SocketAddr, callers: usize, secs: u64) -> f64 {
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
     let t0 = Instant::now();
+    let cpu0 = cpu_time();
     for _ in 0..callers {
         let c = c.clone();
         let done = done.clone();
@@ -204,18 +219,48 @@ async fn closed_loop(addr: SocketAddr, callers: usize, secs: u64) -> f64 {
     for t in tasks {
         t.await.unwrap();
     }
-    done.load(std::sync::atomic::Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64()
+    let n = done.load(std::sync::atomic::Ordering::Relaxed);
+    let cpu = match (cpu0, cpu_time()) {
+        (Some(a), Some(b)) if n > 0 => Some(b.saturating_sub(a) / n as u32),
+        _ => None,
+    };
+    (n as f64 / t0.elapsed().as_secs_f64(), cpu)
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn main() {
-    let secs: u64 = std::env::var("RATEWISE_BENCH_SECS")
+/// One path's figures.
+struct Row {
+    name: &'static str,
+    p50: Duration,
+    p99: Duration,
+    /// The best closed-loop rate over the rounds.
+    rps: f64,
+    /// The process's CPU time per request in that round.
+    cpu: Option<Duration>,
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(default)
+}
+
+fn main() {
+    let secs = env_number("RATEWISE_BENCH_SECS", 3);
+    let rounds = env_number("RATEWISE_BENCH_ROUNDS", 3).max(1);
+    // For a profile of one path: `RATEWISE_BENCH_ONLY=journal` runs the
+    // row of that name, else the rows whose names contain it, closed loop
+    // only.
+    let only = std::env::var("RATEWISE_BENCH_ONLY").ok();
+    // With it, `RATEWISE_BENCH_COUNT=N` sends N requests one after the
+    // other on that row and prints nothing (a count of instructions).
+    let count = std::env::var("RATEWISE_BENCH_COUNT")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -233,39 +278,84 @@ fn main() {
             ("ratewise proxy", rw.addr),
             ("ratewise proxy + journal", rwj.addr),
         ];
-        println!("open loop at 1000 requests/s for {secs} s, then closed loop with 64 callers for {secs} s");
-        println!("| path | p50 ms | p99 ms | added p50 ms | added p99 ms | closed-loop req/s |");
-        println!("|---|---|---|---|---|---|");
-        let mut base = (Duration::ZERO, Duration::ZERO);
-        let mut rows = Vec::new();
+        if let (Some(only), Some(n)) = (&only, count) {
+            // Sequential requests, nothing timed: under `valgrind
+            // --tool=callgrind`, the instructions a request costs (the
+            // difference of two counts), which no other load on the
+            // machine changes.
+            let c = client();
+            for (_, addr) in paths.iter().filter(|(name, _)| name == only) {
+                for _ in 0..n {
+                    once(&c, *addr).await;
+                }
+            }
+            return;
+        }
+        if let Some(only) = only {
+            let exact = paths.iter().any(|(n, _)| *n == only);
+            let chosen = paths
+                .iter()
+                .filter(|(n, _)| if exact { *n == only } else { n.contains(only.as_str()) });
+            for (name, addr) in chosen {
+                let (rps, cpu) = closed_loop(*addr, 64, secs).await;
+                println!("{name}: {rps:.0} req/s, {:.1} µs CPU per request", cpu.map_or(f64::NAN, us));
+            }
+            return;
+        }
+        println!("open loop at 1000 requests/s for {secs} s; then closed loop, 64 callers, {rounds} rounds of {secs} s taking turns (the best round kept)");
+        let mut rows: Vec<Row> = Vec::new();
         for (name, addr) in paths {
             let lat = open_loop(addr, 1000, secs).await;
             let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
-            if name.starts_with("direct") {
-                base = (p50, p99);
-            }
-            let rps = closed_loop(addr, 64, secs).await;
-            println!(
-                "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} |",
-                ms(p50),
-                ms(p99),
-                ms(p50.saturating_sub(base.0)),
-                ms(p99.saturating_sub(base.1)),
-                rps
-            );
-            rows.push((name, p99.saturating_sub(base.1), rps));
+            rows.push(Row { name, p50, p99, rps: 0.0, cpu: None });
         }
-        let bare_rps = rows[1].2;
-        for (name, added_p99, rps) in &rows[2..] {
+        // Taking turns, so a burst of load from elsewhere on this machine
+        // falls on every path alike.
+        for _ in 0..rounds {
+            for (row, (_, addr)) in rows.iter_mut().zip(paths) {
+                let (rps, cpu) = closed_loop(addr, 64, secs).await;
+                if rps > row.rps {
+                    row.rps = rps;
+                    row.cpu = cpu;
+                }
+            }
+        }
+        println!("| path | p50 ms | p99 ms | added p50 ms | added p99 ms | closed-loop req/s | CPU µs per request | added CPU µs |");
+        println!("|---|---|---|---|---|---|---|---|");
+        let (base_p50, base_p99, base_cpu) = (rows[0].p50, rows[0].p99, rows[0].cpu);
+        for r in &rows {
+            let added_cpu = match (r.cpu, base_cpu) {
+                (Some(c), Some(b)) => us(c.saturating_sub(b)),
+                _ => f64::NAN,
+            };
             println!(
-                "{name}: {:.2}x the bare pass-through's requests/s; added p99 {:.3} ms (vs bare {:.3} ms)",
-                rps / bare_rps,
-                ms(*added_p99),
-                ms(rows[1].1)
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.1} | {:.1} |",
+                r.name,
+                ms(r.p50),
+                ms(r.p99),
+                ms(r.p50.saturating_sub(base_p50)),
+                ms(r.p99.saturating_sub(base_p99)),
+                r.rps,
+                r.cpu.map_or(f64::NAN, us),
+                added_cpu,
+            );
+        }
+        let bare = &rows[1];
+        for r in &rows[2..] {
+            println!(
+                "{}: {:.2}x the bare pass-through's requests/s; added p99 {:.3} ms (vs bare {:.3} ms)",
+                r.name,
+                r.rps / bare.rps,
+                ms(r.p99.saturating_sub(base_p99)),
+                ms(bare.p99.saturating_sub(base_p99)),
             );
         }
         rw.shutdown().await;
         rwj.shutdown().await;
         let _ = std::fs::remove_file(&journal);
     });
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
 }

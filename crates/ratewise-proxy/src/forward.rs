@@ -249,7 +249,9 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
         crate::jobs::caller_job_id(req.headers()),
         format!("{}-{n}", app.boot),
     );
-    let mut resp = job(app.clone(), req, deadline, &entry.id).await;
+    // Boxed: the job's future is kilobytes, and this handler's future is
+    // moved by value through the router's layers.
+    let mut resp = Box::pin(job(app.clone(), req, deadline, &entry.id)).await;
     let h = resp.headers_mut();
     h.insert(
         DEADLINE_HEADER,
@@ -540,11 +542,8 @@ fn prepare_head(
         &app.unknown_levels,
     ));
     // Read in `forward`; ratewise's alone, never forwarded.
-    parts.headers.remove(DEADLINE_HEADER);
-    parts.headers.remove(crate::jobs::JOB_HEADER);
+    remove_present(&mut parts.headers, &NOT_FORWARDED);
     parts.extensions.insert(Deadline(deadline));
-    parts.headers.remove("x-ratewise-upstream");
-    parts.headers.remove(http::header::HOST);
     strip_hop_by_hop(&mut parts.headers);
     // A pooled attempt's scheme and host are its member's (set by the
     // member's route): the caller's path on a placeholder until then.
@@ -720,7 +719,9 @@ async fn answer_of(
         {
             shutting_down(route.shape, app.config.grace)
         }
-        Ok(Err(e)) => error_answer(app, route, key, &e).await,
+        // Boxed: a stop's path is long and rare; unboxed, every job's
+        // future would be that much larger.
+        Ok(Err(e)) => Box::pin(error_answer(app, route, key, &e)).await,
         Err(Late) => answer::shaped(
             route.shape,
             StatusCode::GATEWAY_TIMEOUT,
@@ -812,27 +813,51 @@ fn member_address(member: &str) -> String {
 /// `Connection` header names: they describe one connection, not the
 /// message, and are not forwarded.
 fn strip_hop_by_hop(h: &mut http::HeaderMap) {
-    let named: Vec<http::HeaderName> = h
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| http::HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
+    let mut named: Vec<http::HeaderName> = Vec::new();
+    if h.contains_key(http::header::CONNECTION) {
+        named.extend(
+            h.get_all(http::header::CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .filter_map(|n| http::HeaderName::from_bytes(n.trim().as_bytes()).ok()),
+        );
+    }
     for n in named {
         h.remove(n);
     }
-    for n in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
+    remove_present(h, &HOP_BY_HOP);
+}
+
+/// The hop-by-hop headers, never forwarded either way.
+static HOP_BY_HOP: [http::HeaderName; 9] = [
+    http::header::CONNECTION,
+    http::HeaderName::from_static("keep-alive"),
+    http::HeaderName::from_static("proxy-connection"),
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+];
+
+/// The headers a caller may send the proxy that are its own (read here,
+/// never forwarded), and the caller's `host` (the upstream's is set).
+static NOT_FORWARDED: [http::HeaderName; 4] = [
+    http::HeaderName::from_static(DEADLINE_HEADER),
+    http::HeaderName::from_static(crate::jobs::JOB_HEADER),
+    http::HeaderName::from_static("x-ratewise-upstream"),
+    http::header::HOST,
+];
+
+/// Removes each header in `names` that `h` has. One walk over the
+/// request's few headers finds them, and only those found are removed:
+/// most requests have none, and each removal by name is a hash (a
+/// removal by a `&str` name also parses it, and copies a custom one).
+pub(crate) fn remove_present(h: &mut http::HeaderMap, names: &[http::HeaderName]) {
+    let present: Vec<http::HeaderName> = h.keys().filter(|k| names.contains(k)).cloned().collect();
+    for n in present {
         h.remove(n);
     }
 }
@@ -928,7 +953,9 @@ async fn run_or_drain(app: &App, job: &mut Job) -> Ran {
         let now = *phase.borrow_and_update();
         if now != Phase::Serving {
             match cancel.cancel() {
-                ratewise_tower::Cancelled::NothingSent => return withdrawn(job, &mut phase).await,
+                ratewise_tower::Cancelled::NothingSent => {
+                    return Box::pin(withdrawn(job, &mut phase)).await
+                }
                 ratewise_tower::Cancelled::AfterSend if now == Phase::Cut => return Ran::Cut,
                 ratewise_tower::Cancelled::AfterSend => {}
             }

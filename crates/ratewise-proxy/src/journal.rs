@@ -762,6 +762,14 @@ impl FileJournal {
         self.try_write(attempt_ended(record))
     }
 
+    /// An attempt's end, queued behind every line before it and not
+    /// waited for (the proxy's request path): written in the next group,
+    /// its failure logged. Until it is on disk, a crash leaves the attempt
+    /// an unknown outcome after the restart — the safe side.
+    pub fn ended_queued(&self, record: &AttemptRecord) {
+        self.write(attempt_ended(record))
+    }
+
     /// An attempt's end, from the request path: resolves once its line is
     /// on disk.
     pub async fn ended_async(&self, record: &AttemptRecord) -> std::io::Result<()> {

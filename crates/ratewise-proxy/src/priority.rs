@@ -183,6 +183,12 @@ impl UnknownLevels {
 
 /// A header's value as text, trimmed and cut to `max` characters; `None`
 /// when absent, empty or not text.
+/// [`PRIORITY_HEADER`] and [`FLOW_HEADER`], never sent upstream.
+static PRIORITY_HEADERS: [http::HeaderName; 2] = [
+    http::HeaderName::from_static(PRIORITY_HEADER),
+    http::HeaderName::from_static(FLOW_HEADER),
+];
+
 fn header_text(h: &http::HeaderMap, name: &str, max: usize) -> Option<String> {
     let v = h.get(name)?.to_str().ok()?.trim();
     (!v.is_empty()).then(|| v.chars().take(max).collect())
@@ -200,8 +206,7 @@ pub fn workload(
 ) -> Workload {
     let asked_level = header_text(headers, PRIORITY_HEADER, MAX_FLOW_NAME);
     let asked_flow = header_text(headers, FLOW_HEADER, MAX_FLOW_NAME);
-    headers.remove(PRIORITY_HEADER);
-    headers.remove(FLOW_HEADER);
+    crate::forward::remove_present(headers, &PRIORITY_HEADERS);
     let (asked_level, asked_flow) = if settings.header {
         (asked_level, asked_flow)
     } else {

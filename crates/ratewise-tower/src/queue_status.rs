@@ -6,7 +6,7 @@
 //! waits for (which bucket, until when).
 
 use ratewise_core::admit::{ScopeId, WaitReason};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Admission waits kept per (level, flow): the latest, for the quantiles.
@@ -86,7 +86,64 @@ const SHARE_WINDOW: Duration = Duration::from_secs(60);
 /// counts as reserved until it settles, then as used.
 #[derive(Debug, Default)]
 pub(crate) struct Shares {
-    by: HashMap<(usize, Box<str>), ([f64; 4], ratewise_core::Instant)>,
+    by: Pairs<([f64; 4], ratewise_core::Instant)>,
+}
+
+/// A value per (level, flow) pair, at most [`MAX_SAMPLED_FLOWS`] pairs:
+/// past them, a new pair's value is kept under its level's `other`.
+/// Searched in place, since there are few pairs and a lookup happens on
+/// every admission: no hash, and no allocation but a new pair's name.
+#[derive(Debug)]
+struct Pairs<V> {
+    entries: Vec<(usize, Box<str>, V)>,
+}
+
+impl<V> Default for Pairs<V> {
+    fn default() -> Self {
+        Pairs {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<V> Pairs<V> {
+    fn position(&self, level: usize, flow: &str) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|(l, f, _)| *l == level && **f == *flow)
+    }
+
+    /// The value of (`level`, `flow`), made by `new` when there is none.
+    fn entry(&mut self, level: usize, flow: &str, new: impl FnOnce() -> V) -> &mut V {
+        let i = match self.position(level, flow) {
+            Some(i) => i,
+            None => {
+                let flow = if self.entries.len() >= MAX_SAMPLED_FLOWS {
+                    "other"
+                } else {
+                    flow
+                };
+                match self.position(level, flow) {
+                    Some(i) => i,
+                    None => {
+                        self.entries.push((level, Box::from(flow), new()));
+                        self.entries.len() - 1
+                    }
+                }
+            }
+        };
+        &mut self.entries[i].2
+    }
+
+    /// Every pair and its value.
+    fn iter(&self) -> impl Iterator<Item = (usize, &str, &V)> {
+        self.entries.iter().map(|(l, f, v)| (*l, &**f, v))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
 }
 
 /// Each dimension's amount over its limit (`None` where there is none).
@@ -122,13 +179,7 @@ impl Shares {
         limits: &ratewise_core::admit::Limits,
         now: ratewise_core::Instant,
     ) {
-        let key =
-            if self.by.len() >= MAX_SAMPLED_FLOWS && !self.by.contains_key(&(level, flow.into())) {
-                (level, Box::from("other"))
-            } else {
-                (level, Box::from(flow))
-            };
-        let e = self.by.entry(key).or_insert(([0.0; 4], now));
+        let e = self.by.entry(level, flow, || ([0.0; 4], now));
         decay(e, now);
         for (i, v) in over_limits(amounts, limits).into_iter().enumerate() {
             if let Some(v) = v {
@@ -140,8 +191,8 @@ impl Shares {
     /// `level`'s shares of each limit at `now` (`flow`: that flow's only).
     pub fn of(&self, level: usize, flow: Option<&str>, now: ratewise_core::Instant) -> [f64; 4] {
         let mut out = [0.0; 4];
-        for ((l, f), e) in &self.by {
-            if *l != level || flow.is_some_and(|x| **f != *x) {
+        for (l, f, e) in self.by.iter() {
+            if l != level || flow.is_some_and(|x| f != x) {
                 continue;
             }
             let mut e = *e;
@@ -171,19 +222,13 @@ fn decay(e: &mut ([f64; 4], ratewise_core::Instant), now: ratewise_core::Instant
 /// The latest admission waits of a scope's (level, flow) pairs.
 #[derive(Debug, Default)]
 pub(crate) struct Waits {
-    by: HashMap<(usize, Box<str>), VecDeque<Duration>>,
+    by: Pairs<VecDeque<Duration>>,
 }
 
 impl Waits {
     /// A job of `level` and `flow` was admitted after waiting `waited`.
     pub fn record(&mut self, level: usize, flow: &str, waited: Duration) {
-        let key =
-            if self.by.len() >= MAX_SAMPLED_FLOWS && !self.by.contains_key(&(level, flow.into())) {
-                (level, Box::from("other"))
-            } else {
-                (level, Box::from(flow))
-            };
-        let q = self.by.entry(key).or_default();
+        let q = self.by.entry(level, flow, VecDeque::new);
         if q.len() == SAMPLES {
             q.pop_front();
         }
@@ -200,8 +245,8 @@ impl Waits {
         let mut all: Vec<Duration> = self
             .by
             .iter()
-            .filter(|((l, f), _)| *l == level && flow.is_none_or(|x| **f == *x))
-            .flat_map(|(_, q)| q.iter().copied())
+            .filter(|(l, f, _)| *l == level && flow.is_none_or(|x| *f == x))
+            .flat_map(|(_, _, q)| q.iter().copied())
             .collect();
         if all.is_empty() {
             return (None, None);
@@ -269,6 +314,6 @@ mod tests {
             w.record(2, &format!("tenant-{i}"), Duration::from_millis(1));
         }
         assert!(w.by.len() <= MAX_SAMPLED_FLOWS + 1);
-        assert!(w.by.values().all(|q| q.len() <= SAMPLES));
+        assert!(w.by.iter().all(|(_, _, q)| q.len() <= SAMPLES));
     }
 }

@@ -30,6 +30,12 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 /// a request beyond it awaits a slot (without blocking its worker).
 pub(super) const SLOTS: usize = 1024;
 
+/// How long the writer lets lines gather after a group of several (see
+/// [`Shared::take`]): a send waits up to this much longer for its line,
+/// and a busy proxy's writer is woken a few thousand times a second at
+/// most, by its own clock, never by a request.
+const GATHER: std::time::Duration = std::time::Duration::from_micros(100);
+
 /// Who waits for a line or a command, and how it is told.
 pub(super) enum Done {
     /// A request's future: it awaits without blocking its runtime worker.
@@ -167,8 +173,15 @@ impl Shared {
     }
 
     /// Everything queued, once there is something (`None`: closed and
-    /// drained).
-    fn take(&self) -> Option<VecDeque<Job>> {
+    /// drained). `busy`: the last group had company, so more lines are
+    /// likely on their way — the writer lets them gather for
+    /// [`GATHER`] before it looks, rather than be woken by each one
+    /// (a wake costs the request's worker a system call and both threads
+    /// a switch; on a busy proxy that was most of the journal's cost).
+    fn take(&self, busy: bool) -> Option<VecDeque<Job>> {
+        if busy {
+            std::thread::sleep(GATHER);
+        }
         let mut q = lock(&self.queue);
         while q.jobs.is_empty() {
             if q.closed {
@@ -221,7 +234,9 @@ pub(super) fn spawn(
 /// their place between groups.
 fn run(shared: &Shared, mut sink: Box<dyn Sink>) {
     let mut group = Group::default();
-    while let Some(jobs) = shared.take() {
+    let mut busy = false;
+    while let Some(jobs) = shared.take(busy) {
+        busy = jobs.len() > 1;
         for job in jobs {
             match job {
                 Job::Line {

@@ -398,7 +398,9 @@ pin_project! {
         ended: Option<bool>,
         // Data bytes the inner body has left, when its size was exact.
         remaining: Option<u64>,
-        meter: Meter,
+        // Boxed: the meter is about a kilobyte, and the response that
+        // carries this body is moved through every layer above it.
+        meter: Box<Meter>,
     }
 }
 
@@ -424,11 +426,11 @@ impl<B: Body<Data = Bytes>> MeteredBody<B> {
             held,
             ended,
             remaining,
-            meter: Meter {
+            meter: Box::new(Meter {
                 ctx: Some(ctx),
                 side,
                 result: None,
-            },
+            }),
         };
         if body.held.is_empty() {
             match body.ended {

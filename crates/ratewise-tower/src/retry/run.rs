@@ -405,16 +405,17 @@ impl Flight {
                 }
                 other => other,
             },
-            Some(p) => match p
-                .next(&mut self.m.job, policy, inner.state.as_ref(), now)
-                .await
-            {
-                Step::Admit(req) => {
-                    let answer = inner.state.admit(req, now).await;
-                    p.admission(&mut self.m.job, answer, policy, now)
+            // Boxed: the pool's step is a large future, and a job
+            // without a pool should not carry its size.
+            Some(p) => {
+                match Box::pin(p.next(&mut self.m.job, policy, inner.state.as_ref(), now)).await {
+                    Step::Admit(req) => {
+                        let answer = inner.state.admit(req, now).await;
+                        p.admission(&mut self.m.job, answer, policy, now)
+                    }
+                    other => other,
                 }
-                other => other,
-            },
+            }
         }
     }
 
@@ -498,8 +499,11 @@ impl Flight {
             // this driver always finishes before asking again; `admission`
             // answered the only `Admit`.
             Step::Pending | Step::Admit(_) => {
-                if let Some(update) = self.m.job.withdraw("job machine pending with no send") {
-                    inner.state.update(update, clock.now()).await;
+                if let Some(told) = to_store(
+                    &inner,
+                    self.m.job.withdraw("job machine pending with no send"),
+                ) {
+                    told.await;
                 }
                 drop(self.queued.take());
                 match self.m.job.next(clock.now()) {
@@ -565,12 +569,13 @@ impl Flight {
             {
                 tracing::error!(job_id = %self.job.id, attempt, error = %e,
                     "the journal could not record the attempt: not sent");
-                if let Some(update) = self
-                    .m
-                    .job
-                    .withdraw("the journal could not record the attempt: nothing sent")
-                {
-                    inner.state.update(update, clock.now()).await;
+                if let Some(told) = to_store(
+                    &inner,
+                    self.m
+                        .job
+                        .withdraw("the journal could not record the attempt: nothing sent"),
+                ) {
+                    told.await;
                 }
                 drop(self.queued.take());
                 if let Step::End(end) = self.m.job.next(clock.now()) {
@@ -647,12 +652,13 @@ impl Flight {
             _ => {
                 // Not ended by the cancellation: a send the machine
                 // counts as out, which the view says never left.
-                if let Some(update) = self
-                    .m
-                    .job
-                    .withdraw("withheld before the wire: nothing sent")
-                {
-                    inner.state.update(update, clock.now()).await;
+                if let Some(told) = to_store(
+                    &inner,
+                    self.m
+                        .job
+                        .withdraw("withheld before the wire: nothing sent"),
+                ) {
+                    told.await;
                 }
                 match self.m.job.next(clock.now()) {
                     Step::End(end) => end,
@@ -1017,9 +1023,20 @@ impl Drop for Driven {
 
 /// Tells the machine its caller left, and the store what it gives back.
 async fn caller_left(inner: &Inner, m: &mut Driven) {
-    if let Some(update) = m.job.caller_left() {
-        inner.state.update(update, inner.clock.now()).await;
+    if let Some(told) = to_store(inner, m.job.caller_left()) {
+        told.await;
     }
+}
+
+/// The store's answer to an update of the machine's, if it made one. Not
+/// an `async fn`: the update (about a kilobyte) moves into the store's
+/// call here, so no future awaiting the answer carries it — each of a
+/// job's steps is a future moved into the job's own at every step.
+fn to_store(
+    inner: &Inner,
+    update: Option<ratewise_core::admit::Update>,
+) -> Option<ratewise_core::admit::StoreFuture<'_, Option<ratewise_core::admit::Applied>>> {
+    update.map(|u| inner.state.update(u, inner.clock.now()))
 }
 
 /// Runs `f` to its end, unless the caller's cancellation comes first
@@ -1033,14 +1050,19 @@ async fn or_cancelled<F: std::future::Future>(cancel: &Cancel, f: F) -> Option<F
 
 /// Hands an answer's update to the store (evidence and the reservation's
 /// end in one step) and the store's amended decision back to the machine.
-async fn apply(
-    inner: &Inner,
-    m: &mut Driven,
+// Not an `async fn`, for the reason `to_store` gives: the update moves
+// into the store's call before the future is made.
+fn apply<'a>(
+    inner: &'a Inner,
+    m: &'a mut Driven,
     update: ratewise_core::admit::Update,
     now: Now,
-) -> Decision {
-    let amended = inner.state.update(update, now).await;
-    m.job.applied(amended, now)
+) -> impl std::future::Future<Output = Decision> + Send + 'a {
+    let told = inner.state.update(update, now);
+    async move {
+        let amended = told.await;
+        m.job.applied(amended, now)
+    }
 }
 
 /// The error a job that ended carries: its decision, its attempts and the
