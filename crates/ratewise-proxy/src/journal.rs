@@ -765,7 +765,9 @@ impl FileJournal {
     /// An attempt's end, queued behind every line before it and not
     /// waited for (the proxy's request path): written in the next group,
     /// its failure logged. Until it is on disk, a crash leaves the attempt
-    /// an unknown outcome after the restart — the safe side.
+    /// an unknown outcome after the restart — the safe side. It takes no
+    /// queue slot: each end line follows a start line that had one, so
+    /// the lines queued this way are at most the attempts in flight.
     pub fn ended_queued(&self, record: &AttemptRecord) {
         self.write(attempt_ended(record))
     }

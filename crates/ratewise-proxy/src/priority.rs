@@ -181,14 +181,14 @@ impl UnknownLevels {
     }
 }
 
-/// A header's value as text, trimmed and cut to `max` characters; `None`
-/// when absent, empty or not text.
 /// [`PRIORITY_HEADER`] and [`FLOW_HEADER`], never sent upstream.
 static PRIORITY_HEADERS: [http::HeaderName; 2] = [
     http::HeaderName::from_static(PRIORITY_HEADER),
     http::HeaderName::from_static(FLOW_HEADER),
 ];
 
+/// A header's value as text, trimmed and cut to `max` characters; `None`
+/// when absent, empty or not text.
 fn header_text(h: &http::HeaderMap, name: &str, max: usize) -> Option<String> {
     let v = h.get(name)?.to_str().ok()?.trim();
     (!v.is_empty()).then(|| v.chars().take(max).collect())

@@ -32,8 +32,9 @@ pub(super) const SLOTS: usize = 1024;
 
 /// How long the writer lets lines gather after a group of several (see
 /// [`Shared::take`]): a send waits up to this much longer for its line,
-/// and a busy proxy's writer is woken a few thousand times a second at
-/// most, by its own clock, never by a request.
+/// and while lines keep coming in company the writer wakes by its own
+/// clock (at most about ten thousand times a second), not at each line.
+/// A line that comes alone still wakes it at once.
 const GATHER: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Who waits for a line or a command, and how it is told.
