@@ -6,7 +6,10 @@
 //!   each path, and what each proxy adds over calling the upstream
 //!   directly;
 //! * closed loop, 64 concurrent callers: the most requests per second;
-//! * the ratewise proxy with its journal off and on.
+//! * the ratewise proxy with its journal off and on;
+//! * the journal's floor: the bare pass-through awaiting the journal's
+//!   attempt line before each send, nothing else of the proxy (what the
+//!   journal alone costs, whatever the proxy does around it).
 //!
 //! `cargo bench -p ratewise-proxy --bench overhead` (about 50 s). A plain
 //! binary that prints figures; nothing is asserted. Everything shares this
@@ -104,6 +107,46 @@ async fn bare(up: SocketAddr) -> SocketAddr {
                 .to_owned();
             parts.uri = format!("http://{up}{pq}").parse().unwrap();
             parts.headers.remove(http::header::HOST);
+            let resp = c
+                .request(Request::from_parts(parts, Full::new(body)))
+                .await
+                .unwrap();
+            let (parts, body) = resp.into_parts();
+            Response::from_parts(parts, Full::new(body.collect().await.unwrap().to_bytes()))
+        }
+    })
+    .await
+}
+
+/// The journal's floor: the bare pass-through, each request's send waiting
+/// for an attempt line to be on disk through the proxy's own journal (its
+/// writer thread, group commit), as the proxy's sends do — and nothing
+/// else of the proxy. A lower bound of what the journal costs: the end
+/// line the proxy also queues is left out.
+async fn bare_journaled(up: SocketAddr, path: std::path::PathBuf) -> SocketAddr {
+    let c = client();
+    let (journal, _) = ratewise_proxy::journal::FileJournal::open(&path).unwrap();
+    let journal = Arc::new(journal);
+    let n = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    serve(move |req: Request<Incoming>| {
+        let (c, journal, n) = (c.clone(), journal.clone(), n.clone());
+        async move {
+            let (mut parts, body) = req.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let pq = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            parts.uri = format!("http://{up}{pq}").parse().unwrap();
+            parts.headers.remove(http::header::HOST);
+            let id = n
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .to_string();
+            journal
+                .attempt_started_async(&id, 1, std::time::SystemTime::now(), None)
+                .await
+                .unwrap();
             let resp = c
                 .request(Request::from_parts(parts, Full::new(body)))
                 .await
@@ -251,6 +294,8 @@ fn env_number(name: &str, default: u64) -> u64 {
 
 fn main() {
     let secs = env_number("RATEWISE_BENCH_SECS", 3);
+    // The closed loop's concurrent callers.
+    let callers = env_number("RATEWISE_BENCH_CALLERS", 64).max(1) as usize;
     let rounds = env_number("RATEWISE_BENCH_ROUNDS", 3).max(1);
     // For a profile of one path: `RATEWISE_BENCH_ONLY=journal` runs the
     // row of that name, else the rows whose names contain it, closed loop
@@ -270,11 +315,15 @@ fn main() {
         let bare = bare(up).await;
         let journal = std::env::temp_dir().join(format!("ratewise-bench-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&journal);
+        let floor_journal = std::env::temp_dir().join(format!("ratewise-bench-floor-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&floor_journal);
+        let floor = bare_journaled(up, floor_journal.clone()).await;
         let rw = ratewise(up, None).await;
         let rwj = ratewise(up, Some(journal.clone())).await;
         let paths = [
             ("direct (no proxy)", up),
             ("bare hyper pass-through", bare),
+            ("bare + journal start line", floor),
             ("ratewise proxy", rw.addr),
             ("ratewise proxy + journal", rwj.addr),
         ];
@@ -297,12 +346,12 @@ fn main() {
                 .iter()
                 .filter(|(n, _)| if exact { *n == only } else { n.contains(only.as_str()) });
             for (name, addr) in chosen {
-                let (rps, cpu) = closed_loop(*addr, 64, secs).await;
+                let (rps, cpu) = closed_loop(*addr, callers, secs).await;
                 println!("{name}: {rps:.0} req/s, {:.1} µs CPU per request", cpu.map_or(f64::NAN, us));
             }
             return;
         }
-        println!("open loop at 1000 requests/s for {secs} s; then closed loop, 64 callers, {rounds} rounds of {secs} s taking turns (the best round kept)");
+        println!("open loop at 1000 requests/s for {secs} s; then closed loop, {callers} callers, {rounds} rounds of {secs} s taking turns (the best round kept)");
         let mut rows: Vec<Row> = Vec::new();
         for (name, addr) in paths {
             let lat = open_loop(addr, 1000, secs).await;
@@ -313,7 +362,7 @@ fn main() {
         // falls on every path alike.
         for _ in 0..rounds {
             for (row, (_, addr)) in rows.iter_mut().zip(paths) {
-                let (rps, cpu) = closed_loop(addr, 64, secs).await;
+                let (rps, cpu) = closed_loop(addr, callers, secs).await;
                 if rps > row.rps {
                     row.rps = rps;
                     row.cpu = cpu;
@@ -353,6 +402,7 @@ fn main() {
         rw.shutdown().await;
         rwj.shutdown().await;
         let _ = std::fs::remove_file(&journal);
+        let _ = std::fs::remove_file(&floor_journal);
     });
 }
 

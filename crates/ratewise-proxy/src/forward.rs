@@ -44,6 +44,10 @@ use tower::ServiceExt;
 /// too: the deadline the job was given, whatever its source.
 pub const DEADLINE_HEADER: &str = "x-ratewise-deadline-ms";
 
+/// [`DEADLINE_HEADER`] as a header name (set on every answer: a name
+/// given as text is parsed, and copied, each time).
+const DEADLINE_NAME: http::HeaderName = http::HeaderName::from_static(DEADLINE_HEADER);
+
 /// The read timeout the official Python SDKs send on every request, in
 /// seconds (forwarded as it is).
 pub const STAINLESS_READ_TIMEOUT: &str = "x-stainless-read-timeout";
@@ -92,14 +96,19 @@ impl DeadlineSource {
 
 /// The sources read, in order: header, and how many of its units make a
 /// second.
-const SOURCES: [(DeadlineSource, &str, f64); 3] = [
-    (DeadlineSource::Ratewise, DEADLINE_HEADER, 1000.0),
+// Names, not text: a lookup by text parses the name first.
+const SOURCES: [(DeadlineSource, http::HeaderName, f64); 3] = [
+    (DeadlineSource::Ratewise, DEADLINE_NAME, 1000.0),
     (
         DeadlineSource::StainlessReadTimeout,
-        STAINLESS_READ_TIMEOUT,
+        http::HeaderName::from_static(STAINLESS_READ_TIMEOUT),
         1.0,
     ),
-    (DeadlineSource::StainlessTimeout, STAINLESS_TIMEOUT, 1.0),
+    (
+        DeadlineSource::StainlessTimeout,
+        http::HeaderName::from_static(STAINLESS_TIMEOUT),
+        1.0,
+    ),
 ];
 
 /// A job's first-byte deadline: as long as its caller will wait for the
@@ -148,7 +157,10 @@ pub fn caller_deadline(
     max: Duration,
 ) -> (Duration, DeadlineSource) {
     for (source, name, per_second) in SOURCES {
-        if let Some(Ok(d)) = headers.get(name).map(|v| timeout_value(v, per_second, max)) {
+        if let Some(Ok(d)) = headers
+            .get(&name)
+            .map(|v| timeout_value(v, per_second, max))
+        {
             return (d, source);
         }
     }
@@ -160,11 +172,11 @@ pub fn caller_deadline(
 pub fn ignored_deadline_headers(headers: &http::HeaderMap) -> Vec<(&'static str, &'static str)> {
     SOURCES
         .iter()
-        .filter_map(|(_, name, per_second)| {
-            let v = headers.get(*name)?;
+        .filter_map(|(source, name, per_second)| {
+            let v = headers.get(name)?;
             timeout_value(v, *per_second, MAX_DEADLINE)
                 .err()
-                .map(|why| (*name, why.as_str()))
+                .map(|why| (source.as_str(), why.as_str()))
         })
         .collect()
 }
@@ -254,7 +266,7 @@ pub async fn forward(State(app): State<Arc<App>>, req: Request) -> Response {
     let mut resp = Box::pin(job(app.clone(), req, deadline, &entry.id)).await;
     let h = resp.headers_mut();
     h.insert(
-        DEADLINE_HEADER,
+        DEADLINE_NAME,
         http::HeaderValue::from(deadline.as_millis() as u64),
     );
     if let Ok(v) = http::HeaderValue::from_str(&entry.id) {
@@ -551,7 +563,11 @@ fn prepare_head(
         Via::Upstream(ui) => app.config.upstreams[ui].url.as_str(),
         Via::Pool(_) => "http://pool.invalid",
     };
-    parts.uri = match format!("{base}{}", route.path).parse::<Uri>() {
+    // Parsed in place (a `String` becomes the URI's bytes, not a copy).
+    let mut uri = String::with_capacity(base.len() + route.path.len());
+    uri.push_str(base);
+    uri.push_str(&route.path);
+    parts.uri = match Uri::try_from(uri) {
         Ok(u) => u,
         Err(_) => {
             return Err(answer::shaped(
@@ -617,11 +633,11 @@ fn ready_request(
     if let Some(m) = &path_model {
         parts.extensions.insert(Model::new(m));
     }
-    app.jobs.describe(
-        job_id,
-        key,
-        path_model.or_else(|| crate::jobs::model_of(&bytes)),
-    );
+    // The body read once: the layer takes its fields from here.
+    let fields = ratewise_tower::BodyFields::read(&bytes);
+    app.jobs
+        .describe(job_id, key, path_model.or_else(|| fields.model.clone()));
+    parts.extensions.insert(fields);
     // The job's cancellation: given when its caller leaves, and (through
     // its parent) when the proxy drains. It is also the view of its send
     // that the layer publishes, which the watch reads.
@@ -845,8 +861,8 @@ static HOP_BY_HOP: [http::HeaderName; 9] = [
 /// The headers a caller may send the proxy that are its own (read here,
 /// never forwarded), and the caller's `host` (the upstream's is set).
 static NOT_FORWARDED: [http::HeaderName; 4] = [
-    http::HeaderName::from_static(DEADLINE_HEADER),
-    http::HeaderName::from_static(crate::jobs::JOB_HEADER),
+    DEADLINE_NAME,
+    crate::jobs::JOB_HEADER,
     http::HeaderName::from_static("x-ratewise-upstream"),
     http::header::HOST,
 ];

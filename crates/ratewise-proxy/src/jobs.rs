@@ -13,8 +13,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// The header naming a job, on the answer and (optionally) the request.
-pub const JOB_HEADER: &str = "x-ratewise-job";
+/// The header naming a job, on the answer and (optionally) the request:
+/// the layer's (one name for both).
+pub use ratewise_tower::JOB_HEADER;
 
 /// The longest job id a caller may give.
 pub const MAX_CALLER_ID: usize = 64;
@@ -31,22 +32,6 @@ pub fn caller_job_id(headers: &http::HeaderMap) -> Option<String> {
         && v.iter()
             .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(b));
     ok.then(|| String::from_utf8_lossy(v).into_owned())
-}
-
-/// The request body's `model`, when it is a JSON object that names one
-/// (read without building a tree; clipped).
-pub fn model_of(body: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Wire<'a> {
-        #[serde(borrow, default)]
-        model: Option<std::borrow::Cow<'a, str>>,
-    }
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return None;
-    }
-    let w: Wire<'_> = serde_json::from_slice(body).ok()?;
-    w.model
-        .map(|m| ratewise_core::parse::clip(&m, MAX_MODEL).to_owned())
 }
 
 /// What is known of a job in flight.
@@ -175,15 +160,5 @@ mod tests {
         drop(a);
         assert!(jobs.context("mine").is_none());
         assert_eq!(jobs.begin(Some("mine".into()), "g-4".into()).id, "mine");
-    }
-
-    #[test]
-    fn the_model_is_read_from_a_json_body_only() {
-        assert_eq!(
-            model_of(br#" {"model":"claude-x","messages":[]}"#).as_deref(),
-            Some("claude-x")
-        );
-        assert_eq!(model_of(b"[1]"), None);
-        assert_eq!(model_of(b"{not json"), None);
     }
 }

@@ -162,7 +162,7 @@ impl Drop for Watched {
 #[derive(Debug, Default)]
 pub struct Wire {
     next: std::sync::atomic::AtomicU64,
-    jobs: std::sync::Mutex<std::collections::HashMap<u64, std::sync::Weak<Watched>>>,
+    jobs: std::sync::Mutex<rustc_hash::FxHashMap<u64, std::sync::Weak<Watched>>>,
 }
 
 impl Wire {

@@ -107,12 +107,34 @@ fn model_in_path(path: &str) -> Option<&str> {
     after("/openai/deployments/").or_else(|| after("/models/").filter(|_| path.contains(':')))
 }
 
-/// The request body fields admission reads (unknown fields are skipped).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct BodyFields {
+/// The request body's fields the layer reads: its model, output cap and
+/// stream flag (every other field is skipped). Given as a request
+/// extension by a caller that has read them already (the proxy, which
+/// journals the model), the layer does not parse the body again.
+///
+/// ```
+/// use ratewise_tower::BodyFields;
+/// let f = BodyFields::read(br#"{"model":"gpt-4o","max_completion_tokens":7,"stream":true}"#);
+/// assert_eq!((f.model.as_deref(), f.max_tokens, f.streamed), (Some("gpt-4o"), Some(7), true));
+/// assert_eq!(BodyFields::read(b"not json"), BodyFields::default());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BodyFields {
+    /// `model` (clipped to 128 bytes).
     pub model: Option<String>,
+    /// `max_tokens` (Anthropic, OpenAI Chat), `max_completion_tokens`
+    /// (OpenAI Chat), `max_output_tokens` (OpenAI Responses) or
+    /// `generationConfig.maxOutputTokens` (Gemini).
     pub max_tokens: Option<u64>,
+    /// `"stream": true`.
     pub streamed: bool,
+}
+
+impl BodyFields {
+    /// Reads them from a JSON body; anything else, or not JSON: none.
+    pub fn read(body: &[u8]) -> BodyFields {
+        body_fields(body)
+    }
 }
 
 /// The fields read from a request body, borrowed where possible; every
@@ -166,8 +188,11 @@ pub(crate) fn body_fields(body: &[u8]) -> BodyFields {
 
 impl Job {
     #[allow(clippy::too_many_arguments)]
+    /// The job of a request: its fields read from the request's parts
+    /// and body. [`BodyFields`] given as an extension are taken out of
+    /// the parts (read once, not copied into every attempt's request).
     pub(crate) fn new(
-        parts: &Parts,
+        parts: &mut Parts,
         generated_id: impl FnOnce() -> String,
         arrived: Instant,
         default_deadline: Option<Duration>,
@@ -175,8 +200,11 @@ impl Job {
         body: &[u8],
         configured: Option<Provider>,
     ) -> Job {
+        let fields = parts
+            .extensions
+            .remove::<BodyFields>()
+            .unwrap_or_else(|| body_fields(body));
         let ext = &parts.extensions;
-        let fields = body_fields(body);
         let provider = configured.or_else(|| parts.uri.host().and_then(Provider::from_host));
         Job {
             id: ext
@@ -219,6 +247,44 @@ mod tests {
         assert_eq!(f.max_tokens, Some(7));
         assert_eq!(body_fields(b"not json"), BodyFields::default());
         assert_eq!(body_fields(b"[1,2]"), BodyFields::default());
+        assert_eq!(
+            body_fields(b" \n{\"model\":\"m\"}").model.as_deref(),
+            Some("m")
+        );
+    }
+
+    #[test]
+    fn fields_already_read_are_taken_from_the_request_not_read_again() {
+        let keys = Keys::default();
+        let mut p = http::Request::post("http://127.0.0.1:9/v1/messages")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        p.extensions.insert(BodyFields {
+            model: Some("read-before".into()),
+            max_tokens: Some(5),
+            streamed: true,
+        });
+        let body = br#"{"model":"in-body","max_tokens":900}"#;
+        let job = Job::new(
+            &mut p,
+            || "g".into(),
+            Instant::ZERO,
+            None,
+            &keys,
+            body,
+            None,
+        );
+        assert_eq!(
+            (job.model.as_str(), job.max_tokens, job.streamed),
+            ("read-before", Some(5), true)
+        );
+        assert!(
+            p.extensions.get::<BodyFields>().is_none(),
+            "taken out, not copied into each attempt"
+        );
+        assert_eq!(job.body_bytes, body.len() as u64);
     }
 
     impl Keys {
@@ -239,8 +305,16 @@ mod tests {
     fn gemini_and_azure_name_the_model_in_the_path() {
         let keys = Keys::default();
         let req = |uri: &str, body: &[u8]| {
-            let p = http::Request::post(uri).body(()).unwrap().into_parts().0;
-            Job::new(&p, || "g".into(), Instant::ZERO, None, &keys, body, None)
+            let mut p = http::Request::post(uri).body(()).unwrap().into_parts().0;
+            Job::new(
+                &mut p,
+                || "g".into(),
+                Instant::ZERO,
+                None,
+                &keys,
+                body,
+                None,
+            )
         };
         let g = req(
             "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=AIza-secret",
@@ -284,7 +358,15 @@ mod tests {
         p.extensions.insert(Model::new("m"));
         p.extensions.insert(KeyLabel::new("k"));
         let keys = Keys::new(Some("configured".into()));
-        let job = Job::new(&p, || "gen".into(), Instant::ZERO, None, &keys, b"{}", None);
+        let job = Job::new(
+            &mut p,
+            || "gen".into(),
+            Instant::ZERO,
+            None,
+            &keys,
+            b"{}",
+            None,
+        );
         assert_eq!(job.id, "j-1");
         assert_eq!(job.deadline, Some(Duration::from_secs(3)));
         assert_eq!(job.input_estimate, Some(42));

@@ -331,6 +331,7 @@ pub use clock::{Clock, Sleep};
 pub use config::{set_retry_after, Config, ACTION_HEADER, ATTEMPT_HEADER, JOB_HEADER};
 pub use error::{BoxError, Error};
 pub use extensions::{Attempts, Deadline, JobId, KeyLabel, Model, TokenEstimate, Workload};
+pub use job::BodyFields;
 pub use journal::{written, Journal, Written};
 pub use queue_status::{FlowStatus, LevelStatus, QueueStatus, DIMENSIONS as QUEUE_DIMENSIONS};
 pub use retry::{ResponseFuture, RetryLayer, RetryService};

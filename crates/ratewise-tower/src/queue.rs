@@ -51,7 +51,6 @@ use event_listener::{Event, EventListener};
 use ratewise_core::admit::fair::{Charged, Cost, Discipline, Levels, Place, Workload};
 use ratewise_core::admit::{Amounts, Limits, ReservationId, ScopeId, WaitReason};
 use ratewise_core::{Instant, Usage};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -87,7 +86,7 @@ pub(crate) const YIELD_RECHECK: Duration = Duration::from_millis(250);
 /// signal of each.
 struct Scope {
     discipline: Discipline,
-    signals: HashMap<Place, Arc<Event>>,
+    signals: rustc_hash::FxHashMap<Place, Arc<Event>>,
     /// The scope's limits as last read, and admissions since.
     limits: Option<Limits>,
     since_limits: u32,
@@ -135,8 +134,8 @@ struct Followed {
 
 #[derive(Default)]
 struct Waiting {
-    scopes: HashMap<ScopeId, Scope>,
-    followed: HashMap<ReservationId, Followed>,
+    scopes: rustc_hash::FxHashMap<ScopeId, Scope>,
+    followed: rustc_hash::FxHashMap<ReservationId, Followed>,
 }
 
 /// The waiting queues of every scope of one layer (and of the layers
@@ -191,7 +190,7 @@ impl Queues {
             }
             let s = w.scopes.entry(scope).or_insert_with(|| Scope {
                 discipline: Discipline::new(self.levels.clone()),
-                signals: HashMap::new(),
+                signals: Default::default(),
                 limits: None,
                 since_limits: 0,
                 published: None,

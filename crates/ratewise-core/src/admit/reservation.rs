@@ -4,7 +4,6 @@
 
 use super::belief::CreditMark;
 use crate::time::Instant;
-use std::collections::HashMap;
 
 /// A price interned by its controller (keeps reservations small: an
 /// `Option<PriceId>` is 4 bytes).
@@ -242,7 +241,7 @@ pub(crate) struct Slab {
     /// Reservations ended without their owner (lease expired, disowned),
     /// with when: the owner's one late end is taken (a settle charges its
     /// usage), any other end of an ended reservation is refused.
-    orphans: HashMap<ReservationId, Instant>,
+    orphans: rustc_hash::FxHashMap<ReservationId, Instant>,
     pub ledger: Ledger,
     /// Live held entries: header sync looks for refunds only when there
     /// are some.

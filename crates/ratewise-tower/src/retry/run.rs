@@ -55,7 +55,7 @@ where
     B: ReplayBody,
     R: Body<Data = Bytes> + Send + Unpin + 'static,
 {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let bytes = match body.buffer(inner.config.max_request_body).await {
         Ok(b) => b,
         Err(e) => {
@@ -67,7 +67,7 @@ where
         }
     };
     let job = Job::new(
-        &parts,
+        &mut parts,
         || inner.next_job_id(),
         arrived,
         inner.config.policy.default_deadline,

@@ -160,7 +160,7 @@ pub struct FlowView {
 pub struct Discipline {
     levels: Levels,
     state: Vec<Level>,
-    jobs: HashMap<Place, (LevelId, Box<str>)>,
+    jobs: rustc_hash::FxHashMap<Place, (LevelId, Box<str>)>,
     window: Duration,
     /// The instant the decayed sums are scaled from.
     base: Instant,
@@ -174,7 +174,7 @@ impl Discipline {
         Discipline {
             levels,
             state,
-            jobs: HashMap::new(),
+            jobs: Default::default(),
             window: DEFAULT_WINDOW,
             base: Instant::ZERO,
             head: None,
