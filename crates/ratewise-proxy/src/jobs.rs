@@ -109,11 +109,14 @@ impl Jobs {
         }
     }
 
-    /// The pool member the job's attempt in flight goes to.
-    pub fn sending_to(&self, id: &str, member: Option<&str>) {
-        if let Some(c) = self.lock().get_mut(id) {
-            c.member = member.map(str::to_owned);
-        }
+    /// Notes the pool member the job's attempt in flight goes to, and
+    /// returns what is known of the job (one look-up for both: every send
+    /// does this).
+    pub fn sending_to(&self, id: &str, member: Option<&str>) -> Option<JobContext> {
+        let mut jobs = self.lock();
+        let c = jobs.get_mut(id)?;
+        c.member = member.map(str::to_owned);
+        Some(c.clone())
     }
 
     /// What is known of the job.
@@ -157,8 +160,12 @@ mod tests {
             (ctx.key.as_deref(), ctx.request_id.as_deref()),
             (Some("fp-1"), Some("req_1"))
         );
+        let sending = jobs.sending_to("mine", Some("up#fp-2")).unwrap();
+        assert_eq!(sending.member.as_deref(), Some("up#fp-2"));
+        assert_eq!(sending, jobs.context("mine").unwrap());
         drop(a);
         assert!(jobs.context("mine").is_none());
+        assert!(jobs.sending_to("mine", None).is_none());
         assert_eq!(jobs.begin(Some("mine".into()), "g-4".into()).id, "mine");
     }
 }

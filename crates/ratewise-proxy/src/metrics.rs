@@ -201,8 +201,7 @@ impl ratewise_tower::Journal for Hook {
         member: Option<&'a str>,
         at: SystemTime,
     ) -> Written<'a> {
-        self.jobs.sending_to(job_id, member);
-        let ctx = self.jobs.context(job_id);
+        let ctx = self.jobs.sending_to(job_id, member);
         let Some(f) = &self.file else {
             self.sent(attempt, ctx.as_ref());
             return written(Ok::<(), std::io::Error>(()));
