@@ -93,40 +93,18 @@ async fn upstream() -> SocketAddr {
 
 /// The bare pass-through: forwards each request with a pooled hyper-util
 /// client and returns the answer, nothing else.
-async fn bare(up: SocketAddr) -> SocketAddr {
+///
+/// With `journal`, the journal's floor: each send first waits for an
+/// attempt line to be on disk through the proxy's own journal (its writer
+/// thread, group commit), as the proxy's sends do — and nothing else of
+/// the proxy. A lower bound of what the journal costs: the end line the
+/// proxy also queues is left out.
+async fn bare(up: SocketAddr, journal: Option<std::path::PathBuf>) -> SocketAddr {
     let c = client();
-    serve(move |req: Request<Incoming>| {
-        let c = c.clone();
-        async move {
-            let (mut parts, body) = req.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            let pq = parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned();
-            parts.uri = format!("http://{up}{pq}").parse().unwrap();
-            parts.headers.remove(http::header::HOST);
-            let resp = c
-                .request(Request::from_parts(parts, Full::new(body)))
-                .await
-                .unwrap();
-            let (parts, body) = resp.into_parts();
-            Response::from_parts(parts, Full::new(body.collect().await.unwrap().to_bytes()))
-        }
-    })
-    .await
-}
-
-/// The journal's floor: the bare pass-through, each request's send waiting
-/// for an attempt line to be on disk through the proxy's own journal (its
-/// writer thread, group commit), as the proxy's sends do — and nothing
-/// else of the proxy. A lower bound of what the journal costs: the end
-/// line the proxy also queues is left out.
-async fn bare_journaled(up: SocketAddr, path: std::path::PathBuf) -> SocketAddr {
-    let c = client();
-    let (journal, _) = ratewise_proxy::journal::FileJournal::open(&path).unwrap();
-    let journal = Arc::new(journal);
+    let journal = journal.map(|path| {
+        let (journal, _) = ratewise_proxy::journal::FileJournal::open(&path).unwrap();
+        Arc::new(journal)
+    });
     let n = Arc::new(std::sync::atomic::AtomicU64::new(0));
     serve(move |req: Request<Incoming>| {
         let (c, journal, n) = (c.clone(), journal.clone(), n.clone());
@@ -140,13 +118,15 @@ async fn bare_journaled(up: SocketAddr, path: std::path::PathBuf) -> SocketAddr 
                 .to_owned();
             parts.uri = format!("http://{up}{pq}").parse().unwrap();
             parts.headers.remove(http::header::HOST);
-            let id = n
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                .to_string();
-            journal
-                .attempt_started_async(&id, 1, std::time::SystemTime::now(), None)
-                .await
-                .unwrap();
+            if let Some(journal) = &journal {
+                let id = n
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    .to_string();
+                journal
+                    .attempt_started_async(&id, 1, std::time::SystemTime::now(), None)
+                    .await
+                    .unwrap();
+            }
             let resp = c
                 .request(Request::from_parts(parts, Full::new(body)))
                 .await
@@ -312,21 +292,23 @@ fn main() {
         .unwrap();
     rt.block_on(async move {
         let up = upstream().await;
-        let bare = bare(up).await;
+        let bare_addr = bare(up, None).await;
         let journal = std::env::temp_dir().join(format!("ratewise-bench-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&journal);
         let floor_journal = std::env::temp_dir().join(format!("ratewise-bench-floor-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&floor_journal);
-        let floor = bare_journaled(up, floor_journal.clone()).await;
+        let floor = bare(up, Some(floor_journal.clone())).await;
         let rw = ratewise(up, None).await;
         let rwj = ratewise(up, Some(journal.clone())).await;
         let paths = [
             ("direct (no proxy)", up),
-            ("bare hyper pass-through", bare),
+            ("bare hyper pass-through", bare_addr),
             ("bare + journal start line", floor),
             ("ratewise proxy", rw.addr),
             ("ratewise proxy + journal", rwj.addr),
         ];
+        // Each mode ends here, so the proxies shut down and their files go.
+        'run: {
         if let (Some(only), Some(n)) = (&only, count) {
             // Sequential requests, nothing timed: under `valgrind
             // --tool=callgrind`, the instructions a request costs (the
@@ -338,7 +320,7 @@ fn main() {
                     once(&c, *addr).await;
                 }
             }
-            return;
+            break 'run;
         }
         if let Some(only) = only {
             let exact = paths.iter().any(|(n, _)| *n == only);
@@ -349,7 +331,7 @@ fn main() {
                 let (rps, cpu) = closed_loop(*addr, callers, secs).await;
                 println!("{name}: {rps:.0} req/s, {:.1} µs CPU per request", cpu.map_or(f64::NAN, us));
             }
-            return;
+            break 'run;
         }
         println!("open loop at 1000 requests/s for {secs} s; then closed loop, {callers} callers, {rounds} rounds of {secs} s taking turns (the best round kept)");
         let mut rows: Vec<Row> = Vec::new();
@@ -399,10 +381,15 @@ fn main() {
                 ms(bare.p99.saturating_sub(base_p99)),
             );
         }
+        }
         rw.shutdown().await;
         rwj.shutdown().await;
-        let _ = std::fs::remove_file(&journal);
-        let _ = std::fs::remove_file(&floor_journal);
+        for path in [&journal, &floor_journal] {
+            let _ = std::fs::remove_file(path);
+            let mut token = path.as_os_str().to_owned();
+            token.push(".admin-token");
+            let _ = std::fs::remove_file(token);
+        }
     });
 }
 

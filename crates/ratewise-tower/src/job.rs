@@ -267,15 +267,7 @@ mod tests {
             streamed: true,
         });
         let body = br#"{"model":"in-body","max_tokens":900}"#;
-        let job = Job::new(
-            &mut p,
-            || "g".into(),
-            Instant::ZERO,
-            None,
-            &keys,
-            body,
-            None,
-        );
+        let job = job_of(&mut p, &keys, body);
         assert_eq!(
             (job.model.as_str(), job.max_tokens, job.streamed),
             ("read-before", Some(5), true)
@@ -293,6 +285,11 @@ mod tests {
         }
     }
 
+    /// The job of a request arrived at time zero, its id generated as `g`.
+    fn job_of(p: &mut Parts, keys: &Keys, body: &[u8]) -> Job {
+        Job::new(p, || "g".into(), Instant::ZERO, None, keys, body, None)
+    }
+
     fn parts(headers: &[(&str, &str)]) -> Parts {
         let mut req = http::Request::builder();
         for (n, v) in headers {
@@ -306,15 +303,7 @@ mod tests {
         let keys = Keys::default();
         let req = |uri: &str, body: &[u8]| {
             let mut p = http::Request::post(uri).body(()).unwrap().into_parts().0;
-            Job::new(
-                &mut p,
-                || "g".into(),
-                Instant::ZERO,
-                None,
-                &keys,
-                body,
-                None,
-            )
+            job_of(&mut p, &keys, body)
         };
         let g = req(
             "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=AIza-secret",
