@@ -309,78 +309,78 @@ fn main() {
         ];
         // Each mode ends here, so the proxies shut down and their files go.
         'run: {
-        if let (Some(only), Some(n)) = (&only, count) {
-            // Sequential requests, nothing timed: under `valgrind
-            // --tool=callgrind`, the instructions a request costs (the
-            // difference of two counts), which no other load on the
-            // machine changes.
-            let c = client();
-            for (_, addr) in paths.iter().filter(|(name, _)| name == only) {
-                for _ in 0..n {
-                    once(&c, *addr).await;
+            if let (Some(only), Some(n)) = (&only, count) {
+                // Sequential requests, nothing timed: under `valgrind
+                // --tool=callgrind`, the instructions a request costs (the
+                // difference of two counts), which no other load on the
+                // machine changes.
+                let c = client();
+                for (_, addr) in paths.iter().filter(|(name, _)| name == only) {
+                    for _ in 0..n {
+                        once(&c, *addr).await;
+                    }
+                }
+                break 'run;
+            }
+            if let Some(only) = only {
+                let exact = paths.iter().any(|(n, _)| *n == only);
+                let chosen = paths
+                    .iter()
+                    .filter(|(n, _)| if exact { *n == only } else { n.contains(only.as_str()) });
+                for (name, addr) in chosen {
+                    let (rps, cpu) = closed_loop(*addr, callers, secs).await;
+                    println!("{name}: {rps:.0} req/s, {:.1} µs CPU per request", cpu.map_or(f64::NAN, us));
+                }
+                break 'run;
+            }
+            println!("open loop at 1000 requests/s for {secs} s; then closed loop, {callers} callers, {rounds} rounds of {secs} s taking turns (the best round kept)");
+            let mut rows: Vec<Row> = Vec::new();
+            for (name, addr) in paths {
+                let lat = open_loop(addr, 1000, secs).await;
+                let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
+                rows.push(Row { name, p50, p99, rps: 0.0, cpu: None });
+            }
+            // Taking turns, so a burst of load from elsewhere on this machine
+            // falls on every path alike.
+            for _ in 0..rounds {
+                for (row, (_, addr)) in rows.iter_mut().zip(paths) {
+                    let (rps, cpu) = closed_loop(addr, callers, secs).await;
+                    if rps > row.rps {
+                        row.rps = rps;
+                        row.cpu = cpu;
+                    }
                 }
             }
-            break 'run;
-        }
-        if let Some(only) = only {
-            let exact = paths.iter().any(|(n, _)| *n == only);
-            let chosen = paths
-                .iter()
-                .filter(|(n, _)| if exact { *n == only } else { n.contains(only.as_str()) });
-            for (name, addr) in chosen {
-                let (rps, cpu) = closed_loop(*addr, callers, secs).await;
-                println!("{name}: {rps:.0} req/s, {:.1} µs CPU per request", cpu.map_or(f64::NAN, us));
+            println!("| path | p50 ms | p99 ms | added p50 ms | added p99 ms | closed-loop req/s | CPU µs per request | added CPU µs |");
+            println!("|---|---|---|---|---|---|---|---|");
+            let (base_p50, base_p99, base_cpu) = (rows[0].p50, rows[0].p99, rows[0].cpu);
+            for r in &rows {
+                let added_cpu = match (r.cpu, base_cpu) {
+                    (Some(c), Some(b)) => us(c.saturating_sub(b)),
+                    _ => f64::NAN,
+                };
+                println!(
+                    "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.1} | {:.1} |",
+                    r.name,
+                    ms(r.p50),
+                    ms(r.p99),
+                    ms(r.p50.saturating_sub(base_p50)),
+                    ms(r.p99.saturating_sub(base_p99)),
+                    r.rps,
+                    r.cpu.map_or(f64::NAN, us),
+                    added_cpu,
+                );
             }
-            break 'run;
-        }
-        println!("open loop at 1000 requests/s for {secs} s; then closed loop, {callers} callers, {rounds} rounds of {secs} s taking turns (the best round kept)");
-        let mut rows: Vec<Row> = Vec::new();
-        for (name, addr) in paths {
-            let lat = open_loop(addr, 1000, secs).await;
-            let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
-            rows.push(Row { name, p50, p99, rps: 0.0, cpu: None });
-        }
-        // Taking turns, so a burst of load from elsewhere on this machine
-        // falls on every path alike.
-        for _ in 0..rounds {
-            for (row, (_, addr)) in rows.iter_mut().zip(paths) {
-                let (rps, cpu) = closed_loop(addr, callers, secs).await;
-                if rps > row.rps {
-                    row.rps = rps;
-                    row.cpu = cpu;
-                }
+            let bare = &rows[1];
+            for r in &rows[2..] {
+                println!(
+                    "{}: {:.2}x the bare pass-through's requests/s; added p99 {:.3} ms (vs bare {:.3} ms)",
+                    r.name,
+                    r.rps / bare.rps,
+                    ms(r.p99.saturating_sub(base_p99)),
+                    ms(bare.p99.saturating_sub(base_p99)),
+                );
             }
-        }
-        println!("| path | p50 ms | p99 ms | added p50 ms | added p99 ms | closed-loop req/s | CPU µs per request | added CPU µs |");
-        println!("|---|---|---|---|---|---|---|---|");
-        let (base_p50, base_p99, base_cpu) = (rows[0].p50, rows[0].p99, rows[0].cpu);
-        for r in &rows {
-            let added_cpu = match (r.cpu, base_cpu) {
-                (Some(c), Some(b)) => us(c.saturating_sub(b)),
-                _ => f64::NAN,
-            };
-            println!(
-                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.1} | {:.1} |",
-                r.name,
-                ms(r.p50),
-                ms(r.p99),
-                ms(r.p50.saturating_sub(base_p50)),
-                ms(r.p99.saturating_sub(base_p99)),
-                r.rps,
-                r.cpu.map_or(f64::NAN, us),
-                added_cpu,
-            );
-        }
-        let bare = &rows[1];
-        for r in &rows[2..] {
-            println!(
-                "{}: {:.2}x the bare pass-through's requests/s; added p99 {:.3} ms (vs bare {:.3} ms)",
-                r.name,
-                r.rps / bare.rps,
-                ms(r.p99.saturating_sub(base_p99)),
-                ms(bare.p99.saturating_sub(base_p99)),
-            );
-        }
         }
         rw.shutdown().await;
         rwj.shutdown().await;
