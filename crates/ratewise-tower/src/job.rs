@@ -247,6 +247,7 @@ mod tests {
         assert_eq!(f.max_tokens, Some(7));
         assert_eq!(body_fields(b"not json"), BodyFields::default());
         assert_eq!(body_fields(b"[1,2]"), BodyFields::default());
+        assert_eq!(body_fields(b"{not json"), BodyFields::default());
         assert_eq!(
             body_fields(b" \n{\"model\":\"m\"}").model.as_deref(),
             Some("m")
