@@ -829,16 +829,14 @@ fn member_address(member: &str) -> String {
 /// `Connection` header names: they describe one connection, not the
 /// message, and are not forwarded.
 fn strip_hop_by_hop(h: &mut http::HeaderMap) {
-    let mut named: Vec<http::HeaderName> = Vec::new();
-    if h.contains_key(http::header::CONNECTION) {
-        named.extend(
-            h.get_all(http::header::CONNECTION)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .filter_map(|n| http::HeaderName::from_bytes(n.trim().as_bytes()).ok()),
-        );
-    }
+    // Nothing allocated when there is no `Connection` header (nearly always).
+    let named: Vec<http::HeaderName> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| http::HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
     for n in named {
         h.remove(n);
     }
@@ -863,7 +861,7 @@ static HOP_BY_HOP: [http::HeaderName; 9] = [
 static NOT_FORWARDED: [http::HeaderName; 4] = [
     DEADLINE_NAME,
     crate::jobs::JOB_HEADER,
-    http::HeaderName::from_static("x-ratewise-upstream"),
+    crate::upstream::UPSTREAM_HEADER,
     http::header::HOST,
 ];
 

@@ -379,13 +379,14 @@ impl http_body::Body for ReportsWire {
     }
 }
 
-/// Picks the upstream of a request: `x-ratewise-upstream` names one, else
+/// The header a caller sets to name the upstream its request goes to
+/// (read here, never forwarded).
+pub const UPSTREAM_HEADER: http::HeaderName = http::HeaderName::from_static("x-ratewise-upstream");
+
+/// Picks the upstream of a request: [`UPSTREAM_HEADER`] names one, else
 /// the longest matching path prefix, else the first.
 pub fn choose(ups: &[Upstream], headers: &http::HeaderMap, path: &str) -> Option<usize> {
-    if let Some(name) = headers
-        .get("x-ratewise-upstream")
-        .and_then(|v| v.to_str().ok())
-    {
+    if let Some(name) = headers.get(UPSTREAM_HEADER).and_then(|v| v.to_str().ok()) {
         return ups.iter().position(|u| u.name == name);
     }
     let best = ups

@@ -187,10 +187,10 @@ pub(crate) fn body_fields(body: &[u8]) -> BodyFields {
 }
 
 impl Job {
-    #[allow(clippy::too_many_arguments)]
     /// The job of a request: its fields read from the request's parts
     /// and body. [`BodyFields`] given as an extension are taken out of
     /// the parts (read once, not copied into every attempt's request).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         parts: &mut Parts,
         generated_id: impl FnOnce() -> String,
