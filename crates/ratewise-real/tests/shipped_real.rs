@@ -233,11 +233,22 @@ fn silent_anthropic_agrees_but_for_the_429_share_and_goodput() {
 }
 
 /// Issue #35, OpenAI-like: no `retry-after` either, the wait only in the
-/// 429's message, read by the layer in provider time. Goodput is bounded on
-/// its own, as for `silent-anthropic`. Measured 2026-12-03: virtual 0.911,
-/// real 0.870.
+/// 429's message, read by the layer in provider time. The 429 share and
+/// the goodput are bounded on their own, as for `silent-anthropic`: the
+/// estimate is learned from when 429s arrive, and a 10 s bucket spans
+/// under a real second here, so a late timer is a visible share of it.
+/// Measured 2026-12-07 at this size: virtual 2 of 202 sends answered 429
+/// and goodput 0.927; real 2–4 of 202–204 and 0.898–0.906 (six runs, three
+/// beside two busy loops), and 6 of 206 in one CI run, which failed the
+/// shared ±1 % tolerance.
 #[test]
-fn silent_openai_agrees_but_for_goodput() {
-    let (_, real) = agrees("silent-openai.json", &["goodput_ratio"]);
+fn silent_openai_agrees_but_for_the_429_share_and_goodput() {
+    let (_, real) = agrees("silent-openai.json", &["share_429", "goodput_ratio"]);
+    assert!(
+        real.sends_429 * 20 <= real.sends,
+        "{} of {} sends answered 429",
+        real.sends_429,
+        real.sends
+    );
     assert!(real.goodput_ratio >= 0.8, "{}", real.goodput_ratio);
 }
