@@ -19,6 +19,8 @@
 //! does. Nothing asserts on wall-clock speed; `max_real` only bounds a
 //! broken run.
 
+mod common;
+
 use ratewise_real::{agree, run_real, RealOptions};
 use ratewise_sim::{simulate, Scenario, Strategy, SHIPPED};
 use std::time::Duration;
@@ -105,12 +107,11 @@ fn agrees(name: &str, except: &[&str]) -> (ratewise_sim::Report, ratewise_sim::R
         "every send of the layer reached the mock"
     );
     assert_eq!(real.report.jobs_total, scenario.jobs.count);
-    let judged: Vec<agree::Check> = checks
-        .iter()
-        .filter(|c| !except.contains(&c.figure))
-        .cloned()
-        .collect();
-    assert!(agree::agrees(&judged), "{name}\n{}", agree::table(&checks));
+    assert!(
+        common::agrees_but_for(&checks, except),
+        "{name}\n{}",
+        agree::table(&checks)
+    );
     (virt, real.report)
 }
 
